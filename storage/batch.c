@@ -1,0 +1,1 @@
+/* batch.c - placeholder, being written */

@@ -1,0 +1,41 @@
+/* codec.h - lossless columnar encoding of one chunk's points.
+ *
+ * A chunk payload holds the four columns of struct sto_cols, each encoded
+ * with the encoding that is smallest for that column of that chunk (the
+ * encoder tries the candidates and keeps the winner). Values are restored
+ * bit-exact: NaN payloads, +-Inf, -0.0 and denormals included.
+ * The only file that includes zstd.h is codec.c.
+ */
+#ifndef STO_CODEC_H
+#define STO_CODEC_H
+
+#include "common/rdb_buf.h"
+#include "storage/cols.h"
+
+#include <stdint.h>
+
+/* What the encoder chose, for statistics and benchmarks. */
+struct sto_codec_info {
+	uint8_t enc_ts, enc_step, enc_attempt, enc_value; /* encoding ids, see codec.c */
+	uint32_t bytes_ts, bytes_step, bytes_attempt, bytes_value;
+};
+
+/* Appends the encoded form of cols (cols->n >= 1, <= STO_CHUNK_MAX_POINTS)
+ * to out. info may be NULL. Does not block on I/O. Thread-safe (no shared
+ * state). Returns 0, -ENOMEM, RDB_ELIMIT (out's bound) or RDB_EINVAL
+ * (n out of range). On failure out->len is restored. */
+int sto_codec_encode(const struct sto_cols *cols, struct rdb_buf *out,
+		     struct sto_codec_info *info);
+
+/* Decodes a payload made by sto_codec_encode into out (out->n set; arrays
+ * grown as needed; previous contents replaced). src is untrusted: any
+ * malformed input returns RDB_ECORRUPT, never crashes, never reads out of
+ * bounds, never allocates more than max_points points. Returns 0,
+ * RDB_ECORRUPT, -ENOMEM. *used (may be NULL) gets the bytes consumed. */
+int sto_codec_decode(const uint8_t *src, size_t len, uint32_t max_points, struct sto_cols *out,
+		     size_t *used);
+
+/* Name of an encoding id, for logs and `rankctl stats`. */
+const char *sto_codec_name(uint8_t enc);
+
+#endif

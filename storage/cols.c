@@ -1,0 +1,1 @@
+/* cols.c - placeholder, being written */

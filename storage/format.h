@@ -1,0 +1,102 @@
+/* format.h - every magic number, version and on-disk record layout of
+ * rankdb's data directory, in one place. docs/FORMAT.md is the normative
+ * description; this header must agree with it. All integers on disk are
+ * little-endian (rdb_get_le*/rdb_put_le*), except LMDB keys, which are
+ * big-endian so that they sort numerically.
+ *
+ * Data directory:
+ *   FORMAT                text: "rankdb data directory\nformat 1\n"
+ *   LOCK                  flock(2)ed by the running server
+ *   index/                LMDB environment (derived: rebuildable from chunks/)
+ *   wal/wal-<gen %016x>.log  write-ahead log, one file per generation
+ *   chunks/seg-<id %016x>.dat segment files holding chunk records
+ */
+#ifndef STO_FORMAT_H
+#define STO_FORMAT_H
+
+#include <stdint.h>
+
+#define STO_FORMAT_VERSION 1u
+
+/* ---- WAL file ------------------------------------------------------------
+ * Header (32 bytes):
+ *   0  magic[8]   "RDBWAL\0\1"
+ *   8  u32        format version (STO_FORMAT_VERSION)
+ *   12 u32        header length (32)
+ *   16 u64        generation (equals the file name's)
+ *   24 u64        creation time, ns since epoch
+ * Then records, back to back:
+ *   0  u32        payload length L (<= STO_WAL_MAX_PAYLOAD)
+ *   4  u8         record type (STO_WAL_REC_*)
+ *   5  u8[3]      zero
+ *   8  u64        XXH3-64, seed = generation, over bytes 0..7 of this header
+ *                 followed by the L payload bytes
+ *   16 u8[L]      payload
+ * Replay stops at the first record whose header is incomplete, whose length
+ * is out of range, or whose checksum does not match (a torn or corrupt
+ * tail); everything before it is applied. */
+#define STO_WAL_MAGIC "RDBWAL\0\1"
+#define STO_WAL_HEADER_SIZE 32u
+#define STO_WAL_REC_HEADER_SIZE 16u
+#define STO_WAL_MAX_PAYLOAD (256u * 1024u * 1024u)
+
+enum sto_wal_rec_type {
+	STO_WAL_REC_POINTS = 1, /* a batch of points, see below */
+};
+
+/* STO_WAL_REC_POINTS payload:
+ *   u32 nseries
+ *   nseries times:
+ *     u8  job length J (1..STO_JOB_MAX), J bytes job id
+ *     u32 rank (STO_RANK_JOB for the job-level pseudo-rank)
+ *     u16 metric length M (1..STO_METRIC_MAX), M bytes metric name
+ *     u32 npoints
+ *     npoints times STO_WAL_POINT_SIZE bytes:
+ *       i64 ts_ns, i64 step (STO_STEP_NONE if absent), u32 attempt, u64 value bits
+ */
+#define STO_WAL_POINT_SIZE 28u
+
+/* ---- Segment file ----------------------------------------------------------
+ * Header (32 bytes):
+ *   0  magic[8]   "RDBSEG\0\1"
+ *   8  u32        format version
+ *   12 u32        header length (32)
+ *   16 u64        segment id (equals the file name's)
+ *   24 u64        creation time, ns since epoch
+ * Then chunk records, back to back, each:
+ *   0  u32        magic "CHK1" (0x314b4843 read as u32 LE)
+ *   4  u32        payload length P
+ *   8  u64        series id
+ *   16 u64        chunk uid (unique over the data directory's life)
+ *   24 u64        WAL generation that produced the chunk
+ *   32 u32        point count
+ *   36 u32        zero
+ *   40 u64        XXH3-64, seed 0, over bytes 0..39 and the payload
+ *   48 u8[P]      payload: codec output (storage/codec.h), then the series
+ *                 key record (u8 J, job, u32 rank, u16 M, metric) so that the
+ *                 index can be rebuilt from segment files alone
+ */
+#define STO_SEG_MAGIC "RDBSEG\0\1"
+#define STO_SEG_HEADER_SIZE 32u
+#define STO_CHUNK_MAGIC 0x314b4843u
+#define STO_CHUNK_HEADER_SIZE 48u
+#define STO_CHUNK_MAX_PAYLOAD (64u * 1024u * 1024u)
+
+/* ---- Data model bounds ---------------------------------------------------- */
+#define STO_JOB_MAX 128u       /* job id bytes, [A-Za-z0-9._-] */
+#define STO_METRIC_MAX 256u    /* metric name bytes */
+#define STO_RANK_JOB 0xffffffffu /* the job-level pseudo-rank */
+#define STO_RANK_MAX 0x7fffffffu /* largest real rank */
+#define STO_STEP_NONE INT64_MIN  /* "this point has no step" */
+#define STO_CHUNK_MAX_POINTS 65536u /* hard bound a decoder accepts */
+
+/* Value bits for a JSON null ("no value"): a quiet NaN with payload 1, so it
+ * is stored like any NaN and read back as null. The plain NaN that clients
+ * send as NaN / "NaN" is the canonical quiet NaN 0x7ff8000000000000. */
+#define STO_VALUE_NULL_BITS 0x7ff8000000000001ull
+#define STO_VALUE_NAN_BITS 0x7ff8000000000000ull
+
+_Static_assert(sizeof(STO_WAL_MAGIC) - 1 == 8, "wal magic is 8 bytes");
+_Static_assert(sizeof(STO_SEG_MAGIC) - 1 == 8, "segment magic is 8 bytes");
+
+#endif

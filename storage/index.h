@@ -1,0 +1,86 @@
+/* index.h - the LMDB index and catalog (the only file that includes lmdb.h
+ * is index.c).
+ *
+ * Named databases in the environment index/:
+ *   meta     string key -> u64 LE   (format_version, next_series_id,
+ *                                     next_chunk_uid, next_segment_id,
+ *                                     ckpt_gen, ...)
+ *   series   job \0 rank(be32) metric  -> series id (u64 LE)
+ *   sid      series id (be64)          -> job \0 rank(be32) metric
+ *   chunks   series id (be64) min_ts (be64, sign bit flipped) uid (be64)
+ *                                      -> chunk entry (see index.c, LE fields)
+ *   pending  gen (be64) series (be64) min_ts (be64 flipped) uid (be64) -> empty
+ *            chunks written by a generation not yet checkpointed
+ * The index is derived data: it can be rebuilt from the segment files.
+ *
+ * Threading: LMDB rules. One write transaction at a time (others block);
+ * read transactions run concurrently with it. A transaction is used by one
+ * thread. Values read are copied out before the transaction ends.
+ */
+#ifndef STO_INDEX_H
+#define STO_INDEX_H
+
+#include "storage/series.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct sto_index;
+struct sto_txn;
+
+/* Opens (creating if missing) the environment in dir with the given map
+ * size. On a new environment writes meta format_version; on an existing one
+ * checks it: a different version returns RDB_EFORMAT. 0 or -errno/RDB_E*. */
+int sto_index_open(const char *dir, uint64_t map_bytes, struct sto_index **out);
+void sto_index_close(struct sto_index *ix); /* NULL ok */
+
+int sto_txn_begin(struct sto_index *ix, bool write, struct sto_txn **out);
+/* Commits (write txn: durably, LMDB's default sync) and frees. 0 or -errno;
+ * the txn is freed either way. */
+int sto_txn_commit(struct sto_txn *t);
+void sto_txn_abort(struct sto_txn *t); /* frees; NULL ok */
+
+/* meta: -ENOENT (RDB_ENOTFOUND) if the key is absent. */
+int sto_meta_get(struct sto_txn *t, const char *key, uint64_t *out);
+int sto_meta_put(struct sto_txn *t, const char *key, uint64_t val);
+/* Returns the current value of a counter (0 if absent) in *out and stores
+ * value+1. Write txn only. */
+int sto_meta_next(struct sto_txn *t, const char *key, uint64_t *out);
+
+/* series */
+int sto_series_lookup(struct sto_txn *t, const struct sto_series_key *k, uint64_t *id);
+/* Looks the key up; creates it with id = meta next_series_id if absent.
+ * *created tells which. Write txn only. */
+int sto_series_get_or_create(struct sto_txn *t, const struct sto_series_key *k, uint64_t *id,
+			     bool *created);
+int sto_series_key_of(struct sto_txn *t, uint64_t id, struct sto_series_key *out);
+/* Calls fn for every series of job (all series when job is NULL), in key
+ * order (job, rank, metric). fn returning non-zero stops the scan and is
+ * returned. */
+typedef int (*sto_series_fn)(void *arg, const struct sto_series_key *k, uint64_t id);
+int sto_series_scan(struct sto_txn *t, const char *job, sto_series_fn fn, void *arg);
+/* Calls fn once per distinct job, in order, with the number of series. */
+typedef int (*sto_job_fn)(void *arg, const char *job, uint64_t nseries);
+int sto_jobs_scan(struct sto_txn *t, sto_job_fn fn, void *arg);
+
+/* chunks */
+int sto_chunk_put(struct sto_txn *t, const struct sto_chunk_ref *ref);
+int sto_chunk_del(struct sto_txn *t, uint64_t series_id, int64_t min_ts_ns, uint64_t uid);
+/* Calls fn for each chunk of series_id whose [min_ts, max_ts] overlaps
+ * [from_ns, to_ns] (inclusive), in (min_ts, uid) order. */
+typedef int (*sto_chunk_fn)(void *arg, const struct sto_chunk_ref *ref);
+int sto_chunk_scan(struct sto_txn *t, uint64_t series_id, int64_t from_ns, int64_t to_ns,
+		   sto_chunk_fn fn, void *arg);
+
+/* pending: chunks of generations after the last checkpoint */
+int sto_pending_add(struct sto_txn *t, uint64_t gen, const struct sto_chunk_ref *ref);
+/* Calls fn for each pending chunk with gen > after_gen (as a ref holding
+ * series_id, stats.min_ts_ns, uid and gen only). */
+int sto_pending_scan(struct sto_txn *t, uint64_t after_gen, sto_chunk_fn fn, void *arg);
+/* Deletes pending entries with gen <= upto_gen. */
+int sto_pending_clear(struct sto_txn *t, uint64_t upto_gen);
+/* Deletes pending entries with gen > after_gen (after the caller dropped
+ * their chunks at recovery). */
+int sto_pending_drop_after(struct sto_txn *t, uint64_t after_gen);
+
+#endif

@@ -1,0 +1,1 @@
+/* segment.c - placeholder, being written */

@@ -1,0 +1,1 @@
+/* series.c - placeholder, being written */

@@ -1,0 +1,52 @@
+/* series.h - the series key (job, rank, metric) and chunk statistics.
+ * Plain value types. */
+#ifndef STO_SERIES_H
+#define STO_SERIES_H
+
+#include "storage/cols.h"
+#include "storage/format.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct sto_series_key {
+	char job[STO_JOB_MAX + 1];       /* NUL-terminated */
+	uint32_t rank;                   /* STO_RANK_JOB for the job-level pseudo-rank */
+	char metric[STO_METRIC_MAX + 1]; /* NUL-terminated */
+};
+
+/* Statistics of one chunk, kept in its index entry so that queries over
+ * whole chunks need not decode them. min/max/sum ignore NaN values;
+ * first/last are the values (bits) of the points with the smallest/largest
+ * (ts, step) and do not ignore NaN. */
+struct sto_chunk_stats {
+	uint32_t count;      /* points */
+	uint32_t nan_count;  /* points whose value is NaN */
+	int64_t min_ts_ns, max_ts_ns;
+	int64_t min_step, max_step; /* STO_STEP_NONE if no point has a step */
+	uint32_t min_attempt, max_attempt;
+	double min, max, sum;       /* over non-NaN values; min=max=sum=0 if none */
+	uint64_t first, last;       /* value bits */
+};
+
+/* Where a chunk lives and what it holds: one index entry. */
+struct sto_chunk_ref {
+	uint64_t series_id;
+	uint64_t uid;        /* unique chunk id */
+	uint64_t segment_id; /* chunks/seg-<segment_id>.dat */
+	uint64_t offset;     /* of the chunk record header in the segment */
+	uint32_t length;     /* header + payload bytes */
+	uint64_t gen;        /* WAL generation whose records produced the chunk */
+	struct sto_chunk_stats stats;
+};
+
+/* Validates a job id ([A-Za-z0-9._-]{1,128}). */
+bool sto_job_valid(const char *job, size_t len);
+/* Validates a metric name: 1..STO_METRIC_MAX bytes of printable ASCII other
+ * than space, '"', '\\' and '{' '}' ',' '='. */
+bool sto_metric_valid(const char *metric, size_t len);
+/* Computes stats over cols (n >= 1). */
+void sto_chunk_stats_compute(const struct sto_cols *c, struct sto_chunk_stats *out);
+
+#endif

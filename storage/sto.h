@@ -1,0 +1,104 @@
+/* sto.h - the storage engine: the public face of storage/.
+ *
+ * A write (sto_write) is appended to the WAL and acknowledged once durable
+ * per the sync policy, then applied to the in-memory head. The head is
+ * sealed into compressed chunks (segment files + LMDB index entries) by a
+ * background flusher, by size (chunk_max_points per series) and by age /
+ * WAL size (checkpoint: the WAL generation is rotated, the frozen head is
+ * sealed, the checkpoint is recorded in LMDB, then the old WAL file is
+ * deleted). Reads see WAL-acknowledged points immediately (head) and sealed
+ * chunks (index), consistently: a point is never seen twice nor missed while
+ * it moves from head to chunk.
+ *
+ * Threading: every function is thread-safe. sto_write blocks until the
+ * batch is durable. Reads do not block writes for longer than a head copy.
+ */
+#ifndef STO_STO_H
+#define STO_STO_H
+
+#include "storage/batch.h"
+#include "storage/cols.h"
+#include "storage/index.h"
+#include "storage/series.h"
+#include "storage/wal.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct sto_options {
+	const char *data_dir;
+	enum sto_sync_policy sync;
+	uint64_t wal_rotate_bytes;     /* checkpoint once the WAL file passes this */
+	uint32_t checkpoint_interval_s;/* ... or once head data is this old */
+	uint64_t head_max_bytes;       /* memory bound of the head; beyond: RDB_EBUSY */
+	uint32_t chunk_max_points;     /* seal a series' head once it holds this many */
+	uint64_t segment_max_bytes;    /* start a new segment file past this */
+	uint64_t index_map_bytes;      /* LMDB map size */
+	uint64_t max_series;           /* bound on distinct series; beyond: RDB_ELIMIT */
+};
+
+/* Sane defaults for every option (data_dir "./data"). */
+void sto_options_default(struct sto_options *o);
+
+struct sto;
+
+/* Opens or creates the data directory: checks FORMAT, takes the LOCK,
+ * opens the index, recovers (drops uncheckpointed chunks, replays the WAL,
+ * checkpoints what it replayed), opens a fresh WAL generation and starts
+ * the flusher. Blocks. 0, or -errno / RDB_EFORMAT / RDB_ECORRUPT with the
+ * reason logged. */
+int sto_open(const struct sto_options *opt, struct sto **out);
+
+/* Stops accepting writes, seals the whole head, checkpoints, removes the
+ * WAL, closes everything. NULL ok. */
+void sto_close(struct sto *s);
+
+/* Makes the batch durable and visible. Blocks until durable per the sync
+ * policy. 0; RDB_EBUSY when the head is over its memory bound (retry
+ * later); RDB_ELIMIT when the batch would create more series than allowed;
+ * -errno / RDB_EIO on WAL failure (nothing applied). */
+int sto_write(struct sto *s, const struct sto_batch *b);
+
+/* Catalog. Callbacks run inside a read transaction: copy what you keep. */
+int sto_list_jobs(struct sto *s, sto_job_fn fn, void *arg);
+int sto_list_series(struct sto *s, const char *job, sto_series_fn fn, void *arg);
+int sto_lookup_series(struct sto *s, const struct sto_series_key *k, uint64_t *id);
+
+/* A point range. Time bounds are inclusive; with by_step, only points with
+ * a step in [step_from, step_to] (inclusive) are selected and the time
+ * bounds still apply. */
+struct sto_range {
+	int64_t from_ns, to_ns;
+	bool by_step;
+	int64_t step_from, step_to;
+};
+
+/* Why a read failed, for the operator and the client. */
+struct sto_read_error {
+	char msg[384];
+};
+
+/* Reads the points of series_id in range into out (replacing its
+ * contents), sorted by (ts, step, attempt). At most max_points: beyond,
+ * RDB_ELIMIT. A chunk that fails its checksum or decode gives RDB_ECORRUPT
+ * with err naming the file, offset and series; no data of it is returned.
+ * 0, RDB_ELIMIT, RDB_ECORRUPT, -errno. */
+int sto_read(struct sto *s, uint64_t series_id, const struct sto_range *r, size_t max_points,
+	     struct sto_cols *out, struct sto_read_error *err);
+
+struct sto_stats {
+	uint64_t series;
+	uint64_t head_points, head_bytes;
+	uint64_t chunks_sealed, points_sealed, chunk_bytes_written;
+	uint64_t checkpoints;
+	uint64_t points_written, batches_written;
+	uint64_t write_busy; /* writes refused with RDB_EBUSY */
+	struct sto_wal_stats wal;
+};
+void sto_get_stats(struct sto *s, struct sto_stats *out);
+
+/* Forces a checkpoint now (seals the whole head) and waits for it. */
+int sto_checkpoint(struct sto *s);
+
+#endif

@@ -1,0 +1,1 @@
+/* uring.c - placeholder, being written */

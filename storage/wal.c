@@ -1,0 +1,1 @@
+/* wal.c - placeholder, being written */

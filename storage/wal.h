@@ -1,0 +1,97 @@
+/* wal.h - the write-ahead log: group-committed, checksummed records in one
+ * file per generation (wal/wal-<gen>.log, format in storage/format.h).
+ *
+ * Threading: any number of threads call sto_wal_append concurrently; one WAL
+ * thread owns the io_uring ring, gathers every record queued while the
+ * previous write+fdatasync was in flight, writes them with one writev and
+ * shares one fdatasync among them (group commit). sto_wal_rotate and
+ * sto_wal_close must not run concurrently with sto_wal_append (the storage
+ * engine's rwlock guarantees it).
+ *
+ * Failure: if a write or fdatasync fails, every record of that group gets the
+ * error, the file is truncated back to the end of the last durable record (so
+ * later records never follow a torn one), and the WAL keeps serving. If the
+ * truncate fails too, the WAL refuses further appends with RDB_EIO.
+ */
+#ifndef STO_WAL_H
+#define STO_WAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum sto_sync_policy {
+	STO_SYNC_FDATASYNC = 0, /* ack after fdatasync: survives power loss (default) */
+	STO_SYNC_NONE = 1,      /* ack after write(2): survives kill -9, not power loss */
+};
+
+struct sto_wal_options {
+	const char *dir;              /* the wal/ directory; must exist */
+	uint64_t gen;                 /* generation of the first file, created fresh */
+	enum sto_sync_policy sync;
+	size_t queue_max_records;     /* appends waiting beyond this block (backpressure) */
+};
+
+struct sto_wal;
+
+/* Creates wal-<gen>.log (O_EXCL: an existing file is an error, -EEXIST),
+ * writes and syncs its header, fsyncs the directory and starts the WAL
+ * thread. 0 or -errno. */
+int sto_wal_open(const struct sto_wal_options *opt, struct sto_wal **out);
+
+/* Appends one record and blocks until it is durable per the sync policy.
+ * payload is only read during the call (no copy is kept). Returns 0 when
+ * durable, -errno / RDB_EIO on failure (the record is then not in the log:
+ * it will not be replayed). len must be <= STO_WAL_MAX_PAYLOAD (RDB_ELIMIT). */
+int sto_wal_append(struct sto_wal *w, uint8_t type, const void *payload, size_t len);
+
+/* Closes the current file (all its records are already durable) and starts
+ * wal-<new_gen>.log. Must not race with sto_wal_append. 0 or -errno (on
+ * failure the current file stays in use). */
+int sto_wal_rotate(struct sto_wal *w, uint64_t new_gen);
+
+/* Generation and size in bytes of the current file. */
+uint64_t sto_wal_gen(const struct sto_wal *w);
+uint64_t sto_wal_size(const struct sto_wal *w);
+
+struct sto_wal_stats {
+	uint64_t records;       /* appended (durable) */
+	uint64_t bytes;         /* appended, incl. headers */
+	uint64_t syncs;         /* fdatasync calls */
+	uint64_t sync_ns_total; /* time spent in write+fdatasync */
+	uint64_t sync_ns_max;
+	uint64_t errors;
+};
+void sto_wal_get_stats(struct sto_wal *w, struct sto_wal_stats *out);
+
+/* Stops the thread (after the queued records are written) and closes the
+ * file. NULL ok. */
+void sto_wal_close(struct sto_wal *w);
+
+/* ---- Replay (single-threaded, at start-up) ---- */
+
+typedef int (*sto_wal_replay_fn)(void *arg, uint64_t gen, uint8_t type, const uint8_t *payload,
+				 size_t len);
+
+struct sto_wal_replay_result {
+	uint64_t records;      /* applied */
+	uint64_t valid_bytes;  /* file offset just past the last good record */
+	uint64_t file_bytes;   /* file size */
+	int tail;              /* 0 clean end, 1 torn (incomplete) record, 2 corrupt record */
+};
+
+/* Reads wal-<gen>.log in dir and calls fn for each valid record in order.
+ * Stops at a torn or corrupt tail, logs what it found (file, offset, bytes
+ * dropped) and returns 0; the bad tail is not an error. A bad file header
+ * (magic, version, generation) returns RDB_ECORRUPT or RDB_EFORMAT. If fn
+ * returns non-zero, replay stops and returns that value. */
+int sto_wal_replay(const char *dir, uint64_t gen, sto_wal_replay_fn fn, void *arg,
+		   struct sto_wal_replay_result *res);
+
+/* Lists the generations of the wal-*.log files in dir, ascending, into a
+ * malloc'ed array (caller frees). Ignores other names. 0 or -errno. */
+int sto_wal_list(const char *dir, uint64_t **gens, size_t *n);
+
+/* Deletes wal-<gen>.log. 0, or -errno (-ENOENT is returned too). */
+int sto_wal_remove(const char *dir, uint64_t gen);
+
+#endif
