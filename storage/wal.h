@@ -67,6 +67,14 @@ void sto_wal_get_stats(struct sto_wal *w, struct sto_wal_stats *out);
  * file. NULL ok. */
 void sto_wal_close(struct sto_wal *w);
 
+/* ---- Test only: fault injection (tests/unit/test_wal.c). Never call it in
+ * production code. ----
+ * Makes the next group commit fail as a torn write: half of the group's bytes
+ * are written, then the write "fails" with write_err (e.g. -ENOSPC, -EIO).
+ * If truncate_err is non-zero, the truncate back to the last durable record
+ * fails with it too, which puts the WAL in its broken state (RDB_EIO). */
+void sto_wal_test_fail_next(struct sto_wal *w, int write_err, int truncate_err);
+
 /* ---- Replay (single-threaded, at start-up) ---- */
 
 typedef int (*sto_wal_replay_fn)(void *arg, uint64_t gen, uint8_t type, const uint8_t *payload,
