@@ -1,1 +1,849 @@
-/* index.c - placeholder, being written */
+/* index.c - the LMDB index and catalog: series ids, chunk entries with their
+ * statistics, pending chunks and meta counters (the contract is index.h).
+ * This is the only file that includes lmdb.h; MDB_* codes become negative
+ * errno / RDB_E* here and nowhere else.
+ *
+ * Design
+ *   One LMDB environment (index/) with five named databases, all opened
+ *   with MDB_CREATE in a single write transaction by sto_index_open():
+ *     meta     key: the name's bytes (no NUL)      value: u64 LE (8 bytes)
+ *     series   key: job, 0x00, rank be32, metric   value: series id u64 LE
+ *     sid      key: series id be64                 value: the series key bytes
+ *     chunks   key: chunk key (24 bytes, below)    value: chunk entry (120 bytes)
+ *     pending  key: gen be64 + chunk key (32)      value: empty
+ *   Chunk key: series id be64, min_ts as be64 of ((uint64_t)min_ts ^ 2^63)
+ *   (so negative timestamps sort first), uid be64. Keys are big-endian so
+ *   LMDB's memcmp order is numeric order; values are little-endian.
+ *
+ * Chunk entry value, version 1, 120 bytes, little-endian:
+ *     0  u8      entry version (1)
+ *     1  u8[3]   zero (ignored on read)
+ *     4  u32     length: chunk record bytes (header + payload)
+ *     8  u64     segment id
+ *    16  u64     offset of the chunk record header in the segment
+ *    24  u64     WAL generation
+ *    32  u32     count
+ *    36  u32     nan_count
+ *    40  i64     min_ts_ns (duplicates the key; must equal it)
+ *    48  i64     max_ts_ns (>= min_ts_ns)
+ *    56  i64     min_step (STO_STEP_NONE if no point has a step)
+ *    64  i64     max_step
+ *    72  u32     min_attempt
+ *    76  u32     max_attempt
+ *    80  u64     min, IEEE-754 bits
+ *    88  u64     max, IEEE-754 bits
+ *    96  u64     sum, IEEE-754 bits
+ *   104  u64     first value bits
+ *   112  u64     last value bits
+ *   series id and uid live only in the key.
+ *
+ * Invariants
+ *   - Series id 0 is never assigned: meta next_series_id absent means 1.
+ *   - series and sid are exact inverses; get_or_create writes both in one txn.
+ *   - A job id never contains 0x00, so the prefix "job\0" selects exactly
+ *     that job's series ("a\0" never matches "a.b\0" or "ab\0").
+ *   - Every value is copied into caller memory before a call returns; no
+ *     pointer into the map escapes.
+ *
+ * Threading
+ *   LMDB rules: one write txn at a time (sto_txn_begin(write) blocks while
+ *   another is open); read txns run concurrently. The env is opened with
+ *   MDB_NOTLS so a read txn may move between pool threads, but a txn is used
+ *   by one thread at a time. All transactions must end before close.
+ *
+ * Failure
+ *   Disk data is hostile: a key or value of the wrong size, version or shape
+ *   is RDB_ECORRUPT with a log line naming it, never a crash. MDB_MAP_FULL is
+ *   RDB_ELIMIT and tells the operator to raise index_map_bytes. After an
+ *   error other than RDB_ENOTFOUND inside a write txn, LMDB has poisoned the
+ *   txn: the caller must abort it. The index is derived data: it can be
+ *   rebuilt from the segment files.
+ */
+#include "storage/index.h"
+
+#include "common/rdb_err.h"
+#include "common/rdb_le.h"
+#include "common/rdb_log.h"
+
+#include <errno.h>
+#include <lmdb.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#define SUBSYS "index"
+
+#define IX_MAXDBS	8
+#define IX_MAXREADERS	256
+#define IX_META_KEY_MAX 255u
+
+#define CHUNK_KEY_SIZE	 24u
+#define PENDING_KEY_SIZE (8u + CHUNK_KEY_SIZE)
+#define SERIES_KEY_MAX	 (STO_JOB_MAX + 1u + 4u + STO_METRIC_MAX)
+
+/* Chunk entry value v1: byte offsets (see the top comment). */
+#define ENTRY_VERSION 1u
+enum {
+	E_VERSION = 0,
+	E_LENGTH = 4,
+	E_SEGMENT = 8,
+	E_OFFSET = 16,
+	E_GEN = 24,
+	E_COUNT = 32,
+	E_NAN_COUNT = 36,
+	E_MIN_TS = 40,
+	E_MAX_TS = 48,
+	E_MIN_STEP = 56,
+	E_MAX_STEP = 64,
+	E_MIN_ATTEMPT = 72,
+	E_MAX_ATTEMPT = 76,
+	E_MIN = 80,
+	E_MAX = 88,
+	E_SUM = 96,
+	E_FIRST = 104,
+	E_LAST = 112,
+	ENTRY_SIZE = 120,
+};
+_Static_assert(ENTRY_SIZE == 120 && E_LAST + 8 == ENTRY_SIZE, "chunk entry v1 is 120 bytes");
+_Static_assert(SERIES_KEY_MAX <= 511u, "series key fits LMDB's default max key size");
+
+#define TS_FLIP 0x8000000000000000ull
+
+struct sto_index {
+	MDB_env *env;
+	MDB_dbi meta, series, sid, chunks, pending;
+	uint64_t map_bytes; /* as configured, for the map-full log line */
+	char *dir;	    /* owned copy, for log lines */
+};
+
+struct sto_txn {
+	MDB_txn *txn;
+	struct sto_index *ix;
+	bool write;
+};
+
+/* ---- error border -------------------------------------------------------- */
+
+static int ix_err(const struct sto_index *ix, int rc, const char *op)
+{
+	static struct rdb_log_ratelimit rl_full, rl_corrupt, rl_other;
+	const char *dir = ix && ix->dir ? ix->dir : "?";
+
+	switch (rc) {
+	case MDB_SUCCESS:
+		return 0;
+	case MDB_NOTFOUND:
+		return RDB_ENOTFOUND;
+	case MDB_KEYEXIST:
+		return -EEXIST;
+	case MDB_MAP_FULL:
+	case MDB_TXN_FULL:
+		rdb_log_limited(&rl_full, 10, RDB_LOG_ERROR, SUBSYS,
+				"%s: LMDB index %s is full (%s, index_map_bytes = %llu); the write "
+				"transaction is rolled back; raise index_map_bytes in the config "
+				"and restart rankdbd",
+				op, dir, mdb_strerror(rc),
+				(unsigned long long)(ix ? ix->map_bytes : 0));
+		return RDB_ELIMIT;
+	case MDB_CORRUPTED:
+	case MDB_PAGE_NOTFOUND:
+	case MDB_INVALID:
+		rdb_log_limited(&rl_corrupt, 10, RDB_LOG_ERROR, SUBSYS,
+				"%s: LMDB index %s is corrupt (%s); the operation failed; the "
+				"index is derived data: rebuild it from the segment files",
+				op, dir, mdb_strerror(rc));
+		return RDB_ECORRUPT;
+	case MDB_VERSION_MISMATCH:
+		rdb_error(SUBSYS,
+			  "%s: LMDB index %s was written by an incompatible LMDB "
+			  "version (%s); refusing to open it",
+			  op, dir, mdb_strerror(rc));
+		return RDB_EFORMAT;
+	case MDB_READERS_FULL:
+		rdb_log_limited(&rl_other, 10, RDB_LOG_WARN, SUBSYS,
+				"%s: LMDB index %s: all %d reader slots in use; request refused",
+				op, dir, IX_MAXREADERS);
+		return RDB_EBUSY;
+	default:
+		if (rc > 0)
+			return -rc;
+		rdb_log_limited(&rl_other, 10, RDB_LOG_ERROR, SUBSYS,
+				"%s: LMDB index %s: unexpected error %d (%s)", op, dir, rc,
+				mdb_strerror(rc));
+		return RDB_EIO;
+	}
+}
+
+static int corrupt(const struct sto_txn *t, const char *what, size_t size)
+{
+	static struct rdb_log_ratelimit rl;
+
+	rdb_log_limited(&rl, 10, RDB_LOG_ERROR, SUBSYS,
+			"LMDB index %s: %s (%zu bytes) is malformed; the operation failed; "
+			"the index is derived data: rebuild it from the segment files",
+			t->ix->dir, what, size);
+	return RDB_ECORRUPT;
+}
+
+/* ---- encoding ------------------------------------------------------------ */
+
+static void chunk_key_put(uint8_t *p, uint64_t series_id, int64_t min_ts_ns, uint64_t uid)
+{
+	rdb_put_be64(p, series_id);
+	rdb_put_be64(p + 8, (uint64_t)min_ts_ns ^ TS_FLIP);
+	rdb_put_be64(p + 16, uid);
+}
+
+static void chunk_key_get(const uint8_t *p, uint64_t *series_id, int64_t *min_ts_ns, uint64_t *uid)
+{
+	*series_id = rdb_get_be64(p);
+	*min_ts_ns = (int64_t)(rdb_get_be64(p + 8) ^ TS_FLIP);
+	*uid = rdb_get_be64(p + 16);
+}
+
+static void entry_encode(const struct sto_chunk_ref *r, uint8_t *p)
+{
+	const struct sto_chunk_stats *s = &r->stats;
+
+	memset(p, 0, ENTRY_SIZE);
+	p[E_VERSION] = ENTRY_VERSION;
+	rdb_put_le32(p + E_LENGTH, r->length);
+	rdb_put_le64(p + E_SEGMENT, r->segment_id);
+	rdb_put_le64(p + E_OFFSET, r->offset);
+	rdb_put_le64(p + E_GEN, r->gen);
+	rdb_put_le32(p + E_COUNT, s->count);
+	rdb_put_le32(p + E_NAN_COUNT, s->nan_count);
+	rdb_put_le64(p + E_MIN_TS, (uint64_t)s->min_ts_ns);
+	rdb_put_le64(p + E_MAX_TS, (uint64_t)s->max_ts_ns);
+	rdb_put_le64(p + E_MIN_STEP, (uint64_t)s->min_step);
+	rdb_put_le64(p + E_MAX_STEP, (uint64_t)s->max_step);
+	rdb_put_le32(p + E_MIN_ATTEMPT, s->min_attempt);
+	rdb_put_le32(p + E_MAX_ATTEMPT, s->max_attempt);
+	rdb_put_le64(p + E_MIN, rdb_f64_bits(s->min));
+	rdb_put_le64(p + E_MAX, rdb_f64_bits(s->max));
+	rdb_put_le64(p + E_SUM, rdb_f64_bits(s->sum));
+	rdb_put_le64(p + E_FIRST, s->first);
+	rdb_put_le64(p + E_LAST, s->last);
+}
+
+/* Fills everything but series_id, uid and stats.min_ts_ns (taken from the
+ * key by the caller, who checks the duplicate). RDB_ECORRUPT if malformed. */
+static int entry_decode(const uint8_t *p, size_t n, struct sto_chunk_ref *r)
+{
+	struct sto_chunk_stats *s = &r->stats;
+
+	if (n != ENTRY_SIZE || p[E_VERSION] != ENTRY_VERSION)
+		return RDB_ECORRUPT;
+	r->length = rdb_get_le32(p + E_LENGTH);
+	r->segment_id = rdb_get_le64(p + E_SEGMENT);
+	r->offset = rdb_get_le64(p + E_OFFSET);
+	r->gen = rdb_get_le64(p + E_GEN);
+	s->count = rdb_get_le32(p + E_COUNT);
+	s->nan_count = rdb_get_le32(p + E_NAN_COUNT);
+	s->min_ts_ns = (int64_t)rdb_get_le64(p + E_MIN_TS);
+	s->max_ts_ns = (int64_t)rdb_get_le64(p + E_MAX_TS);
+	s->min_step = (int64_t)rdb_get_le64(p + E_MIN_STEP);
+	s->max_step = (int64_t)rdb_get_le64(p + E_MAX_STEP);
+	s->min_attempt = rdb_get_le32(p + E_MIN_ATTEMPT);
+	s->max_attempt = rdb_get_le32(p + E_MAX_ATTEMPT);
+	s->min = rdb_bits_f64(rdb_get_le64(p + E_MIN));
+	s->max = rdb_bits_f64(rdb_get_le64(p + E_MAX));
+	s->sum = rdb_bits_f64(rdb_get_le64(p + E_SUM));
+	s->first = rdb_get_le64(p + E_FIRST);
+	s->last = rdb_get_le64(p + E_LAST);
+	if (s->max_ts_ns < s->min_ts_ns)
+		return RDB_ECORRUPT;
+	return 0;
+}
+
+/* Decodes a chunks-db key/value pair into *r. */
+static int chunk_decode(const struct sto_txn *t, const MDB_val *k, const MDB_val *v,
+			struct sto_chunk_ref *r)
+{
+	int64_t key_min_ts;
+
+	if (k->mv_size != CHUNK_KEY_SIZE)
+		return corrupt(t, "chunk key", k->mv_size);
+	memset(r, 0, sizeof(*r));
+	chunk_key_get(k->mv_data, &r->series_id, &key_min_ts, &r->uid);
+	if (entry_decode(v->mv_data, v->mv_size, r) != 0 || r->stats.min_ts_ns != key_min_ts)
+		return corrupt(t, "chunk entry", v->mv_size);
+	return 0;
+}
+
+/* Encodes k into buf (SERIES_KEY_MAX bytes); RDB_EINVAL on bad lengths. */
+static int series_key_encode(const struct sto_series_key *k, uint8_t *buf, size_t *len)
+{
+	size_t jl = strnlen(k->job, STO_JOB_MAX + 1);
+	size_t ml = strnlen(k->metric, STO_METRIC_MAX + 1);
+
+	if (jl == 0 || jl > STO_JOB_MAX || ml == 0 || ml > STO_METRIC_MAX)
+		return RDB_EINVAL;
+	memcpy(buf, k->job, jl);
+	buf[jl] = 0;
+	rdb_put_be32(buf + jl + 1, k->rank);
+	memcpy(buf + jl + 5, k->metric, ml);
+	*len = jl + 5 + ml;
+	return 0;
+}
+
+static int series_key_decode(const struct sto_txn *t, const MDB_val *v, struct sto_series_key *out)
+{
+	const uint8_t *p = v->mv_data;
+	size_t n = v->mv_size;
+	size_t scan = n < STO_JOB_MAX + 1 ? n : STO_JOB_MAX + 1;
+	const uint8_t *nul = memchr(p, 0, scan);
+	size_t jl, ml;
+
+	if (!nul || nul == p || n - (size_t)(nul - p) - 1 < 5)
+		return corrupt(t, "series key", n);
+	jl = (size_t)(nul - p);
+	ml = n - jl - 5;
+	if (ml > STO_METRIC_MAX || memchr(p + jl + 5, 0, ml))
+		return corrupt(t, "series key", n);
+	memcpy(out->job, p, jl);
+	out->job[jl] = 0;
+	out->rank = rdb_get_be32(p + jl + 1);
+	memcpy(out->metric, p + jl + 5, ml);
+	out->metric[ml] = 0;
+	return 0;
+}
+
+static int u64_value(const struct sto_txn *t, const MDB_val *v, const char *what, uint64_t *out)
+{
+	if (v->mv_size != 8)
+		return corrupt(t, what, v->mv_size);
+	*out = rdb_get_le64(v->mv_data);
+	return 0;
+}
+
+/* ---- environment and transactions ---------------------------------------- */
+
+static int open_dbs(struct sto_index *ix, MDB_txn *txn)
+{
+	static const char *const names[] = {"meta", "series", "sid", "chunks", "pending"};
+	MDB_dbi *dbis[] = {&ix->meta, &ix->series, &ix->sid, &ix->chunks, &ix->pending};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		int rc = mdb_dbi_open(txn, names[i], MDB_CREATE, dbis[i]);
+		if (rc != 0)
+			return ix_err(ix, rc, "open database");
+	}
+	return 0;
+}
+
+/* Writes format_version into a new index or checks an existing one. */
+static int check_format(struct sto_txn *t)
+{
+	uint64_t found;
+	int ret = sto_meta_get(t, "format_version", &found);
+
+	if (ret == RDB_ENOTFOUND)
+		return sto_meta_put(t, "format_version", STO_FORMAT_VERSION);
+	if (ret != 0)
+		return ret;
+	if (found != STO_FORMAT_VERSION) {
+		rdb_error(SUBSYS,
+			  "LMDB index %s has format version %llu, this rankdbd expects %u; "
+			  "refusing to open it (rebuild the index from the segment files)",
+			  t->ix->dir, (unsigned long long)found, STO_FORMAT_VERSION);
+		return RDB_EFORMAT;
+	}
+	return 0;
+}
+
+static int env_setup(struct sto_index *ix, const char *dir, uint64_t map_bytes)
+{
+	int rc = mdb_env_create(&ix->env);
+
+	if (rc != 0)
+		return ix_err(ix, rc, "create environment");
+	rc = mdb_env_set_maxdbs(ix->env, IX_MAXDBS);
+	if (rc == 0)
+		rc = mdb_env_set_mapsize(ix->env, (size_t)map_bytes);
+	if (rc == 0)
+		rc = mdb_env_set_maxreaders(ix->env, IX_MAXREADERS);
+	if (rc == 0)
+		rc = mdb_env_open(ix->env, dir, MDB_NOTLS, 0644);
+	if (rc != 0) {
+		rdb_error(SUBSYS, "cannot open LMDB index %s: %s", dir, mdb_strerror(rc));
+		return ix_err(ix, rc, "open environment");
+	}
+	return 0;
+}
+
+int sto_index_open(const char *dir, uint64_t map_bytes, struct sto_index **out)
+{
+	struct sto_index *ix = NULL;
+	struct sto_txn *t = NULL;
+	int ret;
+
+	if (!dir || map_bytes == 0 || map_bytes > SIZE_MAX)
+		return -EINVAL;
+	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+		ret = -errno;
+		rdb_error(SUBSYS, "cannot create index directory %s: %s", dir, strerror(-ret));
+		return ret;
+	}
+	ix = calloc(1, sizeof(*ix));
+	if (!ix)
+		return -ENOMEM;
+	ix->map_bytes = map_bytes;
+	ix->dir = strdup(dir);
+	ret = ix->dir ? env_setup(ix, dir, map_bytes) : -ENOMEM;
+	if (ret != 0)
+		goto out;
+	ret = sto_txn_begin(ix, true, &t);
+	if (ret != 0)
+		goto out;
+	ret = open_dbs(ix, t->txn);
+	if (ret == 0)
+		ret = check_format(t);
+	if (ret != 0)
+		goto out;
+	ret = sto_txn_commit(t);
+	t = NULL;
+	if (ret != 0)
+		goto out;
+	*out = ix;
+	ix = NULL;
+out:
+	sto_txn_abort(t);
+	sto_index_close(ix);
+	return ret;
+}
+
+void sto_index_close(struct sto_index *ix)
+{
+	if (!ix)
+		return;
+	if (ix->env)
+		mdb_env_close(ix->env);
+	free(ix->dir);
+	free(ix);
+}
+
+int sto_txn_begin(struct sto_index *ix, bool write, struct sto_txn **out)
+{
+	struct sto_txn *t = calloc(1, sizeof(*t));
+	int rc;
+
+	if (!t)
+		return -ENOMEM;
+	rc = mdb_txn_begin(ix->env, NULL, write ? 0 : MDB_RDONLY, &t->txn);
+	if (rc != 0) {
+		free(t);
+		return ix_err(ix, rc, "begin transaction");
+	}
+	t->ix = ix;
+	t->write = write;
+	*out = t;
+	return 0;
+}
+
+int sto_txn_commit(struct sto_txn *t)
+{
+	int rc = mdb_txn_commit(t->txn);
+	int ret = ix_err(t->ix, rc, "commit");
+
+	free(t);
+	return ret;
+}
+
+void sto_txn_abort(struct sto_txn *t)
+{
+	if (!t)
+		return;
+	mdb_txn_abort(t->txn);
+	free(t);
+}
+
+/* ---- meta ---------------------------------------------------------------- */
+
+static int meta_key(const char *key, MDB_val *k)
+{
+	size_t n = key ? strnlen(key, IX_META_KEY_MAX + 1) : 0;
+
+	if (n == 0 || n > IX_META_KEY_MAX)
+		return -EINVAL;
+	k->mv_data = (void *)key;
+	k->mv_size = n;
+	return 0;
+}
+
+int sto_meta_get(struct sto_txn *t, const char *key, uint64_t *out)
+{
+	MDB_val k, v;
+	int ret = meta_key(key, &k);
+
+	if (ret != 0)
+		return ret;
+	ret = ix_err(t->ix, mdb_get(t->txn, t->ix->meta, &k, &v), "meta get");
+	if (ret != 0)
+		return ret;
+	return u64_value(t, &v, "meta value", out);
+}
+
+int sto_meta_put(struct sto_txn *t, const char *key, uint64_t val)
+{
+	uint8_t buf[8];
+	MDB_val k, v = {.mv_size = sizeof(buf), .mv_data = buf};
+	int ret = meta_key(key, &k);
+
+	if (ret != 0)
+		return ret;
+	rdb_put_le64(buf, val);
+	return ix_err(t->ix, mdb_put(t->txn, t->ix->meta, &k, &v, 0), "meta put");
+}
+
+/* Counter read-and-increment; absent reads as absent_val. */
+static int meta_next(struct sto_txn *t, const char *key, uint64_t absent_val, uint64_t *out)
+{
+	uint64_t cur;
+	int ret;
+
+	if (!t->write)
+		return -EACCES;
+	ret = sto_meta_get(t, key, &cur);
+	if (ret == RDB_ENOTFOUND)
+		cur = absent_val;
+	else if (ret != 0)
+		return ret;
+	if (cur == UINT64_MAX)
+		return RDB_ELIMIT;
+	ret = sto_meta_put(t, key, cur + 1);
+	if (ret == 0)
+		*out = cur;
+	return ret;
+}
+
+int sto_meta_next(struct sto_txn *t, const char *key, uint64_t *out)
+{
+	return meta_next(t, key, 0, out);
+}
+
+/* ---- series -------------------------------------------------------------- */
+
+int sto_series_lookup(struct sto_txn *t, const struct sto_series_key *k, uint64_t *id)
+{
+	uint8_t buf[SERIES_KEY_MAX];
+	MDB_val key = {.mv_data = buf}, v;
+	int ret = series_key_encode(k, buf, &key.mv_size);
+
+	if (ret != 0)
+		return ret;
+	ret = ix_err(t->ix, mdb_get(t->txn, t->ix->series, &key, &v), "series lookup");
+	if (ret != 0)
+		return ret;
+	return u64_value(t, &v, "series id value", id);
+}
+
+static int series_create(struct sto_txn *t, const MDB_val *skey, uint64_t *id)
+{
+	uint8_t idle[8], idbe[8];
+	MDB_val k = *skey, v = {.mv_size = 8, .mv_data = idle};
+	MDB_val sk = {.mv_size = 8, .mv_data = idbe}, sv = *skey;
+	uint64_t nid;
+	int ret = meta_next(t, "next_series_id", 1, &nid);
+
+	if (ret != 0)
+		return ret;
+	if (nid == 0)
+		return corrupt(t, "meta next_series_id (0)", 8);
+	rdb_put_le64(idle, nid);
+	rdb_put_be64(idbe, nid);
+	ret = ix_err(t->ix, mdb_put(t->txn, t->ix->sid, &sk, &sv, MDB_NOOVERWRITE), "sid put");
+	if (ret == -EEXIST)
+		return corrupt(t, "meta next_series_id (already used)", 8);
+	if (ret != 0)
+		return ret;
+	ret = ix_err(t->ix, mdb_put(t->txn, t->ix->series, &k, &v, MDB_NOOVERWRITE), "series put");
+	if (ret == 0)
+		*id = nid;
+	return ret;
+}
+
+int sto_series_get_or_create(struct sto_txn *t, const struct sto_series_key *k, uint64_t *id,
+			     bool *created)
+{
+	uint8_t buf[SERIES_KEY_MAX];
+	MDB_val key = {.mv_data = buf}, v;
+	int ret = series_key_encode(k, buf, &key.mv_size);
+
+	if (ret != 0)
+		return ret;
+	if (!t->write)
+		return -EACCES;
+	ret = ix_err(t->ix, mdb_get(t->txn, t->ix->series, &key, &v), "series lookup");
+	if (ret == 0) {
+		ret = u64_value(t, &v, "series id value", id);
+		if (ret == 0)
+			*created = false;
+		return ret;
+	}
+	if (ret != RDB_ENOTFOUND)
+		return ret;
+	ret = series_create(t, &key, id);
+	if (ret == 0)
+		*created = true;
+	return ret;
+}
+
+int sto_series_key_of(struct sto_txn *t, uint64_t id, struct sto_series_key *out)
+{
+	uint8_t buf[8];
+	MDB_val k = {.mv_size = 8, .mv_data = buf}, v;
+	int ret;
+
+	rdb_put_be64(buf, id);
+	ret = ix_err(t->ix, mdb_get(t->txn, t->ix->sid, &k, &v), "sid get");
+	if (ret != 0)
+		return ret;
+	return series_key_decode(t, &v, out);
+}
+
+static int cursor_open(struct sto_txn *t, MDB_dbi dbi, MDB_cursor **cur)
+{
+	return ix_err(t->ix, mdb_cursor_open(t->txn, dbi, cur), "cursor open");
+}
+
+/* Positions cur at the first key >= prefix (or the first key when plen is 0). */
+static int cursor_seek(struct sto_txn *t, MDB_cursor *cur, const void *prefix, size_t plen,
+		       MDB_val *k, MDB_val *v)
+{
+	k->mv_data = (void *)prefix;
+	k->mv_size = plen;
+	return ix_err(t->ix, mdb_cursor_get(cur, k, v, plen ? MDB_SET_RANGE : MDB_FIRST),
+		      "cursor seek");
+}
+
+static int cursor_next(struct sto_txn *t, MDB_cursor *cur, MDB_val *k, MDB_val *v)
+{
+	return ix_err(t->ix, mdb_cursor_get(cur, k, v, MDB_NEXT), "cursor next");
+}
+
+static bool has_prefix(const MDB_val *k, const uint8_t *prefix, size_t plen)
+{
+	return k->mv_size >= plen && memcmp(k->mv_data, prefix, plen) == 0;
+}
+
+int sto_series_scan(struct sto_txn *t, const char *job, sto_series_fn fn, void *arg)
+{
+	uint8_t prefix[STO_JOB_MAX + 1];
+	size_t plen = 0;
+	struct sto_series_key key;
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	uint64_t id;
+	int ret;
+
+	if (job) {
+		plen = strnlen(job, STO_JOB_MAX + 1);
+		if (plen == 0 || plen > STO_JOB_MAX)
+			return RDB_EINVAL;
+		memcpy(prefix, job, plen);
+		prefix[plen++] = 0;
+	}
+	ret = cursor_open(t, t->ix->series, &cur);
+	if (ret != 0)
+		return ret;
+	for (ret = cursor_seek(t, cur, prefix, plen, &k, &v); ret == 0;
+	     ret = cursor_next(t, cur, &k, &v)) {
+		if (!has_prefix(&k, prefix, plen))
+			break;
+		ret = series_key_decode(t, &k, &key);
+		if (ret == 0)
+			ret = u64_value(t, &v, "series id value", &id);
+		if (ret == 0)
+			ret = fn(arg, &key, id);
+		if (ret != 0)
+			goto out;
+	}
+	ret = ret == RDB_ENOTFOUND ? 0 : ret;
+out:
+	mdb_cursor_close(cur);
+	return ret;
+}
+
+int sto_jobs_scan(struct sto_txn *t, sto_job_fn fn, void *arg)
+{
+	char job[STO_JOB_MAX + 1] = "";
+	uint64_t n = 0;
+	struct sto_series_key key;
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	int ret = cursor_open(t, t->ix->series, &cur);
+
+	if (ret != 0)
+		return ret;
+	for (ret = cursor_seek(t, cur, NULL, 0, &k, &v); ret == 0;
+	     ret = cursor_next(t, cur, &k, &v)) {
+		ret = series_key_decode(t, &k, &key);
+		if (ret != 0)
+			goto out;
+		if (n > 0 && strcmp(job, key.job) != 0) {
+			ret = fn(arg, job, n);
+			if (ret != 0)
+				goto out;
+			n = 0;
+		}
+		if (n == 0)
+			memcpy(job, key.job, sizeof(job));
+		n++;
+	}
+	if (ret != RDB_ENOTFOUND)
+		goto out;
+	ret = n > 0 ? fn(arg, job, n) : 0;
+out:
+	mdb_cursor_close(cur);
+	return ret;
+}
+
+/* ---- chunks -------------------------------------------------------------- */
+
+int sto_chunk_put(struct sto_txn *t, const struct sto_chunk_ref *ref)
+{
+	uint8_t kb[CHUNK_KEY_SIZE], vb[ENTRY_SIZE];
+	MDB_val k = {.mv_size = sizeof(kb), .mv_data = kb};
+	MDB_val v = {.mv_size = sizeof(vb), .mv_data = vb};
+
+	if (ref->stats.max_ts_ns < ref->stats.min_ts_ns)
+		return -EINVAL;
+	chunk_key_put(kb, ref->series_id, ref->stats.min_ts_ns, ref->uid);
+	entry_encode(ref, vb);
+	return ix_err(t->ix, mdb_put(t->txn, t->ix->chunks, &k, &v, 0), "chunk put");
+}
+
+int sto_chunk_del(struct sto_txn *t, uint64_t series_id, int64_t min_ts_ns, uint64_t uid)
+{
+	uint8_t kb[CHUNK_KEY_SIZE];
+	MDB_val k = {.mv_size = sizeof(kb), .mv_data = kb};
+
+	chunk_key_put(kb, series_id, min_ts_ns, uid);
+	return ix_err(t->ix, mdb_del(t->txn, t->ix->chunks, &k, NULL), "chunk del");
+}
+
+int sto_chunk_scan(struct sto_txn *t, uint64_t series_id, int64_t from_ns, int64_t to_ns,
+		   sto_chunk_fn fn, void *arg)
+{
+	uint8_t seek[CHUNK_KEY_SIZE];
+	struct sto_chunk_ref ref;
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	int ret;
+
+	if (from_ns > to_ns)
+		return 0;
+	chunk_key_put(seek, series_id, INT64_MIN, 0);
+	ret = cursor_open(t, t->ix->chunks, &cur);
+	if (ret != 0)
+		return ret;
+	for (ret = cursor_seek(t, cur, seek, sizeof(seek), &k, &v); ret == 0;
+	     ret = cursor_next(t, cur, &k, &v)) {
+		if (!has_prefix(&k, seek, 8))
+			break;
+		ret = chunk_decode(t, &k, &v, &ref);
+		if (ret != 0)
+			goto out;
+		if (ref.stats.min_ts_ns > to_ns)
+			break;
+		if (ref.stats.max_ts_ns >= from_ns)
+			ret = fn(arg, &ref);
+		if (ret != 0)
+			goto out;
+	}
+	ret = ret == RDB_ENOTFOUND ? 0 : ret;
+out:
+	mdb_cursor_close(cur);
+	return ret;
+}
+
+/* ---- pending ------------------------------------------------------------- */
+
+int sto_pending_add(struct sto_txn *t, uint64_t gen, const struct sto_chunk_ref *ref)
+{
+	uint8_t kb[PENDING_KEY_SIZE];
+	MDB_val k = {.mv_size = sizeof(kb), .mv_data = kb}, v = {.mv_size = 0, .mv_data = kb};
+
+	rdb_put_be64(kb, gen);
+	chunk_key_put(kb + 8, ref->series_id, ref->stats.min_ts_ns, ref->uid);
+	return ix_err(t->ix, mdb_put(t->txn, t->ix->pending, &k, &v, 0), "pending add");
+}
+
+int sto_pending_scan(struct sto_txn *t, uint64_t after_gen, sto_chunk_fn fn, void *arg)
+{
+	uint8_t seek[8];
+	struct sto_chunk_ref ref;
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	int ret;
+
+	if (after_gen == UINT64_MAX)
+		return 0;
+	rdb_put_be64(seek, after_gen + 1);
+	ret = cursor_open(t, t->ix->pending, &cur);
+	if (ret != 0)
+		return ret;
+	for (ret = cursor_seek(t, cur, seek, sizeof(seek), &k, &v); ret == 0;
+	     ret = cursor_next(t, cur, &k, &v)) {
+		if (k.mv_size != PENDING_KEY_SIZE) {
+			ret = corrupt(t, "pending key", k.mv_size);
+			goto out;
+		}
+		memset(&ref, 0, sizeof(ref));
+		ref.gen = rdb_get_be64(k.mv_data);
+		chunk_key_get((const uint8_t *)k.mv_data + 8, &ref.series_id, &ref.stats.min_ts_ns,
+			      &ref.uid);
+		ret = fn(arg, &ref);
+		if (ret != 0)
+			goto out;
+	}
+	ret = ret == RDB_ENOTFOUND ? 0 : ret;
+out:
+	mdb_cursor_close(cur);
+	return ret;
+}
+
+/* Deletes pending entries with lo <= gen <= hi. Re-seeks after each delete
+ * rather than relying on cursor position after mdb_cursor_del. */
+static int pending_delete_range(struct sto_txn *t, uint64_t lo, uint64_t hi)
+{
+	uint8_t seek[8];
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	int ret = cursor_open(t, t->ix->pending, &cur);
+
+	if (ret != 0)
+		return ret;
+	rdb_put_be64(seek, lo);
+	for (;;) {
+		ret = cursor_seek(t, cur, seek, sizeof(seek), &k, &v);
+		if (ret != 0)
+			break;
+		if (k.mv_size < 8) {
+			ret = corrupt(t, "pending key", k.mv_size);
+			break;
+		}
+		if (rdb_get_be64(k.mv_data) > hi)
+			break;
+		ret = ix_err(t->ix, mdb_cursor_del(cur, 0), "pending delete");
+		if (ret != 0)
+			break;
+	}
+	ret = ret == RDB_ENOTFOUND ? 0 : ret;
+	mdb_cursor_close(cur);
+	return ret;
+}
+
+int sto_pending_clear(struct sto_txn *t, uint64_t upto_gen)
+{
+	return pending_delete_range(t, 0, upto_gen);
+}
+
+int sto_pending_drop_after(struct sto_txn *t, uint64_t after_gen)
+{
+	if (after_gen == UINT64_MAX)
+		return 0;
+	return pending_delete_range(t, after_gen + 1, UINT64_MAX);
+}

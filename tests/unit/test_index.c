@@ -1,2 +1,771 @@
-/* placeholder, being written */
-int main(void) { return 77; }
+/* test_index.c - unit tests for the LMDB index (storage/index.h): open and
+ * reopen, format version check, meta counters, series ids and key layout,
+ * job prefix isolation, chunk overlap scans, stats bit-exactness, pending
+ * entries and map-full behaviour. Each test uses its own index directory
+ * under a mkdtemp directory in $RDB_TEST_TMP (or /tmp), removed at the end.
+ */
+#include "common/rdb_err.h"
+#include "common/rdb_le.h"
+#include "storage/index.h"
+#include "tests/unit/check.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAP_BYTES (64ull << 20)
+
+static char tmp_root[512];
+static int dir_seq;
+
+/* Removes every file in dir (LMDB writes only data.mdb and lock.mdb), then dir. */
+static void rm_dir(const char *dir)
+{
+	char path[1024];
+	DIR *d = opendir(dir);
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		unlink(path);
+	}
+	closedir(d);
+	rmdir(dir);
+}
+
+/* A fresh, not yet existing index directory path (sto_index_open creates it). */
+static void new_dir(char *path, size_t size)
+{
+	snprintf(path, size, "%s/ix%d", tmp_root, dir_seq++);
+}
+
+static struct sto_index *open_ok(const char *dir, uint64_t map_bytes)
+{
+	struct sto_index *ix = NULL;
+	int ret = sto_index_open(dir, map_bytes, &ix);
+
+	CHECK_EQ_INT(ret, 0);
+	CHECK(ix != NULL);
+	return ix;
+}
+
+static struct sto_txn *begin(struct sto_index *ix, bool write)
+{
+	struct sto_txn *t = NULL;
+
+	CHECK_EQ_INT(sto_txn_begin(ix, write, &t), 0);
+	return t;
+}
+
+static void make_key(struct sto_series_key *k, const char *job, uint32_t rank, const char *metric)
+{
+	memset(k, 0, sizeof(*k));
+	snprintf(k->job, sizeof(k->job), "%s", job);
+	k->rank = rank;
+	snprintf(k->metric, sizeof(k->metric), "%s", metric);
+}
+
+static uint64_t create_series(struct sto_txn *t, const char *job, uint32_t rank, const char *metric)
+{
+	struct sto_series_key k;
+	uint64_t id = 0;
+	bool created = false;
+
+	make_key(&k, job, rank, metric);
+	CHECK_EQ_INT(sto_series_get_or_create(t, &k, &id, &created), 0);
+	CHECK(created);
+	return id;
+}
+
+static struct sto_chunk_ref make_ref(uint64_t series, int64_t min_ts, int64_t max_ts, uint64_t uid)
+{
+	struct sto_chunk_ref r;
+
+	memset(&r, 0, sizeof(r));
+	r.series_id = series;
+	r.uid = uid;
+	r.segment_id = uid * 3;
+	r.offset = uid * 1000;
+	r.length = (uint32_t)(uid + 48);
+	r.gen = uid / 2;
+	r.stats.count = 1;
+	r.stats.min_ts_ns = min_ts;
+	r.stats.max_ts_ns = max_ts;
+	r.stats.min_step = STO_STEP_NONE;
+	r.stats.max_step = STO_STEP_NONE;
+	return r;
+}
+
+/* Collects chunk refs a scan reports. */
+#define MAX_GOT 1024
+struct got {
+	size_t n;
+	int stop_after; /* return 99 after this many calls; 0 = never */
+	struct sto_chunk_ref refs[MAX_GOT];
+};
+
+static int collect_chunk(void *arg, const struct sto_chunk_ref *ref)
+{
+	struct got *g = arg;
+
+	if (g->n < MAX_GOT)
+		g->refs[g->n] = *ref;
+	g->n++;
+	return g->stop_after && (int)g->n >= g->stop_after ? 99 : 0;
+}
+
+static size_t scan_chunks(struct sto_index *ix, uint64_t series, int64_t from, int64_t to,
+			  struct got *g)
+{
+	struct sto_txn *t = begin(ix, false);
+
+	memset(g, 0, sizeof(*g));
+	CHECK_EQ_INT(sto_chunk_scan(t, series, from, to, collect_chunk, g), 0);
+	sto_txn_abort(t);
+	return g->n;
+}
+
+static void test_open_reopen(void)
+{
+	char dir[600];
+	struct sto_index *ix;
+	struct sto_txn *t;
+	struct sto_chunk_ref r = make_ref(0, 100, 200, 7);
+	struct got g;
+	uint64_t v = 0, id, id2 = 0;
+	struct sto_series_key k;
+
+	new_dir(dir, sizeof(dir));
+	ix = open_ok(dir, MAP_BYTES);
+	t = begin(ix, true);
+	CHECK_EQ_INT(sto_meta_put(t, "ckpt_gen", 42), 0);
+	id = create_series(t, "job1", 3, "loss");
+	r.series_id = id;
+	CHECK_EQ_INT(sto_chunk_put(t, &r), 0);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+	sto_index_close(ix);
+
+	ix = open_ok(dir, MAP_BYTES);
+	t = begin(ix, false);
+	CHECK_EQ_INT(sto_meta_get(t, "ckpt_gen", &v), 0);
+	CHECK_EQ_INT(v, 42);
+	CHECK_EQ_INT(sto_meta_get(t, "format_version", &v), 0);
+	CHECK_EQ_INT(v, STO_FORMAT_VERSION);
+	make_key(&k, "job1", 3, "loss");
+	CHECK_EQ_INT(sto_series_lookup(t, &k, &id2), 0);
+	CHECK_EQ_INT(id2, id);
+	sto_txn_abort(t);
+	CHECK_EQ_INT(scan_chunks(ix, id, 0, 1000, &g), 1);
+	CHECK_EQ_INT(g.refs[0].uid, 7);
+	CHECK_EQ_INT(g.refs[0].offset, 7000);
+	sto_index_close(ix);
+	sto_index_close(NULL);
+	sto_txn_abort(NULL);
+	rm_dir(dir);
+}
+
+static void test_format_mismatch(void)
+{
+	char dir[600];
+	struct sto_index *ix, *ix2 = NULL;
+	struct sto_txn *t;
+
+	new_dir(dir, sizeof(dir));
+	ix = open_ok(dir, MAP_BYTES);
+	t = begin(ix, true);
+	CHECK_EQ_INT(sto_meta_put(t, "format_version", STO_FORMAT_VERSION + 1), 0);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+	sto_index_close(ix);
+
+	CHECK_EQ_INT(sto_index_open(dir, MAP_BYTES, &ix2), RDB_EFORMAT);
+	CHECK(ix2 == NULL);
+	rm_dir(dir);
+}
+
+static void test_open_errors(void)
+{
+	char dir[600];
+	struct sto_index *ix = NULL;
+
+	snprintf(dir, sizeof(dir), "%s/no/such/parent", tmp_root);
+	CHECK_EQ_INT(sto_index_open(dir, MAP_BYTES, &ix), -ENOENT);
+	new_dir(dir, sizeof(dir));
+	CHECK_EQ_INT(sto_index_open(dir, 0, &ix), -EINVAL);
+	CHECK(ix == NULL);
+}
+
+static void test_meta_counters(void)
+{
+	char dir[600];
+	struct sto_index *ix;
+	struct sto_txn *t;
+	uint64_t v = 77;
+
+	new_dir(dir, sizeof(dir));
+	ix = open_ok(dir, MAP_BYTES);
+	t = begin(ix, true);
+	CHECK_EQ_INT(sto_meta_get(t, "next_chunk_uid", &v), RDB_ENOTFOUND);
+	CHECK_EQ_INT(v, 77); /* untouched on failure */
+	for (uint64_t i = 0; i < 5; i++) {
+		CHECK_EQ_INT(sto_meta_next(t, "next_chunk_uid", &v), 0);
+		CHECK_EQ_INT(v, i);
+	}
+	CHECK_EQ_INT(sto_meta_get(t, "next_chunk_uid", &v), 0);
+	CHECK_EQ_INT(v, 5);
+	CHECK_EQ_INT(sto_meta_put(t, "next_segment_id", 1000), 0);
+	CHECK_EQ_INT(sto_meta_next(t, "next_segment_id", &v), 0);
+	CHECK_EQ_INT(v, 1000);
+	CHECK(sto_meta_get(t, "", &v) < 0);
+	CHECK_EQ_INT(create_series(t, "j", 0, "m"), 1); /* ids start at 1 */
+	CHECK_EQ_INT(create_series(t, "j", 1, "m"), 2);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+
+	t = begin(ix, false);
+	CHECK_EQ_INT(sto_meta_get(t, "next_segment_id", &v), 0);
+	CHECK_EQ_INT(v, 1001);
+	CHECK_EQ_INT(sto_meta_get(t, "next_series_id", &v), 0);
+	CHECK_EQ_INT(v, 3);
+	CHECK(sto_meta_next(t, "next_segment_id", &v) < 0); /* read txn */
+	sto_txn_abort(t);
+	sto_index_close(ix);
+	rm_dir(dir);
+}
+
+static void check_round_trip(struct sto_txn *t, const char *job, uint32_t rank, const char *metric)
+{
+	struct sto_series_key k, back;
+	uint64_t id = 0, id2 = 0, id3 = 0;
+	bool created = false;
+
+	make_key(&k, job, rank, metric);
+	CHECK_EQ_INT(sto_series_lookup(t, &k, &id), RDB_ENOTFOUND);
+	CHECK_EQ_INT(sto_series_get_or_create(t, &k, &id, &created), 0);
+	CHECK(created);
+	CHECK(id != 0);
+	CHECK_EQ_INT(sto_series_get_or_create(t, &k, &id2, &created), 0);
+	CHECK(!created);
+	CHECK_EQ_INT(id2, id);
+	CHECK_EQ_INT(sto_series_lookup(t, &k, &id3), 0);
+	CHECK_EQ_INT(id3, id);
+	memset(&back, 0x55, sizeof(back));
+	CHECK_EQ_INT(sto_series_key_of(t, id, &back), 0);
+	CHECK(strcmp(back.job, job) == 0);
+	CHECK_EQ_INT(back.rank, rank);
+	CHECK(strcmp(back.metric, metric) == 0);
+}
+
+static void test_series(void)
+{
+	char dir[600], long_job[STO_JOB_MAX + 1], long_metric[STO_METRIC_MAX + 1];
+	struct sto_index *ix;
+	struct sto_txn *t;
+	struct sto_series_key k, out;
+	uint64_t id;
+	bool created;
+
+	memset(long_job, 'J', STO_JOB_MAX);
+	long_job[STO_JOB_MAX] = 0;
+	memset(long_metric, 'm', STO_METRIC_MAX);
+	long_metric[STO_METRIC_MAX] = 0;
+	new_dir(dir, sizeof(dir));
+	ix = open_ok(dir, MAP_BYTES);
+	t = begin(ix, true);
+	check_round_trip(t, "run-7", 0, "loss");
+	check_round_trip(t, "run-7", STO_RANK_JOB, "loss");
+	check_round_trip(t, "run-7", STO_RANK_MAX, "loss");
+	check_round_trip(t, "run-7", 0, "loss.x{}=,");
+	check_round_trip(t, long_job, 1, long_metric);
+	check_round_trip(t, long_job, STO_RANK_JOB, "m");
+
+	CHECK_EQ_INT(sto_series_key_of(t, 0, &out), RDB_ENOTFOUND);
+	CHECK_EQ_INT(sto_series_key_of(t, 999, &out), RDB_ENOTFOUND);
+	make_key(&k, "", 0, "loss");
+	CHECK_EQ_INT(sto_series_get_or_create(t, &k, &id, &created), RDB_EINVAL);
+	make_key(&k, "j", 0, "");
+	CHECK_EQ_INT(sto_series_lookup(t, &k, &id), RDB_EINVAL);
+	make_key(&k, "j", 0, "m");
+	memset(k.job, 'x', sizeof(k.job)); /* no terminator within bounds */
+	CHECK_EQ_INT(sto_series_lookup(t, &k, &id), RDB_EINVAL);
+	make_key(&k, "j", 0, "m");
+	memset(k.metric, 'x', sizeof(k.metric));
+	CHECK_EQ_INT(sto_series_lookup(t, &k, &id), RDB_EINVAL);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+
+	t = begin(ix, false);
+	make_key(&k, "run-7", STO_RANK_JOB, "loss");
+	CHECK_EQ_INT(sto_series_get_or_create(t, &k, &id, &created), -EACCES);
+	sto_txn_abort(t);
+	sto_index_close(ix);
+	rm_dir(dir);
+}
+
+/* Collects series scan results. */
+struct series_got {
+	size_t n;
+	int stop_after;
+	struct sto_series_key keys[32];
+	uint64_t ids[32];
+};
+
+static int collect_series(void *arg, const struct sto_series_key *k, uint64_t id)
+{
+	struct series_got *g = arg;
+
+	if (g->n < 32) {
+		g->keys[g->n] = *k;
+		g->ids[g->n] = id;
+	}
+	g->n++;
+	return g->stop_after && (int)g->n >= g->stop_after ? 42 : 0;
+}
+
+struct jobs_got {
+	size_t n;
+	char jobs[8][STO_JOB_MAX + 1];
+	uint64_t counts[8];
+};
+
+static int collect_job(void *arg, const char *job, uint64_t nseries)
+{
+	struct jobs_got *g = arg;
+
+	if (g->n < 8) {
+		snprintf(g->jobs[g->n], sizeof(g->jobs[0]), "%s", job);
+		g->counts[g->n] = nseries;
+	}
+	g->n++;
+	return 0;
+}
+
+static void check_job_scan(struct sto_txn *t, const char *job, size_t want)
+{
+	struct series_got g;
+
+	memset(&g, 0, sizeof(g));
+	CHECK_EQ_INT(sto_series_scan(t, job, collect_series, &g), 0);
+	CHECK_EQ_INT(g.n, want);
+	for (size_t i = 0; i < g.n && i < 32; i++)
+		CHECK(strcmp(g.keys[i].job, job) == 0);
+}
+
+static void test_prefix_jobs(void)
+{
+	char dir[600];
+	struct sto_index *ix;
+	struct sto_txn *t;
+	struct series_got g;
+	struct jobs_got jg;
+	uint64_t id_a_job;
+
+	new_dir(dir, sizeof(dir));
+	ix = open_ok(dir, MAP_BYTES);
+	t = begin(ix, true);
+	/* Created out of order: scans must return key order. */
+	id_a_job = create_series(t, "a", STO_RANK_JOB, "events");
+	create_series(t, "ab", 0, "loss");
+	create_series(t, "a", 1, "loss");
+	create_series(t, "a.b", 0, "loss");
+	create_series(t, "a", 0, "lr");
+	create_series(t, "a", 0, "loss");
+	create_series(t, "a.b", 256, "loss");
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+
+	t = begin(ix, false);
+	check_job_scan(t, "a", 4);
+	check_job_scan(t, "a.b", 2);
+	check_job_scan(t, "ab", 1);
+	check_job_scan(t, "b", 0);
+	check_job_scan(t, "zzz", 0);
+
+	memset(&g, 0, sizeof(g));
+	CHECK_EQ_INT(sto_series_scan(t, "a", collect_series, &g), 0);
+	CHECK_EQ_INT(g.keys[0].rank, 0);
+	CHECK(strcmp(g.keys[0].metric, "loss") == 0);
+	CHECK_EQ_INT(g.keys[1].rank, 0);
+	CHECK(strcmp(g.keys[1].metric, "lr") == 0);
+	CHECK_EQ_INT(g.keys[2].rank, 1);
+	CHECK_EQ_INT(g.keys[3].rank, STO_RANK_JOB);
+	CHECK_EQ_INT(g.ids[3], id_a_job);
+
+	memset(&g, 0, sizeof(g));
+	CHECK_EQ_INT(sto_series_scan(t, NULL, collect_series, &g), 0);
+	CHECK_EQ_INT(g.n, 7);
+	CHECK(strcmp(g.keys[4].job, "a.b") == 0);
+	CHECK_EQ_INT(g.keys[5].rank, 256); /* big-endian rank: 0 < 256 */
+	CHECK(strcmp(g.keys[6].job, "ab") == 0);
+
+	memset(&g, 0, sizeof(g));
+	g.stop_after = 2;
+	CHECK_EQ_INT(sto_series_scan(t, NULL, collect_series, &g), 42);
+	CHECK_EQ_INT(g.n, 2);
+
+	memset(&jg, 0, sizeof(jg));
+	CHECK_EQ_INT(sto_jobs_scan(t, collect_job, &jg), 0);
+	CHECK_EQ_INT(jg.n, 3);
+	CHECK(strcmp(jg.jobs[0], "a") == 0);
+	CHECK_EQ_INT(jg.counts[0], 4);
+	CHECK(strcmp(jg.jobs[1], "a.b") == 0);
+	CHECK_EQ_INT(jg.counts[1], 2);
+	CHECK(strcmp(jg.jobs[2], "ab") == 0);
+	CHECK_EQ_INT(jg.counts[2], 1);
+	sto_txn_abort(t);
+	sto_index_close(ix);
+	rm_dir(dir);
+}
+
+static void test_jobs_scan_empty(void)
+{
+	char dir[600];
+	struct sto_index *ix;
+	struct sto_txn *t;
+	struct jobs_got jg;
+
+	new_dir(dir, sizeof(dir));
+	ix = open_ok(dir, MAP_BYTES);
+	t = begin(ix, false);
+	memset(&jg, 0, sizeof(jg));
+	CHECK_EQ_INT(sto_jobs_scan(t, collect_job, &jg), 0);
+	CHECK_EQ_INT(jg.n, 0);
+	sto_txn_abort(t);
+	sto_index_close(ix);
+	rm_dir(dir);
+}
+
+static void put_chunk(struct sto_index *ix, uint64_t series, int64_t min_ts, int64_t max_ts,
+		      uint64_t uid)
+{
+	struct sto_txn *t = begin(ix, true);
+	struct sto_chunk_ref r = make_ref(series, min_ts, max_ts, uid);
+
+	CHECK_EQ_INT(sto_chunk_put(t, &r), 0);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+}
+
+static void test_chunk_overlap(void)
+{
+	char dir[600];
+	struct sto_index *ix;
+	struct got g;
+
+	new_dir(dir, sizeof(dir));
+	ix = open_ok(dir, MAP_BYTES);
+	put_chunk(ix, 5, 0, 10, 1);
+	put_chunk(ix, 5, 10, 20, 2);
+	put_chunk(ix, 5, 21, 30, 3);
+	put_chunk(ix, 5, -100, -50, 4);
+	put_chunk(ix, 5, INT64_MIN, INT64_MIN + 5, 5);
+	put_chunk(ix, 5, INT64_MAX - 1, INT64_MAX, 6);
+	put_chunk(ix, 4, 0, 100, 7); /* neighbours that must not leak in */
+	put_chunk(ix, 6, 0, 100, 8);
+
+	CHECK_EQ_INT(scan_chunks(ix, 5, 10, 10, &g), 2);
+	CHECK_EQ_INT(g.refs[0].uid, 1);
+	CHECK_EQ_INT(g.refs[1].uid, 2);
+	CHECK_EQ_INT(scan_chunks(ix, 5, 20, 20, &g), 1);
+	CHECK_EQ_INT(g.refs[0].uid, 2);
+	CHECK_EQ_INT(scan_chunks(ix, 5, 20, 21, &g), 2);
+	CHECK_EQ_INT(g.refs[1].uid, 3);
+	CHECK_EQ_INT(scan_chunks(ix, 5, 31, 1000, &g), 0);
+	CHECK_EQ_INT(scan_chunks(ix, 5, -49, -1, &g), 0);
+	CHECK_EQ_INT(scan_chunks(ix, 5, -60, -60, &g), 1);
+	CHECK_EQ_INT(g.refs[0].uid, 4);
+	CHECK_EQ_INT(g.refs[0].stats.min_ts_ns, -100);
+	CHECK_EQ_INT(scan_chunks(ix, 5, -50, 0, &g), 2);
+	CHECK_EQ_INT(scan_chunks(ix, 5, 11, 5, &g), 0); /* empty range */
+
+	CHECK_EQ_INT(scan_chunks(ix, 5, INT64_MIN, INT64_MAX, &g), 6);
+	CHECK_EQ_INT(g.refs[0].uid, 5); /* negative timestamps first */
+	CHECK_EQ_INT(g.refs[1].uid, 4);
+	CHECK_EQ_INT(g.refs[2].uid, 1);
+	CHECK_EQ_INT(g.refs[5].uid, 6);
+	for (size_t i = 0; i < g.n; i++)
+		CHECK_EQ_INT(g.refs[i].series_id, 5);
+	CHECK_EQ_INT(scan_chunks(ix, 5, INT64_MIN, INT64_MIN, &g), 1);
+	CHECK_EQ_INT(scan_chunks(ix, 5, INT64_MAX, INT64_MAX, &g), 1);
+	CHECK_EQ_INT(scan_chunks(ix, 99, INT64_MIN, INT64_MAX, &g), 0);
+	sto_index_close(ix);
+	rm_dir(dir);
+}
+
+static void test_chunk_many(void)
+{
+	char dir[600];
+	struct sto_index *ix;
+	struct sto_txn *t;
+	struct got g;
+	uint64_t uid = 0;
+
+	new_dir(dir, sizeof(dir));
+	ix = open_ok(dir, MAP_BYTES);
+	t = begin(ix, true);
+	/* 3 series x 300 chunks, interleaved, timestamps inserted descending,
+	 * pairs sharing a min_ts so that uid breaks the tie. */
+	for (int i = 299; i >= 0; i--) {
+		for (uint64_t s = 1; s <= 3; s++) {
+			int64_t ts = (int64_t)(i / 2) * 1000 - 50000;
+			struct sto_chunk_ref r = make_ref(s, ts, ts + 999, 1000000 - uid++);
+
+			CHECK_EQ_INT(sto_chunk_put(t, &r), 0);
+		}
+	}
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+
+	CHECK_EQ_INT(scan_chunks(ix, 2, INT64_MIN, INT64_MAX, &g), 300);
+	for (size_t i = 0; i < g.n; i++) {
+		CHECK_EQ_INT(g.refs[i].series_id, 2);
+		if (i == 0)
+			continue;
+		const struct sto_chunk_ref *a = &g.refs[i - 1], *b = &g.refs[i];
+		CHECK(a->stats.min_ts_ns < b->stats.min_ts_ns ||
+		      (a->stats.min_ts_ns == b->stats.min_ts_ns && a->uid < b->uid));
+	}
+	/* [0, 0] overlaps the chunks starting at 0 only (2 of them). */
+	CHECK_EQ_INT(scan_chunks(ix, 3, 0, 0, &g), 2);
+
+	t = begin(ix, false);
+	memset(&g, 0, sizeof(g));
+	g.stop_after = 3;
+	CHECK_EQ_INT(sto_chunk_scan(t, 1, INT64_MIN, INT64_MAX, collect_chunk, &g), 99);
+	CHECK_EQ_INT(g.n, 3);
+	sto_txn_abort(t);
+	sto_index_close(ix);
+	rm_dir(dir);
+}
+
+static void test_chunk_del(void)
+{
+	char dir[600];
+	struct sto_index *ix;
+	struct sto_txn *t;
+	struct got g;
+
+	new_dir(dir, sizeof(dir));
+	ix = open_ok(dir, MAP_BYTES);
+	put_chunk(ix, 1, -5, 5, 10);
+	put_chunk(ix, 1, -5, 5, 11);
+	t = begin(ix, true);
+	CHECK_EQ_INT(sto_chunk_del(t, 1, -5, 10), 0);
+	CHECK_EQ_INT(sto_chunk_del(t, 1, -5, 10), RDB_ENOTFOUND);
+	CHECK_EQ_INT(sto_chunk_del(t, 1, -4, 11), RDB_ENOTFOUND); /* wrong min_ts */
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+	CHECK_EQ_INT(scan_chunks(ix, 1, INT64_MIN, INT64_MAX, &g), 1);
+	CHECK_EQ_INT(g.refs[0].uid, 11);
+	sto_index_close(ix);
+	rm_dir(dir);
+}
+
+static void test_stats_bits(void)
+{
+	char dir[600];
+	struct sto_index *ix;
+	struct sto_txn *t;
+	struct sto_chunk_ref r = make_ref(9, -7, INT64_MAX, UINT64_MAX), *b;
+	struct got g;
+
+	r.segment_id = UINT64_MAX - 1;
+	r.offset = 0x0123456789abcdefull;
+	r.length = UINT32_MAX;
+	r.gen = 0xfedcba9876543210ull;
+	r.stats.count = 65536;
+	r.stats.nan_count = 3;
+	r.stats.min_step = INT64_MIN;
+	r.stats.max_step = -1;
+	r.stats.min_attempt = 0;
+	r.stats.max_attempt = UINT32_MAX;
+	r.stats.min = -0.0;
+	r.stats.max = rdb_bits_f64(0x7ff0000000000000ull); /* +inf */
+	r.stats.sum = 1e308;
+	r.stats.first = STO_VALUE_NULL_BITS;
+	r.stats.last = 0xfff0000000000001ull; /* negative signalling NaN */
+
+	new_dir(dir, sizeof(dir));
+	ix = open_ok(dir, MAP_BYTES);
+	t = begin(ix, true);
+	CHECK_EQ_INT(sto_chunk_put(t, &r), 0);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+	CHECK_EQ_INT(scan_chunks(ix, 9, 0, 0, &g), 1);
+	b = &g.refs[0];
+	CHECK(b->series_id == 9 && b->uid == UINT64_MAX);
+	CHECK(b->segment_id == r.segment_id && b->offset == r.offset);
+	CHECK(b->length == r.length && b->gen == r.gen);
+	CHECK(b->stats.count == r.stats.count && b->stats.nan_count == r.stats.nan_count);
+	CHECK(b->stats.min_ts_ns == -7 && b->stats.max_ts_ns == INT64_MAX);
+	CHECK(b->stats.min_step == INT64_MIN && b->stats.max_step == -1);
+	CHECK(b->stats.min_attempt == 0 && b->stats.max_attempt == UINT32_MAX);
+	CHECK(rdb_f64_bits(b->stats.min) == 0x8000000000000000ull);
+	CHECK(rdb_f64_bits(b->stats.max) == 0x7ff0000000000000ull);
+	CHECK(rdb_f64_bits(b->stats.sum) == rdb_f64_bits(1e308));
+	CHECK(b->stats.first == STO_VALUE_NULL_BITS);
+	CHECK(b->stats.last == 0xfff0000000000001ull);
+
+	t = begin(ix, true);
+	r.stats.max_ts_ns = -8; /* max < min is refused */
+	CHECK_EQ_INT(sto_chunk_put(t, &r), -EINVAL);
+	sto_txn_abort(t);
+	sto_index_close(ix);
+	rm_dir(dir);
+}
+
+static void pending_add(struct sto_txn *t, uint64_t gen, uint64_t series, int64_t min_ts,
+			uint64_t uid)
+{
+	struct sto_chunk_ref r = make_ref(series, min_ts, min_ts + 10, uid);
+
+	CHECK_EQ_INT(sto_pending_add(t, gen, &r), 0);
+}
+
+static size_t scan_pending(struct sto_index *ix, uint64_t after, struct got *g)
+{
+	struct sto_txn *t = begin(ix, false);
+
+	memset(g, 0, sizeof(*g));
+	CHECK_EQ_INT(sto_pending_scan(t, after, collect_chunk, g), 0);
+	sto_txn_abort(t);
+	return g->n;
+}
+
+static void test_pending(void)
+{
+	char dir[600];
+	struct sto_index *ix;
+	struct sto_txn *t;
+	struct got g;
+	const struct sto_chunk_ref *p;
+
+	new_dir(dir, sizeof(dir));
+	ix = open_ok(dir, MAP_BYTES);
+	t = begin(ix, true);
+	pending_add(t, 5, 1, 0, 50);
+	pending_add(t, 2, 3, -20, 21);
+	pending_add(t, 1, 7, 100, 10);
+	pending_add(t, 2, 1, 5, 20);
+	pending_add(t, 3, 2, 0, 30);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+
+	CHECK_EQ_INT(scan_pending(ix, 0, &g), 5);
+	CHECK_EQ_INT(g.refs[0].gen, 1);
+	CHECK_EQ_INT(g.refs[1].gen, 2);
+	CHECK_EQ_INT(g.refs[1].series_id, 1); /* gen 2: series 1 before 3 */
+	CHECK_EQ_INT(g.refs[2].series_id, 3);
+	CHECK_EQ_INT(g.refs[2].stats.min_ts_ns, -20);
+	CHECK_EQ_INT(g.refs[4].gen, 5);
+	p = &g.refs[0];
+	CHECK(p->series_id == 7 && p->uid == 10 && p->stats.min_ts_ns == 100);
+	CHECK(p->segment_id == 0 && p->offset == 0 && p->length == 0);
+	CHECK(p->stats.max_ts_ns == 0 && p->stats.count == 0);
+
+	CHECK_EQ_INT(scan_pending(ix, 2, &g), 2);
+	CHECK_EQ_INT(g.refs[0].gen, 3);
+	CHECK_EQ_INT(scan_pending(ix, 5, &g), 0);
+	CHECK_EQ_INT(scan_pending(ix, UINT64_MAX, &g), 0);
+
+	t = begin(ix, true);
+	CHECK_EQ_INT(sto_pending_clear(t, 2), 0);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+	CHECK_EQ_INT(scan_pending(ix, 0, &g), 2);
+	CHECK_EQ_INT(g.refs[0].gen, 3);
+	CHECK_EQ_INT(g.refs[1].gen, 5);
+
+	t = begin(ix, true);
+	CHECK_EQ_INT(sto_pending_drop_after(t, 3), 0);
+	CHECK_EQ_INT(sto_pending_drop_after(t, UINT64_MAX), 0);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+	CHECK_EQ_INT(scan_pending(ix, 0, &g), 1);
+	CHECK_EQ_INT(g.refs[0].gen, 3);
+	CHECK_EQ_INT(g.refs[0].uid, 30);
+
+	t = begin(ix, true);
+	CHECK_EQ_INT(sto_pending_clear(t, UINT64_MAX), 0);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+	CHECK_EQ_INT(scan_pending(ix, 0, &g), 0);
+	sto_index_close(ix);
+	rm_dir(dir);
+}
+
+/* Adds one long-named series in its own write txn; returns the error. */
+static int add_big_series(struct sto_index *ix, int i)
+{
+	struct sto_series_key k;
+	struct sto_txn *t = NULL;
+	uint64_t id;
+	bool created;
+	int ret = sto_txn_begin(ix, true, &t);
+
+	if (ret != 0)
+		return ret;
+	memset(&k, 0, sizeof(k));
+	snprintf(k.job, sizeof(k.job), "job-%d", i);
+	memset(k.metric, 'm', STO_METRIC_MAX);
+	ret = sto_series_get_or_create(t, &k, &id, &created);
+	if (ret != 0) {
+		sto_txn_abort(t);
+		return ret;
+	}
+	return sto_txn_commit(t);
+}
+
+static void test_map_full(void)
+{
+	char dir[600];
+	struct sto_index *ix;
+	struct sto_txn *t;
+	struct sto_series_key k;
+	uint64_t id = 0;
+	int i, ret = 0;
+
+	new_dir(dir, sizeof(dir));
+	ix = open_ok(dir, 64u << 10);
+	for (i = 0; i < 100000; i++) {
+		ret = add_big_series(ix, i);
+		if (ret != 0)
+			break;
+	}
+	CHECK_EQ_INT(ret, RDB_ELIMIT);
+	CHECK(i > 0);
+
+	t = begin(ix, false);
+	memset(&k, 0, sizeof(k));
+	snprintf(k.job, sizeof(k.job), "job-%d", 0);
+	memset(k.metric, 'm', STO_METRIC_MAX);
+	CHECK_EQ_INT(sto_series_lookup(t, &k, &id), 0);
+	CHECK_EQ_INT(id, 1);
+	snprintf(k.job, sizeof(k.job), "job-%d", i);
+	CHECK_EQ_INT(sto_series_lookup(t, &k, &id), RDB_ENOTFOUND);
+	sto_txn_abort(t);
+	sto_index_close(ix);
+	rm_dir(dir);
+}
+
+int main(void)
+{
+	const char *base = getenv("RDB_TEST_TMP");
+
+	snprintf(tmp_root, sizeof(tmp_root), "%s/test_index.XXXXXX", base ? base : "/tmp");
+	if (!mkdtemp(tmp_root)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	RUN(test_open_reopen);
+	RUN(test_format_mismatch);
+	RUN(test_open_errors);
+	RUN(test_meta_counters);
+	RUN(test_series);
+	RUN(test_prefix_jobs);
+	RUN(test_jobs_scan_empty);
+	RUN(test_chunk_overlap);
+	RUN(test_chunk_many);
+	RUN(test_chunk_del);
+	RUN(test_stats_bits);
+	RUN(test_pending);
+	RUN(test_map_full);
+	rmdir(tmp_root);
+	return check_summary("index");
+}
