@@ -1,0 +1,91 @@
+/* config.h - rankdbd's configuration: one table of options drives the
+ * defaults, the config file, the command-line flags, --help and the
+ * shipped conf/rankdb.conf.
+ *
+ * Config file: "name = value" lines; blank lines and '#' comments (a '#'
+ * outside double quotes starts a comment, also after a value). A value may
+ * be double-quoted to keep '#' or surrounding spaces; there are no escapes.
+ * Flags: --name-with-dashes VALUE or --name-with-dashes=VALUE.
+ * Value types: string; unsigned integer; size in bytes with an optional
+ * 1024-based suffix K, M, G or T ("64M"); duration in seconds with an
+ * optional suffix s, m, h or d ("5m" = 300); enum (one of fixed words).
+ *
+ * Every function here is single-threaded start-up code; none blocks except
+ * on reading the config file. All fallible functions leave *c untouched on
+ * failure and write a one-line reason into err (which may be NULL).
+ */
+#ifndef SRV_CONFIG_H
+#define SRV_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* A plain value type. Strings are NUL-terminated and always fit. */
+struct srv_config {
+	char data_dir[4096];	       /* WAL, segments and index live here */
+	char http_addr[64];	       /* listen address of the HTTP API */
+	uint32_t http_port;	       /* 0 = pick a free port (see port_file) */
+	char port_file[4096];	       /* write the bound port here; "" = don't */
+	uint32_t http_threads;	       /* worker threads of the HTTP server */
+	uint32_t http_max_connections; /* open connections; beyond: refused */
+	uint32_t http_timeout_s;       /* idle / slow-request timeout per connection */
+	uint64_t max_body_bytes;       /* largest accepted request body */
+	uint64_t max_records_per_request;
+	uint64_t max_metrics_per_record;
+	char sync_policy[16];		/* "fdatasync" or "none" */
+	uint64_t wal_rotate_bytes;	/* checkpoint once the WAL file passes this */
+	uint32_t checkpoint_interval_s; /* ... or once head data is this old */
+	uint64_t head_max_bytes;	/* memory bound of the in-memory head */
+	uint32_t chunk_max_points;	/* seal a series' head chunk at this many points */
+	uint64_t segment_max_bytes;	/* start a new segment file past this */
+	uint64_t index_map_bytes;	/* LMDB map size (address space, not RAM) */
+	uint64_t max_series;		/* distinct series; beyond: writes refused */
+	uint64_t max_query_points;	/* points one query may read */
+	uint64_t max_response_bytes;	/* largest query response body */
+	char log_level[16];		/* "debug", "info", "warn" or "error" */
+};
+
+/* Fills *c with the default of every option. Cannot fail. */
+void srv_config_default(struct srv_config *c);
+
+/* Applies the options of the config file at path on top of *c. Errors name
+ * "path:line", the option, the reason and the allowed range or values:
+ * unknown option, malformed line, bad or out-of-range value, an option given
+ * twice. Returns 0, -errno if the file cannot be read, or RDB_EINVAL. */
+int srv_config_load_file(struct srv_config *c, const char *path, char *err, size_t errlen);
+
+/* Sets one option by its snake_case name from its text form. Returns 0, or
+ * RDB_EINVAL (unknown name, bad or out-of-range value). */
+int srv_config_set(struct srv_config *c, const char *name, const char *value, char *err,
+		   size_t errlen);
+
+/* Writes the current value of option name as text that srv_config_set
+ * accepts (sizes with a suffix when exact, e.g. "64M"). Returns 0,
+ * RDB_ENOTFOUND for an unknown name, or RDB_ELIMIT if buf is too small. */
+int srv_config_get(const struct srv_config *c, const char *name, char *buf, size_t len);
+
+/* Parses rankdbd's command line (argv[0] is skipped) on top of *c:
+ * -c/--config FILE, -h/--help and --option VALUE / --option=VALUE. The
+ * config file, if given, is applied first; the flags then override it,
+ * wherever they stand on the line. A flag given twice, an unknown flag, a
+ * stray argument or a config file that cannot be read is an error.
+ * On -h/--help: *help = true, returns 0 and applies nothing.
+ * *config_path is set to the FILE argument (pointing into argv) or NULL.
+ * Returns 0, -errno (config file unreadable) or RDB_EINVAL. */
+int srv_config_parse_args(struct srv_config *c, int argc, char **argv, char *err, size_t errlen,
+			  bool *help, const char **config_path);
+
+/* Prints usage and every option: flag, value type, range, default, help. */
+void srv_config_print_help(FILE *f, const char *argv0);
+
+/* Writes the default config file (every option with its default value and
+ * its documentation as comments): the source of conf/rankdb.conf.
+ * Returns 0 or -EIO if f reports a write error. */
+int srv_config_write_conf(FILE *f);
+
+/* Logs one INFO line per option (subsystem "config"). Call at start-up. */
+void srv_config_log(const struct srv_config *c);
+
+#endif
