@@ -18,7 +18,8 @@ struct sto_batch;
 
 struct sto_batch_series {
 	struct sto_series_key key;
-	struct sto_cols pts;   /* in arrival order */
+	struct sto_cols pts; /* a non-owning view (cap 0) of this series' points,
+			      * in arrival order */
 };
 
 int sto_batch_new(size_t max_points, size_t max_series, struct sto_batch **out);

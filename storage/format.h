@@ -1,7 +1,7 @@
 /* format.h - every magic number, version and on-disk record layout of
  * rankdb's data directory, in one place. docs/FORMAT.md is the normative
  * description; this header must agree with it. All integers on disk are
- * little-endian (rdb_get_le*/rdb_put_le*), except LMDB keys, which are
+ * little-endian (rdb_get_le32 and friends), except LMDB keys, which are
  * big-endian so that they sort numerically.
  *
  * Data directory:

@@ -1,1 +1,95 @@
-/* series.c - placeholder, being written */
+/* series.c - validation of names and chunk statistics. Pure functions. */
+#include "storage/series.h"
+#include "common/rdb_le.h"
+
+#include <math.h>
+#include <string.h>
+
+bool sto_job_valid(const char *job, size_t len)
+{
+	if (len == 0 || len > STO_JOB_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)job[i];
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+			  c == '.' || c == '_' || c == '-';
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+bool sto_metric_valid(const char *metric, size_t len)
+{
+	if (len == 0 || len > STO_METRIC_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)metric[i];
+		if (c <= 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '{' || c == '}' ||
+		    c == ',' || c == '=')
+			return false;
+	}
+	return true;
+}
+
+void sto_chunk_stats_compute(const struct sto_cols *c, struct sto_chunk_stats *out)
+{
+	struct sto_chunk_stats s;
+	memset(&s, 0, sizeof(s));
+	s.count = (uint32_t)c->n;
+	s.min_ts_ns = INT64_MAX;
+	s.max_ts_ns = INT64_MIN;
+	s.min_step = STO_STEP_NONE;
+	s.max_step = STO_STEP_NONE;
+	s.min_attempt = UINT32_MAX;
+	size_t first = 0, last = 0;
+	bool have_value = false;
+	for (size_t i = 0; i < c->n; i++) {
+		int64_t ts = c->ts_ns[i];
+		/* first/last: smallest/largest (ts, step); ties keep the earliest index */
+		if (ts < c->ts_ns[first] || (ts == c->ts_ns[first] && c->step[i] < c->step[first]))
+			first = i;
+		if (ts > c->ts_ns[last] || (ts == c->ts_ns[last] && c->step[i] >= c->step[last]))
+			last = i;
+		if (ts < s.min_ts_ns)
+			s.min_ts_ns = ts;
+		if (ts > s.max_ts_ns)
+			s.max_ts_ns = ts;
+		int64_t st = c->step[i];
+		if (st != STO_STEP_NONE) {
+			if (s.min_step == STO_STEP_NONE || st < s.min_step)
+				s.min_step = st;
+			if (s.max_step == STO_STEP_NONE || st > s.max_step)
+				s.max_step = st;
+		}
+		if (c->attempt[i] < s.min_attempt)
+			s.min_attempt = c->attempt[i];
+		if (c->attempt[i] > s.max_attempt)
+			s.max_attempt = c->attempt[i];
+		double v = rdb_bits_f64(c->value[i]);
+		if (isnan(v)) {
+			s.nan_count++;
+			continue;
+		}
+		if (!have_value) {
+			s.min = v;
+			s.max = v;
+			have_value = true;
+		} else {
+			if (v < s.min || (v == 0 && s.min == 0 && signbit(v)))
+				s.min = v;
+			if (v > s.max)
+				s.max = v;
+		}
+		s.sum += v;
+	}
+	if (c->n == 0) {
+		s.min_ts_ns = 0;
+		s.max_ts_ns = 0;
+		s.min_attempt = 0;
+	} else {
+		s.first = c->value[first];
+		s.last = c->value[last];
+	}
+	*out = s;
+}

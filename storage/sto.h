@@ -76,7 +76,7 @@ struct sto_range {
 
 /* Why a read failed, for the operator and the client. */
 struct sto_read_error {
-	char msg[384];
+	char msg[4608]; /* long enough for a path and the reason */
 };
 
 /* Reads the points of series_id in range into out (replacing its
@@ -86,6 +86,11 @@ struct sto_read_error {
  * 0, RDB_ELIMIT, RDB_ECORRUPT, -errno. */
 int sto_read(struct sto *s, uint64_t series_id, const struct sto_range *r, size_t max_points,
 	     struct sto_cols *out, struct sto_read_error *err);
+
+/* Reads, verifies and decodes the chunk ref into out. rec is scratch
+ * memory. RDB_ECORRUPT (err says which file, offset, what) or -errno. */
+int sto_read_chunk(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_buf *rec,
+		   struct sto_cols *out, struct sto_read_error *err);
 
 struct sto_stats {
 	uint64_t series;

@@ -1,1 +1,1340 @@
-/* store.c - placeholder, being written */
+/* store.c - the storage engine (see sto.h for the contract).
+ *
+ * Write path: resolve series ids (cache, then LMDB) -> encode one WAL
+ * record -> sto_wal_append (group commit; blocks until durable) -> apply to
+ * the active head. The write rwlock is held shared across append+apply so
+ * that a WAL rotation (exclusive) sees no write half done: every record in
+ * WAL generation g is in head g.
+ *
+ * Heads: `active` takes writes; at a checkpoint it becomes `frozen`, a new
+ * active head starts with the next WAL generation, and the flusher seals the
+ * frozen head into chunks, fsyncs the segment, records ckpt_gen = g in LMDB
+ * and deletes wal-g. A series whose active-head column reaches
+ * chunk_max_points is sealed early (size seal).
+ *
+ * Recovery invariant: every chunk written by a generation newer than
+ * ckpt_gen has a `pending` index entry. At open, those chunks are dropped
+ * from the index and the WAL generations newer than ckpt_gen are replayed:
+ * each acknowledged point ends up in exactly one chunk, never two.
+ *
+ * Read consistency: moving points from head to chunk (index commit + head
+ * removal) happens under the exclusive view lock; a reader takes the view
+ * lock shared while it opens its LMDB snapshot and copies head points, so
+ * it sees every point exactly once.
+ *
+ * Lock order: write_lock -> head_lock; LMDB write txn -> view_lock ->
+ * head_lock; view_lock -> (LMDB read txn) -> head_lock. series_lock is a
+ * leaf (never held while taking another).
+ *
+ * Failure: a WAL failure fails the write (nothing applied). A seal failure
+ * (segment I/O, index) is logged; the points stay in the head and the WAL,
+ * and the flusher retries. Writers get RDB_EBUSY once the head is over
+ * head_max_bytes.
+ */
+#include "storage/sto.h"
+#include "common/rdb_err.h"
+#include "common/rdb_hash.h"
+#include "common/rdb_le.h"
+#include "common/rdb_log.h"
+#include "common/rdb_map.h"
+#include "common/rdb_time.h"
+#include "storage/codec.h"
+#include "storage/segment.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SEAL_BUF_MAX (8u * 1024 * 1024) /* segment bytes written per seal round */
+#define HEAD_SERIES_OVERHEAD 96u
+#define FORMAT_FILE_TEXT "rankdb data directory\nformat 1\n"
+
+/* A known series (cache entry): never freed while the store is open. */
+struct series_ent {
+	struct series_ent *next; /* same-hash chain */
+	uint64_t hash;
+	uint64_t id;
+	struct sto_series_key key;
+};
+
+struct head_series {
+	struct series_ent *ent;
+	struct sto_cols pts; /* append-only until sealed; unsorted */
+	bool queued;         /* in the size-seal queue */
+};
+
+struct head {
+	uint64_t gen;
+	struct rdb_map series; /* series id -> struct head_series * */
+	uint64_t points;
+	uint64_t bytes;
+	int64_t first_mono_ns; /* when the first point arrived; 0 if empty */
+};
+
+struct sto {
+	struct sto_options opt;
+	char dir[PATH_MAX];
+	char wal_dir[PATH_MAX + 8];
+	char seg_dir[PATH_MAX + 8];
+	int lock_fd;
+	struct sto_index *ix;
+	struct sto_wal *wal;
+	struct sto_seg_readers *readers;
+
+	pthread_rwlock_t write_lock; /* shared: a write; exclusive: rotation */
+	pthread_rwlock_t view_lock;  /* shared: a read snapshot; exclusive: head -> chunk */
+	pthread_mutex_t head_lock;   /* heads, their series, the seal queue */
+	struct head *active, *frozen;
+	uint64_t *seal_queue; /* series ids of active-head series that are full */
+	size_t seal_queue_n, seal_queue_cap;
+	_Atomic uint64_t head_bytes;
+
+	pthread_mutex_t series_lock; /* the series cache */
+	struct rdb_map series_by_hash; /* key hash -> series_ent chain */
+	struct rdb_map series_by_id;   /* id -> series_ent */
+	uint64_t nseries;              /* series ever created */
+
+	/* flusher thread state (owned by it, or by open/close when it is not running) */
+	pthread_t flusher;
+	bool flusher_running;
+	pthread_mutex_t flush_lock;
+	pthread_cond_t flush_cond; /* wakes the flusher */
+	pthread_cond_t ckpt_cond;  /* checkpoint finished */
+	bool stop, ckpt_wanted;
+	uint64_t ckpt_started, ckpt_done;
+	int ckpt_last_rc;
+	struct sto_ring *ring;
+	struct sto_seg_writer *seg;
+	uint64_t next_uid;
+	uint64_t ckpt_gen;
+
+	_Atomic bool closing;
+	_Atomic uint64_t st_points_written, st_batches_written, st_write_busy;
+	_Atomic uint64_t st_chunks, st_points_sealed, st_chunk_bytes, st_checkpoints;
+};
+
+void sto_options_default(struct sto_options *o)
+{
+	o->data_dir = "./data";
+	o->sync = STO_SYNC_FDATASYNC;
+	o->wal_rotate_bytes = 64ull << 20;
+	o->checkpoint_interval_s = 60;
+	o->head_max_bytes = 512ull << 20;
+	o->chunk_max_points = 4096;
+	o->segment_max_bytes = 256ull << 20;
+	o->index_map_bytes = 16ull << 30;
+	o->max_series = 10000000;
+}
+
+/* ---- series cache ---------------------------------------------------------- */
+
+static uint64_t series_hash(const struct sto_series_key *k)
+{
+	uint8_t buf[STO_JOB_MAX + 5 + STO_METRIC_MAX];
+	size_t jl = strlen(k->job), ml = strlen(k->metric);
+	memcpy(buf, k->job, jl);
+	buf[jl] = 0;
+	rdb_put_le32(buf + jl + 1, k->rank);
+	memcpy(buf + jl + 5, k->metric, ml);
+	uint64_t h = rdb_hash64(buf, jl + 5 + ml, 0);
+	return h ? h : 1;
+}
+
+static bool key_eq(const struct sto_series_key *a, const struct sto_series_key *b)
+{
+	return a->rank == b->rank && strcmp(a->job, b->job) == 0 &&
+	       strcmp(a->metric, b->metric) == 0;
+}
+
+/* Caller holds series_lock. */
+static struct series_ent *cache_find(struct sto *s, const struct sto_series_key *k, uint64_t h)
+{
+	for (struct series_ent *e = rdb_map_get(&s->series_by_hash, h); e; e = e->next)
+		if (key_eq(&e->key, k))
+			return e;
+	return NULL;
+}
+
+/* Caller holds series_lock. */
+static int cache_add(struct sto *s, const struct sto_series_key *k, uint64_t h, uint64_t id,
+		     struct series_ent **out)
+{
+	struct series_ent *e = malloc(sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->key = *k;
+	e->hash = h;
+	e->id = id;
+	e->next = rdb_map_get(&s->series_by_hash, h);
+	int rc = rdb_map_put(&s->series_by_hash, h, e);
+	if (rc == 0)
+		rc = rdb_map_put(&s->series_by_id, id, e);
+	if (rc) {
+		if (e->next)
+			rdb_map_put(&s->series_by_hash, h, e->next);
+		else
+			rdb_map_del(&s->series_by_hash, h);
+		free(e);
+		return rc;
+	}
+	*out = e;
+	return 0;
+}
+
+static void cache_free(struct sto *s)
+{
+	for (size_t i = 0; i < s->series_by_id.cap; i++)
+		if (s->series_by_id.keys[i])
+			free(s->series_by_id.vals[i]);
+	rdb_map_free(&s->series_by_id);
+	rdb_map_free(&s->series_by_hash);
+}
+
+/* Resolves (creating if needed) the series of every key in b into ents[].
+ * New series are created in one LMDB write transaction. */
+static int resolve_series(struct sto *s, const struct sto_batch *b, struct series_ent **ents)
+{
+	size_t n = sto_batch_nseries(b), missing = 0;
+	int rc = 0;
+	pthread_mutex_lock(&s->series_lock);
+	for (size_t i = 0; i < n; i++) {
+		const struct sto_batch_series *bs = sto_batch_series_at(b, i);
+		if (!bs) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		ents[i] = cache_find(s, &bs->key, series_hash(&bs->key));
+		missing += ents[i] == NULL;
+	}
+	if (missing == 0)
+		goto out;
+	struct sto_txn *t = NULL;
+	rc = sto_txn_begin(s->ix, true, &t);
+	if (rc)
+		goto out;
+	uint64_t created = 0;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		if (ents[i])
+			continue;
+		const struct sto_batch_series *bs = sto_batch_series_at(b, i);
+		uint64_t id;
+		bool is_new = false;
+		rc = sto_series_lookup(t, &bs->key, &id);
+		if (rc == RDB_ENOTFOUND) {
+			if (s->nseries + created >= s->opt.max_series) {
+				rc = RDB_ELIMIT;
+				break;
+			}
+			rc = sto_series_get_or_create(t, &bs->key, &id, &is_new);
+			created += is_new;
+		}
+	}
+	if (rc) {
+		sto_txn_abort(t);
+		goto out;
+	}
+	rc = sto_txn_commit(t);
+	if (rc)
+		goto out;
+	s->nseries += created;
+	/* Now cache them (ids are durable). A second pass reads the ids back. */
+	rc = sto_txn_begin(s->ix, false, &t);
+	if (rc)
+		goto out;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		if (ents[i])
+			continue;
+		const struct sto_batch_series *bs = sto_batch_series_at(b, i);
+		uint64_t h = series_hash(&bs->key), id;
+		ents[i] = cache_find(s, &bs->key, h); /* duplicates within b */
+		if (ents[i])
+			continue;
+		rc = sto_series_lookup(t, &bs->key, &id);
+		if (rc == 0)
+			rc = cache_add(s, &bs->key, h, id, &ents[i]);
+	}
+	sto_txn_abort(t);
+out:
+	pthread_mutex_unlock(&s->series_lock);
+	return rc;
+}
+
+/* ---- heads --------------------------------------------------------------- */
+
+static struct head *head_new(uint64_t gen)
+{
+	struct head *h = calloc(1, sizeof(*h));
+	if (h)
+		h->gen = gen;
+	return h;
+}
+
+static void head_free(struct head *h)
+{
+	if (!h)
+		return;
+	for (size_t i = 0; i < h->series.cap; i++) {
+		if (!h->series.keys[i])
+			continue;
+		struct head_series *hs = h->series.vals[i];
+		sto_cols_free(&hs->pts);
+		free(hs);
+	}
+	rdb_map_free(&h->series);
+	free(h);
+}
+
+static uint64_t cols_bytes(const struct sto_cols *c)
+{
+	return (uint64_t)c->cap * (8 + 8 + 4 + 8);
+}
+
+/* Appends b's points to head h. Caller holds head_lock. */
+static int head_apply(struct sto *s, struct head *h, const struct sto_batch *b,
+		      struct series_ent **ents, bool queue_full)
+{
+	size_t n = sto_batch_nseries(b);
+	for (size_t i = 0; i < n; i++) {
+		const struct sto_batch_series *bs = sto_batch_series_at(b, i);
+		struct head_series *hs = rdb_map_get(&h->series, ents[i]->id);
+		if (!hs) {
+			hs = calloc(1, sizeof(*hs));
+			if (!hs || rdb_map_put(&h->series, ents[i]->id, hs) != 0) {
+				free(hs);
+				return -ENOMEM;
+			}
+			hs->ent = ents[i];
+			h->bytes += HEAD_SERIES_OVERHEAD;
+			atomic_fetch_add(&s->head_bytes, HEAD_SERIES_OVERHEAD);
+		}
+		uint64_t before = cols_bytes(&hs->pts);
+		int rc = sto_cols_reserve(&hs->pts, hs->pts.n + bs->pts.n);
+		if (rc)
+			return rc;
+		size_t at = hs->pts.n;
+		memcpy(hs->pts.ts_ns + at, bs->pts.ts_ns, bs->pts.n * sizeof(int64_t));
+		memcpy(hs->pts.step + at, bs->pts.step, bs->pts.n * sizeof(int64_t));
+		memcpy(hs->pts.attempt + at, bs->pts.attempt, bs->pts.n * sizeof(uint32_t));
+		memcpy(hs->pts.value + at, bs->pts.value, bs->pts.n * sizeof(uint64_t));
+		hs->pts.n += bs->pts.n;
+		h->points += bs->pts.n;
+		uint64_t grown = cols_bytes(&hs->pts) - before;
+		h->bytes += grown;
+		atomic_fetch_add(&s->head_bytes, grown);
+		if (queue_full && !hs->queued && hs->pts.n >= s->opt.chunk_max_points) {
+			if (s->seal_queue_n == s->seal_queue_cap) {
+				size_t cap = s->seal_queue_cap ? s->seal_queue_cap * 2 : 64;
+				uint64_t *q = realloc(s->seal_queue, cap * sizeof(*q));
+				if (!q)
+					continue; /* sealed at the next checkpoint instead */
+				s->seal_queue = q;
+				s->seal_queue_cap = cap;
+			}
+			s->seal_queue[s->seal_queue_n++] = ents[i]->id;
+			hs->queued = true;
+		}
+	}
+	if (h->first_mono_ns == 0 && h->points)
+		h->first_mono_ns = rdb_now_mono_ns();
+	return 0;
+}
+
+static void wake_flusher(struct sto *s)
+{
+	pthread_mutex_lock(&s->flush_lock);
+	pthread_cond_signal(&s->flush_cond);
+	pthread_mutex_unlock(&s->flush_lock);
+}
+
+/* ---- write --------------------------------------------------------------- */
+
+int sto_write(struct sto *s, const struct sto_batch *b)
+{
+	size_t n = sto_batch_nseries(b);
+	if (n == 0)
+		return 0;
+	if (atomic_load(&s->closing))
+		return -ESHUTDOWN;
+	if (atomic_load(&s->head_bytes) > s->opt.head_max_bytes) {
+		atomic_fetch_add(&s->st_write_busy, 1);
+		pthread_mutex_lock(&s->flush_lock);
+		s->ckpt_wanted = true;
+		pthread_cond_signal(&s->flush_cond);
+		pthread_mutex_unlock(&s->flush_lock);
+		return RDB_EBUSY;
+	}
+	struct rdb_buf rec;
+	rdb_buf_init(&rec, STO_WAL_MAX_PAYLOAD);
+	struct series_ent **ents = malloc(n * sizeof(*ents));
+	int rc = ents ? resolve_series(s, b, ents) : -ENOMEM;
+	if (rc == 0)
+		rc = sto_batch_encode(b, &rec);
+	if (rc)
+		goto out;
+	bool wake = false;
+	pthread_rwlock_rdlock(&s->write_lock);
+	rc = sto_wal_append(s->wal, STO_WAL_REC_POINTS, rec.data, rec.len);
+	if (rc == 0) {
+		pthread_mutex_lock(&s->head_lock);
+		rc = head_apply(s, s->active, b, ents, true);
+		wake = s->seal_queue_n > 0;
+		pthread_mutex_unlock(&s->head_lock);
+		if (rc)
+			rdb_error("store", "out of memory applying an acknowledged batch to the head; "
+				  "it is in the WAL and will be recovered at restart");
+	}
+	pthread_rwlock_unlock(&s->write_lock);
+	if (rc == 0) {
+		atomic_fetch_add(&s->st_points_written, sto_batch_points(b));
+		atomic_fetch_add(&s->st_batches_written, 1);
+	}
+	if (wake || (rc == 0 && sto_wal_size(s->wal) > s->opt.wal_rotate_bytes))
+		wake_flusher(s);
+out:
+	free(ents);
+	rdb_buf_free(&rec);
+	return rc;
+}
+
+/* ---- sealing: head -> chunks ------------------------------------------------ */
+
+/* One series' points being sealed: a private, sorted copy of the first
+ * `taken` points of its head column. */
+struct seal_item {
+	struct head_series *hs;
+	size_t taken;
+};
+
+struct seal_round {
+	struct rdb_buf buf;          /* framed chunk records for the segment */
+	struct rdb_buf codec;        /* scratch: one chunk's codec payload */
+	struct sto_chunk_ref *refs;  /* chunks in buf */
+	size_t nrefs, refs_cap;
+	struct sto_cols copy, piece; /* scratch */
+};
+
+static void round_free(struct seal_round *r)
+{
+	rdb_buf_free(&r->buf);
+	rdb_buf_free(&r->codec);
+	free(r->refs);
+	sto_cols_free(&r->copy);
+	sto_cols_free(&r->piece);
+}
+
+/* Makes sure a segment is open with room; rolls it past segment_max_bytes. */
+static int ensure_segment(struct sto *s)
+{
+	if (s->seg && sto_seg_size(s->seg) < s->opt.segment_max_bytes)
+		return 0;
+	if (s->seg) {
+		int rc = sto_seg_close(s->seg);
+		s->seg = NULL;
+		if (rc)
+			return rc;
+	}
+	struct sto_txn *t;
+	uint64_t id;
+	int rc = sto_txn_begin(s->ix, true, &t);
+	if (rc)
+		return rc;
+	rc = sto_meta_next(t, "next_segment_id", &id);
+	if (rc) {
+		sto_txn_abort(t);
+		return rc;
+	}
+	rc = sto_txn_commit(t);
+	if (rc == 0)
+		rc = sto_seg_create(s->seg_dir, id, s->ring, &s->seg);
+	return rc;
+}
+
+static int add_ref(struct seal_round *r, const struct sto_chunk_ref *ref)
+{
+	if (r->nrefs == r->refs_cap) {
+		size_t cap = r->refs_cap ? r->refs_cap * 2 : 256;
+		struct sto_chunk_ref *p = realloc(r->refs, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		r->refs = p;
+		r->refs_cap = cap;
+	}
+	r->refs[r->nrefs++] = *ref;
+	return 0;
+}
+
+/* Encodes points [from, from+n) of r->copy as one chunk into r->buf. */
+static int encode_piece(struct sto *s, struct seal_round *r, struct series_ent *ent,
+			uint64_t gen, size_t from, size_t n)
+{
+	struct sto_cols *p = &r->piece;
+	int rc = sto_cols_reserve(p, n);
+	if (rc)
+		return rc;
+	memcpy(p->ts_ns, r->copy.ts_ns + from, n * sizeof(int64_t));
+	memcpy(p->step, r->copy.step + from, n * sizeof(int64_t));
+	memcpy(p->attempt, r->copy.attempt + from, n * sizeof(uint32_t));
+	memcpy(p->value, r->copy.value + from, n * sizeof(uint64_t));
+	p->n = n;
+	r->codec.len = 0;
+	rc = sto_codec_encode(p, &r->codec, NULL);
+	if (rc)
+		return rc;
+	struct sto_chunk_ref ref = {0};
+	ref.series_id = ent->id;
+	ref.uid = s->next_uid++;
+	ref.segment_id = sto_seg_id(s->seg);
+	ref.offset = sto_seg_size(s->seg) + r->buf.len;
+	ref.gen = gen;
+	sto_chunk_stats_compute(p, &ref.stats);
+	size_t before = r->buf.len;
+	rc = sto_chunk_frame(&r->buf, ent->id, ref.uid, gen, (uint32_t)n, r->codec.data,
+			     r->codec.len, &ent->key);
+	if (rc)
+		return rc;
+	ref.length = (uint32_t)(r->buf.len - before);
+	return add_ref(r, &ref);
+}
+
+/* Copies the first `taken` points of hs (caller holds head_lock). */
+static int copy_points(struct seal_round *r, const struct head_series *hs, size_t taken)
+{
+	int rc = sto_cols_reserve(&r->copy, taken);
+	if (rc)
+		return rc;
+	memcpy(r->copy.ts_ns, hs->pts.ts_ns, taken * sizeof(int64_t));
+	memcpy(r->copy.step, hs->pts.step, taken * sizeof(int64_t));
+	memcpy(r->copy.attempt, hs->pts.attempt, taken * sizeof(uint32_t));
+	memcpy(r->copy.value, hs->pts.value, taken * sizeof(uint64_t));
+	r->copy.n = taken;
+	return 0;
+}
+
+/* Drops the first `taken` points of hs; frees it if it becomes empty and
+ * drop_empty. Caller holds head_lock. */
+static void head_consume(struct sto *s, struct head *h, struct head_series *hs, size_t taken,
+			 bool drop_empty)
+{
+	size_t rest = hs->pts.n - taken;
+	memmove(hs->pts.ts_ns, hs->pts.ts_ns + taken, rest * sizeof(int64_t));
+	memmove(hs->pts.step, hs->pts.step + taken, rest * sizeof(int64_t));
+	memmove(hs->pts.attempt, hs->pts.attempt + taken, rest * sizeof(uint32_t));
+	memmove(hs->pts.value, hs->pts.value + taken, rest * sizeof(uint64_t));
+	hs->pts.n = rest;
+	h->points -= taken;
+	hs->queued = false;
+	if (rest == 0 && drop_empty) {
+		uint64_t freed = cols_bytes(&hs->pts) + HEAD_SERIES_OVERHEAD;
+		rdb_map_del(&h->series, hs->ent->id);
+		sto_cols_free(&hs->pts);
+		free(hs);
+		h->bytes -= freed;
+		atomic_fetch_sub(&s->head_bytes, freed);
+	}
+}
+
+/* Writes the round's chunks to the segment, indexes them (with pending
+ * entries: they belong to a generation newer than ckpt_gen) and removes
+ * the sealed points from the head, atomically for readers. */
+static int commit_round(struct sto *s, struct head *h, struct seal_round *r,
+			struct seal_item *items, size_t nitems, bool drop_empty)
+{
+	if (r->nrefs == 0)
+		return 0;
+	int rc = sto_seg_append(s->seg, r->buf.data, r->buf.len);
+	if (rc)
+		return rc;
+	struct sto_txn *t;
+	rc = sto_txn_begin(s->ix, true, &t);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < r->nrefs && rc == 0; i++) {
+		rc = sto_chunk_put(t, &r->refs[i]);
+		if (rc == 0)
+			rc = sto_pending_add(t, r->refs[i].gen, &r->refs[i]);
+	}
+	if (rc == 0)
+		rc = sto_meta_put(t, "next_chunk_uid", s->next_uid);
+	if (rc) {
+		sto_txn_abort(t);
+		return rc;
+	}
+	pthread_rwlock_wrlock(&s->view_lock);
+	rc = sto_txn_commit(t);
+	if (rc == 0) {
+		pthread_mutex_lock(&s->head_lock);
+		for (size_t i = 0; i < nitems; i++)
+			head_consume(s, h, items[i].hs, items[i].taken, drop_empty);
+		pthread_mutex_unlock(&s->head_lock);
+	}
+	pthread_rwlock_unlock(&s->view_lock);
+	if (rc)
+		return rc;
+	uint64_t pts = 0;
+	for (size_t i = 0; i < r->nrefs; i++)
+		pts += r->refs[i].stats.count;
+	atomic_fetch_add(&s->st_chunks, r->nrefs);
+	atomic_fetch_add(&s->st_points_sealed, pts);
+	atomic_fetch_add(&s->st_chunk_bytes, r->buf.len);
+	return 0;
+}
+
+/* Seals items (series of head h) in rounds of at most SEAL_BUF_MAX bytes.
+ * For each item, `taken` points are sealed into chunks of at most
+ * chunk_max_points. Flusher thread only. */
+static int seal_items(struct sto *s, struct head *h, struct seal_item *items, size_t nitems,
+		      bool drop_empty)
+{
+	struct seal_round r = {0};
+	rdb_buf_init(&r.buf, SEAL_BUF_MAX + STO_CHUNK_MAX_PAYLOAD);
+	rdb_buf_init(&r.codec, STO_CHUNK_MAX_PAYLOAD);
+	int rc = 0;
+	size_t first = 0;
+	for (size_t i = 0; i < nitems && rc == 0; i++) {
+		if (!s->seg || r.buf.len == 0) {
+			rc = ensure_segment(s);
+			if (rc)
+				break;
+		}
+		pthread_mutex_lock(&s->head_lock);
+		rc = copy_points(&r, items[i].hs, items[i].taken);
+		pthread_mutex_unlock(&s->head_lock);
+		if (rc == 0)
+			rc = sto_cols_sort_by_time(&r.copy);
+		for (size_t at = 0; rc == 0 && at < items[i].taken; at += s->opt.chunk_max_points) {
+			size_t n = items[i].taken - at;
+			if (n > s->opt.chunk_max_points)
+				n = s->opt.chunk_max_points;
+			rc = encode_piece(s, &r, items[i].hs->ent, h->gen, at, n);
+		}
+		if (rc == 0 && (r.buf.len >= SEAL_BUF_MAX || i + 1 == nitems)) {
+			rc = commit_round(s, h, &r, items + first, i + 1 - first, drop_empty);
+			r.buf.len = 0;
+			r.nrefs = 0;
+			first = i + 1;
+		}
+	}
+	round_free(&r);
+	return rc;
+}
+
+/* Seals the full series queued by writers (size seal of the active head). */
+static int seal_full(struct sto *s)
+{
+	pthread_mutex_lock(&s->head_lock);
+	size_t n = s->seal_queue_n;
+	struct seal_item *items = calloc(n ? n : 1, sizeof(*items));
+	size_t k = 0;
+	for (size_t i = 0; items && i < n; i++) {
+		struct head_series *hs = rdb_map_get(&s->active->series, s->seal_queue[i]);
+		if (!hs || hs->pts.n < s->opt.chunk_max_points)
+			continue;
+		items[k].hs = hs;
+		items[k].taken = hs->pts.n - hs->pts.n % s->opt.chunk_max_points;
+		k++;
+	}
+	if (items)
+		s->seal_queue_n = 0;
+	struct head *h = s->active;
+	pthread_mutex_unlock(&s->head_lock);
+	if (!items)
+		return -ENOMEM;
+	/* Only the flusher removes points or rotates heads, so h and the items
+	 * stay valid while we work without the lock. */
+	int rc = seal_items(s, h, items, k, false);
+	if (rc) {
+		rdb_error("store", "size seal of %zu series failed: %s; points stay in the head "
+			  "and the WAL, retrying at the next checkpoint", k, rdb_strerror(rc));
+		pthread_mutex_lock(&s->head_lock);
+		for (size_t i = 0; i < k; i++)
+			if (items[i].hs->pts.n >= items[i].taken)
+				items[i].hs->queued = false;
+		pthread_mutex_unlock(&s->head_lock);
+	}
+	free(items);
+	return rc;
+}
+
+static int remove_wal_upto(struct sto *s, uint64_t gen)
+{
+	uint64_t *gens = NULL;
+	size_t n = 0;
+	int rc = sto_wal_list(s->wal_dir, &gens, &n);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		if (gens[i] > gen)
+			continue;
+		int r2 = sto_wal_remove(s->wal_dir, gens[i]);
+		if (r2 && r2 != -ENOENT)
+			rdb_warn("store", "cannot remove checkpointed WAL generation %llu in %s: %s",
+				 (unsigned long long)gens[i], s->wal_dir, rdb_strerror(r2));
+	}
+	free(gens);
+	return rc;
+}
+
+/* Seals everything in s->frozen, makes it durable, records the checkpoint
+ * and deletes the WAL files it covered. Flusher (or open/close) only. */
+static int finish_checkpoint(struct sto *s)
+{
+	struct head *h = s->frozen;
+	size_t n = 0, k = 0;
+	pthread_mutex_lock(&s->head_lock);
+	n = h->series.n;
+	struct seal_item *items = calloc(n ? n : 1, sizeof(*items));
+	for (size_t i = 0; items && i < h->series.cap; i++) {
+		if (!h->series.keys[i])
+			continue;
+		struct head_series *hs = h->series.vals[i];
+		items[k].hs = hs;
+		items[k].taken = hs->pts.n;
+		k++;
+	}
+	pthread_mutex_unlock(&s->head_lock);
+	if (!items)
+		return -ENOMEM;
+	int rc = seal_items(s, h, items, k, true);
+	free(items);
+	if (rc == 0 && s->seg)
+		rc = sto_seg_sync(s->seg);
+	struct sto_txn *t = NULL;
+	if (rc == 0)
+		rc = sto_txn_begin(s->ix, true, &t);
+	if (rc == 0) {
+		rc = sto_meta_put(t, "ckpt_gen", h->gen);
+		if (rc == 0)
+			rc = sto_pending_clear(t, h->gen);
+		if (rc == 0)
+			rc = sto_txn_commit(t);
+		else
+			sto_txn_abort(t);
+	}
+	if (rc) {
+		rdb_error("store", "checkpoint of WAL generation %llu failed: %s; its points stay "
+			  "in memory and in the WAL, retrying", (unsigned long long)h->gen,
+			  rdb_strerror(rc));
+		return rc;
+	}
+	s->ckpt_gen = h->gen;
+	pthread_rwlock_wrlock(&s->view_lock);
+	pthread_mutex_lock(&s->head_lock);
+	s->frozen = NULL;
+	atomic_fetch_sub(&s->head_bytes, h->bytes);
+	pthread_mutex_unlock(&s->head_lock);
+	pthread_rwlock_unlock(&s->view_lock);
+	head_free(h);
+	remove_wal_upto(s, s->ckpt_gen);
+	atomic_fetch_add(&s->st_checkpoints, 1);
+	return 0;
+}
+
+/* Finishes a checkpoint left over from an earlier failure, then rotates the
+ * WAL and the active head and seals the frozen head. */
+static int checkpoint(struct sto *s)
+{
+	if (s->frozen) {
+		int rc = finish_checkpoint(s);
+		if (rc)
+			return rc;
+	}
+	pthread_rwlock_wrlock(&s->write_lock);
+	uint64_t gen = s->active->gen + 1;
+	int rc = sto_wal_rotate(s->wal, gen);
+	struct head *fresh = rc == 0 ? head_new(gen) : NULL;
+	if (rc == 0 && fresh) {
+		pthread_mutex_lock(&s->head_lock);
+		s->frozen = s->active;
+		s->active = fresh;
+		s->seal_queue_n = 0;
+		pthread_mutex_unlock(&s->head_lock);
+	}
+	pthread_rwlock_unlock(&s->write_lock);
+	if (rc || !fresh) {
+		rdb_error("store", "cannot rotate the WAL to generation %llu: %s",
+			  (unsigned long long)gen, rdb_strerror(rc ? rc : -ENOMEM));
+		return rc ? rc : -ENOMEM;
+	}
+	return finish_checkpoint(s);
+}
+
+static bool checkpoint_due(struct sto *s)
+{
+	pthread_mutex_lock(&s->head_lock);
+	struct head *h = s->active;
+	bool due = h->points > 0 &&
+		   rdb_now_mono_ns() - h->first_mono_ns >=
+			   (int64_t)s->opt.checkpoint_interval_s * 1000000000;
+	bool over = atomic_load(&s->head_bytes) > s->opt.head_max_bytes / 2 && h->points > 0;
+	pthread_mutex_unlock(&s->head_lock);
+	return due || over || s->frozen || sto_wal_size(s->wal) > s->opt.wal_rotate_bytes;
+}
+
+static void *flusher_main(void *arg)
+{
+	struct sto *s = arg;
+	pthread_mutex_lock(&s->flush_lock);
+	while (!s->stop) {
+		bool want = s->ckpt_wanted;
+		pthread_mutex_unlock(&s->flush_lock);
+
+		pthread_mutex_lock(&s->head_lock);
+		bool full = s->seal_queue_n > 0;
+		pthread_mutex_unlock(&s->head_lock);
+		if (full)
+			seal_full(s);
+		bool due = want || checkpoint_due(s);
+
+		pthread_mutex_lock(&s->flush_lock);
+		if (due) {
+			/* Counted before the rotation: a sto_checkpoint caller that saw
+			 * the old count gets a checkpoint that starts after its call. */
+			uint64_t mine = ++s->ckpt_started;
+			s->ckpt_wanted = false;
+			pthread_mutex_unlock(&s->flush_lock);
+			int rc = checkpoint(s);
+			pthread_mutex_lock(&s->flush_lock);
+			s->ckpt_last_rc = rc;
+			s->ckpt_done = mine;
+			pthread_cond_broadcast(&s->ckpt_cond);
+			if (rc == 0)
+				continue;
+		}
+		if (s->stop || s->ckpt_wanted)
+			continue;
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 200 * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&s->flush_cond, &s->flush_lock, &ts);
+	}
+	pthread_mutex_unlock(&s->flush_lock);
+	return NULL;
+}
+
+int sto_checkpoint(struct sto *s)
+{
+	pthread_mutex_lock(&s->flush_lock);
+	uint64_t target = s->ckpt_started + 1;
+	s->ckpt_wanted = true;
+	pthread_cond_signal(&s->flush_cond);
+	while (s->ckpt_done < target && !s->stop)
+		pthread_cond_wait(&s->ckpt_cond, &s->flush_lock);
+	int rc = s->ckpt_done >= target ? s->ckpt_last_rc : -ESHUTDOWN;
+	pthread_mutex_unlock(&s->flush_lock);
+	return rc;
+}
+
+/* ---- read ---------------------------------------------------------------- */
+
+static bool in_range(const struct sto_range *r, int64_t ts, int64_t step)
+{
+	if (ts < r->from_ns || ts > r->to_ns)
+		return false;
+	if (!r->by_step)
+		return true;
+	return step != STO_STEP_NONE && step >= r->step_from && step <= r->step_to;
+}
+
+/* Appends the points of c in range to out; RDB_ELIMIT past max_points. */
+static int filter_into(const struct sto_cols *c, const struct sto_range *r, size_t max_points,
+		       struct sto_cols *out)
+{
+	for (size_t i = 0; i < c->n; i++) {
+		if (!in_range(r, c->ts_ns[i], c->step[i]))
+			continue;
+		if (out->n >= max_points)
+			return RDB_ELIMIT;
+		int rc = sto_cols_push(out, c->ts_ns[i], c->step[i], c->attempt[i], c->value[i]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+struct read_ctx {
+	struct sto *s;
+	const struct sto_range *r;
+	size_t max_points;
+	struct sto_cols *out;
+	struct sto_cols tmp;
+	struct rdb_buf rec;
+	struct sto_read_error *err;
+	uint64_t series_id;
+};
+
+/* Reads, verifies and decodes one chunk into ctx->tmp. */
+int sto_read_chunk(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_buf *rec,
+		   struct sto_cols *out, struct sto_read_error *err)
+{
+	rec->len = 0;
+	int rc = rdb_buf_reserve(rec, ref->length);
+	const char *why = "read failed";
+	char path[PATH_MAX + 64];
+	if (rc)
+		goto fail;
+	rc = sto_seg_read(s->readers, ref->segment_id, ref->offset, rec->data, ref->length);
+	if (rc == RDB_ECORRUPT)
+		why = "segment file is shorter than the index says";
+	const uint8_t *payload;
+	size_t plen, used = 0;
+	if (rc == 0)
+		rc = sto_chunk_check(rec->data, ref->length, ref->series_id, ref->uid, &payload,
+				     &plen, &why);
+	if (rc == 0) {
+		rc = sto_codec_decode(payload, plen, STO_CHUNK_MAX_POINTS, out, &used);
+		if (rc == RDB_ECORRUPT)
+			why = "chunk payload does not decode";
+		else if (rc == 0 && out->n != ref->stats.count) {
+			rc = RDB_ECORRUPT;
+			why = "chunk point count differs from its index entry";
+		}
+	}
+	if (rc == 0)
+		return 0;
+fail:
+	sto_seg_path(s->seg_dir, ref->segment_id, path, sizeof(path));
+	snprintf(err->msg, sizeof(err->msg),
+		 "%s: %s (chunk %llu of series %llu, offset %llu, %u bytes, in %s)",
+		 rc == RDB_ECORRUPT ? "corrupt data" : "I/O error",
+		 rc == RDB_ECORRUPT ? why : rdb_strerror(rc), (unsigned long long)ref->uid,
+		 (unsigned long long)ref->series_id, (unsigned long long)ref->offset, ref->length,
+		 path);
+	static struct rdb_log_ratelimit rl;
+	rdb_log_limited(&rl, 10, RDB_LOG_ERROR, "store", "%s; the chunk is not served, "
+			"queries touching it fail, the rest of the data is served", err->msg);
+	return rc;
+}
+
+static int read_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
+{
+	struct read_ctx *c = arg;
+	const struct sto_range *r = c->r;
+	if (r->by_step && (ref->stats.max_step == STO_STEP_NONE || ref->stats.max_step < r->step_from ||
+			   ref->stats.min_step > r->step_to))
+		return 0;
+	int rc = sto_read_chunk(c->s, ref, &c->rec, &c->tmp, c->err);
+	if (rc)
+		return rc;
+	return filter_into(&c->tmp, r, c->max_points, c->out);
+}
+
+/* Copies head points of series_id in range. Caller holds view_lock shared. */
+static int read_heads(struct sto *s, uint64_t series_id, const struct sto_range *r,
+		      size_t max_points, struct sto_cols *out)
+{
+	int rc = 0;
+	pthread_mutex_lock(&s->head_lock);
+	struct head *heads[2] = {s->frozen, s->active};
+	for (int i = 0; i < 2 && rc == 0; i++) {
+		if (!heads[i])
+			continue;
+		struct head_series *hs = rdb_map_get(&heads[i]->series, series_id);
+		if (hs)
+			rc = filter_into(&hs->pts, r, max_points, out);
+	}
+	pthread_mutex_unlock(&s->head_lock);
+	return rc;
+}
+
+int sto_read(struct sto *s, uint64_t series_id, const struct sto_range *r, size_t max_points,
+	     struct sto_cols *out, struct sto_read_error *err)
+{
+	struct read_ctx c = {.s = s, .r = r, .max_points = max_points, .out = out, .err = err,
+			     .series_id = series_id};
+	rdb_buf_init(&c.rec, STO_CHUNK_HEADER_SIZE + STO_CHUNK_MAX_PAYLOAD);
+	out->n = 0;
+	err->msg[0] = 0;
+	struct sto_txn *t = NULL;
+	pthread_rwlock_rdlock(&s->view_lock);
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc == 0)
+		rc = read_heads(s, series_id, r, max_points, out);
+	pthread_rwlock_unlock(&s->view_lock);
+	if (rc == 0)
+		rc = sto_chunk_scan(t, series_id, r->from_ns, r->to_ns, read_chunk_cb, &c);
+	sto_txn_abort(t);
+	if (rc == 0)
+		rc = sto_cols_sort_by_time(out);
+	if (rc == RDB_ELIMIT)
+		snprintf(err->msg, sizeof(err->msg), "more than %zu points", max_points);
+	sto_cols_free(&c.tmp);
+	rdb_buf_free(&c.rec);
+	return rc;
+}
+
+/* ---- catalog --------------------------------------------------------------- */
+
+int sto_list_jobs(struct sto *s, sto_job_fn fn, void *arg)
+{
+	struct sto_txn *t;
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc)
+		return rc;
+	rc = sto_jobs_scan(t, fn, arg);
+	sto_txn_abort(t);
+	return rc;
+}
+
+int sto_list_series(struct sto *s, const char *job, sto_series_fn fn, void *arg)
+{
+	struct sto_txn *t;
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc)
+		return rc;
+	rc = sto_series_scan(t, job, fn, arg);
+	sto_txn_abort(t);
+	return rc;
+}
+
+int sto_lookup_series(struct sto *s, const struct sto_series_key *k, uint64_t *id)
+{
+	struct sto_txn *t;
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc)
+		return rc;
+	rc = sto_series_lookup(t, k, id);
+	sto_txn_abort(t);
+	return rc;
+}
+
+void sto_get_stats(struct sto *s, struct sto_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&s->series_lock);
+	out->series = s->nseries;
+	pthread_mutex_unlock(&s->series_lock);
+	pthread_mutex_lock(&s->head_lock);
+	out->head_points = s->active ? s->active->points : 0;
+	out->head_points += s->frozen ? s->frozen->points : 0;
+	pthread_mutex_unlock(&s->head_lock);
+	out->head_bytes = atomic_load(&s->head_bytes);
+	out->chunks_sealed = atomic_load(&s->st_chunks);
+	out->points_sealed = atomic_load(&s->st_points_sealed);
+	out->chunk_bytes_written = atomic_load(&s->st_chunk_bytes);
+	out->checkpoints = atomic_load(&s->st_checkpoints);
+	out->points_written = atomic_load(&s->st_points_written);
+	out->batches_written = atomic_load(&s->st_batches_written);
+	out->write_busy = atomic_load(&s->st_write_busy);
+	if (s->wal)
+		sto_wal_get_stats(s->wal, &out->wal);
+}
+
+/* ---- open, recovery, close ------------------------------------------------- */
+
+static int make_dir(const char *path)
+{
+	if (mkdir(path, 0755) == 0 || errno == EEXIST)
+		return 0;
+	int rc = -errno;
+	rdb_error("store", "cannot create directory %s: %s", path, strerror(-rc));
+	return rc;
+}
+
+/* Creates FORMAT in a new data directory, or checks it in an existing one. */
+static int check_format(const char *dir)
+{
+	char path[PATH_MAX + 16], buf[256];
+	snprintf(path, sizeof(path), "%s/FORMAT", dir);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT) {
+		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (fd < 0)
+			return -errno;
+		ssize_t w = write(fd, FORMAT_FILE_TEXT, strlen(FORMAT_FILE_TEXT));
+		int rc = (w == (ssize_t)strlen(FORMAT_FILE_TEXT) && fsync(fd) == 0) ? 0 : -EIO;
+		close(fd);
+		return rc;
+	}
+	if (fd < 0)
+		return -errno;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	if (strcmp(buf, FORMAT_FILE_TEXT) != 0) {
+		rdb_error("store", "%s says this data directory has a format this rankdbd does "
+			  "not know (expected \"format %u\"); refusing to open it. Use the "
+			  "rankdbd release that wrote it.", path, STO_FORMAT_VERSION);
+		return RDB_EFORMAT;
+	}
+	return 0;
+}
+
+static int take_lock(struct sto *s)
+{
+	char path[PATH_MAX + 16];
+	snprintf(path, sizeof(path), "%s/LOCK", s->dir);
+	s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (s->lock_fd < 0)
+		return -errno;
+	if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+		int rc = -errno;
+		rdb_error("store", "data directory %s is locked by another process (%s); is "
+			  "another rankdbd or rankctl running on it?", s->dir, path);
+		return rc == -EWOULDBLOCK ? -EBUSY : rc;
+	}
+	return 0;
+}
+
+static int drop_pending_cb(void *arg, const struct sto_chunk_ref *ref)
+{
+	struct sto_txn *t = arg;
+	int rc = sto_chunk_del(t, ref->series_id, ref->stats.min_ts_ns, ref->uid);
+	return rc == RDB_ENOTFOUND ? 0 : rc;
+}
+
+/* Drops index entries of chunks newer than the checkpoint: their points
+ * will be replayed from the WAL. */
+static int drop_uncheckpointed(struct sto *s)
+{
+	struct sto_txn *t;
+	int rc = sto_txn_begin(s->ix, true, &t);
+	if (rc)
+		return rc;
+	rc = sto_pending_scan(t, s->ckpt_gen, drop_pending_cb, t);
+	if (rc == 0)
+		rc = sto_pending_drop_after(t, s->ckpt_gen);
+	if (rc) {
+		sto_txn_abort(t);
+		return rc;
+	}
+	return sto_txn_commit(t);
+}
+
+struct replay_ctx {
+	struct sto *s;
+	struct sto_batch *b;
+	uint64_t points;
+};
+
+static int replay_cb(void *arg, uint64_t gen, uint8_t type, const uint8_t *p, size_t len)
+{
+	struct replay_ctx *c = arg;
+	if (type != STO_WAL_REC_POINTS) {
+		rdb_warn("store", "WAL generation %llu: skipping record of unknown type %u",
+			 (unsigned long long)gen, type);
+		return 0;
+	}
+	int rc = sto_batch_decode(c->b, p, len);
+	if (rc) {
+		rdb_error("store", "WAL generation %llu: a record with a valid checksum does not "
+			  "parse (%s); skipping it", (unsigned long long)gen, rdb_strerror(rc));
+		return 0;
+	}
+	size_t n = sto_batch_nseries(c->b);
+	struct series_ent **ents = malloc((n ? n : 1) * sizeof(*ents));
+	if (!ents)
+		return -ENOMEM;
+	rc = resolve_series(c->s, c->b, ents);
+	if (rc == 0)
+		rc = head_apply(c->s, c->s->active, c->b, ents, false);
+	free(ents);
+	c->points += sto_batch_points(c->b);
+	return rc;
+}
+
+/* Replays WAL generations newer than the checkpoint into s->active and
+ * checkpoints them. Sets s->active->gen to the newest generation seen. */
+static int recover(struct sto *s)
+{
+	uint64_t *gens = NULL;
+	size_t n = 0;
+	int rc = drop_uncheckpointed(s);
+	if (rc == 0)
+		rc = sto_wal_list(s->wal_dir, &gens, &n);
+	if (rc)
+		return rc;
+	uint64_t newest = s->ckpt_gen;
+	struct replay_ctx c = {.s = s};
+	rc = sto_batch_new(SIZE_MAX, SIZE_MAX, &c.b);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		if (gens[i] <= s->ckpt_gen)
+			continue;
+		struct sto_wal_replay_result res;
+		rc = sto_wal_replay(s->wal_dir, gens[i], replay_cb, &c, &res);
+		if (rc == 0)
+			rdb_info("store", "replayed WAL generation %llu: %llu records, %llu of %llu "
+				 "bytes", (unsigned long long)gens[i],
+				 (unsigned long long)res.records,
+				 (unsigned long long)res.valid_bytes,
+				 (unsigned long long)res.file_bytes);
+		newest = gens[i];
+	}
+	sto_batch_free(c.b);
+	free(gens);
+	if (rc)
+		return rc;
+	s->active->gen = newest;
+	if (c.points)
+		rdb_info("store", "recovered %llu points from the WAL; sealing them into chunks",
+			 (unsigned long long)c.points);
+	s->frozen = s->active;
+	s->active = NULL;
+	rc = finish_checkpoint(s);
+	s->active = head_new(newest + 1);
+	return rc ? rc : (s->active ? 0 : -ENOMEM);
+}
+
+static int open_index(struct sto *s)
+{
+	char path[PATH_MAX + 16];
+	snprintf(path, sizeof(path), "%s/index", s->dir);
+	int rc = sto_index_open(path, s->opt.index_map_bytes, &s->ix);
+	if (rc)
+		return rc;
+	struct sto_txn *t;
+	rc = sto_txn_begin(s->ix, false, &t);
+	if (rc)
+		return rc;
+	uint64_t v;
+	s->ckpt_gen = sto_meta_get(t, "ckpt_gen", &v) == 0 ? v : 0;
+	s->next_uid = sto_meta_get(t, "next_chunk_uid", &v) == 0 ? v : 1;
+	s->nseries = sto_meta_get(t, "next_series_id", &v) == 0 && v > 0 ? v - 1 : 0;
+	sto_txn_abort(t);
+	return 0;
+}
+
+static void init_locks(struct sto *s)
+{
+	pthread_rwlockattr_t a;
+	pthread_rwlockattr_init(&a);
+	pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&s->write_lock, &a);
+	pthread_rwlock_init(&s->view_lock, &a);
+	pthread_rwlockattr_destroy(&a);
+	pthread_mutex_init(&s->head_lock, NULL);
+	pthread_mutex_init(&s->series_lock, NULL);
+	pthread_mutex_init(&s->flush_lock, NULL);
+	pthread_cond_init(&s->flush_cond, NULL);
+	pthread_cond_init(&s->ckpt_cond, NULL);
+}
+
+static void destroy(struct sto *s)
+{
+	sto_wal_close(s->wal);
+	sto_seg_close(s->seg);
+	sto_ring_close(s->ring);
+	sto_seg_readers_free(s->readers);
+	head_free(s->active);
+	head_free(s->frozen);
+	sto_index_close(s->ix);
+	cache_free(s);
+	free(s->seal_queue);
+	if (s->lock_fd >= 0)
+		close(s->lock_fd);
+	pthread_rwlock_destroy(&s->write_lock);
+	pthread_rwlock_destroy(&s->view_lock);
+	pthread_mutex_destroy(&s->head_lock);
+	pthread_mutex_destroy(&s->series_lock);
+	pthread_mutex_destroy(&s->flush_lock);
+	pthread_cond_destroy(&s->flush_cond);
+	pthread_cond_destroy(&s->ckpt_cond);
+	free(s);
+}
+
+static int open_dirs(struct sto *s)
+{
+	int rc = make_dir(s->dir);
+	if (rc == 0)
+		rc = take_lock(s);
+	if (rc == 0)
+		rc = check_format(s->dir);
+	if (rc == 0)
+		rc = make_dir(s->wal_dir);
+	if (rc == 0)
+		rc = make_dir(s->seg_dir);
+	return rc;
+}
+
+int sto_open(const struct sto_options *opt, struct sto **out)
+{
+	struct sto *s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->opt = *opt;
+	s->lock_fd = -1;
+	init_locks(s);
+	snprintf(s->dir, sizeof(s->dir), "%s", opt->data_dir);
+	snprintf(s->wal_dir, sizeof(s->wal_dir), "%s/wal", s->dir);
+	snprintf(s->seg_dir, sizeof(s->seg_dir), "%s/chunks", s->dir);
+	s->opt.data_dir = s->dir;
+	if (s->opt.chunk_max_points < 1 || s->opt.chunk_max_points > STO_CHUNK_MAX_POINTS)
+		s->opt.chunk_max_points = STO_CHUNK_MAX_POINTS;
+	int rc = open_dirs(s);
+	if (rc == 0)
+		rc = open_index(s);
+	if (rc == 0)
+		rc = sto_seg_readers_new(s->seg_dir, &s->readers);
+	if (rc == 0)
+		rc = sto_ring_open(64, &s->ring);
+	if (rc == 0) {
+		s->active = head_new(s->ckpt_gen);
+		rc = s->active ? recover(s) : -ENOMEM;
+	}
+	if (rc == 0) {
+		struct sto_wal_options wo = {.dir = s->wal_dir, .gen = s->active->gen,
+					     .sync = opt->sync, .queue_max_records = 4096};
+		rc = sto_wal_open(&wo, &s->wal);
+	}
+	if (rc == 0) {
+		rc = -pthread_create(&s->flusher, NULL, flusher_main, s);
+		s->flusher_running = rc == 0;
+	}
+	if (rc) {
+		rdb_error("store", "cannot open data directory %s: %s", s->dir, rdb_strerror(rc));
+		destroy(s);
+		return rc;
+	}
+	rdb_info("store", "opened %s: %llu series, checkpoint generation %llu, WAL generation "
+		 "%llu, sync policy %s", s->dir, (unsigned long long)s->nseries,
+		 (unsigned long long)s->ckpt_gen, (unsigned long long)s->active->gen,
+		 opt->sync == STO_SYNC_NONE ? "none" : "fdatasync");
+	*out = s;
+	return 0;
+}
+
+void sto_close(struct sto *s)
+{
+	if (!s)
+		return;
+	atomic_store(&s->closing, true);
+	/* Wait for writes in flight, then stop the flusher. */
+	pthread_rwlock_wrlock(&s->write_lock);
+	pthread_rwlock_unlock(&s->write_lock);
+	pthread_mutex_lock(&s->flush_lock);
+	s->stop = true;
+	pthread_cond_broadcast(&s->flush_cond);
+	pthread_cond_broadcast(&s->ckpt_cond);
+	pthread_mutex_unlock(&s->flush_lock);
+	if (s->flusher_running)
+		pthread_join(s->flusher, NULL);
+	/* Final checkpoint without rotation: seal the whole head under the
+	 * current generation, then remove its WAL file. */
+	int rc = 0;
+	if (s->frozen)
+		rc = finish_checkpoint(s);
+	if (rc == 0) {
+		s->frozen = s->active;
+		s->active = NULL;
+		sto_wal_close(s->wal);
+		s->wal = NULL;
+		rc = finish_checkpoint(s);
+	}
+	if (rc)
+		rdb_error("store", "final checkpoint failed (%s); the WAL in %s still holds "
+			  "every acknowledged point and is replayed at the next start",
+			  rdb_strerror(rc), s->wal_dir);
+	else
+		rdb_info("store", "closed %s cleanly at checkpoint generation %llu", s->dir,
+			 (unsigned long long)s->ckpt_gen);
+	destroy(s);
+}

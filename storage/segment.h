@@ -1,0 +1,56 @@
+/* segment.h - segment files: append-only files of checksummed chunk records
+ * (layout in storage/format.h).
+ *
+ * Writing: one sto_seg_writer, owned by the flusher thread (it owns the
+ * ring too). Reading: struct sto_seg_readers caches one read-only fd per
+ * segment and is thread-safe (pread).
+ */
+#ifndef STO_SEGMENT_H
+#define STO_SEGMENT_H
+
+#include "common/rdb_buf.h"
+#include "storage/series.h"
+#include "storage/uring.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct sto_seg_writer;
+
+/* Creates chunks/seg-<id>.dat fresh (O_EXCL) with its header, synced, and
+ * the directory fsynced. 0 or -errno. */
+int sto_seg_create(const char *dir, uint64_t id, struct sto_ring *ring,
+		   struct sto_seg_writer **out);
+uint64_t sto_seg_id(const struct sto_seg_writer *w);
+/* Bytes in the file (header included): the offset of the next record. */
+uint64_t sto_seg_size(const struct sto_seg_writer *w);
+/* Appends buf (whole chunk records) at the end. Not synced. On failure the
+ * file is truncated back so that it never ends in a torn record. 0/-errno. */
+int sto_seg_append(struct sto_seg_writer *w, const void *buf, size_t len);
+int sto_seg_sync(struct sto_seg_writer *w);
+/* Syncs and closes. NULL ok. */
+int sto_seg_close(struct sto_seg_writer *w);
+
+/* Appends one framed chunk record to out: header (magic, lengths, ids,
+ * checksum) + codec payload + series key. 0, -ENOMEM, RDB_ELIMIT. */
+int sto_chunk_frame(struct rdb_buf *out, uint64_t series_id, uint64_t uid, uint64_t gen,
+		    uint32_t npoints, const uint8_t *codec, size_t codec_len,
+		    const struct sto_series_key *key);
+
+/* Checks a chunk record read from disk against what the index says it is:
+ * magic, lengths, series id, uid, checksum. On success *payload and *payload_len
+ * point at the codec payload + key inside rec. RDB_ECORRUPT with why
+ * (static string) in *why on failure. */
+int sto_chunk_check(const uint8_t *rec, size_t len, uint64_t series_id, uint64_t uid,
+		    const uint8_t **payload, size_t *payload_len, const char **why);
+
+struct sto_seg_readers;
+int sto_seg_readers_new(const char *dir, struct sto_seg_readers **out);
+void sto_seg_readers_free(struct sto_seg_readers *r); /* NULL ok */
+/* Reads exactly len bytes at off of segment id into buf. -errno, or
+ * RDB_ECORRUPT if the file is shorter than that. Thread-safe. */
+int sto_seg_read(struct sto_seg_readers *r, uint64_t id, uint64_t off, void *buf, size_t len);
+/* Path of a segment file, for messages. */
+void sto_seg_path(const char *dir, uint64_t id, char *out, size_t outlen);
+
+#endif
