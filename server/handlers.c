@@ -1,0 +1,454 @@
+/* handlers.c - the HTTP endpoints of rankdbd: routing, parameter parsing,
+ * and the translation of storage/ingest/query results into status codes.
+ *
+ *   GET  /healthz                      liveness
+ *   GET  /metrics                      Prometheus text exposition
+ *   POST /api/v1/write                 JSON array / NDJSON metric records
+ *   GET  /api/v1/jobs                  job listing
+ *   GET  /api/v1/jobs/<job>/metrics    a job's metric names
+ *   GET  /api/v1/jobs/<job>/ranks      a job's ranks
+ *   GET  /api/v1/query/range           raw points by time and/or step range
+ *
+ * Errors are JSON {"error": "..."} with the status that says whose fault it
+ * is: 4xx for the client (with what to change), 5xx for the server, 503 +
+ * Retry-After when saturated. Repeating client errors are logged
+ * rate-limited.
+ */
+#include "server/srv.h"
+#include "common/rdb_err.h"
+#include "common/rdb_log.h"
+#include "common/rdb_time.h"
+#include "query/qry.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void srv_error(struct srv_resp *resp, int status, const char *fmt, ...)
+{
+	char msg[6000];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	resp->status = status;
+	resp->body.len = 0;
+	if (rdb_buf_puts(&resp->body, "{\"error\":") || rdb_buf_json_str(&resp->body, msg, strlen(msg)) ||
+	    rdb_buf_putc(&resp->body, '}'))
+		resp->body.len = 0;
+}
+
+static void ok_json(struct srv_resp *resp)
+{
+	resp->status = 200;
+}
+
+/* ---- write ---------------------------------------------------------------- */
+
+static void write_error(struct srv_resp *resp, const struct ing_error *e)
+{
+	char msg[512];
+	snprintf(msg, sizeof(msg), "%s", e->msg);
+	resp->body.len = 0;
+	rdb_buf_puts(&resp->body, "{\"error\":");
+	rdb_buf_json_str(&resp->body, msg, strlen(msg));
+	rdb_buf_printf(&resp->body, ",\"record\":%ld,\"line\":%ld,\"field\":", e->record, e->line);
+	rdb_buf_json_str(&resp->body, e->field, strlen(e->field));
+	rdb_buf_putc(&resp->body, '}');
+}
+
+static void handle_write(struct srv_req *req, struct srv_resp *resp)
+{
+	struct srv_ctx *ctx = req->ctx;
+	atomic_fetch_add(&ctx->counters.write_requests, 1);
+	struct sto_batch *b = NULL;
+	struct ing_error e = {0};
+	size_t nrec = 0;
+	size_t max_points = ctx->cfg->max_records_per_request * ctx->cfg->max_metrics_per_record;
+	int rc = sto_batch_new(max_points, max_points, &b);
+	if (rc == 0)
+		rc = ing_json_parse((const char *)req->body, req->body_len, &ctx->limits,
+				    rdb_now_ns(), b, &e, &nrec);
+	if (rc == RDB_EINVAL || rc == RDB_ELIMIT) {
+		atomic_fetch_add(&ctx->counters.write_rejected_invalid, 1);
+		resp->status = rc == RDB_ELIMIT ? 413 : 400;
+		write_error(resp, &e);
+		static struct rdb_log_ratelimit rl;
+		rdb_log_limited(&rl, 10, RDB_LOG_INFO, "write", "refused a write (%d): record %ld "
+				"line %ld field '%s': %s", resp->status, e.record, e.line, e.field,
+				e.msg);
+		goto out;
+	}
+	if (rc == 0)
+		rc = sto_write(ctx->sto, b);
+	if (rc == 0) {
+		atomic_fetch_add(&ctx->counters.write_records, nrec);
+		ok_json(resp);
+		rdb_buf_printf(&resp->body, "{\"accepted_points\":%zu,\"records\":%zu}",
+			       sto_batch_points(b), nrec);
+	} else if (rc == RDB_EBUSY || rc == -ESHUTDOWN) {
+		atomic_fetch_add(&ctx->counters.write_rejected_busy, 1);
+		srv_error(resp, 503, rc == RDB_EBUSY ?
+			  "ingest is saturated (in-memory head over head_max_bytes while chunks "
+			  "are being sealed); nothing of this request was stored, retry after "
+			  "the Retry-After delay" : "server is shutting down; nothing of this "
+			  "request was stored, retry against the restarted server");
+		resp->retry_after = "1";
+	} else if (rc == RDB_ELIMIT) {
+		atomic_fetch_add(&ctx->counters.write_rejected_limit, 1);
+		srv_error(resp, 422, "this request would create more series than max_series "
+			  "(%llu) allows; nothing of it was stored",
+			  (unsigned long long)ctx->cfg->max_series);
+	} else {
+		atomic_fetch_add(&ctx->counters.write_failed, 1);
+		srv_error(resp, 500, "storing the batch failed: %s; nothing of this request was "
+			  "acknowledged, retry later", rdb_strerror(rc));
+		resp->retry_after = "5";
+	}
+out:
+	sto_batch_free(b);
+}
+
+/* ---- query parameters -------------------------------------------------------- */
+
+static int parse_i64(const char *s, int64_t *out)
+{
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (errno || end == s || *end)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+struct range_params {
+	const char *job;
+	const char *metrics[256];
+	size_t nmetrics;
+	uint32_t ranks[4096];
+	size_t nranks;
+	struct sto_range range;
+	char *owned[SRV_MAX_ARGS]; /* copies of the comma lists the arrays point into */
+	int nowned;
+};
+
+static void range_params_free(struct range_params *p)
+{
+	for (int i = 0; i < p->nowned; i++)
+		free(p->owned[i]);
+}
+
+/* Splits a comma list into the param arrays (copies into scratch). */
+static int split_list(struct range_params *p, const char *val, bool metric, char *why,
+		      size_t whylen)
+{
+	size_t len = strlen(val);
+	char *copy = malloc(len + 1);
+	if (!copy)
+		return -ENOMEM;
+	memcpy(copy, val, len + 1);
+	p->owned[p->nowned++] = copy; /* one per query argument: cannot overflow */
+	int rc = 0;
+	for (char *tok = copy, *next; tok && rc == 0; tok = next) {
+		next = strchr(tok, ',');
+		if (next)
+			*next++ = 0;
+		if (*tok == 0)
+			continue;
+		if (metric) {
+			if (p->nmetrics == 256) {
+				snprintf(why, whylen, "at most 256 metrics per query");
+				rc = -EINVAL;
+			} else {
+				p->metrics[p->nmetrics++] = tok;
+			}
+			continue;
+		}
+		int64_t r;
+		if (strcmp(tok, "job") == 0) {
+			r = STO_RANK_JOB;
+		} else if (parse_i64(tok, &r) || r < 0 || r > STO_RANK_MAX) {
+			snprintf(why, whylen, "rank must be an integer >= 0 or \"job\", got '%.32s'",
+				 tok);
+			rc = -EINVAL;
+			break;
+		}
+		if (p->nranks == 4096) {
+			snprintf(why, whylen, "at most 4096 ranks per query");
+			rc = -EINVAL;
+		} else {
+			p->ranks[p->nranks++] = (uint32_t)r;
+		}
+	}
+	return rc;
+}
+
+static int parse_range(const struct srv_req *req, struct range_params *p, char *why,
+		       size_t whylen)
+{
+	p->range.from_ns = INT64_MIN;
+	p->range.to_ns = INT64_MAX;
+	p->range.step_from = 0;
+	p->range.step_to = INT64_MAX;
+	if (req->args_overflow) {
+		snprintf(why, whylen, "too many query parameters (at most %d)", SRV_MAX_ARGS);
+		return -EINVAL;
+	}
+	for (int i = 0; i < req->nargs; i++) {
+		const char *k = req->args[i].key, *v = req->args[i].val;
+		int rc = 0;
+		int64_t *num = NULL;
+		if (strcmp(k, "job") == 0) {
+			p->job = v;
+		} else if (strcmp(k, "metric") == 0) {
+			rc = split_list(p, v, true, why, whylen);
+		} else if (strcmp(k, "rank") == 0) {
+			rc = split_list(p, v, false, why, whylen);
+		} else if (strcmp(k, "from") == 0) {
+			num = &p->range.from_ns;
+		} else if (strcmp(k, "to") == 0) {
+			num = &p->range.to_ns;
+		} else if (strcmp(k, "step_from") == 0) {
+			num = &p->range.step_from;
+			p->range.by_step = true;
+		} else if (strcmp(k, "step_to") == 0) {
+			num = &p->range.step_to;
+			p->range.by_step = true;
+		} else {
+			snprintf(why, whylen, "unknown parameter '%.64s' (known: job, metric, rank, "
+				 "from, to, step_from, step_to)", k);
+			return -EINVAL;
+		}
+		if (num && parse_i64(v, num)) {
+			snprintf(why, whylen, "parameter %s must be an integer (%s), got '%.64s'", k,
+				 k[0] == 's' ? "a training step" : "nanoseconds since the epoch", v);
+			return -EINVAL;
+		}
+		if (rc)
+			return rc;
+	}
+	if (!p->job || !*p->job) {
+		snprintf(why, whylen, "parameter job is required");
+		return -EINVAL;
+	}
+	if (p->nmetrics == 0) {
+		snprintf(why, whylen, "parameter metric is required (one or more, comma-separated "
+			 "or repeated)");
+		return -EINVAL;
+	}
+	if (p->range.from_ns > p->range.to_ns || p->range.step_from > p->range.step_to) {
+		snprintf(why, whylen, "empty range: from must be <= to and step_from <= step_to");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static void query_failed(struct srv_ctx *ctx, struct srv_resp *resp, const struct qry_error *e)
+{
+	atomic_fetch_add(&ctx->counters.query_errors, 1);
+	srv_error(resp, e->status, "%s", e->msg);
+}
+
+static void handle_range(struct srv_req *req, struct srv_resp *resp)
+{
+	struct srv_ctx *ctx = req->ctx;
+	struct range_params *p = calloc(1, sizeof(*p));
+	struct qry_error *e = calloc(1, sizeof(*e));
+	char why[512];
+	if (!p || !e) {
+		srv_error(resp, 500, "out of memory");
+		goto out;
+	}
+	if (parse_range(req, p, why, sizeof(why))) {
+		srv_error(resp, 400, "%s", why);
+		goto out;
+	}
+	struct qry_range_req q = {.job = p->job, .metrics = p->metrics, .nmetrics = p->nmetrics,
+				  .ranks = p->ranks, .nranks = p->nranks, .range = p->range,
+				  .max_points = ctx->cfg->max_query_points};
+	if (qry_range(ctx->sto, &q, &resp->body, e))
+		query_failed(ctx, resp, e);
+	else
+		ok_json(resp);
+out:
+	if (p)
+		range_params_free(p);
+	free(p);
+	free(e);
+}
+
+/* /api/v1/jobs/<job>/<what> */
+static void handle_job(struct srv_req *req, struct srv_resp *resp, const char *rest)
+{
+	const char *slash = strchr(rest, '/');
+	char job[STO_JOB_MAX + 1];
+	size_t jl = slash ? (size_t)(slash - rest) : strlen(rest);
+	if (!slash || !sto_job_valid(rest, jl)) {
+		srv_error(resp, 404, "no such endpoint: %.200s (try /api/v1/jobs/<job>/metrics "
+			  "or /ranks)", req->path);
+		return;
+	}
+	memcpy(job, rest, jl);
+	job[jl] = 0;
+	struct qry_error *e = calloc(1, sizeof(*e));
+	if (!e) {
+		srv_error(resp, 500, "out of memory");
+		return;
+	}
+	int rc;
+	if (strcmp(slash, "/metrics") == 0)
+		rc = qry_job_metrics(req->ctx->sto, job, &resp->body, e);
+	else if (strcmp(slash, "/ranks") == 0)
+		rc = qry_job_ranks(req->ctx->sto, job, &resp->body, e);
+	else {
+		srv_error(resp, 404, "no such endpoint: %.200s", req->path);
+		free(e);
+		return;
+	}
+	if (rc)
+		query_failed(req->ctx, resp, e);
+	else
+		ok_json(resp);
+	free(e);
+}
+
+static void handle_jobs(struct srv_req *req, struct srv_resp *resp)
+{
+	struct qry_error *e = calloc(1, sizeof(*e));
+	if (!e) {
+		srv_error(resp, 500, "out of memory");
+		return;
+	}
+	if (qry_jobs(req->ctx->sto, &resp->body, e))
+		query_failed(req->ctx, resp, e);
+	else
+		ok_json(resp);
+	free(e);
+}
+
+/* ---- /metrics ---------------------------------------------------------------- */
+
+static void metric(struct rdb_buf *b, const char *name, const char *type, const char *help,
+		   uint64_t v)
+{
+	rdb_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name,
+		       (unsigned long long)v);
+}
+
+static void handle_metrics(struct srv_req *req, struct srv_resp *resp)
+{
+	struct srv_ctx *ctx = req->ctx;
+	struct srv_counters *c = &ctx->counters;
+	struct sto_stats st;
+	sto_get_stats(ctx->sto, &st);
+	struct rdb_buf *b = &resp->body;
+	metric(b, "rankdb_points_written_total", "counter", "Points acknowledged (durable).",
+	       st.points_written);
+	metric(b, "rankdb_write_batches_total", "counter", "Write batches acknowledged.",
+	       st.batches_written);
+	metric(b, "rankdb_write_records_total", "counter", "JSON records acknowledged.",
+	       atomic_load(&c->write_records));
+	rdb_buf_puts(b, "# HELP rankdb_write_rejected_total Write requests refused, by reason.\n"
+			"# TYPE rankdb_write_rejected_total counter\n");
+	rdb_buf_printf(b, "rankdb_write_rejected_total{reason=\"invalid\"} %llu\n",
+		       (unsigned long long)atomic_load(&c->write_rejected_invalid));
+	rdb_buf_printf(b, "rankdb_write_rejected_total{reason=\"busy\"} %llu\n",
+		       (unsigned long long)atomic_load(&c->write_rejected_busy));
+	rdb_buf_printf(b, "rankdb_write_rejected_total{reason=\"series_limit\"} %llu\n",
+		       (unsigned long long)atomic_load(&c->write_rejected_limit));
+	rdb_buf_printf(b, "rankdb_write_rejected_total{reason=\"error\"} %llu\n",
+		       (unsigned long long)atomic_load(&c->write_failed));
+	metric(b, "rankdb_series", "gauge", "Series ever created.", st.series);
+	metric(b, "rankdb_head_points", "gauge", "Points in the in-memory head.", st.head_points);
+	metric(b, "rankdb_head_bytes", "gauge", "Memory held by the head.", st.head_bytes);
+	metric(b, "rankdb_chunks_sealed_total", "counter", "Chunks written.", st.chunks_sealed);
+	metric(b, "rankdb_points_sealed_total", "counter", "Points written into chunks.",
+	       st.points_sealed);
+	metric(b, "rankdb_chunk_bytes_written_total", "counter", "Chunk bytes written.",
+	       st.chunk_bytes_written);
+	metric(b, "rankdb_checkpoints_total", "counter", "Checkpoints completed.", st.checkpoints);
+	metric(b, "rankdb_wal_records_total", "counter", "WAL records written.", st.wal.records);
+	metric(b, "rankdb_wal_bytes_total", "counter", "WAL bytes written.", st.wal.bytes);
+	metric(b, "rankdb_wal_syncs_total", "counter", "WAL fdatasync calls (group commits).",
+	       st.wal.syncs);
+	metric(b, "rankdb_wal_errors_total", "counter", "WAL write or sync failures.",
+	       st.wal.errors);
+	rdb_buf_printf(b, "# HELP rankdb_wal_sync_seconds_total Time in WAL write+fdatasync.\n"
+			  "# TYPE rankdb_wal_sync_seconds_total counter\n"
+			  "rankdb_wal_sync_seconds_total %.6f\n"
+			  "# HELP rankdb_wal_sync_seconds_max Longest WAL write+fdatasync.\n"
+			  "# TYPE rankdb_wal_sync_seconds_max gauge\n"
+			  "rankdb_wal_sync_seconds_max %.6f\n",
+		       (double)st.wal.sync_ns_total / 1e9, (double)st.wal.sync_ns_max / 1e9);
+	metric(b, "rankdb_queries_total", "counter", "Queries answered.", atomic_load(&c->queries));
+	metric(b, "rankdb_query_errors_total", "counter", "Queries that failed.",
+	       atomic_load(&c->query_errors));
+	rdb_buf_printf(b, "# HELP rankdb_query_seconds_total Time spent answering queries.\n"
+			  "# TYPE rankdb_query_seconds_total counter\n"
+			  "rankdb_query_seconds_total %.6f\n",
+		       (double)atomic_load(&c->query_ns_total) / 1e9);
+	rdb_buf_puts(b, "# HELP rankdb_http_responses_total HTTP responses by status class.\n"
+			"# TYPE rankdb_http_responses_total counter\n");
+	for (int i = 1; i <= 5; i++)
+		rdb_buf_printf(b, "rankdb_http_responses_total{code=\"%dxx\"} %llu\n", i,
+			       (unsigned long long)atomic_load(&c->requests[i]));
+	resp->status = 200;
+	resp->content_type = "text/plain; version=0.0.4";
+}
+
+/* ---- routing -------------------------------------------------------------------- */
+
+static bool method_is(const struct srv_req *req, const char *m, struct srv_resp *resp)
+{
+	if (strcmp(req->method, m) == 0)
+		return true;
+	if (strcmp(m, "GET") == 0 && strcmp(req->method, "HEAD") == 0)
+		return true;
+	resp->allow = m;
+	srv_error(resp, 405, "%s %s is not supported; use %s", req->method, req->path, m);
+	return false;
+}
+
+void srv_dispatch(struct srv_req *req, struct srv_resp *resp)
+{
+	struct srv_ctx *ctx = req->ctx;
+	const char *p = req->path;
+	if (strcmp(p, "/healthz") == 0) {
+		if (method_is(req, "GET", resp)) {
+			resp->status = 200;
+			rdb_buf_puts(&resp->body, "{\"status\":\"ok\"}");
+		}
+		return;
+	}
+	if (strcmp(p, "/metrics") == 0) {
+		if (method_is(req, "GET", resp))
+			handle_metrics(req, resp);
+		return;
+	}
+	if (strcmp(p, "/api/v1/write") == 0) {
+		if (method_is(req, "POST", resp))
+			handle_write(req, resp);
+		return;
+	}
+	bool is_query = strncmp(p, "/api/v1/jobs", 12) == 0 || strcmp(p, "/api/v1/query/range") == 0;
+	if (!is_query) {
+		srv_error(resp, 404, "no such endpoint: %.200s (see docs/API.md)", p);
+		return;
+	}
+	if (!method_is(req, "GET", resp))
+		return;
+	int64_t t0 = rdb_now_mono_ns();
+	if (strcmp(p, "/api/v1/query/range") == 0)
+		handle_range(req, resp);
+	else if (strcmp(p, "/api/v1/jobs") == 0 || strcmp(p, "/api/v1/jobs/") == 0)
+		handle_jobs(req, resp);
+	else if (p[12] == '/')
+		handle_job(req, resp, p + 13);
+	else
+		srv_error(resp, 404, "no such endpoint: %.200s (see docs/API.md)", p);
+	atomic_fetch_add(&ctx->counters.queries, 1);
+	atomic_fetch_add(&ctx->counters.query_ns_total, (uint64_t)(rdb_now_mono_ns() - t0));
+}

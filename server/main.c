@@ -1,0 +1,133 @@
+/* main.c - rankdbd: configuration, start-up, signal handling, shutdown.
+ *
+ * Start: parse config (file, then flags), open the storage engine (WAL
+ * replay happens here), start the HTTP server, write the port file.
+ * SIGTERM/SIGINT: stop accepting requests, wait for those in flight, seal
+ * and checkpoint everything (sto_close), exit 0. Exit 1 on any start-up
+ * failure, with a log line saying why.
+ */
+#include "common/rdb_err.h"
+#include "common/rdb_log.h"
+#include "common/rdb_time.h"
+#include "server/config.h"
+#include "server/srv.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int write_port_file(const char *path, uint16_t port)
+{
+	char tmp[4200];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return -errno;
+	fprintf(f, "%u\n", port);
+	if (fclose(f) != 0)
+		return -errno;
+	return rename(tmp, path) == 0 ? 0 : -errno; /* readers never see a partial file */
+}
+
+static int storage_options(const struct srv_config *cfg, struct sto_options *o)
+{
+	sto_options_default(o);
+	o->data_dir = cfg->data_dir;
+	if (strcmp(cfg->sync_policy, "none") == 0)
+		o->sync = STO_SYNC_NONE;
+	else
+		o->sync = STO_SYNC_FDATASYNC;
+	o->wal_rotate_bytes = cfg->wal_rotate_bytes;
+	o->checkpoint_interval_s = cfg->checkpoint_interval_s;
+	o->head_max_bytes = cfg->head_max_bytes;
+	o->chunk_max_points = cfg->chunk_max_points;
+	o->segment_max_bytes = cfg->segment_max_bytes;
+	o->index_map_bytes = cfg->index_map_bytes;
+	o->max_series = cfg->max_series;
+	return 0;
+}
+
+static int wait_for_signal(void)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	int sig = 0;
+	while (sigwait(&set, &sig) != 0)
+		;
+	return sig;
+}
+
+int main(int argc, char **argv)
+{
+	static struct srv_config cfg;
+	char err[1024];
+	bool help = false;
+	const char *config_path = NULL;
+	srv_config_default(&cfg);
+	if (srv_config_parse_args(&cfg, argc, argv, err, sizeof(err), &help, &config_path)) {
+		fprintf(stderr, "rankdbd: %s\nTry 'rankdbd --help'.\n", err);
+		return 2;
+	}
+	if (help) {
+		srv_config_print_help(stdout, argv[0]);
+		return 0;
+	}
+	enum rdb_log_level lvl = RDB_LOG_INFO;
+	rdb_log_parse_level(cfg.log_level, &lvl);
+	rdb_log_set_level(lvl);
+
+	/* Signals are taken synchronously by the main thread; every thread
+	 * started below inherits the blocked mask. */
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	rdb_info("main", "rankdbd starting (config %s)", config_path ? config_path : "defaults");
+	srv_config_log(&cfg);
+	static struct srv_ctx ctx;
+	ctx.cfg = &cfg;
+	ctx.started_ns = rdb_now_ns();
+	ing_limits_default(&ctx.limits);
+	ctx.limits.max_records = cfg.max_records_per_request;
+	ctx.limits.max_metrics_per_record = cfg.max_metrics_per_record;
+
+	struct sto_options so;
+	storage_options(&cfg, &so);
+	int rc = sto_open(&so, &ctx.sto);
+	if (rc) {
+		rdb_error("main", "cannot open the data directory %s: %s; exiting", cfg.data_dir,
+			  rdb_strerror(rc));
+		return 1;
+	}
+	struct srv_http *http = NULL;
+	uint16_t port = 0;
+	rc = srv_http_start(&ctx, &http, &port);
+	if (rc == 0 && cfg.port_file[0]) {
+		rc = write_port_file(cfg.port_file, port);
+		if (rc)
+			rdb_error("main", "cannot write port file %s: %s", cfg.port_file,
+				  strerror(-rc));
+	}
+	if (rc) {
+		srv_http_stop(http);
+		sto_close(ctx.sto);
+		return 1;
+	}
+	rdb_info("main", "listening on http://%s:%u (data in %s)", cfg.http_addr, port,
+		 cfg.data_dir);
+	int sig = wait_for_signal();
+	rdb_info("main", "received %s: stopping the HTTP server, then sealing and checkpointing",
+		 sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	srv_http_stop(http);
+	sto_close(ctx.sto);
+	rdb_info("main", "stopped cleanly");
+	return 0;
+}

@@ -1,0 +1,81 @@
+/* srv.h - the HTTP front of rankdbd: request and response value types shared
+ * by the HTTP wiring (http.c, the only file that includes microhttpd.h) and
+ * the endpoint handlers (handlers.c), plus the server's own counters.
+ */
+#ifndef SRV_SRV_H
+#define SRV_SRV_H
+
+#include "common/rdb_buf.h"
+#include "ingest/ing.h"
+#include "server/config.h"
+#include "storage/sto.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define SRV_MAX_ARGS 64
+
+struct srv_arg {
+	const char *key, *val; /* URL-decoded; valid for the request's life */
+};
+
+/* What the server counts for /metrics (all monotonic). */
+struct srv_counters {
+	_Atomic uint64_t requests[6];      /* by status class: [1]..[5] = 1xx..5xx */
+	_Atomic uint64_t write_requests;
+	_Atomic uint64_t write_records;
+	_Atomic uint64_t write_rejected_invalid;  /* 400 */
+	_Atomic uint64_t write_rejected_too_large; /* 413 */
+	_Atomic uint64_t write_rejected_busy;     /* 503 */
+	_Atomic uint64_t write_rejected_limit;    /* series limit etc. */
+	_Atomic uint64_t write_failed;            /* 500 */
+	_Atomic uint64_t queries;
+	_Atomic uint64_t query_errors;
+	_Atomic uint64_t query_ns_total;
+};
+
+/* Shared by every request; read-only after start except the counters. */
+struct srv_ctx {
+	const struct srv_config *cfg;
+	struct sto *sto;
+	struct ing_limits limits;
+	struct srv_counters counters;
+	int64_t started_ns;
+};
+
+struct srv_req {
+	struct srv_ctx *ctx;
+	const char *method;
+	const char *path;
+	struct srv_arg args[SRV_MAX_ARGS];
+	int nargs;
+	bool args_overflow; /* more than SRV_MAX_ARGS query parameters */
+	const uint8_t *body;
+	size_t body_len;
+};
+
+struct srv_resp {
+	int status;
+	const char *content_type; /* default application/json */
+	const char *retry_after;  /* Retry-After header, or NULL */
+	const char *allow;        /* Allow header (405), or NULL */
+	struct rdb_buf body;      /* owned; handed to the HTTP library */
+};
+
+/* Routes a complete request to its handler. Never fails: errors become a
+ * JSON error response. */
+void srv_dispatch(struct srv_req *req, struct srv_resp *resp);
+
+/* Sets resp to status with body {"error": msg}. */
+void srv_error(struct srv_resp *resp, int status, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+struct srv_http;
+/* Starts listening per cfg (thread pool, keep-alive, limits). *port gets
+ * the bound port. 0 or -errno with a log line saying why. */
+int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port);
+/* Stops accepting, waits for requests in flight, frees. NULL ok. */
+void srv_http_stop(struct srv_http *h);
+
+#endif

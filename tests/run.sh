@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds rankdb twice (release-like, and with AddressSanitizer +
+# UndefinedBehaviorSanitizer) and runs every test against both builds:
+# unit tests and fuzz-corpus replays (meson test), then the integration
+# suite against the real rankdbd. Ends with the line "N passed, N failed".
+#
+#   tests/run.sh            everything
+#   RDB_SKIP_SAN=1 tests/run.sh   skip the sanitizer build (quick local runs)
+set -u
+cd "$(dirname "$0")/.."
+root=$(pwd)
+passed=0
+failed=0
+export RDB_TEST_TMP=${RDB_TEST_TMP:-$(mktemp -d /tmp/rankdb-tests.XXXXXX)}
+
+count_meson() { # build dir -> adds its meson test results to the totals
+	local log="$1/meson-logs/testlog.json"
+	[ -f "$log" ] || { failed=$((failed + 1)); return; }
+	local ok bad
+	ok=$(grep -c '"result": "OK"' "$log")
+	bad=$(grep -c -E '"result": "(FAIL|TIMEOUT|ERROR|UNEXPECTEDPASS)"' "$log")
+	passed=$((passed + ok))
+	failed=$((failed + bad))
+}
+
+count_integration() { # log file -> adds the integration results
+	local line
+	line=$(grep -E '^integration: [0-9]+ passed, [0-9]+ failed' "$1" | tail -1)
+	if [ -z "$line" ]; then
+		failed=$((failed + 1))
+		return
+	fi
+	passed=$((passed + $(echo "$line" | awk '{print $2}')))
+	failed=$((failed + $(echo "$line" | awk '{print $4}')))
+}
+
+run_build() { # name, meson args...
+	local dir=$1
+	shift
+	echo "=== build $dir ($*)"
+	if [ ! -f "$dir/build.ninja" ]; then
+		meson setup "$dir" "$@" >"$RDB_TEST_TMP/$dir-setup.log" 2>&1 ||
+			{ cat "$RDB_TEST_TMP/$dir-setup.log"; failed=$((failed + 1)); return 1; }
+	fi
+	ninja -C "$dir" || { failed=$((failed + 1)); return 1; }
+	echo "=== unit and fuzz-replay tests ($dir)"
+	meson test -C "$dir" --print-errorlogs --num-processes 2
+	count_meson "$dir"
+	echo "=== integration tests ($dir)"
+	python3 tests/integration/run.py --bin "$root/$dir/server/rankdbd" -j 2 \
+		2>&1 | tee "$RDB_TEST_TMP/$dir-integration.log"
+	count_integration "$RDB_TEST_TMP/$dir-integration.log"
+}
+
+run_build build
+if [ -z "${RDB_SKIP_SAN:-}" ]; then
+	export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+	export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+	run_build build-san -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

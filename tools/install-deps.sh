@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what building and testing rankdb needs on Debian 12 (run as root,
+# or with sudo available). Idempotent: a no-op when everything is present.
+set -euo pipefail
+pkgs=(build-essential meson ninja-build pkg-config
+      liblmdb-dev liburing-dev libzstd-dev libmicrohttpd-dev libjansson-dev libxxhash-dev
+      python3 curl)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+	exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "installing: ${missing[*]}"
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
