@@ -69,6 +69,8 @@ int main(int argc, char **argv)
 	bool help = false;
 	const char *config_path = NULL;
 	srv_config_default(&cfg);
+	if (argc == 2 && strcmp(argv[1], "--print-default-conf") == 0)
+		return srv_config_write_conf(stdout) == 0 ? 0 : 1;
 	if (srv_config_parse_args(&cfg, argc, argv, err, sizeof(err), &help, &config_path)) {
 		fprintf(stderr, "rankdbd: %s\nTry 'rankdbd --help'.\n", err);
 		return 2;
