@@ -1,0 +1,594 @@
+/* load.c - rdb-load: HTTP write-path load generator for rankdbd.
+ *
+ * Phases:
+ *  1. Generate. The workload of gen.h is cut into bodies of --batch-records
+ *     records: --ranks-per-body ranks (default 1, like one client per rank)
+ *     x the steps that fit. Bodies are ordered step block first, then rank
+ *     group, which is the order a live job would deliver them. All bodies
+ *     and their request heads are built in memory up front, on all CPUs, so
+ *     the timed phase does nothing but network I/O.
+ *  2. Load. --connections threads each open one keep-alive HTTP/1.1
+ *     connection (raw sockets, no libcurl), start together on a barrier, and
+ *     pull the next body index from one atomic counter, so bodies arrive in
+ *     roughly time order. A 429/503 is retried on the same body after its
+ *     Retry-After seconds (1 s when absent), up to --max-retries times; a
+ *     broken connection is reopened and the body resent (up to 3 times in a
+ *     row). Any other status is a failed request.
+ *  3. Report. Points (= records x metrics) of 2xx bodies, bodies, body bytes,
+ *     wall seconds from the barrier to the last response, points/s, MB/s,
+ *     errors, retries, reconnects, request latency percentiles; then one
+ *     "result key=value ..." line for scripts. --repeat N sends every body
+ *     N times (bodies are reused, so only meaningful against the sink: a
+ *     server would store duplicates); points and bytes count every send.
+ *
+ * --sink starts an in-process discard HTTP server (http.h) on a free loopback
+ * port and loads that instead: the loader's own ceiling on this machine.
+ * The sink shares the CPUs with the loader, so the ceiling is conservative.
+ *
+ * Exit status: 0 when every body got a 2xx; 1 when any request failed
+ * (non-retryable status, retries exhausted, connection failures); 2 on bad
+ * usage or setup errors.
+ */
+#include "bench/gen.h"
+#include "bench/http.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_CONNECTIONS	  1024
+#define MAX_IO_FAILURES	  3  /* consecutive connection failures per body */
+#define MAX_ERROR_REPORTS 10 /* failed requests printed to stderr */
+#define BODY_MAX_BYTES	  (1u << 30)
+
+struct opts {
+	struct gen_opts g;
+	enum gen_format fmt;
+	uint32_t batch_records;	 /* records per body (upper bound) */
+	uint32_t ranks_per_body; /* rank group width */
+	uint32_t connections;
+	uint32_t max_retries; /* per body, for 429/503 */
+	uint32_t timeout_s;   /* socket send/receive timeout */
+	uint32_t repeat;      /* send every body this many times (sink runs) */
+	const char *host;     /* IPv4 literal */
+	uint16_t port;
+	const char *path;
+	int sink;
+};
+
+struct body {
+	char *data; /* owned */
+	size_t len;
+	char head[512]; /* request line + headers */
+	size_t head_len;
+	uint32_t records;
+};
+
+struct plan {
+	struct body *bodies;
+	size_t n;
+	uint32_t steps_per_body;
+	uint32_t groups; /* rank groups per step block */
+};
+
+struct stats {
+	atomic_uint_fast64_t ok_bodies, points, bytes, errors, retries, reconnects;
+	atomic_int error_reports;
+};
+
+struct run {
+	const struct opts *o;
+	const struct plan *p;
+	struct gen *g;	    /* for generation only */
+	atomic_size_t next; /* next body to generate, or next send (body = send % p->n) */
+	size_t sends;	    /* p->n * o->repeat */
+	double *latency_ms; /* [sends], per 2xx send; 0 = not sent */
+	pthread_barrier_t start;
+	struct stats st;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- options ---- */
+
+static void usage(FILE *f)
+{
+	fputs("usage: rdb-load [--size small|default|large] [--ranks R] [--metrics M] [--steps S]\n"
+	      "                [--seed N] [--format json|ndjson] [--batch-records N]\n"
+	      "                [--ranks-per-body K] [--connections C] [--host 127.0.0.1]\n"
+	      "                [--port P | --sink] [--path /api/v1/write] [--max-retries N]\n"
+	      "                [--timeout-s N] [--repeat N]\n",
+	      f);
+}
+
+static int opt_u32(const char *flag, const char *v, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+	uint64_t x;
+
+	if (gen_parse_u64(v, hi, &x) || x < lo) {
+		fprintf(stderr, "rdb-load: %s wants an integer in %u..%u, got '%s'\n", flag, lo, hi,
+			v);
+		return -EINVAL;
+	}
+	*out = (uint32_t)x;
+	return 0;
+}
+
+static int opt_workload(struct opts *o, const char *f, const char *v)
+{
+	if (strcmp(f, "--ranks") == 0)
+		return opt_u32(f, v, 1, 1u << 20, &o->g.ranks);
+	if (strcmp(f, "--metrics") == 0)
+		return opt_u32(f, v, 1, GEN_MAX_METRICS, &o->g.metrics);
+	if (strcmp(f, "--steps") == 0)
+		return opt_u32(f, v, 1, 1u << 30, &o->g.steps);
+	if (strcmp(f, "--seed") == 0)
+		return gen_parse_u64(v, UINT64_MAX, &o->g.seed);
+	if (strcmp(f, "--format") == 0 && strcmp(v, "json") == 0)
+		o->fmt = GEN_JSON;
+	else if (strcmp(f, "--format") == 0 && strcmp(v, "ndjson") == 0)
+		o->fmt = GEN_NDJSON;
+	else
+		return 1; /* not a workload option */
+	return 0;
+}
+
+static int opt_one(struct opts *o, const char *f, const char *v)
+{
+	uint32_t port = 0;
+	int rc = opt_workload(o, f, v);
+
+	if (rc <= 0)
+		return rc;
+	if (strcmp(f, "--batch-records") == 0)
+		return opt_u32(f, v, 1, 1u << 24, &o->batch_records);
+	if (strcmp(f, "--ranks-per-body") == 0)
+		return opt_u32(f, v, 1, 1u << 20, &o->ranks_per_body);
+	if (strcmp(f, "--connections") == 0)
+		return opt_u32(f, v, 1, MAX_CONNECTIONS, &o->connections);
+	if (strcmp(f, "--max-retries") == 0)
+		return opt_u32(f, v, 0, 1000000, &o->max_retries);
+	if (strcmp(f, "--timeout-s") == 0)
+		return opt_u32(f, v, 1, 3600, &o->timeout_s);
+	if (strcmp(f, "--repeat") == 0)
+		return opt_u32(f, v, 1, 100000, &o->repeat);
+	if (strcmp(f, "--port") == 0) {
+		rc = opt_u32(f, v, 1, 65535, &port);
+		o->port = (uint16_t)port;
+		return rc;
+	}
+	if (strcmp(f, "--host") == 0)
+		o->host = v;
+	else if (strcmp(f, "--path") == 0 && v[0] == '/')
+		o->path = v;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+	const char *size = "default";
+
+	for (int i = 1; i + 1 < argc; i++)
+		if (strcmp(argv[i], "--size") == 0)
+			size = argv[i + 1];
+	if (gen_preset(size, &o->g)) {
+		fprintf(stderr, "rdb-load: unknown --size '%s'\n", size);
+		return -EINVAL;
+	}
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+			usage(stdout);
+			exit(0);
+		}
+		if (strcmp(argv[i], "--sink") == 0) {
+			o->sink = 1;
+			continue;
+		}
+		if (i + 1 >= argc) {
+			fprintf(stderr, "rdb-load: %s needs a value\n", argv[i]);
+			return -EINVAL;
+		}
+		if (strcmp(argv[i], "--size") != 0 && opt_one(o, argv[i], argv[i + 1])) {
+			fprintf(stderr, "rdb-load: bad option %s %s\n", argv[i], argv[i + 1]);
+			return -EINVAL;
+		}
+		i++;
+	}
+	if (!o->sink && o->port == 0) {
+		fprintf(stderr, "rdb-load: give --port P or --sink\n");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* ---- generation ---- */
+
+static void plan_range(const struct opts *o, const struct plan *p, size_t i, struct gen_range *r)
+{
+	uint32_t block = (uint32_t)(i / p->groups), group = (uint32_t)(i % p->groups);
+	uint32_t rpb = o->ranks_per_body < o->g.ranks ? o->ranks_per_body : o->g.ranks;
+
+	r->step_lo = block * p->steps_per_body;
+	r->step_hi = r->step_lo + p->steps_per_body;
+	if (r->step_hi > o->g.steps)
+		r->step_hi = o->g.steps;
+	r->rank_lo = group * rpb;
+	r->rank_hi = r->rank_lo + rpb;
+	if (r->rank_hi > o->g.ranks)
+		r->rank_hi = o->g.ranks;
+}
+
+static int build_body(struct run *run, size_t i)
+{
+	const struct opts *o = run->o;
+	struct body *b = &run->p->bodies[i];
+	struct gen_range r;
+	struct gen_buf buf;
+	int n, rc;
+
+	plan_range(o, run->p, i, &r);
+	gen_buf_init(&buf, BODY_MAX_BYTES);
+	rc = gen_body(run->g, &r, o->fmt, &buf);
+	if (rc) {
+		gen_buf_free(&buf);
+		return rc;
+	}
+	b->data = buf.data;
+	b->len = buf.len;
+	b->records = (r.step_hi - r.step_lo) * (r.rank_hi - r.rank_lo);
+	n = snprintf(b->head, sizeof(b->head),
+		     "POST %s HTTP/1.1\r\nHost: %s:%u\r\nContent-Type: %s\r\n"
+		     "Content-Length: %zu\r\n\r\n",
+		     o->path, o->host, o->port,
+		     o->fmt == GEN_JSON ? "application/json" : "application/x-ndjson", b->len);
+	if (n < 0 || (size_t)n >= sizeof(b->head))
+		return -ENAMETOOLONG;
+	b->head_len = (size_t)n;
+	return 0;
+}
+
+static void *gen_main(void *arg)
+{
+	struct run *run = arg;
+	size_t i;
+
+	while ((i = atomic_fetch_add(&run->next, 1)) < run->p->n) {
+		int rc = build_body(run, i);
+		if (rc) {
+			fprintf(stderr, "rdb-load: building body %zu: %s\n", i, strerror(-rc));
+			exit(2);
+		}
+	}
+	return NULL;
+}
+
+/* Builds every body on all CPUs. */
+static int generate(struct run *run)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t nthreads = cpus < 1 ? 1 : (cpus > 64 ? 64 : (size_t)cpus);
+	pthread_t th[64];
+	size_t started = 0;
+
+	atomic_store(&run->next, 0);
+	for (; started < nthreads; started++)
+		if (pthread_create(&th[started], NULL, gen_main, run) != 0)
+			break;
+	if (started == 0)
+		gen_main(run);
+	for (size_t i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	return 0;
+}
+
+static int plan_init(const struct opts *o, struct plan *p)
+{
+	uint32_t rpb = o->ranks_per_body < o->g.ranks ? o->ranks_per_body : o->g.ranks;
+	uint32_t spb = o->batch_records / rpb;
+	size_t blocks;
+
+	p->steps_per_body = spb ? spb : 1;
+	p->groups = (o->g.ranks + rpb - 1) / rpb;
+	blocks = (o->g.steps + p->steps_per_body - 1) / p->steps_per_body;
+	p->n = blocks * p->groups;
+	p->bodies = calloc(p->n, sizeof(*p->bodies));
+	return p->bodies ? 0 : -ENOMEM;
+}
+
+static void plan_free(struct plan *p)
+{
+	for (size_t i = 0; p->bodies && i < p->n; i++)
+		free(p->bodies[i].data);
+	free(p->bodies);
+	p->bodies = NULL;
+}
+
+/* ---- load ---- */
+
+struct worker {
+	struct run *run;
+	pthread_t th;
+	struct http_conn c;
+	int connect_rc;
+};
+
+static void report_failure(struct run *run, size_t i, const char *what, const char *detail)
+{
+	atomic_fetch_add(&run->st.errors, 1);
+	if (atomic_fetch_add(&run->st.error_reports, 1) < MAX_ERROR_REPORTS)
+		fprintf(stderr, "rdb-load: body %zu failed: %s%s%s\n", i, what,
+			detail[0] ? ": " : "", detail);
+}
+
+/* One request/response exchange with reconnects on I/O failure. */
+static int exchange(struct worker *w, const struct body *b, struct http_resp *resp)
+{
+	const struct opts *o = w->run->o;
+	int rc = 0;
+
+	for (int fails = 0; fails <= MAX_IO_FAILURES; fails++) {
+		if (fails > 0) {
+			atomic_fetch_add(&w->run->st.reconnects, 1);
+			http_close(&w->c);
+		}
+		if (w->c.fd < 0)
+			rc = http_connect(&w->c, o->host, o->port, (int)o->timeout_s);
+		if (rc == 0)
+			rc = http_send2(&w->c, b->head, b->head_len, b->data, b->len);
+		if (rc == 0)
+			rc = http_read_response(&w->c, resp);
+		if (rc == 0)
+			return 0;
+	}
+	http_close(&w->c);
+	return rc;
+}
+
+/* Performs send number i (of body i mod p->n) until it gets a final answer. */
+static void send_body(struct worker *w, size_t i)
+{
+	struct run *run = w->run;
+	const struct body *b = &run->p->bodies[i % run->p->n];
+	struct http_resp resp;
+	char detail[320];
+
+	for (uint32_t attempt = 0;; attempt++) {
+		double t0 = now_s();
+		int rc = exchange(w, b, &resp);
+		if (rc) {
+			report_failure(run, i, "connection", strerror(-rc));
+			return;
+		}
+		if (resp.close)
+			http_close(&w->c);
+		if (resp.status >= 200 && resp.status < 300) {
+			run->latency_ms[i] = (now_s() - t0) * 1e3;
+			atomic_fetch_add(&run->st.ok_bodies, 1);
+			atomic_fetch_add(&run->st.points, (uint64_t)b->records * run->o->g.metrics);
+			atomic_fetch_add(&run->st.bytes, b->len);
+			return;
+		}
+		snprintf(detail, sizeof(detail), "HTTP %d %s", resp.status, resp.snippet);
+		if ((resp.status != 429 && resp.status != 503) || attempt >= run->o->max_retries) {
+			report_failure(run, i, attempt ? "retries exhausted" : "status", detail);
+			return;
+		}
+		atomic_fetch_add(&run->st.retries, 1);
+		int wait_s = resp.retry_after_s >= 0 ? resp.retry_after_s : 1;
+		if (wait_s > 0)
+			sleep((unsigned)wait_s);
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct run *run = w->run;
+	size_t i;
+
+	w->connect_rc = http_connect(&w->c, run->o->host, run->o->port, (int)run->o->timeout_s);
+	pthread_barrier_wait(&run->start);
+	while ((i = atomic_fetch_add(&run->next, 1)) < run->sends)
+		send_body(w, i);
+	http_close(&w->c);
+	return NULL;
+}
+
+/* Runs the timed phase; returns wall seconds, or a negative value on setup failure. */
+static double load(struct run *run, struct worker *ws)
+{
+	uint32_t n = run->o->connections;
+	double t0, t1;
+
+	atomic_store(&run->next, 0);
+	if (pthread_barrier_init(&run->start, NULL, n + 1) != 0)
+		return -1.0;
+	for (uint32_t i = 0; i < n; i++) {
+		ws[i] = (struct worker){.run = run, .c.fd = -1};
+		if (pthread_create(&ws[i].th, NULL, worker_main, &ws[i]) != 0) {
+			fprintf(stderr, "rdb-load: cannot start thread %u\n", i);
+			exit(2);
+		}
+	}
+	pthread_barrier_wait(&run->start);
+	t0 = now_s();
+	for (uint32_t i = 0; i < n; i++)
+		pthread_join(ws[i].th, NULL);
+	t1 = now_s();
+	pthread_barrier_destroy(&run->start);
+	for (uint32_t i = 0; i < n; i++)
+		if (ws[i].connect_rc)
+			fprintf(stderr, "rdb-load: connection %u to %s:%u failed at start: %s\n", i,
+				run->o->host, run->o->port, strerror(-ws[i].connect_rc));
+	return t1 - t0;
+}
+
+/* ---- report ---- */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* Sorts the latencies of sent bodies in place; fills p50, p99, max. */
+static void latency_summary(double *lat, size_t n, double q[3])
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (lat[i] > 0.0)
+			lat[k++] = lat[i];
+	q[0] = q[1] = q[2] = 0.0;
+	if (k == 0)
+		return;
+	qsort(lat, k, sizeof(double), cmp_double);
+	q[0] = lat[(k - 1) / 2];
+	q[1] = lat[(size_t)((double)(k - 1) * 0.99)];
+	q[2] = lat[k - 1];
+}
+
+static void print_summary(struct run *run, double secs)
+{
+	struct stats *st = &run->st;
+	uint64_t points = atomic_load(&st->points), bytes = atomic_load(&st->bytes);
+	double pps = secs > 0 ? (double)points / secs : 0.0;
+	double mbps = secs > 0 ? (double)bytes / 1e6 / secs : 0.0;
+	double q[3];
+
+	latency_summary(run->latency_ms, run->sends, q);
+	printf("points       %" PRIu64 "\n", points);
+	printf("bodies       %" PRIu64 " of %zu\n", (uint64_t)atomic_load(&st->ok_bodies),
+	       run->sends);
+	printf("bytes        %" PRIu64 "\n", bytes);
+	printf("seconds      %.4f\n", secs);
+	printf("points/s     %.0f\n", pps);
+	printf("MB/s         %.1f\n", mbps);
+	printf("errors       %" PRIu64 "\n", (uint64_t)atomic_load(&st->errors));
+	printf("retries      %" PRIu64 "\n", (uint64_t)atomic_load(&st->retries));
+	printf("reconnects   %" PRIu64 "\n", (uint64_t)atomic_load(&st->reconnects));
+	printf("latency ms   p50 %.2f  p99 %.2f  max %.2f\n", q[0], q[1], q[2]);
+	if (run->o->sink)
+		printf("loader ceiling points/s: %.0f\n", pps);
+	printf("result points=%" PRIu64 " bodies=%" PRIu64 " bytes=%" PRIu64
+	       " seconds=%.4f points_per_s=%.0f mb_per_s=%.1f errors=%" PRIu64 " retries=%" PRIu64
+	       " reconnects=%" PRIu64 " p50_ms=%.2f p99_ms=%.2f"
+	       " max_ms=%.2f\n",
+	       points, (uint64_t)atomic_load(&st->ok_bodies), bytes, secs, pps, mbps,
+	       (uint64_t)atomic_load(&st->errors), (uint64_t)atomic_load(&st->retries),
+	       (uint64_t)atomic_load(&st->reconnects), q[0], q[1], q[2]);
+}
+
+static void print_workload(const struct run *run, double gen_s)
+{
+	const struct opts *o = run->o;
+	uint64_t records = (uint64_t)o->g.ranks * o->g.steps, bytes = 0;
+
+	for (size_t i = 0; i < run->p->n; i++)
+		bytes += run->p->bodies[i].len;
+	printf("workload     ranks=%u metrics=%u steps=%u seed=%" PRIu64 " records=%" PRIu64
+	       " points=%" PRIu64 "\n",
+	       o->g.ranks, o->g.metrics, o->g.steps, o->g.seed, records, records * o->g.metrics);
+	printf("bodies       %zu (%u steps x %u ranks max, %s), %.1f MB, built in %.2f s\n",
+	       run->p->n, run->p->steps_per_body,
+	       o->ranks_per_body < o->g.ranks ? o->ranks_per_body : o->g.ranks,
+	       o->fmt == GEN_JSON ? "json" : "ndjson", (double)bytes / 1e6, gen_s);
+	printf("target       http://%s:%u%s%s, %u connections, each body sent %u time(s)\n",
+	       o->host, o->port, o->path, o->sink ? " (in-process discard sink)" : "",
+	       o->connections, o->repeat);
+	fflush(stdout);
+}
+
+/* ---- main ---- */
+
+static int setup(struct run *run, struct plan *p)
+{
+	int rc = gen_create(&run->o->g, &run->g);
+	double t0 = now_s();
+
+	if (rc == 0)
+		rc = plan_init(run->o, p);
+	if (rc == 0) {
+		run->p = p;
+		run->sends = p->n * run->o->repeat;
+		run->latency_ms = calloc(run->sends, sizeof(double));
+		rc = run->latency_ms ? generate(run) : -ENOMEM;
+	}
+	if (rc) {
+		fprintf(stderr, "rdb-load: setup failed: %s\n", strerror(-rc));
+		return rc;
+	}
+	print_workload(run, now_s() - t0);
+	return 0;
+}
+
+static void check_sink(const struct run *run, struct http_sink *sink)
+{
+	uint64_t reqs = 0, bytes = 0;
+
+	http_sink_stop(sink, &reqs, &bytes);
+	if (reqs != atomic_load(&run->st.ok_bodies) || bytes != atomic_load(&run->st.bytes))
+		fprintf(stderr,
+			"rdb-load: sink saw %" PRIu64 " requests / %" PRIu64
+			" bytes, loader counted otherwise\n",
+			reqs, bytes);
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o = {.fmt = GEN_JSON,
+			 .batch_records = 64,
+			 .ranks_per_body = 1,
+			 .connections = 8,
+			 .max_retries = 100,
+			 .timeout_s = 120,
+			 .repeat = 1,
+			 .host = "127.0.0.1",
+			 .path = "/api/v1/write"};
+	struct run run = {.o = &o};
+	struct plan p = {0};
+	struct http_sink *sink = NULL;
+	struct worker *ws;
+	double secs;
+
+	signal(SIGPIPE, SIG_IGN);
+	if (parse_args(argc, argv, &o)) {
+		usage(stderr);
+		return 2;
+	}
+	if (o.sink) {
+		o.host = "127.0.0.1";
+		if (http_sink_start(&sink, &o.port) != 0) {
+			fprintf(stderr, "rdb-load: cannot start the sink\n");
+			return 2;
+		}
+	}
+	ws = calloc(o.connections, sizeof(*ws));
+	if (!ws || setup(&run, &p))
+		return 2;
+	secs = load(&run, ws);
+	if (secs < 0)
+		return 2;
+	if (sink)
+		check_sink(&run, sink);
+	print_summary(&run, secs);
+	plan_free(&p);
+	gen_destroy(run.g);
+	free(run.latency_ms);
+	free(ws);
+	return atomic_load(&run.st.errors) ? 1 : 0;
+}
