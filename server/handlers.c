@@ -433,6 +433,14 @@ void srv_dispatch(struct srv_req *req, struct srv_resp *resp)
 			handle_write(req, resp);
 		return;
 	}
+	if (srv_ingest_route(req, resp) || srv_grafana_route(req, resp))
+		return;
+	int64_t t0 = rdb_now_mono_ns();
+	if (srv_query_route(req, resp)) {
+		atomic_fetch_add(&ctx->counters.queries, 1);
+		atomic_fetch_add(&ctx->counters.query_ns_total, (uint64_t)(rdb_now_mono_ns() - t0));
+		return;
+	}
 	bool is_query = strncmp(p, "/api/v1/jobs", 12) == 0 || strcmp(p, "/api/v1/query/range") == 0;
 	if (!is_query) {
 		srv_error(resp, 404, "no such endpoint: %.200s (see docs/API.md)", p);
@@ -440,7 +448,6 @@ void srv_dispatch(struct srv_req *req, struct srv_resp *resp)
 	}
 	if (!method_is(req, "GET", resp))
 		return;
-	int64_t t0 = rdb_now_mono_ns();
 	if (strcmp(p, "/api/v1/query/range") == 0)
 		handle_range(req, resp);
 	else if (strcmp(p, "/api/v1/jobs") == 0 || strcmp(p, "/api/v1/jobs/") == 0)

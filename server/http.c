@@ -124,7 +124,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (cr->too_large)
 		return too_large(conn, ctx);
 	struct srv_req req = {.ctx = ctx, .method = method, .path = url,
-			      .body = cr->body.data, .body_len = cr->body.len};
+			      .body = cr->body.data, .body_len = cr->body.len, .conn = conn};
 	MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_arg, &req);
 	struct srv_resp resp = {0};
 	rdb_buf_init(&resp.body, ctx->cfg->max_response_bytes + 4096);
@@ -132,6 +132,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	enum MHD_Result ok = send_resp(conn, ctx, &resp);
 	rdb_buf_free(&resp.body);
 	return ok;
+}
+
+const char *srv_req_header(const struct srv_req *req, const char *name)
+{
+	return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,

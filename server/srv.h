@@ -53,7 +53,12 @@ struct srv_req {
 	bool args_overflow; /* more than SRV_MAX_ARGS query parameters */
 	const uint8_t *body;
 	size_t body_len;
+	void *conn; /* the HTTP library's connection, for srv_req_header */
 };
+
+/* A request header's value (case-insensitive name), or NULL. Valid for
+ * the request's life. */
+const char *srv_req_header(const struct srv_req *req, const char *name);
 
 struct srv_resp {
 	int status;
@@ -62,6 +67,12 @@ struct srv_resp {
 	const char *allow;        /* Allow header (405), or NULL */
 	struct rdb_buf body;      /* owned; handed to the HTTP library */
 };
+
+/* Route hooks of the feature modules: each returns true when it handled
+ * the request (resp filled), false when the path is not its own. */
+bool srv_ingest_route(struct srv_req *req, struct srv_resp *resp);  /* ingest_routes.c */
+bool srv_query_route(struct srv_req *req, struct srv_resp *resp);   /* query_routes.c */
+bool srv_grafana_route(struct srv_req *req, struct srv_resp *resp); /* grafana.c */
 
 /* Routes a complete request to its handler. Never fails: errors become a
  * JSON error response. */

@@ -92,6 +92,24 @@ int sto_read(struct sto *s, uint64_t series_id, const struct sto_range *r, size_
 int sto_read_chunk(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_buf *rec,
 		   struct sto_cols *out, struct sto_read_error *err);
 
+/* A consistent view of one series over a range, for queries that answer
+ * from chunk statistics and decode only what they must: the head points in
+ * range (copied, unsorted) and the index entries of the chunks overlapping
+ * the range (time, and step when r->by_step), taken from one snapshot so no
+ * point is in both. A chunk's stats cover all of its points, not only the
+ * ones in range: check stats.min_ts_ns/max_ts_ns (and steps) against the
+ * range before answering from them. Decode with sto_read_chunk. */
+struct sto_series_view {
+	struct sto_cols head;         /* owned */
+	struct sto_chunk_ref *chunks; /* owned, ordered by (min_ts, uid) */
+	size_t nchunks;
+};
+/* 0, RDB_ELIMIT (more than max_head_points head points in range), -errno.
+ * out is filled on success, empty on failure. */
+int sto_view_series(struct sto *s, uint64_t series_id, const struct sto_range *r,
+		    size_t max_head_points, struct sto_series_view *out);
+void sto_view_free(struct sto_series_view *v); /* NULL ok */
+
 struct sto_stats {
 	uint64_t series;
 	uint64_t head_points, head_bytes;

@@ -507,6 +507,9 @@ static int encode_piece(struct sto *s, struct seal_round *r, struct series_ent *
 /* Copies the first `taken` points of hs (caller holds head_lock). */
 static int copy_points(struct seal_round *r, const struct head_series *hs, size_t taken)
 {
+	r->copy.n = 0;
+	if (taken == 0)
+		return 0; /* a series emptied by size seals: nothing to copy */
 	int rc = sto_cols_reserve(&r->copy, taken);
 	if (rc)
 		return rc;
@@ -970,6 +973,60 @@ int sto_read(struct sto *s, uint64_t series_id, const struct sto_range *r, size_
 	sto_cols_free(&c.tmp);
 	rdb_buf_free(&c.rec);
 	return rc;
+}
+
+struct view_ctx {
+	struct sto_series_view *v;
+	const struct sto_range *r;
+	size_t cap;
+};
+
+static int view_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
+{
+	struct view_ctx *c = arg;
+	const struct sto_range *r = c->r;
+	if (r->by_step && (ref->stats.max_step == STO_STEP_NONE || ref->stats.max_step < r->step_from ||
+			   ref->stats.min_step > r->step_to))
+		return 0;
+	struct sto_series_view *v = c->v;
+	if (v->nchunks == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 16;
+		struct sto_chunk_ref *p = realloc(v->chunks, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		v->chunks = p;
+		c->cap = cap;
+	}
+	v->chunks[v->nchunks++] = *ref;
+	return 0;
+}
+
+int sto_view_series(struct sto *s, uint64_t series_id, const struct sto_range *r,
+		    size_t max_head_points, struct sto_series_view *out)
+{
+	memset(out, 0, sizeof(*out));
+	struct view_ctx c = {.v = out, .r = r};
+	struct sto_txn *t = NULL;
+	pthread_rwlock_rdlock(&s->view_lock);
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc == 0)
+		rc = read_heads(s, series_id, r, max_head_points, &out->head);
+	pthread_rwlock_unlock(&s->view_lock);
+	if (rc == 0)
+		rc = sto_chunk_scan(t, series_id, r->from_ns, r->to_ns, view_chunk_cb, &c);
+	sto_txn_abort(t);
+	if (rc)
+		sto_view_free(out);
+	return rc;
+}
+
+void sto_view_free(struct sto_series_view *v)
+{
+	if (!v)
+		return;
+	sto_cols_free(&v->head);
+	free(v->chunks);
+	memset(v, 0, sizeof(*v));
 }
 
 /* ---- catalog --------------------------------------------------------------- */
