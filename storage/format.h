@@ -42,6 +42,7 @@
 
 enum sto_wal_rec_type {
 	STO_WAL_REC_POINTS = 1, /* a batch of points, see below */
+	STO_WAL_REC_EVENTS = 2, /* a batch of logs and spans (storage/events.c) */
 };
 
 /* STO_WAL_REC_POINTS payload:

@@ -1,0 +1,2 @@
+/* lineproto.c - placeholder, being written */
+#include "ingest/lp.h"

@@ -1,0 +1,2 @@
+/* placeholder, being written */
+int main(void) { return 77; }
