@@ -18,6 +18,7 @@
 
 #include "storage/batch.h"
 #include "storage/cols.h"
+#include "storage/events.h"
 #include "storage/index.h"
 #include "storage/series.h"
 #include "storage/wal.h"
@@ -59,6 +60,27 @@ void sto_close(struct sto *s);
  * later); RDB_ELIMIT when the batch would create more series than allowed;
  * -errno / RDB_EIO on WAL failure (nothing applied). */
 int sto_write(struct sto *s, const struct sto_batch *b);
+
+/* A write with everything a client can send at once: points, events (logs
+ * and spans) and an optional client batch id that makes retries
+ * idempotent. Points and events of one request are one WAL record: all or
+ * nothing. */
+struct sto_write_req {
+	const struct sto_batch *points;   /* NULL or empty: none */
+	const struct sto_events *events;  /* NULL or empty: none */
+	const char *batch_id;             /* NULL: no idempotency */
+	size_t batch_id_len;              /* 1..STO_BATCH_ID_MAX */
+};
+#define STO_BATCH_ID_MAX 128u
+
+struct sto_write_result {
+	bool duplicate; /* the batch id was seen before: nothing applied, ack it */
+};
+
+/* Like sto_write for points + events + batch id. Same blocking and errors;
+ * additionally RDB_EBUSY when a request with the same batch id is in flight
+ * (retry; it will then be acknowledged as a duplicate). */
+int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_write_result *res);
 
 /* Catalog. Callbacks run inside a read transaction: copy what you keep. */
 int sto_list_jobs(struct sto *s, sto_job_fn fn, void *arg);

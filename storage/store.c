@@ -404,6 +404,16 @@ out:
 	return rc;
 }
 
+int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_write_result *res)
+{
+	res->duplicate = false;
+	if (req->events && sto_events_count(req->events) > 0)
+		return RDB_EINVAL; /* events storage: being written */
+	if (!req->points)
+		return 0;
+	return sto_write(s, req->points);
+}
+
 /* ---- sealing: head -> chunks ------------------------------------------------ */
 
 /* One series' points being sealed: a private, sorted copy of the first
