@@ -1,2 +1,638 @@
-/* placeholder, being written */
-int main(void) { return 77; }
+/* test_json_write.c - unit tests for ingest/json_write.c (ing_json_parse):
+ * both body forms, every value form with exact bits, every error with its
+ * record/line/field, limits, and every prefix of valid bodies. */
+#include "ingest/ing.h"
+#include "common/rdb_err.h"
+#include "tests/unit/check.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_TS 777
+
+static struct sto_batch *batch;
+static struct ing_limits lim;
+static struct ing_error err;
+static size_t nrec;
+
+/* Parses s from an exact-size heap copy (so ASan sees any overread). */
+static int parse_n(const char *s, size_t n)
+{
+	char *copy = malloc(n ? n : 1);
+	if (n)
+		memcpy(copy, s, n);
+	sto_batch_reset(batch);
+	nrec = 12345;
+	int rc = ing_json_parse(copy, n, &lim, DEFAULT_TS, batch, &err, &nrec);
+	free(copy);
+	return rc;
+}
+
+static int parse(const char *s)
+{
+	return parse_n(s, strlen(s));
+}
+
+/* The series (job, rank, metric) in the batch, or NULL. */
+static const struct sto_batch_series *find(const char *job, uint32_t rank, const char *metric)
+{
+	for (size_t i = 0; i < sto_batch_nseries(batch); i++) {
+		const struct sto_batch_series *s = sto_batch_series_at(batch, i);
+		if (s && s->key.rank == rank && strcmp(s->key.job, job) == 0 &&
+		    strcmp(s->key.metric, metric) == 0)
+			return s;
+	}
+	return NULL;
+}
+
+static uint64_t dbits(double d)
+{
+	uint64_t u;
+	memcpy(&u, &d, sizeof(u));
+	return u;
+}
+
+/* Parses a one-metric record with the given value text; returns its bits. */
+static uint64_t value_of(const char *v)
+{
+	char body[2048];
+	snprintf(body, sizeof(body), "{\"job\":\"j\",\"rank\":0,\"metrics\":{\"m\":%s}}", v);
+	int rc = parse(body);
+	if (rc != 0) {
+		fprintf(stderr, "value %s: %s\n", v, err.msg);
+		CHECK_EQ_INT(rc, 0);
+		return 0;
+	}
+	const struct sto_batch_series *s = find("j", 0, "m");
+	CHECK(s && s->pts.n == 1);
+	return s ? s->pts.value[0] : 0;
+}
+
+static bool printable(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f)
+			return false;
+	return true;
+}
+
+/* Parses body and checks the error it gives. */
+static void expect_err_at(int line_no, const char *body, size_t n, int rc, long record, long line,
+			  const char *field, const char *substr)
+{
+	int got = parse_n(body, n);
+	bool ok = got == rc && err.record == record && err.line == line &&
+		  strcmp(err.field, field) == 0 && strstr(err.msg, substr) != NULL && err.msg[0] &&
+		  printable(err.msg) && printable(err.field) && nrec == 12345;
+	CHECK(ok);
+	if (!ok)
+		fprintf(stderr,
+			"  (test line %d) body %.60s\n  got rc %d record %ld line %ld field '%s' "
+			"msg '%s'\n  want rc %d record %ld line %ld field '%s' msg ~'%s'\n",
+			line_no, body, got, err.record, err.line, err.field, err.msg, rc, record,
+			line, field, substr);
+}
+
+#define EXPECT_ERR(body, rc, rec, line, field, substr)                                             \
+	expect_err_at(__LINE__, body, strlen(body), rc, rec, line, field, substr)
+
+#define REC(m) "{\"job\":\"j\",\"rank\":0,\"metrics\":{" m "}}"
+
+static void test_array(void)
+{
+	const char *body =
+	    " [\n"
+	    " {\"job\":\"run-1\",\"rank\":3,\"step\":10,\"timestamp\":1700000000000000000,"
+	    "\"attempt\":2,\"type\":\"metrics\",\"metrics\":{\"loss\":1.5,\"lr\":0.001}},\n"
+	    " {\"job\":\"run-1\",\"rank\":4,\"metrics\":{\"loss\":2}}\n"
+	    "]\n";
+	CHECK_EQ_INT(parse(body), 0);
+	CHECK_EQ_INT(nrec, 2);
+	CHECK_EQ_INT(sto_batch_points(batch), 3);
+	CHECK_EQ_INT(sto_batch_nseries(batch), 3);
+	const struct sto_batch_series *s = find("run-1", 3, "loss");
+	CHECK(s && s->pts.n == 1);
+	if (s) {
+		CHECK_EQ_INT(s->pts.ts_ns[0], 1700000000000000000LL);
+		CHECK_EQ_INT(s->pts.step[0], 10);
+		CHECK_EQ_INT(s->pts.attempt[0], 2);
+		CHECK(s->pts.value[0] == dbits(1.5));
+	}
+	s = find("run-1", 4, "loss");
+	CHECK(s && s->pts.n == 1);
+	if (s) {
+		CHECK_EQ_INT(s->pts.ts_ns[0], DEFAULT_TS);
+		CHECK(s->pts.step[0] == STO_STEP_NONE);
+		CHECK_EQ_INT(s->pts.attempt[0], 0);
+		CHECK(s->pts.value[0] == dbits(2.0));
+	}
+	CHECK(find("run-1", 3, "lr") != NULL);
+	/* BOM is skipped; the error struct is cleared on success. */
+	CHECK_EQ_INT(parse("\xef\xbb\xbf[" REC("\"a\":1") "]"), 0);
+	CHECK_EQ_INT(err.record, -1);
+	CHECK_EQ_INT(err.msg[0], 0);
+	/* Same job/rank/metric in two records: one series, arrival order. */
+	CHECK_EQ_INT(parse("[{\"job\":\"j\",\"rank\":0,\"step\":2,\"metrics\":{\"a\":1}},"
+			   "{\"job\":\"j\",\"rank\":0,\"step\":1,\"metrics\":{\"a\":2}}]"),
+		     0);
+	s = find("j", 0, "a");
+	CHECK(s && s->pts.n == 2 && s->pts.step[0] == 2 && s->pts.step[1] == 1);
+	CHECK(err.msg[0] == 0);
+	/* nrecords may be NULL. */
+	CHECK_EQ_INT(ing_json_parse("[" REC("\"a\":1") "]", strlen("[" REC("\"a\":1") "]"), &lim, 0,
+				    batch, &err, NULL),
+		     0);
+}
+
+static void test_ndjson(void)
+{
+	const char *body = "\r\n" REC(
+	    "\"a\":1") "\r\n"
+		       "   \t\r\n"
+		       "\n"
+		       "{\"job\":\"j\",\"rank\":1,\"metrics\":{\"a\":2}}  \r\n" REC("\"b\":3");
+	CHECK_EQ_INT(parse(body), 0);
+	CHECK_EQ_INT(nrec, 3);
+	CHECK_EQ_INT(sto_batch_points(batch), 3);
+	CHECK(find("j", 1, "a") != NULL);
+	CHECK(find("j", 0, "b") != NULL);
+	CHECK_EQ_INT(parse(REC("\"a\":1") "\n"), 0);
+	CHECK_EQ_INT(nrec, 1);
+	/* A record may span lines; errors then give the right line. */
+	CHECK_EQ_INT(parse("{\"job\":\"j\",\n\"rank\":0,\n\"metrics\":{\"a\":1}}\n" REC("\"a\":2")),
+		     0);
+	CHECK_EQ_INT(nrec, 2);
+	EXPECT_ERR(REC("\"a\":1") "\r\n\r\n" REC("\"a\":1") "\n{\"job\":\"j\",\"rank\":-1}",
+		   RDB_EINVAL, 2, 4, "rank", "got -1");
+	EXPECT_ERR(REC("\"a\":1") " " REC("\"a\":1"), RDB_EINVAL, 0, 1, "", "one record per line");
+	EXPECT_ERR(REC("\"a\":1") "\r" REC("\"a\":1"), RDB_EINVAL, 0, 1, "", "line break");
+	EXPECT_ERR(REC("\"a\":1") ",\n" REC("\"a\":1"), RDB_EINVAL, 0, 1, "", "line break");
+	EXPECT_ERR(REC("\"a\":1") "\n[" REC("\"a\":1") "]", RDB_EINVAL, 1, 2, "",
+		   "record must be a JSON object, got an array");
+	EXPECT_ERR(REC("\"a\":1") "\nx", RDB_EINVAL, 1, 2, "", "record must be a JSON object");
+}
+
+static void test_key_orders(void)
+{
+	const char *members[] = {"\"job\":\"j\"", "\"rank\":5", "\"step\":7",
+				 "\"metrics\":{\"x\":1,\"y\":2}"};
+	int perm[4] = {0, 1, 2, 3};
+	int count = 0;
+	/* All 24 permutations (Heap's algorithm, iterative). */
+	int c[4] = {0, 0, 0, 0};
+	for (int i = 0;;) {
+		char body[256];
+		snprintf(body, sizeof(body), "[{%s,%s,%s,%s}]", members[perm[0]], members[perm[1]],
+			 members[perm[2]], members[perm[3]]);
+		int rc = parse(body);
+		CHECK_EQ_INT(rc, 0);
+		const struct sto_batch_series *s = find("j", 5, "y");
+		CHECK(s && s->pts.n == 1 && s->pts.step[0] == 7 && s->pts.value[0] == dbits(2));
+		count++;
+		while (i < 4 && c[i] >= i) {
+			c[i] = 0;
+			i++;
+		}
+		if (i >= 4)
+			break;
+		int j = i % 2 ? c[i] : 0, t = perm[j];
+		perm[j] = perm[i];
+		perm[i] = t;
+		c[i]++;
+		i = 0;
+	}
+	CHECK_EQ_INT(count, 24);
+}
+
+static void test_values(void)
+{
+	CHECK(value_of("1") == dbits(1.0));
+	CHECK(value_of("-0") == 0x8000000000000000ull);
+	CHECK(value_of("-0.0") == 0x8000000000000000ull);
+	CHECK(value_of("-0e5") == 0x8000000000000000ull);
+	CHECK(value_of("0") == 0);
+	CHECK(value_of("0.0") == 0);
+	CHECK(value_of("null") == STO_VALUE_NULL_BITS);
+	CHECK(value_of("NaN") == STO_VALUE_NAN_BITS);
+	CHECK(value_of("Infinity") == 0x7ff0000000000000ull);
+	CHECK(value_of("-Infinity") == 0xfff0000000000000ull);
+	CHECK(value_of("\"NaN\"") == STO_VALUE_NAN_BITS);
+	CHECK(value_of("\"Inf\"") == 0x7ff0000000000000ull);
+	CHECK(value_of("\"+Inf\"") == 0x7ff0000000000000ull);
+	CHECK(value_of("\"Infinity\"") == 0x7ff0000000000000ull);
+	CHECK(value_of("\"+Infinity\"") == 0x7ff0000000000000ull);
+	CHECK(value_of("\"-Inf\"") == 0xfff0000000000000ull);
+	CHECK(value_of("\"-Infinity\"") == 0xfff0000000000000ull);
+	CHECK(value_of("\"0x7ff8000000000123\"") == 0x7ff8000000000123ull);
+	CHECK(value_of("\"0xDEADbeef00000001\"") == 0xdeadbeef00000001ull);
+	CHECK(value_of("\"0x0000000000000000\"") == 0);
+	/* Escapes in value strings decode first. */
+	CHECK(value_of("\"\\u004eaN\"") == STO_VALUE_NAN_BITS);
+	CHECK(value_of("5e-324") == 1);
+	CHECK(value_of("4.9406564584124654e-324") == 1);
+	CHECK(value_of("2.2250738585072014e-308") == 0x0010000000000000ull);
+	CHECK(value_of("1.7976931348623157e308") == 0x7fefffffffffffffull);
+	CHECK(value_of("-1.7976931348623157e308") == 0xffefffffffffffffull);
+	CHECK(value_of("1e-400") == 0);
+	CHECK(value_of("-1e-400") == 0x8000000000000000ull);
+	CHECK(value_of("0.1") == dbits(0.1));
+	CHECK(value_of("0.1") == 0x3fb999999999999aull);
+	CHECK(value_of("1E2") == dbits(100));
+	CHECK(value_of("1e+2") == dbits(100));
+	CHECK(value_of("12345678901234567890") == dbits(12345678901234567890.0));
+	CHECK(value_of("9007199254740993") == dbits(9007199254740992.0));
+	CHECK(value_of("2.3456780910491943") == dbits(strtod("2.3456780910491943", NULL)));
+	/* A long exact decimal expansion goes through strtod. */
+	CHECK(value_of("0.1000000000000000055511151231257827021181583404541015625") == dbits(0.1));
+	CHECK(value_of("0e99999999999") == 0);
+}
+
+/* Random decimals in many shapes give exactly strtod's bits. */
+static void test_values_vs_strtod(void)
+{
+	uint64_t x = 88172645463325252ull;
+	int bad = 0;
+	for (int i = 0; i < 20000; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		char num[64];
+		switch (i % 5) {
+		case 0: {
+			double d;
+			uint64_t u = x;
+			memcpy(&d, &u, sizeof(d));
+			if (isnan(d) || isinf(d))
+				continue;
+			snprintf(num, sizeof(num), "%.17g", d);
+			break;
+		}
+		case 1:
+			snprintf(num, sizeof(num), "%llu.%llue%d",
+				 (unsigned long long)(x % 100000000), (unsigned long long)(x >> 40),
+				 (int)(x % 61) - 30);
+			break;
+		case 2:
+			snprintf(num, sizeof(num), "%.9g",
+				 (double)(float)((double)(x >> 11) / 9e15));
+			break;
+		case 3: /* more than 19 significant digits */
+			snprintf(num, sizeof(num), "%llu%llu.%llue-%d", (unsigned long long)x,
+				 (unsigned long long)(x >> 20), (unsigned long long)(x % 1000),
+				 (int)(x % 40));
+			break;
+		default:
+			snprintf(num, sizeof(num), "-%llu", (unsigned long long)(x >> (x % 64)));
+			break;
+		}
+		if (value_of(num) != dbits(strtod(num, NULL)))
+			bad++;
+	}
+	CHECK_EQ_INT(bad, 0);
+}
+
+static void test_fields(void)
+{
+	CHECK_EQ_INT(parse("[{\"job\":\"j\",\"rank\":\"job\",\"step\":null,\"timestamp\":null,"
+			   "\"attempt\":null,\"metrics\":{\"a\":1}}]"),
+		     0);
+	const struct sto_batch_series *s = find("j", STO_RANK_JOB, "a");
+	CHECK(s && s->pts.step[0] == STO_STEP_NONE && s->pts.ts_ns[0] == DEFAULT_TS &&
+	      s->pts.attempt[0] == 0);
+	CHECK_EQ_INT(parse("{\"job\":\"j\",\"rank\":2147483647,\"step\":9223372036854775807,"
+			   "\"timestamp\":-9223372036854775808,\"attempt\":4294967295,"
+			   "\"metrics\":{\"a\":1}}"),
+		     0);
+	s = find("j", STO_RANK_MAX, "a");
+	CHECK(s && s->pts.step[0] == INT64_MAX && s->pts.ts_ns[0] == INT64_MIN &&
+	      s->pts.attempt[0] == UINT32_MAX);
+	CHECK_EQ_INT(parse("{\"job\":\"j\",\"rank\":-0,\"step\":0,\"timestamp\":0,"
+			   "\"metrics\":{\"a\":1}}"),
+		     0);
+	s = find("j", 0, "a");
+	CHECK(s && s->pts.step[0] == 0 && s->pts.ts_ns[0] == 0);
+	/* Escapes in job and metric names. */
+	CHECK_EQ_INT(parse("{\"j\\u006fb\":\"\\u006a\\/x\",\"rank\":0,\"metrics\":"
+			   "{\"\\u0041\\/b\":1,\"c\\td\":2}}"),
+		     RDB_EINVAL);
+	CHECK_EQ_INT(
+	    parse("{\"j\\u006fb\":\"\\u006a\",\"rank\":0,\"metrics\":{\"\\u0041\\/b\":1}}"), 0);
+	CHECK(find("j", 0, "A/b") != NULL);
+	/* Name length bounds. */
+	char body[1024], name[300];
+	memset(name, 'n', 256);
+	name[256] = 0;
+	snprintf(body, sizeof(body), REC("\"%s\":1"), name);
+	CHECK_EQ_INT(parse(body), 0);
+	name[256] = 'n';
+	name[257] = 0;
+	snprintf(body, sizeof(body), REC("\"%s\":1"), name);
+	CHECK_EQ_INT(parse(body), RDB_EINVAL);
+	CHECK(strstr(err.msg, "1 to 256") != NULL);
+	name[128] = 0;
+	snprintf(body, sizeof(body), "{\"job\":\"%s\",\"rank\":0,\"metrics\":{\"a\":1}}", name);
+	CHECK_EQ_INT(parse(body), 0);
+	name[128] = 'n';
+	name[129] = 0;
+	snprintf(body, sizeof(body), "{\"job\":\"%s\",\"rank\":0,\"metrics\":{\"a\":1}}", name);
+	CHECK_EQ_INT(parse(body), RDB_EINVAL);
+	CHECK(strstr(err.msg, "1 to 128") != NULL);
+}
+
+static void test_errors_body(void)
+{
+	EXPECT_ERR("", RDB_EINVAL, -1, 0, "", "no records: the body is empty");
+	EXPECT_ERR(" \r\n\t\n", RDB_EINVAL, -1, 0, "", "no records");
+	EXPECT_ERR("[]", RDB_EINVAL, -1, 0, "", "no records: the array is empty");
+	EXPECT_ERR("\n[ \n ]\n", RDB_EINVAL, -1, 0, "", "no records");
+	EXPECT_ERR("\xef\xbb\xbf", RDB_EINVAL, -1, 0, "", "no records");
+	EXPECT_ERR("\xef\xbb\xbf\xef\xbb\xbf[]", RDB_EINVAL, -1, 1, "", "got '\\xef'");
+	EXPECT_ERR("x", RDB_EINVAL, -1, 1, "", "JSON array");
+	EXPECT_ERR("\"job\"", RDB_EINVAL, -1, 1, "", "JSON array");
+	EXPECT_ERR("[" REC("\"a\":1") ",]", RDB_EINVAL, -1, 1, "", "trailing comma");
+	EXPECT_ERR("[" REC("\"a\":1") ",\n\n]", RDB_EINVAL, -1, 3, "", "trailing comma");
+	EXPECT_ERR("[" REC("\"a\":1") "] x", RDB_EINVAL, -1, 1, "", "nothing after");
+	EXPECT_ERR("[" REC("\"a\":1") "][]", RDB_EINVAL, -1, 1, "", "nothing after");
+	EXPECT_ERR("[" REC("\"a\":1") " " REC("\"a\":1") "]", RDB_EINVAL, -1, 1, "",
+		   "',' or ']' after a record");
+	EXPECT_ERR("[" REC("\"a\":1"), RDB_EINVAL, -1, 1, "", "truncated");
+	EXPECT_ERR("[1]", RDB_EINVAL, 0, 1, "", "record must be a JSON object, got 1");
+	EXPECT_ERR("[[]]", RDB_EINVAL, 0, 1, "", "got an array");
+	EXPECT_ERR("[,]", RDB_EINVAL, 0, 1, "", "expected a value, got ','");
+}
+
+static void test_errors_record(void)
+{
+	EXPECT_ERR("[" REC("\"a\":1") ",\n{\"rank\":0,\"metrics\":{\"a\":1}}]", RDB_EINVAL, 1, 2,
+		   "job", "no \"job\" field");
+	EXPECT_ERR("[{\"job\":\"j\",\"metrics\":{\"a\":1}}]", RDB_EINVAL, 0, 1, "rank",
+		   "no \"rank\"");
+	EXPECT_ERR("[{\"job\":\"j\",\"rank\":1}]", RDB_EINVAL, 0, 1, "metrics", "no \"metrics\"");
+	EXPECT_ERR("{}", RDB_EINVAL, 0, 1, "job", "no \"job\"");
+	EXPECT_ERR("{\"job\":\"j\",\"rank\":0,\"metrics\":{\"a\":1},}", RDB_EINVAL, 0, 1, "",
+		   "trailing comma");
+	EXPECT_ERR(REC("\"a\":1,"), RDB_EINVAL, 0, 1, "metrics", "trailing comma");
+	EXPECT_ERR(REC(""), RDB_EINVAL, 0, 1, "metrics", "at least one");
+	EXPECT_ERR("{\"job\":\"j\",\"job\":\"k\"}", RDB_EINVAL, 0, 1, "job", "twice");
+	EXPECT_ERR("{\"job\":\"j\",\"rank\":0,\"metrics\":{\"a\":1,\"a\":2}}", RDB_EINVAL, 0, 1,
+		   "metrics.a", "twice");
+	EXPECT_ERR("{\"job\":\"j\",\"host\":\"x\"}", RDB_EINVAL, 0, 1, "host",
+		   "unknown field \"host\"");
+	EXPECT_ERR("{\"Job\":\"j\"}", RDB_EINVAL, 0, 1, "Job", "unknown field \"Job\"");
+	EXPECT_ERR("{job:\"j\"}", RDB_EINVAL, 0, 1, "", "field name in double quotes");
+	EXPECT_ERR("{\"job\" \"j\"}", RDB_EINVAL, 0, 1, "job", "':'");
+	EXPECT_ERR("{\"job\":\"j\" \"rank\":0}", RDB_EINVAL, 0, 1, "", "',' or '}'");
+	EXPECT_ERR("{\"job\":\"a b\"}", RDB_EINVAL, 0, 1, "job", "[A-Za-z0-9._-]");
+	EXPECT_ERR("{\"job\":\"\"}", RDB_EINVAL, 0, 1, "job", "got \"\"");
+	EXPECT_ERR("{\"job\":7}", RDB_EINVAL, 0, 1, "job", "got 7");
+	EXPECT_ERR("{\"job\":null}", RDB_EINVAL, 0, 1, "job", "got null");
+	EXPECT_ERR("{\"rank\":-1}", RDB_EINVAL, 0, 1, "rank",
+		   "rank must be an integer >= 0 (at most 2147483647) or \"job\", got -1");
+	EXPECT_ERR("{\"rank\":1.0}", RDB_EINVAL, 0, 1, "rank", "got 1.0");
+	EXPECT_ERR("{\"rank\":1e2}", RDB_EINVAL, 0, 1, "rank", "got 1e2");
+	EXPECT_ERR("{\"rank\":+1}", RDB_EINVAL, 0, 1, "rank", "got +1");
+	EXPECT_ERR("{\"rank\":01}", RDB_EINVAL, 0, 1, "rank", "got 01");
+	EXPECT_ERR("{\"rank\":2147483648}", RDB_EINVAL, 0, 1, "rank", "got 2147483648");
+	EXPECT_ERR("{\"rank\":\"1\"}", RDB_EINVAL, 0, 1, "rank", "got \"1\"");
+	EXPECT_ERR("{\"rank\":null}", RDB_EINVAL, 0, 1, "rank", "got null");
+	EXPECT_ERR("{\"rank\":{}}", RDB_EINVAL, 0, 1, "rank", "got an object");
+	EXPECT_ERR("{\"step\":-1}", RDB_EINVAL, 0, 1, "step", "got -1");
+	EXPECT_ERR("{\"step\":9223372036854775808}", RDB_EINVAL, 0, 1, "step", "from 0 to");
+	EXPECT_ERR("{\"step\":99999999999999999999999}", RDB_EINVAL, 0, 1, "step", "from 0 to");
+	EXPECT_ERR("{\"step\":1.5}", RDB_EINVAL, 0, 1, "step", "got 1.5");
+	EXPECT_ERR("{\"attempt\":4294967296}", RDB_EINVAL, 0, 1, "attempt", "got 4294967296");
+	EXPECT_ERR("{\"timestamp\":1.7e18}", RDB_EINVAL, 0, 1, "timestamp",
+		   "timestamp must be an integer number of nanoseconds since the epoch; multiply "
+		   "seconds by 1e9");
+	EXPECT_ERR("{\"timestamp\":1700000000.5}", RDB_EINVAL, 0, 1, "timestamp", "1e9");
+	EXPECT_ERR("{\"timestamp\":9223372036854775808}", RDB_EINVAL, 0, 1, "timestamp", "64-bit");
+	EXPECT_ERR("{\"timestamp\":-9223372036854775809}", RDB_EINVAL, 0, 1, "timestamp", "64-bit");
+	EXPECT_ERR("{\"timestamp\":\"2024-01-01\"}", RDB_EINVAL, 0, 1, "timestamp", "got \"2024");
+	EXPECT_ERR("{\"type\":\"log\"}", RDB_EINVAL, 0, 1, "type",
+		   "record type 'log' is not supported yet");
+	EXPECT_ERR("{\"type\":\"span\"}", RDB_EINVAL, 0, 1, "type", "'span' is not supported yet");
+	EXPECT_ERR("{\"type\":\"metric\"}", RDB_EINVAL, 0, 1, "type", "must be \"metrics\"");
+	EXPECT_ERR("{\"metrics\":[1]}", RDB_EINVAL, 0, 1, "metrics", "got an array");
+	EXPECT_ERR("{\"metrics\":1}", RDB_EINVAL, 0, 1, "metrics", "must be an object");
+	EXPECT_ERR("{\"job\":\"j\",\n\"rank\":0,\n\"metrics\":{\n\"ok\":1,\n\"bad\":true}}",
+		   RDB_EINVAL, 0, 5, "metrics.bad", "value of metric \"bad\" must be");
+}
+
+static void test_errors_values(void)
+{
+	static const char *bad[] = {"true",
+				    "false",
+				    "{}",
+				    "[1]",
+				    "\"\"",
+				    "\"nan\"",
+				    "\"inf\"",
+				    "\"0x1\"",
+				    "\"1.5\"",
+				    "\"0x7ff800000000000g\"",
+				    "\"0X7ff8000000000000\"",
+				    "inf",
+				    "nan",
+				    "-NaN",
+				    "+1",
+				    "01",
+				    "-",
+				    "1.",
+				    ".5",
+				    "1e",
+				    "1e+",
+				    "0x10",
+				    "1.5.2",
+				    "Infinityx",
+				    "--1",
+				    "-infinity",
+				    "Nan",
+				    "NULL"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char body[256];
+		snprintf(body, sizeof(body), REC("\"loss0\":1,\"loss\":%s"), bad[i]);
+		EXPECT_ERR(body, RDB_EINVAL, 0, 1, "metrics.loss", "loss");
+		snprintf(body, sizeof(body), REC("\"loss\":%s"), bad[i]);
+		EXPECT_ERR(body, RDB_EINVAL, 0, 1, "metrics.loss", "value of metric \"loss\"");
+	}
+	EXPECT_ERR(REC("\"m\":1e400"), RDB_EINVAL, 0, 1, "metrics.m", "number out of range");
+	EXPECT_ERR(REC("\"m\":-1e309"), RDB_EINVAL, 0, 1, "metrics.m", "number out of range");
+	EXPECT_ERR(REC("\"m\":1.8e308"), RDB_EINVAL, 0, 1, "metrics.m", "out of range");
+	char lng[1400];
+	memset(lng, '1', 1200);
+	lng[1200] = 0;
+	char body[1500];
+	snprintf(body, sizeof(body), REC("\"m\":%s"), lng);
+	EXPECT_ERR(body, RDB_EINVAL, 0, 1, "metrics.m", "longer than 1100");
+	lng[1090] = 0;
+	snprintf(body, sizeof(body), REC("\"m\":0.%s"), lng);
+	CHECK_EQ_INT(parse(body), 0);
+	EXPECT_ERR(REC("\"m\":1 2"), RDB_EINVAL, 0, 1, "metrics", "',' or '}'");
+	EXPECT_ERR(REC("\"m\" 1"), RDB_EINVAL, 0, 1, "metrics.m", "':'");
+	EXPECT_ERR(REC("m:1"), RDB_EINVAL, 0, 1, "metrics", "metric name in double quotes");
+	EXPECT_ERR(REC("\"a b\":1"), RDB_EINVAL, 0, 1, "metrics.a b", "printable ASCII");
+	EXPECT_ERR(REC("\"\":1"), RDB_EINVAL, 0, 1, "metrics.", "1 to 256");
+	EXPECT_ERR(REC("\"a=b\":1"), RDB_EINVAL, 0, 1, "metrics.a=b", "'='");
+	EXPECT_ERR(REC("\"\\u00e9\":1"), RDB_EINVAL, 0, 1, "metrics.\\xc3\\xa9", "printable ASCII");
+	EXPECT_ERR(REC("\"\xc3\xa9\":1"), RDB_EINVAL, 0, 1, "metrics.\\xc3\\xa9", "printable");
+	EXPECT_ERR(REC("\"\\ud83d\\ude00\":1"), RDB_EINVAL, 0, 1, "metrics.\\xf0\\x9f\\x98\\x80",
+		   "printable");
+	EXPECT_ERR(REC("\"\\ud83d\":1"), RDB_EINVAL, 0, 1, "metrics", "high surrogate");
+	EXPECT_ERR(REC("\"\\ud83dx\":1"), RDB_EINVAL, 0, 1, "metrics", "high surrogate");
+	EXPECT_ERR(REC("\"\\ud83d\\u0041\":1"), RDB_EINVAL, 0, 1, "metrics", "high surrogate");
+	EXPECT_ERR(REC("\"\\ude00\":1"), RDB_EINVAL, 0, 1, "metrics", "lone low surrogate");
+	EXPECT_ERR(REC("\"\\u12\":1"), RDB_EINVAL, 0, 1, "metrics", "4 hex digits");
+	EXPECT_ERR(REC("\"\\x41\":1"), RDB_EINVAL, 0, 1, "metrics", "invalid escape '\\x'");
+	EXPECT_ERR(REC("\"a\tb\":1"), RDB_EINVAL, 0, 1, "metrics", "control character 0x09");
+	EXPECT_ERR("{\"job\":\"a\nb\"}", RDB_EINVAL, 0, 1, "job", "control character 0x0a");
+	EXPECT_ERR("{\"job\":\"j\\", RDB_EINVAL, 0, 1, "job", "truncated");
+	EXPECT_ERR(REC("\"m\":\"\\u0000\""), RDB_EINVAL, 0, 1, "metrics.m", "got \"\\u0000\"");
+}
+
+/* Echoed input is bounded and printable. */
+static void test_error_echo(void)
+{
+	char body[4096];
+	char key[2000];
+	memset(key, 'k', sizeof(key) - 1);
+	key[sizeof(key) - 1] = 0;
+	snprintf(body, sizeof(body), "{\"%s\":1}", key);
+	CHECK_EQ_INT(parse(body), RDB_EINVAL);
+	CHECK(strlen(err.msg) < 200 && strstr(err.msg, "...") && printable(err.msg));
+	snprintf(body, sizeof(body), REC("\"%s\":1"), key);
+	CHECK_EQ_INT(parse(body), RDB_EINVAL);
+	CHECK(strlen(err.field) < sizeof(err.field) && printable(err.field));
+	CHECK(strncmp(err.field, "metrics.kkk", 11) == 0);
+	snprintf(body, sizeof(body), REC("\"m\":\"%s\""), key);
+	CHECK_EQ_INT(parse(body), RDB_EINVAL);
+	CHECK(printable(err.msg) && strstr(err.msg, "...") != NULL);
+	const char raw[] = "{\"rank\":\"\xff\x7f\"}";
+	CHECK_EQ_INT(parse(raw), RDB_EINVAL);
+	CHECK(printable(err.msg) && strstr(err.msg, "\"\\xff\\x7f\"") != NULL);
+	CHECK_EQ_INT(parse("{\"rank\":\"\x01\"}"), RDB_EINVAL);
+	CHECK(printable(err.msg) && strstr(err.msg, "0x01") != NULL);
+	CHECK_EQ_INT(parse_n("{\"job\":\0}", 9), RDB_EINVAL);
+	CHECK(printable(err.msg) && strstr(err.msg, "\\x00") != NULL);
+}
+
+static void test_limits(void)
+{
+	struct ing_limits saved = lim;
+	lim.max_records = 2;
+	CHECK_EQ_INT(parse("[" REC("\"a\":1") "," REC("\"a\":1") "]"), 0);
+	EXPECT_ERR("[" REC("\"a\":1") "," REC("\"a\":1") ",\n" REC("\"a\":1") "]", RDB_ELIMIT, 2, 2,
+		   "", "too many records in one request (max 2)");
+	EXPECT_ERR(REC("\"a\":1") "\n" REC("\"a\":1") "\n" REC("\"a\":1"), RDB_ELIMIT, 2, 3, "",
+		   "max 2");
+	lim = saved;
+	lim.max_metrics_per_record = 2;
+	CHECK_EQ_INT(parse(REC("\"a\":1,\"b\":2")), 0);
+	EXPECT_ERR(REC("\"a\":1,\"b\":2,\"c\":3"), RDB_ELIMIT, 0, 1, "metrics.c",
+		   "more than 2 metrics");
+	lim = saved;
+	lim.max_depth = 2;
+	CHECK_EQ_INT(parse(REC("\"a\":1")), 0);
+	EXPECT_ERR("[" REC("\"a\":1") "]", RDB_ELIMIT, 0, 1, "metrics", "deeper than 2");
+	lim = saved;
+
+	struct sto_batch *small;
+	CHECK_EQ_INT(sto_batch_new(3, 100, &small), 0);
+	const char *body = "[" REC("\"a\":1,\"b\":2") ",\n" REC("\"c\":1,\"d\":2") "]";
+	CHECK_EQ_INT(ing_json_parse(body, strlen(body), &lim, 0, small, &err, NULL), RDB_ELIMIT);
+	CHECK_EQ_INT(err.record, 1);
+	CHECK_EQ_INT(err.line, 2);
+	CHECK(strstr(err.msg, "too many points in one request") != NULL);
+	sto_batch_free(small);
+	CHECK_EQ_INT(sto_batch_new(100, 3, &small), 0);
+	CHECK_EQ_INT(ing_json_parse(body, strlen(body), &lim, 0, small, &err, NULL), RDB_ELIMIT);
+	CHECK_EQ_INT(err.record, 1);
+	sto_batch_free(small);
+}
+
+/* Many metrics: the inline table, arena and duplicate set grow on the heap. */
+static void test_many_metrics(void)
+{
+	size_t cap = 300000;
+	char *body = malloc(cap);
+	size_t n = (size_t)snprintf(body, cap, "{\"job\":\"j\",\"rank\":0,\"metrics\":{");
+	for (int i = 0; i < 1024; i++)
+		n += (size_t)snprintf(body + n, cap - n, "%s\"m\\u005f%d_%0100d\":%d", i ? "," : "",
+				      i, 0, i);
+	n += (size_t)snprintf(body + n, cap - n, "}}\n");
+	CHECK_EQ_INT(parse_n(body, n), 0);
+	CHECK_EQ_INT(sto_batch_points(batch), 1024);
+	char name[200];
+	snprintf(name, sizeof(name), "m_%d_%0100d", 1000, 0);
+	const struct sto_batch_series *s = find("j", 0, name);
+	CHECK(s && s->pts.value[0] == dbits(1000));
+	/* A duplicate far apart is still found. */
+	memcpy(body + n - 3, ",\"m_5_", 6);
+	n = n - 3 + 6;
+	n += (size_t)snprintf(body + n, cap - n, "%0100d\":1}}", 0);
+	lim.max_metrics_per_record = 2048;
+	CHECK_EQ_INT(parse_n(body, n), RDB_EINVAL);
+	CHECK(strstr(err.msg, "twice") != NULL);
+	ing_limits_default(&lim);
+	free(body);
+}
+
+/* Every proper prefix of a valid body fails cleanly (or, for NDJSON, may
+ * succeed at a record boundary); none may crash or overread. */
+static void test_truncation(void)
+{
+	const char *bodies[] = {
+	    "[{\"job\":\"r1\",\"rank\":\"job\",\"step\":null,\"timestamp\":-5,\"attempt\":1,"
+	    "\"type\":\"metrics\",\"metrics\":{\"a\\u0041\":-0.0,\"b\":NaN,\"c\":-Infinity,"
+	    "\"d\":\"0x7ff0000000000000\",\"e\":null,\"f\":1e-3}}]",
+	    "{\"job\":\"j\",\"rank\":1,\"metrics\":{\"x\":12.5}}\r\n\r\n"
+	    "{\"job\":\"j\",\"rank\":2,\"metrics\":{\"x\":Infinity}}\n",
+	};
+	for (size_t b = 0; b < 2; b++) {
+		size_t len = strlen(bodies[b]);
+		int failures = 0, successes = 0;
+		for (size_t n = 0; n < len; n++) {
+			int rc = parse_n(bodies[b], n);
+			if (rc == 0) {
+				successes++;
+				continue;
+			}
+			failures++;
+			CHECK(err.msg[0] != 0 && printable(err.msg) && (err.line >= 1 || n == 0));
+		}
+		if (b == 0)
+			CHECK_EQ_INT(successes, 0);
+		else
+			CHECK_EQ_INT(successes, 6); /* at the end of each record's line */
+		CHECK(failures > 0);
+	}
+	CHECK_EQ_INT(parse(bodies[0]), 0);
+	CHECK_EQ_INT(parse(bodies[1]), 0);
+}
+
+int main(void)
+{
+	ing_limits_default(&lim);
+	CHECK_EQ_INT(lim.max_records, 100000);
+	CHECK_EQ_INT(lim.max_metrics_per_record, 1024);
+	if (sto_batch_new(1000000, 100000, &batch) != 0)
+		return 1;
+	RUN(test_array);
+	RUN(test_ndjson);
+	RUN(test_key_orders);
+	RUN(test_values);
+	RUN(test_values_vs_strtod);
+	RUN(test_fields);
+	RUN(test_errors_body);
+	RUN(test_errors_record);
+	RUN(test_errors_values);
+	RUN(test_error_echo);
+	RUN(test_limits);
+	RUN(test_many_metrics);
+	RUN(test_truncation);
+	sto_batch_free(batch);
+	return check_summary("json_write");
+}

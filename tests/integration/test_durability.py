@@ -1,0 +1,314 @@
+"""Restart, kill -9 durability, chunk corruption."""
+
+import json
+import os
+import threading
+import time
+
+from harness import (T0, Server, assert_error, assert_series_equal, decode_value, expected_series,
+                     f32, fmt_bits, parse_segment, segment_files, series_map)
+
+BIG = ["--max-query-points", "10000000"]
+
+
+def _all(s, job, metrics):
+    return series_map(s.query_ok(job=job, metric=",".join(metrics)))
+
+
+def test_sigterm_restart_same_results():
+    s = Server(BIG).start()
+    recs = []
+    for job in ("ra", "rb"):
+        for step in range(200):
+            for rank in (0, 1, 2, "job"):
+                recs.append({"job": job, "rank": rank, "step": step, "attempt": step // 150,
+                             "timestamp": T0 + step * 1000 + (3 if rank == "job" else rank),
+                             "metrics": {"loss": f32(2.0 / (step + 1)), "lr": 1e-3 * step, "n": step}})
+    for i in range(0, len(recs), 300):
+        s.write_ok(recs[i:i + 300])
+    before = {j: _all(s, j, ["loss", "lr", "n"]) for j in ("ra", "rb")}
+    for j in ("ra", "rb"):
+        assert_series_equal(before[j], expected_series(recs, job=j), "before restart")
+    listings = [s.get_json(p) for p in ("/api/v1/jobs", "/api/v1/jobs/ra/metrics", "/api/v1/jobs/rb/ranks")]
+    s.stop()
+    assert os.path.isfile(os.path.join(s.data_dir, "FORMAT")), os.listdir(s.data_dir)
+    assert segment_files(s.data_dir), "no chunks/seg-*.dat after SIGTERM: %r" % os.listdir(s.data_dir)
+    s.start()
+    for j in ("ra", "rb"):
+        assert_series_equal(_all(s, j, ["loss", "lr", "n"]), before[j], "after restart")
+    assert [s.get_json(p) for p in ("/api/v1/jobs", "/api/v1/jobs/ra/metrics", "/api/v1/jobs/rb/ranks")] == listings
+    # and once more, without writing in between
+    s.restart()
+    for j in ("ra", "rb"):
+        assert_series_equal(_all(s, j, ["loss", "lr", "n"]), before[j], "after second restart")
+    s.stop()
+
+
+def test_many_points_span_chunks_and_head():
+    s = Server(BIG + ["--chunk-max-points", "1000"]).start()
+    n = 20_500
+    recs = [{"job": "many", "rank": 0, "step": i, "timestamp": T0 + i * 1_000_000,
+             "metrics": {"loss": f32(10.0 / (1 + i * 0.01))}} for i in range(n)]
+    for i in range(0, n, 500):
+        s.write_ok(recs[i:i + 500])
+    want = expected_series(recs)
+    got = _all(s, "many", ["loss"])
+    assert_series_equal(got, want, "before restart")
+    windows = [(990, 1010), (999, 1000), (1000, 1000), (19_990, 20_010), (20_000, 20_499), (0, 0), (20_499, 30_000)]
+
+    def check_windows(what):
+        for a, b in windows:
+            g = series_map(s.query_ok(job="many", metric="loss", step_from=a, step_to=b))
+            assert_series_equal(g, expected_series(recs, step_from=a, step_to=b), "%s steps %d..%d" % (what, a, b))
+            g = series_map(s.query_ok(job="many", metric="loss", **{"from": T0 + a * 1_000_000,
+                                                                     "to": T0 + b * 1_000_000}))
+            assert_series_equal(g, expected_series(recs, tfrom=T0 + a * 1_000_000, tto=T0 + b * 1_000_000),
+                                "%s time of steps %d..%d" % (what, a, b))
+
+    check_windows("before restart")
+    s.stop()
+    s.start()
+    assert_series_equal(_all(s, "many", ["loss"]), want, "after restart")
+    check_windows("after restart")
+    # more points, then a crash: the new ones come back from the WAL
+    more = [{"job": "many", "rank": 0, "step": i, "timestamp": T0 + i * 1_000_000,
+             "metrics": {"loss": f32(10.0 / (1 + i * 0.01))}} for i in range(n, n + 1500)]
+    for i in range(0, len(more), 500):
+        s.write_ok(more[i:i + 500])
+    s.kill9()
+    s.start()
+    assert_series_equal(_all(s, "many", ["loss"]), expected_series(recs + more), "after kill -9")
+    s.stop()
+
+
+# ---------------------------------------------------------------------------
+# kill -9 while 6 clients write
+
+
+NTHREADS = 6
+BAD_EVERY = 9  # every 9th batch of a thread carries a bad record
+
+
+def _value(t, step, k):
+    # distinct, exactly representable, not monotone: catches mixed-up points
+    return ((step * 2654435761 + t * 40503 + k * 7) % 1000003) / 64.0 - 7000.0
+
+
+def _batch(t, b):
+    """Batch b of thread t: records with steps unique over (t, b)."""
+    nrec = 1 + (b % 4)
+    recs = []
+    for i in range(nrec):
+        step = b * 10 + i
+        recs.append({"job": "crash", "rank": t, "step": step, "timestamp": T0 + step * 1000 + t,
+                     "metrics": {"a": _value(t, step, 0), "b": _value(t, step, 1)}})
+    bad = b % BAD_EVERY == BAD_EVERY - 1
+    if bad:
+        # the bad record comes last, after good ones: nothing of the batch may be stored
+        kind = b // BAD_EVERY % 3
+        r = {"job": "crash", "rank": t, "step": b * 10 + 9, "timestamp": T0 + (b * 10 + 9) * 1000 + t,
+             "metrics": {"a": 1.0}}
+        if kind == 0:
+            r["rank"] = -1
+        elif kind == 1:
+            r["metrics"] = {"a": True}
+        else:
+            r["bogus_field"] = 1
+        recs.append(r)
+    return recs, bad
+
+
+class _Writer(threading.Thread):
+    def __init__(self, srv, t, first_batch, stop):
+        super().__init__(daemon=True)
+        self.srv, self.t, self.b, self.stop_ev = srv, t, first_batch, stop
+        self.acked, self.rejected, self.unknown, self.unexpected = [], [], [], []
+        self.sent = []
+
+    def run(self):
+        failures = 0
+        while not self.stop_ev.is_set() and failures < 50:
+            recs, bad = _batch(self.t, self.b)
+            self.sent.append(self.b)
+            try:
+                st, _, body = self.srv.post("/api/v1/write", json.dumps(recs),
+                                            keepalive=True, timeout=30)
+            except Exception:
+                self.unknown.append(self.b)  # in flight when the server died
+                failures += 1
+                time.sleep(0.01)
+                self.b += 1
+                continue
+            if st == 200 and not bad:
+                self.acked.append(self.b)
+            elif 400 <= st < 500 and bad:
+                self.rejected.append(self.b)
+            elif st in (429, 503) and not bad:
+                self.unknown.append(self.b)  # overloaded: refused, treat as not acknowledged
+            else:
+                self.unexpected.append((self.b, st, body[:300]))
+            self.b += 1
+
+
+def _crash_round(s, first_batch, min_acked=60, write_s=2.0):
+    stop = threading.Event()
+    ws = [_Writer(s, t, first_batch, stop) for t in range(NTHREADS)]
+    for w in ws:
+        w.start()
+    t_start = time.monotonic()
+    # let the clients run for a couple of seconds and until enough batches
+    # were acknowledged (a progress condition, not a timing assertion)
+    while True:
+        time.sleep(0.05)
+        acked = sum(len(w.acked) for w in ws)
+        if time.monotonic() - t_start >= write_s and acked >= min_acked:
+            break
+        if time.monotonic() - t_start > 60:
+            break
+        if any(w.unexpected for w in ws):
+            break
+    s.kill9()  # mid-write: the clients are still sending
+    stop.set()
+    for w in ws:
+        w.join(60)
+        assert not w.is_alive(), "writer thread hangs"
+    for w in ws:
+        assert not w.unexpected, "thread %d got unexpected answers (batch, status, body): %r" % (
+            w.t, w.unexpected[:5])
+    assert sum(len(w.acked) for w in ws) >= 10, "too few acknowledged batches to test anything"
+    assert sum(len(w.rejected) for w in ws) >= 1, "no deliberately bad batch was answered"
+    return ws
+
+
+def _verify(s, writers_by_round):
+    """Every acknowledged point exactly once with its value; nothing of
+    rejected batches; in-flight batches may or may not be there but, if
+    present, with the right values and without duplicates."""
+    errors = []
+    for t in range(NTHREADS):
+        obj = s.query_ok(job="crash", metric="a,b", rank=str(t))
+        got = {}  # (metric, step) -> [values]
+        for ser in obj["series"]:
+            assert ser["rank"] == t and ser["metric"] in ("a", "b"), (ser["rank"], ser["metric"])
+            for ts, step, v in zip(ser["timestamps"], ser["steps"], ser["values"]):
+                got.setdefault((ser["metric"], step), []).append((ts, decode_value(v)))
+        acked, rejected, sent = set(), set(), set()
+        for ws in writers_by_round:
+            w = ws[t]
+            acked |= set(w.acked)
+            rejected |= set(w.rejected)
+            sent |= set(w.sent)
+        seen_steps = set()
+        for b in sorted(sent):
+            recs, bad = _batch(t, b)
+            for r in recs:
+                step = r["step"]
+                for m in ("a", "b"):
+                    if m not in r["metrics"] or not isinstance(r["metrics"][m], float):
+                        continue
+                    want = (r["timestamp"], decode_value(r["metrics"][m]))
+                    pts = got.get((m, step), [])
+                    seen_steps.add((m, step))
+                    if b in acked:
+                        if pts != [want]:
+                            errors.append("rank %d batch %d (acknowledged) %s step %d: got %r, expected %r"
+                                          % (t, b, m, step, [(x, fmt_bits(y)) for x, y in pts],
+                                             (want[0], fmt_bits(want[1]))))
+                    elif b in rejected:
+                        if pts:
+                            errors.append("rank %d batch %d (rejected with 4xx) %s step %d is stored: %r"
+                                          % (t, b, m, step, pts))
+                    elif pts and pts != [want]:
+                        errors.append("rank %d batch %d (in flight) %s step %d: got %r, expected none or %r"
+                                      % (t, b, m, step, pts, want))
+        extra = set(got) - seen_steps
+        if extra:
+            errors.append("rank %d: points that no client sent: %r" % (t, sorted(extra)[:10]))
+        if len(errors) > 20:
+            break
+    assert not errors, "%d problems:\n%s" % (len(errors), "\n".join(errors[:30]))
+
+
+def _kill9_durability(flags):
+    s = Server(BIG + flags).start()
+    r1 = _crash_round(s, first_batch=0)
+    s.start()
+    _verify(s, [r1])
+    # a second crash on the recovered data directory, new batches
+    first = max(max(w.sent) for w in r1) + 1
+    r2 = _crash_round(s, first_batch=first)
+    s.start()
+    _verify(s, [r1, r2])
+    # clean restart keeps the same result
+    s.restart()
+    _verify(s, [r1, r2])
+    s.stop()
+
+
+def test_kill9_durability_fdatasync():
+    _kill9_durability(["--sync-policy", "fdatasync"])
+
+
+def test_kill9_durability_sync_none():
+    _kill9_durability(["--sync-policy", "none"])
+
+
+# ---------------------------------------------------------------------------
+# corruption
+
+
+def test_corrupted_chunk_checksum():
+    s = Server().start()
+    series = {}
+    for rank in (0, 1):
+        recs = [{"job": "cor", "rank": rank, "step": i, "timestamp": T0 + i * 1000 + rank,
+                 "metrics": {"temp": 60.0 + (i * 7 + rank) % 13}} for i in range(50)]
+        s.write_ok(recs)
+        series[rank] = expected_series(recs)
+    s.stop()  # seals the head into chunk files
+    segs = segment_files(s.data_dir)
+    assert segs, "no segment files after SIGTERM"
+    chunks = parse_segment(segs[0])
+    assert chunks, "no chunk record in %s" % segs[0]
+    off, plen = chunks[0]
+    assert plen > 4, plen
+    pos = off + 48 + plen // 3
+    with open(segs[0], "r+b") as f:
+        f.seek(pos)
+        byte = f.read(1)
+        f.seek(pos)
+        f.write(bytes([byte[0] ^ 0x40]))
+    s.start()
+
+    results = {}
+    for rank in (0, 1):
+        st, obj = s.query(job="cor", metric="temp", rank=str(rank))
+        results[rank] = (st, obj)
+    bad = [r for r in results if results[r][0] != 200]
+    assert len(bad) == 1, "exactly one series must fail after one flipped byte: %r" % {
+        r: (results[r][0], results[r][1] if results[r][0] != 200 else "ok") for r in results}
+    (b,) = bad
+    st, obj = results[b]
+    assert_error(st, obj, 500, what="query of corrupted series")
+    msg = obj["error"]
+    assert "checksum" in msg.lower(), "error does not mention the checksum: %r" % msg
+    assert os.path.basename(segs[0]) in msg, "error does not name the segment file %s: %r" % (
+        os.path.basename(segs[0]), msg)
+    assert "series" not in obj or not obj.get("series"), "no data may accompany the error: %r" % obj
+    good = 1 - b
+    st, obj = results[good]
+    assert_series_equal(series_map(obj), series[good], "other series after corruption")
+
+    st, obj = s.get_json("/healthz")
+    assert st == 200, (st, obj)
+    # still serving: the corrupted series keeps failing cleanly, the rest works
+    st, obj = s.query(job="cor", metric="temp")
+    assert_error(st, obj, 500, what="query over both series")
+    st, obj = s.query(job="cor", metric="temp", rank=str(good))
+    assert st == 200
+    assert_series_equal(series_map(obj), series[good], "other series, again")
+    st, obj = s.get_json("/api/v1/jobs")
+    assert st == 200 and obj == {"jobs": [{"job": "cor", "series": 2}]}, obj
+    s.write_ok([{"job": "cor2", "rank": 0, "step": 0, "timestamp": T0, "metrics": {"x": 1}}])
+    s.query_ok(job="cor2", metric="x")
+    s.stop()
