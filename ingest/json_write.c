@@ -927,7 +927,7 @@ static int metric_add_name(struct parser *ps, const struct tok *t)
 	if (!sto_metric_valid(t->s, t->len))
 		return fail(ps, RDB_EINVAL, t->line, "metrics",
 			    "metric name must be 1 to %u printable ASCII characters other than "
-			    "space, '\"', '\\', '{', '}', ',' and '='",
+			    "space, '\"', '\\', '{', '}' and ','",
 			    STO_METRIC_MAX);
 	if (ps->rec.n >= ps->lim->max_metrics_per_record)
 		return fail(ps, RDB_ELIMIT, t->line, "metrics",
