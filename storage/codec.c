@@ -1258,3 +1258,36 @@ int sto_codec_decode(const uint8_t *src, size_t len, uint32_t max_points, struct
 		*used = pos;
 	return 0;
 }
+
+/* ---- generic zstd blocks (event chunks) -------------------------------------- */
+
+int sto_codec_zstd_pack(const void *src, size_t len, struct rdb_buf *out)
+{
+	size_t bound = ZSTD_compressBound(len);
+	int rc = rdb_buf_reserve(out, bound);
+	if (rc)
+		return rc;
+	size_t z = ZSTD_compress(out->data + out->len, bound, src, len, ZSTD_LEVEL);
+	if (ZSTD_isError(z))
+		return -ENOMEM;
+	out->len += z;
+	return 0;
+}
+
+int sto_codec_zstd_unpack(const uint8_t *src, size_t len, size_t max_out, struct rdb_buf *out)
+{
+	unsigned long long sz = ZSTD_getFrameContentSize(src, len);
+	if (sz == ZSTD_CONTENTSIZE_ERROR || sz == ZSTD_CONTENTSIZE_UNKNOWN || sz > max_out)
+		return RDB_ECORRUPT;
+	if (ZSTD_findFrameCompressedSize(src, len) != len)
+		return RDB_ECORRUPT; /* trailing bytes, or a truncated frame */
+	out->len = 0;
+	int rc = rdb_buf_reserve(out, (size_t)sz ? (size_t)sz : 1);
+	if (rc)
+		return rc == RDB_ELIMIT ? RDB_ECORRUPT : rc;
+	size_t got = ZSTD_decompress(out->data, (size_t)sz, src, len);
+	if (ZSTD_isError(got) || got != sz)
+		return RDB_ECORRUPT;
+	out->len = got;
+	return 0;
+}

@@ -35,6 +35,14 @@ int sto_codec_encode(const struct sto_cols *cols, struct rdb_buf *out,
 int sto_codec_decode(const uint8_t *src, size_t len, uint32_t max_points, struct sto_cols *out,
 		     size_t *used);
 
+/* One zstd frame (content size recorded) of src, appended to out.
+ * 0, -ENOMEM, RDB_ELIMIT. */
+int sto_codec_zstd_pack(const void *src, size_t len, struct rdb_buf *out);
+/* Decompresses exactly one frame occupying all of src into out (replacing
+ * its contents). The frame must record a content size <= max_out.
+ * 0, RDB_ECORRUPT, -ENOMEM. */
+int sto_codec_zstd_unpack(const uint8_t *src, size_t len, size_t max_out, struct rdb_buf *out);
+
 /* Name of an encoding id, for logs and `rankctl stats`. */
 const char *sto_codec_name(uint8_t enc);
 

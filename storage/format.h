@@ -42,7 +42,8 @@
 
 enum sto_wal_rec_type {
 	STO_WAL_REC_POINTS = 1, /* a batch of points, see below */
-	STO_WAL_REC_EVENTS = 2, /* a batch of logs and spans (storage/events.c) */
+	STO_WAL_REC_EVENTS = 2, /* reserved */
+	STO_WAL_REC_BATCH = 3,  /* points and/or events, with an optional batch id */
 };
 
 /* STO_WAL_REC_POINTS payload:
@@ -56,6 +57,15 @@ enum sto_wal_rec_type {
  *       i64 ts_ns, i64 step (STO_STEP_NONE if absent), u32 attempt, u64 value bits
  */
 #define STO_WAL_POINT_SIZE 28u
+
+/* STO_WAL_REC_BATCH payload:
+ *   u8  id length I (0 = no client batch id, else 1..128), I bytes id
+ *   u32 P, P bytes: a STO_WAL_REC_POINTS payload (P = 0: no points)
+ *   u32 E, E bytes: an events payload (storage/events.c; E = 0: none):
+ *     u32 count, then per event: u8 kind, u8 level, u32 rank, u32 attempt,
+ *     i64 ts_ns, i64 step, i64 duration_ns, u8 job length, job,
+ *     u32 text length, text, u32 fields length, fields (JSON object text)
+ */
 
 /* ---- Segment file ----------------------------------------------------------
  * Header (32 bytes):
@@ -82,6 +92,32 @@ enum sto_wal_rec_type {
 #define STO_CHUNK_MAGIC 0x314b4843u
 #define STO_CHUNK_HEADER_SIZE 48u
 #define STO_CHUNK_MAX_PAYLOAD (64u * 1024u * 1024u)
+
+/* Event chunks (logs and spans of one job) use the same record header with
+ * magic "EVC1", series id 0 and point count = event count. The payload is
+ * one zstd frame (content size recorded) of the columns
+ *   u32 n, u8 kind[n], u8 level[n], u32 rank[n], u32 attempt[n],
+ *   i64 ts_ns[n], i64 step[n], i64 duration_ns[n], u32 text_len[n],
+ *   u32 fields_len[n], the texts back to back, the fields back to back
+ * followed (outside the frame) by the key record with the job, rank
+ * STO_RANK_JOB and an empty metric. At most STO_EVCHUNK_MAX_EVENTS events
+ * and STO_EVCHUNK_MAX_RAW bytes before compression. */
+#define STO_EVCHUNK_MAGIC 0x31435645u
+#define STO_EVCHUNK_MAX_EVENTS 4096u
+#define STO_EVCHUNK_MAX_RAW (8u * 1024u * 1024u)
+
+/* Event chunk index entry (LMDB db "events", key job \0 min_ts uid), LE:
+ *   0  u8   entry version (1)    1 u8 kinds mask (1 << kind)
+ *   2  u8   levels mask (1 << level, logs only)    3 u8 zero
+ *   4  u32  record length        8 u64 segment id    16 u64 offset
+ *   24 u64  WAL generation       32 u32 count        36 u32 log2(bloom bits)
+ *   40 i64  min ts   48 i64 max ts   56 i64 min step   64 i64 max step
+ *   72 u32  min rank             76 u32 max rank (STO_RANK_JOB sorts last)
+ *   80      bloom filter bytes (2^log2 / 8): tokens of messages, span names
+ *           and field values; bit positions h1 + i * h2 (i = 0..2) mod bits,
+ *           h = XXH3-64(token, seed 0x5eed), h1 = low 32 bits, h2 = high | 1
+ */
+#define STO_EVENTRY_FIXED 80u
 
 /* ---- Data model bounds ---------------------------------------------------- */
 #define STO_JOB_MAX 128u       /* job id bytes, [A-Za-z0-9._-] */

@@ -15,7 +15,7 @@
  *   (so negative timestamps sort first), uid be64. Keys are big-endian so
  *   LMDB's memcmp order is numeric order; values are little-endian.
  *
- * Chunk entry value, version 1, 120 bytes, little-endian:
+ * Chunk entry value, version 1, 128 bytes, little-endian:
  *     0  u8      entry version (1)
  *     1  u8[3]   zero (ignored on read)
  *     4  u32     length: chunk record bytes (header + payload)
@@ -35,6 +35,8 @@
  *    96  u64     sum, IEEE-754 bits
  *   104  u64     first value bits
  *   112  u64     last value bits
+ *   120  u32     step_count: points that have a step (== count: every point)
+ *   124  u32     zero
  *   series id and uid live only in the key.
  *
  * Invariants
@@ -74,7 +76,7 @@
 
 #define SUBSYS "index"
 
-#define IX_MAXDBS	8
+#define IX_MAXDBS	16
 #define IX_MAXREADERS	256
 #define IX_META_KEY_MAX 255u
 
@@ -103,9 +105,10 @@ enum {
 	E_SUM = 96,
 	E_FIRST = 104,
 	E_LAST = 112,
-	ENTRY_SIZE = 120,
+	E_STEP_COUNT = 120,
+	ENTRY_SIZE = 128,
 };
-_Static_assert(ENTRY_SIZE == 120 && E_LAST + 8 == ENTRY_SIZE, "chunk entry v1 is 120 bytes");
+_Static_assert(ENTRY_SIZE == 128 && E_STEP_COUNT + 8 == ENTRY_SIZE, "chunk entry v1 is 128 bytes");
 _Static_assert(SERIES_KEY_MAX <= 511u, "series key fits LMDB's default max key size");
 
 #define TS_FLIP 0x8000000000000000ull
@@ -113,6 +116,7 @@ _Static_assert(SERIES_KEY_MAX <= 511u, "series key fits LMDB's default max key s
 struct sto_index {
 	MDB_env *env;
 	MDB_dbi meta, series, sid, chunks, pending;
+	MDB_dbi events, evpending, batch_ids, batch_time;
 	uint64_t map_bytes; /* as configured, for the map-full log line */
 	char *dir;	    /* owned copy, for log lines */
 };
@@ -225,6 +229,7 @@ static void entry_encode(const struct sto_chunk_ref *r, uint8_t *p)
 	rdb_put_le64(p + E_SUM, rdb_f64_bits(s->sum));
 	rdb_put_le64(p + E_FIRST, s->first);
 	rdb_put_le64(p + E_LAST, s->last);
+	rdb_put_le32(p + E_STEP_COUNT, s->step_count);
 }
 
 /* Fills everything but series_id, uid and stats.min_ts_ns (taken from the
@@ -252,7 +257,8 @@ static int entry_decode(const uint8_t *p, size_t n, struct sto_chunk_ref *r)
 	s->sum = rdb_bits_f64(rdb_get_le64(p + E_SUM));
 	s->first = rdb_get_le64(p + E_FIRST);
 	s->last = rdb_get_le64(p + E_LAST);
-	if (s->max_ts_ns < s->min_ts_ns)
+	s->step_count = rdb_get_le32(p + E_STEP_COUNT);
+	if (s->max_ts_ns < s->min_ts_ns || s->step_count > s->count)
 		return RDB_ECORRUPT;
 	return 0;
 }
@@ -322,8 +328,12 @@ static int u64_value(const struct sto_txn *t, const MDB_val *v, const char *what
 
 static int open_dbs(struct sto_index *ix, MDB_txn *txn)
 {
-	static const char *const names[] = {"meta", "series", "sid", "chunks", "pending"};
-	MDB_dbi *dbis[] = {&ix->meta, &ix->series, &ix->sid, &ix->chunks, &ix->pending};
+	static const char *const names[] = {"meta",   "series",    "sid",	  "chunks",
+					    "pending", "events", "evpending", "batch_ids",
+					    "batch_time"};
+	MDB_dbi *dbis[] = {&ix->meta,	 &ix->series,	 &ix->sid,	 &ix->chunks,
+			   &ix->pending, &ix->events,	 &ix->evpending, &ix->batch_ids,
+			   &ix->batch_time};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		int rc = mdb_dbi_open(txn, names[i], MDB_CREATE, dbis[i]);
@@ -846,4 +856,226 @@ int sto_pending_drop_after(struct sto_txn *t, uint64_t after_gen)
 	if (after_gen == UINT64_MAX)
 		return 0;
 	return pending_delete_range(t, after_gen + 1, UINT64_MAX);
+}
+
+/* ---- event chunks ------------------------------------------------------------
+ * events     key: job, 0x00, min_ts be64 (sign flipped), uid be64
+ *            value: the event chunk entry (layout in storage/format.h)
+ * evpending  key: gen be64, then the events key; value: empty
+ */
+
+static size_t ev_key_put(uint8_t *p, const char *job, int64_t min_ts_ns, uint64_t uid)
+{
+	size_t jl = strlen(job);
+	memcpy(p, job, jl);
+	p[jl] = 0;
+	rdb_put_be64(p + jl + 1, (uint64_t)min_ts_ns ^ TS_FLIP);
+	rdb_put_be64(p + jl + 9, uid);
+	return jl + 17;
+}
+
+static int ev_key_get(const struct sto_txn *t, const uint8_t *p, size_t n, char *job,
+		      int64_t *min_ts_ns, uint64_t *uid)
+{
+	const uint8_t *nul = n > 17 ? memchr(p, 0, n - 16) : NULL;
+	size_t jl = nul ? (size_t)(nul - p) : 0;
+	if (!nul || jl == 0 || jl > STO_JOB_MAX || jl + 17 != n)
+		return corrupt(t, "event chunk key", n);
+	memcpy(job, p, jl);
+	job[jl] = 0;
+	*min_ts_ns = (int64_t)(rdb_get_be64(p + jl + 1) ^ TS_FLIP);
+	*uid = rdb_get_be64(p + jl + 9);
+	return 0;
+}
+
+int sto_evidx_put(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_t uid,
+		  const void *val, size_t len)
+{
+	uint8_t kb[STO_JOB_MAX + 17];
+	MDB_val k = {.mv_size = ev_key_put(kb, job, min_ts_ns, uid), .mv_data = kb};
+	MDB_val v = {.mv_size = len, .mv_data = (void *)val};
+	return ix_err(t->ix, mdb_put(t->txn, t->ix->events, &k, &v, 0), "event chunk put");
+}
+
+int sto_evidx_del(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_t uid)
+{
+	uint8_t kb[STO_JOB_MAX + 17];
+	MDB_val k = {.mv_size = ev_key_put(kb, job, min_ts_ns, uid), .mv_data = kb};
+	return ix_err(t->ix, mdb_del(t->txn, t->ix->events, &k, NULL), "event chunk del");
+}
+
+int sto_evidx_scan(struct sto_txn *t, const char *job, int64_t to_ns, sto_evidx_fn fn, void *arg)
+{
+	uint8_t seek[STO_JOB_MAX + 17];
+	size_t plen = strlen(job) + 1;
+	char kjob[STO_JOB_MAX + 1];
+	int64_t min_ts;
+	uint64_t uid;
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	ev_key_put(seek, job, INT64_MIN, 0);
+	int ret = cursor_open(t, t->ix->events, &cur);
+	if (ret != 0)
+		return ret;
+	for (ret = cursor_seek(t, cur, seek, plen + 16, &k, &v); ret == 0;
+	     ret = cursor_next(t, cur, &k, &v)) {
+		if (!has_prefix(&k, seek, plen))
+			break;
+		ret = ev_key_get(t, k.mv_data, k.mv_size, kjob, &min_ts, &uid);
+		if (ret != 0)
+			goto out;
+		if (min_ts > to_ns)
+			break;
+		ret = fn(arg, min_ts, uid, v.mv_data, v.mv_size);
+		if (ret != 0)
+			goto out;
+	}
+	ret = ret == RDB_ENOTFOUND ? 0 : ret;
+out:
+	mdb_cursor_close(cur);
+	return ret;
+}
+
+int sto_evpending_add(struct sto_txn *t, uint64_t gen, const char *job, int64_t min_ts_ns,
+		      uint64_t uid)
+{
+	uint8_t kb[8 + STO_JOB_MAX + 17];
+	rdb_put_be64(kb, gen);
+	MDB_val k = {.mv_size = 8 + ev_key_put(kb + 8, job, min_ts_ns, uid), .mv_data = kb};
+	MDB_val v = {.mv_size = 0, .mv_data = kb};
+	return ix_err(t->ix, mdb_put(t->txn, t->ix->evpending, &k, &v, 0), "event pending add");
+}
+
+int sto_evpending_scan(struct sto_txn *t, uint64_t after_gen, sto_evpending_fn fn, void *arg)
+{
+	uint8_t seek[8];
+	char job[STO_JOB_MAX + 1];
+	int64_t min_ts;
+	uint64_t uid;
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	if (after_gen == UINT64_MAX)
+		return 0;
+	rdb_put_be64(seek, after_gen + 1);
+	int ret = cursor_open(t, t->ix->evpending, &cur);
+	if (ret != 0)
+		return ret;
+	for (ret = cursor_seek(t, cur, seek, sizeof(seek), &k, &v); ret == 0;
+	     ret = cursor_next(t, cur, &k, &v)) {
+		if (k.mv_size < 8 + 18) {
+			ret = corrupt(t, "event pending key", k.mv_size);
+			goto out;
+		}
+		ret = ev_key_get(t, (const uint8_t *)k.mv_data + 8, k.mv_size - 8, job, &min_ts, &uid);
+		if (ret == 0)
+			ret = fn(arg, rdb_get_be64(k.mv_data), job, min_ts, uid);
+		if (ret != 0)
+			goto out;
+	}
+	ret = ret == RDB_ENOTFOUND ? 0 : ret;
+out:
+	mdb_cursor_close(cur);
+	return ret;
+}
+
+/* Deletes evpending entries with lo <= gen <= hi. */
+static int evpending_delete_range(struct sto_txn *t, uint64_t lo, uint64_t hi)
+{
+	uint8_t seek[8];
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	int ret = cursor_open(t, t->ix->evpending, &cur);
+	if (ret != 0)
+		return ret;
+	rdb_put_be64(seek, lo);
+	for (;;) {
+		ret = cursor_seek(t, cur, seek, sizeof(seek), &k, &v);
+		if (ret != 0)
+			break;
+		if (k.mv_size < 8 || rdb_get_be64(k.mv_data) > hi)
+			break;
+		ret = ix_err(t->ix, mdb_cursor_del(cur, 0), "event pending delete");
+		if (ret != 0)
+			break;
+	}
+	ret = ret == RDB_ENOTFOUND ? 0 : ret;
+	mdb_cursor_close(cur);
+	return ret;
+}
+
+int sto_evpending_clear(struct sto_txn *t, uint64_t upto_gen)
+{
+	return evpending_delete_range(t, 0, upto_gen);
+}
+
+int sto_evpending_drop_after(struct sto_txn *t, uint64_t after_gen)
+{
+	if (after_gen == UINT64_MAX)
+		return 0;
+	return evpending_delete_range(t, after_gen + 1, UINT64_MAX);
+}
+
+/* ---- client batch ids ----------------------------------------------------------
+ * batch_ids   key: the id bytes           value: u64 LE, ns when first seen
+ * batch_time  key: ns be64, then the id   value: empty (for pruning by age)
+ */
+
+int sto_batchid_get(struct sto_txn *t, const char *id, size_t len, uint64_t *seen_ns)
+{
+	MDB_val k = {.mv_size = len, .mv_data = (void *)id}, v;
+	int ret = ix_err(t->ix, mdb_get(t->txn, t->ix->batch_ids, &k, &v), "batch id get");
+	if (ret != 0)
+		return ret;
+	return u64_value(t, &v, "batch id value", seen_ns);
+}
+
+int sto_batchid_put(struct sto_txn *t, const char *id, size_t len, uint64_t seen_ns)
+{
+	uint8_t vb[8], kb[8 + 512];
+	if (len == 0 || len > 512)
+		return -EINVAL;
+	rdb_put_le64(vb, seen_ns);
+	MDB_val k = {.mv_size = len, .mv_data = (void *)id}, v = {.mv_size = 8, .mv_data = vb};
+	int ret = ix_err(t->ix, mdb_put(t->txn, t->ix->batch_ids, &k, &v, 0), "batch id put");
+	if (ret != 0)
+		return ret;
+	rdb_put_be64(kb, seen_ns);
+	memcpy(kb + 8, id, len);
+	MDB_val tk = {.mv_size = 8 + len, .mv_data = kb}, tv = {.mv_size = 0, .mv_data = kb};
+	return ix_err(t->ix, mdb_put(t->txn, t->ix->batch_time, &tk, &tv, 0), "batch time put");
+}
+
+int sto_batchid_prune(struct sto_txn *t, uint64_t older_than_ns, size_t max_delete,
+		      size_t *deleted)
+{
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	size_t n = 0;
+	int ret = cursor_open(t, t->ix->batch_time, &cur);
+	if (ret != 0)
+		return ret;
+	while (n < max_delete) {
+		ret = ix_err(t->ix, mdb_cursor_get(cur, &k, &v, MDB_FIRST), "batch time first");
+		if (ret != 0)
+			break;
+		if (k.mv_size < 9) {
+			ret = corrupt(t, "batch time key", k.mv_size);
+			break;
+		}
+		if (rdb_get_be64(k.mv_data) >= older_than_ns)
+			break;
+		MDB_val ik = {.mv_size = k.mv_size - 8, .mv_data = (uint8_t *)k.mv_data + 8};
+		ret = ix_err(t->ix, mdb_del(t->txn, t->ix->batch_ids, &ik, NULL), "batch id del");
+		if (ret != 0 && ret != RDB_ENOTFOUND)
+			break;
+		ret = ix_err(t->ix, mdb_cursor_del(cur, 0), "batch time del");
+		if (ret != 0)
+			break;
+		n++;
+	}
+	ret = ret == RDB_ENOTFOUND ? 0 : ret;
+	mdb_cursor_close(cur);
+	if (deleted)
+		*deleted = n;
+	return ret;
 }

@@ -83,4 +83,29 @@ int sto_pending_clear(struct sto_txn *t, uint64_t upto_gen);
  * their chunks at recovery). */
 int sto_pending_drop_after(struct sto_txn *t, uint64_t after_gen);
 
+/* event chunks (logs and spans) of a job: the value is the event chunk
+ * entry of storage/format.h, opaque here. */
+int sto_evidx_put(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_t uid,
+		  const void *val, size_t len);
+int sto_evidx_del(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_t uid);
+/* Calls fn for each event chunk of job with min_ts <= to_ns, in (min_ts,
+ * uid) order. The value pointer is valid only during the call. */
+typedef int (*sto_evidx_fn)(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val,
+			    size_t len);
+int sto_evidx_scan(struct sto_txn *t, const char *job, int64_t to_ns, sto_evidx_fn fn, void *arg);
+int sto_evpending_add(struct sto_txn *t, uint64_t gen, const char *job, int64_t min_ts_ns,
+		      uint64_t uid);
+typedef int (*sto_evpending_fn)(void *arg, uint64_t gen, const char *job, int64_t min_ts_ns,
+				uint64_t uid);
+int sto_evpending_scan(struct sto_txn *t, uint64_t after_gen, sto_evpending_fn fn, void *arg);
+int sto_evpending_clear(struct sto_txn *t, uint64_t upto_gen);
+int sto_evpending_drop_after(struct sto_txn *t, uint64_t after_gen);
+
+/* client batch ids (idempotent retries) */
+int sto_batchid_get(struct sto_txn *t, const char *id, size_t len, uint64_t *seen_ns);
+int sto_batchid_put(struct sto_txn *t, const char *id, size_t len, uint64_t seen_ns);
+/* Deletes ids first seen before older_than_ns, at most max_delete. */
+int sto_batchid_prune(struct sto_txn *t, uint64_t older_than_ns, size_t max_delete,
+		      size_t *deleted);
+
 #endif

@@ -136,7 +136,7 @@ int sto_seg_close(struct sto_seg_writer *w)
 	return rc;
 }
 
-int sto_chunk_frame(struct rdb_buf *out, uint64_t series_id, uint64_t uid, uint64_t gen,
+int sto_chunk_frame(struct rdb_buf *out, uint32_t magic, uint64_t series_id, uint64_t uid, uint64_t gen,
 		    uint32_t npoints, const uint8_t *codec, size_t codec_len,
 		    const struct sto_series_key *key)
 {
@@ -150,7 +150,7 @@ int sto_chunk_frame(struct rdb_buf *out, uint64_t series_id, uint64_t uid, uint6
 		return rc;
 	uint8_t *h = out->data + start;
 	memset(h, 0, STO_CHUNK_HEADER_SIZE);
-	rdb_put_le32(h, STO_CHUNK_MAGIC);
+	rdb_put_le32(h, magic);
 	rdb_put_le32(h + 4, (uint32_t)payload);
 	rdb_put_le64(h + 8, series_id);
 	rdb_put_le64(h + 16, uid);
@@ -176,7 +176,7 @@ int sto_chunk_frame(struct rdb_buf *out, uint64_t series_id, uint64_t uid, uint6
 	return 0;
 }
 
-int sto_chunk_check(const uint8_t *rec, size_t len, uint64_t series_id, uint64_t uid,
+int sto_chunk_check(const uint8_t *rec, size_t len, uint32_t magic, uint64_t series_id, uint64_t uid,
 		    const uint8_t **payload, size_t *payload_len, const char **why)
 {
 	if (len < STO_CHUNK_HEADER_SIZE) {
@@ -184,7 +184,7 @@ int sto_chunk_check(const uint8_t *rec, size_t len, uint64_t series_id, uint64_t
 		return RDB_ECORRUPT;
 	}
 	uint32_t plen = rdb_get_le32(rec + 4);
-	if (rdb_get_le32(rec) != STO_CHUNK_MAGIC) {
+	if (rdb_get_le32(rec) != magic) {
 		*why = "bad chunk magic";
 		return RDB_ECORRUPT;
 	}

@@ -32,8 +32,10 @@ int sto_seg_sync(struct sto_seg_writer *w);
 int sto_seg_close(struct sto_seg_writer *w);
 
 /* Appends one framed chunk record to out: header (magic, lengths, ids,
- * checksum) + codec payload + series key. 0, -ENOMEM, RDB_ELIMIT. */
-int sto_chunk_frame(struct rdb_buf *out, uint64_t series_id, uint64_t uid, uint64_t gen,
+ * checksum) + codec payload + series key. magic is STO_CHUNK_MAGIC (points)
+ * or STO_EVCHUNK_MAGIC (events: series id 0, key with the job only).
+ * 0, -ENOMEM, RDB_ELIMIT. */
+int sto_chunk_frame(struct rdb_buf *out, uint32_t magic, uint64_t series_id, uint64_t uid, uint64_t gen,
 		    uint32_t npoints, const uint8_t *codec, size_t codec_len,
 		    const struct sto_series_key *key);
 
@@ -41,7 +43,7 @@ int sto_chunk_frame(struct rdb_buf *out, uint64_t series_id, uint64_t uid, uint6
  * magic, lengths, series id, uid, checksum. On success *payload and *payload_len
  * point at the codec payload + key inside rec. RDB_ECORRUPT with why
  * (static string) in *why on failure. */
-int sto_chunk_check(const uint8_t *rec, size_t len, uint64_t series_id, uint64_t uid,
+int sto_chunk_check(const uint8_t *rec, size_t len, uint32_t magic, uint64_t series_id, uint64_t uid,
 		    const uint8_t **payload, size_t *payload_len, const char **why);
 
 struct sto_seg_readers;

@@ -26,7 +26,7 @@ bool sto_metric_valid(const char *metric, size_t len)
 	for (size_t i = 0; i < len; i++) {
 		unsigned char c = (unsigned char)metric[i];
 		if (c <= 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '{' || c == '}' ||
-		    c == ',' || c == '=')
+		    c == ',')
 			return false;
 	}
 	return true;
@@ -57,6 +57,7 @@ void sto_chunk_stats_compute(const struct sto_cols *c, struct sto_chunk_stats *o
 			s.max_ts_ns = ts;
 		int64_t st = c->step[i];
 		if (st != STO_STEP_NONE) {
+			s.step_count++;
 			if (s.min_step == STO_STEP_NONE || st < s.min_step)
 				s.min_step = st;
 			if (s.max_step == STO_STEP_NONE || st > s.max_step)

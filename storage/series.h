@@ -28,6 +28,7 @@ struct sto_chunk_stats {
 	uint32_t min_attempt, max_attempt;
 	double min, max, sum;       /* over non-NaN values; min=max=sum=0 if none */
 	uint64_t first, last;       /* value bits */
+	uint32_t step_count;        /* points that have a step */
 };
 
 /* Where a chunk lives and what it holds: one index entry. */
@@ -44,7 +45,8 @@ struct sto_chunk_ref {
 /* Validates a job id ([A-Za-z0-9._-]{1,128}). */
 bool sto_job_valid(const char *job, size_t len);
 /* Validates a metric name: 1..STO_METRIC_MAX bytes of printable ASCII other
- * than space, '"', '\\' and '{' '}' ',' '='. */
+ * than space, '"', '\\' and '{' '}' ','. ';' and '=' are allowed: line
+ * protocol appends extra tags as ";key=value" (ingest/lp.h). */
 bool sto_metric_valid(const char *metric, size_t len);
 /* Computes stats over cols (n >= 1). */
 void sto_chunk_stats_compute(const struct sto_cols *c, struct sto_chunk_stats *out);

@@ -37,6 +37,7 @@ struct sto_options {
 	uint64_t segment_max_bytes;    /* start a new segment file past this */
 	uint64_t index_map_bytes;      /* LMDB map size */
 	uint64_t max_series;           /* bound on distinct series; beyond: RDB_ELIMIT */
+	uint32_t batch_id_ttl_s;       /* client batch ids are remembered this long */
 };
 
 /* Sane defaults for every option (data_dir "./data"). */
@@ -132,6 +133,37 @@ int sto_view_series(struct sto *s, uint64_t series_id, const struct sto_range *r
 		    size_t max_head_points, struct sto_series_view *out);
 void sto_view_free(struct sto_series_view *v); /* NULL ok */
 
+/* Which events a read selects. Everything given must hold. */
+struct sto_ev_filter {
+	const char *job;                /* required */
+	uint8_t kinds;                  /* bits 1 << STO_EV_LOG, 1 << STO_EV_SPAN */
+	uint8_t min_level;              /* logs: level >= this */
+	const uint32_t *ranks;          /* nranks == 0: every rank */
+	size_t nranks;
+	int64_t from_ns, to_ns;         /* inclusive */
+	bool by_step;                   /* only events with a step in [step_from, step_to] */
+	int64_t step_from, step_to;
+	const char *text;               /* NULL or words that must all appear as whole
+					 * words (case-insensitive, [A-Za-z0-9_]+) in the
+					 * message / span name or the field values */
+	const char *const *field_keys;  /* fields[key] == value (as written, strings */
+	const char *const *field_vals;  /* without quotes) for each i < nfields */
+	size_t nfields;
+	int64_t attempt;                /* -1: every attempt; else only this one */
+};
+
+typedef int (*sto_ev_fn)(void *arg, const struct sto_event *ev);
+
+/* Calls fn for each event matching f, newest first (ts desc, then rank
+ * asc, kind, text), from one consistent snapshot (head and chunks). Event
+ * chunks are skipped using their index entries (time, step, rank, level,
+ * kind ranges and the token filter) and decoded only when they may match.
+ * At most max_events matches are collected: RDB_ELIMIT beyond (narrow the
+ * filter). fn returning non-zero stops the walk and is returned. A corrupt
+ * chunk gives RDB_ECORRUPT with err filled. */
+int sto_events_read(struct sto *s, const struct sto_ev_filter *f, size_t max_events,
+		    sto_ev_fn fn, void *arg, struct sto_read_error *err);
+
 struct sto_stats {
 	uint64_t series;
 	uint64_t head_points, head_bytes;
@@ -139,6 +171,7 @@ struct sto_stats {
 	uint64_t checkpoints;
 	uint64_t points_written, batches_written;
 	uint64_t write_busy; /* writes refused with RDB_EBUSY */
+	uint64_t events_written, event_chunks_sealed, batch_duplicates;
 	struct sto_wal_stats wal;
 };
 void sto_get_stats(struct sto *s, struct sto_stats *out);

@@ -39,6 +39,7 @@
 #include "common/rdb_map.h"
 #include "common/rdb_time.h"
 #include "storage/codec.h"
+#include "storage/evstore.h"
 #include "storage/segment.h"
 
 #include <errno.h>
@@ -77,6 +78,19 @@ struct head {
 	uint64_t points;
 	uint64_t bytes;
 	int64_t first_mono_ns; /* when the first point arrived; 0 if empty */
+	struct ev_head *ev;    /* logs and spans of this generation */
+};
+
+/* A client batch id seen in a generation not yet checkpointed (then it
+ * moves to LMDB) or in flight right now. */
+struct batch_ent {
+	struct batch_ent *next; /* same-hash chain */
+	uint64_t hash;
+	uint64_t gen;
+	bool done; /* false: a request with this id is being written */
+	uint64_t seen_ns;
+	size_t len;
+	char id[STO_BATCH_ID_MAX];
 };
 
 struct sto {
@@ -96,6 +110,9 @@ struct sto {
 	uint64_t *seal_queue; /* series ids of active-head series that are full */
 	size_t seal_queue_n, seal_queue_cap;
 	_Atomic uint64_t head_bytes;
+
+	pthread_mutex_t batch_lock; /* batch_ids */
+	struct rdb_map batch_ids;   /* id hash -> struct batch_ent chain */
 
 	pthread_mutex_t series_lock; /* the series cache */
 	struct rdb_map series_by_hash; /* key hash -> series_ent chain */
@@ -119,6 +136,7 @@ struct sto {
 	_Atomic bool closing;
 	_Atomic uint64_t st_points_written, st_batches_written, st_write_busy;
 	_Atomic uint64_t st_chunks, st_points_sealed, st_chunk_bytes, st_checkpoints;
+	_Atomic uint64_t st_events_written, st_event_chunks, st_batch_dups;
 };
 
 void sto_options_default(struct sto_options *o)
@@ -132,6 +150,7 @@ void sto_options_default(struct sto_options *o)
 	o->segment_max_bytes = 256ull << 20;
 	o->index_map_bytes = 16ull << 30;
 	o->max_series = 10000000;
+	o->batch_id_ttl_s = 7 * 86400;
 }
 
 /* ---- series cache ---------------------------------------------------------- */
@@ -272,8 +291,14 @@ out:
 static struct head *head_new(uint64_t gen)
 {
 	struct head *h = calloc(1, sizeof(*h));
-	if (h)
-		h->gen = gen;
+	if (!h)
+		return NULL;
+	h->gen = gen;
+	h->ev = evh_new();
+	if (!h->ev) {
+		free(h);
+		return NULL;
+	}
 	return h;
 }
 
@@ -289,6 +314,7 @@ static void head_free(struct head *h)
 		free(hs);
 	}
 	rdb_map_free(&h->series);
+	evh_free(h->ev);
 	free(h);
 }
 
@@ -356,62 +382,294 @@ static void wake_flusher(struct sto *s)
 
 /* ---- write --------------------------------------------------------------- */
 
-int sto_write(struct sto *s, const struct sto_batch *b)
+/* ---- batch ids ---------------------------------------------------------------- */
+
+static uint64_t batch_hash(const char *id, size_t len)
 {
-	size_t n = sto_batch_nseries(b);
-	if (n == 0)
-		return 0;
-	if (atomic_load(&s->closing))
-		return -ESHUTDOWN;
-	if (atomic_load(&s->head_bytes) > s->opt.head_max_bytes) {
-		atomic_fetch_add(&s->st_write_busy, 1);
-		pthread_mutex_lock(&s->flush_lock);
-		s->ckpt_wanted = true;
-		pthread_cond_signal(&s->flush_cond);
-		pthread_mutex_unlock(&s->flush_lock);
-		return RDB_EBUSY;
+	uint64_t h = rdb_hash64(id, len, 0xba7c4);
+	return h ? h : 1;
+}
+
+/* Caller holds batch_lock. */
+static struct batch_ent *batch_find(struct sto *s, const char *id, size_t len, uint64_t h)
+{
+	for (struct batch_ent *e = rdb_map_get(&s->batch_ids, h); e; e = e->next)
+		if (e->len == len && memcmp(e->id, id, len) == 0)
+			return e;
+	return NULL;
+}
+
+/* Caller holds batch_lock. */
+static void batch_unlink(struct sto *s, struct batch_ent *e)
+{
+	struct batch_ent *first = rdb_map_get(&s->batch_ids, e->hash);
+	if (first == e) {
+		if (e->next)
+			rdb_map_put(&s->batch_ids, e->hash, e->next);
+		else
+			rdb_map_del(&s->batch_ids, e->hash);
+	} else {
+		for (struct batch_ent *p = first; p; p = p->next)
+			if (p->next == e) {
+				p->next = e->next;
+				break;
+			}
 	}
-	struct rdb_buf rec;
-	rdb_buf_init(&rec, STO_WAL_MAX_PAYLOAD);
-	struct series_ent **ents = malloc(n * sizeof(*ents));
-	int rc = ents ? resolve_series(s, b, ents) : -ENOMEM;
-	if (rc == 0)
-		rc = sto_batch_encode(b, &rec);
+	free(e);
+}
+
+/* Caller holds batch_lock. Adds id (done = false) for generation gen. */
+static int batch_add(struct sto *s, const char *id, size_t len, uint64_t h, bool done,
+		     uint64_t gen, struct batch_ent **out)
+{
+	struct batch_ent *e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	memcpy(e->id, id, len);
+	e->len = len;
+	e->hash = h;
+	e->done = done;
+	e->gen = gen;
+	e->seen_ns = (uint64_t)rdb_now_ns();
+	e->next = rdb_map_get(&s->batch_ids, h);
+	if (rdb_map_put(&s->batch_ids, h, e) != 0) {
+		free(e);
+		return -ENOMEM;
+	}
+	*out = e;
+	return 0;
+}
+
+/* Reserves a batch id for a write. 0 (reserved: *ent), 1 (a duplicate of
+ * an acknowledged batch), RDB_EBUSY (the same id is being written now). */
+static int batch_reserve(struct sto *s, const char *id, size_t len, struct batch_ent **ent)
+{
+	uint64_t h = batch_hash(id, len), seen;
+	int rc;
+	pthread_mutex_lock(&s->batch_lock);
+	struct batch_ent *e = batch_find(s, id, len, h);
+	if (e) {
+		rc = e->done ? 1 : RDB_EBUSY;
+		goto out;
+	}
+	struct sto_txn *t;
+	rc = sto_txn_begin(s->ix, false, &t);
 	if (rc)
 		goto out;
-	bool wake = false;
-	pthread_rwlock_rdlock(&s->write_lock);
-	rc = sto_wal_append(s->wal, STO_WAL_REC_POINTS, rec.data, rec.len);
+	rc = sto_batchid_get(t, id, len, &seen);
+	sto_txn_abort(t);
 	if (rc == 0) {
-		pthread_mutex_lock(&s->head_lock);
-		rc = head_apply(s, s->active, b, ents, true);
-		wake = s->seal_queue_n > 0;
-		pthread_mutex_unlock(&s->head_lock);
-		if (rc)
-			rdb_error("store", "out of memory applying an acknowledged batch to the head; "
-				  "it is in the WAL and will be recovered at restart");
+		rc = 1;
+		goto out;
 	}
-	pthread_rwlock_unlock(&s->write_lock);
-	if (rc == 0) {
-		atomic_fetch_add(&s->st_points_written, sto_batch_points(b));
-		atomic_fetch_add(&s->st_batches_written, 1);
-	}
-	if (wake || (rc == 0 && sto_wal_size(s->wal) > s->opt.wal_rotate_bytes))
-		wake_flusher(s);
+	if (rc == RDB_ENOTFOUND)
+		rc = batch_add(s, id, len, h, false, 0, ent);
 out:
-	free(ents);
-	rdb_buf_free(&rec);
+	pthread_mutex_unlock(&s->batch_lock);
 	return rc;
+}
+
+static void batch_finish(struct sto *s, struct batch_ent *e, bool ok, uint64_t gen)
+{
+	pthread_mutex_lock(&s->batch_lock);
+	if (ok) {
+		e->done = true;
+		e->gen = gen;
+	} else {
+		batch_unlink(s, e);
+	}
+	pthread_mutex_unlock(&s->batch_lock);
+}
+
+/* Moves the ids of generations <= gen into the index (inside the
+ * checkpoint's transaction) and prunes ids older than the TTL there. */
+static int batch_persist(struct sto *s, struct sto_txn *t, uint64_t gen)
+{
+	int rc = 0;
+	pthread_mutex_lock(&s->batch_lock);
+	for (size_t i = 0; rc == 0 && i < s->batch_ids.cap; i++) {
+		if (!s->batch_ids.keys[i])
+			continue;
+		for (struct batch_ent *e = s->batch_ids.vals[i]; e && rc == 0; e = e->next)
+			if (e->done && e->gen <= gen)
+				rc = sto_batchid_put(t, e->id, e->len, e->seen_ns);
+	}
+	pthread_mutex_unlock(&s->batch_lock);
+	if (rc == 0 && s->opt.batch_id_ttl_s) {
+		uint64_t now = (uint64_t)rdb_now_ns(), ttl = (uint64_t)s->opt.batch_id_ttl_s * 1000000000ull;
+		rc = sto_batchid_prune(t, now > ttl ? now - ttl : 0, 100000, NULL);
+	}
+	return rc;
+}
+
+/* After the checkpoint committed: forget the ids now in the index. */
+static void batch_forget(struct sto *s, uint64_t gen)
+{
+	pthread_mutex_lock(&s->batch_lock);
+	size_t n = 0;
+	struct batch_ent **drop = malloc((s->batch_ids.n * 4 + 1) * sizeof(*drop));
+	for (size_t i = 0; drop && i < s->batch_ids.cap; i++) {
+		if (!s->batch_ids.keys[i])
+			continue;
+		for (struct batch_ent *e = s->batch_ids.vals[i]; e; e = e->next) {
+			if (!e->done || e->gen > gen)
+				continue;
+			if (n == s->batch_ids.n * 4 + 1)
+				break; /* the rest is forgotten at the next checkpoint */
+			drop[n++] = e;
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		batch_unlink(s, drop[i]);
+	free(drop);
+	pthread_mutex_unlock(&s->batch_lock);
+}
+
+static void batch_free_all(struct sto *s)
+{
+	for (size_t i = 0; i < s->batch_ids.cap; i++) {
+		struct batch_ent *e = s->batch_ids.keys[i] ? s->batch_ids.vals[i] : NULL;
+		while (e) {
+			struct batch_ent *next = e->next;
+			free(e);
+			e = next;
+		}
+	}
+	rdb_map_free(&s->batch_ids);
+}
+
+/* ---- write ------------------------------------------------------------------ */
+
+/* Encodes a request as one WAL record: plain points, or a batch record. */
+static int encode_request(const struct sto_write_req *req, struct rdb_buf *rec, uint8_t *type)
+{
+	bool has_ev = req->events && sto_events_count(req->events) > 0;
+	if (!has_ev && !req->batch_id) {
+		*type = STO_WAL_REC_POINTS;
+		return sto_batch_encode(req->points, rec);
+	}
+	*type = STO_WAL_REC_BATCH;
+	uint8_t il = (uint8_t)(req->batch_id ? req->batch_id_len : 0);
+	int rc = rdb_buf_putc(rec, (char)il);
+	if (rc == 0)
+		rc = rdb_buf_append(rec, req->batch_id, il);
+	for (int part = 0; part < 2 && rc == 0; part++) {
+		size_t at = rec->len;
+		rc = rdb_buf_append(rec, "\0\0\0\0", 4);
+		if (rc == 0 && part == 0 && req->points && sto_batch_nseries(req->points))
+			rc = sto_batch_encode(req->points, rec);
+		if (rc == 0 && part == 1 && has_ev)
+			rc = sto_events_encode(req->events, rec);
+		if (rc == 0)
+			rdb_put_le32(rec->data + at, (uint32_t)(rec->len - at - 4));
+	}
+	return rc;
+}
+
+/* Applies a durable request to the active head. Caller holds write_lock
+ * shared and head_lock. */
+static int apply_request(struct sto *s, struct head *h, const struct sto_batch *pts,
+			 struct series_ent **ents, const struct sto_events *ev, bool queue_full)
+{
+	int rc = 0;
+	if (pts && sto_batch_nseries(pts))
+		rc = head_apply(s, h, pts, ents, queue_full);
+	if (rc == 0 && ev && sto_events_count(ev)) {
+		uint64_t added = 0;
+		rc = evh_apply(h->ev, ev, &added);
+		h->bytes += added;
+		atomic_fetch_add(&s->head_bytes, added);
+		if (h->first_mono_ns == 0)
+			h->first_mono_ns = rdb_now_mono_ns();
+	}
+	return rc;
+}
+
+static bool over_memory(struct sto *s)
+{
+	if (atomic_load(&s->head_bytes) <= s->opt.head_max_bytes)
+		return false;
+	atomic_fetch_add(&s->st_write_busy, 1);
+	pthread_mutex_lock(&s->flush_lock);
+	s->ckpt_wanted = true;
+	pthread_cond_signal(&s->flush_cond);
+	pthread_mutex_unlock(&s->flush_lock);
+	return true;
 }
 
 int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_write_result *res)
 {
 	res->duplicate = false;
-	if (req->events && sto_events_count(req->events) > 0)
-		return RDB_EINVAL; /* events storage: being written */
-	if (!req->points)
+	size_t n = req->points ? sto_batch_nseries(req->points) : 0;
+	size_t nev = req->events ? sto_events_count(req->events) : 0;
+	if (req->batch_id && (req->batch_id_len == 0 || req->batch_id_len > STO_BATCH_ID_MAX))
+		return RDB_EINVAL;
+	if (n == 0 && nev == 0 && !req->batch_id)
 		return 0;
-	return sto_write(s, req->points);
+	if (atomic_load(&s->closing))
+		return -ESHUTDOWN;
+	if (over_memory(s))
+		return RDB_EBUSY;
+	struct batch_ent *bent = NULL;
+	if (req->batch_id) {
+		int r = batch_reserve(s, req->batch_id, req->batch_id_len, &bent);
+		if (r == 1) {
+			res->duplicate = true;
+			atomic_fetch_add(&s->st_batch_dups, 1);
+			return 0;
+		}
+		if (r)
+			return r;
+	}
+	struct rdb_buf rec;
+	rdb_buf_init(&rec, STO_WAL_MAX_PAYLOAD);
+	uint8_t type = 0;
+	uint64_t gen = 0;
+	struct series_ent **ents = malloc((n ? n : 1) * sizeof(*ents));
+	int rc = ents ? 0 : -ENOMEM;
+	if (rc == 0 && n)
+		rc = resolve_series(s, req->points, ents);
+	if (rc == 0)
+		rc = encode_request(req, &rec, &type);
+	bool wake = false;
+	if (rc == 0) {
+		pthread_rwlock_rdlock(&s->write_lock);
+		rc = sto_wal_append(s->wal, type, rec.data, rec.len);
+		if (rc == 0) {
+			pthread_mutex_lock(&s->head_lock);
+			gen = s->active->gen;
+			rc = apply_request(s, s->active, req->points, ents, req->events, true);
+			wake = s->seal_queue_n > 0;
+			pthread_mutex_unlock(&s->head_lock);
+			if (rc)
+				rdb_error("store", "out of memory applying an acknowledged batch to the "
+					  "head; it is in the WAL and will be recovered at restart");
+			/* Marked inside the write lock: a rotation sees it done. */
+			if (bent)
+				batch_finish(s, bent, true, gen);
+			bent = NULL;
+		}
+		pthread_rwlock_unlock(&s->write_lock);
+	}
+	if (bent)
+		batch_finish(s, bent, false, 0);
+	if (rc == 0) {
+		atomic_fetch_add(&s->st_points_written, req->points ? sto_batch_points(req->points) : 0);
+		atomic_fetch_add(&s->st_events_written, nev);
+		atomic_fetch_add(&s->st_batches_written, 1);
+	}
+	if (wake || (rc == 0 && sto_wal_size(s->wal) > s->opt.wal_rotate_bytes))
+		wake_flusher(s);
+	free(ents);
+	rdb_buf_free(&rec);
+	return rc;
+}
+
+int sto_write(struct sto *s, const struct sto_batch *b)
+{
+	struct sto_write_req req = {.points = b};
+	struct sto_write_result res;
+	return sto_write_req(s, &req, &res);
 }
 
 /* ---- sealing: head -> chunks ------------------------------------------------ */
@@ -506,7 +764,7 @@ static int encode_piece(struct sto *s, struct seal_round *r, struct series_ent *
 	ref.gen = gen;
 	sto_chunk_stats_compute(p, &ref.stats);
 	size_t before = r->buf.len;
-	rc = sto_chunk_frame(&r->buf, ent->id, ref.uid, gen, (uint32_t)n, r->codec.data,
+	rc = sto_chunk_frame(&r->buf, STO_CHUNK_MAGIC, ent->id, ref.uid, gen, (uint32_t)n, r->codec.data,
 			     r->codec.len, &ent->key);
 	if (rc)
 		return rc;
@@ -693,6 +951,167 @@ static int remove_wal_upto(struct sto *s, uint64_t gen)
 	return rc;
 }
 
+/* ---- sealing events ------------------------------------------------------------- */
+
+struct ev_seal {
+	struct sto *s;
+	struct head *h;
+	struct sto_txn *t; /* open while a round is being built */
+	struct rdb_buf buf, payload, bloom, entry;
+	struct ev_job **jobs; /* sealed in this round, with how many events */
+	size_t *counts;
+	size_t n, cap;
+};
+
+/* Writes the round's event chunks, commits their index entries and drops
+ * the sealed events from the head, atomically for readers. */
+static int commit_events(struct ev_seal *es)
+{
+	struct sto *s = es->s;
+	struct sto_txn *t = es->t;
+	es->t = NULL;
+	if (!t)
+		return 0;
+	int rc = sto_seg_append(s->seg, es->buf.data, es->buf.len);
+	if (rc == 0)
+		rc = sto_meta_put(t, "next_chunk_uid", s->next_uid);
+	if (rc) {
+		sto_txn_abort(t);
+		return rc;
+	}
+	pthread_rwlock_wrlock(&s->view_lock);
+	rc = sto_txn_commit(t);
+	if (rc == 0) {
+		pthread_mutex_lock(&s->head_lock);
+		for (size_t i = 0; i < es->n; i++) {
+			uint64_t freed = evh_consume(es->h->ev, es->jobs[i], es->counts[i]);
+			es->h->bytes -= freed;
+			atomic_fetch_sub(&s->head_bytes, freed);
+		}
+		pthread_mutex_unlock(&s->head_lock);
+	}
+	pthread_rwlock_unlock(&s->view_lock);
+	atomic_fetch_add(&s->st_chunk_bytes, es->buf.len);
+	es->buf.len = 0;
+	es->n = 0;
+	return rc;
+}
+
+/* Encodes recs[0..k) of job j as one chunk into the round. */
+static int seal_event_chunk(struct ev_seal *es, struct ev_job *j, size_t k)
+{
+	struct sto *s = es->s;
+	struct ev_entry e;
+	int rc = evc_encode(j->recs, k, &es->payload, &e, &es->bloom);
+	if (rc)
+		return rc;
+	struct sto_series_key key = {0};
+	memcpy(key.job, j->job, strlen(j->job) + 1);
+	key.rank = STO_RANK_JOB;
+	e.uid = s->next_uid++;
+	e.segment_id = sto_seg_id(s->seg);
+	e.offset = sto_seg_size(s->seg) + es->buf.len;
+	e.gen = es->h->gen;
+	size_t before = es->buf.len;
+	rc = sto_chunk_frame(&es->buf, STO_EVCHUNK_MAGIC, 0, e.uid, e.gen, (uint32_t)k,
+			     es->payload.data, es->payload.len, &key);
+	if (rc)
+		return rc;
+	e.length = (uint32_t)(es->buf.len - before);
+	rc = eve_encode(&e, e.bloom, &es->entry);
+	if (rc == 0)
+		rc = sto_evidx_put(es->t, j->job, e.min_ts_ns, e.uid, es->entry.data, es->entry.len);
+	if (rc == 0)
+		rc = sto_evpending_add(es->t, e.gen, j->job, e.min_ts_ns, e.uid);
+	if (rc == 0)
+		atomic_fetch_add(&s->st_event_chunks, 1);
+	return rc;
+}
+
+static int round_note(struct ev_seal *es, struct ev_job *j, size_t k)
+{
+	if (es->n == es->cap) {
+		size_t cap = es->cap ? es->cap * 2 : 16;
+		struct ev_job **jj = realloc(es->jobs, cap * sizeof(*jj));
+		if (!jj)
+			return -ENOMEM;
+		es->jobs = jj;
+		size_t *cc = realloc(es->counts, cap * sizeof(*cc));
+		if (!cc)
+			return -ENOMEM;
+		es->counts = cc;
+		es->cap = cap;
+	}
+	es->jobs[es->n] = j;
+	es->counts[es->n++] = k;
+	return 0;
+}
+
+/* Seals job j chunk by chunk; rounds are committed when the buffer fills,
+ * each consuming the events it wrote (j's events stay sorted meanwhile). */
+static int seal_job_events(struct ev_seal *es, struct ev_job *j)
+{
+	evc_sort(j->recs, j->n);
+	size_t at = 0, total = j->n;
+	int rc = 0;
+	while (rc == 0 && at < total) {
+		rc = ensure_segment(es->s);
+		if (rc == 0 && !es->t)
+			rc = sto_txn_begin(es->s->ix, true, &es->t);
+		/* Consumed rounds shift j's array: chunk from its current start. */
+		size_t k = rc == 0 ? evc_chunk_len(j->recs, 0, j->n) : 0;
+		if (rc == 0)
+			rc = seal_event_chunk(es, j, k);
+		if (rc == 0)
+			rc = round_note(es, j, k);
+		at += k;
+		bool last = at >= total;
+		if (rc == 0 && (es->buf.len >= SEAL_BUF_MAX || !last))
+			rc = commit_events(es);
+	}
+	return rc;
+}
+
+static int collect_job(void *arg, struct ev_job *j)
+{
+	struct ev_seal *es = arg;
+	return round_note(es, j, 0);
+}
+
+/* Seals every job's events of head h (frozen: no writer touches it). */
+static int seal_events(struct sto *s, struct head *h)
+{
+	if (h->ev->events == 0)
+		return 0;
+	struct ev_seal es = {.s = s, .h = h};
+	rdb_buf_init(&es.buf, SEAL_BUF_MAX + 2 * STO_EVCHUNK_MAX_RAW);
+	rdb_buf_init(&es.payload, 2 * STO_EVCHUNK_MAX_RAW + STO_EVCHUNK_MAX_EVENTS * 64);
+	rdb_buf_init(&es.bloom, 1u << 17);
+	rdb_buf_init(&es.entry, 1u << 17);
+	int rc = evh_each(h->ev, collect_job, &es); /* the job list, before any drop */
+	size_t njobs = es.n;
+	struct ev_job **jobs = malloc((njobs ? njobs : 1) * sizeof(*jobs));
+	if (!jobs)
+		rc = -ENOMEM;
+	if (rc == 0)
+		memcpy(jobs, es.jobs, njobs * sizeof(*jobs));
+	es.n = 0;
+	for (size_t i = 0; rc == 0 && i < njobs; i++)
+		rc = seal_job_events(&es, jobs[i]);
+	if (rc == 0)
+		rc = commit_events(&es);
+	if (es.t)
+		sto_txn_abort(es.t);
+	free(jobs);
+	free(es.jobs);
+	free(es.counts);
+	rdb_buf_free(&es.buf);
+	rdb_buf_free(&es.payload);
+	rdb_buf_free(&es.bloom);
+	rdb_buf_free(&es.entry);
+	return rc;
+}
+
 /* Seals everything in s->frozen, makes it durable, records the checkpoint
  * and deletes the WAL files it covered. Flusher (or open/close) only. */
 static int finish_checkpoint(struct sto *s)
@@ -715,6 +1134,8 @@ static int finish_checkpoint(struct sto *s)
 		return -ENOMEM;
 	int rc = seal_items(s, h, items, k, true);
 	free(items);
+	if (rc == 0)
+		rc = seal_events(s, h);
 	if (rc == 0 && s->seg)
 		rc = sto_seg_sync(s->seg);
 	struct sto_txn *t = NULL;
@@ -724,6 +1145,10 @@ static int finish_checkpoint(struct sto *s)
 		rc = sto_meta_put(t, "ckpt_gen", h->gen);
 		if (rc == 0)
 			rc = sto_pending_clear(t, h->gen);
+		if (rc == 0)
+			rc = sto_evpending_clear(t, h->gen);
+		if (rc == 0)
+			rc = batch_persist(s, t, h->gen);
 		if (rc == 0)
 			rc = sto_txn_commit(t);
 		else
@@ -736,6 +1161,7 @@ static int finish_checkpoint(struct sto *s)
 		return rc;
 	}
 	s->ckpt_gen = h->gen;
+	batch_forget(s, h->gen);
 	pthread_rwlock_wrlock(&s->view_lock);
 	pthread_mutex_lock(&s->head_lock);
 	s->frozen = NULL;
@@ -901,7 +1327,7 @@ int sto_read_chunk(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_bu
 	const uint8_t *payload;
 	size_t plen, used = 0;
 	if (rc == 0)
-		rc = sto_chunk_check(rec->data, ref->length, ref->series_id, ref->uid, &payload,
+		rc = sto_chunk_check(rec->data, ref->length, STO_CHUNK_MAGIC, ref->series_id, ref->uid, &payload,
 				     &plen, &why);
 	if (rc == 0) {
 		rc = sto_codec_decode(payload, plen, STO_CHUNK_MAX_POINTS, out, &used);
@@ -1039,6 +1465,194 @@ void sto_view_free(struct sto_series_view *v)
 	memset(v, 0, sizeof(*v));
 }
 
+/* ---- events read ------------------------------------------------------------ */
+
+struct ev_read {
+	struct sto *s;
+	struct evf filt;
+	size_t max_events;
+	struct ev_rec **hits; /* owned copies */
+	size_t n, cap;
+	struct ev_entry *chunks; /* chunks that may match */
+	size_t nchunks, chunks_cap;
+	int rc;
+};
+
+static int hit_add(struct ev_read *r, const struct sto_event *e)
+{
+	if (r->n >= r->max_events)
+		return RDB_ELIMIT;
+	if (r->n == r->cap) {
+		size_t cap = r->cap ? r->cap * 2 : 64;
+		struct ev_rec **p = realloc(r->hits, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		r->hits = p;
+		r->cap = cap;
+	}
+	struct ev_rec *c = malloc(sizeof(*c) + e->text_len + e->fields_len);
+	if (!c)
+		return -ENOMEM;
+	c->kind = e->kind;
+	c->level = e->level;
+	c->rank = e->rank;
+	c->attempt = e->attempt;
+	c->ts_ns = e->ts_ns;
+	c->step = e->step;
+	c->duration_ns = e->duration_ns;
+	c->text_len = (uint32_t)e->text_len;
+	c->fields_len = (uint32_t)e->fields_len;
+	memcpy(c->data, e->text, e->text_len);
+	memcpy(c->data + e->text_len, e->fields, e->fields_len);
+	r->hits[r->n++] = c;
+	return 0;
+}
+
+/* Matching head events of the job. Caller holds view_lock shared. */
+static int read_head_events(struct ev_read *r)
+{
+	struct sto *s = r->s;
+	const char *job = r->filt.f->job;
+	size_t jl = strlen(job);
+	int rc = 0;
+	pthread_mutex_lock(&s->head_lock);
+	struct head *heads[2] = {s->frozen, s->active};
+	for (int i = 0; i < 2 && rc == 0; i++) {
+		struct ev_job *j = heads[i] ? evh_job(heads[i]->ev, job) : NULL;
+		for (size_t k = 0; j && k < j->n && rc == 0; k++) {
+			struct sto_event e;
+			ev_rec_view(j->recs[k], job, jl, &e);
+			if (evf_match(&r->filt, &e))
+				rc = hit_add(r, &e);
+		}
+	}
+	pthread_mutex_unlock(&s->head_lock);
+	return rc;
+}
+
+static int ev_chunk_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len)
+{
+	struct ev_read *r = arg;
+	(void)min_ts_ns;
+	struct ev_entry e;
+	int rc = eve_decode(val, len, &e);
+	if (rc)
+		return rc;
+	e.uid = uid;
+	if (!evf_chunk_may_match(&r->filt, &e))
+		return 0;
+	if (r->nchunks == r->chunks_cap) {
+		size_t cap = r->chunks_cap ? r->chunks_cap * 2 : 16;
+		struct ev_entry *p = realloc(r->chunks, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		r->chunks = p;
+		r->chunks_cap = cap;
+	}
+	e.bloom = NULL; /* points into the snapshot; not needed any more */
+	r->chunks[r->nchunks++] = e;
+	return 0;
+}
+
+/* Reads, verifies and decodes one event chunk, adding its matches. */
+static int read_event_chunk(struct ev_read *r, const struct ev_entry *e, struct rdb_buf *rec,
+			    struct ev_decoded *dec, struct sto_read_error *err)
+{
+	const char *job = r->filt.f->job;
+	size_t jl = strlen(job), plen = 0;
+	const uint8_t *payload = NULL;
+	const char *why = "read failed";
+	rec->len = 0;
+	int rc = rdb_buf_reserve(rec, e->length);
+	if (rc == 0)
+		rc = sto_seg_read(r->s->readers, e->segment_id, e->offset, rec->data, e->length);
+	if (rc == 0)
+		rc = sto_chunk_check(rec->data, e->length, STO_EVCHUNK_MAGIC, 0, e->uid, &payload,
+				     &plen, &why);
+	size_t keylen = 1 + jl + 4 + 2;
+	if (rc == 0 && (plen < keylen || payload[plen - keylen] != jl ||
+			memcmp(payload + plen - keylen + 1, job, jl) != 0)) {
+		rc = RDB_ECORRUPT;
+		why = "event chunk belongs to another job than the index says";
+	}
+	if (rc == 0) {
+		rc = evc_decode(payload, plen - keylen, job, dec);
+		if (rc == RDB_ECORRUPT)
+			why = "event chunk payload does not decode";
+	}
+	for (size_t i = 0; rc == 0 && i < dec->n; i++)
+		if (evf_match(&r->filt, &dec->ev[i]))
+			rc = hit_add(r, &dec->ev[i]);
+	if (rc && rc != RDB_ELIMIT) {
+		char path[PATH_MAX + 64];
+		sto_seg_path(r->s->seg_dir, e->segment_id, path, sizeof(path));
+		snprintf(err->msg, sizeof(err->msg),
+			 "%s: %s (event chunk %llu of job %s, offset %llu, %u bytes, in %s)",
+			 rc == RDB_ECORRUPT ? "corrupt data" : "I/O error",
+			 rc == RDB_ECORRUPT ? why : rdb_strerror(rc), (unsigned long long)e->uid,
+			 job, (unsigned long long)e->offset, e->length, path);
+		static struct rdb_log_ratelimit rl;
+		rdb_log_limited(&rl, 10, RDB_LOG_ERROR, "store", "%s; the chunk is not served",
+				err->msg);
+	}
+	return rc;
+}
+
+static int cmp_hit(const void *a, const void *b)
+{
+	const struct ev_rec *x = *(struct ev_rec *const *)a, *y = *(struct ev_rec *const *)b;
+	if (x->ts_ns != y->ts_ns)
+		return x->ts_ns > y->ts_ns ? -1 : 1; /* newest first */
+	if (x->rank != y->rank)
+		return x->rank < y->rank ? -1 : 1;
+	if (x->kind != y->kind)
+		return (int)x->kind - (int)y->kind;
+	size_t n = x->text_len < y->text_len ? x->text_len : y->text_len;
+	int c = memcmp(x->data, y->data, n);
+	if (c)
+		return c;
+	return x->text_len == y->text_len ? 0 : (x->text_len < y->text_len ? -1 : 1);
+}
+
+int sto_events_read(struct sto *s, const struct sto_ev_filter *f, size_t max_events,
+		    sto_ev_fn fn, void *arg, struct sto_read_error *err)
+{
+	struct ev_read r = {.s = s, .max_events = max_events};
+	struct rdb_buf rec;
+	struct ev_decoded dec = {0};
+	struct sto_txn *t = NULL;
+	err->msg[0] = 0;
+	rdb_buf_init(&rec, STO_CHUNK_HEADER_SIZE + 3 * STO_EVCHUNK_MAX_RAW);
+	evf_prepare(&r.filt, f);
+	pthread_rwlock_rdlock(&s->view_lock);
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc == 0)
+		rc = read_head_events(&r);
+	pthread_rwlock_unlock(&s->view_lock);
+	if (rc == 0)
+		rc = sto_evidx_scan(t, f->job, f->to_ns, ev_chunk_cb, &r);
+	sto_txn_abort(t);
+	for (size_t i = 0; rc == 0 && i < r.nchunks; i++)
+		rc = read_event_chunk(&r, &r.chunks[i], &rec, &dec, err);
+	if (rc == 0 && r.n > 1)
+		qsort(r.hits, r.n, sizeof(*r.hits), cmp_hit);
+	size_t jl = strlen(f->job);
+	for (size_t i = 0; rc == 0 && i < r.n; i++) {
+		struct sto_event e;
+		ev_rec_view(r.hits[i], f->job, jl, &e);
+		rc = fn(arg, &e);
+	}
+	if (rc == RDB_ELIMIT && !err->msg[0])
+		snprintf(err->msg, sizeof(err->msg), "more than %zu matching events", max_events);
+	for (size_t i = 0; i < r.n; i++)
+		free(r.hits[i]);
+	free(r.hits);
+	free(r.chunks);
+	evc_decoded_free(&dec);
+	rdb_buf_free(&rec);
+	return rc;
+}
+
 /* ---- catalog --------------------------------------------------------------- */
 
 int sto_list_jobs(struct sto *s, sto_job_fn fn, void *arg)
@@ -1092,6 +1706,9 @@ void sto_get_stats(struct sto *s, struct sto_stats *out)
 	out->points_written = atomic_load(&s->st_points_written);
 	out->batches_written = atomic_load(&s->st_batches_written);
 	out->write_busy = atomic_load(&s->st_write_busy);
+	out->events_written = atomic_load(&s->st_events_written);
+	out->event_chunks_sealed = atomic_load(&s->st_event_chunks);
+	out->batch_duplicates = atomic_load(&s->st_batch_dups);
 	if (s->wal)
 		sto_wal_get_stats(s->wal, &out->wal);
 }
@@ -1161,6 +1778,14 @@ static int drop_pending_cb(void *arg, const struct sto_chunk_ref *ref)
 
 /* Drops index entries of chunks newer than the checkpoint: their points
  * will be replayed from the WAL. */
+static int drop_evpending_cb(void *arg, uint64_t gen, const char *job, int64_t min_ts_ns,
+			    uint64_t uid)
+{
+	(void)gen;
+	int rc = sto_evidx_del(arg, job, min_ts_ns, uid);
+	return rc == RDB_ENOTFOUND ? 0 : rc;
+}
+
 static int drop_uncheckpointed(struct sto *s)
 {
 	struct sto_txn *t;
@@ -1170,6 +1795,10 @@ static int drop_uncheckpointed(struct sto *s)
 	rc = sto_pending_scan(t, s->ckpt_gen, drop_pending_cb, t);
 	if (rc == 0)
 		rc = sto_pending_drop_after(t, s->ckpt_gen);
+	if (rc == 0)
+		rc = sto_evpending_scan(t, s->ckpt_gen, drop_evpending_cb, t);
+	if (rc == 0)
+		rc = sto_evpending_drop_after(t, s->ckpt_gen);
 	if (rc) {
 		sto_txn_abort(t);
 		return rc;
@@ -1180,32 +1809,83 @@ static int drop_uncheckpointed(struct sto *s)
 struct replay_ctx {
 	struct sto *s;
 	struct sto_batch *b;
-	uint64_t points;
+	struct sto_events *ev;
+	uint64_t points, events;
 };
+
+/* Applies replayed points and events to the active head. */
+static int replay_apply(struct replay_ctx *c, bool has_points, bool has_events)
+{
+	size_t n = has_points ? sto_batch_nseries(c->b) : 0;
+	struct series_ent **ents = malloc((n ? n : 1) * sizeof(*ents));
+	if (!ents)
+		return -ENOMEM;
+	int rc = n ? resolve_series(c->s, c->b, ents) : 0;
+	if (rc == 0)
+		rc = apply_request(c->s, c->s->active, has_points ? c->b : NULL, ents,
+				   has_events ? c->ev : NULL, false);
+	free(ents);
+	c->points += n ? sto_batch_points(c->b) : 0;
+	c->events += has_events ? sto_events_count(c->ev) : 0;
+	return rc;
+}
+
+/* Splits a STO_WAL_REC_BATCH payload (format.h) and registers its id. */
+static int replay_batch(struct replay_ctx *c, uint64_t gen, const uint8_t *p, size_t len)
+{
+	const uint8_t *end = p + len;
+	if (len < 1 || (size_t)(end - p - 1) < p[0] || p[0] > STO_BATCH_ID_MAX)
+		return RDB_ECORRUPT;
+	const char *id = (const char *)p + 1;
+	size_t il = p[0];
+	p += 1 + il;
+	const uint8_t *part[2];
+	size_t plen[2];
+	for (int i = 0; i < 2; i++) {
+		if (end - p < 4 || (size_t)(end - p - 4) < rdb_get_le32(p))
+			return RDB_ECORRUPT;
+		plen[i] = rdb_get_le32(p);
+		part[i] = p + 4;
+		p += 4 + plen[i];
+	}
+	if (p != end)
+		return RDB_ECORRUPT;
+	int rc = plen[0] ? sto_batch_decode(c->b, part[0], plen[0]) : 0;
+	if (rc == 0 && plen[1])
+		rc = sto_events_decode(c->ev, part[1], plen[1]);
+	if (rc == 0 && il) {
+		struct batch_ent *e;
+		uint64_t h = batch_hash(id, il);
+		pthread_mutex_lock(&c->s->batch_lock);
+		if (!batch_find(c->s, id, il, h))
+			rc = batch_add(c->s, id, il, h, true, gen, &e);
+		pthread_mutex_unlock(&c->s->batch_lock);
+	}
+	return rc ? rc : replay_apply(c, plen[0] > 0, plen[1] > 0);
+}
 
 static int replay_cb(void *arg, uint64_t gen, uint8_t type, const uint8_t *p, size_t len)
 {
 	struct replay_ctx *c = arg;
-	if (type != STO_WAL_REC_POINTS) {
+	int rc;
+	if (type == STO_WAL_REC_POINTS) {
+		rc = sto_batch_decode(c->b, p, len);
+		if (rc == 0)
+			return replay_apply(c, true, false);
+	} else if (type == STO_WAL_REC_BATCH) {
+		rc = replay_batch(c, gen, p, len);
+		if (rc != RDB_ECORRUPT)
+			return rc;
+	} else {
 		rdb_warn("store", "WAL generation %llu: skipping record of unknown type %u",
 			 (unsigned long long)gen, type);
 		return 0;
 	}
-	int rc = sto_batch_decode(c->b, p, len);
-	if (rc) {
+	if (rc == RDB_ECORRUPT || rc == RDB_EINVAL) {
 		rdb_error("store", "WAL generation %llu: a record with a valid checksum does not "
 			  "parse (%s); skipping it", (unsigned long long)gen, rdb_strerror(rc));
 		return 0;
 	}
-	size_t n = sto_batch_nseries(c->b);
-	struct series_ent **ents = malloc((n ? n : 1) * sizeof(*ents));
-	if (!ents)
-		return -ENOMEM;
-	rc = resolve_series(c->s, c->b, ents);
-	if (rc == 0)
-		rc = head_apply(c->s, c->s->active, c->b, ents, false);
-	free(ents);
-	c->points += sto_batch_points(c->b);
 	return rc;
 }
 
@@ -1223,6 +1903,8 @@ static int recover(struct sto *s)
 	uint64_t newest = s->ckpt_gen;
 	struct replay_ctx c = {.s = s};
 	rc = sto_batch_new(SIZE_MAX, SIZE_MAX, &c.b);
+	if (rc == 0)
+		rc = sto_events_new(SIZE_MAX, STO_WAL_MAX_PAYLOAD, &c.ev);
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		if (gens[i] <= s->ckpt_gen)
 			continue;
@@ -1237,13 +1919,15 @@ static int recover(struct sto *s)
 		newest = gens[i];
 	}
 	sto_batch_free(c.b);
+	sto_events_free(c.ev);
 	free(gens);
 	if (rc)
 		return rc;
 	s->active->gen = newest;
-	if (c.points)
-		rdb_info("store", "recovered %llu points from the WAL; sealing them into chunks",
-			 (unsigned long long)c.points);
+	if (c.points || c.events)
+		rdb_info("store", "recovered %llu points and %llu events from the WAL; sealing "
+			 "them into chunks", (unsigned long long)c.points,
+			 (unsigned long long)c.events);
 	s->frozen = s->active;
 	s->active = NULL;
 	rc = finish_checkpoint(s);
@@ -1280,6 +1964,7 @@ static void init_locks(struct sto *s)
 	pthread_rwlockattr_destroy(&a);
 	pthread_mutex_init(&s->head_lock, NULL);
 	pthread_mutex_init(&s->series_lock, NULL);
+	pthread_mutex_init(&s->batch_lock, NULL);
 	pthread_mutex_init(&s->flush_lock, NULL);
 	pthread_cond_init(&s->flush_cond, NULL);
 	pthread_cond_init(&s->ckpt_cond, NULL);
@@ -1295,6 +1980,7 @@ static void destroy(struct sto *s)
 	head_free(s->frozen);
 	sto_index_close(s->ix);
 	cache_free(s);
+	batch_free_all(s);
 	free(s->seal_queue);
 	if (s->lock_fd >= 0)
 		close(s->lock_fd);
@@ -1302,6 +1988,7 @@ static void destroy(struct sto *s)
 	pthread_rwlock_destroy(&s->view_lock);
 	pthread_mutex_destroy(&s->head_lock);
 	pthread_mutex_destroy(&s->series_lock);
+	pthread_mutex_destroy(&s->batch_lock);
 	pthread_mutex_destroy(&s->flush_lock);
 	pthread_cond_destroy(&s->flush_cond);
 	pthread_cond_destroy(&s->ckpt_cond);

@@ -247,6 +247,120 @@ static void test_special_values_and_series_limit(void)
 	sto_close(s);
 }
 
+static int add_log(struct sto_events *ev, const char *job, uint32_t rank, int64_t ts,
+		   uint8_t level, const char *msg, const char *fields)
+{
+	struct sto_event e = {.kind = STO_EV_LOG, .level = level, .rank = rank, .ts_ns = ts,
+			      .step = ts / 10, .job = job, .job_len = strlen(job), .text = msg,
+			      .text_len = strlen(msg), .fields = fields, .fields_len = strlen(fields)};
+	return sto_events_add(ev, &e);
+}
+
+struct ev_seen {
+	int n;
+	int64_t ts[64];
+	char text[64][64];
+};
+
+static int ev_cb(void *arg, const struct sto_event *e)
+{
+	struct ev_seen *v = arg;
+	if (v->n < 64) {
+		v->ts[v->n] = e->ts_ns;
+		snprintf(v->text[v->n], sizeof(v->text[0]), "%.*s", (int)e->text_len, e->text);
+	}
+	v->n++;
+	return 0;
+}
+
+static int count_events(struct sto *s, const char *job, const char *text, uint8_t min_level,
+			struct ev_seen *v)
+{
+	struct sto_ev_filter f = {.job = job, .kinds = 1u << STO_EV_LOG, .min_level = min_level,
+				  .from_ns = INT64_MIN, .to_ns = INT64_MAX, .text = text,
+				  .attempt = -1};
+	struct sto_read_error err;
+	memset(v, 0, sizeof(*v));
+	int rc = sto_events_read(s, &f, 1000, ev_cb, v, &err);
+	return rc ? -1 : v->n;
+}
+
+/* Logs: stored in the head and in event chunks, filtered by level, text
+ * (token filter) and fields, newest first; kept across restarts and a
+ * crash; batch ids make a retried batch a no-op, across restarts. */
+static void test_events_and_batch_ids(void)
+{
+	char dir[4200];
+	new_dir(dir, sizeof(dir));
+	struct sto_options o;
+	opts(&o, dir, 100);
+	struct sto *s;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	struct sto_events *ev;
+	CHECK_EQ_INT(sto_events_new(100, 1 << 20, &ev), 0);
+	add_log(ev, "jl", 0, 100, STO_LEVEL_INFO, "loading shard 7", "{\"shard\":7}");
+	add_log(ev, "jl", 3, 300, STO_LEVEL_ERROR, "NCCL timeout in allreduce", "{\"op\":\"ar\"}");
+	add_log(ev, "jl", 1, 200, STO_LEVEL_WARN, "slow dataloader", "{}");
+	struct sto_write_req req = {.events = ev, .batch_id = "b-1", .batch_id_len = 3};
+	struct sto_write_result res;
+	CHECK_EQ_INT(sto_write_req(s, &req, &res), 0);
+	CHECK(!res.duplicate);
+	CHECK_EQ_INT(sto_write_req(s, &req, &res), 0); /* a retry */
+	CHECK(res.duplicate);
+	struct ev_seen v;
+	CHECK_EQ_INT(count_events(s, "jl", NULL, 0, &v), 3);
+	CHECK_EQ_INT(v.ts[0], 300); /* newest first */
+	CHECK_EQ_INT(v.ts[2], 100);
+	CHECK_EQ_INT(sto_checkpoint(s), 0); /* into event chunks */
+	CHECK_EQ_INT(count_events(s, "jl", NULL, 0, &v), 3);
+	CHECK_EQ_INT(count_events(s, "jl", "nccl TIMEOUT", 0, &v), 1);
+	CHECK(strcmp(v.text[0], "NCCL timeout in allreduce") == 0);
+	CHECK_EQ_INT(count_events(s, "jl", "timeo", 0, &v), 0); /* whole words only */
+	CHECK_EQ_INT(count_events(s, "jl", NULL, STO_LEVEL_WARN, &v), 2);
+	CHECK_EQ_INT(count_events(s, "jl", "7", 0, &v), 1); /* field values are words too */
+	CHECK_EQ_INT(count_events(s, "other", NULL, 0, &v), 0);
+	struct sto_ev_filter f = {.job = "jl", .kinds = 1u << STO_EV_LOG, .from_ns = INT64_MIN,
+				  .to_ns = INT64_MAX, .attempt = -1};
+	const char *keys[] = {"op"}, *vals[] = {"ar"};
+	f.field_keys = keys;
+	f.field_vals = vals;
+	f.nfields = 1;
+	struct sto_read_error err;
+	memset(&v, 0, sizeof(v));
+	CHECK_EQ_INT(sto_events_read(s, &f, 1000, ev_cb, &v, &err), 0);
+	CHECK_EQ_INT(v.n, 1);
+	CHECK_EQ_INT(sto_events_read(s, &f, 0, ev_cb, &v, &err), RDB_ELIMIT);
+	CHECK_EQ_INT(sto_write_req(s, &req, &res), 0); /* the id is in the index now */
+	CHECK(res.duplicate);
+	sto_close(s);
+
+	/* a child writes a new batch and dies before any checkpoint */
+	pid_t pid = fork();
+	if (pid == 0) {
+		if (sto_open(&o, &s))
+			_exit(3);
+		sto_events_reset(ev);
+		add_log(ev, "jl", 2, 400, STO_LEVEL_FATAL, "rank 2 died", "{}");
+		struct sto_write_req r2 = {.events = ev, .batch_id = "b-2", .batch_id_len = 3};
+		struct sto_write_result res2;
+		_exit(sto_write_req(s, &r2, &res2) == 0 && !res2.duplicate ? 0 : 4);
+	}
+	int status = 0;
+	waitpid(pid, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	CHECK_EQ_INT(count_events(s, "jl", NULL, 0, &v), 4);
+	CHECK_EQ_INT(v.ts[0], 400);
+	sto_events_reset(ev);
+	add_log(ev, "jl", 2, 400, STO_LEVEL_FATAL, "rank 2 died", "{}");
+	struct sto_write_req r3 = {.events = ev, .batch_id = "b-2", .batch_id_len = 3};
+	CHECK_EQ_INT(sto_write_req(s, &r3, &res), 0);
+	CHECK(res.duplicate); /* replayed from the WAL: still known */
+	CHECK_EQ_INT(count_events(s, "jl", NULL, 0, &v), 4);
+	sto_events_free(ev);
+	sto_close(s);
+}
+
 int main(void)
 {
 	const char *tmp = getenv("RDB_TEST_TMP");
@@ -260,6 +374,7 @@ int main(void)
 	RUN(test_crash_recovery);
 	RUN(test_lock_and_format);
 	RUN(test_special_values_and_series_limit);
+	RUN(test_events_and_batch_ids);
 	int rc = check_summary("store");
 	if (rc == 0) {
 		char cmd[4200];
