@@ -1,2 +1,564 @@
-/* placeholder, being written */
-int main(void) { return 77; }
+/* test_query.c - the aggregating queries (query/agg.h) against a brute-force
+ * reference, over random data written through sto_write into a real store:
+ * several ranks and metrics, small chunks (part sealed by a checkpoint, part
+ * left in the head), out-of-order points, NaN and null values, gaps, ranks
+ * missing at some steps, and a second attempt re-logging a step range.
+ * Every bucketing is checked with chunk statistics trusted and not trusted:
+ * answers from stats and from decoding must be bit-identical (values are
+ * multiples of 0.25, so sums are exact in any order). Also: cross-rank
+ * columns, the outlier ranking, metadata documents. */
+#include "check.h"
+#include "common/rdb_err.h"
+#include "common/rdb_le.h"
+#include "query/agg.h"
+#include "storage/sto.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define NRANKS 6
+#define NSTEPS 200
+#define T0 1700000000000000000ll
+
+static char base[4096];
+
+enum { M_LOSS, M_GPU, M_COUNT };
+static const char *const metric_names[M_COUNT] = {"loss", "gpu"};
+
+struct rp {
+	uint32_t rank;
+	int metric;
+	int64_t ts, step;
+	uint32_t attempt;
+	uint64_t bits;
+};
+
+static struct rp *all;
+static size_t nall, capall;
+static uint64_t rng = 88172645463325252ull;
+
+static uint64_t rnd(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+static uint64_t random_value(void)
+{
+	uint64_t r = rnd() % 100;
+	if (r < 5)
+		return STO_VALUE_NAN_BITS;
+	if (r < 7)
+		return STO_VALUE_NULL_BITS;
+	return rdb_f64_bits((double)((int64_t)(rnd() % 4001) - 2000) * 0.25);
+}
+
+static void remember(uint32_t rank, int metric, int64_t ts, int64_t step, uint32_t attempt,
+		     uint64_t bits)
+{
+	if (nall == capall) {
+		capall = capall ? capall * 2 : 4096;
+		all = realloc(all, capall * sizeof(*all));
+	}
+	all[nall++] = (struct rp){rank, metric, ts, step, attempt, bits};
+}
+
+/* Writes all[from..to) in the order given by idx, in batches of 97. */
+static int write_range(struct sto *s, size_t from, size_t to, const size_t *idx)
+{
+	struct sto_batch *b;
+	int rc = sto_batch_new(1 << 16, 64, &b);
+	for (size_t i = from; rc == 0 && i < to; i++) {
+		const struct rp *p = &all[idx ? idx[i - from] : i];
+		const char *m = metric_names[p->metric];
+		rc = sto_batch_add(b, "jq", 2, p->rank, m, strlen(m), p->ts, p->step, p->attempt,
+				   p->bits);
+		if (rc == 0 && (sto_batch_points(b) == 97 || i + 1 == to)) {
+			rc = sto_write(s, b);
+			sto_batch_reset(b);
+		}
+	}
+	sto_batch_free(b);
+	return rc;
+}
+
+/* Phase 1 (in order, then checkpointed): attempt 0 of loss (steps with gaps,
+ * ranks missing at some steps) and the first half of gpu (no steps).
+ * Phase 2 (shuffled, partly left in the head): attempt 1 re-logging steps
+ * 120..160 of loss, and the second half of gpu. */
+static int fill(struct sto *s)
+{
+	for (uint32_t r = 0; r < NRANKS; r++)
+		for (int64_t st = 0; st < NSTEPS; st++)
+			if (rnd() % 10)
+				remember(r, M_LOSS, T0 + st * 1000 + r, st, 0, random_value());
+	for (uint32_t r = 0; r < NRANKS; r++)
+		for (int64_t i = 0; i < 150; i++)
+			remember(r, M_GPU, T0 + i * 997 + r, STO_STEP_NONE, 0, random_value());
+	size_t phase1 = nall;
+	for (uint32_t r = 0; r < NRANKS; r++)
+		for (int64_t st = 120; st <= 160; st++)
+			if (rnd() % 8)
+				remember(r, M_LOSS, T0 + 500000 + st * 1000 + r, st, 1,
+					 random_value());
+	for (uint32_t r = 0; r < NRANKS; r++)
+		for (int64_t i = 150; i < 300; i++)
+			remember(r, M_GPU, T0 + i * 997 + r, STO_STEP_NONE, 0, random_value());
+	size_t n2 = nall - phase1, *idx = malloc(n2 * sizeof(*idx));
+	for (size_t i = 0; i < n2; i++)
+		idx[i] = phase1 + i;
+	for (size_t i = n2; i > 1; i--) {
+		size_t j = rnd() % i, t = idx[i - 1];
+		idx[i - 1] = idx[j];
+		idx[j] = t;
+	}
+	int rc = write_range(s, 0, phase1, NULL);
+	if (rc == 0)
+		rc = sto_checkpoint(s);
+	if (rc == 0)
+		rc = write_range(s, phase1, phase1 + n2 / 2, idx);
+	if (rc == 0)
+		rc = sto_checkpoint(s);
+	if (rc == 0)
+		rc = write_range(s, phase1 + n2 / 2, nall, idx + n2 / 2);
+	free(idx);
+	return rc;
+}
+
+/* ---- the reference ---------------------------------------------------------- */
+
+static int64_t floordiv(int64_t x, int64_t w)
+{
+	if (w == 0)
+		return 0;
+	int64_t q = x / w;
+	return (x % w && x < 0) ? q - 1 : q;
+}
+
+static bool selected(const struct rp *p, uint32_t rank, int metric, const struct qry_bucketing *bk)
+{
+	const struct sto_range *r = &bk->range;
+	if (p->rank != rank || p->metric != metric || p->ts < r->from_ns || p->ts > r->to_ns)
+		return false;
+	if ((r->by_step || bk->axis == QRY_AXIS_STEP) && p->step == STO_STEP_NONE)
+		return false;
+	if (r->by_step && (p->step < r->step_from || p->step > r->step_to))
+		return false;
+	return bk->attempt < 0 || p->attempt == (uint32_t)bk->attempt;
+}
+
+static int64_t ref_key(const struct rp *p, const struct qry_bucketing *bk)
+{
+	return floordiv(bk->axis == QRY_AXIS_STEP ? p->step : p->ts, bk->width);
+}
+
+static int cmp_ref(const void *a, const void *b, void *arg)
+{
+	const struct rp *x = a, *y = b;
+	int64_t kx = ref_key(x, arg), ky = ref_key(y, arg);
+	if (kx != ky)
+		return kx < ky ? -1 : 1;
+	return (x->ts > y->ts) - (x->ts < y->ts);
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* The selected points of a series, latest attempt per step on the step axis. */
+static size_t ref_points(uint32_t rank, int metric, const struct qry_bucketing *bk,
+			 struct rp *out)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < nall; i++) {
+		const struct rp *p = &all[i];
+		if (!selected(p, rank, metric, bk))
+			continue;
+		bool newer = false;
+		for (size_t j = 0; bk->axis == QRY_AXIS_STEP && bk->attempt == QRY_ATTEMPT_LATEST &&
+				   j < nall && !newer; j++)
+			newer = selected(&all[j], rank, metric, bk) && all[j].step == p->step &&
+				all[j].attempt > p->attempt;
+		if (!newer)
+			out[n++] = *p;
+	}
+	qsort_r(out, n, sizeof(*out), cmp_ref, (void *)bk);
+	return n;
+}
+
+static int bucket_mismatches;
+
+static void check_bucket(const struct qry_buckets *got, size_t bi, const struct rp *p, size_t n,
+			 const struct qry_bucketing *bk, double *vals)
+{
+	const struct qry_bucket *g = &got->b[bi];
+	uint64_t count = 0, nan = 0;
+	double min = 0, max = 0, sum = 0;
+	for (size_t i = 0; i < n; i++) {
+		double v = rdb_bits_f64(p[i].bits);
+		if (isnan(v)) {
+			nan++;
+			continue;
+		}
+		min = count == 0 || v < min ? v : min;
+		max = count == 0 || v > max ? v : max;
+		sum += v;
+		vals[count++] = v;
+	}
+	bool ok = g->key == ref_key(&p[0], bk) && g->count == count && g->nan_count == nan &&
+		  g->first_bits == p[0].bits && g->last_bits == p[n - 1].bits;
+	if (count)
+		ok = ok && g->min == min && g->max == max && g->sum == sum;
+	if (count && bk->need_values) {
+		qsort(vals, count, sizeof(double), cmp_dbl);
+		for (size_t i = 0; i < count; i++)
+			ok = ok && got->vals[g->vals_off + i] == vals[i];
+	}
+	if (!ok && bucket_mismatches++ < 5)
+		fprintf(stderr, "bucket key %lld: got count %llu nan %llu sum %g, want key %lld "
+			"count %llu nan %llu sum %g\n", (long long)g->key,
+			(unsigned long long)g->count, (unsigned long long)g->nan_count, g->sum,
+			(long long)ref_key(&p[0], bk), (unsigned long long)count,
+			(unsigned long long)nan, sum);
+	CHECK(ok);
+}
+
+static uint64_t sid(struct sto *s, uint32_t rank, const char *metric)
+{
+	struct sto_series_key k = {.rank = rank};
+	snprintf(k.job, sizeof(k.job), "jq");
+	snprintf(k.metric, sizeof(k.metric), "%s", metric);
+	uint64_t id = 0;
+	CHECK_EQ_INT(sto_lookup_series(s, &k, &id), 0);
+	return id;
+}
+
+/* Compares the engine with the reference for one series and bucketing. */
+static void compare(struct qry_scan *sc, uint32_t rank, int metric, const struct qry_bucketing *bk)
+{
+	struct rp *ref = malloc(nall * sizeof(*ref));
+	double *vals = malloc(nall * sizeof(double));
+	struct qry_buckets got = {0};
+	size_t n = ref_points(rank, metric, bk, ref);
+	CHECK_EQ_INT(qry_agg_series(sc, sid(sc->s, rank, metric_names[metric]), bk, &got), 0);
+	size_t nb = 0;
+	for (size_t i = 0; i < n;) {
+		size_t j = i;
+		while (j < n && ref_key(&ref[j], bk) == ref_key(&ref[i], bk))
+			j++;
+		if (nb < got.n)
+			check_bucket(&got, nb, ref + i, j - i, bk, vals);
+		nb++;
+		i = j;
+	}
+	CHECK_EQ_INT(got.n, nb);
+	qry_buckets_free(&got);
+	free(ref);
+	free(vals);
+}
+
+static struct sto *open_store(const char *name, uint32_t chunk_max)
+{
+	static char dir[4300];
+	snprintf(dir, sizeof(dir), "%s/%s", base, name);
+	struct sto_options o;
+	sto_options_default(&o);
+	o.data_dir = dir;
+	o.chunk_max_points = chunk_max;
+	o.sync = STO_SYNC_NONE;
+	o.index_map_bytes = 64ull << 20;
+	struct sto *s = NULL;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	return s;
+}
+
+/* ---- tests ---------------------------------------------------------------------- */
+
+static struct sto *store;
+
+static void run_matrix(const struct qry_bucketing *bk, uint64_t *stats_used)
+{
+	struct qry_scan sc;
+	qry_scan_init(&sc, store, 10000000);
+	for (uint32_t r = 0; r < NRANKS; r++)
+		compare(&sc, r, bk->axis == QRY_AXIS_STEP || bk->range.by_step ? M_LOSS : M_GPU,
+			bk);
+	*stats_used += sc.chunks_stats;
+	qry_scan_free(&sc);
+}
+
+static void test_downsample_step_axis(void)
+{
+	static const int64_t widths[] = {1, 7, 16, 64, 0};
+	static const int64_t attempts[] = {QRY_ATTEMPT_LATEST, QRY_ATTEMPT_ALL, 0, 1};
+	const struct sto_range ranges[] = {
+		{INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
+		{INT64_MIN, INT64_MAX, true, 30, 150},
+		{T0 + 20000, T0 + 100000, false, 0, INT64_MAX},
+	};
+	uint64_t stats_allowed = 0, stats_forced = 0;
+	for (size_t w = 0; w < 5; w++)
+		for (size_t a = 0; a < 4; a++)
+			for (size_t r = 0; r < 3; r++)
+				for (int t = 0; t < 2; t++) {
+					struct qry_bucketing bk = {
+						.range = ranges[r], .axis = QRY_AXIS_STEP,
+						.width = widths[w], .attempt = attempts[a],
+						.need_values = a == 0 && r == 0,
+						.force_decode = !t};
+					run_matrix(&bk, t ? &stats_allowed : &stats_forced);
+				}
+	fprintf(stderr, "  step axis: %llu chunks answered from stats (stats allowed), %llu "
+		"(decode forced)\n", (unsigned long long)stats_allowed,
+		(unsigned long long)stats_forced);
+	CHECK(stats_allowed > 0);
+	CHECK_EQ_INT(stats_forced, 0);
+}
+
+static void test_downsample_time_axis(void)
+{
+	static const int64_t widths[] = {1000, 4999, 64000, 1000000, 0};
+	uint64_t stats = 0;
+	for (size_t w = 0; w < 5; w++)
+		for (int a = 0; a < 3; a++)
+			for (int q = 0; q < 2; q++) {
+				struct qry_bucketing bk = {
+					.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
+					.axis = QRY_AXIS_TIME, .width = widths[w],
+					.attempt = a == 0 ? QRY_ATTEMPT_LATEST : a == 1 ? 0 : 3,
+					.need_values = q};
+				if (w == 2)
+					bk.range = (struct sto_range){T0 + 33333, T0 + 250000, false,
+								      0, INT64_MAX};
+				run_matrix(&bk, &stats);
+			}
+	/* the loss metric on the time axis: both attempts, all points */
+	struct qry_bucketing bk = {.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
+				   .axis = QRY_AXIS_TIME, .width = 50000,
+				   .attempt = QRY_ATTEMPT_LATEST};
+	struct qry_scan sc;
+	qry_scan_init(&sc, store, 10000000);
+	for (uint32_t r = 0; r < NRANKS; r++)
+		compare(&sc, r, M_LOSS, &bk);
+	stats += sc.chunks_stats;
+	qry_scan_free(&sc);
+	fprintf(stderr, "  time axis: %llu chunks answered from stats\n",
+		(unsigned long long)stats);
+	CHECK(stats > 0);
+}
+
+static void test_point_bound(void)
+{
+	struct qry_bucketing bk = {.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
+				   .axis = QRY_AXIS_STEP, .width = 1, .attempt = QRY_ATTEMPT_ALL};
+	struct qry_scan sc;
+	struct qry_buckets b = {0};
+	qry_scan_init(&sc, store, 50);
+	CHECK_EQ_INT(qry_agg_series(&sc, sid(store, 0, "loss"), &bk, &b), RDB_ELIMIT);
+	struct qry_error err;
+	qry_agg_read_error(&err, RDB_ELIMIT, &(struct sto_series_key){.job = "jq"}, &sc);
+	CHECK_EQ_INT(err.status, 422);
+	qry_buckets_free(&b);
+	qry_scan_free(&sc);
+}
+
+/* Appends the reference JSON text of a column to want. */
+static void ref_column(struct rdb_buf *want, const char *name, const double *v,
+		       const bool *def, size_t n)
+{
+	rdb_buf_printf(want, "\"%s\":[", name);
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			rdb_buf_putc(want, ',');
+		qry_json_f64(want, v[i], def[i]);
+	}
+	rdb_buf_putc(want, ']');
+}
+
+static void test_crossrank(void)
+{
+	struct qry_bucketing bk = {.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
+				   .axis = QRY_AXIS_STEP, .width = 10,
+				   .attempt = QRY_ATTEMPT_LATEST};
+	struct rp *ref = malloc(nall * sizeof(*ref));
+	double mean[NSTEPS / 10], mn[NSTEPS / 10], sd[NSTEPS / 10], rv[NSTEPS / 10][NRANKS];
+	bool def[NSTEPS / 10];
+	size_t cnt[NSTEPS / 10] = {0};
+	for (uint32_t r = 0; r < NRANKS; r++) {
+		double sum[NSTEPS / 10] = {0};
+		size_t c[NSTEPS / 10] = {0};
+		size_t n = ref_points(r, M_LOSS, &bk, ref);
+		for (size_t i = 0; i < n; i++) {
+			double v = rdb_bits_f64(ref[i].bits);
+			if (!isnan(v)) {
+				sum[ref[i].step / 10] += v;
+				c[ref[i].step / 10]++;
+			}
+		}
+		for (int b = 0; b < NSTEPS / 10; b++)
+			if (c[b])
+				rv[b][cnt[b]++] = sum[b] / (double)c[b];
+	}
+	size_t nb = 0;
+	for (int b = 0; b < NSTEPS / 10; b++) {
+		if (!cnt[b])
+			continue;
+		double s = 0, ss = 0, m = rv[b][0];
+		for (size_t i = 0; i < cnt[b]; i++) {
+			s += rv[b][i];
+			m = rv[b][i] < m ? rv[b][i] : m;
+		}
+		double mu = s / (double)cnt[b];
+		for (size_t i = 0; i < cnt[b]; i++)
+			ss += (rv[b][i] - mu) * (rv[b][i] - mu);
+		mean[nb] = mu;
+		mn[nb] = m;
+		sd[nb] = sqrt(ss / (double)cnt[b]);
+		def[nb++] = true;
+	}
+	struct rdb_buf want, out;
+	rdb_buf_init(&want, 1 << 20);
+	rdb_buf_init(&out, 1 << 20);
+	const char *metric = "loss";
+	struct qry_xr_req q = {.job = "jq", .metric = metric, .max_points = 10000000,
+			       .spec = {.range = bk.range, .axis_set = true,
+					.axis = QRY_AXIS_STEP, .width = 10,
+					.attempt = QRY_ATTEMPT_LATEST}};
+	struct qry_error err;
+	CHECK_EQ_INT(qry_crossrank(store, &q, &out, &err), 0);
+	rdb_buf_putc(&out, 0);
+	const char *cols[] = {"mean", "min", "stddev"};
+	const double *vals[] = {mean, mn, sd};
+	for (int c = 0; c < 3; c++) {
+		want.len = 0;
+		ref_column(&want, cols[c], vals[c], def, nb);
+		rdb_buf_putc(&want, 0);
+		bool found = strstr((char *)out.data, (char *)want.data) != NULL;
+		if (!found)
+			fprintf(stderr, "want %s\n got %s\n", (char *)want.data, (char *)out.data);
+		CHECK(found);
+	}
+	CHECK(strstr((char *)out.data, "\"ranks\":[0,1,2,3,4,5]") != NULL);
+	rdb_buf_free(&want);
+	rdb_buf_free(&out);
+	free(ref);
+}
+
+static void test_outliers_and_errors(void)
+{
+	struct sto *s = open_store("outliers", 8);
+	struct sto_batch *b;
+	CHECK_EQ_INT(sto_batch_new(1 << 16, 64, &b), 0);
+	for (uint32_t r = 0; r < 8; r++)
+		for (int64_t st = 0; st < 40; st++)
+			sto_batch_add(b, "jo", 2, r, "step_time", 9, T0 + st * 100 + r, st, 0,
+				      rdb_f64_bits(r == 3 ? 2.0 : 1.0 + 0.01 * r));
+	CHECK_EQ_INT(sto_write(s, b), 0);
+	sto_batch_free(b);
+	struct rdb_buf out;
+	rdb_buf_init(&out, 1 << 20);
+	struct qry_error err;
+	struct qry_out_req q = {.job = "jo", .metric = "step_time", .limit = 2,
+				.max_points = 1000000, .last_steps = 10,
+				.spec = {.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
+					 .attempt = QRY_ATTEMPT_LATEST}};
+	CHECK_EQ_INT(qry_outliers(s, &q, &out, &err), 0);
+	rdb_buf_putc(&out, 0);
+	CHECK(strstr((char *)out.data, "\"outliers\":[{\"rank\":3,\"value\":2,") != NULL);
+	CHECK(strstr((char *)out.data, "\"window\":{\"step_from\":30,\"step_to\":39}") != NULL);
+	q.job = "nope";
+	out.len = 0;
+	CHECK_EQ_INT(qry_outliers(s, &q, &out, &err), RDB_ENOTFOUND);
+	CHECK_EQ_INT(err.status, 404);
+	q.job = "jo";
+	q.metric = "nope";
+	CHECK_EQ_INT(qry_outliers(s, &q, &out, &err), RDB_ENOTFOUND);
+	CHECK_EQ_INT(err.status, 404);
+	/* a response over the bound is a 413 */
+	struct rdb_buf small;
+	rdb_buf_init(&small, 64);
+	const char *m[] = {"step_time"};
+	struct qry_ds_req d = {.job = "jo", .metrics = m, .nmetrics = 1, .aggs = QRY_AGG_AVG,
+			       .max_points = 1000000, .spec = q.spec};
+	d.spec.axis_set = true;
+	d.spec.axis = QRY_AXIS_STEP;
+	d.spec.width = 1;
+	CHECK_EQ_INT(qry_downsample(s, &d, &small, &err), RDB_ELIMIT);
+	CHECK_EQ_INT(err.status, 413);
+	rdb_buf_free(&small);
+	rdb_buf_free(&out);
+	sto_close(s);
+}
+
+static void test_meta(void)
+{
+	char dir[4300];
+	snprintf(dir, sizeof(dir), "%s/meta-data", base);
+	mkdir(dir, 0755);
+	struct qry_error err;
+	struct rdb_buf out;
+	rdb_buf_init(&out, 1 << 21);
+	CHECK_EQ_INT(qry_meta_get(dir, "j1", &out, &err), RDB_ENOTFOUND);
+	CHECK_EQ_INT(err.status, 404);
+	const char *doc = "{\"world_size\": 8, \"lr\": 3e-4}";
+	CHECK_EQ_INT(qry_meta_put(dir, "j1", doc, strlen(doc), &err), 0);
+	CHECK_EQ_INT(qry_meta_get(dir, "j1", &out, &err), 0);
+	CHECK(out.len == strlen(doc) && memcmp(out.data, doc, out.len) == 0);
+	CHECK_EQ_INT(qry_meta_put(dir, "j1", "[1,2]", 5, &err), RDB_EINVAL);
+	CHECK_EQ_INT(qry_meta_put(dir, "j1", "{\"a\":", 5, &err), RDB_EINVAL);
+	CHECK_EQ_INT(err.status, 400);
+	CHECK_EQ_INT(qry_meta_put(dir, "../x", "{}", 2, &err), RDB_EINVAL);
+	size_t big = QRY_META_MAX_BYTES + 1;
+	char *huge = malloc(big);
+	memset(huge, ' ', big);
+	huge[0] = '{';
+	huge[big - 1] = '}';
+	CHECK_EQ_INT(qry_meta_put(dir, "j1", huge, big, &err), RDB_ELIMIT);
+	CHECK_EQ_INT(err.status, 413);
+	free(huge);
+	out.len = 0;
+	CHECK_EQ_INT(qry_meta_get(dir, "j1", &out, &err), 0); /* the old one is intact */
+	CHECK(out.len == strlen(doc));
+	rdb_buf_free(&out);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+int main(void)
+{
+	const char *tmp = getenv("RDB_TEST_TMP");
+	snprintf(base, sizeof(base), "%s/test_query.XXXXXX", tmp ? tmp : "/tmp");
+	if (!mkdtemp(base)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	store = open_store("main", 16);
+	CHECK_EQ_INT(fill(store), 0);
+	RUN(test_downsample_step_axis);
+	RUN(test_downsample_time_axis);
+	RUN(test_point_bound);
+	RUN(test_crossrank);
+	RUN(test_outliers_and_errors);
+	RUN(test_meta);
+	sto_close(store);
+	free(all);
+	int rc = check_summary("query");
+	if (rc == 0)
+		nftw(base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	return rc;
+}

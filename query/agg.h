@@ -1,0 +1,266 @@
+/* agg.h - aggregating queries: downsampling, cross-rank aggregates, straggler
+ * outliers (downsample.c, crossrank.c, outliers.c), and job metadata
+ * documents (meta.c). Results are JSON written into a bounded buffer, like
+ * qry.h; failures fill a struct qry_error with the HTTP status and a message
+ * saying what to change.
+ *
+ * The bucket engine (qry_agg_*) is shared by the three queries: it turns one
+ * series into per-bucket partial aggregates, answering a chunk from its index
+ * statistics when the chunk lies entirely in the query range and in one
+ * bucket, and decoding it otherwise.
+ */
+#ifndef QRY_AGG_H
+#define QRY_AGG_H
+
+#include "common/rdb_buf.h"
+#include "query/qry.h"
+#include "storage/sto.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- the bucket engine ------------------------------------------------------ */
+
+enum qry_axis { QRY_AXIS_TIME, QRY_AXIS_STEP };
+
+#define QRY_ATTEMPT_LATEST (-1) /* step axis: per step only the highest attempt */
+#define QRY_ATTEMPT_ALL (-2)    /* every attempt's points */
+#define QRY_MAX_QUANTILES 8
+#define QRY_MAX_BUCKETS 1000000u /* bound on points=N */
+
+/* How the user asked to bucket; qry_agg_choose turns it into a bucketing. */
+struct qry_bucket_spec {
+	struct sto_range range;   /* inclusive bounds; see the *_set flags */
+	bool from_set, to_set, step_from_set, step_to_set;
+	bool axis_set;            /* step_width or time_width_ns given */
+	enum qry_axis axis;       /* when axis_set */
+	int64_t width;            /* > 0 when axis_set */
+	uint32_t points;          /* target bucket count when !axis_set; 0: default */
+	int64_t attempt;          /* >= 0, QRY_ATTEMPT_LATEST or QRY_ATTEMPT_ALL */
+	bool force_decode;        /* see struct qry_bucketing */
+};
+
+/* A resolved bucketing. Bucket k of a series covers axis coordinates
+ * [k * width, (k + 1) * width - 1] (step, or timestamp in ns); width 0 means
+ * one bucket (key 0) for the whole range. On the step axis points without a
+ * step are excluded. */
+struct qry_bucketing {
+	struct sto_range range;
+	enum qry_axis axis;
+	int64_t width;
+	int64_t attempt;
+	bool need_values;  /* keep each bucket's non-NaN values (quantiles): no stats */
+	/* Decode every chunk instead of answering whole chunks from their
+	 * statistics: for tests comparing both paths (results must be equal). */
+	bool force_decode;
+};
+
+/* The partial aggregate of one bucket of one series. It holds at least one
+ * point, so first/last are always defined. */
+struct qry_bucket {
+	int64_t key;          /* bucket index */
+	uint64_t count;       /* non-NaN values (null and NaN are not counted) */
+	uint64_t nan_count;   /* NaN and null values */
+	double min, max, sum; /* over non-NaN values; meaningful when count > 0 */
+	int64_t first_ts, first_step, last_ts, last_step; /* smallest/largest (ts, step) */
+	uint64_t first_bits, last_bits;                    /* their values, NaN included */
+	size_t vals_off;      /* need_values: the bucket's values are vals[vals_off..+count] */
+};
+
+/* Buckets of one series, ascending by key. Zero-initialized is empty. */
+struct qry_buckets {
+	struct qry_bucket *b;
+	size_t n, cap;
+	double *vals; /* need_values: sorted ascending within each bucket */
+	size_t nvals, vcap;
+};
+void qry_buckets_free(struct qry_buckets *b); /* NULL ok; b becomes empty */
+
+/* Scratch memory and counters of one query over many series. Not shared
+ * between threads. */
+struct qry_scan {
+	struct sto *s;
+	size_t max_points;      /* bound on points read (head + decoded chunks) */
+	uint64_t points_read;
+	uint64_t chunks_stats;  /* chunks answered from their index stats */
+	uint64_t chunks_decoded;
+	struct rdb_buf rec;
+	struct sto_cols tmp;
+	struct sto_read_error re; /* why the last read failed */
+};
+void qry_scan_init(struct qry_scan *sc, struct sto *s, size_t max_points);
+void qry_scan_free(struct qry_scan *sc);
+
+/* Where a series has data in a range (chunk extents are clipped to it). */
+struct qry_extent {
+	bool any, has_steps;
+	int64_t min_ts, max_ts, min_step, max_step;
+};
+void qry_extent_init(struct qry_extent *e);
+
+/* Widens e by the data of series id in r, without decoding. 0 or -errno. */
+int qry_agg_extent(struct qry_scan *sc, uint64_t id, const struct sto_range *r,
+		   struct qry_extent *e);
+
+/* Resolves spec into a bucketing given the extent of all selected series.
+ * The axis is the step axis when asked for, when a step bound is given or
+ * when any series has steps; else time. points=N picks
+ * width = ceil(span / N) over the given bounds, else the data's extent. */
+void qry_agg_choose(const struct qry_bucket_spec *spec, const struct qry_extent *e,
+		    struct qry_bucketing *out);
+
+/* True when spec needs qry_agg_extent before qry_agg_choose. */
+bool qry_agg_needs_extent(const struct qry_bucket_spec *spec);
+
+/* Aggregates series id into out (replacing its contents). 0; RDB_ELIMIT
+ * when the query would read more than sc->max_points points; RDB_ECORRUPT
+ * (sc->re says which chunk) or -errno. Blocks on chunk reads. */
+int qry_agg_series(struct qry_scan *sc, uint64_t id, const struct qry_bucketing *bk,
+		   struct qry_buckets *out);
+
+/* The q-quantile (0..1) of n >= 1 sorted values, linear interpolation
+ * between the order statistics at q * (n - 1) (numpy's default). */
+double qry_quantile_sorted(const double *v, size_t n, double q);
+
+/* Series of one job selected by metric and rank, sorted by (rank, metric). */
+struct qry_series {
+	struct sto_series_key key;
+	uint64_t id;
+};
+struct qry_match {
+	struct qry_series *v; /* owned */
+	size_t n, cap;
+	bool job_seen, metric_seen;
+};
+struct qry_match_req {
+	const char *job;
+	const char *const *metrics;   /* exact names; nmetrics >= 1 unless prefix */
+	size_t nmetrics;
+	const char *prefix;           /* or: every metric starting with this */
+	const uint32_t *ranks;        /* nranks == 0: every rank */
+	size_t nranks;
+	bool skip_job_level;          /* leave out the job-level pseudo-rank */
+};
+/* 0; RDB_ENOTFOUND with err 404 for an unknown job or metric; -errno (500). */
+int qry_match(struct sto *s, const struct qry_match_req *req, struct qry_match *m,
+	      struct qry_error *err);
+void qry_match_free(struct qry_match *m);
+
+/* Resolves spec for the series of m: runs qry_agg_extent over them when the
+ * bucket width depends on the data, then qry_agg_choose. 0 or an error with
+ * err filled. */
+int qry_agg_resolve(struct qry_scan *sc, const struct qry_match *m,
+		    const struct qry_bucket_spec *spec, struct qry_bucketing *out,
+		    struct qry_error *err);
+
+/* Fills err for a failed read of series k (422 for RDB_ELIMIT, with advice). */
+int qry_agg_read_error(struct qry_error *err, int rc, const struct sto_series_key *k,
+		       const struct qry_scan *sc);
+/* Fills err for a failed response write (413 for RDB_ELIMIT). */
+int qry_agg_out_error(struct qry_error *err, int rc);
+/* Writes ,"points_read":N,"chunks_from_stats":N,"chunks_decoded":N} */
+int qry_write_scan_totals(struct rdb_buf *out, const struct qry_scan *sc);
+/* Writes "job":..,"rank":..,"metric":.. (no braces). */
+int qry_write_key(struct rdb_buf *out, const struct sto_series_key *k);
+/* Writes v as a JSON value (qry_json_value), or null when !defined. */
+int qry_json_f64(struct rdb_buf *out, double v, bool defined);
+
+/* ---- downsample ------------------------------------------------------------ */
+
+enum qry_agg_kind {
+	QRY_AGG_AVG = 1u << 0,
+	QRY_AGG_MIN = 1u << 1,
+	QRY_AGG_MAX = 1u << 2,
+	QRY_AGG_SUM = 1u << 3,
+	QRY_AGG_COUNT = 1u << 4,
+	QRY_AGG_FIRST = 1u << 5,
+	QRY_AGG_LAST = 1u << 6,
+};
+
+struct qry_ds_req {
+	const char *job;
+	const char *const *metrics; /* nmetrics >= 1 */
+	size_t nmetrics;
+	const uint32_t *ranks;      /* nranks == 0: every rank */
+	size_t nranks;
+	struct qry_bucket_spec spec;
+	uint32_t aggs;              /* QRY_AGG_* bits */
+	double q[QRY_MAX_QUANTILES]; /* quantiles in 0..1, written as "p<100q>" */
+	size_t nq;
+	size_t max_points;
+};
+
+/* {"job":..,"axis":"step"|"time","width":W,"series":[{"job","rank","metric",
+ *  "start":[..],"end":[..],"count":[..],"nan_count":[..],<agg>:[..]...}],
+ *  "buckets":N,"points_read":N,"chunks_from_stats":N,"chunks_decoded":N}
+ * Only non-empty buckets are listed. 404 unknown job/metric, 422 too many
+ * points, 413 response too large, 500 corrupt data. */
+int qry_downsample(struct sto *s, const struct qry_ds_req *req, struct rdb_buf *out,
+		   struct qry_error *err);
+
+/* ---- cross-rank ------------------------------------------------------------ */
+
+struct qry_xr_req {
+	const char *job;
+	const char *metric;
+	const uint32_t *ranks;      /* nranks == 0: every rank (never the job level) */
+	size_t nranks;
+	struct qry_bucket_spec spec; /* default: step width 1, or points on time */
+	double q[QRY_MAX_QUANTILES]; /* nq == 0: 0.1 and 0.9 */
+	size_t nq;
+	size_t max_points;
+};
+
+/* Per bucket, each rank's mean over the bucket, then across ranks:
+ * {"job","metric","axis","width","ranks":[..],"start":[..],"end":[..],
+ *  "count":[..],"mean":[..],"min":[..],"max":[..],"median":[..],"p10":[..],
+ *  "p90":[..],"stddev":[..],"argmin":[..],"argmax":[..],"buckets":N,
+ *  "points_read":N,"chunks_from_stats":N,"chunks_decoded":N} */
+int qry_crossrank(struct sto *s, const struct qry_xr_req *req, struct rdb_buf *out,
+		  struct qry_error *err);
+
+/* ---- outliers -------------------------------------------------------------- */
+
+enum qry_direction { QRY_DIR_BOTH, QRY_DIR_HIGH, QRY_DIR_LOW };
+
+struct qry_out_req {
+	const char *job;
+	const char *metric;
+	const uint32_t *ranks; /* nranks == 0: every rank */
+	size_t nranks;
+	struct qry_bucket_spec spec; /* range and attempt; the width is ignored */
+	int64_t last_steps;          /* > 0: the window is the last N steps */
+	size_t limit;                /* ranks listed */
+	enum qry_direction direction;
+	bool phases_mode;
+	const char *const *phases;   /* nphases == 0: every <metric>.<phase> of the job */
+	size_t nphases;
+	const char *const *wait_phases; /* phases that are waiting, not own work */
+	size_t nwait;
+	size_t max_points;
+};
+
+/* Robust straggler report (median / MAD over the ranks' window means). */
+int qry_outliers(struct sto *s, const struct qry_out_req *req, struct rdb_buf *out,
+		 struct qry_error *err);
+
+/* ---- job metadata ---------------------------------------------------------- */
+
+#define QRY_META_MAX_BYTES (1u << 20)
+
+/* Validates doc (a JSON object of at most QRY_META_MAX_BYTES) and stores it
+ * as <data_dir>/meta/<job>.json atomically and durably (temp file, fsync,
+ * rename, fsync of the directory). Replaces any previous document. 0;
+ * RDB_EINVAL (400) for a bad job id or document; RDB_ELIMIT (413); -errno
+ * (500). Blocks on the file system. */
+int qry_meta_put(const char *data_dir, const char *job, const void *doc, size_t len,
+		 struct qry_error *err);
+
+/* Appends the job's stored document (a JSON object) to out. 0;
+ * RDB_ENOTFOUND (404) when there is none; RDB_ELIMIT (413); -errno (500).
+ * For embedding metadata in listings too. */
+int qry_meta_get(const char *data_dir, const char *job, struct rdb_buf *out,
+		 struct qry_error *err);
+
+#endif
