@@ -6,6 +6,7 @@
 #define ING_ING_H
 
 #include "storage/batch.h"
+#include "storage/events.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -30,19 +31,40 @@ struct ing_error {
 };
 
 /* Parses a POST /api/v1/write body: a JSON array of records, or NDJSON (one
- * record per line; blank lines ignored). Records are metric records:
- *   {"job":str, "rank":int>=0 | "job", "step":int>=0?, "timestamp":int ns?,
- *    "attempt":int>=0?, "type":"metrics"?, "metrics":{name: value, ...}}
- * Values: a JSON number, null, NaN/Infinity/-Infinity literals (as Python's
- * json module writes them), the strings "NaN", "Inf", "+Inf", "-Inf",
- * "Infinity", "-Infinity", or "0x" + 16 hex digits (exact IEEE-754 bits).
- * Records without "timestamp" get default_ts_ns. Unknown fields are errors.
+ * record per line; blank lines ignored). "type" selects the record kind
+ * (absent or "metrics": metrics); ingest/json_write.c has the exact grammar.
+ *   metrics: {"job":str, "rank":int>=0 | "job", "step":int>=0?,
+ *             "timestamp":int ns?, "attempt":int>=0?, "type":"metrics"?,
+ *             "metrics":{name: value, ...}}
+ *   log:     {"type":"log", "job", "rank", "timestamp"?, "step"?, "attempt"?,
+ *             "level":"debug"|"info"|"warn"|"error"|"fatal"? (default info),
+ *             "message":str (valid UTF-8, <= STO_EVENT_TEXT_MAX bytes),
+ *             "fields":{name: string|number|true|false|null, ...}?}
+ *   span:    {"type":"span", "job", "rank", "step":int>=0, "name":str,
+ *             "start":int ns, "duration_ns":int>=0, "attempt"?}
+ * Metric values: a JSON number, null, NaN/Infinity/-Infinity literals (as
+ * Python's json module writes them), the strings "NaN", "Inf", "+Inf",
+ * "-Inf", "Infinity", "-Infinity", or "0x" + 16 hex digits (exact IEEE-754
+ * bits). Records without "timestamp" get default_ts_ns. Unknown fields, and
+ * fields of another record type, are errors.
  *
- * All-or-nothing: returns 0 with every point added to b, or an error with
- * *err filled (b's content is then unspecified; reset it). body is
- * untrusted and need not be NUL-terminated. Returns 0, RDB_EINVAL (bad
- * input), RDB_ELIMIT (a limit in lim or b's bounds; err says which),
- * -ENOMEM. *nrecords (may be NULL) gets the number of records. */
+ * Metric points go to b; log and span records become events appended to ev
+ * (a log's fields as compact JSON text, "{}" if absent; a span's fields
+ * ""). ev may be NULL: log and span records are then errors ("log records
+ * are not accepted here").
+ *
+ * All-or-nothing: returns 0 with every point added to b and every event to
+ * ev, or an error with *err filled (the content of b and ev is then
+ * unspecified; reset them). body is untrusted and need not be
+ * NUL-terminated. Returns 0, RDB_EINVAL (bad input), RDB_ELIMIT (a limit in
+ * lim or b's or ev's bounds; err says which), -ENOMEM. *nrecords (may be
+ * NULL) gets the number of records of all types. Blocks on nothing;
+ * reentrant. */
+int ing_json_parse_all(const char *body, size_t len, const struct ing_limits *lim,
+		       int64_t default_ts_ns, struct sto_batch *b, struct sto_events *ev,
+		       struct ing_error *err, size_t *nrecords);
+
+/* ing_json_parse_all with ev = NULL: metrics records only. */
 int ing_json_parse(const char *body, size_t len, const struct ing_limits *lim,
 		   int64_t default_ts_ns, struct sto_batch *b, struct ing_error *err,
 		   size_t *nrecords);

@@ -11,6 +11,12 @@
  * INLINE_METRICS metrics, so a typical record costs no allocation here;
  * beyond that they grow by doubling on the heap (a few times per request at
  * most, bounded by max_metrics_per_record) and are freed in one place.
+ * Log and span records become events (storage/events.h). A log's message
+ * without escapes stays a view into the body; with escapes it is decoded
+ * into a 64 KiB buffer, and its "fields" object is re-written as compact
+ * JSON into a bounded buffer, both allocated once per request on its first
+ * log record. The fields' keys share the metrics' name table and duplicate
+ * set (a record has one or the other).
  *
  * Accepted grammar (JSON per RFC 8259 plus the NaN/Infinity/-Infinity
  * literals Python's json module writes):
@@ -18,19 +24,50 @@
  *   array    = '[' ws record ( ws ',' ws record )* ws ']' ws       (no trailing ',')
  *   ndjson   = record ( sp* '\n' ws record )* sp* ws   sp = ' ' | '\t' | '\r'
  *   ws       = ( ' ' | '\t' | '\r' | '\n' )*
- *   record   = '{' member ( ',' member )* '}' with the members
- *     "job":       string, [A-Za-z0-9._-]{1,128}               (required)
- *     "rank":      integer 0..STO_RANK_MAX, or the string "job" (required)
- *     "step":      integer 0..INT64_MAX, or null (= no step)
- *     "timestamp": integer ns since the epoch (int64, may be negative), or
- *                  null (= default_ts_ns)
- *     "attempt":   integer 0..UINT32_MAX, or null (= 0)
- *     "type":      the string "metrics"
- *     "metrics":   object of 1..max_metrics_per_record name -> value (required)
+ *   record   = '{' [ member ( ',' member )* ] '}', members in any order; the
+ *              "type" member picks the kind (absent: metrics). The members:
+ *     "type":        "metrics" | "log" | "span"            (default "metrics")
+ *     "job":         string, [A-Za-z0-9._-]{1,128}                 (all: required)
+ *     "rank":        integer 0..STO_RANK_MAX, or the string "job"  (all: required)
+ *     "attempt":     integer 0..UINT32_MAX, or null (= 0)          (all: optional)
+ *     "step":        integer 0..INT64_MAX, or null (= no step)
+ *                    (metrics, log: optional; span: required, not null)
+ *     "timestamp":   integer ns since the epoch (int64, may be negative), or
+ *                    null (= default_ts_ns)               (metrics, log: optional)
+ *     "metrics":     object of 1..max_metrics_per_record name -> value
+ *                                                         (metrics: required)
+ *     "level":       string accepted by sto_level_parse (case-insensitive
+ *                    debug, info, warn, error, fatal; also warning, err,
+ *                    critical, ...), or null (= info)     (log: optional)
+ *     "message":     string, valid UTF-8, 0..STO_EVENT_TEXT_MAX bytes after
+ *                    unescaping                           (log: required)
+ *     "fields":      flat object name -> string | number | true | false |
+ *                    null, or null (= "{}")               (log: optional)
+ *     "name":        string, 1..STO_SPAN_NAME_MAX bytes with the metric-name
+ *                    alphabet (printable ASCII; not space " \ { } ,)
+ *                                                         (span: required)
+ *     "start":       integer ns since the epoch (int64)   (span: required)
+ *     "duration_ns": integer 0..INT64_MAX                 (span: required)
  *   value    = JSON number | null | NaN | Infinity | -Infinity
  *            | "NaN" | "Inf" | "+Inf" | "Infinity" | "+Infinity" | "-Inf"
  *            | "-Infinity" | "0x" 16*hexdigit (exact IEEE-754 bits)
  * Decisions:
+ *   - A member that belongs to another record type is an error naming it
+ *     (checked when the record ends, since "type" may come last); so is a
+ *     record with both "metrics" and "fields". Spans take "start", not
+ *     "timestamp" (one spelling; "timestamp" in a span is an error).
+ *   - Log and span records need an events batch (ing_json_parse_all with
+ *     ev != NULL); without one, "type":"log"/"span" is an error at once.
+ *   - Event strings are UTF-8-validated after unescaping (RFC 3629: overlong
+ *     forms, surrogates, code points above U+10FFFF and truncated sequences
+ *     are errors); \u0000 is allowed in a message (it is valid UTF-8).
+ *   - "fields" is stored as compact JSON text, keys in input order: strings
+ *     and keys re-escaped minimally ('"', '\\' and control bytes, as \b \f
+ *     \n \r \t or \u00XX; everything else, UTF-8 included, raw), numbers as
+ *     their original token text (JSON grammar checked; NaN/Infinity are
+ *     errors there), true/false/null as is; at most STO_EVENT_FIELDS_MAX
+ *     bytes. Nested objects/arrays and duplicate keys are errors naming the
+ *     field ("fields.<key>").
  *   - A UTF-8 byte order mark at the very start is skipped (PowerShell and
  *     some Windows tools write one); anywhere else it is an error.
  *   - The first non-blank byte picks the form: '[' array, '{' NDJSON.
@@ -43,10 +80,11 @@
  *     errors, as are trailing commas, empty bodies and empty arrays.
  *   - Strings: all JSON escapes including \uXXXX with surrogate pairs
  *     (decoded to UTF-8); invalid escapes, lone surrogates and raw control
- *     bytes are errors. Raw bytes >= 0x80 are not UTF-8-validated: every
- *     string we keep (job, metric name, keywords) must be ASCII anyway, so
- *     such bytes are rejected by the name checks ("\u0041" gives 'A';
- *     "\u00e9" gives a non-ASCII metric name, which is an error).
+ *     bytes are errors. Raw bytes >= 0x80 are UTF-8-validated only in the
+ *     strings of log records (above): every other string we keep (job,
+ *     metric and span names, keywords) must be ASCII, so such bytes are
+ *     rejected by the name checks ("\u0041" gives 'A'; "\u00e9" gives a
+ *     non-ASCII metric name, which is an error).
  *   - Numbers: JSON number grammar checked here (no '+', leading zeros, hex,
  *     "inf"); conversion is correctly rounded (an exact fast path for short
  *     decimals, otherwise strtod on a bounded NUL-terminated copy, which
@@ -56,7 +94,7 @@
  *     "-0" and "-0.0" give the -0.0 bits. Number literals longer than
  *     NUMBER_MAX characters are refused (an exact decimal of any double
  *     needs fewer than 800).
- *   - Depth is intrinsically at most 3 (array, record, metrics): a nested
+ *   - Depth is intrinsically at most 3 (array, record, metrics/fields): a nested
  *     object or array where a scalar is expected is an error at once, so
  *     there is no recursion; lim->max_depth is still checked per level.
  *
@@ -68,11 +106,14 @@
  * Failure: the first error stops the parse; *err gets the 0-based record
  * (-1 for the body), the line, the field ("rank", "metrics.loss") and a
  * message that echoes at most ECHO_MAX bytes of input, with anything but
- * printable ASCII shown as \xHH. Points of earlier records may already be in
- * the batch (the caller resets it). Not thread-safe per batch; reentrant.
+ * printable ASCII shown as \xHH. Points and events of earlier records may
+ * already be in the batch and events (the caller resets them). Not
+ * thread-safe per batch; reentrant.
  */
 #include "ingest/ing.h"
+#include "common/rdb_buf.h"
 #include "common/rdb_err.h"
+#include "storage/events.h"
 
 #include <errno.h>
 #include <float.h>
@@ -107,13 +148,23 @@ enum field {
 	F_ATTEMPT = 1u << 4,
 	F_TYPE = 1u << 5,
 	F_METRICS = 1u << 6,
+	F_LEVEL = 1u << 7,
+	F_MESSAGE = 1u << 8,
+	F_FIELDS = 1u << 9,
+	F_NAME = 1u << 10,
+	F_START = 1u << 11,
+	F_DURATION = 1u << 12,
 };
+#define NFIELDS 13
+
+enum rec_type { REC_METRICS, REC_LOG, REC_SPAN };
 
 enum tok_kind { TOK_STR, TOK_BARE, TOK_OBJ, TOK_ARR };
 
 /* A scalar token. For TOK_STR, src/src_len span the raw literal between the
- * quotes and s/len the decoded bytes (a view into the body, or the scratch
- * buffer); len may exceed SCRATCH_MAX, in which case s holds only a prefix. */
+ * quotes and s/len the decoded bytes (a view into the body, or ps->dst:
+ * the scratch buffer unless a caller chose a bigger one); len may exceed
+ * ps->dst_cap, in which case s holds only a prefix. */
 struct tok {
 	enum tok_kind kind;
 	const char *src;
@@ -133,13 +184,23 @@ struct metric_ent {
 struct record {
 	unsigned seen;	 /* enum field bits */
 	long line;	 /* of the '{' */
+	long field_line[NFIELDS]; /* line of each seen field's key, by bit index */
+	enum rec_type type;
+	bool type_given;
 	const char *job; /* into the body or job_buf */
 	size_t job_len;
 	char job_buf[STO_JOB_MAX];
 	uint32_t rank;
-	int64_t step, ts_ns;
+	int64_t step, ts_ns; /* ts_ns: metrics/log timestamp, span start */
+	int64_t duration_ns;
 	uint32_t attempt;
-	size_t n; /* metrics */
+	size_t n; /* metrics, or keys of a log's fields (same table) */
+	uint8_t level;
+	const char *msg; /* into the body or msg_buf; msg_len bytes */
+	size_t msg_len;
+	bool has_fields; /* fields_text holds this record's fields object */
+	char name_buf[STO_SPAN_NAME_MAX];
+	size_t name_len;
 };
 
 struct parser {
@@ -150,6 +211,7 @@ struct parser {
 	const struct ing_limits *lim;
 	struct ing_error *err;
 	struct sto_batch *b;
+	struct sto_events *ev; /* NULL: log and span records are refused */
 	int64_t default_ts_ns;
 	struct record rec;
 	struct metric_ent *ents; /* [cap]: ents_inline or heap */
@@ -161,6 +223,11 @@ struct parser {
 	struct metric_ent ents_inline[INLINE_METRICS];
 	uint64_t set_inline[2 * INLINE_METRICS];
 	char arena_inline[INLINE_ARENA];
+	char *dst;	 /* where escaped strings are decoded: scratch, msg_buf or dec_buf */
+	size_t dst_cap;	 /* bytes of dst; longer strings keep only a prefix */
+	char *msg_buf;	 /* [STO_EVENT_TEXT_MAX] a log message with escapes; lazily */
+	char *dec_buf;	 /* [STO_EVENT_FIELDS_MAX] a key/string of fields; lazily */
+	struct rdb_buf fields_text; /* the record's fields, compact JSON; bounded */
 	char scratch[SCRATCH_MAX];
 };
 
@@ -289,8 +356,8 @@ static long hex4(const char *p)
 
 static void put_byte(struct parser *ps, size_t *n, unsigned c)
 {
-	if (*n < SCRATCH_MAX)
-		ps->scratch[*n] = (char)c;
+	if (*n < ps->dst_cap)
+		ps->dst[*n] = (char)c;
 	(*n)++;
 }
 
@@ -346,12 +413,12 @@ static int lex_unicode(struct parser *ps, const char *field, size_t *n)
 static int lex_string_slow(struct parser *ps, const char *field, const char *start, struct tok *t)
 {
 	size_t n = (size_t)(ps->p - start);
-	memcpy(ps->scratch, start, n < SCRATCH_MAX ? n : SCRATCH_MAX);
+	memcpy(ps->dst, start, n < ps->dst_cap ? n : ps->dst_cap);
 	while (ps->p < ps->end) {
 		unsigned char c = (unsigned char)*ps->p;
 		if (c == '"') {
 			t->src_len = (size_t)(ps->p - start);
-			t->s = ps->scratch;
+			t->s = ps->dst;
 			t->len = n;
 			ps->p++;
 			return 0;
@@ -685,12 +752,11 @@ static int field_rank(struct parser *ps)
 		    describe(tmp, &t));
 }
 
-static int field_timestamp(struct parser *ps)
+/* Parses a time in ns since the epoch ("timestamp" or "start") into ts_ns. */
+static int field_time(struct parser *ps, const char *field)
 {
-	if (take_null(ps))
-		return 0;
 	struct tok t;
-	int rc = lex_value(ps, "timestamp", &t);
+	int rc = lex_value(ps, field, &t);
 	if (rc)
 		return rc;
 	bool neg = false;
@@ -702,30 +768,44 @@ static int field_timestamp(struct parser *ps)
 	}
 	char tmp[ECHO_BUF + 2];
 	if (r == INT_FRACTION)
-		return fail(ps, RDB_EINVAL, t.line, "timestamp",
-			    "timestamp must be an integer number of nanoseconds since the epoch; "
+		return fail(ps, RDB_EINVAL, t.line, field,
+			    "%s must be an integer number of nanoseconds since the epoch; "
 			    "multiply seconds by 1e9 (got %s)",
-			    describe(tmp, &t));
-	return fail(ps, RDB_EINVAL, t.line, "timestamp",
-		    "timestamp must be an integer number of nanoseconds since the epoch "
+			    field, describe(tmp, &t));
+	return fail(ps, RDB_EINVAL, t.line, field,
+		    "%s must be an integer number of nanoseconds since the epoch "
 		    "(64-bit signed), got %s",
-		    describe(tmp, &t));
+		    field, describe(tmp, &t));
+}
+
+static int field_timestamp(struct parser *ps)
+{
+	if (take_null(ps))
+		return 0;
+	return field_time(ps, "timestamp");
 }
 
 static int field_type(struct parser *ps)
 {
+	static const char *const names[] = {"metrics", "log", "span"};
 	struct tok t;
 	int rc = lex_value(ps, "type", &t);
 	if (rc)
 		return rc;
-	if (tok_is(&t, TOK_STR, "metrics"))
+	for (size_t i = 0; i < 3; i++) {
+		if (!tok_is(&t, TOK_STR, names[i]))
+			continue;
+		if (i != REC_METRICS && !ps->ev)
+			return fail(ps, RDB_EINVAL, t.line, "type",
+				    "%s records are not accepted here (only metrics records)",
+				    names[i]);
+		ps->rec.type = (enum rec_type)i;
+		ps->rec.type_given = true;
 		return 0;
+	}
 	char tmp[ECHO_BUF + 2];
-	if (tok_is(&t, TOK_STR, "log") || tok_is(&t, TOK_STR, "span"))
-		return fail(ps, RDB_EINVAL, t.line, "type", "record type '%s' is not supported yet",
-			    t.s[0] == 'l' ? "log" : "span");
-	return fail(ps, RDB_EINVAL, t.line, "type", "type must be \"metrics\", got %s",
-		    describe(tmp, &t));
+	return fail(ps, RDB_EINVAL, t.line, "type",
+		    "type must be \"metrics\", \"log\" or \"span\", got %s", describe(tmp, &t));
 }
 
 static int field_step_attempt(struct parser *ps, unsigned f)
@@ -831,13 +911,14 @@ static int arena_put(struct parser *ps, const char *s, size_t len, size_t *off)
 	return 0;
 }
 
-/* Labels the error just filled with the field "metrics.<name>". */
-static int in_metric(struct parser *ps, int rc, const char *name, size_t len)
+
+/* Labels the error just filled with the field "<obj>.<name>". */
+static int in_member(struct parser *ps, int rc, const char *obj, const char *name, size_t len)
 {
 	char tmp[ECHO_BUF];
 	struct ing_error *e = ps->err;
-	size_t room = sizeof(e->field) - sizeof("metrics.");
-	snprintf(e->field, sizeof(e->field), "metrics.%s", echo(tmp, name, len, room / 4));
+	size_t room = sizeof(e->field) - strlen(obj) - 2;
+	snprintf(e->field, sizeof(e->field), "%s.%s", obj, echo(tmp, name, len, room / 4));
 	return rc;
 }
 
@@ -957,18 +1038,23 @@ static int metric_member(struct parser *ps)
 	if (rc)
 		return rc;
 	if ((rc = metric_add_name(ps, &t)))
-		return in_metric(ps, rc, t.s, t.len);
+		return in_member(ps, rc, "metrics", t.s, t.len);
 	struct metric_ent *e = &ps->ents[ps->rec.n];
 	const char *name = ent_name(ps, e);
 	if ((rc = expect(ps, ':', "metrics", "':' after the metric name")) ||
 	    (rc = metric_value(ps, name, e->len, &e->bits)))
-		return in_metric(ps, rc, name, e->len);
+		return in_member(ps, rc, "metrics", name, e->len);
 	ps->rec.n++;
 	return 0;
 }
 
 static int field_metrics(struct parser *ps)
 {
+	if (ps->rec.seen & F_FIELDS)
+		return fail(
+		    ps, RDB_EINVAL, ps->line, "metrics",
+		    "a record cannot have both \"fields\" and \"metrics\" (fields belong to "
+		    "log records)");
 	skip_ws(ps);
 	if (ps->p >= ps->end || *ps->p != '{') {
 		struct tok t;
@@ -996,14 +1082,358 @@ static int field_metrics(struct parser *ps)
 	return rc < 0 ? rc : 0;
 }
 
+/* ---- log and span fields -------------------------------------------------- */
+
+/* Allocates the two big decode buffers on the first log record of a request
+ * (freed with the parser): a message or a string of "fields" may be up to
+ * 64 KiB after unescaping, far more than the scratch buffer holds. */
+static int event_bufs(struct parser *ps)
+{
+	if (ps->msg_buf)
+		return 0;
+	ps->msg_buf = malloc(STO_EVENT_TEXT_MAX + STO_EVENT_FIELDS_MAX);
+	if (!ps->msg_buf)
+		return fail_nomem(ps);
+	ps->dec_buf = ps->msg_buf + STO_EVENT_TEXT_MAX;
+	return 0;
+}
+
+/* lex_value, decoding an escaped string into buf[cap] instead of scratch. */
+static int lex_value_into(struct parser *ps, const char *field, char *buf, size_t cap,
+			  struct tok *t)
+{
+	ps->dst = buf;
+	ps->dst_cap = cap;
+	int rc = lex_value(ps, field, t);
+	ps->dst = ps->scratch;
+	ps->dst_cap = SCRATCH_MAX;
+	return rc;
+}
+
+/* The offset of the first byte of s that does not start a well-formed UTF-8
+ * sequence (RFC 3629: no overlong forms, no surrogates U+D800..U+DFFF,
+ * nothing above U+10FFFF, no truncated sequence), or len if s is valid. */
+static size_t utf8_invalid_at(const char *str, size_t len)
+{
+	const unsigned char *s = (const unsigned char *)str;
+	size_t i = 0;
+	while (i < len) {
+		unsigned c = s[i];
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		size_t more = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : 1;
+		unsigned lo = 0x80, hi = 0xbf; /* range of the second byte */
+		if (c < 0xc2 || c > 0xf4)
+			return i; /* continuation byte, overlong 2-byte lead, or > U+13FFFF */
+		if (c == 0xe0)
+			lo = 0xa0; /* overlong 3-byte */
+		else if (c == 0xed)
+			hi = 0x9f; /* surrogates */
+		else if (c == 0xf0)
+			lo = 0x90; /* overlong 4-byte */
+		else if (c == 0xf4)
+			hi = 0x8f; /* above U+10FFFF */
+		if (len - i - 1 < more || s[i + 1] < lo || s[i + 1] > hi)
+			return i;
+		for (size_t k = 2; k <= more; k++)
+			if ((s[i + k] & 0xc0) != 0x80)
+				return i;
+		i += more + 1;
+	}
+	return len;
+}
+
+/* Fails unless the decoded string t is valid UTF-8. */
+static int check_utf8(struct parser *ps, const struct tok *t, const char *field, const char *what)
+{
+	size_t at = utf8_invalid_at(t->s, t->len);
+	if (at == t->len)
+		return 0;
+	char tmp[ECHO_BUF];
+	return fail(ps, RDB_EINVAL, t->line, field,
+		    "%s is not valid UTF-8: bad sequence at byte %zu (%s) after unescaping", what,
+		    at, echo(tmp, t->s + at, t->len - at, 4));
+}
+
+static int field_level(struct parser *ps)
+{
+	if (take_null(ps))
+		return 0;
+	struct tok t;
+	int rc = lex_value(ps, "level", &t);
+	if (rc)
+		return rc;
+	if (t.kind == TOK_STR && sto_level_parse(t.s, t.len, &ps->rec.level) == 0)
+		return 0;
+	char tmp[ECHO_BUF + 2];
+	return fail(
+	    ps, RDB_EINVAL, t.line, "level",
+	    "level must be \"debug\", \"info\", \"warn\", \"error\" or \"fatal\" (any case; "
+	    "\"warning\", \"err\" and \"critical\" too), got %s",
+	    describe(tmp, &t));
+}
+
+static int field_message(struct parser *ps)
+{
+	struct tok t;
+	int rc = event_bufs(ps);
+	if (rc == 0)
+		rc = lex_value_into(ps, "message", ps->msg_buf, STO_EVENT_TEXT_MAX, &t);
+	if (rc)
+		return rc;
+	char tmp[ECHO_BUF + 2];
+	if (t.kind != TOK_STR)
+		return fail(ps, RDB_EINVAL, t.line, "message", "message must be a string, got %s",
+			    describe(tmp, &t));
+	if (t.len > STO_EVENT_TEXT_MAX)
+		return fail(ps, RDB_EINVAL, t.line, "message",
+			    "message is longer than %u bytes (after unescaping)",
+			    STO_EVENT_TEXT_MAX);
+	if ((rc = check_utf8(ps, &t, "message", "message")))
+		return rc;
+	ps->rec.msg = t.s;
+	ps->rec.msg_len = t.len;
+	return 0;
+}
+
+static int field_name(struct parser *ps)
+{
+	struct tok t;
+	int rc = lex_value(ps, "name", &t);
+	if (rc)
+		return rc;
+	if (t.kind == TOK_STR && t.len <= STO_SPAN_NAME_MAX && sto_metric_valid(t.s, t.len)) {
+		memcpy(ps->rec.name_buf, t.s, t.len);
+		ps->rec.name_len = t.len;
+		return 0;
+	}
+	char tmp[ECHO_BUF + 2];
+	return fail(ps, RDB_EINVAL, t.line, "name",
+		    "span name must be 1 to %u printable ASCII characters other than space, '\"', "
+		    "'\\', '{', '}' and ',', got %s",
+		    STO_SPAN_NAME_MAX, describe(tmp, &t));
+}
+
+static int field_duration(struct parser *ps)
+{
+	uint64_t v = 0;
+	int rc = field_uint(ps, "duration_ns", INT64_MAX, &v);
+	ps->rec.duration_ns = (int64_t)v;
+	return rc;
+}
+
+/* Appends to the record's fields text, which is bounded by
+ * STO_EVENT_FIELDS_MAX bytes. */
+static int fields_put(struct parser *ps, const char *s, size_t n)
+{
+	int rc = rdb_buf_append(&ps->fields_text, s, n);
+	if (rc == RDB_ELIMIT)
+		return fail(ps, RDB_EINVAL, ps->line, "fields",
+			    "fields are longer than %u bytes as compact JSON",
+			    STO_EVENT_FIELDS_MAX);
+	return rc ? fail_nomem(ps) : 0;
+}
+
+/* Appends s as a JSON string, minimally escaped: '"', '\\' and control
+ * bytes only (\b \f \n \r \t, else \u00XX); UTF-8 stays as is. */
+static int fields_put_str(struct parser *ps, const char *s, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	static const char from[] = "\"\\\b\f\n\r\t", to[] = "\"\\bfnrt";
+	int rc = fields_put(ps, "\"", 1);
+	size_t run = 0;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+		size_t k = 6;
+		const char *m = c ? memchr(from, c, sizeof(from) - 1) : NULL;
+		if (m) {
+			e[1] = to[m - from];
+			k = 2;
+		}
+		rc = fields_put(ps, s + run, i - run);
+		if (rc == 0)
+			rc = fields_put(ps, e, k);
+		run = i + 1;
+	}
+	if (rc == 0)
+		rc = fields_put(ps, s + run, n - run);
+	return rc ? rc : fields_put(ps, "\"", 1);
+}
+
+/* Adds a key of the fields object to the record's name table (shared with
+ * metrics: a record has one or the other); RDB_EINVAL if it is there. */
+static int fields_add_key(struct parser *ps, const struct tok *t)
+{
+	if (ps->rec.n == ps->cap && grow_ents(ps))
+		return fail_nomem(ps);
+	struct metric_ent *e = &ps->ents[ps->rec.n];
+	e->name = t->s == ps->dec_buf ? NULL : t->s;
+	e->len = t->len;
+	if (!e->name && arena_put(ps, t->s, t->len, &e->off))
+		return fail_nomem(ps);
+	if (!set_insert(ps, t->s, t->len))
+		return fail(ps, RDB_EINVAL, t->line, "fields", "key appears twice in fields");
+	ps->rec.n++;
+	return 0;
+}
+
+/* A decoded string of fields (key or value): bounded and valid UTF-8. */
+static int fields_check_str(struct parser *ps, const struct tok *t, const char *what)
+{
+	if (t->len > STO_EVENT_FIELDS_MAX)
+		return fail(ps, RDB_EINVAL, t->line, "fields",
+			    "fields are longer than %u bytes as compact JSON",
+			    STO_EVENT_FIELDS_MAX);
+	return check_utf8(ps, t, "fields", what);
+}
+
+/* Parses one value of fields and appends its canonical text. */
+static int fields_value(struct parser *ps, const char *key, size_t key_len)
+{
+	struct tok t;
+	int rc = lex_value_into(ps, "fields", ps->dec_buf, STO_EVENT_FIELDS_MAX, &t);
+	if (rc)
+		return rc;
+	bool is_int;
+	if (t.kind == TOK_STR) {
+		rc = fields_check_str(ps, &t, "string value");
+		return rc ? rc : fields_put_str(ps, t.s, t.len);
+	}
+	if (t.kind == TOK_BARE &&
+	    (tok_is(&t, TOK_BARE, "true") || tok_is(&t, TOK_BARE, "false") ||
+	     tok_is(&t, TOK_BARE, "null") || json_number(t.s, t.len, &is_int)))
+		return fields_put(ps, t.s, t.len);
+	char tmp[ECHO_BUF + 2], nm[ECHO_BUF];
+	echo(nm, key, key_len, 32);
+	if (t.kind == TOK_OBJ || t.kind == TOK_ARR)
+		return fail(ps, RDB_EINVAL, t.line, "fields",
+			    "value of field \"%s\" is %s; fields are flat (a string, number, true, "
+			    "false or null each)",
+			    nm, describe(tmp, &t));
+	return fail(ps, RDB_EINVAL, t.line, "fields",
+		    "value of field \"%s\" must be a string, a JSON number, true, false or null "
+		    "(NaN and Infinity only as strings); got %s",
+		    nm, describe(tmp, &t));
+}
+
+/* Parses one "key": value member of fields. */
+static int fields_member(struct parser *ps)
+{
+	struct tok t;
+	skip_ws(ps);
+	if (ps->p >= ps->end || *ps->p != '"')
+		return fail_unexpected(ps, "fields", "a field name in double quotes");
+	int rc = lex_value_into(ps, "fields", ps->dec_buf, STO_EVENT_FIELDS_MAX, &t);
+	if (rc)
+		return rc;
+	if ((rc = fields_check_str(ps, &t, "field name")) || (rc = fields_add_key(ps, &t)))
+		return in_member(ps, rc, "fields", t.s, t.len);
+	const struct metric_ent *e = &ps->ents[ps->rec.n - 1];
+	const char *key = ent_name(ps, e);
+	if (ps->rec.n > 1)
+		rc = fields_put(ps, ",", 1);
+	if (rc == 0)
+		rc = fields_put_str(ps, key, e->len);
+	if (rc == 0)
+		rc = fields_put(ps, ":", 1);
+	if (rc == 0)
+		rc = expect(ps, ':', "fields", "':' after the field name");
+	if (rc == 0)
+		rc = fields_value(ps, key, e->len);
+	return rc ? in_member(ps, rc, "fields", key, e->len) : 0;
+}
+
+static int field_fields(struct parser *ps)
+{
+	if (ps->rec.seen & F_METRICS)
+		return fail(
+		    ps, RDB_EINVAL, ps->line, "fields",
+		    "a record cannot have both \"metrics\" and \"fields\" (fields belong to "
+		    "log records)");
+	if (take_null(ps))
+		return 0;
+	skip_ws(ps);
+	if (ps->p >= ps->end || *ps->p != '{') {
+		struct tok t;
+		int rc = lex_value(ps, "fields", &t);
+		char tmp[ECHO_BUF + 2];
+		return rc ? rc
+			  : fail(ps, RDB_EINVAL, t.line, "fields",
+				 "fields must be an object of name to string, number, true, false "
+				 "or null, got %s",
+				 describe(tmp, &t));
+	}
+	ps->p++;
+	int rc = enter(ps, "fields");
+	if (rc == 0)
+		rc = event_bufs(ps);
+	if (rc)
+		return rc;
+	ps->fields_text.len = 0;
+	ps->rec.has_fields = true;
+	if ((rc = fields_put(ps, "{", 1)))
+		return rc;
+	skip_ws(ps);
+	if (ps->p < ps->end && *ps->p == '}') {
+		ps->p++;
+		rc = 1;
+	}
+	while (rc == 0) {
+		rc = fields_member(ps);
+		if (rc == 0)
+			rc = next_member(ps, "fields");
+	}
+	if (rc < 0)
+		return rc;
+	ps->depth--;
+	return fields_put(ps, "}", 1);
+}
+
 /* ---- records -------------------------------------------------------------- */
 
+/* In enum field bit order: fields[i].f == 1u << i. */
 static const struct {
 	const char *name;
 	unsigned f;
-} fields[] = {
-    {"job", F_JOB},	    {"rank", F_RANK}, {"step", F_STEP},	      {"timestamp", F_TIMESTAMP},
-    {"attempt", F_ATTEMPT}, {"type", F_TYPE}, {"metrics", F_METRICS},
+} fields[NFIELDS] = {
+    {"job", F_JOB},
+    {"rank", F_RANK},
+    {"step", F_STEP},
+    {"timestamp", F_TIMESTAMP},
+    {"attempt", F_ATTEMPT},
+    {"type", F_TYPE},
+    {"metrics", F_METRICS},
+    {"level", F_LEVEL},
+    {"message", F_MESSAGE},
+    {"fields", F_FIELDS},
+    {"name", F_NAME},
+    {"start", F_START},
+    {"duration_ns", F_DURATION},
+};
+
+#define F_COMMON (F_JOB | F_RANK | F_ATTEMPT | F_TYPE)
+
+/* Per enum rec_type: its name, the fields it may have, the fields it needs. */
+static const struct {
+	const char *name;
+	unsigned allowed, required;
+	const char *has; /* allowed, in words */
+	const char *needs;
+} types[] = {
+    {"metrics", F_COMMON | F_STEP | F_TIMESTAMP | F_METRICS, F_JOB | F_RANK | F_METRICS,
+     "job, rank, step, timestamp, attempt, type, metrics", "job, rank, metrics"},
+    {"log", F_COMMON | F_STEP | F_TIMESTAMP | F_LEVEL | F_MESSAGE | F_FIELDS,
+     F_JOB | F_RANK | F_MESSAGE,
+     "job, rank, step, timestamp, attempt, type, level, message, fields", "job, rank, message"},
+    {"span", F_COMMON | F_STEP | F_NAME | F_START | F_DURATION,
+     F_JOB | F_RANK | F_STEP | F_NAME | F_START | F_DURATION,
+     "job, rank, step, attempt, type, name, start, duration_ns",
+     "job, rank, step, name, start, duration_ns"},
 };
 
 static int record_field(struct parser *ps, unsigned f)
@@ -1019,6 +1449,18 @@ static int record_field(struct parser *ps, unsigned f)
 		return field_type(ps);
 	case F_METRICS:
 		return field_metrics(ps);
+	case F_LEVEL:
+		return field_level(ps);
+	case F_MESSAGE:
+		return field_message(ps);
+	case F_FIELDS:
+		return field_fields(ps);
+	case F_NAME:
+		return field_name(ps);
+	case F_START:
+		return field_time(ps, "start");
+	case F_DURATION:
+		return field_duration(ps);
 	default:
 		return field_step_attempt(ps, f);
 	}
@@ -1034,26 +1476,24 @@ static int record_member(struct parser *ps)
 	int rc = lex_string(ps, "", &t);
 	if (rc)
 		return rc;
-	unsigned f = 0;
-	const char *name = "";
-	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]) && !f; i++) {
-		if (tok_is(&t, TOK_STR, fields[i].name)) {
-			f = fields[i].f;
-			name = fields[i].name;
-		}
-	}
+	size_t i = 0;
+	while (i < NFIELDS && !tok_is(&t, TOK_STR, fields[i].name))
+		i++;
 	char tmp[ECHO_BUF];
-	if (!f) {
+	if (i == NFIELDS) {
 		/* the field name in the error is the (escaped, truncated) key itself */
 		const char *key = echo(tmp, t.src, t.src_len, ECHO_MAX);
 		return fail(ps, RDB_EINVAL, t.line, key,
-			    "unknown field \"%s\"; a record has job, rank, step, timestamp, "
-			    "attempt, type and metrics",
+			    "unknown field \"%s\"; known: job, rank, type, attempt, step, "
+			    "timestamp, metrics, level, message, fields, name, start, duration_ns",
 			    key);
 	}
+	unsigned f = fields[i].f;
+	const char *name = fields[i].name;
 	if (ps->rec.seen & f)
 		return fail(ps, RDB_EINVAL, t.line, name, "field \"%s\" appears twice", name);
 	ps->rec.seen |= f;
+	ps->rec.field_line[i] = t.line;
 	rc = expect(ps, ':', name, "':' after the field name");
 	return rc ? rc : record_field(ps, f);
 }
@@ -1063,13 +1503,21 @@ static void record_reset(struct parser *ps)
 	struct record *r = &ps->rec;
 	r->seen = 0;
 	r->line = ps->line;
+	r->type = REC_METRICS;
+	r->type_given = false;
 	r->job = NULL;
 	r->job_len = 0;
 	r->rank = 0;
 	r->step = STO_STEP_NONE;
 	r->ts_ns = ps->default_ts_ns;
+	r->duration_ns = 0;
 	r->attempt = 0;
 	r->n = 0;
+	r->level = STO_LEVEL_INFO;
+	r->msg = NULL;
+	r->msg_len = 0;
+	r->has_fields = false;
+	r->name_len = 0;
 	ps->arena_len = 0;
 	if (++ps->gen == 0) {
 		memset(ps->set, 0, 2 * ps->cap * sizeof(*ps->set));
@@ -1077,22 +1525,90 @@ static void record_reset(struct parser *ps)
 	}
 }
 
-/* Adds the parsed record's points to the batch. */
+/* Checks the record's fields against its type: none that do not belong,
+ * none missing. Runs once the whole record is read ("type" may come last). */
+static int record_check(struct parser *ps)
+{
+	const struct record *r = &ps->rec;
+	const char *tn = types[r->type].name;
+	for (size_t i = 0; i < NFIELDS; i++) {
+		if (!(r->seen & fields[i].f) || (types[r->type].allowed & fields[i].f))
+			continue;
+		if (!r->type_given) {
+			size_t k = fields[i].f & types[REC_LOG].allowed ? REC_LOG : REC_SPAN;
+			return fail(
+			    ps, RDB_EINVAL, r->field_line[i], fields[i].name,
+			    "field \"%s\" belongs in a record with \"type\":\"%s\" (a record "
+			    "without \"type\" is a metrics record)",
+			    fields[i].name, types[k].name);
+		}
+		return fail(ps, RDB_EINVAL, r->field_line[i], fields[i].name,
+			    "field \"%s\" does not belong in a %s record; %s records have %s",
+			    fields[i].name, tn, tn, types[r->type].has);
+	}
+	for (size_t i = 0; i < NFIELDS; i++) {
+		if ((types[r->type].required & fields[i].f) && !(r->seen & fields[i].f))
+			return fail(ps, RDB_EINVAL, r->line, fields[i].name,
+				    "record has no \"%s\" field (required: %s)", fields[i].name,
+				    types[r->type].needs);
+	}
+	if (r->type == REC_SPAN && r->step == STO_STEP_NONE)
+		return fail(ps, RDB_EINVAL, r->field_line[2], "step",
+			    "a span record needs a step (an integer >= 0), got null");
+	return 0;
+}
+
+/* Adds the parsed log or span record to the events. */
+static int record_emit_event(struct parser *ps)
+{
+	const struct record *r = &ps->rec;
+	struct sto_event e = {
+	    .rank = r->rank,
+	    .attempt = r->attempt,
+	    .ts_ns = r->ts_ns,
+	    .step = r->step,
+	    .job = r->job,
+	    .job_len = r->job_len,
+	};
+	if (r->type == REC_LOG) {
+		e.kind = STO_EV_LOG;
+		e.level = r->level;
+		e.text = r->msg;
+		e.text_len = r->msg_len;
+		e.fields = r->has_fields ? (const char *)ps->fields_text.data : "{}";
+		e.fields_len = r->has_fields ? ps->fields_text.len : 2;
+	} else {
+		e.kind = STO_EV_SPAN;
+		e.duration_ns = r->duration_ns;
+		e.text = r->name_buf;
+		e.text_len = r->name_len;
+		e.fields = "";
+	}
+	int rc = sto_events_add(ps->ev, &e);
+	if (rc == RDB_ELIMIT)
+		return fail(ps, rc, r->line, "",
+			    "too many log and span records, or too much log text, in one request");
+	if (rc == -ENOMEM)
+		return fail_nomem(ps);
+	if (rc)
+		return fail(ps, rc, r->line, "", "the %s record was refused by storage (%s)",
+			    types[r->type].name, rdb_strerror(rc));
+	return 0;
+}
+
+/* Adds the parsed record's points (or its event) to the batch. */
 static int record_emit(struct parser *ps)
 {
 	const struct record *r = &ps->rec;
-	static const char *const missing[] = {"job", "rank", "metrics"};
-	static const unsigned need[] = {F_JOB, F_RANK, F_METRICS};
-	for (size_t i = 0; i < 3; i++) {
-		if (!(r->seen & need[i]))
-			return fail(ps, RDB_EINVAL, r->line, missing[i],
-				    "record has no \"%s\" field (required: job, rank, metrics)",
-				    missing[i]);
-	}
+	int rc = record_check(ps);
+	if (rc)
+		return rc;
+	if (r->type != REC_METRICS)
+		return record_emit_event(ps);
 	for (size_t i = 0; i < r->n; i++) {
 		const struct metric_ent *e = &ps->ents[i];
-		int rc = sto_batch_add(ps->b, r->job, r->job_len, r->rank, ent_name(ps, e), e->len,
-				       r->ts_ns, r->step, r->attempt, e->bits);
+		rc = sto_batch_add(ps->b, r->job, r->job_len, r->rank, ent_name(ps, e), e->len,
+				   r->ts_ns, r->step, r->attempt, e->bits);
 		if (rc == RDB_ELIMIT)
 			return fail(ps, rc, r->line, "", "too many points in one request");
 		if (rc)
@@ -1224,12 +1740,12 @@ static int parse_body(struct parser *ps)
 	return rc;
 }
 
-int ing_json_parse(const char *body, size_t len, const struct ing_limits *lim,
-		   int64_t default_ts_ns, struct sto_batch *b, struct ing_error *err,
-		   size_t *nrecords)
+int ing_json_parse_all(const char *body, size_t len, const struct ing_limits *lim,
+		       int64_t default_ts_ns, struct sto_batch *b, struct sto_events *ev,
+		       struct ing_error *err, size_t *nrecords)
 {
 	struct ing_error dummy;
-	struct parser parser, *ps = &parser; /* ~5 KiB of stack, no allocation */
+	struct parser parser, *ps = &parser; /* ~5 KiB of stack */
 	if (!err)
 		err = &dummy;
 	memset(err, 0, sizeof(*err));
@@ -1242,6 +1758,7 @@ int ing_json_parse(const char *body, size_t len, const struct ing_limits *lim,
 	ps->lim = lim;
 	ps->err = err;
 	ps->b = b;
+	ps->ev = ev;
 	ps->default_ts_ns = default_ts_ns;
 	ps->ents = ps->ents_inline;
 	ps->set = ps->set_inline;
@@ -1251,6 +1768,11 @@ int ing_json_parse(const char *body, size_t len, const struct ing_limits *lim,
 	ps->arena = ps->arena_inline;
 	ps->arena_len = 0;
 	ps->arena_cap = INLINE_ARENA;
+	ps->dst = ps->scratch;
+	ps->dst_cap = SCRATCH_MAX;
+	ps->msg_buf = NULL;
+	ps->dec_buf = NULL;
+	rdb_buf_init(&ps->fields_text, STO_EVENT_FIELDS_MAX);
 	int rc = parse_body(ps);
 	if (rc == 0 && nrecords)
 		*nrecords = (size_t)(ps->record + 1);
@@ -1260,5 +1782,14 @@ int ing_json_parse(const char *body, size_t len, const struct ing_limits *lim,
 	}
 	if (ps->arena != ps->arena_inline)
 		free(ps->arena);
+	free(ps->msg_buf);
+	rdb_buf_free(&ps->fields_text);
 	return rc;
+}
+
+int ing_json_parse(const char *body, size_t len, const struct ing_limits *lim,
+		   int64_t default_ts_ns, struct sto_batch *b, struct ing_error *err,
+		   size_t *nrecords)
+{
+	return ing_json_parse_all(body, len, lim, default_ts_ns, b, NULL, err, nrecords);
 }

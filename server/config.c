@@ -268,6 +268,57 @@ static const struct opt opts[] = {
      .doc = "Largest response body one query may produce; a query whose result would be "
 	    "larger fails instead of buffering it. Together with http_threads it bounds the "
 	    "memory used for responses."},
+    {.name = "admin_token",
+     .type = OPT_STRING,
+     .def = "",
+     .min = 0,
+     FIELD(admin_token),
+     .help = "bearer token of the admin API (empty: admin API disabled)",
+     .doc = "Secret that admin API requests (/api/v1/admin/..., used by rankctl --url) must "
+	    "send as 'Authorization: Bearer <token>'. Empty (the default) disables the admin "
+	    "API: every admin request gets 403. Use a long random string and keep the config "
+	    "file readable by rankdbd's user only; rankdbd never logs the token."},
+    {.name = "audit_log",
+     .type = OPT_STRING,
+     .def = "",
+     .min = 0,
+     FIELD(audit_log),
+     .help = "file admin actions are appended to (empty: <data_dir>/audit.log)",
+     .doc = "Every admin API request, allowed or refused, is appended to this file as one "
+	    "JSON line: time, client address, action, target, result and duration. Empty "
+	    "(the default) means audit.log inside data_dir."},
+    {.name = "retention_s",
+     .type = OPT_DURATION,
+     .def = "0",
+     .min = 0,
+     .max = 3153600000ull,
+     FIELD(retention_s),
+     .help = "default retention of stored data; 0 = keep forever",
+     .doc = "Sealed data older than this (by the newest timestamp of each chunk) is dropped "
+	    "by the background retention pass; 0 (the default) keeps everything forever. "
+	    "Per-job overrides are set with rankctl retention set JOB SECONDS. Dropped data "
+	    "frees disk space when compaction rewrites the segment files."},
+    {.name = "retention_check_s",
+     .type = OPT_DURATION,
+     .def = "1h",
+     .min = 0,
+     .max = 604800,
+     FIELD(retention_check_s),
+     .help = "period of the background retention and compaction pass; 0 = never",
+     .doc = "How often the background pass runs that applies retention and then compacts "
+	    "segment files. 0 turns it off (run them with rankctl retention run and rankctl "
+	    "compact instead)."},
+    {.name = "compact_min_live_pct",
+     .type = OPT_UINT,
+     .def = "50",
+     .min = 0,
+     .max = 100,
+     FIELD(compact_min_live_pct),
+     .help = "compact segment files with less than this percent of live data",
+     .doc = "Compaction rewrites a segment file whose live bytes (chunks the index still "
+	    "points at) are below this percentage of its size, then deletes the old file. "
+	    "Lower values rewrite less often and leave more dead space; 100 rewrites every "
+	    "segment with any dead byte."},
     {.name = "log_level",
      .type = OPT_ENUM,
      .def = "info",
@@ -277,6 +328,104 @@ static const struct opt opts[] = {
      .doc = "Least severe log lines written to stderr. debug is verbose and meant for "
 	    "diagnosing problems; warn and error keep only lines that need an operator's "
 	    "attention."},
+    {.name = "lp_default_job",
+     .type = OPT_STRING,
+     .def = "",
+     .min = 0,
+     FIELD(lp_default_job),
+     .help = "job of line-protocol lines without a job tag (empty: such lines are errors)",
+     .doc = "Job id given to InfluxDB line-protocol lines (HTTP /write, /api/v2/write and "
+	    "UDP) that carry no job tag, for clients such as Telegraf that cannot add one. "
+	    "Empty (the default): a line without a job tag is a bad line, reported to the "
+	    "client and not stored. Must be a valid job id ([A-Za-z0-9._-], 1..128 bytes)."},
+    {.name = "max_line_bytes",
+     .type = OPT_SIZE,
+     .def = "64K",
+     .min = 256,
+     .max = 64 * MIB,
+     FIELD(max_line_bytes),
+     .help = "longest accepted line-protocol line",
+     .doc = "Longest InfluxDB line-protocol line rankdbd accepts; a longer line is a bad "
+	    "line (reported and skipped, the other lines of the request are stored). Bounds "
+	    "the work spent on one line."},
+    {.name = "max_fields_per_line",
+     .type = OPT_UINT,
+     .def = "1024",
+     .min = 1,
+     .max = 65536,
+     FIELD(max_fields_per_line),
+     .help = "most fields one line-protocol line may carry",
+     .doc = "Most fields one line-protocol line may carry (each numeric field is one point "
+	    "of one series); a line with more is a bad line."},
+    {.name = "max_tags_per_line",
+     .type = OPT_UINT,
+     .def = "64",
+     .min = 1,
+     .max = 1024,
+     FIELD(max_tags_per_line),
+     .help = "most tags one line-protocol line may carry",
+     .doc = "Most tags one line-protocol line may carry, job and rank included; a line with "
+	    "more is a bad line. Tags other than job and rank become part of the metric name, "
+	    "so this also bounds how long and how varied metric names get."},
+    {.name = "max_series_per_job",
+     .type = OPT_UINT,
+     .def = "1000000",
+     .min = 1,
+     .max = 1000000000,
+     FIELD(max_series_per_job),
+     .help = "most distinct series one job may have",
+     .doc = "Most distinct series (rank and metric pairs) one job may have; writes that would "
+	    "create more are refused. Keeps one job that turns a changing value into a tag "
+	    "from using up max_series for every other job."},
+    {.name = "udp_port",
+     .type = OPT_UINT,
+     .def = "0",
+     .min = 0,
+     .max = 65535,
+     FIELD(udp_port),
+     .help = "UDP port for line-protocol and JSON datagrams; 0 = no UDP listener",
+     .doc = "UDP port on which rankdbd takes InfluxDB line protocol and JSON records, one or "
+	    "more per datagram. 0 (the default) turns the UDP listener off. UDP is "
+	    "fire-and-forget: the sender gets no answer, and datagrams rankdbd cannot take "
+	    "are dropped and counted in /metrics (rankdb_udp_dropped_total), never silently."},
+    {.name = "udp_addr",
+     .type = OPT_STRING,
+     .def = "127.0.0.1",
+     .min = 1,
+     FIELD(udp_addr),
+     .help = "IP address the UDP listener binds to",
+     .doc = "Address the UDP listener binds to. The default 127.0.0.1 only takes datagrams "
+	    "from this machine; set 0.0.0.0 to take them from the network."},
+    {.name = "udp_queue_datagrams",
+     .type = OPT_UINT,
+     .def = "65536",
+     .min = 16,
+     .max = 16777216,
+     FIELD(udp_queue_datagrams),
+     .help = "most received datagrams waiting to be parsed",
+     .doc = "Most received UDP datagrams waiting to be parsed and stored. When the queue is "
+	    "full (storage slower than the senders), new datagrams are dropped and counted "
+	    "as reason=\"queue_full\". A larger queue rides out longer bursts."},
+    {.name = "udp_queue_bytes",
+     .type = OPT_SIZE,
+     .def = "64M",
+     .min = 64 * KIB,
+     .max = 16 * GIB,
+     FIELD(udp_queue_bytes),
+     .help = "most bytes of received datagrams waiting to be parsed",
+     .doc = "Most bytes of received UDP datagrams waiting to be parsed and stored: the "
+	    "memory bound of the UDP queue. Past it, new datagrams are dropped and counted "
+	    "as reason=\"queue_full\", like past udp_queue_datagrams."},
+    {.name = "udp_max_datagram_bytes",
+     .type = OPT_SIZE,
+     .def = "65507",
+     .min = 512,
+     .max = 65507,
+     FIELD(udp_max_datagram_bytes),
+     .help = "largest accepted UDP datagram",
+     .doc = "Largest UDP datagram rankdbd takes (65507 is the most IPv4 can carry). A larger "
+	    "datagram is dropped whole and counted as reason=\"oversize\"; senders should "
+	    "keep datagrams under the path MTU anyway."},
 };
 
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
@@ -1015,6 +1164,8 @@ void srv_config_log(const struct srv_config *c)
 
 		opt_get(o, c, val, sizeof(val));
 		opt_get(o, &def, dval, sizeof(dval));
+		if (strcmp(o->name, "admin_token") == 0 && val[0])
+			snprintf(val, sizeof(val), "(set, not logged)");
 		if (strcmp(val, dval) == 0)
 			rdb_info("config", "%s = %s%s%s", o->name, q, val, q);
 		else

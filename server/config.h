@@ -44,7 +44,22 @@ struct srv_config {
 	uint64_t max_series;		/* distinct series; beyond: writes refused */
 	uint64_t max_query_points;	/* points one query may read */
 	uint64_t max_response_bytes;	/* largest query response body */
+	char admin_token[256];		/* bearer token of the admin API; "" = admin API off */
+	char audit_log[4096];		/* admin audit log; "" = <data_dir>/audit.log */
+	uint64_t retention_s;		/* default retention of sealed data; 0 = forever */
+	uint32_t retention_check_s;	/* background retention + compaction period */
+	uint32_t compact_min_live_pct;	/* compact segments less live than this percent */
 	char log_level[16];		/* "debug", "info", "warn" or "error" */
+	char lp_default_job[129];	/* job of line-protocol lines without one; "" = error */
+	uint64_t max_line_bytes;	/* longest line-protocol line */
+	uint32_t max_fields_per_line;	/* line protocol: fields of one line */
+	uint32_t max_tags_per_line;	/* line protocol: tags of one line */
+	uint64_t max_series_per_job;	/* distinct series of one job (storage enforces) */
+	uint32_t udp_port;		/* UDP listener port; 0 = no UDP listener */
+	char udp_addr[64];		/* UDP listen address */
+	uint32_t udp_queue_datagrams;	/* datagrams waiting to be parsed; beyond: dropped */
+	uint64_t udp_queue_bytes;	/* bytes of datagrams waiting; beyond: dropped */
+	uint64_t udp_max_datagram_bytes; /* larger datagrams are dropped (oversize) */
 };
 
 /* Fills *c with the default of every option. Cannot fail. */

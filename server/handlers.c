@@ -3,7 +3,8 @@
  *
  *   GET  /healthz                      liveness
  *   GET  /metrics                      Prometheus text exposition
- *   POST /api/v1/write                 JSON array / NDJSON metric records
+ *   POST /api/v1/write                 JSON array / NDJSON metric records (client
+ *                                      batch id: X-Rankdb-Batch-Id or ?batch_id=)
  *   GET  /api/v1/jobs                  job listing
  *   GET  /api/v1/jobs/<job>/metrics    a job's metric names
  *   GET  /api/v1/jobs/<job>/ranks      a job's ranks
@@ -59,18 +60,69 @@ static void write_error(struct srv_resp *resp, const struct ing_error *e)
 	rdb_buf_putc(&resp->body, '}');
 }
 
+static bool batch_id_ok(const char *s, size_t len)
+{
+	if (len == 0 || len > STO_BATCH_ID_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		if (s[i] < 0x21 || s[i] > 0x7e)
+			return false;
+	}
+	return true;
+}
+
+int srv_req_batch_id(const struct srv_req *req, const char **id, size_t *len, char *why,
+		     size_t whylen)
+{
+	const char *h = srv_req_header(req, "X-Rankdb-Batch-Id"), *q = NULL;
+	for (int i = 0; i < req->nargs; i++) {
+		if (strcmp(req->args[i].key, "batch_id") == 0)
+			q = req->args[i].val;
+	}
+	const char *v = h ? h : q;
+	*id = NULL;
+	*len = 0;
+	if (!v)
+		return 0;
+	if (h && q && strcmp(h, q) != 0) {
+		snprintf(why, whylen, "header X-Rankdb-Batch-Id and parameter batch_id differ; "
+			 "send the batch id once");
+		return RDB_EINVAL;
+	}
+	if (!batch_id_ok(v, strlen(v))) {
+		snprintf(why, whylen, "batch id must be 1..%u printable ASCII characters without "
+			 "spaces, got %zu bytes", STO_BATCH_ID_MAX, strlen(v));
+		return RDB_EINVAL;
+	}
+	*id = v;
+	*len = strlen(v);
+	return 0;
+}
+
 static void handle_write(struct srv_req *req, struct srv_resp *resp)
 {
 	struct srv_ctx *ctx = req->ctx;
 	atomic_fetch_add(&ctx->counters.write_requests, 1);
 	struct sto_batch *b = NULL;
+	struct sto_events *ev = NULL;
 	struct ing_error e = {0};
+	struct sto_write_req wr = {0};
+	struct sto_write_result wres = {0};
+	char why[256];
 	size_t nrec = 0;
 	size_t max_points = ctx->cfg->max_records_per_request * ctx->cfg->max_metrics_per_record;
+	if (srv_req_batch_id(req, &wr.batch_id, &wr.batch_id_len, why, sizeof(why))) {
+		atomic_fetch_add(&ctx->counters.write_rejected_invalid, 1);
+		srv_error(resp, 400, "%s", why);
+		return;
+	}
 	int rc = sto_batch_new(max_points, max_points, &b);
 	if (rc == 0)
-		rc = ing_json_parse((const char *)req->body, req->body_len, &ctx->limits,
-				    rdb_now_ns(), b, &e, &nrec);
+		rc = sto_events_new(ctx->cfg->max_records_per_request, ctx->cfg->max_body_bytes * 2,
+				    &ev);
+	if (rc == 0)
+		rc = ing_json_parse_all((const char *)req->body, req->body_len, &ctx->limits,
+					rdb_now_ns(), b, ev, &e, &nrec);
 	if (rc == RDB_EINVAL || rc == RDB_ELIMIT) {
 		atomic_fetch_add(&ctx->counters.write_rejected_invalid, 1);
 		resp->status = rc == RDB_ELIMIT ? 413 : 400;
@@ -81,19 +133,24 @@ static void handle_write(struct srv_req *req, struct srv_resp *resp)
 				e.msg);
 		goto out;
 	}
+	wr.points = b;
+	wr.events = ev;
 	if (rc == 0)
-		rc = sto_write(ctx->sto, b);
+		rc = sto_write_req(ctx->sto, &wr, &wres);
 	if (rc == 0) {
 		atomic_fetch_add(&ctx->counters.write_records, nrec);
 		ok_json(resp);
-		rdb_buf_printf(&resp->body, "{\"accepted_points\":%zu,\"records\":%zu}",
-			       sto_batch_points(b), nrec);
+		rdb_buf_printf(&resp->body,
+			       "{\"accepted_points\":%zu,\"accepted_events\":%zu,\"records\":%zu%s}",
+			       sto_batch_points(b), sto_events_count(ev), nrec,
+			       wres.duplicate ? ",\"duplicate\":true" : "");
 	} else if (rc == RDB_EBUSY || rc == -ESHUTDOWN) {
 		atomic_fetch_add(&ctx->counters.write_rejected_busy, 1);
 		srv_error(resp, 503, rc == RDB_EBUSY ?
-			  "ingest is saturated (in-memory head over head_max_bytes while chunks "
-			  "are being sealed); nothing of this request was stored, retry after "
-			  "the Retry-After delay" : "server is shutting down; nothing of this "
+			  "busy: ingest is saturated (in-memory head over head_max_bytes while "
+			  "chunks are being sealed) or a request with the same batch id is being "
+			  "written; nothing of this request was stored, retry after the "
+			  "Retry-After delay" : "server is shutting down; nothing of this "
 			  "request was stored, retry against the restarted server");
 		resp->retry_after = "1";
 	} else if (rc == RDB_ELIMIT) {
@@ -108,6 +165,7 @@ static void handle_write(struct srv_req *req, struct srv_resp *resp)
 		resp->retry_after = "5";
 	}
 out:
+	sto_events_free(ev);
 	sto_batch_free(b);
 }
 
@@ -338,6 +396,44 @@ static void metric(struct rdb_buf *b, const char *name, const char *type, const 
 		       (unsigned long long)v);
 }
 
+static void labeled(struct rdb_buf *b, const char *name, const char *label, const char *val,
+		    _Atomic uint64_t *v)
+{
+	rdb_buf_printf(b, "%s{%s=\"%s\"} %llu\n", name, label, val,
+		       (unsigned long long)atomic_load(v));
+}
+
+/* Line protocol and UDP listener counters. */
+static void metrics_ingest(struct rdb_buf *b, struct srv_counters *c)
+{
+	const char *lp = "rankdb_lp_lines_total", *drop = "rankdb_udp_dropped_total";
+	rdb_buf_printf(b, "# HELP %s Line-protocol lines (HTTP and UDP) by result.\n"
+			  "# TYPE %s counter\n", lp, lp);
+	labeled(b, lp, "result", "ok", &c->lp_lines_ok);
+	labeled(b, lp, "result", "bad", &c->lp_lines_bad);
+	metric(b, "rankdb_lp_string_fields_skipped_total", "counter",
+	       "Line-protocol string fields skipped (not numbers).",
+	       atomic_load(&c->lp_string_fields_skipped));
+	metric(b, "rankdb_udp_datagrams_received_total", "counter", "UDP datagrams received.",
+	       atomic_load(&c->udp_received));
+	rdb_buf_printf(b, "# HELP %s UDP datagrams dropped whole, by reason.\n"
+			  "# TYPE %s counter\n", drop, drop);
+	labeled(b, drop, "reason", "queue_full", &c->udp_dropped_queue_full);
+	labeled(b, drop, "reason", "oversize", &c->udp_dropped_oversize);
+	labeled(b, drop, "reason", "socket_buffer", &c->udp_dropped_socket);
+	labeled(b, drop, "reason", "parse_error", &c->udp_dropped_parse_error);
+	labeled(b, drop, "reason", "busy", &c->udp_dropped_busy);
+	labeled(b, drop, "reason", "series_limit", &c->udp_dropped_limit);
+	labeled(b, drop, "reason", "error", &c->udp_dropped_error);
+	metric(b, "rankdb_udp_lines_dropped_total", "counter",
+	       "Bad lines skipped in UDP datagrams whose other lines were stored.",
+	       atomic_load(&c->udp_lines_bad));
+	metric(b, "rankdb_udp_queue_depth", "gauge", "UDP datagrams waiting to be parsed.",
+	       atomic_load(&c->udp_queue_depth));
+	metric(b, "rankdb_udp_points_total", "counter", "Points stored from UDP datagrams.",
+	       atomic_load(&c->udp_points));
+}
+
 static void handle_metrics(struct srv_req *req, struct srv_resp *resp)
 {
 	struct srv_ctx *ctx = req->ctx;
@@ -390,6 +486,7 @@ static void handle_metrics(struct srv_req *req, struct srv_resp *resp)
 			  "# TYPE rankdb_query_seconds_total counter\n"
 			  "rankdb_query_seconds_total %.6f\n",
 		       (double)atomic_load(&c->query_ns_total) / 1e9);
+	metrics_ingest(b, c);
 	rdb_buf_puts(b, "# HELP rankdb_http_responses_total HTTP responses by status class.\n"
 			"# TYPE rankdb_http_responses_total counter\n");
 	for (int i = 1; i <= 5; i++)
@@ -433,7 +530,8 @@ void srv_dispatch(struct srv_req *req, struct srv_resp *resp)
 			handle_write(req, resp);
 		return;
 	}
-	if (srv_ingest_route(req, resp) || srv_grafana_route(req, resp))
+	if (srv_ingest_route(req, resp) || srv_grafana_route(req, resp) ||
+	    srv_admin_route(req, resp) || srv_events_route(req, resp))
 		return;
 	int64_t t0 = rdb_now_mono_ns();
 	if (srv_query_route(req, resp)) {

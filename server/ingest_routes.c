@@ -1,10 +1,454 @@
-/* ingest_routes.c - route hook: InfluxDB line protocol endpoints (/write, /api/v2/write) come with the ingest issue.
- * Until then it handles nothing and the request falls through to 404. */
+/* ingest_routes.c - InfluxDB-compatible line-protocol endpoints, so that the
+ * InfluxDB client libraries and Telegraf write to rankdb unchanged:
+ *
+ *   POST /write          InfluxDB 1.x: db, rp, u, p, consistency (accepted,
+ *                        ignored), precision = n|ns|u|us|ms|s|m|h, batch_id
+ *   POST /api/v2/write   InfluxDB 2.x: org, orgID, bucket (accepted, ignored),
+ *                        precision = ns|us|ms|s, batch_id
+ *
+ * Any other query parameter is a 400. The body is line protocol
+ * (ingest/lp.h has the mapping onto job / rank / metric), plain or
+ * Content-Encoding: gzip; the inflated body is bounded by max_body_bytes
+ * (413 past it, so a gzip bomb costs at most that much memory and work).
+ * A request becomes one sto_write_req (points and events, one WAL record),
+ * with the client batch id of header X-Rankdb-Batch-Id or ?batch_id= so a
+ * retried request is stored once.
+ *
+ * Answers, as InfluxDB's own (clients branch on them):
+ *   204            every line stored (or a duplicate batch id: stored before)
+ *   400            some lines bad: the good ones are stored, the body names
+ *                  the first bad lines ("partial write: ..."), with
+ *                  lines_ok / lines_bad / errors[]; every line bad: nothing
+ *                  stored ("unable to parse: ...")
+ *   413            inflated body over max_body_bytes, or more points than a
+ *                  batch takes
+ *   415            a Content-Encoding other than gzip / identity
+ *   422            series limit; 503 + Retry-After saturated; 500 I/O failure
+ * The error body is {"error": "..."} on /write and {"code": "...",
+ * "message": "..."} on /api/v2/write, plus the fields above.
+ *
+ * The only file that includes zlib.h. Threading: runs on the HTTP worker
+ * threads; each request's memory (struct lp_req) is freed in one place.
+ */
 #include "server/srv.h"
+#include "common/rdb_err.h"
+#include "common/rdb_log.h"
+#include "common/rdb_time.h"
+#include "ingest/lp.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <zlib.h>
+
+#define INFLATE_CHUNK (64u * 1024u) /* zlib output is appended this much at a time */
+#define MSG_BAD_LINES 5		    /* bad lines named in the message text */
+
+enum api { API_V1, API_V2 };
+
+/* One request's state; lp_req_free releases all of it. */
+struct lp_req {
+	enum api api;
+	int64_t precision_ns;
+	const char *batch_id;
+	size_t batch_id_len;
+	const char *body; /* the request body, or inflated */
+	size_t len;
+	struct rdb_buf inflated;
+	struct sto_batch *b;
+	struct sto_events *ev;
+	struct ing_lp_result res;
+	char why[512];
+};
+
+static void lp_req_free(struct lp_req *r)
+{
+	if (!r)
+		return;
+	rdb_buf_free(&r->inflated);
+	sto_batch_free(r->b);
+	sto_events_free(r->ev);
+	free(r);
+}
+
+/* ---- answers ---------------------------------------------------------------- */
+
+/* v2 "code" of a status, as InfluxDB 2.x spells it. */
+static const char *v2_code(int status)
+{
+	switch (status) {
+	case 405:
+		return "method not allowed";
+	case 413:
+		return "request too large";
+	case 415:
+		return "unsupported media type";
+	case 422:
+		return "unprocessable entity";
+	case 429:
+		return "too many requests";
+	case 500:
+		return "internal error";
+	case 503:
+		return "unavailable";
+	default:
+		return "invalid";
+	}
+}
+
+/* Starts an error body ({"error":msg or {"code":..,"message":msg) without
+ * the closing brace, so callers can add fields. */
+static void open_error(struct srv_resp *resp, enum api api, int status, const char *msg)
+{
+	struct rdb_buf *b = &resp->body;
+	resp->status = status;
+	b->len = 0;
+	if (api == API_V2) {
+		rdb_buf_printf(b, "{\"code\":\"%s\",\"message\":", v2_code(status));
+	} else {
+		rdb_buf_puts(b, "{\"error\":");
+	}
+	rdb_buf_json_str(b, msg, strlen(msg));
+}
+
+static void lp_error(struct srv_resp *resp, enum api api, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void lp_error(struct srv_resp *resp, enum api api, int status, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	open_error(resp, api, status, msg);
+	if (rdb_buf_putc(&resp->body, '}'))
+		resp->body.len = 0;
+}
+
+/* "line 3: reason; line 7: reason" for the first bad lines. */
+static void bad_lines_text(const struct ing_lp_result *res, char *out, size_t outlen)
+{
+	size_t used = 0;
+	out[0] = 0;
+	for (size_t i = 0; i < res->nerrors && i < MSG_BAD_LINES && used < outlen; i++) {
+		int n = snprintf(out + used, outlen - used, "%sline %ld: %s", i ? "; " : "",
+				 res->errors[i].line, res->errors[i].msg);
+		used += n > 0 ? (size_t)n : 0;
+	}
+	if (res->lines_bad > MSG_BAD_LINES && used < outlen)
+		snprintf(out + used, outlen - used, "; ... (%zu bad lines in all)", res->lines_bad);
+}
+
+/* 400 for bad lines: partial write (good lines stored) or nothing stored. */
+static void bad_lines_answer(struct srv_resp *resp, const struct lp_req *r, bool duplicate)
+{
+	const struct ing_lp_result *res = &r->res;
+	char lines[3000], msg[3500];
+	bad_lines_text(res, lines, sizeof(lines));
+	if (res->lines_ok)
+		snprintf(msg, sizeof(msg),
+			 "partial write: %zu of %zu lines bad and not stored, "
+			 "the other %zu stored: %s",
+			 res->lines_bad, res->lines_ok + res->lines_bad, res->lines_ok, lines);
+	else
+		snprintf(msg, sizeof(msg), "unable to parse: every line is bad, nothing stored: %s",
+			 lines);
+	open_error(resp, r->api, 400, msg);
+	struct rdb_buf *b = &resp->body;
+	rdb_buf_printf(b, ",\"lines_ok\":%zu,\"lines_bad\":%zu,\"errors\":[", res->lines_ok,
+		       res->lines_bad);
+	for (size_t i = 0; i < res->nerrors; i++) {
+		const struct ing_error *e = &res->errors[i];
+		rdb_buf_printf(b, "%s{\"line\":%ld,\"field\":", i ? "," : "", e->line);
+		rdb_buf_json_str(b, e->field, strlen(e->field));
+		rdb_buf_puts(b, ",\"message\":");
+		rdb_buf_json_str(b, e->msg, strlen(e->msg));
+		rdb_buf_putc(b, '}');
+	}
+	if (rdb_buf_printf(b, "]%s}", duplicate ? ",\"duplicate\":true" : ""))
+		b->len = 0;
+	static struct rdb_log_ratelimit rl;
+	rdb_log_limited(&rl, 10, RDB_LOG_INFO, "ingest",
+			"line protocol: %zu bad lines (%zu "
+			"stored), first: line %ld: %s",
+			res->lines_bad, res->lines_ok, res->nerrors ? res->errors[0].line : 0L,
+			res->nerrors ? res->errors[0].msg : "");
+}
+
+/* Translates a storage refusal into the answer; nothing was stored. */
+static void store_failed(struct srv_ctx *ctx, struct srv_resp *resp, enum api api, int rc)
+{
+	struct srv_counters *c = &ctx->counters;
+	if (rc == RDB_EBUSY || rc == -ESHUTDOWN) {
+		atomic_fetch_add(&c->write_rejected_busy, 1);
+		lp_error(resp, api, 503,
+			 "%s; nothing of this request was stored, retry after the "
+			 "Retry-After delay",
+			 rc == RDB_EBUSY ? "ingest is saturated (in-memory head "
+					   "full while chunks are sealed)"
+					 : "server is shutting down");
+		resp->retry_after = "1";
+	} else if (rc == RDB_ELIMIT) {
+		atomic_fetch_add(&c->write_rejected_limit, 1);
+		lp_error(resp, api, 422,
+			 "this request would create more series than max_series "
+			 "(%llu) allows; nothing of it was stored",
+			 (unsigned long long)ctx->cfg->max_series);
+	} else if (rc == RDB_EINVAL) {
+		atomic_fetch_add(&c->write_rejected_invalid, 1);
+		lp_error(resp, api, 400,
+			 "the storage engine refused this batch (log or span lines "
+			 "it cannot store yet?); nothing of it was stored");
+	} else {
+		atomic_fetch_add(&c->write_failed, 1);
+		lp_error(resp, api, 500,
+			 "storing the batch failed: %s; nothing of this request "
+			 "was acknowledged, retry later",
+			 rdb_strerror(rc));
+		resp->retry_after = "5";
+	}
+}
+
+/* ---- parameters and body -------------------------------------------------------- */
+
+static bool in_list(const char *s, const char *const *list)
+{
+	for (; *list; list++) {
+		if (strcmp(s, *list) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* Checks the query parameters of the endpoint; sets the precision. */
+static int parse_params(const struct srv_req *req, struct lp_req *r)
+{
+	static const char *const v1_keys[] = {"db",	     "rp",	  "u",	      "p",
+					      "consistency", "precision", "batch_id", NULL};
+	static const char *const v2_keys[] = {"org",	   "orgID",    "bucket",
+					      "precision", "batch_id", NULL};
+	static const char *const v1_prec[] = {"n", "ns", "u", "us", "ms", "s", "m", "h", NULL};
+	static const char *const v2_prec[] = {"ns", "us", "ms", "s", NULL};
+	const char *const *keys = r->api == API_V1 ? v1_keys : v2_keys;
+	const char *const *precs = r->api == API_V1 ? v1_prec : v2_prec;
+	r->precision_ns = 1;
+	if (req->args_overflow) {
+		snprintf(r->why, sizeof(r->why), "too many query parameters (at most %d)",
+			 SRV_MAX_ARGS);
+		return RDB_EINVAL;
+	}
+	for (int i = 0; i < req->nargs; i++) {
+		const char *k = req->args[i].key, *v = req->args[i].val;
+		if (!in_list(k, keys)) {
+			snprintf(r->why, sizeof(r->why), "unknown parameter '%.64s' (known: %s)", k,
+				 r->api == API_V1 ? "db, rp, u, p, consistency, precision, batch_id"
+						  : "org, orgID, bucket, precision, batch_id");
+			return RDB_EINVAL;
+		}
+		if (strcmp(k, "precision") != 0 || (*v == 0 && r->api == API_V1))
+			continue;
+		if (!in_list(v, precs) || ing_lp_precision(v, &r->precision_ns)) {
+			snprintf(r->why, sizeof(r->why), "precision must be one of %s, got '%.32s'",
+				 r->api == API_V1 ? "n, ns, u, us, ms, s, m, h" : "ns, us, ms, s",
+				 v);
+			return RDB_EINVAL;
+		}
+	}
+	return srv_req_batch_id(req, &r->batch_id, &r->batch_id_len, r->why, sizeof(r->why));
+}
+
+/* Inflates gzip data (one or more members) into out, bounded by out->max.
+ * 0; RDB_ELIMIT past the bound; RDB_EINVAL (why says what) for data that
+ * is not gzip, corrupt or truncated; -ENOMEM. */
+static int gunzip(const uint8_t *in, size_t len, struct rdb_buf *out, char *why, size_t whylen)
+{
+	z_stream z;
+	memset(&z, 0, sizeof(z));
+	uint8_t *chunk = malloc(INFLATE_CHUNK);
+	if (!chunk || inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
+		free(chunk);
+		return -ENOMEM;
+	}
+	z.next_in = (Bytef *)in;
+	z.avail_in = (uInt)len; /* len <= max_body_bytes <= 1G */
+	int result = 0;
+	for (;;) {
+		z.next_out = chunk;
+		z.avail_out = INFLATE_CHUNK;
+		int zr = inflate(&z, Z_NO_FLUSH);
+		result = rdb_buf_append(out, chunk, INFLATE_CHUNK - z.avail_out);
+		if (result)
+			break;
+		if (zr == Z_STREAM_END && z.avail_in == 0)
+			break;
+		if (zr == Z_STREAM_END) /* another gzip member follows */
+			zr = inflateReset(&z);
+		if (zr == Z_OK)
+			continue;
+		if (zr == Z_MEM_ERROR) {
+			result = -ENOMEM;
+		} else {
+			snprintf(why, whylen, "the gzip body is %s (%s) at compressed byte %llu",
+				 zr == Z_BUF_ERROR ? "truncated" : "corrupt",
+				 z.msg ? z.msg : "no more input",
+				 (unsigned long long)(len - z.avail_in));
+			result = RDB_EINVAL;
+		}
+		break;
+	}
+	inflateEnd(&z);
+	free(chunk);
+	return result;
+}
+
+/* Sets r->body: the request body, or its inflated form. Answers on failure. */
+static int take_body(const struct srv_req *req, struct lp_req *r, struct srv_resp *resp)
+{
+	const char *enc = srv_req_header(req, "Content-Encoding");
+	uint64_t max = req->ctx->cfg->max_body_bytes;
+	r->body = (const char *)req->body;
+	r->len = req->body_len;
+	if (!enc || !*enc || strcasecmp(enc, "identity") == 0)
+		return 0;
+	if (strcasecmp(enc, "gzip") != 0 && strcasecmp(enc, "x-gzip") != 0) {
+		lp_error(resp, r->api, 415,
+			 "Content-Encoding '%.32s' is not supported (use gzip, "
+			 "or none)",
+			 enc);
+		return RDB_EINVAL;
+	}
+	rdb_buf_init(&r->inflated, max);
+	int rc = gunzip(req->body, req->body_len, &r->inflated, r->why, sizeof(r->why));
+	if (rc == RDB_ELIMIT)
+		lp_error(resp, r->api, 413,
+			 "the gzip body inflates to more than max_body_bytes "
+			 "(%llu bytes); send smaller batches",
+			 (unsigned long long)max);
+	else if (rc == RDB_EINVAL)
+		lp_error(resp, r->api, 400, "%s", r->why);
+	else if (rc)
+		lp_error(resp, r->api, 500, "inflating the gzip body failed: %s", rdb_strerror(rc));
+	if (rc)
+		return rc;
+	r->body = (const char *)r->inflated.data;
+	r->len = r->inflated.len;
+	return 0;
+}
+
+/* ---- the write ------------------------------------------------------------------ */
+
+/* Parses r->body into r->b / r->ev. Answers on failure. */
+static int parse_body(struct srv_ctx *ctx, struct lp_req *r, struct srv_resp *resp)
+{
+	const struct srv_config *cfg = ctx->cfg;
+	struct ing_lp_options o;
+	ing_lp_options_default(&o);
+	o.precision_ns = r->precision_ns;
+	o.default_ts_ns = rdb_now_ns();
+	o.default_job = cfg->lp_default_job[0] ? cfg->lp_default_job : NULL;
+	o.max_line_bytes = cfg->max_line_bytes;
+	o.max_fields_per_line = cfg->max_fields_per_line;
+	o.max_tags_per_line = cfg->max_tags_per_line;
+	/* A point takes at least 4 body bytes ("a=1,"), an event at least 8, and
+	 * an event's stored text at most 6 bytes per body byte (JSON escapes). */
+	size_t max_points = r->len / 2 + 64;
+	int rc = sto_batch_new(max_points, max_points, &r->b);
+	if (rc == 0)
+		rc = sto_events_new(r->len / 4 + 16, 6 * r->len + 65536, &r->ev);
+	if (rc == 0)
+		rc = ing_lp_parse(r->body, r->len, &o, r->b, r->ev, &r->res);
+	if (rc == RDB_ELIMIT) {
+		atomic_fetch_add(&ctx->counters.write_rejected_too_large, 1);
+		lp_error(resp, r->api, 413,
+			 "the body holds more points or events than one request "
+			 "may carry; nothing of it was stored, split it");
+	} else if (rc) {
+		atomic_fetch_add(&ctx->counters.write_failed, 1);
+		lp_error(resp, r->api, 500, "parsing failed: %s", rdb_strerror(rc));
+	}
+	return rc;
+}
+
+static void write_lines(struct srv_ctx *ctx, struct lp_req *r, struct srv_resp *resp)
+{
+	struct srv_counters *c = &ctx->counters;
+	const struct ing_lp_result *res = &r->res;
+	struct sto_write_req wr = {.points = r->b,
+				   .events = r->ev,
+				   .batch_id = r->batch_id,
+				   .batch_id_len = r->batch_id_len};
+	struct sto_write_result wres = {0};
+	atomic_fetch_add(&c->lp_lines_bad, res->lines_bad);
+	if (res->points + res->events == 0) {
+		if (res->lines_bad) {
+			atomic_fetch_add(&c->write_rejected_invalid, 1);
+			bad_lines_answer(resp, r, false);
+		} else {
+			resp->status = 204; /* nothing but blank and comment lines */
+		}
+		return;
+	}
+	int rc = sto_write_req(ctx->sto, &wr, &wres);
+	if (rc) {
+		store_failed(ctx, resp, r->api, rc);
+		return;
+	}
+	atomic_fetch_add(&c->write_records, res->lines_ok);
+	atomic_fetch_add(&c->lp_lines_ok, res->lines_ok);
+	atomic_fetch_add(&c->lp_string_fields_skipped, res->string_fields_skipped);
+	if (res->lines_bad)
+		bad_lines_answer(resp, r, wres.duplicate);
+	else
+		resp->status = 204;
+}
+
+static void handle_lp_write(struct srv_req *req, struct srv_resp *resp, enum api api)
+{
+	struct srv_ctx *ctx = req->ctx;
+	atomic_fetch_add(&ctx->counters.write_requests, 1);
+	struct lp_req *r = calloc(1, sizeof(*r));
+	if (!r) {
+		lp_error(resp, api, 500, "out of memory");
+		return;
+	}
+	r->api = api;
+	if (parse_params(req, r)) {
+		atomic_fetch_add(&ctx->counters.write_rejected_invalid, 1);
+		lp_error(resp, api, 400, "%s", r->why);
+		goto out;
+	}
+	if (take_body(req, r, resp)) {
+		if (resp->status == 413)
+			atomic_fetch_add(&ctx->counters.write_rejected_too_large, 1);
+		else
+			atomic_fetch_add(&ctx->counters.write_rejected_invalid, 1);
+		goto out;
+	}
+	if (parse_body(ctx, r, resp) == 0)
+		write_lines(ctx, r, resp);
+out:
+	lp_req_free(r);
+}
 
 bool srv_ingest_route(struct srv_req *req, struct srv_resp *resp)
 {
-	(void)req;
-	(void)resp;
-	return false;
+	enum api api;
+	if (strcmp(req->path, "/write") == 0)
+		api = API_V1;
+	else if (strcmp(req->path, "/api/v2/write") == 0)
+		api = API_V2;
+	else
+		return false;
+	if (strcmp(req->method, "POST") != 0) {
+		resp->allow = "POST";
+		lp_error(resp, api, 405, "%s %s is not supported; use POST", req->method,
+			 req->path);
+		return true;
+	}
+	handle_lp_write(req, resp, api);
+	return true;
 }

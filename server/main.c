@@ -1,8 +1,9 @@
 /* main.c - rankdbd: configuration, start-up, signal handling, shutdown.
  *
  * Start: parse config (file, then flags), open the storage engine (WAL
- * replay happens here), start the HTTP server, write the port file.
- * SIGTERM/SIGINT: stop accepting requests, wait for those in flight, seal
+ * replay happens here), start the HTTP server and the UDP listener (if
+ * udp_port is set), write the port file. SIGTERM/SIGINT: stop accepting
+ * requests, wait for those in flight, write the queued UDP datagrams, seal
  * and checkpoint everything (sto_close), exit 0. Exit 1 on any start-up
  * failure, with a log line saying why.
  */
@@ -11,6 +12,7 @@
 #include "common/rdb_time.h"
 #include "server/config.h"
 #include "server/srv.h"
+#include "server/udp.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -109,9 +111,20 @@ int main(int argc, char **argv)
 			  rdb_strerror(rc));
 		return 1;
 	}
+	srv_admin_init(&ctx); /* retention / compaction settings, audit log */
+	size_t djl = strlen(cfg.lp_default_job);
+	if (djl && !sto_job_valid(cfg.lp_default_job, djl)) {
+		rdb_error("main", "lp_default_job '%s' is not a job id ([A-Za-z0-9._-], 1..128 "
+			  "bytes); exiting", cfg.lp_default_job);
+		sto_close(ctx.sto);
+		return 1;
+	}
 	struct srv_http *http = NULL;
-	uint16_t port = 0;
+	struct srv_udp *udp = NULL;
+	uint16_t port = 0, udp_port = 0;
 	rc = srv_http_start(&ctx, &http, &port);
+	if (rc == 0)
+		rc = srv_udp_start(&ctx, &udp, &udp_port);
 	if (rc == 0 && cfg.port_file[0]) {
 		rc = write_port_file(cfg.port_file, port);
 		if (rc)
@@ -120,15 +133,18 @@ int main(int argc, char **argv)
 	}
 	if (rc) {
 		srv_http_stop(http);
+		srv_udp_stop(udp);
 		sto_close(ctx.sto);
 		return 1;
 	}
 	rdb_info("main", "listening on http://%s:%u (data in %s)", cfg.http_addr, port,
 		 cfg.data_dir);
 	int sig = wait_for_signal();
-	rdb_info("main", "received %s: stopping the HTTP server, then sealing and checkpointing",
+	rdb_info("main", "received %s: stopping the HTTP server and UDP listener, then sealing "
+		 "and checkpointing",
 		 sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	srv_http_stop(http);
+	srv_udp_stop(udp);
 	sto_close(ctx.sto);
 	rdb_info("main", "stopped cleanly");
 	return 0;

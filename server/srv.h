@@ -33,6 +33,22 @@ struct srv_counters {
 	_Atomic uint64_t queries;
 	_Atomic uint64_t query_errors;
 	_Atomic uint64_t query_ns_total;
+	/* line protocol (HTTP and UDP), in lines */
+	_Atomic uint64_t lp_lines_ok;
+	_Atomic uint64_t lp_lines_bad;
+	_Atomic uint64_t lp_string_fields_skipped;
+	/* UDP listener (udp.c): datagrams unless said otherwise */
+	_Atomic uint64_t udp_received;
+	_Atomic uint64_t udp_dropped_queue_full;  /* queue over its count or byte bound */
+	_Atomic uint64_t udp_dropped_oversize;    /* over udp_max_datagram_bytes */
+	_Atomic uint64_t udp_dropped_socket;      /* kernel socket buffer overflowed */
+	_Atomic uint64_t udp_dropped_parse_error; /* nothing in it was usable */
+	_Atomic uint64_t udp_dropped_busy;        /* storage saturated (RDB_EBUSY) */
+	_Atomic uint64_t udp_dropped_limit;       /* storage refused: series limit */
+	_Atomic uint64_t udp_dropped_error;       /* storage failed (I/O) */
+	_Atomic uint64_t udp_lines_bad;           /* bad lines of datagrams otherwise stored */
+	_Atomic uint64_t udp_points;              /* points stored from UDP */
+	_Atomic uint64_t udp_queue_depth;         /* gauge: datagrams waiting */
 };
 
 /* Shared by every request; read-only after start except the counters. */
@@ -54,6 +70,7 @@ struct srv_req {
 	const uint8_t *body;
 	size_t body_len;
 	void *conn; /* the HTTP library's connection, for srv_req_header */
+	const char *peer; /* client address "ip:port" ("?" if unknown); request's life */
 };
 
 /* A request header's value (case-insensitive name), or NULL. Valid for
@@ -73,6 +90,19 @@ struct srv_resp {
 bool srv_ingest_route(struct srv_req *req, struct srv_resp *resp);  /* ingest_routes.c */
 bool srv_query_route(struct srv_req *req, struct srv_resp *resp);   /* query_routes.c */
 bool srv_grafana_route(struct srv_req *req, struct srv_resp *resp); /* grafana.c */
+bool srv_admin_route(struct srv_req *req, struct srv_resp *resp);   /* admin_routes.c */
+/* Applies the lifecycle options (retention, compaction) to ctx->sto. Call
+ * once after sto_open. admin_routes.c */
+void srv_admin_init(struct srv_ctx *ctx);
+bool srv_events_route(struct srv_req *req, struct srv_resp *resp);  /* events_routes.c */
+
+/* The request's client batch id (header X-Rankdb-Batch-Id, or query
+ * parameter batch_id): *id = NULL when none was sent. RDB_EINVAL with the
+ * reason in why when it is not 1..STO_BATCH_ID_MAX printable ASCII bytes,
+ * or when the header and the parameter disagree. *id points into the
+ * request (valid for its life). */
+int srv_req_batch_id(const struct srv_req *req, const char **id, size_t *len, char *why,
+		     size_t whylen);
 
 /* Routes a complete request to its handler. Never fails: errors become a
  * JSON error response. */

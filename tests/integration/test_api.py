@@ -40,7 +40,7 @@ def test_roundtrip_json_array():
     recs = _training_records("rt1", range(4), range(50))
     st, obj = s.write(recs)
     assert st == 200, (st, obj)
-    assert obj == {"accepted_points": 600, "records": 200}, obj
+    assert obj == {"accepted_points": 600, "accepted_events": 0, "records": 200}, obj
 
     # one metric, all ranks, everything
     got = series_map(s.query_ok(job="rt1", metric="loss"))
@@ -130,7 +130,7 @@ def test_roundtrip_ndjson_job_rank_and_defaults():
     body = "\n".join(lines[:10]) + "\n\n" + "\n".join(lines[10:])
     st, obj = s.post_json("/api/v1/write", body, content_type="application/x-ndjson")
     assert st == 200, (st, obj)
-    assert obj == {"accepted_points": 20 * 2 + 40 + 5, "records": len(recs)}, obj
+    assert obj == {"accepted_points": 20 * 2 + 40 + 5, "accepted_events": 0, "records": len(recs)}, obj
 
     got = series_map(s.query_ok(job="nd.j-1", metric="tokens_per_s,global_step,event", rank="job"))
     assert_series_equal(got, expected_series(recs, ranks={"job"}), "rank=job")
@@ -155,7 +155,7 @@ def test_roundtrip_ndjson_job_rank_and_defaults():
     # a single object body is one NDJSON record
     st, obj = s.post_json("/api/v1/write", json.dumps({"job": "single", "rank": 7, "step": 1,
                                                        "timestamp": T0, "metrics": {"x": 1.5}}))
-    assert st == 200 and obj == {"accepted_points": 1, "records": 1}, (st, obj)
+    assert st == 200 and obj == {"accepted_points": 1, "accepted_events": 0, "records": 1}, (st, obj)
     st, obj = s.get_json("/api/v1/jobs")
     assert st == 200 and obj == {"jobs": [{"job": "nd.j-1", "series": 5}, {"job": "single", "series": 1}]}, obj
     s.stop()

@@ -122,7 +122,7 @@ def test_bit_exact_special_values():
     body = json.dumps(_records("bits", [v for v, _ in SPECIAL]))
     assert "NaN" in body and "Infinity" in body  # bare literals, as json.dumps writes them
     st, obj = s.post_json("/api/v1/write", body)
-    assert st == 200 and obj == {"accepted_points": len(SPECIAL), "records": len(SPECIAL)}, (st, obj)
+    assert st == 200 and obj == {"accepted_points": len(SPECIAL), "accepted_events": 0, "records": len(SPECIAL)}, (st, obj)
     _check_special(s, "bits")                      # from the head
     # -0.0 must be spelled -0.0 (or another form that keeps the sign)
     st, _, raw = s.get("/api/v1/query/range?job=bits&metric=v&step_from=10&step_to=10")
@@ -144,7 +144,7 @@ def test_values_ndjson_literals():
     line = ('{"job":"lit","rank":0,"step":1,"timestamp":%d,"metrics":{"a":NaN,"b":Infinity,"c":-Infinity,'
             '"d":null,"e":-0.0,"f":"0x7ff8000000000123","g":5e-324,"h":1.7976931348623157e308,"i":"Inf"}}' % T0)
     st, obj = s.post_json("/api/v1/write", line + "\n", content_type="application/x-ndjson")
-    assert st == 200 and obj == {"accepted_points": 9, "records": 1}, (st, obj)
+    assert st == 200 and obj == {"accepted_points": 9, "accepted_events": 0, "records": 1}, (st, obj)
     obj = s.query_ok(job="lit", metric="a,b,c,d,e,f,g,h,i")
     got = {ser["metric"]: ser["values"][0] for ser in obj["series"]}
     assert got["a"] == "NaN" and got["b"] == "+Inf" and got["c"] == "-Inf", got

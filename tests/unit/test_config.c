@@ -43,6 +43,14 @@ static const struct bound bounds[] = {
     {"max_series", F(max_series), 1, 1000000000},
     {"max_query_points", F(max_query_points), 1, 1000000000},
     {"max_response_bytes", F(max_response_bytes), 64ull << 10, 4ull << 30},
+    {"max_line_bytes", F(max_line_bytes), 256, 64ull << 20},
+    {"max_fields_per_line", F(max_fields_per_line), 1, 65536},
+    {"max_tags_per_line", F(max_tags_per_line), 1, 1024},
+    {"max_series_per_job", F(max_series_per_job), 1, 1000000000},
+    {"udp_port", F(udp_port), 0, 65535},
+    {"udp_queue_datagrams", F(udp_queue_datagrams), 16, 16777216},
+    {"udp_queue_bytes", F(udp_queue_bytes), 64ull << 10, 16ull << 30},
+    {"udp_max_datagram_bytes", F(udp_max_datagram_bytes), 512, 65507},
 };
 
 #define NBOUNDS (sizeof(bounds) / sizeof(bounds[0]))
@@ -69,6 +77,16 @@ static const char *const all_names[] = {
     "max_query_points",
     "max_response_bytes",
     "log_level",
+    "lp_default_job",
+    "max_line_bytes",
+    "max_fields_per_line",
+    "max_tags_per_line",
+    "max_series_per_job",
+    "udp_port",
+    "udp_addr",
+    "udp_queue_datagrams",
+    "udp_queue_bytes",
+    "udp_max_datagram_bytes",
 };
 
 #define NNAMES (sizeof(all_names) / sizeof(all_names[0]))
@@ -154,6 +172,16 @@ static void test_defaults(void)
 	CHECK_EQ_INT(c.max_query_points, 10000000);
 	CHECK_EQ_INT(c.max_response_bytes, 256ull << 20);
 	CHECK(strcmp(c.log_level, "info") == 0);
+	CHECK(strcmp(c.lp_default_job, "") == 0);
+	CHECK_EQ_INT(c.max_line_bytes, 64ull << 10);
+	CHECK_EQ_INT(c.max_fields_per_line, 1024);
+	CHECK_EQ_INT(c.max_tags_per_line, 64);
+	CHECK_EQ_INT(c.max_series_per_job, 1000000);
+	CHECK_EQ_INT(c.udp_port, 0);
+	CHECK(strcmp(c.udp_addr, "127.0.0.1") == 0);
+	CHECK_EQ_INT(c.udp_queue_datagrams, 65536);
+	CHECK_EQ_INT(c.udp_queue_bytes, 64ull << 20);
+	CHECK_EQ_INT(c.udp_max_datagram_bytes, 65507);
 }
 
 static void test_file_parse(void)
@@ -375,6 +403,14 @@ static void test_strings_and_enums(void)
 	expect_set("http_addr", "", RDB_EINVAL, "must not be empty");
 	expect_set("port_file", "", 0, NULL);
 	expect_set("port_file", "/run/rankdb.port", 0, NULL);
+	expect_set("lp_default_job", "", 0, NULL);
+	memset(big, 'j', 200);
+	big[128] = '\0';
+	CHECK_EQ_INT(srv_config_set(&c, "lp_default_job", big, NULL, 0), 0);
+	big[128] = 'd';
+	big[129] = '\0';
+	expect_set("lp_default_job", big, RDB_EINVAL, "at most 128 allowed");
+	expect_set("udp_addr", "", RDB_EINVAL, "must not be empty");
 
 	expect_set("sync_policy", "none", 0, NULL);
 	expect_set("sync_policy", "fdatasync", 0, NULL);
@@ -609,6 +645,8 @@ static void scramble(struct srv_config *c)
 	CHECK_EQ_INT(srv_config_set(c, "port_file", "/p", NULL, 0), 0);
 	CHECK_EQ_INT(srv_config_set(c, "sync_policy", "none", NULL, 0), 0);
 	CHECK_EQ_INT(srv_config_set(c, "log_level", "error", NULL, 0), 0);
+	CHECK_EQ_INT(srv_config_set(c, "lp_default_job", "telegraf", NULL, 0), 0);
+	CHECK_EQ_INT(srv_config_set(c, "udp_addr", "0.0.0.0", NULL, 0), 0);
 }
 
 static char *read_all(const char *path, size_t *len)
