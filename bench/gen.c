@@ -17,7 +17,9 @@
  * memory, temperature, clocks and counters are integers. Doubles are printed
  * in the shortest form that strtod() maps back to the same bits (what
  * Python's repr() / json.dumps print), so the server sees exactly the value
- * the generator computed. No NaN/Inf: JSON cannot carry them.
+ * the generator computed. No NaN/Inf: JSON cannot carry them. The same
+ * records can be written as InfluxDB line protocol (gen_record_lp) with the
+ * same value text, for the side-by-side benchmark with the peers.
  *
  * Determinism. All randomness comes from a counter-based hash of (seed,
  * rank, step, tag): no RNG state, any record can be built alone, on any
@@ -632,6 +634,32 @@ static int put_double(struct gen_buf *b, double v)
 
 /* ---- records and bodies ---- */
 
+int64_t gen_record_ts(const struct gen *g, uint32_t rank, uint32_t step)
+{
+	if (rank >= g->o.ranks || step >= g->o.steps)
+		return 0;
+	return (int64_t)((T0_S + g->end_s[step] + 0.0005 + 0.003 * unit(g, rank, step, T_TS)) *
+			 1e9);
+}
+
+const char *gen_job(const struct gen *g)
+{
+	return g->job;
+}
+
+uint32_t gen_straggler(const struct gen *g)
+{
+	return g->straggler;
+}
+
+/* Appends one metric value: integers as integers, doubles shortest round-trip. */
+static int put_val(struct gen_buf *b, const struct val *v)
+{
+	if (v->kind == K_INT)
+		return gen_buf_printf(b, "%" PRId64, v->i);
+	return put_double(b, v->d);
+}
+
 int gen_record(const struct gen *g, uint32_t rank, uint32_t step, struct gen_buf *b)
 {
 	size_t start = b->len;
@@ -641,8 +669,7 @@ int gen_record(const struct gen *g, uint32_t rank, uint32_t step, struct gen_buf
 	if (rank >= g->o.ranks || step >= g->o.steps)
 		return -EINVAL;
 	rec_init(&r, g, rank, step);
-	int64_t ts_ns =
-	    (int64_t)((T0_S + g->end_s[step] + 0.0005 + 0.003 * unit(g, rank, step, T_TS)) * 1e9);
+	int64_t ts_ns = gen_record_ts(g, rank, step);
 	rc = gen_buf_printf(b,
 			    "{\"job\":\"%s\",\"rank\":%" PRIu32 ",\"step\":%" PRIu32
 			    ",\"timestamp\":%" PRId64 ",\"metrics\":{",
@@ -650,13 +677,38 @@ int gen_record(const struct gen *g, uint32_t rank, uint32_t step, struct gen_buf
 	for (uint32_t i = 0; i < g->o.metrics && rc == 0; i++) {
 		struct val v = metrics[i].fn(&r);
 		rc = gen_buf_printf(b, "%s\"%s\":", i ? "," : "", metrics[i].name);
-		if (rc == 0 && v.kind == K_INT)
-			rc = gen_buf_printf(b, "%" PRId64, v.i);
-		else if (rc == 0)
-			rc = put_double(b, v.d);
+		if (rc == 0)
+			rc = put_val(b, &v);
 	}
 	if (rc == 0)
 		rc = gen_buf_append(b, "}}", 2);
+	if (rc)
+		b->len = start;
+	return rc;
+}
+
+/* Metric names hold only [a-z_.]: nothing to escape in line protocol. */
+int gen_record_lp(const struct gen *g, uint32_t rank, uint32_t step, struct gen_buf *b)
+{
+	size_t start = b->len;
+	struct rec r;
+	int rc;
+
+	if (rank >= g->o.ranks || step >= g->o.steps)
+		return -EINVAL;
+	rec_init(&r, g, rank, step);
+	rc = gen_buf_printf(b, "train,job=%s,rank=%" PRIu32 " ", g->job, rank);
+	for (uint32_t i = 0; i < g->o.metrics && rc == 0; i++) {
+		struct val v = metrics[i].fn(&r);
+		rc = gen_buf_printf(b, "%s=", metrics[i].name);
+		if (rc == 0)
+			rc = put_val(b, &v);
+		if (rc == 0)
+			rc = gen_buf_append(b, ",", 1);
+	}
+	if (rc == 0)
+		rc = gen_buf_printf(b, "step=%" PRIu32 "i %" PRId64, step,
+				    gen_record_ts(g, rank, step));
 	if (rc)
 		b->len = start;
 	return rc;
@@ -675,9 +727,11 @@ int gen_body(const struct gen *g, const struct gen_range *rg, enum gen_format fm
 			if (fmt == GEN_JSON && !first)
 				rc = gen_buf_append(b, ",", 1);
 			first = 0;
-			if (rc == 0)
+			if (rc == 0 && fmt == GEN_LP)
+				rc = gen_record_lp(g, r, s, b);
+			else if (rc == 0)
 				rc = gen_record(g, r, s, b);
-			if (rc == 0 && fmt == GEN_NDJSON)
+			if (rc == 0 && fmt != GEN_JSON)
 				rc = gen_buf_append(b, "\n", 1);
 		}
 	}

@@ -24,6 +24,7 @@ struct gen_opts {
 enum gen_format {
 	GEN_JSON,   /* one JSON array of records per body */
 	GEN_NDJSON, /* one record per line */
+	GEN_LP,	    /* InfluxDB line protocol, one line per record */
 };
 
 /* Growable byte buffer with a hard bound (max). Plain value type. */
@@ -53,9 +54,22 @@ const char *gen_metric_name(uint32_t i);
  * content up to its previous len). Thread-safe: g is read-only here. */
 int gen_record(const struct gen *g, uint32_t rank, uint32_t step, struct gen_buf *b);
 
+/* Appends record (rank, step) as one InfluxDB line-protocol line, without
+ * the newline: `train,job=<job>,rank=<r> <m>=<v>,...,step=<s>i <ts_ns>`.
+ * Values are printed exactly as in the JSON record; integer-valued metrics
+ * carry no `i` suffix, so every peer stores every metric as float64 (only
+ * `step` is an integer field). Same errors and thread safety as gen_record. */
+int gen_record_lp(const struct gen *g, uint32_t rank, uint32_t step, struct gen_buf *b);
+
+/* Timestamp (ns) of record (rank, step); 0 when out of range. */
+int64_t gen_record_ts(const struct gen *g, uint32_t rank, uint32_t step);
+/* Job id ("bench-<seed>") and the straggler rank (computes slowest). */
+const char *gen_job(const struct gen *g);
+uint32_t gen_straggler(const struct gen *g);
+
 /* Appends one body holding ranks [rank_lo, rank_hi) x steps [step_lo,
  * step_hi), step-major (as ranks would send them), in format fmt.
- * NDJSON lines end in '\n'. Same errors as gen_record. */
+ * NDJSON and line-protocol lines end in '\n'. Same errors as gen_record. */
 struct gen_range {
 	uint32_t rank_lo, rank_hi; /* half-open */
 	uint32_t step_lo, step_hi; /* half-open */

@@ -1,17 +1,23 @@
 /* gen_main.c - rdb-gen: writes the benchmark workload to a file for inspection.
  *
  * Usage: rdb-gen [--size small|default|large] [--ranks R] [--metrics M]
- *                [--steps S] [--seed N] [--format json|ndjson] [--out FILE]
+ *                [--steps S] [--seed N] [--format json|ndjson|lp] [--out FILE]
+ *        rdb-gen [workload options] --info
  *
  * json writes one JSON array holding every record; ndjson one record per
- * line. Records are written step-major (all ranks of step 0, then step 1...)
- * and streamed, so the large size needs no more memory than one record.
+ * line; lp one InfluxDB line-protocol line per record (bench/peers.sh).
+ * --info prints facts about the workload as key=value lines instead (job,
+ * shape, first/last timestamps, the straggler, the window of the last 10 %
+ * of steps) for scripts that build queries. Records are written step-major
+ * (all ranks of step 0, then step 1...) and streamed, so the large size
+ * needs no more memory than one record.
  * The bytes are exactly what rdb-load sends for the same options (rdb-load
  * only cuts them into bodies). Exit status 0, or 1 with a message on stderr.
  */
 #include "bench/gen.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,12 +26,14 @@ struct args {
 	struct gen_opts o;
 	enum gen_format fmt;
 	const char *out; /* NULL = stdout */
+	int info;	 /* --info */
 };
 
 static void usage(FILE *f)
 {
 	fputs("usage: rdb-gen [--size small|default|large] [--ranks R] [--metrics M]\n"
-	      "               [--steps S] [--seed N] [--format json|ndjson] [--out FILE]\n",
+	      "               [--steps S] [--seed N] [--format json|ndjson|lp] [--out FILE]\n"
+	      "       rdb-gen [workload options] --info\n",
 	      f);
 }
 
@@ -68,6 +76,10 @@ static int parse_one(struct args *a, const char *flag, const char *v)
 		a->fmt = GEN_NDJSON;
 		return 0;
 	}
+	if (strcmp(flag, "--format") == 0 && strcmp(v, "lp") == 0) {
+		a->fmt = GEN_LP;
+		return 0;
+	}
 	fprintf(stderr, "rdb-gen: bad option %s %s\n", flag, v);
 	return -EINVAL;
 }
@@ -88,6 +100,11 @@ static int parse_args(int argc, char **argv, struct args *a)
 		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
 			usage(stdout);
 			exit(0);
+		}
+		if (strcmp(argv[i], "--info") == 0) {
+			a->info = 1;
+			i--; /* takes no value */
+			continue;
 		}
 		if (strcmp(argv[i], "--size") == 0)
 			continue;
@@ -112,9 +129,11 @@ static int write_all(const struct gen *g, enum gen_format fmt, FILE *f)
 			b.len = 0;
 			if (fmt == GEN_JSON && !first)
 				rc = gen_buf_append(&b, ",\n", 2);
-			if (rc == 0)
+			if (rc == 0 && fmt == GEN_LP)
+				rc = gen_record_lp(g, r, s, &b);
+			else if (rc == 0)
 				rc = gen_record(g, r, s, &b);
-			if (rc == 0 && fmt == GEN_NDJSON)
+			if (rc == 0 && fmt != GEN_JSON)
 				rc = gen_buf_append(&b, "\n", 1);
 			if (rc == 0 && fwrite(b.data, 1, b.len, f) != b.len)
 				rc = -EIO;
@@ -124,6 +143,35 @@ static int write_all(const struct gen *g, enum gen_format fmt, FILE *f)
 		fputs("]\n", f);
 	gen_buf_free(&b);
 	return rc;
+}
+
+/* Smallest (lo) or largest timestamp of one step over all ranks. */
+static int64_t step_ts(const struct gen *g, uint32_t step, int lo)
+{
+	int64_t best = gen_record_ts(g, 0, step);
+
+	for (uint32_t r = 1; r < gen_opts_of(g)->ranks; r++) {
+		int64_t t = gen_record_ts(g, r, step);
+		if (lo ? t < best : t > best)
+			best = t;
+	}
+	return best;
+}
+
+/* key=value facts for scripts; tail = the last 10 % of steps (at least 1). */
+static void print_info(const struct gen *g, FILE *f)
+{
+	const struct gen_opts *o = gen_opts_of(g);
+	uint32_t tail = o->steps / 10 ? o->steps / 10 : 1;
+
+	fprintf(f, "job=%s\nranks=%" PRIu32 "\nmetrics=%" PRIu32 "\nsteps=%" PRIu32
+		   "\nseed=%" PRIu64 "\npoints=%" PRIu64 "\nstraggler=%" PRIu32 "\n",
+		gen_job(g), o->ranks, o->metrics, o->steps, o->seed,
+		(uint64_t)o->ranks * o->steps * o->metrics, gen_straggler(g));
+	fprintf(f, "t_first_ns=%" PRId64 "\nt_last_ns=%" PRId64 "\n", step_ts(g, 0, 1),
+		step_ts(g, o->steps - 1, 0));
+	fprintf(f, "tail_steps=%" PRIu32 "\nt_tail_ns=%" PRId64 "\n", tail,
+		step_ts(g, o->steps - tail, 1));
 }
 
 int main(int argc, char **argv)
@@ -141,6 +189,11 @@ int main(int argc, char **argv)
 	if (rc) {
 		fprintf(stderr, "rdb-gen: cannot create generator: %s\n", strerror(-rc));
 		return 1;
+	}
+	if (a.info) {
+		print_info(g, stdout);
+		gen_destroy(g);
+		return 0;
 	}
 	if (a.out && !(f = fopen(a.out, "w"))) {
 		fprintf(stderr, "rdb-gen: cannot open %s: %s\n", a.out, strerror(errno));

@@ -21,6 +21,9 @@
  *     N times (bodies are reused, so only meaningful against the sink: a
  *     server would store duplicates); points and bytes count every send.
  *
+ * --format lp sends InfluxDB line protocol (text/plain), one line per record;
+ * give the peer's write path with --path (e.g. "/write?precision=ns").
+ *
  * --sink starts an in-process discard HTTP server (http.h) on a free loopback
  * port and loads that instead: the loader's own ceiling on this machine.
  * The sink shares the CPUs with the loader, so the ceiling is conservative.
@@ -106,7 +109,7 @@ static double now_s(void)
 static void usage(FILE *f)
 {
 	fputs("usage: rdb-load [--size small|default|large] [--ranks R] [--metrics M] [--steps S]\n"
-	      "                [--seed N] [--format json|ndjson] [--batch-records N]\n"
+	      "                [--seed N] [--format json|ndjson|lp] [--batch-records N]\n"
 	      "                [--ranks-per-body K] [--connections C] [--host 127.0.0.1]\n"
 	      "                [--port P | --sink] [--path /api/v1/write] [--max-retries N]\n"
 	      "                [--timeout-s N] [--repeat N]\n",
@@ -140,6 +143,8 @@ static int opt_workload(struct opts *o, const char *f, const char *v)
 		o->fmt = GEN_JSON;
 	else if (strcmp(f, "--format") == 0 && strcmp(v, "ndjson") == 0)
 		o->fmt = GEN_NDJSON;
+	else if (strcmp(f, "--format") == 0 && strcmp(v, "lp") == 0)
+		o->fmt = GEN_LP;
 	else
 		return 1; /* not a workload option */
 	return 0;
@@ -232,6 +237,20 @@ static void plan_range(const struct opts *o, const struct plan *p, size_t i, str
 		r->rank_hi = o->g.ranks;
 }
 
+static const char *content_type(enum gen_format fmt)
+{
+	if (fmt == GEN_LP)
+		return "text/plain; charset=utf-8";
+	return fmt == GEN_JSON ? "application/json" : "application/x-ndjson";
+}
+
+static const char *format_name(enum gen_format fmt)
+{
+	if (fmt == GEN_LP)
+		return "lp";
+	return fmt == GEN_JSON ? "json" : "ndjson";
+}
+
 static int build_body(struct run *run, size_t i)
 {
 	const struct opts *o = run->o;
@@ -254,7 +273,7 @@ static int build_body(struct run *run, size_t i)
 		     "POST %s HTTP/1.1\r\nHost: %s:%u\r\nContent-Type: %s\r\n"
 		     "Content-Length: %zu\r\n\r\n",
 		     o->path, o->host, o->port,
-		     o->fmt == GEN_JSON ? "application/json" : "application/x-ndjson", b->len);
+		     content_type(o->fmt), b->len);
 	if (n < 0 || (size_t)n >= sizeof(b->head))
 		return -ENAMETOOLONG;
 	b->head_len = (size_t)n;
@@ -506,7 +525,7 @@ static void print_workload(const struct run *run, double gen_s)
 	printf("bodies       %zu (%u steps x %u ranks max, %s), %.1f MB, built in %.2f s\n",
 	       run->p->n, run->p->steps_per_body,
 	       o->ranks_per_body < o->g.ranks ? o->ranks_per_body : o->g.ranks,
-	       o->fmt == GEN_JSON ? "json" : "ndjson", (double)bytes / 1e6, gen_s);
+	       format_name(o->fmt), (double)bytes / 1e6, gen_s);
 	printf("target       http://%s:%u%s%s, %u connections, each body sent %u time(s)\n",
 	       o->host, o->port, o->path, o->sink ? " (in-process discard sink)" : "",
 	       o->connections, o->repeat);
