@@ -33,7 +33,7 @@
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
 #include "common/rdb_time.h"
-#include "ingest/lp.h"
+#include "ingest/datagram.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -227,16 +227,6 @@ static bool take(struct udp_worker *w)
 	return w->ntaken > 0;
 }
 
-static bool is_json(const uint8_t *p, size_t len)
-{
-	size_t i = 0;
-	while (i < len && (p[i] == ' ' || p[i] == '\t' || p[i] == '\r' || p[i] == '\n'))
-		i++;
-	if (i + 3 <= len && memcmp(p + i, "\xef\xbb\xbf", 3) == 0) /* UTF-8 BOM */
-		i += 3;
-	return i < len && (p[i] == '{' || p[i] == '[');
-}
-
 static void log_bad(const char *kind, long line, const char *msg)
 {
 	static struct rdb_log_ratelimit rl;
@@ -250,39 +240,34 @@ static int parse_one(struct udp_worker *w, const struct dgram *d)
 {
 	struct srv_ctx *ctx = w->u->ctx;
 	struct srv_counters *c = &ctx->counters;
+	const struct srv_config *cfg = ctx->cfg;
+	struct ing_datagram_result res;
+	struct ing_lp_options o;
 	sto_batch_reset(w->scratch);
 	sto_events_reset(w->scratch_ev);
-	memset(&w->res, 0, sizeof(w->res));
-	if (is_json(d->data, d->len)) {
-		struct ing_error e = {0};
-		size_t nrec = 0;
-		int rc = ing_json_parse((const char *)d->data, d->len, &ctx->limits, d->recv_ns,
-					w->scratch, &e, &nrec);
-		if (rc == 0)
-			return 0;
-		log_bad("JSON", e.line, e.msg);
-		atomic_fetch_add(&c->udp_dropped_parse_error, 1);
-		return RDB_EINVAL;
-	}
-	const struct srv_config *cfg = ctx->cfg;
-	struct ing_lp_options o;
 	ing_lp_options_default(&o);
 	o.default_ts_ns = d->recv_ns;
 	o.default_job = cfg->lp_default_job[0] ? cfg->lp_default_job : NULL;
 	o.max_line_bytes = cfg->max_line_bytes;
 	o.max_fields_per_line = cfg->max_fields_per_line;
 	o.max_tags_per_line = cfg->max_tags_per_line;
-	int rc =
-	    ing_lp_parse((const char *)d->data, d->len, &o, w->scratch, w->scratch_ev, &w->res);
-	atomic_fetch_add(&c->lp_lines_bad, w->res.lines_bad);
-	if (rc == 0 && w->res.points + w->res.events > 0) {
-		atomic_fetch_add(&c->udp_lines_bad, w->res.lines_bad);
+	int rc = ing_datagram_parse(d->data, d->len, &ctx->limits, &o, w->scratch, w->scratch_ev,
+				    &res);
+	w->res = res.lp;
+	if (!res.json)
+		atomic_fetch_add(&c->lp_lines_bad, res.lp.lines_bad);
+	if (rc == 0) {
+		if (!res.json)
+			atomic_fetch_add(&c->udp_lines_bad, res.lp.lines_bad);
 		return 0;
 	}
-	if (rc == 0 && w->res.lines_bad == 0)
+	if (rc == RDB_ENOTFOUND)
 		return RDB_EINVAL; /* only blank or comment lines: nothing to store or drop */
-	log_bad("line-protocol", w->res.nerrors ? w->res.errors[0].line : 0,
-		w->res.nerrors ? w->res.errors[0].msg : rdb_strerror(rc));
+	if (res.json)
+		log_bad("JSON", res.json_err.line, res.json_err.msg);
+	else
+		log_bad("line-protocol", res.lp.nerrors ? res.lp.errors[0].line : 0,
+			res.lp.nerrors ? res.lp.errors[0].msg : rdb_strerror(rc));
 	atomic_fetch_add(&c->udp_dropped_parse_error, 1);
 	return RDB_EINVAL;
 }
