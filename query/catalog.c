@@ -3,6 +3,7 @@
  * is bounded by the caller's buffer (RDB_ELIMIT -> 413). */
 #include "query/qry.h"
 #include "common/rdb_err.h"
+#include "query/agg.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@ static int fail(struct qry_error *err, int status, int rc, const char *what)
 
 struct jobs_ctx {
 	struct rdb_buf *out;
+	const char *data_dir; /* for job metadata documents; NULL: none */
 	int n;
 };
 
@@ -32,13 +34,28 @@ static int job_cb(void *arg, const char *job, uint64_t nseries)
 	if (rc == 0)
 		rc = rdb_buf_json_str(c->out, job, strlen(job));
 	if (rc == 0)
-		rc = rdb_buf_printf(c->out, ",\"series\":%llu}", (unsigned long long)nseries);
+		rc = rdb_buf_printf(c->out, ",\"series\":%llu", (unsigned long long)nseries);
+	if (rc == 0 && c->data_dir) {
+		/* the job's metadata document (PUT /api/v1/jobs/{job}/meta), if any */
+		struct qry_error e;
+		size_t at = c->out->len;
+		rc = rdb_buf_puts(c->out, ",\"meta\":");
+		int mr = rc ? rc : qry_meta_get(c->data_dir, job, c->out, &e);
+		if (mr == RDB_ENOTFOUND) {
+			c->out->len = at;
+			rc = 0;
+		} else {
+			rc = mr;
+		}
+	}
+	if (rc == 0)
+		rc = rdb_buf_putc(c->out, '}');
 	return rc;
 }
 
-int qry_jobs(struct sto *s, struct rdb_buf *out, struct qry_error *err)
+int qry_jobs(struct sto *s, const char *data_dir, struct rdb_buf *out, struct qry_error *err)
 {
-	struct jobs_ctx c = {out, 0};
+	struct jobs_ctx c = {out, data_dir, 0};
 	int rc = rdb_buf_puts(out, "{\"jobs\":[");
 	if (rc == 0)
 		rc = sto_list_jobs(s, job_cb, &c);

@@ -18,8 +18,10 @@ struct qry_error {
 	char msg[5200];
 };
 
-/* {"jobs":[{"job":..,"series":N},...]} */
-int qry_jobs(struct sto *s, struct rdb_buf *out, struct qry_error *err);
+/* {"jobs":[{"job":..,"series":N,"meta":{...}},...]}; "meta" is the job's
+ * metadata document stored under data_dir (absent when none, or when
+ * data_dir is NULL). */
+int qry_jobs(struct sto *s, const char *data_dir, struct rdb_buf *out, struct qry_error *err);
 /* {"job":..,"metrics":[..]} ; 404 for an unknown job */
 int qry_job_metrics(struct sto *s, const char *job, struct rdb_buf *out, struct qry_error *err);
 /* {"job":..,"ranks":[..],"job_level":bool} ; 404 for an unknown job */

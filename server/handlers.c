@@ -380,7 +380,7 @@ static void handle_jobs(struct srv_req *req, struct srv_resp *resp)
 		srv_error(resp, 500, "out of memory");
 		return;
 	}
-	if (qry_jobs(req->ctx->sto, &resp->body, e))
+	if (qry_jobs(req->ctx->sto, req->ctx->cfg->data_dir, &resp->body, e))
 		query_failed(req->ctx, resp, e);
 	else
 		ok_json(resp);
