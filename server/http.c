@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,6 +104,26 @@ static enum MHD_Result begin(struct MHD_Connection *conn, struct srv_ctx *ctx, v
 	return MHD_YES;
 }
 
+/* The client's address as "ip:port", for the audit log. */
+static void peer_address(struct MHD_Connection *conn, char *out, size_t len)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	char ip[INET6_ADDRSTRLEN] = "?";
+	unsigned port = 0;
+	const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+	if (sa && sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
+		inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
+		port = ntohs(in->sin_port);
+	} else if (sa && sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)sa;
+		inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
+		port = ntohs(in6->sin6_port);
+	}
+	snprintf(out, len, "%s:%u", ip, port);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
 				  const char *method, const char *version,
 				  const char *upload_data, size_t *upload_data_size,
@@ -123,8 +144,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		return MHD_YES;
 	if (cr->too_large)
 		return too_large(conn, ctx);
+	char peer[INET6_ADDRSTRLEN + 8];
+	peer_address(conn, peer, sizeof(peer));
 	struct srv_req req = {.ctx = ctx, .method = method, .path = url,
-			      .body = cr->body.data, .body_len = cr->body.len, .conn = conn};
+			      .body = cr->body.data, .body_len = cr->body.len, .conn = conn,
+			      .peer = peer};
 	MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_arg, &req);
 	struct srv_resp resp = {0};
 	rdb_buf_init(&resp.body, ctx->cfg->max_response_bytes + 4096);

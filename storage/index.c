@@ -117,6 +117,7 @@ struct sto_index {
 	MDB_env *env;
 	MDB_dbi meta, series, sid, chunks, pending;
 	MDB_dbi events, evpending, batch_ids, batch_time;
+	MDB_dbi tombstones, retention, quarantine, seg_trash; /* data lifecycle */
 	uint64_t map_bytes; /* as configured, for the map-full log line */
 	char *dir;	    /* owned copy, for log lines */
 };
@@ -330,10 +331,12 @@ static int open_dbs(struct sto_index *ix, MDB_txn *txn)
 {
 	static const char *const names[] = {"meta",   "series",    "sid",	  "chunks",
 					    "pending", "events", "evpending", "batch_ids",
-					    "batch_time"};
+					    "batch_time", "tombstones", "retention", "quarantine",
+					    "seg_trash"};
 	MDB_dbi *dbis[] = {&ix->meta,	 &ix->series,	 &ix->sid,	 &ix->chunks,
 			   &ix->pending, &ix->events,	 &ix->evpending, &ix->batch_ids,
-			   &ix->batch_time};
+			   &ix->batch_time, &ix->tombstones, &ix->retention, &ix->quarantine,
+			   &ix->seg_trash};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		int rc = mdb_dbi_open(txn, names[i], MDB_CREATE, dbis[i]);
@@ -1077,5 +1080,312 @@ int sto_batchid_prune(struct sto_txn *t, uint64_t older_than_ns, size_t max_dele
 	mdb_cursor_close(cur);
 	if (deleted)
 		*deleted = n;
+	return ret;
+}
+
+/* ---- data lifecycle ---------------------------------------------------------
+ * tombstones  key: job                    value: u64 LE, WAL generation T of the
+ *                                                delete (records of the job in
+ *                                                generations <= T are not replayed)
+ * retention   key: job                    value: u64 LE, retention in seconds
+ *                                                (0 = keep forever)
+ * quarantine  key: 'C' + chunk key | 'E' + events key   value: the entry as it was
+ * seg_trash   key: segment id be64        value: empty (compacted away; unlink)
+ */
+
+static MDB_dbi jobdb(const struct sto_txn *t, enum sto_jobdb which)
+{
+	return which == STO_JOBDB_TOMBSTONE ? t->ix->tombstones : t->ix->retention;
+}
+
+static int job_key(const char *job, MDB_val *k)
+{
+	size_t n = job ? strnlen(job, STO_JOB_MAX + 1) : 0;
+	if (n == 0 || n > STO_JOB_MAX)
+		return RDB_EINVAL;
+	k->mv_data = (void *)job;
+	k->mv_size = n;
+	return 0;
+}
+
+int sto_jobval_put(struct sto_txn *t, enum sto_jobdb which, const char *job, uint64_t val)
+{
+	uint8_t vb[8];
+	MDB_val k, v = {.mv_size = 8, .mv_data = vb};
+	int ret = job_key(job, &k);
+	if (ret != 0)
+		return ret;
+	rdb_put_le64(vb, val);
+	return ix_err(t->ix, mdb_put(t->txn, jobdb(t, which), &k, &v, 0), "job value put");
+}
+
+int sto_jobval_get(struct sto_txn *t, enum sto_jobdb which, const char *job, uint64_t *val)
+{
+	MDB_val k, v;
+	int ret = job_key(job, &k);
+	if (ret == 0)
+		ret = ix_err(t->ix, mdb_get(t->txn, jobdb(t, which), &k, &v), "job value get");
+	if (ret == 0)
+		ret = u64_value(t, &v, "job value", val);
+	return ret;
+}
+
+int sto_jobval_del(struct sto_txn *t, enum sto_jobdb which, const char *job)
+{
+	MDB_val k;
+	int ret = job_key(job, &k);
+	if (ret != 0)
+		return ret;
+	return ix_err(t->ix, mdb_del(t->txn, jobdb(t, which), &k, NULL), "job value del");
+}
+
+int sto_jobval_scan(struct sto_txn *t, enum sto_jobdb which, sto_jobval_fn fn, void *arg)
+{
+	char job[STO_JOB_MAX + 1];
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	uint64_t val;
+	int ret = cursor_open(t, jobdb(t, which), &cur);
+	if (ret != 0)
+		return ret;
+	for (ret = cursor_seek(t, cur, NULL, 0, &k, &v); ret == 0;
+	     ret = cursor_next(t, cur, &k, &v)) {
+		if (k.mv_size == 0 || k.mv_size > STO_JOB_MAX) {
+			ret = corrupt(t, "job key", k.mv_size);
+			goto out;
+		}
+		memcpy(job, k.mv_data, k.mv_size);
+		job[k.mv_size] = 0;
+		ret = u64_value(t, &v, "job value", &val);
+		if (ret == 0)
+			ret = fn(arg, job, val);
+		if (ret != 0)
+			goto out;
+	}
+	ret = ret == RDB_ENOTFOUND ? 0 : ret;
+out:
+	mdb_cursor_close(cur);
+	return ret;
+}
+
+int sto_chunk_get(struct sto_txn *t, uint64_t series_id, int64_t min_ts_ns, uint64_t uid,
+		  struct sto_chunk_ref *out)
+{
+	uint8_t kb[CHUNK_KEY_SIZE];
+	MDB_val k = {.mv_size = sizeof(kb), .mv_data = kb}, v;
+	chunk_key_put(kb, series_id, min_ts_ns, uid);
+	int ret = ix_err(t->ix, mdb_get(t->txn, t->ix->chunks, &k, &v), "chunk get");
+	if (ret == 0)
+		ret = chunk_decode(t, &k, &v, out);
+	return ret;
+}
+
+int sto_chunk_scan_all(struct sto_txn *t, sto_chunk_fn fn, void *arg)
+{
+	struct sto_chunk_ref ref;
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	int ret = cursor_open(t, t->ix->chunks, &cur);
+	if (ret != 0)
+		return ret;
+	for (ret = cursor_seek(t, cur, NULL, 0, &k, &v); ret == 0;
+	     ret = cursor_next(t, cur, &k, &v)) {
+		ret = chunk_decode(t, &k, &v, &ref);
+		if (ret == 0)
+			ret = fn(arg, &ref);
+		if (ret != 0)
+			goto out;
+	}
+	ret = ret == RDB_ENOTFOUND ? 0 : ret;
+out:
+	mdb_cursor_close(cur);
+	return ret;
+}
+
+int sto_evidx_get(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_t uid,
+		  sto_evidx_fn fn, void *arg)
+{
+	uint8_t kb[STO_JOB_MAX + 17];
+	MDB_val k = {.mv_size = ev_key_put(kb, job, min_ts_ns, uid), .mv_data = kb}, v;
+	int ret = ix_err(t->ix, mdb_get(t->txn, t->ix->events, &k, &v), "event chunk get");
+	if (ret == 0)
+		ret = fn(arg, min_ts_ns, uid, v.mv_data, v.mv_size);
+	return ret;
+}
+
+int sto_evidx_scan_all(struct sto_txn *t, sto_evidx_all_fn fn, void *arg)
+{
+	char job[STO_JOB_MAX + 1];
+	int64_t min_ts;
+	uint64_t uid;
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	int ret = cursor_open(t, t->ix->events, &cur);
+	if (ret != 0)
+		return ret;
+	for (ret = cursor_seek(t, cur, NULL, 0, &k, &v); ret == 0;
+	     ret = cursor_next(t, cur, &k, &v)) {
+		ret = ev_key_get(t, k.mv_data, k.mv_size, job, &min_ts, &uid);
+		if (ret == 0)
+			ret = fn(arg, job, min_ts, uid, v.mv_data, v.mv_size);
+		if (ret != 0)
+			goto out;
+	}
+	ret = ret == RDB_ENOTFOUND ? 0 : ret;
+out:
+	mdb_cursor_close(cur);
+	return ret;
+}
+
+int sto_series_del(struct sto_txn *t, const struct sto_series_key *k, uint64_t id)
+{
+	uint8_t buf[SERIES_KEY_MAX], idbe[8];
+	MDB_val key = {.mv_data = buf}, sk = {.mv_size = 8, .mv_data = idbe};
+	int ret = series_key_encode(k, buf, &key.mv_size);
+	if (ret != 0)
+		return ret;
+	rdb_put_be64(idbe, id);
+	ret = ix_err(t->ix, mdb_del(t->txn, t->ix->series, &key, NULL), "series del");
+	if (ret == 0 || ret == RDB_ENOTFOUND)
+		ret = ix_err(t->ix, mdb_del(t->txn, t->ix->sid, &sk, NULL), "sid del");
+	return ret == RDB_ENOTFOUND ? 0 : ret;
+}
+
+int sto_series_put(struct sto_txn *t, const struct sto_series_key *k, uint64_t id)
+{
+	uint8_t buf[SERIES_KEY_MAX], idle[8], idbe[8];
+	MDB_val key = {.mv_data = buf}, v = {.mv_size = 8, .mv_data = idle};
+	MDB_val sk = {.mv_size = 8, .mv_data = idbe};
+	int ret = series_key_encode(k, buf, &key.mv_size);
+	if (ret != 0 || id == 0)
+		return ret ? ret : RDB_EINVAL;
+	rdb_put_le64(idle, id);
+	rdb_put_be64(idbe, id);
+	MDB_val sv = key;
+	ret = ix_err(t->ix, mdb_put(t->txn, t->ix->series, &key, &v, 0), "series put");
+	if (ret == 0)
+		ret = ix_err(t->ix, mdb_put(t->txn, t->ix->sid, &sk, &sv, 0), "sid put");
+	return ret;
+}
+
+int sto_quarantine_chunk(struct sto_txn *t, const struct sto_chunk_ref *ref)
+{
+	uint8_t kb[1 + CHUNK_KEY_SIZE], vb[ENTRY_SIZE];
+	MDB_val k = {.mv_size = sizeof(kb), .mv_data = kb};
+	MDB_val v = {.mv_size = sizeof(vb), .mv_data = vb};
+	kb[0] = 'C';
+	chunk_key_put(kb + 1, ref->series_id, ref->stats.min_ts_ns, ref->uid);
+	entry_encode(ref, vb);
+	int ret = ix_err(t->ix, mdb_put(t->txn, t->ix->quarantine, &k, &v, 0), "quarantine put");
+	if (ret == 0)
+		ret = sto_chunk_del(t, ref->series_id, ref->stats.min_ts_ns, ref->uid);
+	return ret == RDB_ENOTFOUND ? 0 : ret;
+}
+
+int sto_quarantine_evchunk(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_t uid,
+			   const void *val, size_t len)
+{
+	uint8_t kb[1 + STO_JOB_MAX + 17];
+	kb[0] = 'E';
+	MDB_val k = {.mv_size = 1 + ev_key_put(kb + 1, job, min_ts_ns, uid), .mv_data = kb};
+	MDB_val v = {.mv_size = len, .mv_data = (void *)val};
+	int ret = ix_err(t->ix, mdb_put(t->txn, t->ix->quarantine, &k, &v, 0), "quarantine put");
+	if (ret == 0)
+		ret = sto_evidx_del(t, job, min_ts_ns, uid);
+	return ret == RDB_ENOTFOUND ? 0 : ret;
+}
+
+int sto_quarantine_scan(struct sto_txn *t, sto_u64_fn fn, void *arg)
+{
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	int ret = cursor_open(t, t->ix->quarantine, &cur);
+	if (ret != 0)
+		return ret;
+	for (ret = cursor_seek(t, cur, NULL, 0, &k, &v); ret == 0;
+	     ret = cursor_next(t, cur, &k, &v)) {
+		if (k.mv_size < 9) {
+			ret = corrupt(t, "quarantine key", k.mv_size);
+			goto out;
+		}
+		ret = fn(arg, rdb_get_be64((const uint8_t *)k.mv_data + k.mv_size - 8));
+		if (ret != 0)
+			goto out;
+	}
+	ret = ret == RDB_ENOTFOUND ? 0 : ret;
+out:
+	mdb_cursor_close(cur);
+	return ret;
+}
+
+int sto_trash_add(struct sto_txn *t, uint64_t segment_id)
+{
+	uint8_t kb[8];
+	MDB_val k = {.mv_size = 8, .mv_data = kb}, v = {.mv_size = 0, .mv_data = kb};
+	rdb_put_be64(kb, segment_id);
+	return ix_err(t->ix, mdb_put(t->txn, t->ix->seg_trash, &k, &v, 0), "trash add");
+}
+
+int sto_trash_del(struct sto_txn *t, uint64_t segment_id)
+{
+	uint8_t kb[8];
+	MDB_val k = {.mv_size = 8, .mv_data = kb};
+	rdb_put_be64(kb, segment_id);
+	int ret = ix_err(t->ix, mdb_del(t->txn, t->ix->seg_trash, &k, NULL), "trash del");
+	return ret == RDB_ENOTFOUND ? 0 : ret;
+}
+
+int sto_trash_scan(struct sto_txn *t, sto_u64_fn fn, void *arg)
+{
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	int ret = cursor_open(t, t->ix->seg_trash, &cur);
+	if (ret != 0)
+		return ret;
+	for (ret = cursor_seek(t, cur, NULL, 0, &k, &v); ret == 0;
+	     ret = cursor_next(t, cur, &k, &v)) {
+		ret = k.mv_size == 8 ? fn(arg, rdb_get_be64(k.mv_data)) :
+				       corrupt(t, "trash key", k.mv_size);
+		if (ret != 0)
+			goto out;
+	}
+	ret = ret == RDB_ENOTFOUND ? 0 : ret;
+out:
+	mdb_cursor_close(cur);
+	return ret;
+}
+
+int sto_index_copy(struct sto_index *ix, const char *dir)
+{
+	if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+		return -errno;
+	int rc = mdb_env_copy2(ix->env, dir, MDB_CP_COMPACT);
+	if (rc != 0)
+		rdb_error(SUBSYS, "copy of LMDB index %s to %s failed: %s", ix->dir, dir,
+			  mdb_strerror(rc));
+	return ix_err(ix, rc, "copy environment");
+}
+
+int sto_index_check_all(struct sto_txn *t, uint64_t *entries)
+{
+	MDB_dbi dbs[] = {t->ix->meta, t->ix->series, t->ix->sid, t->ix->pending,
+			 t->ix->evpending, t->ix->batch_ids, t->ix->batch_time,
+			 t->ix->tombstones, t->ix->retention, t->ix->quarantine,
+			 t->ix->seg_trash};
+	uint64_t n = 0;
+	int ret = 0;
+	for (size_t i = 0; ret == 0 && i < sizeof(dbs) / sizeof(dbs[0]); i++) {
+		MDB_cursor *cur = NULL;
+		MDB_val k, v;
+		ret = cursor_open(t, dbs[i], &cur);
+		if (ret != 0)
+			break;
+		for (ret = cursor_seek(t, cur, NULL, 0, &k, &v); ret == 0;
+		     ret = cursor_next(t, cur, &k, &v))
+			n++;
+		ret = ret == RDB_ENOTFOUND ? 0 : ret;
+		mdb_cursor_close(cur);
+	}
+	*entries = n;
 	return ret;
 }

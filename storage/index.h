@@ -108,4 +108,56 @@ int sto_batchid_put(struct sto_txn *t, const char *id, size_t len, uint64_t seen
 int sto_batchid_prune(struct sto_txn *t, uint64_t older_than_ns, size_t max_delete,
 		      size_t *deleted);
 
+/* ---- data lifecycle (rankctl / admin API) ---------------------------------
+ *   tombstones  job -> u64 WAL generation T of its deletion: WAL records of
+ *               the job in generations <= T are never replayed
+ *   retention   job -> u64 seconds (per-job override of retention_s)
+ *   quarantine  damaged chunk entries, moved out of chunks/events
+ *   seg_trash   segment ids compacted away whose file is still to unlink */
+enum sto_jobdb { STO_JOBDB_TOMBSTONE, STO_JOBDB_RETENTION };
+typedef int (*sto_jobval_fn)(void *arg, const char *job, uint64_t val);
+int sto_jobval_put(struct sto_txn *t, enum sto_jobdb which, const char *job, uint64_t val);
+/* RDB_ENOTFOUND if absent. */
+int sto_jobval_get(struct sto_txn *t, enum sto_jobdb which, const char *job, uint64_t *val);
+int sto_jobval_del(struct sto_txn *t, enum sto_jobdb which, const char *job);
+int sto_jobval_scan(struct sto_txn *t, enum sto_jobdb which, sto_jobval_fn fn, void *arg);
+
+/* One chunk entry by its key; RDB_ENOTFOUND if absent. */
+int sto_chunk_get(struct sto_txn *t, uint64_t series_id, int64_t min_ts_ns, uint64_t uid,
+		  struct sto_chunk_ref *out);
+/* Every chunk entry, in key order. */
+int sto_chunk_scan_all(struct sto_txn *t, sto_chunk_fn fn, void *arg);
+/* One event chunk entry (fn called once); RDB_ENOTFOUND if absent. */
+int sto_evidx_get(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_t uid,
+		  sto_evidx_fn fn, void *arg);
+typedef int (*sto_evidx_all_fn)(void *arg, const char *job, int64_t min_ts_ns, uint64_t uid,
+				const uint8_t *val, size_t len);
+int sto_evidx_scan_all(struct sto_txn *t, sto_evidx_all_fn fn, void *arg);
+
+/* Removes a series from series and sid (absent: 0). */
+int sto_series_del(struct sto_txn *t, const struct sto_series_key *k, uint64_t id);
+/* Writes series and sid for a known id (index rebuild). */
+int sto_series_put(struct sto_txn *t, const struct sto_series_key *k, uint64_t id);
+
+/* Moves an entry to quarantine (deleting it from chunks / events). */
+int sto_quarantine_chunk(struct sto_txn *t, const struct sto_chunk_ref *ref);
+int sto_quarantine_evchunk(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_t uid,
+			   const void *val, size_t len);
+typedef int (*sto_u64_fn)(void *arg, uint64_t v);
+/* Calls fn with the uid of each quarantined chunk. */
+int sto_quarantine_scan(struct sto_txn *t, sto_u64_fn fn, void *arg);
+
+int sto_trash_add(struct sto_txn *t, uint64_t segment_id);
+int sto_trash_del(struct sto_txn *t, uint64_t segment_id);
+int sto_trash_scan(struct sto_txn *t, sto_u64_fn fn, void *arg);
+
+/* Consistent, compacted copy of the environment into dir (created if
+ * missing, must hold no data.mdb): mdb_env_copy2 with MDB_CP_COMPACT.
+ * Runs concurrently with writers (it uses a read snapshot). */
+int sto_index_copy(struct sto_index *ix, const char *dir);
+/* Walks every key of every small database (everything but chunks and
+ * events, which callers walk with their own scans): a page LMDB cannot read
+ * gives RDB_ECORRUPT. *entries gets the number of keys. */
+int sto_index_check_all(struct sto_txn *t, uint64_t *entries);
+
 #endif

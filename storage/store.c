@@ -38,6 +38,7 @@
 #include "common/rdb_log.h"
 #include "common/rdb_map.h"
 #include "common/rdb_time.h"
+#include "storage/admin.h"
 #include "storage/codec.h"
 #include "storage/evstore.h"
 #include "storage/segment.h"
@@ -50,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -133,11 +135,34 @@ struct sto {
 	uint64_t next_uid;
 	uint64_t ckpt_gen;
 
+	/* data lifecycle (the last sections of this file) */
+	pthread_rwlock_t seg_lock;     /* shared: a segment read; exclusive: swap readers */
+	pthread_mutex_t compact_lock;  /* held by compaction; a backup pauses it */
+	_Atomic uint64_t del_epoch;    /* bumped when a job's series are deleted */
+	struct series_ent *dead_ents;  /* deleted series' cache entries, freed at close */
+	struct tomb *tombs;            /* job tombstones, for WAL replay */
+	size_t ntombs;
+	struct admin_op *ops;          /* flusher work queued by admin calls (flush_lock) */
+	struct sto_lifecycle life;
+	int64_t last_retention_mono_ns;
+
 	_Atomic bool closing;
 	_Atomic uint64_t st_points_written, st_batches_written, st_write_busy;
 	_Atomic uint64_t st_chunks, st_points_sealed, st_chunk_bytes, st_checkpoints;
 	_Atomic uint64_t st_events_written, st_event_chunks, st_batch_dups;
 };
+
+struct tomb {
+	char job[STO_JOB_MAX + 1];
+	uint64_t gen;
+};
+
+static int seg_read(struct sto *s, uint64_t id, uint64_t off, void *buf, size_t len);
+static bool tomb_skips(const struct sto *s, const char *job, size_t jl, uint64_t gen);
+static void run_admin_ops(struct sto *s);
+static void lifecycle_tick(struct sto *s);
+static int lifecycle_open(struct sto *s);
+static void lifecycle_free(struct sto *s);
 
 void sto_options_default(struct sto_options *o)
 {
@@ -632,9 +657,19 @@ int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_wri
 	if (rc == 0)
 		rc = encode_request(req, &rec, &type);
 	bool wake = false;
+	uint64_t epoch = atomic_load(&s->del_epoch);
 	if (rc == 0) {
 		pthread_rwlock_rdlock(&s->write_lock);
-		rc = sto_wal_append(s->wal, type, rec.data, rec.len);
+		/* A job deleted since we resolved our series ids: resolve again so
+		 * that no point goes to a deleted series id. */
+		while (rc == 0 && n && epoch != atomic_load(&s->del_epoch)) {
+			pthread_rwlock_unlock(&s->write_lock);
+			epoch = atomic_load(&s->del_epoch);
+			rc = resolve_series(s, req->points, ents);
+			pthread_rwlock_rdlock(&s->write_lock);
+		}
+		if (rc == 0)
+			rc = sto_wal_append(s->wal, type, rec.data, rec.len);
 		if (rc == 0) {
 			pthread_mutex_lock(&s->head_lock);
 			gen = s->active->gen;
@@ -1228,6 +1263,8 @@ static void *flusher_main(void *arg)
 		pthread_mutex_unlock(&s->head_lock);
 		if (full)
 			seal_full(s);
+		run_admin_ops(s);
+		lifecycle_tick(s);
 		bool due = want || checkpoint_due(s);
 
 		pthread_mutex_lock(&s->flush_lock);
@@ -1245,7 +1282,7 @@ static void *flusher_main(void *arg)
 			if (rc == 0)
 				continue;
 		}
-		if (s->stop || s->ckpt_wanted)
+		if (s->stop || s->ckpt_wanted || s->ops)
 			continue;
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
@@ -1321,7 +1358,15 @@ int sto_read_chunk(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_bu
 	char path[PATH_MAX + 64];
 	if (rc)
 		goto fail;
-	rc = sto_seg_read(s->readers, ref->segment_id, ref->offset, rec->data, ref->length);
+	rc = seg_read(s, ref->segment_id, ref->offset, rec->data, ref->length);
+	if (rc == -ENOENT) {
+		/* The segment was compacted away after our snapshot: the chunk
+		 * (same key, same uid) lives in another segment now. */
+		struct sto_chunk_ref cur;
+		rc = sto_admin_relookup(s, ref, &cur);
+		if (rc == 0)
+			rc = seg_read(s, cur.segment_id, cur.offset, rec->data, ref->length);
+	}
 	if (rc == RDB_ECORRUPT)
 		why = "segment file is shorter than the index says";
 	const uint8_t *payload;
@@ -1565,7 +1610,13 @@ static int read_event_chunk(struct ev_read *r, const struct ev_entry *e, struct 
 	rec->len = 0;
 	int rc = rdb_buf_reserve(rec, e->length);
 	if (rc == 0)
-		rc = sto_seg_read(r->s->readers, e->segment_id, e->offset, rec->data, e->length);
+		rc = seg_read(r->s, e->segment_id, e->offset, rec->data, e->length);
+	if (rc == -ENOENT) {
+		uint64_t seg = 0, off = 0;
+		rc = sto_admin_ev_relookup(r->s, job, e->min_ts_ns, e->uid, &seg, &off);
+		if (rc == 0)
+			rc = seg_read(r->s, seg, off, rec->data, e->length);
+	}
 	if (rc == 0)
 		rc = sto_chunk_check(rec->data, e->length, STO_EVCHUNK_MAGIC, 0, e->uid, &payload,
 				     &plen, &why);
@@ -1811,11 +1862,61 @@ struct replay_ctx {
 	struct sto_batch *b;
 	struct sto_events *ev;
 	uint64_t points, events;
+	uint64_t gen;              /* of the record being replayed */
+	struct sto_batch *keep_b;  /* scratch: the record minus deleted jobs */
+	struct sto_events *keep_ev;
 };
+
+/* Copies the points and events of c->b / c->ev whose job has no tombstone
+ * covering generation c->gen into keep_b / keep_ev and swaps them in. */
+static int replay_filter(struct replay_ctx *c, bool has_points, bool has_events)
+{
+	int rc = 0;
+	if (!c->keep_b)
+		rc = sto_batch_new(SIZE_MAX, SIZE_MAX, &c->keep_b);
+	if (rc == 0 && !c->keep_ev)
+		rc = sto_events_new(SIZE_MAX, STO_WAL_MAX_PAYLOAD, &c->keep_ev);
+	if (rc)
+		return rc;
+	sto_batch_reset(c->keep_b);
+	sto_events_reset(c->keep_ev);
+	size_t n = has_points ? sto_batch_nseries(c->b) : 0;
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		const struct sto_batch_series *bs = sto_batch_series_at(c->b, i);
+		if (tomb_skips(c->s, bs->key.job, strlen(bs->key.job), c->gen))
+			continue;
+		for (size_t k = 0; rc == 0 && k < bs->pts.n; k++)
+			rc = sto_batch_add(c->keep_b, bs->key.job, strlen(bs->key.job), bs->key.rank,
+					   bs->key.metric, strlen(bs->key.metric), bs->pts.ts_ns[k],
+					   bs->pts.step[k], bs->pts.attempt[k], bs->pts.value[k]);
+	}
+	size_t ne = has_events ? sto_events_count(c->ev) : 0;
+	for (size_t i = 0; rc == 0 && i < ne; i++) {
+		const struct sto_event *e = sto_events_at(c->ev, i);
+		if (!tomb_skips(c->s, e->job, e->job_len, c->gen))
+			rc = sto_events_add(c->keep_ev, e);
+	}
+	if (rc)
+		return rc;
+	struct sto_batch *tb = c->b;
+	c->b = c->keep_b;
+	c->keep_b = tb;
+	struct sto_events *te = c->ev;
+	c->ev = c->keep_ev;
+	c->keep_ev = te;
+	return 0;
+}
 
 /* Applies replayed points and events to the active head. */
 static int replay_apply(struct replay_ctx *c, bool has_points, bool has_events)
 {
+	if (c->s->ntombs) {
+		int frc = replay_filter(c, has_points, has_events);
+		if (frc)
+			return frc;
+		has_points = has_points && sto_batch_nseries(c->b) > 0;
+		has_events = has_events && sto_events_count(c->ev) > 0;
+	}
 	size_t n = has_points ? sto_batch_nseries(c->b) : 0;
 	struct series_ent **ents = malloc((n ? n : 1) * sizeof(*ents));
 	if (!ents)
@@ -1868,6 +1969,7 @@ static int replay_cb(void *arg, uint64_t gen, uint8_t type, const uint8_t *p, si
 {
 	struct replay_ctx *c = arg;
 	int rc;
+	c->gen = gen;
 	if (type == STO_WAL_REC_POINTS) {
 		rc = sto_batch_decode(c->b, p, len);
 		if (rc == 0)
@@ -1920,6 +2022,8 @@ static int recover(struct sto *s)
 	}
 	sto_batch_free(c.b);
 	sto_events_free(c.ev);
+	sto_batch_free(c.keep_b);
+	sto_events_free(c.keep_ev);
 	free(gens);
 	if (rc)
 		return rc;
@@ -1961,7 +2065,9 @@ static void init_locks(struct sto *s)
 	pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
 	pthread_rwlock_init(&s->write_lock, &a);
 	pthread_rwlock_init(&s->view_lock, &a);
+	pthread_rwlock_init(&s->seg_lock, &a);
 	pthread_rwlockattr_destroy(&a);
+	pthread_mutex_init(&s->compact_lock, NULL);
 	pthread_mutex_init(&s->head_lock, NULL);
 	pthread_mutex_init(&s->series_lock, NULL);
 	pthread_mutex_init(&s->batch_lock, NULL);
@@ -1982,10 +2088,13 @@ static void destroy(struct sto *s)
 	cache_free(s);
 	batch_free_all(s);
 	free(s->seal_queue);
+	lifecycle_free(s);
 	if (s->lock_fd >= 0)
 		close(s->lock_fd);
 	pthread_rwlock_destroy(&s->write_lock);
 	pthread_rwlock_destroy(&s->view_lock);
+	pthread_rwlock_destroy(&s->seg_lock);
+	pthread_mutex_destroy(&s->compact_lock);
 	pthread_mutex_destroy(&s->head_lock);
 	pthread_mutex_destroy(&s->series_lock);
 	pthread_mutex_destroy(&s->batch_lock);
@@ -2026,6 +2135,8 @@ int sto_open(const struct sto_options *opt, struct sto **out)
 	int rc = open_dirs(s);
 	if (rc == 0)
 		rc = open_index(s);
+	if (rc == 0)
+		rc = lifecycle_open(s);
 	if (rc == 0)
 		rc = sto_seg_readers_new(s->seg_dir, &s->readers);
 	if (rc == 0)
@@ -2091,4 +2202,1311 @@ void sto_close(struct sto *s)
 		rdb_info("store", "closed %s cleanly at checkpoint generation %llu", s->dir,
 			 (unsigned long long)s->ckpt_gen);
 	destroy(s);
+}
+
+/* ==== data lifecycle (storage/admin.h) ========================================
+ *
+ * Deletion: on the flusher thread, a checkpoint first (everything older is
+ * in chunks), then, holding the write lock exclusively (no write in
+ * flight): one LMDB transaction deletes the job's chunk entries, event
+ * chunk entries and series entries and records the tombstone (job, T) with
+ * T the active WAL generation; the job's head data is dropped; the WAL is
+ * rotated to T + 1 before the write lock is released. So every record of
+ * the job written before the delete is in a generation <= T (skipped at
+ * replay) and every record written after it is in a generation > T.
+ * Writers that resolved series ids before the delete see del_epoch change
+ * and resolve again.
+ *
+ * Compaction: on the flusher thread under compact_lock. A segment other
+ * than the one being written whose live bytes (index entries pointing into
+ * it) are below compact_min_live of its size is copied, record by record
+ * (each verified), into a new segment; meta compact_out = new id + 1 is
+ * committed first. The new segment is synced, then one transaction
+ * repoints every entry (same key and uid, new segment/offset), adds the old
+ * id to seg_trash and clears compact_out. Then the segment readers are
+ * swapped (no fd keeps the old file), the old file is unlinked and its
+ * trash entry removed. At open, a set compact_out means an unfinished copy
+ * (its file is removed) and every seg_trash id is unlinked. A reader whose
+ * snapshot predates the switch gets ENOENT and looks its chunk up again.
+ */
+
+static int seg_read(struct sto *s, uint64_t id, uint64_t off, void *buf, size_t len)
+{
+	pthread_rwlock_rdlock(&s->seg_lock);
+	int rc = sto_seg_read(s->readers, id, off, buf, len);
+	pthread_rwlock_unlock(&s->seg_lock);
+	return rc;
+}
+
+int sto_admin_seg_read(struct sto *s, uint64_t id, uint64_t off, void *buf, size_t len)
+{
+	return seg_read(s, id, off, buf, len);
+}
+
+void sto_admin_parts(struct sto *s, struct sto_admin_parts *out)
+{
+	out->ix = s->ix;
+	out->dir = s->dir;
+	out->seg_dir = s->seg_dir;
+	out->wal_dir = s->wal_dir;
+}
+
+int sto_admin_relookup(struct sto *s, const struct sto_chunk_ref *old, struct sto_chunk_ref *cur)
+{
+	struct sto_txn *t;
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc)
+		return rc;
+	rc = sto_chunk_get(t, old->series_id, old->stats.min_ts_ns, old->uid, cur);
+	sto_txn_abort(t);
+	if (rc == 0 && cur->segment_id == old->segment_id)
+		rc = -ENOENT; /* not moved: the file is really missing */
+	return rc == RDB_ENOTFOUND ? -ENOENT : rc;
+}
+
+struct ev_where {
+	uint64_t seg, off;
+};
+
+static int ev_where_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len)
+{
+	struct ev_where *w = arg;
+	struct ev_entry e;
+	(void)min_ts_ns;
+	(void)uid;
+	int rc = eve_decode(val, len, &e);
+	w->seg = e.segment_id;
+	w->off = e.offset;
+	return rc;
+}
+
+int sto_admin_ev_relookup(struct sto *s, const char *job, int64_t min_ts_ns, uint64_t uid,
+			  uint64_t *segment_id, uint64_t *offset)
+{
+	struct sto_txn *t;
+	struct ev_where w = {0};
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc)
+		return rc;
+	rc = sto_evidx_get(t, job, min_ts_ns, uid, ev_where_cb, &w);
+	sto_txn_abort(t);
+	if (rc == 0) {
+		*segment_id = w.seg;
+		*offset = w.off;
+	}
+	return rc == RDB_ENOTFOUND ? -ENOENT : rc;
+}
+
+void sto_lifecycle_default(struct sto_lifecycle *l)
+{
+	l->retention_s = 0;
+	l->retention_check_s = 3600;
+	l->compact_min_live = 0.5;
+}
+
+void sto_set_lifecycle(struct sto *s, const struct sto_lifecycle *l)
+{
+	pthread_mutex_lock(&s->flush_lock);
+	s->life = *l;
+	pthread_mutex_unlock(&s->flush_lock);
+}
+
+static bool tomb_skips(const struct sto *s, const char *job, size_t jl, uint64_t gen)
+{
+	for (size_t i = 0; i < s->ntombs; i++)
+		if (gen <= s->tombs[i].gen && strlen(s->tombs[i].job) == jl &&
+		    memcmp(s->tombs[i].job, job, jl) == 0)
+			return true;
+	return false;
+}
+
+static int tomb_note(struct sto *s, const char *job, uint64_t gen)
+{
+	for (size_t i = 0; i < s->ntombs; i++)
+		if (strcmp(s->tombs[i].job, job) == 0) {
+			s->tombs[i].gen = gen;
+			return 0;
+		}
+	struct tomb *p = realloc(s->tombs, (s->ntombs + 1) * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	s->tombs = p;
+	snprintf(p[s->ntombs].job, sizeof(p[s->ntombs].job), "%s", job);
+	p[s->ntombs++].gen = gen;
+	return 0;
+}
+
+static int tomb_load_cb(void *arg, const char *job, uint64_t gen)
+{
+	return tomb_note(arg, job, gen);
+}
+
+static int fsync_dir_path(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int rc = fsync(fd) ? -errno : 0;
+	close(fd);
+	return rc;
+}
+
+static int unlink_segment(struct sto *s, uint64_t id)
+{
+	char path[PATH_MAX + 64];
+	sto_seg_path(s->seg_dir, id, path, sizeof(path));
+	if (unlink(path) != 0 && errno != ENOENT) {
+		int rc = -errno;
+		rdb_warn("store", "cannot remove compacted segment %s: %s", path, strerror(-rc));
+		return rc;
+	}
+	return fsync_dir_path(s->seg_dir);
+}
+
+struct id_list {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+static int id_push(struct id_list *l, uint64_t v)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 16;
+		uint64_t *p = realloc(l->v, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		l->v = p;
+		l->cap = cap;
+	}
+	l->v[l->n++] = v;
+	return 0;
+}
+
+static int id_push_cb(void *arg, uint64_t v)
+{
+	return id_push(arg, v);
+}
+
+/* Unlinks the files in seg_trash and forgets them. */
+static int empty_trash(struct sto *s)
+{
+	struct id_list l = {0};
+	struct sto_txn *t;
+	int rc = sto_txn_begin(s->ix, true, &t);
+	if (rc)
+		return rc;
+	rc = sto_trash_scan(t, id_push_cb, &l);
+	for (size_t i = 0; rc == 0 && i < l.n; i++) {
+		rc = unlink_segment(s, l.v[i]);
+		if (rc == 0)
+			rc = sto_trash_del(t, l.v[i]);
+	}
+	if (rc == 0)
+		rc = sto_txn_commit(t);
+	else
+		sto_txn_abort(t);
+	free(l.v);
+	return rc;
+}
+
+/* Open hook: tombstones into memory, leftovers of an interrupted compaction. */
+static int lifecycle_open(struct sto *s)
+{
+	sto_lifecycle_default(&s->life);
+	s->last_retention_mono_ns = rdb_now_mono_ns();
+	struct sto_txn *t;
+	uint64_t out = 0;
+	int rc = sto_txn_begin(s->ix, true, &t);
+	if (rc)
+		return rc;
+	rc = sto_jobval_scan(t, STO_JOBDB_TOMBSTONE, tomb_load_cb, s);
+	if (rc == 0 && sto_meta_get(t, "compact_out", &out) == 0 && out) {
+		rdb_warn("store", "a compaction was interrupted: removing its unfinished segment "
+			 "%llu (the index never pointed at it)", (unsigned long long)(out - 1));
+		unlink_segment(s, out - 1);
+		rc = sto_meta_put(t, "compact_out", 0);
+	}
+	if (rc == 0)
+		rc = sto_txn_commit(t);
+	else
+		sto_txn_abort(t);
+	return rc ? rc : empty_trash(s);
+}
+
+static void lifecycle_free(struct sto *s)
+{
+	while (s->dead_ents) {
+		struct series_ent *e = s->dead_ents;
+		s->dead_ents = e->next;
+		free(e);
+	}
+	free(s->tombs);
+}
+
+/* ---- flusher work queue -------------------------------------------------------- */
+
+typedef int (*admin_fn)(struct sto *s, void *arg);
+
+struct admin_op {
+	admin_fn fn;
+	void *arg;
+	int rc;
+	bool started, done;
+	struct admin_op *next;
+};
+
+/* Runs fn(s, arg) on the flusher thread and waits for it. */
+static int run_on_flusher(struct sto *s, admin_fn fn, void *arg)
+{
+	struct admin_op op = {.fn = fn, .arg = arg};
+	pthread_mutex_lock(&s->flush_lock);
+	if (s->stop || !s->flusher_running) {
+		pthread_mutex_unlock(&s->flush_lock);
+		return -ESHUTDOWN;
+	}
+	struct admin_op **pp = &s->ops;
+	while (*pp)
+		pp = &(*pp)->next;
+	*pp = &op;
+	pthread_cond_signal(&s->flush_cond);
+	while (!op.done && !(s->stop && !op.started))
+		pthread_cond_wait(&s->ckpt_cond, &s->flush_lock);
+	if (!op.done) {
+		for (pp = &s->ops; *pp; pp = &(*pp)->next)
+			if (*pp == &op) {
+				*pp = op.next;
+				break;
+			}
+		op.rc = -ESHUTDOWN;
+	}
+	pthread_mutex_unlock(&s->flush_lock);
+	return op.rc;
+}
+
+static void run_admin_ops(struct sto *s)
+{
+	for (;;) {
+		pthread_mutex_lock(&s->flush_lock);
+		struct admin_op *op = s->ops;
+		if (op) {
+			s->ops = op->next;
+			op->started = true;
+		}
+		pthread_mutex_unlock(&s->flush_lock);
+		if (!op)
+			return;
+		int rc = op->fn(s, op->arg);
+		pthread_mutex_lock(&s->flush_lock);
+		op->rc = rc;
+		op->done = true;
+		pthread_cond_broadcast(&s->ckpt_cond);
+		pthread_mutex_unlock(&s->flush_lock);
+	}
+}
+
+/* ---- statistics ------------------------------------------------------------------ */
+
+struct name_list {
+	char (*v)[STO_JOB_MAX + 1];
+	size_t n, cap;
+};
+
+static int name_push(struct name_list *l, const char *job)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 16;
+		void *p = realloc(l->v, cap * sizeof(*l->v));
+		if (!p)
+			return -ENOMEM;
+		l->v = p;
+		l->cap = cap;
+	}
+	snprintf(l->v[l->n++], STO_JOB_MAX + 1, "%s", job);
+	return 0;
+}
+
+static int job_name_cb(void *arg, const char *job, uint64_t nseries)
+{
+	(void)nseries;
+	return name_push(arg, job);
+}
+
+static int series_id_cb(void *arg, const struct sto_series_key *k, uint64_t id)
+{
+	(void)k;
+	return id_push(arg, id);
+}
+
+static int stats_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
+{
+	struct sto_job_stats *js = arg;
+	js->chunks++;
+	js->points += ref->stats.count;
+	js->chunk_bytes += ref->length;
+	return 0;
+}
+
+static int stats_ev_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len)
+{
+	struct sto_job_stats *js = arg;
+	struct ev_entry e;
+	(void)min_ts_ns;
+	(void)uid;
+	int rc = eve_decode(val, len, &e);
+	if (rc == 0) {
+		js->event_chunks++;
+		js->events += e.count;
+		js->event_bytes += e.length;
+	}
+	return rc;
+}
+
+static uint64_t head_points_of(struct sto *s, const struct id_list *ids, const char *job)
+{
+	uint64_t n = 0;
+	pthread_mutex_lock(&s->head_lock);
+	struct head *heads[2] = {s->frozen, s->active};
+	for (int h = 0; h < 2; h++) {
+		if (!heads[h])
+			continue;
+		for (size_t i = 0; i < ids->n; i++) {
+			struct head_series *hs = rdb_map_get(&heads[h]->series, ids->v[i]);
+			n += hs ? hs->pts.n : 0;
+		}
+		struct ev_job *j = evh_job(heads[h]->ev, job);
+		n += j ? j->n : 0;
+	}
+	pthread_mutex_unlock(&s->head_lock);
+	return n;
+}
+
+static int job_stats(struct sto *s, struct sto_txn *t, const char *job, struct sto_job_stats *js)
+{
+	struct id_list ids = {0};
+	uint64_t ret_s = 0;
+	memset(js, 0, sizeof(*js));
+	snprintf(js->job, sizeof(js->job), "%s", job);
+	int rc = sto_series_scan(t, job, series_id_cb, &ids);
+	for (size_t i = 0; rc == 0 && i < ids.n; i++)
+		rc = sto_chunk_scan(t, ids.v[i], INT64_MIN, INT64_MAX, stats_chunk_cb, js);
+	if (rc == 0)
+		rc = sto_evidx_scan(t, job, INT64_MAX, stats_ev_cb, js);
+	js->series = ids.n;
+	js->head_points = head_points_of(s, &ids, job);
+	js->retention_s = sto_jobval_get(t, STO_JOBDB_RETENTION, job, &ret_s) == 0 ?
+				  ret_s : s->life.retention_s;
+	free(ids.v);
+	return rc;
+}
+
+int sto_stats_jobs(struct sto *s, const char *job, sto_job_stats_fn fn, void *arg)
+{
+	struct name_list names = {0};
+	struct sto_txn *t;
+	struct sto_job_stats js;
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc)
+		return rc;
+	rc = job ? name_push(&names, job) : sto_jobs_scan(t, job_name_cb, &names);
+	for (size_t i = 0; rc == 0 && i < names.n; i++) {
+		rc = job_stats(s, t, names.v[i], &js);
+		if (rc == 0 && job && js.series == 0 && js.event_chunks == 0 && js.head_points == 0)
+			rc = RDB_ENOTFOUND;
+		if (rc == 0)
+			rc = fn(arg, &js);
+	}
+	sto_txn_abort(t);
+	free(names.v);
+	return rc;
+}
+
+static uint64_t dir_bytes(const char *dir, const char *prefix, uint64_t *files)
+{
+	uint64_t total = 0;
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	while (d && (de = readdir(d)) != NULL) {
+		char path[PATH_MAX + 300];
+		struct stat st;
+		if (strncmp(de->d_name, prefix, strlen(prefix)) != 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+			total += (uint64_t)st.st_size;
+			if (files)
+				(*files)++;
+		}
+	}
+	if (d)
+		closedir(d);
+	return total;
+}
+
+static int live_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
+{
+	*(uint64_t *)arg += ref->length;
+	return 0;
+}
+
+static int live_ev_cb(void *arg, const char *job, int64_t min_ts_ns, uint64_t uid,
+		      const uint8_t *val, size_t len)
+{
+	struct ev_entry e;
+	(void)job;
+	(void)min_ts_ns;
+	(void)uid;
+	int rc = eve_decode(val, len, &e);
+	if (rc == 0)
+		*(uint64_t *)arg += e.length;
+	return rc;
+}
+
+static int count_cb(void *arg, uint64_t v)
+{
+	(void)v;
+	(*(uint64_t *)arg)++;
+	return 0;
+}
+
+int sto_disk_stats(struct sto *s, struct sto_disk_stats *out)
+{
+	char ixdir[PATH_MAX + 16];
+	memset(out, 0, sizeof(*out));
+	snprintf(ixdir, sizeof(ixdir), "%s/index", s->dir);
+	out->segment_bytes = dir_bytes(s->seg_dir, "seg-", &out->segment_files);
+	out->wal_bytes = dir_bytes(s->wal_dir, "wal-", NULL);
+	out->index_bytes = dir_bytes(ixdir, "", NULL);
+	struct sto_txn *t;
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc)
+		return rc;
+	rc = sto_chunk_scan_all(t, live_chunk_cb, &out->live_bytes);
+	if (rc == 0)
+		rc = sto_evidx_scan_all(t, live_ev_cb, &out->live_bytes);
+	if (rc == 0)
+		rc = sto_quarantine_scan(t, count_cb, &out->quarantined);
+	sto_txn_abort(t);
+	return rc;
+}
+
+/* ---- delete a job ------------------------------------------------------------------ */
+
+struct key_list {
+	struct sto_chunk_ref *v; /* series_id, stats.min_ts_ns, uid (+ count) used */
+	size_t n, cap;
+};
+
+static int key_push(void *arg, const struct sto_chunk_ref *ref)
+{
+	struct key_list *l = arg;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		struct sto_chunk_ref *p = realloc(l->v, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		l->v = p;
+		l->cap = cap;
+	}
+	l->v[l->n++] = *ref;
+	return 0;
+}
+
+struct ev_key {
+	char job[STO_JOB_MAX + 1];
+	int64_t min_ts_ns, max_ts_ns;
+	uint64_t uid, count;
+};
+
+struct evkey_list {
+	struct ev_key *v;
+	size_t n, cap;
+	const char *job;  /* delete: only this job */
+	int64_t cutoff;   /* retention: entries with max_ts < cutoff (job's own) */
+	struct sto *s;
+	struct sto_txn *t;
+};
+
+static int evkey_push(struct evkey_list *l, const char *job, int64_t min_ts, uint64_t uid,
+		      const struct ev_entry *e)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		struct ev_key *p = realloc(l->v, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		l->v = p;
+		l->cap = cap;
+	}
+	struct ev_key *k = &l->v[l->n++];
+	snprintf(k->job, sizeof(k->job), "%s", job);
+	k->min_ts_ns = min_ts;
+	k->max_ts_ns = e->max_ts_ns;
+	k->uid = uid;
+	k->count = e->count;
+	return 0;
+}
+
+static int del_ev_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len)
+{
+	struct evkey_list *l = arg;
+	struct ev_entry e;
+	int rc = eve_decode(val, len, &e);
+	return rc ? rc : evkey_push(l, l->job, min_ts_ns, uid, &e);
+}
+
+struct del_job {
+	const char *job;
+	struct sto_delete_result *res;
+	struct key_list series;  /* series keys: ref.series_id = id */
+	struct sto_series_key *keys;
+	struct key_list chunks;
+	struct evkey_list ev;
+};
+
+static int del_series_cb(void *arg, const struct sto_series_key *k, uint64_t id)
+{
+	struct del_job *d = arg;
+	struct sto_series_key *p = realloc(d->keys, (d->series.n + 1) * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	d->keys = p;
+	p[d->series.n] = *k;
+	struct sto_chunk_ref ref = {.series_id = id};
+	return key_push(&d->series, &ref);
+}
+
+/* Collects everything of the job in the index (read snapshot). */
+static int del_collect(struct sto *s, struct del_job *d)
+{
+	struct sto_txn *t;
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc)
+		return rc;
+	d->ev.job = d->job;
+	rc = sto_series_scan(t, d->job, del_series_cb, d);
+	for (size_t i = 0; rc == 0 && i < d->series.n; i++)
+		rc = sto_chunk_scan(t, d->series.v[i].series_id, INT64_MIN, INT64_MAX, key_push,
+				    &d->chunks);
+	if (rc == 0)
+		rc = sto_evidx_scan(t, d->job, INT64_MAX, del_ev_cb, &d->ev);
+	sto_txn_abort(t);
+	return rc;
+}
+
+static int del_index(struct sto *s, struct sto_txn *t, struct del_job *d, uint64_t gen)
+{
+	int rc = 0;
+	(void)s;
+	for (size_t i = 0; rc == 0 && i < d->chunks.n; i++) {
+		const struct sto_chunk_ref *r = &d->chunks.v[i];
+		rc = sto_chunk_del(t, r->series_id, r->stats.min_ts_ns, r->uid);
+		rc = rc == RDB_ENOTFOUND ? 0 : rc;
+	}
+	for (size_t i = 0; rc == 0 && i < d->ev.n; i++) {
+		rc = sto_evidx_del(t, d->job, d->ev.v[i].min_ts_ns, d->ev.v[i].uid);
+		rc = rc == RDB_ENOTFOUND ? 0 : rc;
+	}
+	for (size_t i = 0; rc == 0 && i < d->series.n; i++)
+		rc = sto_series_del(t, &d->keys[i], d->series.v[i].series_id);
+	if (rc == 0)
+		rc = sto_jobval_put(t, STO_JOBDB_TOMBSTONE, d->job, gen);
+	return rc;
+}
+
+/* Drops the job's points and events from the active head. Caller holds
+ * head_lock (and the write lock exclusively: frozen is NULL). */
+static void del_head(struct sto *s, struct del_job *d)
+{
+	struct head *h = s->active;
+	for (size_t i = 0; i < d->series.n; i++) {
+		struct head_series *hs = rdb_map_get(&h->series, d->series.v[i].series_id);
+		if (!hs)
+			continue;
+		uint64_t freed = cols_bytes(&hs->pts) + HEAD_SERIES_OVERHEAD;
+		h->points -= hs->pts.n;
+		rdb_map_del(&h->series, d->series.v[i].series_id);
+		sto_cols_free(&hs->pts);
+		free(hs);
+		h->bytes -= freed;
+		atomic_fetch_sub(&s->head_bytes, freed);
+	}
+	struct ev_job *j = evh_job(h->ev, d->job);
+	if (j) {
+		uint64_t freed = evh_consume(h->ev, j, j->n);
+		h->bytes -= freed;
+		atomic_fetch_sub(&s->head_bytes, freed);
+	}
+}
+
+/* Unlinks the job's series from the cache (entries kept until close: a
+ * writer may still hold them; del_epoch makes it resolve again). */
+static void del_cache(struct sto *s, struct del_job *d)
+{
+	pthread_mutex_lock(&s->series_lock);
+	for (size_t i = 0; i < d->series.n; i++) {
+		struct series_ent *e = rdb_map_get(&s->series_by_id, d->series.v[i].series_id);
+		if (!e)
+			continue;
+		rdb_map_del(&s->series_by_id, e->id);
+		struct series_ent *first = rdb_map_get(&s->series_by_hash, e->hash);
+		if (first == e) {
+			if (e->next)
+				rdb_map_put(&s->series_by_hash, e->hash, e->next);
+			else
+				rdb_map_del(&s->series_by_hash, e->hash);
+		} else {
+			for (struct series_ent *p = first; p; p = p->next)
+				if (p->next == e) {
+					p->next = e->next;
+					break;
+				}
+		}
+		e->next = s->dead_ents;
+		s->dead_ents = e;
+	}
+	atomic_fetch_add(&s->del_epoch, 1);
+	pthread_mutex_unlock(&s->series_lock);
+}
+
+/* Rotates the WAL and the active head. Caller holds the write lock
+ * exclusively and frozen is NULL. */
+static int rotate_locked(struct sto *s)
+{
+	uint64_t gen = s->active->gen + 1;
+	struct head *fresh = head_new(gen);
+	if (!fresh)
+		return -ENOMEM;
+	int rc = sto_wal_rotate(s->wal, gen);
+	if (rc) {
+		head_free(fresh);
+		return rc;
+	}
+	pthread_mutex_lock(&s->head_lock);
+	s->frozen = s->active;
+	s->active = fresh;
+	s->seal_queue_n = 0;
+	pthread_mutex_unlock(&s->head_lock);
+	return 0;
+}
+
+static bool head_has_job_events(struct sto *s, const char *job)
+{
+	pthread_mutex_lock(&s->head_lock);
+	bool has = evh_job(s->active->ev, job) != NULL;
+	pthread_mutex_unlock(&s->head_lock);
+	return has;
+}
+
+static int delete_job_op(struct sto *s, void *arg)
+{
+	struct del_job *d = arg;
+	int rc = checkpoint(s);
+	if (rc == 0)
+		rc = del_collect(s, d);
+	if (rc == 0 && d->series.n == 0 && d->ev.n == 0 && !head_has_job_events(s, d->job))
+		rc = RDB_ENOTFOUND;
+	if (rc)
+		return rc;
+	struct sto_txn *t = NULL;
+	pthread_rwlock_wrlock(&s->write_lock);
+	uint64_t gen = s->active->gen;
+	rc = sto_txn_begin(s->ix, true, &t);
+	if (rc == 0)
+		rc = del_index(s, t, d, gen);
+	if (rc == 0)
+		rc = tomb_note(s, d->job, gen);
+	if (rc) {
+		sto_txn_abort(t);
+		pthread_rwlock_unlock(&s->write_lock);
+		return rc;
+	}
+	pthread_rwlock_wrlock(&s->view_lock);
+	rc = sto_txn_commit(t);
+	if (rc == 0) {
+		pthread_mutex_lock(&s->head_lock);
+		del_head(s, d);
+		pthread_mutex_unlock(&s->head_lock);
+	}
+	pthread_rwlock_unlock(&s->view_lock);
+	if (rc == 0) {
+		del_cache(s, d);
+		rc = rotate_locked(s);
+		if (rc)
+			rdb_error("store", "job %s deleted, but the WAL could not be rotated (%s); "
+				  "writes to it before the next checkpoint may be lost at a crash",
+				  d->job, rdb_strerror(rc));
+	}
+	pthread_rwlock_unlock(&s->write_lock);
+	if (rc)
+		return rc;
+	d->res->series = d->series.n;
+	d->res->chunks = d->chunks.n;
+	d->res->event_chunks = d->ev.n;
+	d->res->tombstone_gen = gen;
+	rdb_info("store", "deleted job %s: %zu series, %zu chunks, %zu event chunks (tombstone "
+		 "at WAL generation %llu); compaction reclaims the space", d->job, d->series.n,
+		 d->chunks.n, d->ev.n, (unsigned long long)gen);
+	return finish_checkpoint(s);
+}
+
+int sto_delete_job(struct sto *s, const char *job, struct sto_delete_result *r)
+{
+	if (!job || !sto_job_valid(job, strlen(job)))
+		return RDB_EINVAL;
+	struct del_job d = {.job = job, .res = r};
+	memset(r, 0, sizeof(*r));
+	int rc = run_on_flusher(s, delete_job_op, &d);
+	free(d.series.v);
+	free(d.keys);
+	free(d.chunks.v);
+	free(d.ev.v);
+	return rc;
+}
+
+/* ---- retention ------------------------------------------------------------------------ */
+
+struct ret_ctx {
+	struct sto *s;
+	struct name_list jobs;   /* jobs with an override ... */
+	uint64_t *secs;          /* ... and its seconds */
+	int64_t now_ns;
+	uint64_t ckpt_gen;
+	struct key_list chunks;
+	struct evkey_list ev;
+	int64_t cutoff;          /* of the job being scanned */
+};
+
+static int ret_override_cb(void *arg, const char *job, uint64_t secs)
+{
+	struct ret_ctx *c = arg;
+	uint64_t *p = realloc(c->secs, (c->jobs.n + 1) * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	c->secs = p;
+	p[c->jobs.n] = secs;
+	return name_push(&c->jobs, job);
+}
+
+/* INT64_MIN: keep everything of job. */
+static int64_t ret_cutoff(const struct ret_ctx *c, const char *job)
+{
+	uint64_t secs = c->s->life.retention_s;
+	for (size_t i = 0; i < c->jobs.n; i++)
+		if (strcmp(c->jobs.v[i], job) == 0)
+			secs = c->secs[i];
+	if (secs == 0 || secs > (uint64_t)INT64_MAX / 1000000000ull)
+		return INT64_MIN;
+	return c->now_ns - (int64_t)(secs * 1000000000ull);
+}
+
+static int ret_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
+{
+	struct ret_ctx *c = arg;
+	if (ref->stats.max_ts_ns >= c->cutoff || ref->gen > c->ckpt_gen)
+		return 0;
+	return key_push(&c->chunks, ref);
+}
+
+static int ret_series_cb(void *arg, const struct sto_series_key *k, uint64_t id)
+{
+	struct ret_ctx *c = arg;
+	(void)k;
+	return sto_chunk_scan(c->ev.t, id, INT64_MIN, c->cutoff, ret_chunk_cb, c);
+}
+
+static int ret_ev_cb(void *arg, const char *job, int64_t min_ts_ns, uint64_t uid,
+		     const uint8_t *val, size_t len)
+{
+	struct ret_ctx *c = arg;
+	struct ev_entry e;
+	int rc = eve_decode(val, len, &e);
+	if (rc || e.max_ts_ns >= ret_cutoff(c, job) || e.gen > c->ckpt_gen)
+		return rc;
+	return evkey_push(&c->ev, job, min_ts_ns, uid, &e);
+}
+
+static int ret_job_cb(void *arg, const char *job, uint64_t nseries)
+{
+	struct ret_ctx *c = arg;
+	(void)nseries;
+	c->cutoff = ret_cutoff(c, job);
+	if (c->cutoff == INT64_MIN)
+		return 0;
+	return sto_series_scan(c->ev.t, job, ret_series_cb, c);
+}
+
+/* Deletes the collected entries, at most 50000 per transaction. */
+static int ret_drop(struct sto *s, struct ret_ctx *c, struct sto_retention_result *r)
+{
+	size_t i = 0, k = 0;
+	int rc = 0;
+	while (rc == 0 && (i < c->chunks.n || k < c->ev.n)) {
+		struct sto_txn *t;
+		rc = sto_txn_begin(s->ix, true, &t);
+		if (rc)
+			break;
+		for (size_t n = 0; rc == 0 && n < 50000 && i < c->chunks.n; n++, i++) {
+			const struct sto_chunk_ref *ref = &c->chunks.v[i];
+			rc = sto_chunk_del(t, ref->series_id, ref->stats.min_ts_ns, ref->uid);
+			rc = rc == RDB_ENOTFOUND ? 0 : rc;
+			r->chunks++;
+			r->points += ref->stats.count;
+		}
+		for (size_t n = 0; rc == 0 && n < 50000 && k < c->ev.n; n++, k++) {
+			rc = sto_evidx_del(t, c->ev.v[k].job, c->ev.v[k].min_ts_ns, c->ev.v[k].uid);
+			rc = rc == RDB_ENOTFOUND ? 0 : rc;
+			r->event_chunks++;
+			r->events += c->ev.v[k].count;
+		}
+		if (rc == 0)
+			rc = sto_txn_commit(t);
+		else
+			sto_txn_abort(t);
+	}
+	return rc;
+}
+
+static int retention_op(struct sto *s, void *arg)
+{
+	struct sto_retention_result *r = arg;
+	struct ret_ctx c = {.s = s, .now_ns = rdb_now_ns(), .ckpt_gen = s->ckpt_gen};
+	struct sto_txn *t;
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc)
+		return rc;
+	c.ev.t = t;
+	rc = sto_jobval_scan(t, STO_JOBDB_RETENTION, ret_override_cb, &c);
+	if (rc == 0)
+		rc = sto_jobs_scan(t, ret_job_cb, &c);
+	if (rc == 0)
+		rc = sto_evidx_scan_all(t, ret_ev_cb, &c);
+	sto_txn_abort(t);
+	if (rc == 0)
+		rc = ret_drop(s, &c, r);
+	if (rc == 0 && (r->chunks || r->event_chunks))
+		rdb_info("store", "retention dropped %llu chunks (%llu points) and %llu event "
+			 "chunks; compaction reclaims the space", (unsigned long long)r->chunks,
+			 (unsigned long long)r->points, (unsigned long long)r->event_chunks);
+	free(c.jobs.v);
+	free(c.secs);
+	free(c.chunks.v);
+	free(c.ev.v);
+	return rc;
+}
+
+static int retention_run_op(struct sto *s, void *arg)
+{
+	int rc = checkpoint(s); /* everything sealed and checkpointed is eligible */
+	return rc ? rc : retention_op(s, arg);
+}
+
+int sto_retention_run(struct sto *s, struct sto_retention_result *r)
+{
+	memset(r, 0, sizeof(*r));
+	return run_on_flusher(s, retention_run_op, r);
+}
+
+static int retention_write(struct sto *s, const char *job, bool set, uint64_t seconds)
+{
+	if (!job || !sto_job_valid(job, strlen(job)))
+		return RDB_EINVAL;
+	struct sto_txn *t;
+	int rc = sto_txn_begin(s->ix, true, &t);
+	if (rc)
+		return rc;
+	rc = set ? sto_jobval_put(t, STO_JOBDB_RETENTION, job, seconds) :
+		   sto_jobval_del(t, STO_JOBDB_RETENTION, job);
+	if (rc == 0)
+		return sto_txn_commit(t);
+	sto_txn_abort(t);
+	return rc;
+}
+
+int sto_retention_set(struct sto *s, const char *job, uint64_t seconds)
+{
+	return retention_write(s, job, true, seconds);
+}
+
+int sto_retention_clear(struct sto *s, const char *job)
+{
+	return retention_write(s, job, false, 0);
+}
+
+int sto_retention_list(struct sto *s, sto_jobval_fn fn, void *arg)
+{
+	struct sto_txn *t;
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc)
+		return rc;
+	rc = sto_jobval_scan(t, STO_JOBDB_RETENTION, fn, arg);
+	sto_txn_abort(t);
+	return rc;
+}
+
+/* ---- compaction ------------------------------------------------------------------------- */
+
+struct ev_move {
+	char job[STO_JOB_MAX + 1];
+	int64_t min_ts_ns;
+	uint64_t uid;
+	struct ev_entry e;
+	uint8_t *val; /* owned copy of the entry (bloom inside) */
+	size_t len;
+};
+
+struct seg_set {
+	uint64_t seg;              /* the segment being compacted */
+	struct key_list chunks;    /* its point chunks */
+	struct ev_move *ev;        /* its event chunks */
+	size_t nev, evcap;
+	struct rdb_map live;       /* all segments: id + 1 -> live bytes (as a pointer value) */
+};
+
+static void live_add(struct rdb_map *m, uint64_t seg, uint64_t bytes)
+{
+	uintptr_t cur = (uintptr_t)rdb_map_get(m, seg + 1);
+	rdb_map_put(m, seg + 1, (void *)(cur + (uintptr_t)bytes));
+}
+
+static int set_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
+{
+	struct seg_set *ss = arg;
+	live_add(&ss->live, ref->segment_id, ref->length);
+	return ref->segment_id == ss->seg ? key_push(&ss->chunks, ref) : 0;
+}
+
+static int set_ev_cb(void *arg, const char *job, int64_t min_ts_ns, uint64_t uid,
+		     const uint8_t *val, size_t len)
+{
+	struct seg_set *ss = arg;
+	struct ev_entry e;
+	int rc = eve_decode(val, len, &e);
+	if (rc)
+		return rc;
+	live_add(&ss->live, e.segment_id, e.length);
+	if (e.segment_id != ss->seg)
+		return 0;
+	if (ss->nev == ss->evcap) {
+		size_t cap = ss->evcap ? ss->evcap * 2 : 16;
+		struct ev_move *p = realloc(ss->ev, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		ss->ev = p;
+		ss->evcap = cap;
+	}
+	struct ev_move *m = &ss->ev[ss->nev];
+	m->val = malloc(len);
+	if (!m->val)
+		return -ENOMEM;
+	memcpy(m->val, val, len);
+	m->len = len;
+	snprintf(m->job, sizeof(m->job), "%s", job);
+	m->min_ts_ns = min_ts_ns;
+	m->uid = uid;
+	ss->nev++;
+	return eve_decode(m->val, len, &m->e);
+}
+
+static void set_free(struct seg_set *ss)
+{
+	for (size_t i = 0; i < ss->nev; i++)
+		free(ss->ev[i].val);
+	free(ss->ev);
+	free(ss->chunks.v);
+	rdb_map_free(&ss->live);
+	memset(ss, 0, sizeof(*ss));
+}
+
+/* Index snapshot: live bytes of every segment, entries of segment seg. */
+static int set_collect(struct sto *s, struct seg_set *ss, uint64_t seg)
+{
+	struct sto_txn *t;
+	set_free(ss);
+	ss->seg = seg;
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc)
+		return rc;
+	rc = sto_chunk_scan_all(t, set_chunk_cb, ss);
+	if (rc == 0)
+		rc = sto_evidx_scan_all(t, set_ev_cb, ss);
+	sto_txn_abort(t);
+	return rc;
+}
+
+/* Copies one verified record into buf; *new_off is where it will land. */
+static int copy_record(struct sto *s, struct rdb_buf *buf, uint64_t seg, uint64_t off, uint32_t len,
+		       uint32_t magic, uint64_t series_id, uint64_t uid)
+{
+	const uint8_t *payload;
+	size_t plen;
+	const char *why = NULL;
+	size_t at = buf->len;
+	int rc = rdb_buf_reserve(buf, len);
+	if (rc == 0)
+		rc = seg_read(s, seg, off, buf->data + at, len);
+	if (rc == 0)
+		rc = sto_chunk_check(buf->data + at, len, magic, series_id, uid, &payload, &plen, &why);
+	if (rc == 0)
+		buf->len = at + len;
+	else
+		rdb_warn("store", "compaction of segment %llu: record at offset %llu is unusable "
+			 "(%s); the segment is left as it is (run rankctl verify)",
+			 (unsigned long long)seg, (unsigned long long)off,
+			 why ? why : rdb_strerror(rc));
+	return rc;
+}
+
+/* Writes every live record of ss->seg into the new segment w, updating
+ * the refs / entries in place to their new place. */
+static int compact_copy(struct sto *s, struct seg_set *ss, struct sto_seg_writer *w)
+{
+	struct rdb_buf buf;
+	rdb_buf_init(&buf, SEAL_BUF_MAX + STO_CHUNK_HEADER_SIZE + STO_CHUNK_MAX_PAYLOAD);
+	int rc = 0;
+	size_t total = ss->chunks.n + ss->nev;
+	for (size_t i = 0; rc == 0 && i < total; i++) {
+		uint64_t new_off = sto_seg_size(w) + buf.len;
+		if (i < ss->chunks.n) {
+			struct sto_chunk_ref *r = &ss->chunks.v[i];
+			rc = copy_record(s, &buf, ss->seg, r->offset, r->length, STO_CHUNK_MAGIC,
+					 r->series_id, r->uid);
+			r->segment_id = sto_seg_id(w);
+			r->offset = new_off;
+		} else {
+			struct ev_move *m = &ss->ev[i - ss->chunks.n];
+			rc = copy_record(s, &buf, ss->seg, m->e.offset, m->e.length, STO_EVCHUNK_MAGIC, 0,
+					 m->uid);
+			m->e.segment_id = sto_seg_id(w);
+			m->e.offset = new_off;
+		}
+		if (rc == 0 && (buf.len >= SEAL_BUF_MAX || i + 1 == total)) {
+			rc = sto_seg_append(w, buf.data, buf.len);
+			buf.len = 0;
+		}
+	}
+	rdb_buf_free(&buf);
+	return rc;
+}
+
+/* The index switch: every entry repointed, the old segment into trash. */
+static int compact_switch(struct sto *s, struct seg_set *ss)
+{
+	struct rdb_buf entry;
+	struct sto_txn *t;
+	rdb_buf_init(&entry, 1u << 20);
+	int rc = sto_txn_begin(s->ix, true, &t);
+	if (rc)
+		goto out;
+	for (size_t i = 0; rc == 0 && i < ss->chunks.n; i++)
+		rc = sto_chunk_put(t, &ss->chunks.v[i]);
+	for (size_t i = 0; rc == 0 && i < ss->nev; i++) {
+		struct ev_move *m = &ss->ev[i];
+		entry.len = 0;
+		m->e.uid = m->uid;
+		rc = eve_encode(&m->e, m->e.bloom, &entry);
+		if (rc == 0)
+			rc = sto_evidx_put(t, m->job, m->min_ts_ns, m->uid, entry.data, entry.len);
+	}
+	if (rc == 0)
+		rc = sto_trash_add(t, ss->seg);
+	if (rc == 0)
+		rc = sto_meta_put(t, "compact_out", 0);
+	if (rc) {
+		sto_txn_abort(t);
+		goto out;
+	}
+	pthread_rwlock_wrlock(&s->view_lock);
+	rc = sto_txn_commit(t);
+	pthread_rwlock_unlock(&s->view_lock);
+out:
+	rdb_buf_free(&entry);
+	return rc;
+}
+
+/* After the switch: no cached fd may keep the old file alive. */
+static int drop_old_segment(struct sto *s)
+{
+	struct sto_seg_readers *fresh = NULL, *old;
+	int rc = sto_seg_readers_new(s->seg_dir, &fresh);
+	if (rc)
+		return rc;
+	pthread_rwlock_wrlock(&s->seg_lock);
+	old = s->readers;
+	s->readers = fresh;
+	pthread_rwlock_unlock(&s->seg_lock);
+	sto_seg_readers_free(old);
+	return empty_trash(s);
+}
+
+static int compact_begin(struct sto *s, uint64_t *new_id)
+{
+	struct sto_txn *t;
+	int rc = sto_txn_begin(s->ix, true, &t);
+	if (rc)
+		return rc;
+	rc = sto_meta_next(t, "next_segment_id", new_id);
+	if (rc == 0)
+		rc = sto_meta_put(t, "compact_out", *new_id + 1);
+	if (rc == 0)
+		return sto_txn_commit(t);
+	sto_txn_abort(t);
+	return rc;
+}
+
+static void compact_abandon(struct sto *s, uint64_t new_id)
+{
+	struct sto_txn *t;
+	unlink_segment(s, new_id);
+	if (sto_txn_begin(s->ix, true, &t) != 0)
+		return;
+	if (sto_meta_put(t, "compact_out", 0) == 0)
+		sto_txn_commit(t);
+	else
+		sto_txn_abort(t);
+}
+
+/* Rewrites segment ss->seg (entries collected) into a new segment. */
+static int compact_segment(struct sto *s, struct seg_set *ss, struct sto_compact_result *r)
+{
+	uint64_t new_id = 0;
+	struct sto_seg_writer *w = NULL;
+	int rc = 0;
+	if (ss->chunks.n + ss->nev == 0)
+		goto switch_index; /* nothing live: just remove it */
+	rc = compact_begin(s, &new_id);
+	if (rc)
+		return rc;
+	rc = sto_seg_create(s->seg_dir, new_id, s->ring, &w);
+	if (rc == 0)
+		rc = compact_copy(s, ss, w);
+	if (rc == 0)
+		r->bytes_after += sto_seg_size(w);
+	int crc = w ? sto_seg_close(w) : 0; /* syncs */
+	rc = rc ? rc : crc;
+	if (rc) {
+		compact_abandon(s, new_id);
+		return rc;
+	}
+switch_index:
+	rc = compact_switch(s, ss);
+	if (rc) {
+		if (ss->chunks.n + ss->nev)
+			compact_abandon(s, new_id);
+		return rc;
+	}
+	r->segments++;
+	r->chunks += ss->chunks.n + ss->nev;
+	return drop_old_segment(s);
+}
+
+static int list_segments(struct sto *s, struct id_list *ids)
+{
+	DIR *d = opendir(s->seg_dir);
+	struct dirent *de;
+	int rc = d ? 0 : -errno;
+	while (rc == 0 && (de = readdir(d)) != NULL) {
+		unsigned long long id;
+		char tail[8];
+		if (sscanf(de->d_name, "seg-%16llx.%4s", &id, tail) == 2 && strcmp(tail, "dat") == 0)
+			rc = id_push(ids, id);
+	}
+	if (d)
+		closedir(d);
+	return rc;
+}
+
+static uint64_t file_size(struct sto *s, uint64_t id)
+{
+	char path[PATH_MAX + 64];
+	struct stat st;
+	sto_seg_path(s->seg_dir, id, path, sizeof(path));
+	return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+struct compact_args {
+	double min_live;
+	struct sto_compact_result *r;
+};
+
+static int compact_op(struct sto *s, void *arg)
+{
+	struct compact_args *a = arg;
+	struct id_list ids = {0};
+	struct seg_set ss = {0};
+	/* Roll the segment being written so that it can be compacted too (the
+	 * next seal starts a new one). */
+	int rc = s->seg ? sto_seg_close(s->seg) : 0;
+	s->seg = NULL;
+	uint64_t writing = UINT64_MAX;
+	if (rc == 0)
+		rc = list_segments(s, &ids);
+	for (size_t i = 0; rc == 0 && i < ids.n; i++) {
+		uint64_t size = file_size(s, ids.v[i]);
+		if (ids.v[i] == writing || size == 0)
+			continue;
+		rc = set_collect(s, &ss, ids.v[i]);
+		uint64_t live = (uintptr_t)rdb_map_get(&ss.live, ids.v[i] + 1);
+		if (rc || (double)live >= a->min_live * (double)size)
+			continue;
+		a->r->bytes_before += size;
+		int crc = compact_segment(s, &ss, a->r);
+		if (crc)
+			a->r->skipped++;
+	}
+	if (a->r->segments)
+		rdb_info("store", "compaction rewrote %llu segments (%llu chunks): %llu -> %llu bytes",
+			 (unsigned long long)a->r->segments, (unsigned long long)a->r->chunks,
+			 (unsigned long long)a->r->bytes_before,
+			 (unsigned long long)a->r->bytes_after);
+	set_free(&ss);
+	free(ids.v);
+	return rc;
+}
+
+static int compact_locked_op(struct sto *s, void *arg)
+{
+	pthread_mutex_lock(&s->compact_lock);
+	int rc = compact_op(s, arg);
+	pthread_mutex_unlock(&s->compact_lock);
+	return rc;
+}
+
+int sto_compact(struct sto *s, double min_live, struct sto_compact_result *r)
+{
+	memset(r, 0, sizeof(*r));
+	struct compact_args a = {.min_live = min_live < 0 ? s->life.compact_min_live : min_live,
+				 .r = r};
+	return run_on_flusher(s, compact_locked_op, &a);
+}
+
+void sto_compact_pause(struct sto *s)
+{
+	pthread_mutex_lock(&s->compact_lock);
+}
+
+void sto_compact_resume(struct sto *s)
+{
+	pthread_mutex_unlock(&s->compact_lock);
+}
+
+/* Background: retention and compaction every retention_check_s. Flusher. */
+static void lifecycle_tick(struct sto *s)
+{
+	if (s->life.retention_check_s == 0)
+		return;
+	int64_t now = rdb_now_mono_ns();
+	if (now - s->last_retention_mono_ns < (int64_t)s->life.retention_check_s * 1000000000)
+		return;
+	s->last_retention_mono_ns = now;
+	struct sto_retention_result rr = {0};
+	struct sto_compact_result cr = {0};
+	struct compact_args a = {.min_live = s->life.compact_min_live, .r = &cr};
+	int rc = retention_op(s, &rr);
+	if (rc == 0 && pthread_mutex_trylock(&s->compact_lock) == 0) {
+		rc = compact_op(s, &a);
+		pthread_mutex_unlock(&s->compact_lock);
+	}
+	if (rc)
+		rdb_warn("store", "background retention/compaction failed: %s; retrying in %u s",
+			 rdb_strerror(rc), s->life.retention_check_s);
 }

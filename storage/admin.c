@@ -1,0 +1,464 @@
+/* admin.c - the data-lifecycle operations that work through the engine's
+ * public parts rather than its internals (contract: storage/admin.h):
+ * verification and quarantine, WAL checks, backup and restore. Deletion,
+ * retention and compaction live at the end of store.c because they move
+ * head data and own the segment writer.
+ *
+ * Verification reads every segment file from start to end (header, then
+ * each record's magic, length and XXH3 checksum; a length that runs past
+ * the end or a bad magic ends the walk of that file, reported with its
+ * offset), then checks every index entry against its record (magic, series
+ * id / uid, length, checksum, decode, point count). It holds the
+ * compaction lock so that records do not move underneath it. Problems are
+ * reported one line each; nothing is changed unless quarantine is asked,
+ * which moves the entries of damaged chunks to the quarantine db.
+ *
+ * Backup: checkpoint, pause compaction, copy the LMDB environment
+ * (mdb_env_copy2, compacted, a consistent snapshot), then hard-link (copy
+ * when the backup is on another file system) every segment file. Segment
+ * files only ever grow by appends and are removed only by compaction, so
+ * the links hold every record the copied index points at.
+ */
+#include "storage/admin.h"
+#include "common/rdb_err.h"
+#include "common/rdb_le.h"
+#include "common/rdb_log.h"
+#include "storage/codec.h"
+#include "storage/evstore.h"
+#include "storage/segment.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define REC_MAX (STO_CHUNK_HEADER_SIZE + STO_CHUNK_MAX_PAYLOAD)
+
+struct vctx {
+	struct sto *s;
+	struct sto_admin_parts p;
+	bool quarantine;
+	sto_problem_fn fn;
+	void *arg;
+	struct sto_verify_report *rep;
+	struct rdb_buf rec;
+	struct sto_cols cols;
+	struct sto_chunk_ref *bad; /* damaged point chunks, quarantined afterwards */
+	size_t nbad;
+};
+
+static void problem(struct vctx *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void problem(struct vctx *v, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	v->rep->problems++;
+	if (v->fn)
+		v->fn(v->arg, msg);
+}
+
+/* Walks one segment file record by record. */
+static int walk_segment(struct vctx *v, const char *path, uint64_t id)
+{
+	uint8_t hdr[STO_CHUNK_HEADER_SIZE];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		problem(v, "segment %s: cannot open: %s", path, strerror(errno));
+		return 0;
+	}
+	struct stat st;
+	uint64_t size = fstat(fd, &st) == 0 ? (uint64_t)st.st_size : 0, off = STO_SEG_HEADER_SIZE;
+	if (pread(fd, hdr, 32, 0) != 32 || memcmp(hdr, STO_SEG_MAGIC, 8) != 0 ||
+	    rdb_get_le64(hdr + 16) != id) {
+		problem(v, "segment %s: bad file header (magic or segment id)", path);
+		close(fd);
+		return 0;
+	}
+	v->rep->segments++;
+	while (off < size) {
+		if (pread(fd, hdr, sizeof(hdr), (off_t)off) != (ssize_t)sizeof(hdr)) {
+			problem(v, "segment %s: truncated record header at offset %llu", path,
+				(unsigned long long)off);
+			break;
+		}
+		uint32_t magic = rdb_get_le32(hdr), plen = rdb_get_le32(hdr + 4);
+		uint64_t len = STO_CHUNK_HEADER_SIZE + (uint64_t)plen;
+		if ((magic != STO_CHUNK_MAGIC && magic != STO_EVCHUNK_MAGIC) || len > REC_MAX ||
+		    off + len > size) {
+			problem(v, "segment %s: unreadable record at offset %llu (bad magic or "
+				"length); the rest of the file (%llu bytes) cannot be walked", path,
+				(unsigned long long)off, (unsigned long long)(size - off));
+			break;
+		}
+		v->rec.len = 0;
+		const uint8_t *payload;
+		size_t pl;
+		const char *why = NULL;
+		int rc = rdb_buf_reserve(&v->rec, len);
+		if (rc == 0 && pread(fd, v->rec.data, len, (off_t)off) != (ssize_t)len)
+			rc = -EIO;
+		if (rc == 0)
+			rc = sto_chunk_check(v->rec.data, len, magic, rdb_get_le64(hdr + 8),
+					     rdb_get_le64(hdr + 16), &payload, &pl, &why);
+		if (rc)
+			problem(v, "segment %s: record at offset %llu (chunk %llu, %llu bytes): %s",
+				path, (unsigned long long)off,
+				(unsigned long long)rdb_get_le64(hdr + 16), (unsigned long long)len,
+				why ? why : rdb_strerror(rc));
+		v->rep->records++;
+		off += len;
+	}
+	close(fd);
+	return 0;
+}
+
+static int walk_segments(struct vctx *v)
+{
+	DIR *d = opendir(v->p.seg_dir);
+	struct dirent *de;
+	if (!d)
+		return -errno;
+	while ((de = readdir(d)) != NULL) {
+		unsigned long long id;
+		char path[PATH_MAX + 300], tail[8];
+		if (sscanf(de->d_name, "seg-%16llx.%4s", &id, tail) != 2 || strcmp(tail, "dat"))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", v->p.seg_dir, de->d_name);
+		walk_segment(v, path, id);
+	}
+	closedir(d);
+	return 0;
+}
+
+static int bad_push(struct vctx *v, const struct sto_chunk_ref *ref)
+{
+	struct sto_chunk_ref *p = realloc(v->bad, (v->nbad + 1) * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	v->bad = p;
+	p[v->nbad++] = *ref;
+	return 0;
+}
+
+static int check_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
+{
+	struct vctx *v = arg;
+	struct sto_read_error err;
+	v->rep->chunks++;
+	int rc = sto_read_chunk(v->s, ref, &v->rec, &v->cols, &err);
+	if (rc == 0)
+		return 0;
+	problem(v, "index entry: %s", err.msg);
+	return bad_push(v, ref);
+}
+
+struct ev_bad {
+	char job[STO_JOB_MAX + 1];
+	int64_t min_ts_ns;
+	uint64_t uid;
+	uint8_t *val;
+	size_t len;
+};
+
+struct evv {
+	struct vctx *v;
+	struct ev_bad *bad;
+	size_t nbad;
+};
+
+static int check_ev_cb(void *arg, const char *job, int64_t min_ts_ns, uint64_t uid,
+		       const uint8_t *val, size_t len)
+{
+	struct evv *ev = arg;
+	struct vctx *v = ev->v;
+	struct ev_entry e;
+	const uint8_t *payload;
+	size_t plen;
+	const char *why = NULL;
+	v->rep->event_chunks++;
+	int rc = eve_decode(val, len, &e);
+	if (rc)
+		why = "index entry does not decode";
+	v->rec.len = 0;
+	if (rc == 0)
+		rc = rdb_buf_reserve(&v->rec, e.length);
+	if (rc == 0)
+		rc = sto_admin_seg_read(v->s, e.segment_id, e.offset, v->rec.data, e.length);
+	if (rc == 0)
+		rc = sto_chunk_check(v->rec.data, e.length, STO_EVCHUNK_MAGIC, 0, uid, &payload, &plen,
+				     &why);
+	if (rc == 0)
+		return 0;
+	problem(v, "event chunk %llu of job %s (segment %llu, offset %llu): %s",
+		(unsigned long long)uid, job, (unsigned long long)e.segment_id,
+		(unsigned long long)e.offset, why ? why : rdb_strerror(rc));
+	struct ev_bad *p = realloc(ev->bad, (ev->nbad + 1) * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	ev->bad = p;
+	p += ev->nbad++;
+	snprintf(p->job, sizeof(p->job), "%s", job);
+	p->min_ts_ns = min_ts_ns;
+	p->uid = uid;
+	p->len = len;
+	p->val = malloc(len);
+	if (!p->val)
+		return -ENOMEM;
+	memcpy(p->val, val, len);
+	return 0;
+}
+
+static int quarantine_all(struct vctx *v, struct evv *ev)
+{
+	struct sto_txn *t;
+	int rc = sto_txn_begin(v->p.ix, true, &t);
+	if (rc)
+		return rc;
+	for (size_t i = 0; rc == 0 && i < v->nbad; i++)
+		rc = sto_quarantine_chunk(t, &v->bad[i]);
+	for (size_t i = 0; rc == 0 && i < ev->nbad; i++)
+		rc = sto_quarantine_evchunk(t, ev->bad[i].job, ev->bad[i].min_ts_ns, ev->bad[i].uid,
+					    ev->bad[i].val, ev->bad[i].len);
+	if (rc) {
+		sto_txn_abort(t);
+		return rc;
+	}
+	rc = sto_txn_commit(t);
+	if (rc == 0)
+		v->rep->quarantined = v->nbad + ev->nbad;
+	return rc;
+}
+
+static int check_index(struct vctx *v, struct evv *ev)
+{
+	struct sto_txn *t;
+	uint64_t keys = 0;
+	int rc = sto_txn_begin(v->p.ix, false, &t);
+	if (rc)
+		return rc;
+	rc = sto_index_check_all(t, &keys);
+	if (rc)
+		problem(v, "LMDB index: a database cannot be read (%s)", rdb_strerror(rc));
+	int rc2 = sto_chunk_scan_all(t, check_chunk_cb, v);
+	if (rc2)
+		problem(v, "LMDB index: the chunk database cannot be read (%s)", rdb_strerror(rc2));
+	int rc3 = sto_evidx_scan_all(t, check_ev_cb, ev);
+	if (rc3)
+		problem(v, "LMDB index: the event database cannot be read (%s)", rdb_strerror(rc3));
+	sto_txn_abort(t);
+	return rc2 == -ENOMEM || rc3 == -ENOMEM ? -ENOMEM : 0;
+}
+
+int sto_verify(struct sto *s, bool quarantine, sto_problem_fn fn, void *arg,
+	       struct sto_verify_report *rep)
+{
+	struct vctx v = {.s = s, .quarantine = quarantine, .fn = fn, .arg = arg, .rep = rep};
+	struct evv ev = {.v = &v};
+	memset(rep, 0, sizeof(*rep));
+	sto_admin_parts(s, &v.p);
+	rdb_buf_init(&v.rec, REC_MAX);
+	sto_compact_pause(s);
+	int rc = walk_segments(&v);
+	if (rc == 0)
+		rc = check_index(&v, &ev);
+	if (rc == 0 && quarantine && (v.nbad || ev.nbad))
+		rc = quarantine_all(&v, &ev);
+	sto_compact_resume(s);
+	for (size_t i = 0; i < ev.nbad; i++)
+		free(ev.bad[i].val);
+	free(ev.bad);
+	free(v.bad);
+	sto_cols_free(&v.cols);
+	rdb_buf_free(&v.rec);
+	return rc;
+}
+
+static int wal_nop(void *arg, uint64_t gen, uint8_t type, const uint8_t *p, size_t len)
+{
+	(void)arg;
+	(void)gen;
+	(void)type;
+	(void)p;
+	(void)len;
+	return 0;
+}
+
+int sto_verify_wal(const char *data_dir, sto_problem_fn fn, void *arg,
+		   struct sto_verify_report *rep)
+{
+	char dir[PATH_MAX];
+	uint64_t *gens = NULL;
+	size_t n = 0;
+	struct vctx v = {.fn = fn, .arg = arg, .rep = rep};
+	snprintf(dir, sizeof(dir), "%s/wal", data_dir);
+	int rc = sto_wal_list(dir, &gens, &n);
+	if (rc == -ENOENT)
+		return 0;
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		struct sto_wal_replay_result res = {0};
+		int r2 = sto_wal_replay(dir, gens[i], wal_nop, NULL, &res);
+		rep->wal_files++;
+		if (r2)
+			problem(&v, "WAL %s/wal-%016llx.log: unreadable header (%s)", dir,
+				(unsigned long long)gens[i], rdb_strerror(r2));
+		else if (res.tail == 2)
+			problem(&v, "WAL %s/wal-%016llx.log: corrupt record at offset %llu (checksum "
+				"or length); %llu bytes after it are lost", dir,
+				(unsigned long long)gens[i], (unsigned long long)res.valid_bytes,
+				(unsigned long long)(res.file_bytes - res.valid_bytes));
+	}
+	free(gens);
+	return rc;
+}
+
+/* ---- backup and restore ----------------------------------------------------------- */
+
+static int copy_file(const char *from, const char *to)
+{
+	char buf[1 << 16];
+	int in = open(from, O_RDONLY | O_CLOEXEC), out = -1, rc = 0;
+	if (in < 0)
+		return -errno;
+	out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (out < 0)
+		rc = -errno;
+	for (ssize_t n; rc == 0 && (n = read(in, buf, sizeof(buf))) != 0;) {
+		if (n < 0 || write(out, buf, (size_t)n) != n)
+			rc = -EIO;
+	}
+	if (rc == 0 && fsync(out) != 0)
+		rc = -errno;
+	close(in);
+	if (out >= 0)
+		close(out);
+	return rc;
+}
+
+static int link_or_copy(const char *from, const char *to)
+{
+	if (link(from, to) == 0)
+		return 0;
+	if (errno != EXDEV && errno != EPERM && errno != EMLINK)
+		return -errno;
+	return copy_file(from, to);
+}
+
+/* Links or copies every regular file of dir `from` whose name starts with
+ * prefix into `to`. */
+static int copy_dir(const char *from, const char *to, const char *prefix, bool link_ok,
+		    uint64_t *files, uint64_t *bytes)
+{
+	DIR *d = opendir(from);
+	struct dirent *de;
+	int rc = d ? 0 : -errno;
+	if (rc == 0 && mkdir(to, 0755) != 0 && errno != EEXIST)
+		rc = -errno;
+	while (rc == 0 && (de = readdir(d)) != NULL) {
+		char a[PATH_MAX + 300], b[PATH_MAX + 300];
+		struct stat st;
+		if (strncmp(de->d_name, prefix, strlen(prefix)) != 0 || de->d_name[0] == '.')
+			continue;
+		snprintf(a, sizeof(a), "%s/%s", from, de->d_name);
+		snprintf(b, sizeof(b), "%s/%s", to, de->d_name);
+		if (stat(a, &st) != 0 || !S_ISREG(st.st_mode))
+			continue;
+		rc = link_ok ? link_or_copy(a, b) : copy_file(a, b);
+		if (files)
+			(*files)++;
+		if (bytes)
+			*bytes += (uint64_t)st.st_size;
+	}
+	if (d)
+		closedir(d);
+	return rc;
+}
+
+/* Creates dir, which must not exist or be empty. */
+static int fresh_dir(const char *dir)
+{
+	if (mkdir(dir, 0755) == 0)
+		return 0;
+	if (errno != EEXIST)
+		return -errno;
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int rc = d ? 0 : -errno;
+	while (rc == 0 && (de = readdir(d)) != NULL)
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			rc = -ENOTEMPTY;
+	if (d)
+		closedir(d);
+	return rc;
+}
+
+int sto_backup(struct sto *s, const char *dir, struct sto_backup_result *r)
+{
+	struct sto_admin_parts p;
+	char path[PATH_MAX + 32], from[PATH_MAX + 32];
+	memset(r, 0, sizeof(*r));
+	sto_admin_parts(s, &p);
+	int rc = fresh_dir(dir);
+	if (rc)
+		return rc;
+	rc = sto_checkpoint(s);
+	if (rc)
+		return rc;
+	sto_compact_pause(s);
+	snprintf(path, sizeof(path), "%s/index", dir);
+	rc = sto_index_copy(p.ix, path);
+	snprintf(path, sizeof(path), "%s/chunks", dir);
+	if (rc == 0)
+		rc = copy_dir(p.seg_dir, path, "seg-", true, &r->segments, &r->bytes);
+	sto_compact_resume(s);
+	snprintf(path, sizeof(path), "%s/wal", dir);
+	if (rc == 0 && mkdir(path, 0755) != 0)
+		rc = -errno;
+	snprintf(from, sizeof(from), "%s/FORMAT", p.dir);
+	snprintf(path, sizeof(path), "%s/FORMAT", dir);
+	if (rc == 0)
+		rc = copy_file(from, path);
+	if (rc)
+		rdb_error("admin", "backup into %s failed: %s", dir, rdb_strerror(rc));
+	else
+		rdb_info("admin", "backup into %s: index snapshot and %llu segment files "
+			 "(%llu bytes)", dir, (unsigned long long)r->segments,
+			 (unsigned long long)r->bytes);
+	return rc;
+}
+
+int sto_restore(const char *backup_dir, const char *dir)
+{
+	char a[PATH_MAX + 32], b[PATH_MAX + 32];
+	snprintf(a, sizeof(a), "%s/FORMAT", backup_dir);
+	if (access(a, R_OK) != 0) {
+		rdb_error("admin", "%s is not a rankdb backup (no FORMAT file)", backup_dir);
+		return RDB_EFORMAT;
+	}
+	int rc = fresh_dir(dir);
+	snprintf(b, sizeof(b), "%s/FORMAT", dir);
+	if (rc == 0)
+		rc = copy_file(a, b);
+	snprintf(a, sizeof(a), "%s/index", backup_dir);
+	snprintf(b, sizeof(b), "%s/index", dir);
+	if (rc == 0)
+		rc = copy_dir(a, b, "data.mdb", false, NULL, NULL);
+	snprintf(a, sizeof(a), "%s/chunks", backup_dir);
+	snprintf(b, sizeof(b), "%s/chunks", dir);
+	if (rc == 0)
+		rc = copy_dir(a, b, "seg-", false, NULL, NULL);
+	snprintf(b, sizeof(b), "%s/wal", dir);
+	if (rc == 0 && mkdir(b, 0755) != 0)
+		rc = -errno;
+	return rc;
+}

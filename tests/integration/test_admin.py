@@ -1,0 +1,236 @@
+"""Admin API and rankctl: auth + audit, stats, export, delete (kill -9),
+retention + compaction (space comes back), compaction under kill -9,
+verify (segment, WAL, LMDB damage), backup during writes + restore."""
+
+import json
+import os
+import random
+import subprocess
+import threading
+import time
+
+from harness import T0, Server, f32, segment_files, wait_until
+
+TOKEN = "s3cret-token-for-tests"
+ADMIN = ["--admin-token", TOKEN, "--max-query-points", "10000000"]
+
+
+def rankctl_bin():
+    return os.path.join(os.path.dirname(os.path.dirname(os.environ.get("RDB_BIN") or
+                                                        "build/server/rankdbd")), "tools", "rankctl")
+
+
+def rankctl(*args, check=True):
+    p = subprocess.run([rankctl_bin()] + list(args), capture_output=True, text=True, timeout=120)
+    if check:
+        assert p.returncode == 0, "rankctl %r: rc %d\n%s\n%s" % (args, p.returncode, p.stdout, p.stderr)
+    return p
+
+
+def url(s):
+    return "http://127.0.0.1:%d" % s.port
+
+
+def admin(s, method, path, token=TOKEN):
+    hdrs = {"Authorization": "Bearer " + token} if token is not None else {}
+    st, _, body = s.request(method, "/api/v1/admin/" + path, headers=hdrs)
+    return st, json.loads(body) if body else None
+
+
+def write_job(s, job, n, t0=T0, ranks=(0, 1), step0=0):
+    recs = [{"job": job, "rank": r, "step": step0 + i, "timestamp": t0 + i * 1_000_000 + r,
+             "metrics": {"loss": f32(3.0 / (1 + i)), "lr": 1e-4 * i}}
+            for i in range(n) for r in ranks]
+    for i in range(0, len(recs), 2000):
+        s.write_ok(recs[i:i + 2000])
+    return recs
+
+
+def export(s, job):
+    return rankctl("--url", url(s), "export", "--job", job).stdout
+
+
+def du(d):
+    total = 0
+    for root, _, files in os.walk(d):
+        for f in files:
+            total += os.path.getsize(os.path.join(root, f))
+    return total
+
+
+def test_auth_and_audit():
+    s = Server(["--max-query-points", "1000"]).start()
+    st, body = admin(s, "GET", "stats")
+    assert st == 403 and "admin_token" in body["error"], (st, body)
+    s.stop()
+    s = Server(ADMIN, data_dir=s.data_dir).start()
+    assert admin(s, "GET", "stats", token=None)[0] == 401
+    assert admin(s, "GET", "stats", token="wrong")[0] == 403
+    st, body = admin(s, "GET", "stats")
+    assert st == 200 and "disk" in body, body
+    assert s.get("/api/v1/jobs")[0] == 200  # other paths unaffected
+    lines = [json.loads(l) for l in open(os.path.join(s.data_dir, "audit.log"))]
+    res = [(l["action"], l["result"], l["status"]) for l in lines]
+    assert ("admin", "refused", 401) in res and ("admin", "refused", 403) in res, res
+    assert ("stats", "ok", 200) in res, res
+    assert all(l["client"].startswith("127.0.0.1:") for l in lines), lines
+    own = [l for l in s.log_text().splitlines() if not l.startswith("====")]
+    assert not any(TOKEN in l for l in own), "token logged"
+    s.stop()
+
+
+def test_stats_export_delete_kill9():
+    s = Server(ADMIN + ["--chunk-max-points", "500"]).start()
+    write_job(s, "keep", 3000)
+    write_job(s, "gone", 3000)
+    st, body = admin(s, "GET", "stats?job=keep")
+    assert st == 200 and body["jobs"][0]["series"] == 4, body
+    j = body["jobs"][0]
+    assert j["points"] + j["head_points"] == 12000, j
+    ndj = export(s, "keep").splitlines()
+    assert len(ndj) == 12000, len(ndj)
+    csv = rankctl("--url", url(s), "export", "--job", "keep", "--metric", "loss", "--format", "csv",
+                  "--step-from", "10", "--step-to", "19").stdout.splitlines()
+    assert csv[0].startswith("job,rank,metric") and len(csv) == 1 + 20, csv[:3]
+    before_keep = export(s, "keep")
+    write_job(s, "gone", 10, step0=5000)  # in the head and the WAL when deleted
+    r = rankctl("--url", url(s), "--token", TOKEN, "delete", "gone")
+    assert json.loads(r.stdout)["deleted"], r.stdout
+    s.write_ok([{"job": "gone", "rank": 0, "step": 1, "timestamp": T0, "metrics": {"again": 1.0}}])
+    s.kill9()
+    s.start()
+    jobs = [j["job"] for j in s.get_json("/api/v1/jobs")[1]["jobs"]]
+    assert "keep" in jobs, jobs
+    assert s.get_json("/api/v1/jobs/gone/metrics")[1]["metrics"] == ["again"]
+    assert export(s, "keep") == before_keep
+    s.stop()
+
+
+def test_retention_and_compaction_reclaim_space():
+    s = Server(ADMIN + ["--chunk-max-points", "1000", "--segment-max-bytes", "1M"]).start()
+    now = time.time_ns()
+    old = now - 10 * 86400 * 10**9
+    write_job(s, "old", 20000, t0=old)
+    write_job(s, "new", 20000, t0=now - 3600 * 10**9)
+    admin(s, "POST", "checkpoint")
+    size0 = du(os.path.join(s.data_dir, "chunks"))
+    before_new = export(s, "new")
+    assert admin(s, "PUT", "retention/old?seconds=86400")[0] == 200
+    st, r = admin(s, "POST", "retention/run")
+    assert st == 200 and r["points"] == 80000, r
+    assert export(s, "old") == ""
+    st, c = admin(s, "POST", "compact?min_live_pct=90")  # old and new share segments
+    assert st == 200 and c["segments"] >= 1, c
+    size1 = du(os.path.join(s.data_dir, "chunks"))
+    assert size1 < size0 * 0.7, (size0, size1)
+    assert export(s, "new") == before_new
+    s.restart()
+    assert export(s, "new") == before_new and export(s, "old") == ""
+    s.stop()
+
+
+def test_compaction_kill9_loop():
+    s = Server(ADMIN + ["--chunk-max-points", "200", "--segment-max-bytes", "1M"]).start()
+    write_job(s, "a", 15000, ranks=(0, 1, 2))
+    write_job(s, "b", 15000, ranks=(0, 1, 2))
+    admin(s, "POST", "checkpoint")
+    want = export(s, "a")
+    rankctl("--url", url(s), "--token", TOKEN, "delete", "b")
+    rng = random.Random(7)
+    for _ in range(4):
+        t = threading.Thread(target=lambda: admin(s, "POST", "compact?min_live_pct=100"))
+        t.daemon = True
+        t.start()
+        time.sleep(rng.uniform(0.0, 0.4))
+        s.kill9()
+        t.join(30)
+        s.start()
+        assert export(s, "a") == want
+    st, c = admin(s, "POST", "compact?min_live_pct=100")
+    assert st == 200, c
+    assert export(s, "a") == want
+    st, v = admin(s, "POST", "verify")
+    assert st == 200 and v["ok"], v
+    s.stop()
+
+
+def test_verify_finds_damage():
+    s = Server(ADMIN + ["--chunk-max-points", "500"]).start()
+    write_job(s, "v", 3000)
+    s.stop()
+    r = rankctl("--data-dir", s.data_dir, "verify")
+    assert '"ok":true' in r.stdout, r.stdout
+    seg = sorted(segment_files(s.data_dir))[0]
+    with open(seg, "r+b") as f:
+        f.seek(32 + 48 + 20)
+        b = f.read(1)
+        f.seek(32 + 48 + 20)
+        f.write(bytes([b[0] ^ 0xff]))
+    r = rankctl("--data-dir", s.data_dir, "verify", check=False)
+    assert r.returncode == 3 and "checksum" in r.stdout and seg in r.stdout, r.stdout
+    r = rankctl("--data-dir", s.data_dir, "verify", "--quarantine", check=False)
+    assert '"quarantined":1' in r.stdout, r.stdout
+    s.start()
+    st, _ = s.query(job="v", metric="loss,lr")[:2]
+    assert st == 200  # the damaged chunk is no longer served
+    s.write_ok([{"job": "v", "rank": 0, "step": 99999, "timestamp": T0 + 10**12,
+                 "metrics": {"loss": 1.0}}])
+    s.kill9()
+    wal = [os.path.join(s.data_dir, "wal", f) for f in os.listdir(os.path.join(s.data_dir, "wal"))]
+    wal = [w for w in wal if os.path.getsize(w) > 64][0]
+    with open(wal, "r+b") as f:
+        f.seek(32 + 16 + 3)
+        b = f.read(1)
+        f.seek(32 + 16 + 3)
+        f.write(bytes([b[0] ^ 0x55]))
+    r = rankctl("--data-dir", s.data_dir, "verify", check=False)
+    assert r.returncode == 3 and "WAL" in r.stdout, r.stdout
+    mdb = os.path.join(s.data_dir, "index", "data.mdb")
+    with open(mdb, "r+b") as f:
+        f.seek(16)
+        f.write(b"\xde\xad\xbe\xef")
+        f.seek(4096 + 16)
+        f.write(b"\xde\xad\xbe\xef")
+    r = rankctl("--data-dir", s.data_dir, "verify", check=False)
+    assert r.returncode == 3 and "cannot be opened" in r.stdout, r.stdout
+
+
+def test_backup_during_writes_restores():
+    s = Server(ADMIN + ["--chunk-max-points", "300"]).start()
+    write_job(s, "bk", 4000)
+    stop = threading.Event()
+    written = []
+
+    def writer():
+        i = 0
+        while not stop.is_set():
+            s.write_ok([{"job": "live", "rank": 0, "step": i, "timestamp": T0 + i, "metrics": {"x": i}}])
+            written.append(i)
+            i += 1
+
+    t = threading.Thread(target=writer)
+    t.start()
+    wait_until(lambda: len(written) >= 20, what="concurrent writes started")
+    bdir = os.path.join(os.path.dirname(s.data_dir), "backup1")
+    st, r = admin(s, "POST", "backup?dir=" + bdir)
+    stop.set()
+    t.join()
+    assert st == 200, r
+    want = export(s, "bk")
+    rdir = os.path.join(os.path.dirname(s.data_dir), "restored")
+    rankctl("restore", bdir, rdir)
+    r2 = Server(ADMIN, data_dir=rdir).start()
+    assert export(r2, "bk") == want
+    assert r2.get("/api/v1/jobs/live/metrics")[0] == 200
+    r2.stop()
+    s.stop()
+
+
+def test_rankctl_data_dir_refuses_locked():
+    s = Server(ADMIN).start()
+    write_job(s, "x", 10)
+    r = rankctl("--data-dir", s.data_dir, "stats", check=False)
+    assert r.returncode != 0 and "LOCK" in r.stderr, r.stderr
+    s.stop()
+    r = rankctl("--data-dir", s.data_dir, "stats")
+    assert '"job":"x"' in r.stdout, r.stdout
