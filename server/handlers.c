@@ -156,8 +156,10 @@ static void handle_write(struct srv_req *req, struct srv_resp *resp)
 	} else if (rc == RDB_ELIMIT) {
 		atomic_fetch_add(&ctx->counters.write_rejected_limit, 1);
 		srv_error(resp, 422, "this request would create more series than max_series "
-			  "(%llu) allows; nothing of it was stored",
-			  (unsigned long long)ctx->cfg->max_series);
+			  "(%llu) or max_series_per_job (%llu) allows; nothing of it was "
+			  "stored",
+			  (unsigned long long)ctx->cfg->max_series,
+			  (unsigned long long)ctx->cfg->max_series_per_job);
 	} else {
 		atomic_fetch_add(&ctx->counters.write_failed, 1);
 		srv_error(resp, 500, "storing the batch failed: %s; nothing of this request was "

@@ -196,8 +196,10 @@ static void store_failed(struct srv_ctx *ctx, struct srv_resp *resp, enum api ap
 		atomic_fetch_add(&c->write_rejected_limit, 1);
 		lp_error(resp, api, 422,
 			 "this request would create more series than max_series "
-			 "(%llu) allows; nothing of it was stored",
-			 (unsigned long long)ctx->cfg->max_series);
+			 "(%llu) or max_series_per_job (%llu) allows; nothing of it was "
+			 "stored",
+			 (unsigned long long)ctx->cfg->max_series,
+			 (unsigned long long)ctx->cfg->max_series_per_job);
 	} else if (rc == RDB_EINVAL) {
 		atomic_fetch_add(&c->write_rejected_invalid, 1);
 		lp_error(resp, api, 400,

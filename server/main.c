@@ -49,6 +49,7 @@ static int storage_options(const struct srv_config *cfg, struct sto_options *o)
 	o->segment_max_bytes = cfg->segment_max_bytes;
 	o->index_map_bytes = cfg->index_map_bytes;
 	o->max_series = cfg->max_series;
+	o->max_series_per_job = cfg->max_series_per_job;
 	return 0;
 }
 

@@ -37,6 +37,7 @@ struct sto_options {
 	uint64_t segment_max_bytes;    /* start a new segment file past this */
 	uint64_t index_map_bytes;      /* LMDB map size */
 	uint64_t max_series;           /* bound on distinct series; beyond: RDB_ELIMIT */
+	uint64_t max_series_per_job;   /* bound on one job's series; beyond: RDB_ELIMIT */
 	uint32_t batch_id_ttl_s;       /* client batch ids are remembered this long */
 };
 

@@ -119,6 +119,7 @@ struct sto {
 	pthread_mutex_t series_lock; /* the series cache */
 	struct rdb_map series_by_hash; /* key hash -> series_ent chain */
 	struct rdb_map series_by_id;   /* id -> series_ent */
+	struct rdb_map job_counts;     /* job hash -> struct job_count chain (max_series_per_job) */
 	uint64_t nseries;              /* series ever created */
 
 	/* flusher thread state (owned by it, or by open/close when it is not running) */
@@ -175,6 +176,7 @@ void sto_options_default(struct sto_options *o)
 	o->segment_max_bytes = 256ull << 20;
 	o->index_map_bytes = 16ull << 30;
 	o->max_series = 10000000;
+	o->max_series_per_job = 1000000;
 	o->batch_id_ttl_s = 7 * 86400;
 }
 
@@ -233,8 +235,69 @@ static int cache_add(struct sto *s, const struct sto_series_key *k, uint64_t h, 
 	return 0;
 }
 
+/* Series count of one job, cached for the max_series_per_job check. */
+struct job_count {
+	struct job_count *next; /* same-hash chain */
+	uint64_t hash;
+	uint64_t n;
+	char job[STO_JOB_MAX + 1];
+};
+
+static int count_series_cb(void *arg, const struct sto_series_key *k, uint64_t id)
+{
+	(void)k;
+	(void)id;
+	(*(uint64_t *)arg)++;
+	return 0;
+}
+
+/* The job's entry, counted from the index (in t) the first time. Caller
+ * holds series_lock. */
+static int job_count_get(struct sto *s, struct sto_txn *t, const char *job, struct job_count **out)
+{
+	uint64_t h = rdb_hash64(job, strlen(job), 0x10b5) | 1;
+	struct job_count *c = rdb_map_get(&s->job_counts, h);
+	for (; c; c = c->next)
+		if (strcmp(c->job, job) == 0) {
+			*out = c;
+			return 0;
+		}
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	int rc = sto_series_scan(t, job, count_series_cb, &c->n);
+	if (rc == 0) {
+		memcpy(c->job, job, strlen(job) + 1);
+		c->hash = h;
+		c->next = rdb_map_get(&s->job_counts, h);
+		rc = rdb_map_put(&s->job_counts, h, c);
+	}
+	if (rc) {
+		free(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+/* Forgets every cached count (after a job delete); recounted on demand.
+ * Caller holds series_lock. */
+static void job_counts_reset(struct sto *s)
+{
+	for (size_t i = 0; i < s->job_counts.cap; i++) {
+		struct job_count *c = s->job_counts.keys[i] ? s->job_counts.vals[i] : NULL;
+		while (c) {
+			struct job_count *next = c->next;
+			free(c);
+			c = next;
+		}
+	}
+	rdb_map_free(&s->job_counts);
+}
+
 static void cache_free(struct sto *s)
 {
+	job_counts_reset(s);
 	for (size_t i = 0; i < s->series_by_id.cap; i++)
 		if (s->series_by_id.keys[i])
 			free(s->series_by_id.vals[i]);
@@ -273,21 +336,32 @@ static int resolve_series(struct sto *s, const struct sto_batch *b, struct serie
 		bool is_new = false;
 		rc = sto_series_lookup(t, &bs->key, &id);
 		if (rc == RDB_ENOTFOUND) {
+			struct job_count *jc = NULL;
 			if (s->nseries + created >= s->opt.max_series) {
 				rc = RDB_ELIMIT;
 				break;
 			}
-			rc = sto_series_get_or_create(t, &bs->key, &id, &is_new);
+			/* counted inside this txn: includes series created just before */
+			rc = job_count_get(s, t, bs->key.job, &jc);
+			if (rc == 0 && jc->n >= s->opt.max_series_per_job)
+				rc = RDB_ELIMIT;
+			if (rc == 0)
+				rc = sto_series_get_or_create(t, &bs->key, &id, &is_new);
 			created += is_new;
+			if (rc == 0 && is_new)
+				jc->n++;
 		}
 	}
 	if (rc) {
 		sto_txn_abort(t);
+		job_counts_reset(s); /* counts may include series of the aborted txn */
 		goto out;
 	}
 	rc = sto_txn_commit(t);
-	if (rc)
+	if (rc) {
+		job_counts_reset(s);
 		goto out;
+	}
 	s->nseries += created;
 	/* Now cache them (ids are durable). A second pass reads the ids back. */
 	rc = sto_txn_begin(s->ix, false, &t);
@@ -2843,6 +2917,7 @@ static void del_head(struct sto *s, struct del_job *d)
 static void del_cache(struct sto *s, struct del_job *d)
 {
 	pthread_mutex_lock(&s->series_lock);
+	job_counts_reset(s);
 	for (size_t i = 0; i < d->series.n; i++) {
 		struct series_ent *e = rdb_map_get(&s->series_by_id, d->series.v[i].series_id);
 		if (!e)

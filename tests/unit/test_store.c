@@ -361,6 +361,41 @@ static void test_events_and_batch_ids(void)
 	sto_close(s);
 }
 
+/* max_series_per_job bounds each job on its own; the count survives a
+ * reopen (it is taken from the index). */
+static void test_series_per_job_limit(void)
+{
+	char dir[4200];
+	new_dir(dir, sizeof(dir));
+	struct sto_options o;
+	opts(&o, dir, 100);
+	o.max_series_per_job = 2;
+	struct sto *s;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	struct sto_batch *b;
+	CHECK_EQ_INT(sto_batch_new(100, 10, &b), 0);
+	sto_batch_add(b, "a", 1, 0, "x", 1, 1, 1, 0, 1);
+	sto_batch_add(b, "a", 1, 0, "y", 1, 1, 1, 0, 1);
+	CHECK_EQ_INT(sto_write(s, b), 0);
+	sto_batch_reset(b);
+	sto_batch_add(b, "b", 1, 0, "x", 1, 1, 1, 0, 1); /* another job: fine */
+	sto_batch_add(b, "a", 1, 0, "x", 1, 2, 2, 0, 1); /* existing series: fine */
+	CHECK_EQ_INT(sto_write(s, b), 0);
+	sto_batch_reset(b);
+	sto_batch_add(b, "b", 1, 0, "y", 1, 1, 1, 0, 1);
+	sto_batch_add(b, "a", 1, 1, "x", 1, 1, 1, 0, 1); /* a third series of a */
+	CHECK_EQ_INT(sto_write(s, b), RDB_ELIMIT);     /* refused whole */
+	sto_close(s);
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	CHECK_EQ_INT(sto_write(s, b), RDB_ELIMIT);
+	CHECK(series_id(s, "b", 0, "y") == 0);
+	sto_batch_reset(b);
+	sto_batch_add(b, "b", 1, 0, "y", 1, 1, 1, 0, 1);
+	CHECK_EQ_INT(sto_write(s, b), 0);
+	sto_batch_free(b);
+	sto_close(s);
+}
+
 int main(void)
 {
 	const char *tmp = getenv("RDB_TEST_TMP");
@@ -375,6 +410,7 @@ int main(void)
 	RUN(test_lock_and_format);
 	RUN(test_special_values_and_series_limit);
 	RUN(test_events_and_batch_ids);
+	RUN(test_series_per_job_limit);
 	int rc = check_summary("store");
 	if (rc == 0) {
 		char cmd[4200];
