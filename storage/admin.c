@@ -1,7 +1,7 @@
 /* admin.c - the data-lifecycle operations that work through the engine's
  * public parts rather than its internals (contract: storage/admin.h):
  * verification and quarantine, WAL checks, backup and restore. Deletion,
- * retention and compaction live at the end of store.c because they move
+ * retention and compaction live in lifecycle.c and compact.c because they move
  * head data and own the segment writer.
  *
  * Verification reads every segment file from start to end (header, then

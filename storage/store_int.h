@@ -1,0 +1,232 @@
+/* store_int.h - internal to storage/: the storage engine's private structs
+ * and the functions its files (store.c, store_write.c, store_seal.c,
+ * store_read.c, lifecycle.c, compact.c) share. Must not be included
+ * outside storage/; the engine's public face is sto.h (and admin.h).
+ *
+ * Recovery invariant: every chunk written by a generation newer than
+ * ckpt_gen has a `pending` index entry. At open, those chunks are dropped
+ * from the index and the WAL generations newer than ckpt_gen are replayed:
+ * each acknowledged point ends up in exactly one chunk, never two.
+ *
+ * Lock order: write_lock -> head_lock; LMDB write txn -> view_lock ->
+ * head_lock; view_lock -> (LMDB read txn) -> head_lock. series_lock is a
+ * leaf (never held while taking another).
+ */
+#ifndef STO_STORE_INT_H
+#define STO_STORE_INT_H
+
+#include "storage/sto.h"
+#include "common/rdb_map.h"
+#include "storage/admin.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SEAL_BUF_MAX (8u * 1024 * 1024) /* segment bytes written per seal round */
+#define HEAD_SERIES_OVERHEAD 96u
+
+/* A known series (cache entry): never freed while the store is open. */
+struct series_ent {
+	struct series_ent *next; /* same-hash chain */
+	uint64_t hash;
+	uint64_t id;
+	struct sto_series_key key;
+};
+
+struct head_series {
+	struct series_ent *ent;
+	struct sto_cols pts; /* append-only until sealed; unsorted */
+	bool queued;         /* in the size-seal queue */
+};
+
+struct head {
+	uint64_t gen;
+	struct rdb_map series; /* series id -> struct head_series * */
+	uint64_t points;
+	uint64_t bytes;
+	int64_t first_mono_ns; /* when the first point arrived; 0 if empty */
+	struct ev_head *ev;    /* logs and spans of this generation */
+};
+
+/* A client batch id seen in a generation not yet checkpointed (then it
+ * moves to LMDB) or in flight right now. */
+struct batch_ent {
+	struct batch_ent *next; /* same-hash chain */
+	uint64_t hash;
+	uint64_t gen;
+	bool done; /* false: a request with this id is being written */
+	uint64_t seen_ns;
+	size_t len;
+	char id[STO_BATCH_ID_MAX];
+};
+
+struct sto {
+	struct sto_options opt;
+	char dir[PATH_MAX];
+	char wal_dir[PATH_MAX + 8];
+	char seg_dir[PATH_MAX + 8];
+	int lock_fd;
+	struct sto_index *ix;
+	struct sto_wal *wal;
+	struct sto_seg_readers *readers;
+
+	pthread_rwlock_t write_lock; /* shared: a write; exclusive: rotation */
+	pthread_rwlock_t view_lock;  /* shared: a read snapshot; exclusive: head -> chunk */
+	pthread_mutex_t head_lock;   /* heads, their series, the seal queue */
+	struct head *active, *frozen;
+	uint64_t *seal_queue; /* series ids of active-head series that are full */
+	size_t seal_queue_n, seal_queue_cap;
+	_Atomic uint64_t head_bytes;
+
+	pthread_mutex_t batch_lock; /* batch_ids */
+	struct rdb_map batch_ids;   /* id hash -> struct batch_ent chain */
+
+	pthread_mutex_t series_lock; /* the series cache */
+	struct rdb_map series_by_hash; /* key hash -> series_ent chain */
+	struct rdb_map series_by_id;   /* id -> series_ent */
+	struct rdb_map job_counts;     /* job hash -> struct job_count chain (max_series_per_job) */
+	uint64_t nseries;              /* series ever created */
+
+	/* flusher thread state (owned by it, or by open/close when it is not running) */
+	pthread_t flusher;
+	bool flusher_running;
+	pthread_mutex_t flush_lock;
+	pthread_cond_t flush_cond; /* wakes the flusher */
+	pthread_cond_t ckpt_cond;  /* checkpoint finished */
+	bool stop, ckpt_wanted;
+	uint64_t ckpt_started, ckpt_done;
+	int ckpt_last_rc;
+	struct sto_ring *ring;
+	struct sto_seg_writer *seg;
+	uint64_t next_uid;
+	uint64_t ckpt_gen;
+
+	/* data lifecycle (lifecycle.c, compact.c) */
+	pthread_rwlock_t seg_lock;     /* shared: a segment read; exclusive: swap readers */
+	pthread_mutex_t compact_lock;  /* held by compaction; a backup pauses it */
+	_Atomic uint64_t del_epoch;    /* bumped when a job's series are deleted */
+	struct series_ent *dead_ents;  /* deleted series' cache entries, freed at close */
+	struct tomb *tombs;            /* job tombstones, for WAL replay */
+	size_t ntombs;
+	struct admin_op *ops;          /* flusher work queued by admin calls (flush_lock) */
+	struct sto_lifecycle life;
+	int64_t last_retention_mono_ns;
+
+	_Atomic bool closing;
+	_Atomic uint64_t st_points_written, st_batches_written, st_write_busy;
+	_Atomic uint64_t st_chunks, st_points_sealed, st_chunk_bytes, st_checkpoints;
+	_Atomic uint64_t st_events_written, st_event_chunks, st_batch_dups;
+};
+
+struct tomb {
+	char job[STO_JOB_MAX + 1];
+	uint64_t gen;
+};
+
+/* One series' points being sealed: a private, sorted copy of the first
+ * `taken` points of its head column. */
+struct seal_item {
+	struct head_series *hs;
+	size_t taken;
+};
+
+/* ---- shared functions (contracts: one line each) ---- */
+
+/* Every chunk of one compaction or delete: index keys to move or drop. */
+struct key_list {
+	struct sto_chunk_ref *v; /* series_id, stats.min_ts_ns, uid (+ count) used */
+	size_t n, cap;
+};
+
+struct id_list {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+struct compact_args {
+	double min_live;
+	struct sto_compact_result *r;
+};
+
+typedef int (*admin_fn)(struct sto *s, void *arg);
+
+/* ---- store_write.c ---- */
+/* Memory a head column accounts for (its capacity, not its length). */
+uint64_t sti_cols_bytes(const struct sto_cols *c);
+/* A new empty head for WAL generation gen; NULL when out of memory. */
+struct head *sti_head_new(uint64_t gen);
+/* Frees h and everything it owns; accepts NULL. */
+void sti_head_free(struct head *h);
+/* Forgets every cached per-job series count. Caller holds series_lock. */
+void sti_job_counts_reset(struct sto *s);
+/* Frees the series cache (close). */
+void sti_cache_free(struct sto *s);
+/* Resolves (creating if needed) the series of every key in b into ents[]. */
+int sti_resolve_series(struct sto *s, const struct sto_batch *b, struct series_ent **ents);
+/* Applies a durable request to head h. Caller holds write_lock shared and head_lock. */
+int sti_apply_request(struct sto *s, struct head *h, const struct sto_batch *pts,
+		      struct series_ent **ents, const struct sto_events *ev, bool queue_full);
+/* Hash of a client batch id (never 0). */
+uint64_t sti_batch_hash(const char *id, size_t len);
+/* The entry of batch id, or NULL. Caller holds batch_lock. */
+struct batch_ent *sti_batch_find(struct sto *s, const char *id, size_t len, uint64_t h);
+/* Adds batch id for generation gen; *out owned by s. Caller holds batch_lock. */
+int sti_batch_add(struct sto *s, const char *id, size_t len, uint64_t h, bool done,
+		  uint64_t gen, struct batch_ent **out);
+/* Moves the ids of generations <= gen into the index (inside txn t). */
+int sti_batch_persist(struct sto *s, struct sto_txn *t, uint64_t gen);
+/* After the checkpoint committed: forgets the ids of generations <= gen. */
+void sti_batch_forget(struct sto *s, uint64_t gen);
+/* Frees every batch id entry (close). */
+void sti_batch_free_all(struct sto *s);
+
+/* ---- store_seal.c ---- */
+/* Seals `taken` points of each item of head h into chunks. Flusher only. */
+int sti_seal_items(struct sto *s, struct head *h, struct seal_item *items, size_t nitems,
+		   bool drop_empty);
+/* Seals the full series queued by writers (size seal). Flusher only. */
+int sti_seal_full(struct sto *s);
+/* Seals every job's events of frozen head h. Flusher only. */
+int sti_seal_events(struct sto *s, struct head *h);
+
+/* ---- store.c ---- */
+/* Finishes a pending checkpoint, rotates the WAL and seals the frozen head. Flusher only. */
+int sti_checkpoint(struct sto *s);
+/* Seals s->frozen, makes it durable and records the checkpoint. Flusher only. */
+int sti_finish_checkpoint(struct sto *s);
+
+/* ---- store_read.c ---- */
+/* Reads a segment range under seg_lock (shared); -ENOENT if compacted away. */
+int sti_seg_read(struct sto *s, uint64_t id, uint64_t off, void *buf, size_t len);
+
+/* ---- lifecycle.c ---- */
+/* True when a WAL record of job (jl bytes) in generation gen is tombstoned. */
+bool sti_tomb_skips(const struct sto *s, const char *job, size_t jl, uint64_t gen);
+/* Runs the admin work queued for the flusher. Flusher only. */
+void sti_run_admin_ops(struct sto *s);
+/* Background retention and compaction when due. Flusher only. */
+void sti_lifecycle_tick(struct sto *s);
+/* Open hook: tombstones into memory, leftovers of an interrupted compaction. */
+int sti_lifecycle_open(struct sto *s);
+/* Close hook: frees deleted cache entries and tombstones. */
+void sti_lifecycle_free(struct sto *s);
+/* Runs fn(s, arg) on the flusher thread and waits for it; -ESHUTDOWN if stopped. */
+int sti_run_on_flusher(struct sto *s, admin_fn fn, void *arg);
+/* Unlinks segment id (ENOENT is fine) and fsyncs the segment directory. */
+int sti_unlink_segment(struct sto *s, uint64_t id);
+/* Unlinks the files in seg_trash and forgets them. */
+int sti_empty_trash(struct sto *s);
+/* Appends v to l; -ENOMEM leaves l as it was. */
+int sti_id_push(struct id_list *l, uint64_t v);
+/* Chunk scan callback: appends *ref to the key_list arg. */
+int sti_key_push(void *arg, const struct sto_chunk_ref *ref);
+
+/* ---- compact.c ---- */
+/* Compacts every segment below a->min_live (struct compact_args *arg). Flusher only. */
+int sti_compact_op(struct sto *s, void *arg);
+
+#endif

@@ -1,0 +1,455 @@
+/* store_seal.c - sealing: points of a head into chunks, and a head's logs
+ * and spans into event chunks (internal; store_int.h).
+ *
+ * A series whose active-head column reaches chunk_max_points is sealed
+ * early (size seal); at a checkpoint the whole frozen head is sealed
+ * (store.c). Moving points from head to chunk (index commit + head removal)
+ * happens under the exclusive view lock, so a reader sees every point
+ * exactly once.
+ *
+ * Threading: the flusher thread only (it owns the segment writer).
+ *
+ * Failure: a seal failure (segment I/O, index) is logged; the points stay
+ * in the head and the WAL, and the flusher retries.
+ */
+#include "storage/store_int.h"
+#include "common/rdb_err.h"
+#include "common/rdb_hash.h"
+#include "common/rdb_le.h"
+#include "common/rdb_log.h"
+#include "common/rdb_map.h"
+#include "common/rdb_time.h"
+#include "storage/admin.h"
+#include "storage/codec.h"
+#include "storage/evstore.h"
+#include "storage/segment.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- sealing: head -> chunks ------------------------------------------------ */
+
+struct seal_round {
+	struct rdb_buf buf;          /* framed chunk records for the segment */
+	struct rdb_buf codec;        /* scratch: one chunk's codec payload */
+	struct sto_chunk_ref *refs;  /* chunks in buf */
+	size_t nrefs, refs_cap;
+	struct sto_cols copy, piece; /* scratch */
+};
+
+static void round_free(struct seal_round *r)
+{
+	rdb_buf_free(&r->buf);
+	rdb_buf_free(&r->codec);
+	free(r->refs);
+	sto_cols_free(&r->copy);
+	sto_cols_free(&r->piece);
+}
+
+/* Makes sure a segment is open with room; rolls it past segment_max_bytes. */
+static int ensure_segment(struct sto *s)
+{
+	if (s->seg && sto_seg_size(s->seg) < s->opt.segment_max_bytes)
+		return 0;
+	if (s->seg) {
+		int rc = sto_seg_close(s->seg);
+		s->seg = NULL;
+		if (rc)
+			return rc;
+	}
+	struct sto_txn *t;
+	uint64_t id;
+	int rc = sto_txn_begin(s->ix, true, &t);
+	if (rc)
+		return rc;
+	rc = sto_meta_next(t, "next_segment_id", &id);
+	if (rc) {
+		sto_txn_abort(t);
+		return rc;
+	}
+	rc = sto_txn_commit(t);
+	if (rc == 0)
+		rc = sto_seg_create(s->seg_dir, id, s->ring, &s->seg);
+	return rc;
+}
+
+static int add_ref(struct seal_round *r, const struct sto_chunk_ref *ref)
+{
+	if (r->nrefs == r->refs_cap) {
+		size_t cap = r->refs_cap ? r->refs_cap * 2 : 256;
+		struct sto_chunk_ref *p = realloc(r->refs, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		r->refs = p;
+		r->refs_cap = cap;
+	}
+	r->refs[r->nrefs++] = *ref;
+	return 0;
+}
+
+/* Encodes points [from, from+n) of r->copy as one chunk into r->buf. */
+static int encode_piece(struct sto *s, struct seal_round *r, struct series_ent *ent,
+			uint64_t gen, size_t from, size_t n)
+{
+	struct sto_cols *p = &r->piece;
+	int rc = sto_cols_reserve(p, n);
+	if (rc)
+		return rc;
+	memcpy(p->ts_ns, r->copy.ts_ns + from, n * sizeof(int64_t));
+	memcpy(p->step, r->copy.step + from, n * sizeof(int64_t));
+	memcpy(p->attempt, r->copy.attempt + from, n * sizeof(uint32_t));
+	memcpy(p->value, r->copy.value + from, n * sizeof(uint64_t));
+	p->n = n;
+	r->codec.len = 0;
+	rc = sto_codec_encode(p, &r->codec, NULL);
+	if (rc)
+		return rc;
+	struct sto_chunk_ref ref = {0};
+	ref.series_id = ent->id;
+	ref.uid = s->next_uid++;
+	ref.segment_id = sto_seg_id(s->seg);
+	ref.offset = sto_seg_size(s->seg) + r->buf.len;
+	ref.gen = gen;
+	sto_chunk_stats_compute(p, &ref.stats);
+	size_t before = r->buf.len;
+	rc = sto_chunk_frame(&r->buf, STO_CHUNK_MAGIC, ent->id, ref.uid, gen, (uint32_t)n, r->codec.data,
+			     r->codec.len, &ent->key);
+	if (rc)
+		return rc;
+	ref.length = (uint32_t)(r->buf.len - before);
+	return add_ref(r, &ref);
+}
+
+/* Copies the first `taken` points of hs (caller holds head_lock). */
+static int copy_points(struct seal_round *r, const struct head_series *hs, size_t taken)
+{
+	r->copy.n = 0;
+	if (taken == 0)
+		return 0; /* a series emptied by size seals: nothing to copy */
+	int rc = sto_cols_reserve(&r->copy, taken);
+	if (rc)
+		return rc;
+	memcpy(r->copy.ts_ns, hs->pts.ts_ns, taken * sizeof(int64_t));
+	memcpy(r->copy.step, hs->pts.step, taken * sizeof(int64_t));
+	memcpy(r->copy.attempt, hs->pts.attempt, taken * sizeof(uint32_t));
+	memcpy(r->copy.value, hs->pts.value, taken * sizeof(uint64_t));
+	r->copy.n = taken;
+	return 0;
+}
+
+/* Drops the first `taken` points of hs; frees it if it becomes empty and
+ * drop_empty. Caller holds head_lock. */
+static void head_consume(struct sto *s, struct head *h, struct head_series *hs, size_t taken,
+			 bool drop_empty)
+{
+	size_t rest = hs->pts.n - taken;
+	memmove(hs->pts.ts_ns, hs->pts.ts_ns + taken, rest * sizeof(int64_t));
+	memmove(hs->pts.step, hs->pts.step + taken, rest * sizeof(int64_t));
+	memmove(hs->pts.attempt, hs->pts.attempt + taken, rest * sizeof(uint32_t));
+	memmove(hs->pts.value, hs->pts.value + taken, rest * sizeof(uint64_t));
+	hs->pts.n = rest;
+	h->points -= taken;
+	hs->queued = false;
+	if (rest == 0 && drop_empty) {
+		uint64_t freed = sti_cols_bytes(&hs->pts) + HEAD_SERIES_OVERHEAD;
+		rdb_map_del(&h->series, hs->ent->id);
+		sto_cols_free(&hs->pts);
+		free(hs);
+		h->bytes -= freed;
+		atomic_fetch_sub(&s->head_bytes, freed);
+	}
+}
+
+/* Writes the round's chunks to the segment, indexes them (with pending
+ * entries: they belong to a generation newer than ckpt_gen) and removes
+ * the sealed points from the head, atomically for readers. */
+static int commit_round(struct sto *s, struct head *h, struct seal_round *r,
+			struct seal_item *items, size_t nitems, bool drop_empty)
+{
+	if (r->nrefs == 0)
+		return 0;
+	int rc = sto_seg_append(s->seg, r->buf.data, r->buf.len);
+	if (rc)
+		return rc;
+	struct sto_txn *t;
+	rc = sto_txn_begin(s->ix, true, &t);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < r->nrefs && rc == 0; i++) {
+		rc = sto_chunk_put(t, &r->refs[i]);
+		if (rc == 0)
+			rc = sto_pending_add(t, r->refs[i].gen, &r->refs[i]);
+	}
+	if (rc == 0)
+		rc = sto_meta_put(t, "next_chunk_uid", s->next_uid);
+	if (rc) {
+		sto_txn_abort(t);
+		return rc;
+	}
+	pthread_rwlock_wrlock(&s->view_lock);
+	rc = sto_txn_commit(t);
+	if (rc == 0) {
+		pthread_mutex_lock(&s->head_lock);
+		for (size_t i = 0; i < nitems; i++)
+			head_consume(s, h, items[i].hs, items[i].taken, drop_empty);
+		pthread_mutex_unlock(&s->head_lock);
+	}
+	pthread_rwlock_unlock(&s->view_lock);
+	if (rc)
+		return rc;
+	uint64_t pts = 0;
+	for (size_t i = 0; i < r->nrefs; i++)
+		pts += r->refs[i].stats.count;
+	atomic_fetch_add(&s->st_chunks, r->nrefs);
+	atomic_fetch_add(&s->st_points_sealed, pts);
+	atomic_fetch_add(&s->st_chunk_bytes, r->buf.len);
+	return 0;
+}
+
+/* Seals items (series of head h) in rounds of at most SEAL_BUF_MAX bytes.
+ * For each item, `taken` points are sealed into chunks of at most
+ * chunk_max_points. Flusher thread only. */
+int sti_seal_items(struct sto *s, struct head *h, struct seal_item *items, size_t nitems,
+		   bool drop_empty)
+{
+	struct seal_round r = {0};
+	rdb_buf_init(&r.buf, SEAL_BUF_MAX + STO_CHUNK_MAX_PAYLOAD);
+	rdb_buf_init(&r.codec, STO_CHUNK_MAX_PAYLOAD);
+	int rc = 0;
+	size_t first = 0;
+	for (size_t i = 0; i < nitems && rc == 0; i++) {
+		if (!s->seg || r.buf.len == 0) {
+			rc = ensure_segment(s);
+			if (rc)
+				break;
+		}
+		pthread_mutex_lock(&s->head_lock);
+		rc = copy_points(&r, items[i].hs, items[i].taken);
+		pthread_mutex_unlock(&s->head_lock);
+		if (rc == 0)
+			rc = sto_cols_sort_by_time(&r.copy);
+		for (size_t at = 0; rc == 0 && at < items[i].taken; at += s->opt.chunk_max_points) {
+			size_t n = items[i].taken - at;
+			if (n > s->opt.chunk_max_points)
+				n = s->opt.chunk_max_points;
+			rc = encode_piece(s, &r, items[i].hs->ent, h->gen, at, n);
+		}
+		if (rc == 0 && (r.buf.len >= SEAL_BUF_MAX || i + 1 == nitems)) {
+			rc = commit_round(s, h, &r, items + first, i + 1 - first, drop_empty);
+			r.buf.len = 0;
+			r.nrefs = 0;
+			first = i + 1;
+		}
+	}
+	round_free(&r);
+	return rc;
+}
+
+/* Seals the full series queued by writers (size seal of the active head). */
+int sti_seal_full(struct sto *s)
+{
+	pthread_mutex_lock(&s->head_lock);
+	size_t n = s->seal_queue_n;
+	struct seal_item *items = calloc(n ? n : 1, sizeof(*items));
+	size_t k = 0;
+	for (size_t i = 0; items && i < n; i++) {
+		struct head_series *hs = rdb_map_get(&s->active->series, s->seal_queue[i]);
+		if (!hs || hs->pts.n < s->opt.chunk_max_points)
+			continue;
+		items[k].hs = hs;
+		items[k].taken = hs->pts.n - hs->pts.n % s->opt.chunk_max_points;
+		k++;
+	}
+	if (items)
+		s->seal_queue_n = 0;
+	struct head *h = s->active;
+	pthread_mutex_unlock(&s->head_lock);
+	if (!items)
+		return -ENOMEM;
+	/* Only the flusher removes points or rotates heads, so h and the items
+	 * stay valid while we work without the lock. */
+	int rc = sti_seal_items(s, h, items, k, false);
+	if (rc) {
+		rdb_error("store", "size seal of %zu series failed: %s; points stay in the head "
+			  "and the WAL, retrying at the next checkpoint", k, rdb_strerror(rc));
+		pthread_mutex_lock(&s->head_lock);
+		for (size_t i = 0; i < k; i++)
+			if (items[i].hs->pts.n >= items[i].taken)
+				items[i].hs->queued = false;
+		pthread_mutex_unlock(&s->head_lock);
+	}
+	free(items);
+	return rc;
+}
+
+/* ---- sealing events ------------------------------------------------------------- */
+
+struct ev_seal {
+	struct sto *s;
+	struct head *h;
+	struct sto_txn *t; /* open while a round is being built */
+	struct rdb_buf buf, payload, bloom, entry;
+	struct ev_job **jobs; /* sealed in this round, with how many events */
+	size_t *counts;
+	size_t n, cap;
+};
+
+/* Writes the round's event chunks, commits their index entries and drops
+ * the sealed events from the head, atomically for readers. */
+static int commit_events(struct ev_seal *es)
+{
+	struct sto *s = es->s;
+	struct sto_txn *t = es->t;
+	es->t = NULL;
+	if (!t)
+		return 0;
+	int rc = sto_seg_append(s->seg, es->buf.data, es->buf.len);
+	if (rc == 0)
+		rc = sto_meta_put(t, "next_chunk_uid", s->next_uid);
+	if (rc) {
+		sto_txn_abort(t);
+		return rc;
+	}
+	pthread_rwlock_wrlock(&s->view_lock);
+	rc = sto_txn_commit(t);
+	if (rc == 0) {
+		pthread_mutex_lock(&s->head_lock);
+		for (size_t i = 0; i < es->n; i++) {
+			uint64_t freed = evh_consume(es->h->ev, es->jobs[i], es->counts[i]);
+			es->h->bytes -= freed;
+			atomic_fetch_sub(&s->head_bytes, freed);
+		}
+		pthread_mutex_unlock(&s->head_lock);
+	}
+	pthread_rwlock_unlock(&s->view_lock);
+	atomic_fetch_add(&s->st_chunk_bytes, es->buf.len);
+	es->buf.len = 0;
+	es->n = 0;
+	return rc;
+}
+
+/* Encodes recs[0..k) of job j as one chunk into the round. */
+static int seal_event_chunk(struct ev_seal *es, struct ev_job *j, size_t k)
+{
+	struct sto *s = es->s;
+	struct ev_entry e;
+	int rc = evc_encode(j->recs, k, &es->payload, &e, &es->bloom);
+	if (rc)
+		return rc;
+	struct sto_series_key key = {0};
+	memcpy(key.job, j->job, strlen(j->job) + 1);
+	key.rank = STO_RANK_JOB;
+	e.uid = s->next_uid++;
+	e.segment_id = sto_seg_id(s->seg);
+	e.offset = sto_seg_size(s->seg) + es->buf.len;
+	e.gen = es->h->gen;
+	size_t before = es->buf.len;
+	rc = sto_chunk_frame(&es->buf, STO_EVCHUNK_MAGIC, 0, e.uid, e.gen, (uint32_t)k,
+			     es->payload.data, es->payload.len, &key);
+	if (rc)
+		return rc;
+	e.length = (uint32_t)(es->buf.len - before);
+	rc = eve_encode(&e, e.bloom, &es->entry);
+	if (rc == 0)
+		rc = sto_evidx_put(es->t, j->job, e.min_ts_ns, e.uid, es->entry.data, es->entry.len);
+	if (rc == 0)
+		rc = sto_evpending_add(es->t, e.gen, j->job, e.min_ts_ns, e.uid);
+	if (rc == 0)
+		atomic_fetch_add(&s->st_event_chunks, 1);
+	return rc;
+}
+
+static int round_note(struct ev_seal *es, struct ev_job *j, size_t k)
+{
+	if (es->n == es->cap) {
+		size_t cap = es->cap ? es->cap * 2 : 16;
+		struct ev_job **jj = realloc(es->jobs, cap * sizeof(*jj));
+		if (!jj)
+			return -ENOMEM;
+		es->jobs = jj;
+		size_t *cc = realloc(es->counts, cap * sizeof(*cc));
+		if (!cc)
+			return -ENOMEM;
+		es->counts = cc;
+		es->cap = cap;
+	}
+	es->jobs[es->n] = j;
+	es->counts[es->n++] = k;
+	return 0;
+}
+
+/* Seals job j chunk by chunk; rounds are committed when the buffer fills,
+ * each consuming the events it wrote (j's events stay sorted meanwhile). */
+static int seal_job_events(struct ev_seal *es, struct ev_job *j)
+{
+	evc_sort(j->recs, j->n);
+	size_t at = 0, total = j->n;
+	int rc = 0;
+	while (rc == 0 && at < total) {
+		rc = ensure_segment(es->s);
+		if (rc == 0 && !es->t)
+			rc = sto_txn_begin(es->s->ix, true, &es->t);
+		/* Consumed rounds shift j's array: chunk from its current start. */
+		size_t k = rc == 0 ? evc_chunk_len(j->recs, 0, j->n) : 0;
+		if (rc == 0)
+			rc = seal_event_chunk(es, j, k);
+		if (rc == 0)
+			rc = round_note(es, j, k);
+		at += k;
+		bool last = at >= total;
+		if (rc == 0 && (es->buf.len >= SEAL_BUF_MAX || !last))
+			rc = commit_events(es);
+	}
+	return rc;
+}
+
+static int collect_job(void *arg, struct ev_job *j)
+{
+	struct ev_seal *es = arg;
+	return round_note(es, j, 0);
+}
+
+/* Seals every job's events of head h (frozen: no writer touches it). */
+int sti_seal_events(struct sto *s, struct head *h)
+{
+	if (h->ev->events == 0)
+		return 0;
+	struct ev_seal es = {.s = s, .h = h};
+	rdb_buf_init(&es.buf, SEAL_BUF_MAX + 2 * STO_EVCHUNK_MAX_RAW);
+	rdb_buf_init(&es.payload, 2 * STO_EVCHUNK_MAX_RAW + STO_EVCHUNK_MAX_EVENTS * 64);
+	rdb_buf_init(&es.bloom, 1u << 17);
+	rdb_buf_init(&es.entry, 1u << 17);
+	int rc = evh_each(h->ev, collect_job, &es); /* the job list, before any drop */
+	size_t njobs = es.n;
+	struct ev_job **jobs = malloc((njobs ? njobs : 1) * sizeof(*jobs));
+	if (!jobs)
+		rc = -ENOMEM;
+	if (rc == 0)
+		memcpy(jobs, es.jobs, njobs * sizeof(*jobs));
+	es.n = 0;
+	for (size_t i = 0; rc == 0 && i < njobs; i++)
+		rc = seal_job_events(&es, jobs[i]);
+	if (rc == 0)
+		rc = commit_events(&es);
+	if (es.t)
+		sto_txn_abort(es.t);
+	free(jobs);
+	free(es.jobs);
+	free(es.counts);
+	rdb_buf_free(&es.buf);
+	rdb_buf_free(&es.payload);
+	rdb_buf_free(&es.bloom);
+	rdb_buf_free(&es.entry);
+	return rc;
+}
+
