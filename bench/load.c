@@ -24,6 +24,14 @@
  * --format lp sends InfluxDB line protocol (text/plain), one line per record;
  * give the peer's write path with --path (e.g. "/write?precision=ns").
  *
+ * --udp sends the same workload as UDP datagrams instead (udp.h): line
+ * protocol by default (--format lp; ndjson also works, json does not), whole
+ * lines packed into datagrams of at most --datagram-bytes (8192), from
+ * --connections sender threads, unpaced or paced to --rate points/s. It
+ * prints datagrams, points and bytes handed to the kernel, seconds and
+ * points/s offered; what the server stored is for the caller to read from
+ * its /metrics (bench/run.sh --udp does). Exit 1 if any send() failed.
+ *
  * --sink starts an in-process discard HTTP server (http.h) on a free loopback
  * port and loads that instead: the loader's own ceiling on this machine.
  * The sink shares the CPUs with the loader, so the ceiling is conservative.
@@ -34,6 +42,7 @@
  */
 #include "bench/gen.h"
 #include "bench/http.h"
+#include "bench/udp.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -64,6 +73,10 @@ struct opts {
 	uint16_t port;
 	const char *path;
 	int sink;
+	int udp;		 /* send UDP datagrams instead of HTTP bodies */
+	int fmt_given;		 /* --format was on the command line */
+	uint32_t datagram_bytes; /* UDP payload bound */
+	uint64_t rate;		 /* UDP points/s, 0 = unpaced */
 };
 
 struct body {
@@ -112,7 +125,10 @@ static void usage(FILE *f)
 	      "                [--seed N] [--format json|ndjson|lp] [--batch-records N]\n"
 	      "                [--ranks-per-body K] [--connections C] [--host 127.0.0.1]\n"
 	      "                [--port P | --sink] [--path /api/v1/write] [--max-retries N]\n"
-	      "                [--timeout-s N] [--repeat N]\n",
+	      "                [--timeout-s N] [--repeat N]\n"
+	      "       rdb-load [workload options] --udp --port P [--host 127.0.0.1]\n"
+	      "                [--format lp|ndjson] [--datagram-bytes 8192] [--connections C]\n"
+	      "                [--rate POINTS_PER_S]\n",
 	      f);
 }
 
@@ -139,6 +155,8 @@ static int opt_workload(struct opts *o, const char *f, const char *v)
 		return opt_u32(f, v, 1, 1u << 30, &o->g.steps);
 	if (strcmp(f, "--seed") == 0)
 		return gen_parse_u64(v, UINT64_MAX, &o->g.seed);
+	if (strcmp(f, "--format") == 0)
+		o->fmt_given = 1;
 	if (strcmp(f, "--format") == 0 && strcmp(v, "json") == 0)
 		o->fmt = GEN_JSON;
 	else if (strcmp(f, "--format") == 0 && strcmp(v, "ndjson") == 0)
@@ -169,6 +187,10 @@ static int opt_one(struct opts *o, const char *f, const char *v)
 		return opt_u32(f, v, 1, 3600, &o->timeout_s);
 	if (strcmp(f, "--repeat") == 0)
 		return opt_u32(f, v, 1, 100000, &o->repeat);
+	if (strcmp(f, "--datagram-bytes") == 0)
+		return opt_u32(f, v, 64, 65507, &o->datagram_bytes);
+	if (strcmp(f, "--rate") == 0)
+		return gen_parse_u64(v, UINT64_MAX / 2, &o->rate);
 	if (strcmp(f, "--port") == 0) {
 		rc = opt_u32(f, v, 1, 65535, &port);
 		o->port = (uint16_t)port;
@@ -203,6 +225,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			o->sink = 1;
 			continue;
 		}
+		if (strcmp(argv[i], "--udp") == 0) {
+			o->udp = 1;
+			continue;
+		}
 		if (i + 1 >= argc) {
 			fprintf(stderr, "rdb-load: %s needs a value\n", argv[i]);
 			return -EINVAL;
@@ -215,6 +241,13 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	}
 	if (!o->sink && o->port == 0) {
 		fprintf(stderr, "rdb-load: give --port P or --sink\n");
+		return -EINVAL;
+	}
+	if (o->udp && !o->fmt_given)
+		o->fmt = GEN_LP;
+	if (o->udp && (o->sink || o->fmt == GEN_JSON || o->repeat != 1)) {
+		fprintf(stderr, "rdb-load: --udp takes --format lp or ndjson, and no --sink "
+				"or --repeat\n");
 		return -EINVAL;
 	}
 	return 0;
@@ -526,9 +559,18 @@ static void print_workload(const struct run *run, double gen_s)
 	       run->p->n, run->p->steps_per_body,
 	       o->ranks_per_body < o->g.ranks ? o->ranks_per_body : o->g.ranks,
 	       format_name(o->fmt), (double)bytes / 1e6, gen_s);
-	printf("target       http://%s:%u%s%s, %u connections, each body sent %u time(s)\n",
-	       o->host, o->port, o->path, o->sink ? " (in-process discard sink)" : "",
-	       o->connections, o->repeat);
+	if (o->udp)
+		printf("target       udp://%s:%u, %u sender threads, datagrams <= %u bytes, "
+		       "rate %s\n",
+		       o->host, o->port, o->connections, o->datagram_bytes,
+		       o->rate ? "paced (see below)" : "unpaced");
+	else
+		printf("target       http://%s:%u%s%s, %u connections, each body sent %u "
+		       "time(s)\n",
+		       o->host, o->port, o->path, o->sink ? " (in-process discard sink)" : "",
+		       o->connections, o->repeat);
+	if (o->udp && o->rate)
+		printf("rate         %" PRIu64 " points/s\n", o->rate);
 	fflush(stdout);
 }
 
@@ -555,6 +597,52 @@ static int setup(struct run *run, struct plan *p)
 	return 0;
 }
 
+/* Concatenates the bodies (freeing them) and sends them as datagrams. */
+static int run_udp(struct run *run, struct plan *p)
+{
+	const struct opts *o = run->o;
+	struct udp_load_opts uo = {.host = o->host,
+				   .port = o->port,
+				   .datagram_bytes = o->datagram_bytes,
+				   .senders = o->connections,
+				   .rate = o->rate,
+				   .metrics = o->g.metrics};
+	struct udp_load_result r;
+	size_t len = 0;
+	char *text;
+	int rc;
+
+	for (size_t i = 0; i < p->n; i++)
+		len += p->bodies[i].len;
+	text = malloc(len ? len : 1);
+	if (!text)
+		return -ENOMEM;
+	len = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		memcpy(text + len, p->bodies[i].data, p->bodies[i].len);
+		len += p->bodies[i].len;
+		free(p->bodies[i].data);
+		p->bodies[i].data = NULL;
+	}
+	rc = udp_load(text, len, &uo, &r);
+	free(text);
+	if (rc)
+		return rc;
+	double pps = r.seconds > 0 ? (double)r.points / r.seconds : 0.0;
+	printf("datagrams    %" PRIu64 " sent of %zu (%" PRIu64 " send errors)\n", r.datagrams,
+	       r.planned, r.send_errors);
+	printf("points       %" PRIu64 " sent (%" PRIu64 " lines, %" PRIu64 " bytes)\n", r.points,
+	       r.lines, r.bytes);
+	printf("seconds      %.4f\n", r.seconds);
+	printf("points/s     %.0f offered\n", pps);
+	printf("result udp=1 datagrams=%" PRIu64 " planned=%zu send_errors=%" PRIu64
+	       " points=%" PRIu64 " lines=%" PRIu64 " bytes=%" PRIu64
+	       " seconds=%.4f points_per_s=%.0f rate=%" PRIu64 "\n",
+	       r.datagrams, r.planned, r.send_errors, r.points, r.lines, r.bytes, r.seconds, pps,
+	       o->rate);
+	return r.send_errors ? 1 : 0;
+}
+
 static void check_sink(const struct run *run, struct http_sink *sink)
 {
 	uint64_t reqs = 0, bytes = 0;
@@ -577,7 +665,8 @@ int main(int argc, char **argv)
 			 .timeout_s = 120,
 			 .repeat = 1,
 			 .host = "127.0.0.1",
-			 .path = "/api/v1/write"};
+			 .path = "/api/v1/write",
+			 .datagram_bytes = 8192};
 	struct run run = {.o = &o};
 	struct plan p = {0};
 	struct http_sink *sink = NULL;
@@ -599,6 +688,17 @@ int main(int argc, char **argv)
 	ws = calloc(o.connections, sizeof(*ws));
 	if (!ws || setup(&run, &p))
 		return 2;
+	if (o.udp) {
+		int rc = run_udp(&run, &p);
+
+		if (rc < 0)
+			fprintf(stderr, "rdb-load: UDP load failed: %s\n", strerror(-rc));
+		plan_free(&p);
+		gen_destroy(run.g);
+		free(run.latency_ms);
+		free(ws);
+		return rc < 0 ? 2 : rc;
+	}
 	secs = load(&run, ws);
 	if (secs < 0)
 		return 2;
