@@ -73,17 +73,6 @@ static int bad(struct evparams *p, const char *fmt, ...)
 	return RDB_EINVAL;
 }
 
-static int parse_i64(const char *s, int64_t *out)
-{
-	char *end;
-	errno = 0;
-	long long v = strtoll(s, &end, 10);
-	if (errno || end == s || *end)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
 static int add_ranks(struct evparams *p, const char *val)
 {
 	size_t len = strlen(val);
@@ -101,7 +90,7 @@ static int add_ranks(struct evparams *p, const char *val)
 			continue;
 		if (strcmp(tok, "job") == 0)
 			r = STO_RANK_JOB;
-		else if (parse_i64(tok, &r) || r < 0 || r > STO_RANK_MAX)
+		else if (srv_parse_i64(tok, &r) || r < 0 || r > STO_RANK_MAX)
 			return bad(p, "parameter rank: a rank is an integer >= 0 or \"job\", got "
 				   "'%.32s'", tok);
 		if (p->nranks == MAX_RANKS)
@@ -150,7 +139,7 @@ static int parse_number(struct evparams *p, enum param k, const char *val)
 	}
 	if (k == P_BEFORE || k == P_AFTER)
 		max = QRY_LOGS_LIMIT_MAX;
-	if (parse_i64(val, &v) || v < min || v > max) {
+	if (srv_parse_i64(val, &v) || v < min || v > max) {
 		char range[64] = "";
 		if (max != INT64_MAX)
 			snprintf(range, sizeof(range), " in %lld..%lld", (long long)min,

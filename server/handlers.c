@@ -10,6 +10,14 @@
  *   GET  /api/v1/jobs/<job>/ranks      a job's ranks
  *   GET  /api/v1/query/range           raw points by time and/or step range
  *
+ * and, through the feature modules' route hooks (tried first, in order):
+ *   ingest_routes.c  POST /write, /api/v2/write (InfluxDB line protocol)
+ *   grafana.c        /grafana/... (Grafana JSON datasource)
+ *   admin_routes.c   /api/v1/admin/... (token-protected, audited)
+ *   events_routes.c  GET /api/v1/logs, /api/v1/logs/around, /api/v1/spans
+ *   query_routes.c   GET /api/v1/query/downsample|crossrank|outliers,
+ *                    PUT/GET /api/v1/jobs/<job>/meta
+ *
  * Errors are JSON {"error": "..."} with the status that says whose fault it
  * is: 4xx for the client (with what to change), 5xx for the server, 503 +
  * Retry-After when saturated. Repeating client errors are logged
@@ -173,7 +181,7 @@ out:
 
 /* ---- query parameters -------------------------------------------------------- */
 
-static int parse_i64(const char *s, int64_t *out)
+int srv_parse_i64(const char *s, int64_t *out)
 {
 	char *end;
 	errno = 0;
@@ -230,7 +238,7 @@ static int split_list(struct range_params *p, const char *val, bool metric, char
 		int64_t r;
 		if (strcmp(tok, "job") == 0) {
 			r = STO_RANK_JOB;
-		} else if (parse_i64(tok, &r) || r < 0 || r > STO_RANK_MAX) {
+		} else if (srv_parse_i64(tok, &r) || r < 0 || r > STO_RANK_MAX) {
 			snprintf(why, whylen, "rank must be an integer >= 0 or \"job\", got '%.32s'",
 				 tok);
 			rc = -EINVAL;
@@ -282,7 +290,7 @@ static int parse_range(const struct srv_req *req, struct range_params *p, char *
 				 "from, to, step_from, step_to)", k);
 			return -EINVAL;
 		}
-		if (num && parse_i64(v, num)) {
+		if (num && srv_parse_i64(v, num)) {
 			snprintf(why, whylen, "parameter %s must be an integer (%s), got '%.64s'", k,
 				 k[0] == 's' ? "a training step" : "nanoseconds since the epoch", v);
 			return -EINVAL;

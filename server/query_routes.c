@@ -79,17 +79,6 @@ static int bad(struct qparams *p, const char *fmt, ...)
 	return RDB_EINVAL;
 }
 
-static int parse_i64(const char *s, int64_t *out)
-{
-	char *end;
-	errno = 0;
-	long long v = strtoll(s, &end, 10);
-	if (errno || end == s || *end)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
 /* Splits a copy of val at commas; empty tokens are skipped. */
 static int tokens(struct qparams *p, const char *val, char **out, size_t max, size_t *n)
 {
@@ -136,7 +125,7 @@ static int add_ranks(struct qparams *p, const char *key, const char *val)
 		int64_t r;
 		if (strcmp(tok[i], "job") == 0)
 			r = STO_RANK_JOB;
-		else if (parse_i64(tok[i], &r) || r < 0 || r > STO_RANK_MAX)
+		else if (srv_parse_i64(tok[i], &r) || r < 0 || r > STO_RANK_MAX)
 			return bad(p, "parameter %s: a rank is an integer >= 0 or \"job\", got "
 				   "'%.32s'", key, tok[i]);
 		p->ranks[p->nranks++] = (uint32_t)r;
@@ -212,7 +201,7 @@ static int parse_attempt(struct qparams *p, const char *key, const char *val)
 		p->spec.attempt = QRY_ATTEMPT_LATEST;
 	else if (strcmp(val, "all") == 0)
 		p->spec.attempt = QRY_ATTEMPT_ALL;
-	else if (parse_i64(val, &a) == 0 && a >= 0 && a <= UINT32_MAX)
+	else if (srv_parse_i64(val, &a) == 0 && a >= 0 && a <= UINT32_MAX)
 		p->spec.attempt = a;
 	else
 		return bad(p, "parameter %s must be \"latest\", \"all\" or an attempt number "
@@ -238,7 +227,7 @@ static int parse_number(struct qparams *p, enum param k, const char *val)
 	case P_POINTS: dst = &v; min = 1; max = QRY_MAX_BUCKETS; break;
 	default: return 0;
 	}
-	if (parse_i64(val, &v) || v < min || v > max) {
+	if (srv_parse_i64(val, &v) || v < min || v > max) {
 		snprintf(p->why, sizeof(p->why), "parameter %s must be an integer%s%s, got '%.64s'",
 			 param_names[k], min == 1 ? " >= 1" : min == 0 ? " >= 0" : "",
 			 max == INT64_MAX ? "" : max == 100000 ? " and <= 100000" : " and <= 1000000",

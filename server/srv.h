@@ -108,6 +108,9 @@ int srv_req_batch_id(const struct srv_req *req, const char **id, size_t *len, ch
  * JSON error response. */
 void srv_dispatch(struct srv_req *req, struct srv_resp *resp);
 
+/* Parses a whole decimal int64 query parameter. 0 or -EINVAL. */
+int srv_parse_i64(const char *s, int64_t *out);
+
 /* Sets resp to status with body {"error": msg}. */
 void srv_error(struct srv_resp *resp, int status, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -818,14 +818,16 @@ out:
 	return ret;
 }
 
-/* Deletes pending entries with lo <= gen <= hi. Re-seeks after each delete
+/* Deletes the entries of a generation-keyed db (pending, evpending: keys
+ * start with gen be64) with lo <= gen <= hi. Re-seeks after each delete
  * rather than relying on cursor position after mdb_cursor_del. */
-static int pending_delete_range(struct sto_txn *t, uint64_t lo, uint64_t hi)
+static int gen_delete_range(struct sto_txn *t, MDB_dbi dbi, const char *what, uint64_t lo,
+			    uint64_t hi)
 {
 	uint8_t seek[8];
 	MDB_cursor *cur = NULL;
 	MDB_val k, v;
-	int ret = cursor_open(t, t->ix->pending, &cur);
+	int ret = cursor_open(t, dbi, &cur);
 
 	if (ret != 0)
 		return ret;
@@ -835,12 +837,12 @@ static int pending_delete_range(struct sto_txn *t, uint64_t lo, uint64_t hi)
 		if (ret != 0)
 			break;
 		if (k.mv_size < 8) {
-			ret = corrupt(t, "pending key", k.mv_size);
+			ret = corrupt(t, what, k.mv_size);
 			break;
 		}
 		if (rdb_get_be64(k.mv_data) > hi)
 			break;
-		ret = ix_err(t->ix, mdb_cursor_del(cur, 0), "pending delete");
+		ret = ix_err(t->ix, mdb_cursor_del(cur, 0), what);
 		if (ret != 0)
 			break;
 	}
@@ -851,14 +853,14 @@ static int pending_delete_range(struct sto_txn *t, uint64_t lo, uint64_t hi)
 
 int sto_pending_clear(struct sto_txn *t, uint64_t upto_gen)
 {
-	return pending_delete_range(t, 0, upto_gen);
+	return gen_delete_range(t, t->ix->pending, "pending key", 0, upto_gen);
 }
 
 int sto_pending_drop_after(struct sto_txn *t, uint64_t after_gen)
 {
 	if (after_gen == UINT64_MAX)
 		return 0;
-	return pending_delete_range(t, after_gen + 1, UINT64_MAX);
+	return gen_delete_range(t, t->ix->pending, "pending key", after_gen + 1, UINT64_MAX);
 }
 
 /* ---- event chunks ------------------------------------------------------------
@@ -981,41 +983,17 @@ out:
 	return ret;
 }
 
-/* Deletes evpending entries with lo <= gen <= hi. */
-static int evpending_delete_range(struct sto_txn *t, uint64_t lo, uint64_t hi)
-{
-	uint8_t seek[8];
-	MDB_cursor *cur = NULL;
-	MDB_val k, v;
-	int ret = cursor_open(t, t->ix->evpending, &cur);
-	if (ret != 0)
-		return ret;
-	rdb_put_be64(seek, lo);
-	for (;;) {
-		ret = cursor_seek(t, cur, seek, sizeof(seek), &k, &v);
-		if (ret != 0)
-			break;
-		if (k.mv_size < 8 || rdb_get_be64(k.mv_data) > hi)
-			break;
-		ret = ix_err(t->ix, mdb_cursor_del(cur, 0), "event pending delete");
-		if (ret != 0)
-			break;
-	}
-	ret = ret == RDB_ENOTFOUND ? 0 : ret;
-	mdb_cursor_close(cur);
-	return ret;
-}
-
 int sto_evpending_clear(struct sto_txn *t, uint64_t upto_gen)
 {
-	return evpending_delete_range(t, 0, upto_gen);
+	return gen_delete_range(t, t->ix->evpending, "event pending key", 0, upto_gen);
 }
 
 int sto_evpending_drop_after(struct sto_txn *t, uint64_t after_gen)
 {
 	if (after_gen == UINT64_MAX)
 		return 0;
-	return evpending_delete_range(t, after_gen + 1, UINT64_MAX);
+	return gen_delete_range(t, t->ix->evpending, "event pending key", after_gen + 1,
+				UINT64_MAX);
 }
 
 /* ---- client batch ids ----------------------------------------------------------
