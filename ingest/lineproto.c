@@ -1,5 +1,6 @@
 /* lineproto.c - the InfluxDB line protocol parser and its mapping onto
- * rankdb's model (ingest/lp.h).
+ * rankdb's model (ingest/lp.h). rankdb_log and rankdb_span lines are mapped
+ * in lp_events.c; lp_int.h holds the state the two files share.
  *
  * Grammar (as InfluxDB 1.8/2.x parse it; "sp" is 1*( ' ' | '\t' ), and the
  * one after the tag set starts with ' ' since names end only at ' ' or ','):
@@ -51,15 +52,7 @@
  * metrics. '.' stays literal: it is the hierarchy separator, so "gpu temp=1"
  * and "gpu.temp value=1" are the same metric, deliberately (and the same as
  * JSON "gpu.temp"). A name over STO_METRIC_MAX bytes is a line error.
- * rankdb_log: tag level (sto_level_parse, default info), string field
- * message; the other fields and the tags other than job/rank/level form the
- * fields object: keys sorted, strings JSON-escaped, integers as decimal
- * integers, floats as written when that is JSON (else the shortest
- * round-trip form), booleans true/false; a field named like a tag is an
- * error. rankdb_span: tag name (1..STO_SPAN_NAME_MAX bytes), fields step
- * and duration_ns (integers >= 0) required, attempt optional; other tags
- * are ignored (Telegraf adds global tags), other fields are an error. Text
- * (message, span name, strings and keys of the fields object) must be UTF-8.
+ * Measurements rankdb_log and rankdb_span are events: lp_events.c.
  *
  * Invariants: each line is parsed completely (syntax, limits, mapping, name
  * lengths) before anything is added, so a bad line adds nothing. The cursor
@@ -78,7 +71,7 @@
  * or ev is full, parsing stops with RDB_ELIMIT and an error naming that
  * line (whose points may be partly in b: the caller rejects the request).
  */
-#include "ingest/lp.h"
+#include "ingest/lp_int.h"
 #include "common/rdb_err.h"
 #include "storage/format.h"
 #include "storage/series.h"
@@ -92,89 +85,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define INLINE_TAGS   16   /* extra tags per line held without allocating */
-#define INLINE_FIELDS 64   /* fields per line held without allocating */
-#define NUMBER_MAX    1100 /* longest float literal (exact denormals need ~770) */
-#define ECHO_MAX      64   /* characters of input echoed into a message */
-#define ECHO_BUF      (ECHO_MAX + 4)
-#define DUP_BITS      512 /* bitmap that screens field keys for duplicates */
-
-enum lp_kind { K_METRICS, K_LOG, K_SPAN };
-enum vtype { V_FLOAT, V_INT, V_UINT, V_BOOL, V_STR };
-
-struct span {
-	const char *p;
-	size_t len;
-};
-
-struct lp_tag {
-	struct span key, val; /* unescaped */
-};
-
-struct lp_field {
-	struct span key; /* unescaped */
-	struct span raw; /* the value as written; strings: between the quotes, escaped */
-	uint8_t type;	 /* enum vtype */
-	bool dead;	 /* a later field has the same key */
-	bool used;	 /* consumed by the mapping (step, attempt, message, duration_ns) */
-	bool str_esc;	 /* string value holds a backslash */
-	size_t name_len; /* bytes this field adds to the metric name */
-	union {
-		double f;
-		int64_t i;
-		uint64_t u;
-		bool b;
-	} v;
-};
-
-/* One entry of a log line's fields object: an extra tag or a field. */
-struct lp_item {
-	struct span key;
-	const struct lp_tag *tag;
-	const struct lp_field *field;
-};
-
-/* A field and its position, sorted by (key, position) on long lines. */
-struct dup_ent {
-	const struct lp_field *f;
-	size_t idx;
-};
-
-struct lp {
-	const struct ing_lp_options *opt;
-	struct sto_batch *b;
-	struct sto_events *ev;
-	struct ing_lp_result *res;
-	/* the current line */
-	const char *line, *p, *eol;
-	long lineno, record;
-	enum lp_kind kind;
-	struct span meas;
-	struct span job, special; /* special: level (logs) or name (spans) tag */
-	bool has_job, has_rank, has_special, has_step;
-	uint32_t rank, attempt;
-	int64_t step, ts_ns;
-	size_t ntags_seen;
-	struct lp_tag *tags; /* extra tags: not job, rank, special */
-	size_t ntags, tags_cap;
-	struct lp_field *fields;
-	size_t nfields, fields_cap;
-	/* scratch reused by every line */
-	char *arena; /* unescaped bytes of this line */
-	size_t arena_len, arena_cap;
-	struct dup_ent *dups; /* duplicate detection on lines of many fields */
-	size_t dups_cap;
-	struct lp_item *items; /* fields object entries of a log line */
-	size_t items_cap;
-	struct rdb_buf json; /* fields object of a log line */
-	uint64_t dup_bits[DUP_BITS / 64];
-	size_t suffix_len;
-	char name[STO_METRIC_MAX + 1];
-	char suffix[STO_METRIC_MAX + 1];
-	struct lp_tag tags_inline[INLINE_TAGS];
-	struct lp_field fields_inline[INLINE_FIELDS];
-};
 
 void ing_lp_options_default(struct ing_lp_options *o)
 {
@@ -218,7 +128,7 @@ int ing_lp_precision(const char *s, int64_t *precision_ns)
 
 /* Writes s (n bytes) as printable ASCII, others as \xHH, in at most max
  * output characters, then "..." when cut. out has room for max + 4 bytes. */
-static const char *echo(char *out, const char *s, size_t n, size_t max)
+const char *ilp_echo(char *out, const char *s, size_t n, size_t max)
 {
 	static const char hex[] = "0123456789abcdef";
 	size_t o = 0, i = 0;
@@ -259,10 +169,7 @@ static struct ing_error *next_error(struct lp *ps)
 
 /* Records an error about the current line (field may be {NULL, 0}) and
  * returns rc. */
-static int fail(struct lp *ps, int rc, struct span field, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(struct lp *ps, int rc, struct span field, const char *fmt, ...)
+int ilp_fail(struct lp *ps, int rc, struct span field, const char *fmt, ...)
 {
 	struct ing_error *e = next_error(ps);
 	if (!e)
@@ -270,7 +177,7 @@ static int fail(struct lp *ps, int rc, struct span field, const char *fmt, ...)
 	char tmp[ECHO_BUF];
 	if (field.len)
 		snprintf(e->field, sizeof(e->field), "%s",
-			 echo(tmp, field.p, field.len, sizeof(e->field) - 4));
+			 ilp_echo(tmp, field.p, field.len, sizeof(e->field) - 4));
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
@@ -278,23 +185,21 @@ static int fail(struct lp *ps, int rc, struct span field, const char *fmt, ...)
 	return rc;
 }
 
-static const struct span NOFIELD = {NULL, 0};
-
 /* ---- small helpers -------------------------------------------------------- */
 
-static bool is_digit(char c)
+bool ilp_is_digit(char c)
 {
 	return c >= '0' && c <= '9';
 }
 
-static bool span_is(struct span s, const char *lit, size_t lit_len)
+bool ilp_span_is(struct span s, const char *lit, size_t lit_len)
 {
 	return s.len == lit_len && memcmp(s.p, lit, lit_len) == 0;
 }
 
-#define SPAN_IS(s, lit) span_is((s), (lit), sizeof(lit) - 1)
+#define SPAN_IS(s, lit) ilp_span_is((s), (lit), sizeof(lit) - 1)
 
-static int span_cmp(struct span a, struct span b)
+int ilp_span_cmp(struct span a, struct span b)
 {
 	int c = memcmp(a.p, b.p, a.len < b.len ? a.len : b.len);
 	if (c)
@@ -336,7 +241,7 @@ static char *pct_put(char *dst, struct span s)
 }
 
 /* Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF). */
-static bool utf8_valid(const char *s, size_t n)
+bool ilp_utf8_valid(const char *s, size_t n)
 {
 	const unsigned char *p = (const unsigned char *)s, *end = p + n;
 	while (p < end) {
@@ -409,7 +314,7 @@ static int grow(void **tab, size_t *cap, size_t sz, void *inline_tab, size_t max
 /* ---- lexing --------------------------------------------------------------- */
 
 /* Removes the backslash of "\c" for c in unesc, into the arena. */
-static int unescape(struct lp *ps, struct span *s, const char *unesc)
+int ilp_unescape(struct lp *ps, struct span *s, const char *unesc)
 {
 	int rc = arena_ready(ps);
 	if (rc)
@@ -448,7 +353,7 @@ static int scan_name(struct lp *ps, bool key, struct span *out)
 	out->len = (size_t)(p - s);
 	if (!esc)
 		return 0;
-	return unescape(ps, out, key ? ", =" : ", ");
+	return ilp_unescape(ps, out, key ? ", =" : ", ");
 }
 
 static void skip_blanks(struct lp *ps)
@@ -464,10 +369,10 @@ static bool float_syntax(const char *t, size_t n)
 	size_t i = 0, digits = 0;
 	if (i < n && t[i] == '-')
 		i++;
-	for (; i < n && is_digit(t[i]); i++)
+	for (; i < n && ilp_is_digit(t[i]); i++)
 		digits++;
 	if (i < n && t[i] == '.')
-		for (i++; i < n && is_digit(t[i]); i++)
+		for (i++; i < n && ilp_is_digit(t[i]); i++)
 			digits++;
 	if (digits == 0)
 		return false;
@@ -476,7 +381,7 @@ static bool float_syntax(const char *t, size_t n)
 		if (i < n && (t[i] == '+' || t[i] == '-'))
 			i++;
 		size_t e = 0;
-		for (; i < n && is_digit(t[i]); i++)
+		for (; i < n && ilp_is_digit(t[i]); i++)
 			e++;
 		if (e == 0)
 			return false;
@@ -500,7 +405,7 @@ static bool fast_float(const char *t, size_t n, double *out)
 	bool frac = false;
 	if (neg)
 		i++;
-	for (; i < n && (is_digit(t[i]) || t[i] == '.'); i++) {
+	for (; i < n && (ilp_is_digit(t[i]) || t[i] == '.'); i++) {
 		if (t[i] == '.') {
 			frac = true;
 			continue;
@@ -557,7 +462,7 @@ static bool all_digits(const char *t, size_t n)
 	if (n == 0)
 		return false;
 	for (size_t i = 0; i < n; i++)
-		if (!is_digit(t[i]))
+		if (!ilp_is_digit(t[i]))
 			return false;
 	return true;
 }
@@ -606,15 +511,15 @@ static int convert_float(struct lp *ps, struct lp_field *f, const char *t, size_
 	if (fast_float(t, n, &f->v.f))
 		return 0;
 	if (n > NUMBER_MAX)
-		return fail(ps, RDB_EINVAL, f->key, "number literal longer than %d characters",
-			    NUMBER_MAX);
+		return ilp_fail(ps, RDB_EINVAL, f->key, "number literal longer than %d characters",
+				NUMBER_MAX);
 	char buf[NUMBER_MAX + 1];
 	memcpy(buf, t, n);
 	buf[n] = 0;
 	double d = strtod(buf, NULL);
 	if (isinf(d))
-		return fail(ps, RDB_EINVAL, f->key, "float %s is out of range",
-			    echo(tmp, t, n, ECHO_MAX));
+		return ilp_fail(ps, RDB_EINVAL, f->key, "float %s is out of range",
+				ilp_echo(tmp, t, n, ECHO_MAX));
 	f->v.f = d;
 	return 0;
 }
@@ -631,32 +536,33 @@ static int classify(struct lp *ps, struct lp_field *f, const char *t, size_t n)
 		rc = parse_i64(t, n - 1, &f->v.i);
 		if (rc == 0)
 			return 0;
-		return fail(ps, RDB_EINVAL, f->key,
-			    rc == 2 ? "integer %s is out of the int64 range" : "invalid integer %s",
-			    echo(tmp, t, n, ECHO_MAX));
+		return ilp_fail(ps, RDB_EINVAL, f->key,
+				rc == 2 ? "integer %s is out of the int64 range"
+					: "invalid integer %s",
+				ilp_echo(tmp, t, n, ECHO_MAX));
 	case 'u':
 		f->type = V_UINT;
 		if (all_digits(t, n - 1) && parse_u64(t, n - 1, &f->v.u))
 			return 0;
-		return fail(ps, RDB_EINVAL, f->key, "invalid unsigned integer %s (0..2^64-1)",
-			    echo(tmp, t, n, ECHO_MAX));
+		return ilp_fail(ps, RDB_EINVAL, f->key, "invalid unsigned integer %s (0..2^64-1)",
+				ilp_echo(tmp, t, n, ECHO_MAX));
 	}
 	if ((t[0] | 0x20) == 't' || (t[0] | 0x20) == 'f') {
 		if (!parse_bool(t, n, &f->v.b))
-			return fail(ps, RDB_EINVAL, f->key,
-				    "invalid boolean %s (t, true, True, TRUE, "
-				    "f, false, False or FALSE)",
-				    echo(tmp, t, n, ECHO_MAX));
+			return ilp_fail(ps, RDB_EINVAL, f->key,
+					"invalid boolean %s (t, true, True, TRUE, "
+					"f, false, False or FALSE)",
+					ilp_echo(tmp, t, n, ECHO_MAX));
 		f->type = V_BOOL;
 		return 0;
 	}
 	f->type = V_FLOAT;
 	if (float_syntax(t, n))
 		return convert_float(ps, f, t, n);
-	return fail(ps, RDB_EINVAL, f->key,
-		    "invalid value %s: expected a float (1.5), integer (12i), unsigned (12u), "
-		    "boolean (true) or \"string\"; NaN and Inf have no line-protocol literal",
-		    echo(tmp, t, n, ECHO_MAX));
+	return ilp_fail(ps, RDB_EINVAL, f->key,
+			"invalid value %s: expected a float (1.5), integer (12i), unsigned (12u), "
+			"boolean (true) or \"string\"; NaN and Inf have no line-protocol literal",
+			ilp_echo(tmp, t, n, ECHO_MAX));
 }
 
 /* ---- the line's elements -------------------------------------------------- */
@@ -673,16 +579,17 @@ static int scan_string(struct lp *ps, struct lp_field *f)
 		p++;
 	}
 	if (p >= eol)
-		return fail(ps, RDB_EINVAL, f->key,
-			    "unterminated string value (a string ends at '\"' on the same line)");
+		return ilp_fail(
+		    ps, RDB_EINVAL, f->key,
+		    "unterminated string value (a string ends at '\"' on the same line)");
 	f->type = V_STR;
 	f->raw = (struct span){s, (size_t)(p - s)};
 	f->str_esc = esc;
 	ps->p = p + 1;
 	if (ps->p < eol && *ps->p != ',' && *ps->p != ' ' && *ps->p != '\t') {
 		char tmp[ECHO_BUF];
-		return fail(ps, RDB_EINVAL, f->key, "unexpected '%s' after a string value",
-			    echo(tmp, ps->p, 1, 1));
+		return ilp_fail(ps, RDB_EINVAL, f->key, "unexpected '%s' after a string value",
+				ilp_echo(tmp, ps->p, 1, 1));
 	}
 	return 0;
 }
@@ -696,7 +603,7 @@ static int scan_value(struct lp *ps, struct lp_field *f)
 		p++;
 	ps->p = p;
 	if (p == s)
-		return fail(ps, RDB_EINVAL, f->key, "missing value after '='");
+		return ilp_fail(ps, RDB_EINVAL, f->key, "missing value after '='");
 	return classify(ps, f, s, (size_t)(p - s));
 }
 
@@ -704,8 +611,9 @@ static int next_field(struct lp *ps, struct lp_field **out)
 {
 	size_t max = ps->opt->max_fields_per_line;
 	if (ps->nfields >= max)
-		return fail(ps, RDB_EINVAL, NOFIELD,
-			    "more than %zu fields on one line (limit max_fields_per_line)", max);
+		return ilp_fail(ps, RDB_EINVAL, NOFIELD,
+				"more than %zu fields on one line (limit max_fields_per_line)",
+				max);
 	if (ps->nfields == ps->fields_cap) {
 		int rc = grow((void **)&ps->fields, &ps->fields_cap, sizeof(*ps->fields),
 			      ps->fields_inline, max);
@@ -729,9 +637,9 @@ static int scan_fields(struct lp *ps)
 		if (rc)
 			return rc;
 		if (f->key.len == 0)
-			return fail(ps, RDB_EINVAL, NOFIELD, "missing field key");
+			return ilp_fail(ps, RDB_EINVAL, NOFIELD, "missing field key");
 		if (ps->p >= ps->eol || *ps->p != '=')
-			return fail(ps, RDB_EINVAL, f->key, "field key without '=value'");
+			return ilp_fail(ps, RDB_EINVAL, f->key, "field key without '=value'");
 		ps->p++;
 		rc = scan_value(ps, f);
 		if (rc)
@@ -760,18 +668,18 @@ static int scan_timestamp(struct lp *ps)
 	int64_t ts;
 	int rc = parse_i64(s, n, &ts);
 	if (rc == 1)
-		return fail(ps, RDB_EINVAL, NOFIELD,
-			    "invalid timestamp %s (an integer is expected)",
-			    echo(tmp, s, n, ECHO_MAX));
+		return ilp_fail(ps, RDB_EINVAL, NOFIELD,
+				"invalid timestamp %s (an integer is expected)",
+				ilp_echo(tmp, s, n, ECHO_MAX));
 	int64_t prec = ps->opt->precision_ns > 1 ? ps->opt->precision_ns : 1;
 	if (rc == 2 || __builtin_mul_overflow(ts, prec, &ps->ts_ns))
-		return fail(ps, RDB_EINVAL, NOFIELD,
-			    "timestamp %s overflows int64 nanoseconds at this precision",
-			    echo(tmp, s, n, ECHO_MAX));
+		return ilp_fail(ps, RDB_EINVAL, NOFIELD,
+				"timestamp %s overflows int64 nanoseconds at this precision",
+				ilp_echo(tmp, s, n, ECHO_MAX));
 	skip_blanks(ps);
 	if (ps->p < ps->eol)
-		return fail(ps, RDB_EINVAL, NOFIELD, "unexpected %s after the timestamp",
-			    echo(tmp, ps->p, (size_t)(ps->eol - ps->p), ECHO_MAX));
+		return ilp_fail(ps, RDB_EINVAL, NOFIELD, "unexpected %s after the timestamp",
+				ilp_echo(tmp, ps->p, (size_t)(ps->eol - ps->p), ECHO_MAX));
 	return 0;
 }
 
@@ -788,27 +696,27 @@ static int parse_rank(struct lp *ps, struct span k, struct span v)
 		ps->rank = (uint32_t)r;
 		return 0;
 	}
-	return fail(ps, RDB_EINVAL, k,
-		    "rank must be an integer 0..%u without leading zeros, "
-		    "or \"job\"; got %s",
-		    STO_RANK_MAX, echo(tmp, v.p, v.len, ECHO_MAX));
+	return ilp_fail(ps, RDB_EINVAL, k,
+			"rank must be an integer 0..%u without leading zeros, "
+			"or \"job\"; got %s",
+			STO_RANK_MAX, ilp_echo(tmp, v.p, v.len, ECHO_MAX));
 }
 
 static int add_tag(struct lp *ps, struct span k, struct span v)
 {
 	size_t max = ps->opt->max_tags_per_line;
 	if (++ps->ntags_seen > max)
-		return fail(ps, RDB_EINVAL, k,
-			    "more than %zu tags on one line (limit "
-			    "max_tags_per_line)",
-			    max);
+		return ilp_fail(ps, RDB_EINVAL, k,
+				"more than %zu tags on one line (limit "
+				"max_tags_per_line)",
+				max);
 	bool is_job = SPAN_IS(k, "job"), is_rank = SPAN_IS(k, "rank");
 	bool is_special = (ps->kind == K_LOG && SPAN_IS(k, "level")) ||
 			  (ps->kind == K_SPAN && SPAN_IS(k, "name"));
 	bool *seen = is_job ? &ps->has_job : is_rank ? &ps->has_rank : &ps->has_special;
 	if (is_job || is_rank || is_special) {
 		if (*seen)
-			return fail(ps, RDB_EINVAL, k, "duplicate tag");
+			return ilp_fail(ps, RDB_EINVAL, k, "duplicate tag");
 		*seen = true;
 		if (is_job)
 			ps->job = v;
@@ -835,17 +743,19 @@ static int scan_tags(struct lp *ps)
 		if (rc)
 			return rc;
 		if (k.len == 0)
-			return fail(ps, RDB_EINVAL, NOFIELD, "missing tag key after ','");
+			return ilp_fail(ps, RDB_EINVAL, NOFIELD, "missing tag key after ','");
 		if (ps->p >= ps->eol || *ps->p != '=')
-			return fail(ps, RDB_EINVAL, k, "tag key without '=value'");
+			return ilp_fail(ps, RDB_EINVAL, k, "tag key without '=value'");
 		ps->p++;
 		rc = scan_name(ps, true, &v);
 		if (rc)
 			return rc;
 		if (v.len == 0)
-			return fail(ps, RDB_EINVAL, k, "empty tag value (omit the tag instead)");
+			return ilp_fail(ps, RDB_EINVAL, k,
+					"empty tag value (omit the tag instead)");
 		if (ps->p < ps->eol && *ps->p == '=')
-			return fail(ps, RDB_EINVAL, k, "unescaped '=' in a tag value (write \\=)");
+			return ilp_fail(ps, RDB_EINVAL, k,
+					"unescaped '=' in a tag value (write \\=)");
 		rc = add_tag(ps, k, v);
 		if (rc)
 			return rc;
@@ -860,7 +770,7 @@ static int scan_line(struct lp *ps)
 	if (rc)
 		return rc;
 	if (ps->meas.len == 0)
-		return fail(ps, RDB_EINVAL, NOFIELD, "missing measurement");
+		return ilp_fail(ps, RDB_EINVAL, NOFIELD, "missing measurement");
 	ps->kind = SPAN_IS(ps->meas, "rankdb_log")    ? K_LOG
 		   : SPAN_IS(ps->meas, "rankdb_span") ? K_SPAN
 						      : K_METRICS;
@@ -869,9 +779,9 @@ static int scan_line(struct lp *ps)
 		return rc;
 	skip_blanks(ps);
 	if (ps->p >= ps->eol)
-		return fail(ps, RDB_EINVAL, NOFIELD,
-			    "missing fields (a line needs at least one "
-			    "field=value after a space)");
+		return ilp_fail(ps, RDB_EINVAL, NOFIELD,
+				"missing fields (a line needs at least one "
+				"field=value after a space)");
 	rc = scan_fields(ps);
 	if (rc)
 		return rc;
@@ -882,7 +792,7 @@ static int scan_line(struct lp *ps)
 
 static int cmp_tag(const void *a, const void *b)
 {
-	return span_cmp(((const struct lp_tag *)a)->key, ((const struct lp_tag *)b)->key);
+	return ilp_span_cmp(((const struct lp_tag *)a)->key, ((const struct lp_tag *)b)->key);
 }
 
 static int sort_tags(struct lp *ps)
@@ -893,7 +803,7 @@ static int sort_tags(struct lp *ps)
 		for (size_t i = 1; i < n; i++) {
 			struct lp_tag x = t[i];
 			size_t j = i;
-			for (; j > 0 && span_cmp(t[j - 1].key, x.key) > 0; j--)
+			for (; j > 0 && ilp_span_cmp(t[j - 1].key, x.key) > 0; j--)
 				t[j] = t[j - 1];
 			t[j] = x;
 		}
@@ -901,15 +811,15 @@ static int sort_tags(struct lp *ps)
 		qsort(t, n, sizeof(*t), cmp_tag);
 	}
 	for (size_t i = 1; i < n; i++)
-		if (span_cmp(t[i - 1].key, t[i].key) == 0)
-			return fail(ps, RDB_EINVAL, t[i].key, "duplicate tag");
+		if (ilp_span_cmp(t[i - 1].key, t[i].key) == 0)
+			return ilp_fail(ps, RDB_EINVAL, t[i].key, "duplicate tag");
 	return 0;
 }
 
 static int cmp_dup(const void *a, const void *b)
 {
 	const struct dup_ent *x = a, *y = b;
-	int c = span_cmp(x->f->key, y->f->key);
+	int c = ilp_span_cmp(x->f->key, y->f->key);
 	if (c)
 		return c;
 	return x->idx < y->idx ? -1 : x->idx > y->idx;
@@ -930,7 +840,7 @@ static int mark_duplicates_sorted(struct lp *ps)
 		e[i] = (struct dup_ent){&ps->fields[i], i};
 	qsort(e, n, sizeof(*e), cmp_dup);
 	for (size_t i = 1; i < n; i++)
-		if (span_cmp(e[i - 1].f->key, e[i].f->key) == 0)
+		if (ilp_span_cmp(e[i - 1].f->key, e[i].f->key) == 0)
 			ps->fields[e[i - 1].idx].dead = true;
 	return 0;
 }
@@ -946,7 +856,7 @@ static int mark_duplicates(struct lp *ps)
 		uint64_t bit = UINT64_C(1) << (h % 64);
 		if (ps->dup_bits[h / 64] & bit) {
 			for (size_t j = 0; j < i; j++)
-				if (span_cmp(ps->fields[j].key, ps->fields[i].key) == 0)
+				if (ilp_span_cmp(ps->fields[j].key, ps->fields[i].key) == 0)
 					ps->fields[j].dead = true;
 		}
 		ps->dup_bits[h / 64] |= bit;
@@ -955,29 +865,31 @@ static int mark_duplicates(struct lp *ps)
 }
 
 /* An integer field value in 0..max: 12i, 12u or an integral float. */
-static int field_count(struct lp *ps, const struct lp_field *f, uint64_t max, uint64_t *out)
+int ilp_field_count(struct lp *ps, const struct lp_field *f, uint64_t max, uint64_t *out)
 {
 	char tmp[ECHO_BUF];
-	const char *raw = echo(tmp, f->raw.p, f->raw.len, ECHO_MAX);
+	const char *raw = ilp_echo(tmp, f->raw.p, f->raw.len, ECHO_MAX);
 	bool neg = (f->type == V_INT && f->v.i < 0) || (f->type == V_FLOAT && f->v.f < 0);
 	if (f->type == V_STR || f->type == V_BOOL)
-		return fail(ps, RDB_EINVAL, f->key, "must be an integer (12i or 12), got %s", raw);
+		return ilp_fail(ps, RDB_EINVAL, f->key, "must be an integer (12i or 12), got %s",
+				raw);
 	if (neg)
-		return fail(ps, RDB_EINVAL, f->key, "must not be negative, got %s", raw);
+		return ilp_fail(ps, RDB_EINVAL, f->key, "must not be negative, got %s", raw);
 	uint64_t v;
 	if (f->type == V_FLOAT) {
 		if (f->v.f != floor(f->v.f))
-			return fail(ps, RDB_EINVAL, f->key, "must be a whole number, got %s", raw);
+			return ilp_fail(ps, RDB_EINVAL, f->key, "must be a whole number, got %s",
+					raw);
 		if (f->v.f >= 18446744073709551616.0)
-			return fail(ps, RDB_EINVAL, f->key,
-				    "is too large (max %" PRIu64 "), got %s", max, raw);
+			return ilp_fail(ps, RDB_EINVAL, f->key,
+					"is too large (max %" PRIu64 "), got %s", max, raw);
 		v = (uint64_t)f->v.f;
 	} else {
 		v = f->type == V_INT ? (uint64_t)f->v.i : f->v.u;
 	}
 	if (v > max)
-		return fail(ps, RDB_EINVAL, f->key, "is too large (max %" PRIu64 "), got %s", max,
-			    raw);
+		return ilp_fail(ps, RDB_EINVAL, f->key, "is too large (max %" PRIu64 "), got %s",
+				max, raw);
 	*out = v;
 	return 0;
 }
@@ -992,14 +904,14 @@ static int take_step_attempt(struct lp *ps)
 		if (f->dead)
 			continue;
 		if (SPAN_IS(f->key, "step")) {
-			int rc = field_count(ps, f, INT64_MAX, &v);
+			int rc = ilp_field_count(ps, f, INT64_MAX, &v);
 			if (rc)
 				return rc;
 			ps->step = (int64_t)v;
 			ps->has_step = true;
 			f->used = true;
 		} else if (SPAN_IS(f->key, "attempt")) {
-			int rc = field_count(ps, f, UINT32_MAX, &v);
+			int rc = ilp_field_count(ps, f, UINT32_MAX, &v);
 			if (rc)
 				return rc;
 			ps->attempt = (uint32_t)v;
@@ -1015,15 +927,15 @@ static int resolve_job(struct lp *ps)
 	if (!ps->has_job) {
 		const char *dj = ps->opt->default_job;
 		if (!dj || !dj[0])
-			return fail(ps, RDB_EINVAL, NOFIELD,
-				    "missing tag job (no default job is "
-				    "configured)");
+			return ilp_fail(ps, RDB_EINVAL, NOFIELD,
+					"missing tag job (no default job is "
+					"configured)");
 		ps->job = (struct span){dj, strlen(dj)};
 	}
 	if (!sto_job_valid(ps->job.p, ps->job.len))
-		return fail(ps, RDB_EINVAL, (struct span){"job", 3},
-			    "job must be 1..%u bytes of [A-Za-z0-9._-], got %s", STO_JOB_MAX,
-			    echo(tmp, ps->job.p, ps->job.len, ECHO_MAX));
+		return ilp_fail(ps, RDB_EINVAL, (struct span){"job", 3},
+				"job must be 1..%u bytes of [A-Za-z0-9._-], got %s", STO_JOB_MAX,
+				ilp_echo(tmp, ps->job.p, ps->job.len, ECHO_MAX));
 	return 0;
 }
 
@@ -1040,7 +952,7 @@ static int build_suffix(struct lp *ps, size_t prefix_len)
 		const struct lp_tag *t = &ps->tags[i];
 		n += 2 + pct_len(t->key) + pct_len(t->val);
 		if (n > STO_METRIC_MAX)
-			return fail(ps, RDB_EINVAL, t->key, name_too_long, n, STO_METRIC_MAX);
+			return ilp_fail(ps, RDB_EINVAL, t->key, name_too_long, n, STO_METRIC_MAX);
 		*o++ = ';';
 		o = pct_put(o, t->key);
 		*o++ = '=';
@@ -1075,13 +987,13 @@ static int check_names(struct lp *ps, size_t prefix_len, size_t *npoints, size_t
 		f->name_len = SPAN_IS(f->key, "value") ? 0 : 1 + pct_len(f->key);
 		size_t n = prefix_len + f->name_len + ps->suffix_len;
 		if (n > STO_METRIC_MAX)
-			return fail(ps, RDB_EINVAL, f->key, name_too_long, n, STO_METRIC_MAX);
+			return ilp_fail(ps, RDB_EINVAL, f->key, name_too_long, n, STO_METRIC_MAX);
 		(*npoints)++;
 	}
 	if (*npoints == 0)
-		return fail(ps, RDB_EINVAL, NOFIELD,
-			    "no numeric field (string fields are not metrics; step and attempt "
-			    "are not metrics)");
+		return ilp_fail(ps, RDB_EINVAL, NOFIELD,
+				"no numeric field (string fields are not metrics; step and attempt "
+				"are not metrics)");
 	return 0;
 }
 
@@ -1116,7 +1028,7 @@ static int map_metrics(struct lp *ps)
 {
 	size_t prefix_len = pct_len(ps->meas), npoints = 0, nstr = 0;
 	if (prefix_len > STO_METRIC_MAX)
-		return fail(ps, RDB_EINVAL, NOFIELD, name_too_long, prefix_len, STO_METRIC_MAX);
+		return ilp_fail(ps, RDB_EINVAL, NOFIELD, name_too_long, prefix_len, STO_METRIC_MAX);
 	int rc = build_suffix(ps, prefix_len);
 	if (rc == 0)
 		rc = check_names(ps, prefix_len, &npoints, &nstr);
@@ -1128,221 +1040,6 @@ static int map_metrics(struct lp *ps)
 		return rc;
 	ps->res->string_fields_skipped += nstr;
 	return 0;
-}
-
-/* ---- logs and spans ------------------------------------------------------- */
-
-/* The live field named lit, marked used, or NULL. */
-static struct lp_field *take_field(struct lp *ps, const char *lit, size_t lit_len)
-{
-	for (size_t i = 0; i < ps->nfields; i++) {
-		struct lp_field *f = &ps->fields[i];
-		if (!f->dead && span_is(f->key, lit, lit_len)) {
-			f->used = true;
-			return f;
-		}
-	}
-	return NULL;
-}
-
-/* The decoded bytes of a string field (in the arena if it has escapes). */
-static int string_value(struct lp *ps, const struct lp_field *f, struct span *out)
-{
-	*out = f->raw;
-	if (f->str_esc) {
-		int rc = unescape(ps, out, "\"\\");
-		if (rc)
-			return rc;
-	}
-	if (!utf8_valid(out->p, out->len))
-		return fail(ps, RDB_EINVAL, f->key, "string value is not valid UTF-8");
-	return 0;
-}
-
-static int cmp_item(const void *a, const void *b)
-{
-	return span_cmp(((const struct lp_item *)a)->key, ((const struct lp_item *)b)->key);
-}
-
-/* Collects the fields object's entries (extra tags, unused fields), sorted. */
-static int collect_items(struct lp *ps, size_t *nitems)
-{
-	size_t need = ps->ntags + ps->nfields, n = 0;
-	if (ps->items_cap < need) {
-		struct lp_item *it = realloc(ps->items, need * sizeof(*it));
-		if (!it)
-			return -ENOMEM;
-		ps->items = it;
-		ps->items_cap = need;
-	}
-	for (size_t i = 0; i < ps->ntags; i++)
-		ps->items[n++] = (struct lp_item){ps->tags[i].key, &ps->tags[i], NULL};
-	for (size_t i = 0; i < ps->nfields; i++)
-		if (!ps->fields[i].dead && !ps->fields[i].used)
-			ps->items[n++] = (struct lp_item){ps->fields[i].key, NULL, &ps->fields[i]};
-	if (n > 1)
-		qsort(ps->items, n, sizeof(*ps->items), cmp_item);
-	for (size_t i = 1; i < n; i++)
-		if (span_cmp(ps->items[i - 1].key, ps->items[i].key) == 0)
-			return fail(ps, RDB_EINVAL, ps->items[i].key,
-				    "a field has the same name as a tag");
-	*nitems = n;
-	return 0;
-}
-
-/* Appends a float as JSON: as written when that is a JSON number, else in
- * the shortest form that reads back to the same double. */
-static int json_float(struct rdb_buf *j, const struct lp_field *f)
-{
-	const char *t = f->raw.p;
-	size_t n = f->raw.len, i = t[0] == '-';
-	bool ok = i < n && is_digit(t[i]) && !(t[i] == '0' && i + 1 < n && is_digit(t[i + 1]));
-	while (ok && i < n && is_digit(t[i]))
-		i++;
-	if (ok && i < n && t[i] == '.')
-		ok = i + 1 < n && is_digit(t[i + 1]);
-	if (ok)
-		return rdb_buf_append(j, t, n);
-	char buf[40];
-	for (int prec = 1; prec <= 17; prec++) {
-		snprintf(buf, sizeof(buf), "%.*g", prec, f->v.f);
-		if (strtod(buf, NULL) == f->v.f)
-			break;
-	}
-	return rdb_buf_puts(j, buf);
-}
-
-static int json_value(struct lp *ps, const struct lp_item *it)
-{
-	struct rdb_buf *j = &ps->json;
-	struct span s;
-	if (it->tag) {
-		if (!utf8_valid(it->tag->val.p, it->tag->val.len))
-			return fail(ps, RDB_EINVAL, it->key, "tag value is not valid UTF-8");
-		return rdb_buf_json_str(j, it->tag->val.p, it->tag->val.len);
-	}
-	const struct lp_field *f = it->field;
-	int rc;
-	switch (f->type) {
-	case V_STR:
-		rc = string_value(ps, f, &s);
-		return rc ? rc : rdb_buf_json_str(j, s.p, s.len);
-	case V_INT:
-		return rdb_buf_printf(j, "%" PRId64, f->v.i);
-	case V_UINT:
-		return rdb_buf_printf(j, "%" PRIu64, f->v.u);
-	case V_BOOL:
-		return rdb_buf_puts(j, f->v.b ? "true" : "false");
-	default:
-		return json_float(j, f);
-	}
-}
-
-static int build_fields_json(struct lp *ps)
-{
-	size_t n = 0;
-	int rc = collect_items(ps, &n);
-	ps->json.len = 0;
-	if (rc == 0)
-		rc = rdb_buf_putc(&ps->json, '{');
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		const struct lp_item *it = &ps->items[i];
-		if (!utf8_valid(it->key.p, it->key.len))
-			return fail(ps, RDB_EINVAL, it->key, "key is not valid UTF-8");
-		if (i)
-			rc = rdb_buf_putc(&ps->json, ',');
-		if (rc == 0)
-			rc = rdb_buf_json_str(&ps->json, it->key.p, it->key.len);
-		if (rc == 0)
-			rc = rdb_buf_putc(&ps->json, ':');
-		if (rc == 0)
-			rc = json_value(ps, it);
-	}
-	if (rc == 0)
-		rc = rdb_buf_putc(&ps->json, '}');
-	if (rc == RDB_ELIMIT)
-		return fail(ps, RDB_EINVAL, NOFIELD, "log fields object longer than %u bytes",
-			    STO_EVENT_FIELDS_MAX);
-	return rc;
-}
-
-static int add_event(struct lp *ps, struct sto_event *e)
-{
-	e->rank = ps->rank;
-	e->attempt = ps->attempt;
-	e->ts_ns = ps->ts_ns;
-	e->job = ps->job.p;
-	e->job_len = ps->job.len;
-	int rc = sto_events_add(ps->ev, e);
-	if (rc == RDB_EINVAL)
-		return fail(ps, RDB_EINVAL, NOFIELD, "event too large");
-	if (rc == 0)
-		ps->res->events++;
-	return rc;
-}
-
-static int map_log(struct lp *ps)
-{
-	char tmp[ECHO_BUF];
-	uint8_t level = STO_LEVEL_INFO;
-	struct span msg;
-	if (ps->has_special && sto_level_parse(ps->special.p, ps->special.len, &level) != 0)
-		return fail(ps, RDB_EINVAL, (struct span){"level", 5},
-			    "unknown level %s (debug, info, warn, error, fatal)",
-			    echo(tmp, ps->special.p, ps->special.len, ECHO_MAX));
-	const struct lp_field *f = take_field(ps, "message", 7);
-	if (!f || f->type != V_STR)
-		return fail(ps, RDB_EINVAL, (struct span){"message", 7},
-			    "rankdb_log needs a string field message=\"...\"");
-	int rc = string_value(ps, f, &msg);
-	if (rc)
-		return rc;
-	if (msg.len > STO_EVENT_TEXT_MAX)
-		return fail(ps, RDB_EINVAL, f->key, "message longer than %u bytes",
-			    STO_EVENT_TEXT_MAX);
-	rc = build_fields_json(ps);
-	if (rc)
-		return rc;
-	struct sto_event e = {.kind = STO_EV_LOG,
-			      .level = level,
-			      .text = msg.p,
-			      .text_len = msg.len,
-			      .fields = (const char *)ps->json.data,
-			      .fields_len = ps->json.len};
-	e.step = ps->has_step ? ps->step : STO_STEP_NONE;
-	return add_event(ps, &e);
-}
-
-static int map_span(struct lp *ps)
-{
-	struct span nm = ps->special;
-	uint64_t dur;
-	if (!ps->has_special || nm.len > STO_SPAN_NAME_MAX || !utf8_valid(nm.p, nm.len))
-		return fail(ps, RDB_EINVAL, (struct span){"name", 4},
-			    "rankdb_span needs a tag name of 1..%u bytes of UTF-8 (the phase)",
-			    STO_SPAN_NAME_MAX);
-	const struct lp_field *f = take_field(ps, "duration_ns", 11);
-	if (!f)
-		return fail(ps, RDB_EINVAL, (struct span){"duration_ns", 11},
-			    "rankdb_span needs an integer field duration_ns");
-	int rc = field_count(ps, f, INT64_MAX, &dur);
-	if (rc)
-		return rc;
-	if (!ps->has_step)
-		return fail(ps, RDB_EINVAL, (struct span){"step", 4},
-			    "rankdb_span needs an integer field step");
-	for (size_t i = 0; i < ps->nfields; i++)
-		if (!ps->fields[i].dead && !ps->fields[i].used)
-			return fail(ps, RDB_EINVAL, ps->fields[i].key,
-				    "rankdb_span takes only the fields step, attempt and "
-				    "duration_ns");
-	struct sto_event e = {.kind = STO_EV_SPAN,
-			      .text = nm.p,
-			      .text_len = nm.len,
-			      .fields = "",
-			      .step = ps->step,
-			      .duration_ns = (int64_t)dur};
-	return add_event(ps, &e);
 }
 
 /* Applies the parsed line: everything that can fail on the input is
@@ -1361,8 +1058,9 @@ static int map_line(struct lp *ps)
 	if (ps->kind == K_METRICS)
 		return map_metrics(ps);
 	if (!ps->ev)
-		return fail(ps, RDB_EINVAL, NOFIELD, "log and span lines are not accepted here");
-	return ps->kind == K_LOG ? map_log(ps) : map_span(ps);
+		return ilp_fail(ps, RDB_EINVAL, NOFIELD,
+				"log and span lines are not accepted here");
+	return ps->kind == K_LOG ? ilp_map_log(ps) : ilp_map_span(ps);
 }
 
 /* ---- driver --------------------------------------------------------------- */
@@ -1386,9 +1084,9 @@ static void line_reset(struct lp *ps, const char *s, const char *eol)
 static int limit_hit(struct lp *ps, int rc)
 {
 	if (rc == RDB_ELIMIT)
-		fail(ps, rc, NOFIELD,
-		     "the request holds more points or events than one batch "
-		     "takes; stopped at this line (split the body)");
+		ilp_fail(ps, rc, NOFIELD,
+			 "the request holds more points or events than one batch "
+			 "takes; stopped at this line (split the body)");
 	return rc;
 }
 
@@ -1406,10 +1104,10 @@ static int do_line(struct lp *ps, const char *s, const char *eol)
 	size_t len = (size_t)(eol - s);
 	int rc;
 	if (len > ps->opt->max_line_bytes)
-		rc = fail(ps, RDB_EINVAL, NOFIELD,
-			  "line is %zu bytes, longer than %zu (limit "
-			  "max_line_bytes)",
-			  len, ps->opt->max_line_bytes);
+		rc = ilp_fail(ps, RDB_EINVAL, NOFIELD,
+			      "line is %zu bytes, longer than %zu (limit "
+			      "max_line_bytes)",
+			      len, ps->opt->max_line_bytes);
 	else
 		rc = scan_line(ps);
 	if (rc == 0)
