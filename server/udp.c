@@ -410,7 +410,16 @@ static int open_socket(struct srv_udp *u, const struct srv_config *cfg)
 	u->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (u->fd < 0)
 		return -errno;
-	setsockopt(u->fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)); /* best effort */
+	/* A large kernel buffer absorbs bursts; SO_RCVBUFFORCE passes
+	 * net.core.rmem_max when we may (CAP_NET_ADMIN), else best effort. */
+	if (setsockopt(u->fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf)) != 0)
+		setsockopt(u->fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+	int got = 0;
+	socklen_t gl = sizeof(got);
+	if (getsockopt(u->fd, SOL_SOCKET, SO_RCVBUF, &got, &gl) == 0 && got < rcvbuf)
+		rdb_warn("udp", "kernel UDP receive buffer is %d bytes (wanted %d): bursts will "
+			 "be dropped sooner (counted as socket_buffer); raise net.core.rmem_max "
+			 "or run rankdbd with CAP_NET_ADMIN", got, rcvbuf);
 	setsockopt(u->fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one));
 	if (bind(u->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
 		int rc = -errno;
