@@ -520,10 +520,31 @@ static int recover(struct sto *s)
 	return rc ? rc : (s->active ? 0 : -ENOMEM);
 }
 
+/* True if chunks/ holds at least one segment file. */
+static bool have_segments(const struct sto *s)
+{
+	DIR *d = opendir(s->seg_dir);
+	bool found = false;
+	for (struct dirent *e; d && !found && (e = readdir(d)) != NULL;)
+		found = strncmp(e->d_name, "seg-", 4) == 0;
+	if (d)
+		closedir(d);
+	return found;
+}
+
 static int open_index(struct sto *s)
 {
-	char path[PATH_MAX + 16];
+	char path[PATH_MAX + 16], mdb[PATH_MAX + 32];
 	snprintf(path, sizeof(path), "%s/index", s->dir);
+	snprintf(mdb, sizeof(mdb), "%s/data.mdb", path);
+	/* A missing index next to existing segments would open as an empty
+	 * database: the data would vanish from view and chunk ids be reused. */
+	if (access(mdb, F_OK) != 0 && have_segments(s)) {
+		rdb_error("store", "%s has segment files but %s is missing; refusing to start "
+			  "on an empty index. Run 'rankctl --data-dir %s rebuild-index' (or "
+			  "restore index/ from a backup) first.", s->seg_dir, mdb, s->dir);
+		return -ENOENT;
+	}
 	int rc = sto_index_open(path, s->opt.index_map_bytes, &s->ix);
 	if (rc)
 		return rc;

@@ -13,7 +13,8 @@
  * [--to NS] [--step-from N] [--step-to N] [--format ndjson|csv];
  * delete JOB; retention list|set JOB SECONDS|clear JOB|run;
  * compact [--min-live-pct N]; verify [--quarantine]; backup DIR;
- * restore BACKUP DIR (offline); checkpoint.
+ * restore BACKUP DIR (offline); checkpoint; rebuild-index (--data-dir
+ * only: recreates index/ from the segment files, keeping the old one).
  *
  * Output: JSON documents (one per command) on stdout, except export
  * (NDJSON or CSV rows, streamed one metric at a time). Exit status: 0 ok,
@@ -24,10 +25,12 @@
 #include "common/rdb_log.h"
 #include "query/qry.h"
 #include "storage/admin.h"
+#include "storage/rebuild.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +63,9 @@ static void usage(void)
 		"  backup DIR              (with --url: DIR is on the server's machine)\n"
 		"  restore BACKUP DIR      (offline: DIR must not exist)\n"
 		"  checkpoint\n"
+		"  rebuild-index           (--data-dir only, server stopped: recreate index/\n"
+		"                          from the segment files; the old index is kept as\n"
+		"                          index.old-<ns>; see docs/OPERATIONS.md for what is lost)\n"
 		"The token may also come from the environment variable RANKDB_TOKEN.\n");
 }
 
@@ -670,6 +676,43 @@ static int dir_cmd(const struct opts *o)
 	return rc == 0 || rc == 2 || rc == 3 ? rc : 1;
 }
 
+/* rebuild-index: works on the directory itself, never through sto_open
+ * (opening would replay the WAL into the index being replaced). */
+static int dir_rebuild(const struct opts *o)
+{
+	struct sto_options so;
+	struct sto_rebuild_result r;
+	char old[PATH_MAX + 64];
+	sto_options_default(&so);
+	struct sto_rebuild_options ro = {.data_dir = o->data_dir, .map_bytes = so.index_map_bytes,
+					 .fn = print_problem};
+	int rc = sto_rebuild_index_opt(&ro, &r, old, sizeof(old));
+	if (rc) {
+		fprintf(stderr, "rankctl: rebuild-index of %s failed: %s%s; index/ was not replaced\n",
+			o->data_dir, rdb_strerror(rc),
+			rc == -EBUSY ? " (a running rankdbd holds its LOCK: stop it first)" : "");
+		return 1;
+	}
+	printf("{\"rebuilt\":true,\"segments\":%llu,\"series\":%llu,\"chunks\":%llu,"
+	       "\"event_chunks\":%llu,\"ckpt_gen\":%llu,\"skipped_uncheckpointed\":%llu,"
+	       "\"skipped_duplicate\":%llu,\"skipped_deleted\":%llu,\"damaged\":%llu,",
+	       (unsigned long long)r.segments, (unsigned long long)r.series,
+	       (unsigned long long)r.chunks, (unsigned long long)r.event_chunks,
+	       (unsigned long long)r.ckpt_gen, (unsigned long long)r.skipped_uncheckpointed,
+	       (unsigned long long)r.skipped_duplicate, (unsigned long long)r.skipped_deleted,
+	       (unsigned long long)r.skipped_damaged);
+	json_t *js = old[0] ? json_string(old) : json_null();
+	char *enc = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
+	printf("\"old_index\":%s", enc ? enc : "null");
+	if (old[0])
+		printf(",\"note\":\"the previous index is kept as old_index: remove it once rankdbd "
+		       "runs fine on the rebuilt one\"");
+	printf("}\n");
+	free(enc);
+	json_decref(js);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o = {0};
@@ -691,6 +734,15 @@ int main(int argc, char **argv)
 		else
 			printf("{\"restored\":\"%s\"}\n", o.pos[2]);
 		return rc ? 1 : 0;
+	}
+	if (strcmp(o.pos[0], "rebuild-index") == 0) {
+		if (o.url || o.npos != 1) {
+			fprintf(stderr, "rankctl: rebuild-index works offline: --data-dir DIR with "
+				"the server stopped\n");
+			usage();
+			return 2;
+		}
+		return dir_rebuild(&o);
 	}
 	if (o.url)
 		return strcmp(o.pos[0], "export") == 0 ? cmd_export(&o, NULL) : url_cmd(&o);

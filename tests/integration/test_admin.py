@@ -5,6 +5,8 @@ verify (segment, WAL, LMDB damage), backup during writes + restore."""
 import json
 import os
 import random
+import shutil
+import struct
 import subprocess
 import threading
 import time
@@ -234,3 +236,78 @@ def test_rankctl_data_dir_refuses_locked():
     s.stop()
     r = rankctl("--data-dir", s.data_dir, "stats")
     assert '"job":"x"' in r.stdout, r.stdout
+
+
+def _events(job, n, t0=T0):
+    recs = [{"type": "log", "job": job, "rank": i % 3, "timestamp": t0 + i * 1000, "attempt": 0,
+             "level": ["debug", "info", "warn", "error", "fatal"][i % 5],
+             "message": "rebuild msg %d nccl" % i, "fields": {"i": i, "host": "h%d" % (i % 2)},
+             **({"step": i // 4} if i % 6 else {})} for i in range(n)]
+    recs += [{"type": "span", "job": job, "rank": r, "step": st, "name": "forward",
+              "start": t0 + st * 10**6 + r, "duration_ns": 100 + r, "attempt": 0}
+             for st in range(5) for r in range(2)]
+    return recs
+
+
+def _write_events(s, recs):
+    st, obj = s.write(recs)
+    assert st == 200 and obj["records"] == len(recs), (st, obj)
+
+
+def _snapshot(s, jobs=("ra", "rb", "rc", "rd")):
+    """Everything a client can read: jobs, metrics, every point, logs, spans."""
+    st, listed = s.get_json("/api/v1/jobs")
+    assert st == 200, listed
+    snap = {"jobs": listed}
+    for j in jobs:
+        logs = s.get_json("/api/v1/logs?job=%s&limit=10000" % j)
+        spans = s.get_json("/api/v1/spans?job=%s&step_from=0&step_to=1000000" % j)
+        p = rankctl("--url", url(s), "export", "--job", j, check=False)  # rc: logs only
+        snap[j] = (s.get_json("/api/v1/jobs/%s/metrics" % j), p.returncode, p.stdout, logs, spans)
+    return snap
+
+
+def test_rebuild_index_from_segments():
+    s = Server(ADMIN + ["--chunk-max-points", "300"]).start()
+    write_job(s, "ra", 2000)
+    write_job(s, "rb", 700, ranks=(0, 1, 2), t0=T0 + 10**12)
+    _write_events(s, _events("ra", 400))
+    admin(s, "POST", "checkpoint")
+    write_job(s, "ra", 500, step0=10000, t0=T0 + 10**13)
+    _write_events(s, _events("rc", 50))
+    want = _snapshot(s)
+    assert len(want["ra"][2].splitlines()) == 10000 and want["rc"][3][1]["logs"], want
+    s.stop()
+    idx = os.path.join(s.data_dir, "index")
+    shutil.rmtree(idx)
+    seg = sorted(segment_files(s.data_dir))[-1]
+    with open(seg, "ab") as f:  # a torn tail: never indexed, reported
+        f.write(struct.pack("<II", 0x314b4843, 5000) + b"\x01" * 30)
+    r = rankctl("--data-dir", s.data_dir, "rebuild-index")
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert "DAMAGED" in r.stdout and seg in r.stdout, r.stdout
+    assert out["rebuilt"] and out["old_index"] is None and out["event_chunks"] > 0, out
+    assert out["chunks"] > 0 and out["damaged"] == 1, out
+    s.start()
+    assert _snapshot(s) == want
+    # kill -9 with pending chunks (a series past chunk-max-points) and the WAL present
+    write_job(s, "rd", 1200)
+    _write_events(s, _events("rd", 30))
+    want = _snapshot(s)
+    s.kill9()
+    assert [f for f in os.listdir(os.path.join(s.data_dir, "wal")) if f.startswith("wal-")]
+    r = rankctl("--data-dir", s.data_dir, "rebuild-index")
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out["skipped_uncheckpointed"] > 0, out
+    assert out["old_index"] and os.path.isdir(out["old_index"]), out
+    assert os.path.isdir(idx) and not os.path.exists(idx + ".rebuild")
+    s.start()
+    assert _snapshot(s) == want
+    st, v = admin(s, "POST", "verify")  # only the torn tail made above
+    assert st == 200 and v["damaged"] == 1 and seg in v["problems"][0], v
+    write_job(s, "ra", 10, step0=20000, t0=T0 + 10**14)  # ids and uids continue above
+    s.restart()
+    assert len(export(s, "ra").splitlines()) == 10040
+    r = rankctl("--url", url(s), "rebuild-index", check=False)
+    assert r.returncode == 2
+    s.stop()

@@ -203,6 +203,22 @@ static void test_lock_and_format(void)
 	CHECK_EQ_INT(sto_open(&o, &s2), RDB_EFORMAT);
 }
 
+/* Segments without an index: refuse, never start on an empty index. */
+static void test_missing_index_refused(void)
+{
+	char dir[4200], cmd[4400];
+	new_dir(dir, sizeof(dir));
+	struct sto_options o;
+	opts(&o, dir, 100);
+	struct sto *s;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	CHECK_EQ_INT(write_points(s, "j", 0, "m", 0, 10, 10), 0);
+	sto_close(s); /* seals into a segment */
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s/index'", dir);
+	CHECK_EQ_INT(system(cmd), 0);
+	CHECK_EQ_INT(sto_open(&o, &s), -ENOENT);
+}
+
 static void test_special_values_and_series_limit(void)
 {
 	char dir[4200];
@@ -408,6 +424,7 @@ int main(void)
 	RUN(test_out_of_order);
 	RUN(test_crash_recovery);
 	RUN(test_lock_and_format);
+	RUN(test_missing_index_refused);
 	RUN(test_special_values_and_series_limit);
 	RUN(test_events_and_batch_ids);
 	RUN(test_series_per_job_limit);
