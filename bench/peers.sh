@@ -100,33 +100,11 @@ if has rankdb && [ ! -x "$rankdbd" ]; then
 	exit 2
 fi
 
-tmp=$(mktemp -d /tmp/rankdb-peers.XXXXXX)
-pid=
-cleanup() {
-	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-		kill -KILL "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	fi
-	if [ "$keep" = 1 ]; then
-		echo "peers.sh: kept $tmp"
-	else
-		rm -rf "$tmp"
-	fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$(dirname "$0")/lib.sh"
+bench_tmp rankdb-peers
 
 # ---- helpers ----
 
-kv() {
-	awk -v k="$2" '$1 == "result" {
-		for (i = 2; i <= NF; i++) {
-			n = index($i, "=")
-			if (substr($i, 1, n - 1) == k)
-				v = substr($i, n + 1)
-		}
-	} END { print v }' "$1"
-}
 free_port() {
 	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
 print(s.getsockname()[1])'

@@ -75,32 +75,9 @@ for f in "$rankdbd" "$load"; do
 	[ -x "$f" ] || { echo "run.sh: $f missing (build it, or drop --no-build)" >&2; exit 2; }
 done
 
-tmp=$(mktemp -d /tmp/rankdb-bench.XXXXXX)
-pid=
-cleanup() {
-	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-		kill -KILL "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	fi
-	if [ "$keep" = 1 ]; then
-		echo "run.sh: kept $tmp"
-	else
-		rm -rf "$tmp"
-	fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$(dirname "$0")/lib.sh"
+bench_tmp rankdb-bench
 
-# key=value from the "result" line of an rdb-load output file
-kv() {
-	awk -v k="$2" '$1 == "result" {
-		for (i = 2; i <= NF; i++) {
-			n = index($i, "=")
-			if (substr($i, 1, n - 1) == k)
-				v = substr($i, n + 1)
-		}
-	} END { print v }' "$1"
-}
 
 # start_server NAME [extra rankdbd flags]: rankdbd on $tmp/NAME/data; sets pid, port
 start_server() {
