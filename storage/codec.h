@@ -31,7 +31,8 @@ int sto_codec_encode(const struct sto_cols *cols, struct rdb_buf *out,
  * grown as needed; previous contents replaced). src is untrusted: any
  * malformed input returns RDB_ECORRUPT, never crashes, never reads out of
  * bounds, never allocates more than max_points points. Returns 0,
- * RDB_ECORRUPT, -ENOMEM. *used (may be NULL) gets the bytes consumed. */
+ * RDB_ECORRUPT, -ENOMEM. *used (may be NULL) gets the bytes consumed. On
+ * failure out->n is 0 and the arrays' contents are unspecified. */
 int sto_codec_decode(const uint8_t *src, size_t len, uint32_t max_points, struct sto_cols *out,
 		     size_t *used);
 

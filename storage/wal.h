@@ -11,7 +11,9 @@
  * Failure: if a write or fdatasync fails, every record of that group gets the
  * error, the file is truncated back to the end of the last durable record (so
  * later records never follow a torn one), and the WAL keeps serving. If the
- * truncate fails too, the WAL refuses further appends with RDB_EIO.
+ * truncate fails too, the WAL refuses further appends with RDB_EIO until a
+ * successful sto_wal_rotate starts a clean file (replay ignores the old
+ * file's bad tail).
  */
 #ifndef STO_WAL_H
 #define STO_WAL_H
