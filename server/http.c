@@ -72,17 +72,29 @@ static enum MHD_Result send_resp(struct MHD_Connection *conn, struct srv_ctx *ct
 	return ok;
 }
 
-static enum MHD_Result too_large(struct MHD_Connection *conn, struct srv_ctx *ctx)
+/* 413 in the error shape the endpoint's clients read: InfluxDB v2 clients
+ * want {"code","message"}, everyone else {"error"}. */
+static enum MHD_Result too_large(struct MHD_Connection *conn, struct srv_ctx *ctx,
+				 const char *url)
 {
 	struct srv_resp resp = {0};
 	rdb_buf_init(&resp.body, 4096);
-	srv_error(&resp, 413, "request body exceeds max_body_bytes (%llu bytes); send smaller "
-		  "batches", (unsigned long long)ctx->cfg->max_body_bytes);
+	unsigned long long max = (unsigned long long)ctx->cfg->max_body_bytes;
+	if (url && strcmp(url, "/api/v2/write") == 0) {
+		resp.status = 413;
+		rdb_buf_printf(&resp.body, "{\"code\":\"request too large\",\"message\":\"request "
+			       "body exceeds max_body_bytes (%llu bytes); send smaller batches\"}",
+			       max);
+	} else {
+		srv_error(&resp, 413, "request body exceeds max_body_bytes (%llu bytes); send "
+			  "smaller batches", max);
+	}
 	return send_resp(conn, ctx, &resp);
 }
 
 /* First call for a request: set up its state, refuse oversized bodies early. */
-static enum MHD_Result begin(struct MHD_Connection *conn, struct srv_ctx *ctx, void **con_cls)
+static enum MHD_Result begin(struct MHD_Connection *conn, struct srv_ctx *ctx, const char *url,
+			    void **con_cls)
 {
 	struct conn_req *cr = calloc(1, sizeof(*cr));
 	if (!cr)
@@ -98,7 +110,7 @@ static enum MHD_Result begin(struct MHD_Connection *conn, struct srv_ctx *ctx, v
 		if (errno == 0 && *end == 0 && n > ctx->cfg->max_body_bytes) {
 			cr->too_large = true;
 			cr->answered = true;
-			return too_large(conn, ctx);
+			return too_large(conn, ctx, url);
 		}
 	}
 	return MHD_YES;
@@ -132,7 +144,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	(void)version;
 	struct srv_ctx *ctx = cls;
 	if (*con_cls == NULL)
-		return begin(conn, ctx, con_cls);
+		return begin(conn, ctx, url, con_cls);
 	struct conn_req *cr = *con_cls;
 	if (*upload_data_size) {
 		if (!cr->too_large && rdb_buf_append(&cr->body, upload_data, *upload_data_size))
@@ -143,7 +155,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (cr->answered)
 		return MHD_YES;
 	if (cr->too_large)
-		return too_large(conn, ctx);
+		return too_large(conn, ctx, url);
 	char peer[INET6_ADDRSTRLEN + 8];
 	peer_address(conn, peer, sizeof(peer));
 	struct srv_req req = {.ctx = ctx, .method = method, .path = url,

@@ -488,6 +488,12 @@ def test_gzip_bomb_413():
     assert st == 413 and "max_body_bytes" in obj["error"], (st, obj)
     st, _, obj = post_lp_json(s, "/api/v2/write", bomb, {"Content-Encoding": "gzip"})
     assert st == 413 and obj["code"] == "request too large", (st, obj)
+    # refused from Content-Length alone: the same shapes per endpoint
+    big = b"m,job=big,rank=0 v=1\n" * (2 * 1024 * 1024 // 22)
+    st, _, obj = post_lp_json(s, "/api/v2/write", big)
+    assert st == 413 and obj["code"] == "request too large" and "max_body_bytes" in obj["message"], (st, obj)
+    st, _, obj = post_lp_json(s, "/write", big)
+    assert st == 413 and "max_body_bytes" in obj["error"], (st, obj)
     # just under the bound inflates fine
     ok = gzip.compress(line * (1000 * 1024 // len(line)))
     st, _, body = post_lp(s, "/write?precision=s", ok, {"Content-Encoding": "gzip"})
