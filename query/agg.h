@@ -54,6 +54,9 @@ struct qry_bucketing {
 	/* Decode every chunk instead of answering whole chunks from their
 	 * statistics: for tests comparing both paths (results must be equal). */
 	bool force_decode;
+	/* Downsample: answer points retention dropped from the rollup tier of
+	 * the axis when the width is a multiple of the tier's width. */
+	bool use_rollups;
 };
 
 /* The partial aggregate of one bucket of one series. It holds at least one
@@ -85,6 +88,7 @@ struct qry_scan {
 	uint64_t points_read;
 	uint64_t chunks_stats;  /* chunks answered from their index stats */
 	uint64_t chunks_decoded;
+	uint64_t from_rollups;  /* rollup records merged into buckets */
 	struct rdb_buf rec;
 	struct sto_cols tmp;
 	struct sto_read_error re; /* why the last read failed */
@@ -193,9 +197,13 @@ struct qry_ds_req {
 
 /* {"job":..,"axis":"step"|"time","width":W,"series":[{"job","rank","metric",
  *  "start":[..],"end":[..],"count":[..],"nan_count":[..],<agg>:[..]...}],
- *  "buckets":N,"points_read":N,"chunks_from_stats":N,"chunks_decoded":N}
- * Only non-empty buckets are listed. 404 unknown job/metric, 422 too many
- * points, 413 response too large, 500 corrupt data. */
+ *  "buckets":N,"from_rollups":N,"points_read":N,"chunks_from_stats":N,
+ *  "chunks_decoded":N}
+ * Only non-empty buckets are listed. Points retention dropped are answered
+ * from the rollup tier of the axis when the width is a multiple of its
+ * width (from_rollups: records used). 404 unknown job/metric, 422 too many
+ * points or quantiles over rolled-up data, 413 response too large, 500
+ * corrupt data. */
 int qry_downsample(struct sto *s, const struct qry_ds_req *req, struct rdb_buf *out,
 		   struct qry_error *err);
 

@@ -22,6 +22,15 @@
  * min/max/sum/avg/quantiles; first/last are the values of the points with the
  * smallest/largest (ts, step), NaN included (as chunk statistics define them).
  *
+ * Rollups (downsample only, bk->use_rollups): the points retention dropped
+ * survive as per-bucket rollup records (storage/index.h), read from the same
+ * snapshot as the chunks, so a point is in exactly one of them. When the
+ * width is a multiple of the axis tier's width, every record lying inside
+ * the range and inside one query bucket is merged into that bucket like a
+ * STATS chunk; a record that straddles the range bound is left out (its
+ * points cannot be separated). Quantiles need every value: a query asking
+ * for them over a range holding rollup records gets RDB_EINVAL (422).
+ *
  * Bounds: points read (head + decoded chunk points) are limited by
  * max_points (RDB_ELIMIT, 422); STATS chunks cost nothing. Only non-empty
  * buckets exist, so memory follows points read plus chunks.
@@ -580,6 +589,90 @@ static int read_chunks(struct qry_scan *sc, const struct sto_series_view *v,
 	return rc;
 }
 
+/* The rollup tier that can answer bk, or -1. */
+static int rollup_tier(struct qry_scan *sc, const struct qry_bucketing *bk)
+{
+	int64_t tw, sw;
+	if (!bk->use_rollups)
+		return -1;
+	sto_rollup_widths(sc->s, &tw, &sw);
+	int64_t w = bk->axis == QRY_AXIS_STEP ? sw : tw;
+	if (w <= 0 || (bk->width != 0 && bk->width % w != 0))
+		return -1;
+	return bk->axis == QRY_AXIS_STEP ? STO_TIER_STEP : STO_TIER_TIME;
+}
+
+/* True when every point of r is selected by bk and falls in one bucket. */
+static bool rollup_usable(const struct sto_rollup *r, const struct qry_bucketing *bk)
+{
+	const struct sto_range *g = &bk->range;
+	bool step_axis = bk->axis == QRY_AXIS_STEP;
+	if (r->first_ts_ns < g->from_ns || r->last_ts_ns > g->to_ns)
+		return false;
+	if ((step_axis || g->by_step) && r->nostep_count)
+		return false;
+	if (g->by_step && (r->min_step < g->step_from || r->max_step > g->step_to))
+		return false;
+	if (bk->attempt >= 0 &&
+	    !(r->min_attempt == r->max_attempt && r->min_attempt == (uint64_t)bk->attempt))
+		return false;
+	if (bk->attempt == QRY_ATTEMPT_LATEST && step_axis && r->min_attempt != r->max_attempt)
+		return false;
+	int64_t lo = step_axis ? r->min_step : r->first_ts_ns;
+	int64_t hi = step_axis ? r->max_step : r->last_ts_ns;
+	return floor_div(lo, bk->width) == floor_div(hi, bk->width);
+}
+
+static void part_from_rollup(struct qry_bucket *b, const struct sto_rollup *r,
+			     const struct qry_bucketing *bk)
+{
+	memset(b, 0, sizeof(*b));
+	b->key = floor_div(bk->axis == QRY_AXIS_STEP ? r->min_step : r->first_ts_ns, bk->width);
+	b->count = r->count;
+	b->nan_count = r->nan_count;
+	b->min = r->min;
+	b->max = r->max;
+	b->sum = r->sum;
+	b->first_ts = r->first_ts_ns;
+	b->first_step = r->first_step;
+	b->last_ts = r->last_ts_ns;
+	b->last_step = r->last_step;
+	b->first_bits = r->first_bits;
+	b->last_bits = r->last_bits;
+}
+
+/* Rollup records of v into parts; quantiles over them are refused. */
+static int read_rollups(struct qry_scan *sc, const struct sto_series_view *v,
+			const struct qry_bucketing *bk, struct qry_bucket *parts, size_t *nparts)
+{
+	for (size_t i = 0; i < v->nrollups; i++) {
+		const struct sto_rollup *r = &v->rollups[i].r;
+		if (!rollup_usable(r, bk))
+			continue;
+		if (bk->need_values) {
+			snprintf(sc->re.msg, sizeof(sc->re.msg),
+				 "quantiles cannot be computed over data that retention has "
+				 "rolled up (from %lld ns); ask without q= or start the range "
+				 "after it", (long long)r->first_ts_ns);
+			return RDB_EINVAL;
+		}
+		part_from_rollup(&parts[(*nparts)++], r, bk);
+		sc->from_rollups++;
+	}
+	return 0;
+}
+
+static int view_of(struct qry_scan *sc, uint64_t id, const struct qry_bucketing *bk,
+		   struct sto_series_view *v)
+{
+	size_t left = sc->max_points > sc->points_read ? sc->max_points - sc->points_read : 0;
+	int tier = rollup_tier(sc, bk);
+	if (tier < 0)
+		return sto_view_series(sc->s, id, &bk->range, left, v);
+	/* A rollup record costs what one point does: it bounds the memory. */
+	return sto_view_series_rollups(sc->s, id, &bk->range, left, (unsigned)tier, left, v);
+}
+
 int qry_agg_series(struct qry_scan *sc, uint64_t id, const struct qry_bucketing *bk,
 		   struct qry_buckets *out)
 {
@@ -588,20 +681,22 @@ int qry_agg_series(struct qry_scan *sc, uint64_t id, const struct qry_bucketing 
 	struct qry_bucket *parts = NULL;
 	bool *conflict = NULL;
 	size_t nparts = 0;
-	size_t left = sc->max_points > sc->points_read ? sc->max_points - sc->points_read : 0;
 	out->n = out->nvals = 0;
 	sc->re.msg[0] = 0;
-	int rc = sto_view_series(sc->s, id, &bk->range, left, &v);
+	int rc = view_of(sc, id, bk, &v);
 	if (rc)
 		return rc;
-	sc->points_read += v.head.n;
+	sc->points_read += v.head.n + v.nrollups;
 	rc = find_conflicts(&v, bk, &conflict);
-	if (rc == 0 && v.nchunks && !(parts = malloc(v.nchunks * sizeof(*parts))))
+	if (rc == 0 && v.nchunks + v.nrollups &&
+	    !(parts = malloc((v.nchunks + v.nrollups) * sizeof(*parts))))
 		rc = -ENOMEM;
 	if (rc == 0)
 		rc = take_points(&pv, &v.head, bk);
 	if (rc == 0)
 		rc = read_chunks(sc, &v, bk, conflict, &pv, parts, &nparts);
+	if (rc == 0)
+		rc = read_rollups(sc, &v, bk, parts, &nparts);
 	if (rc)
 		goto out;
 	if (bk->axis == QRY_AXIS_STEP && bk->attempt == QRY_ATTEMPT_LATEST)
@@ -730,6 +825,11 @@ int qry_agg_read_error(struct qry_error *err, int rc, const struct sto_series_ke
 			 "points), drop quantile aggregates (they need every point), narrow the "
 			 "range (from/to, step_from/step_to) or select fewer ranks or metrics",
 			 sc->max_points);
+		return rc;
+	}
+	if (rc == RDB_EINVAL && sc->re.msg[0]) {
+		err->status = 422;
+		snprintf(err->msg, sizeof(err->msg), "%s", sc->re.msg);
 		return rc;
 	}
 	err->status = 500;
@@ -892,7 +992,8 @@ static int ds_series_loop(struct qry_scan *sc, const struct qry_ds_req *req,
 			rc = write_ds_series(out, req, &m->v[i].key, &bs, bk->width, nonempty++ == 0);
 	}
 	if (rc == 0)
-		rc = rdb_buf_printf(out, "],\"buckets\":%zu", nbuckets);
+		rc = rdb_buf_printf(out, "],\"buckets\":%zu,\"from_rollups\":%llu", nbuckets,
+				    (unsigned long long)sc->from_rollups);
 	if (rc == 0)
 		rc = qry_write_scan_totals(out, sc);
 	if (rc)
@@ -923,6 +1024,7 @@ int qry_downsample(struct sto *s, const struct qry_ds_req *req, struct rdb_buf *
 	if (rc)
 		goto out;
 	bk.need_values = req->nq > 0;
+	bk.use_rollups = true;
 	rc = rdb_buf_puts(out, "{\"job\":");
 	if (rc == 0)
 		rc = rdb_buf_json_str(out, req->job, strlen(req->job));

@@ -51,6 +51,8 @@ void srv_admin_init(struct srv_ctx *ctx)
 	l.retention_s = c->retention_s;
 	l.retention_check_s = c->retention_check_s;
 	l.compact_min_live = c->compact_min_live_pct / 100.0;
+	l.rollup_time_width_s = c->rollup_time_width_s;
+	l.rollup_step_width = c->rollup_step_width;
 	sto_set_lifecycle(ctx->sto, &l);
 	if (c->audit_log[0])
 		snprintf(audit_path, sizeof(audit_path), "%s", c->audit_log);
@@ -305,9 +307,11 @@ static void do_compact(struct srv_req *req, struct srv_resp *resp)
 	}
 	resp->body.len = 0;
 	rdb_buf_printf(&resp->body, "{\"segments\":%llu,\"chunks\":%llu,\"bytes_before\":%llu,"
-		       "\"bytes_after\":%llu,\"skipped\":%llu}", (unsigned long long)r.segments,
+		       "\"bytes_after\":%llu,\"skipped\":%llu,\"merged_from\":%llu,"
+		       "\"merged_into\":%llu}", (unsigned long long)r.segments,
 		       (unsigned long long)r.chunks, (unsigned long long)r.bytes_before,
-		       (unsigned long long)r.bytes_after, (unsigned long long)r.skipped);
+		       (unsigned long long)r.bytes_after, (unsigned long long)r.skipped,
+		       (unsigned long long)r.merged_from, (unsigned long long)r.merged_into);
 	resp->status = 200;
 }
 

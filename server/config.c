@@ -319,6 +319,27 @@ static const struct opt opts[] = {
 	    "points at) are below this percentage of its size, then deletes the old file. "
 	    "Lower values rewrite less often and leave more dead space; 100 rewrites every "
 	    "segment with any dead byte."},
+    {.name = "rollup_time_width_s",
+     .type = OPT_DURATION,
+     .def = "60",
+     .min = 0,
+     .max = 31536000,
+     FIELD(rollup_time_width_s),
+     .help = "bucket width of the time rollup tier; 0 = no time tier",
+     .doc = "Before retention drops a chunk, its points are folded into rollups: per "
+	    "series and bucket, count, sum, min, max, first and last. This is the width of "
+	    "the time tier's buckets. Downsample queries answer ranges that retention has "
+	    "dropped from the rollups when their time width is a multiple of this. Changing it "
+	    "later leaves the existing rollups at the old width."},
+    {.name = "rollup_step_width",
+     .type = OPT_UINT,
+     .def = "100",
+     .min = 0,
+     .max = 1000000000000ull,
+     FIELD(rollup_step_width),
+     .help = "bucket width (in steps) of the step rollup tier; 0 = no step tier",
+     .doc = "Width of the step tier's rollup buckets (see rollup_time_width_s). Downsample "
+	    "queries on the step axis use it when their step width is a multiple of this."},
     {.name = "log_level",
      .type = OPT_ENUM,
      .def = "info",

@@ -49,6 +49,8 @@ struct srv_config {
 	uint64_t retention_s;		/* default retention of sealed data; 0 = forever */
 	uint32_t retention_check_s;	/* background retention + compaction period */
 	uint32_t compact_min_live_pct;	/* compact segments less live than this percent */
+	uint32_t rollup_time_width_s;	/* time rollup tier bucket width; 0 = off */
+	uint64_t rollup_step_width;	/* step rollup tier bucket width; 0 = off */
 	char log_level[16];		/* "debug", "info", "warn" or "error" */
 	char lp_default_job[129];	/* job of line-protocol lines without one; "" = error */
 	uint64_t max_line_bytes;	/* longest line-protocol line */

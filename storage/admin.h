@@ -23,6 +23,8 @@ struct sto_lifecycle {
 	uint64_t retention_s;       /* global default; 0 = keep forever */
 	uint32_t retention_check_s; /* background retention + compaction period; 0 = never */
 	double compact_min_live;    /* rewrite segments whose live fraction is below */
+	uint32_t rollup_time_width_s; /* time tier bucket width; 0 = no time tier */
+	uint64_t rollup_step_width;   /* step tier bucket width; 0 = no step tier */
 };
 void sto_lifecycle_default(struct sto_lifecycle *l);
 void sto_set_lifecycle(struct sto *s, const struct sto_lifecycle *l);
@@ -68,9 +70,13 @@ int sto_retention_run(struct sto *s, struct sto_retention_result *r);
 /* ---- compaction ---- */
 struct sto_compact_result {
 	uint64_t segments, chunks, bytes_before, bytes_after, skipped;
+	uint64_t merged_from, merged_into; /* small chunks merged, chunks they became */
 };
-/* Rewrites every closed segment whose live fraction is below min_live (a
- * negative value: the configured one) into a new one. */
+/* First merges each series' runs of consecutive small chunks (each under
+ * chunk_max_points / 4 points, together at most chunk_max_points, all
+ * checkpointed) into one chunk each, then rewrites every closed segment
+ * whose live fraction is below min_live (a negative value: the configured
+ * one) into a new one. */
 int sto_compact(struct sto *s, double min_live, struct sto_compact_result *r);
 /* Pauses / resumes compaction (backup). */
 void sto_compact_pause(struct sto *s);

@@ -10,7 +10,20 @@
  * id to seg_trash and clears compact_out. Then the segment readers are
  * swapped (no fd keeps the old file), the old file is unlinked and its
  * trash entry removed. At open, a set compact_out means an unfinished copy
- * (its file is removed) and every seg_trash id is unlinked. A reader whose
+ * (its file is removed) and every seg_trash id is unlinked.
+ *
+ * Merging small chunks (first, before the segment pass): for each series,
+ * a run of consecutive chunks (index order: min_ts, uid) each holding
+ * fewer than chunk_max_points / 4 points, together at most
+ * chunk_max_points, all of checkpointed generations (a pending chunk is
+ * dropped and replayed at recovery, so it must stay as it is), is decoded,
+ * merged by time (stable) and re-encoded as one chunk with a new uid (gen:
+ * the largest of the run) into a new segment, under the same compact_out
+ * protocol: the segment is synced, then one transaction deletes the run's
+ * entries, puts the merged ones, stores next_chunk_uid and clears
+ * compact_out. A crash before it leaves the old entries (the new file is
+ * removed at open); after it, only the merged ones: no point is lost or
+ * doubled. The replaced records are dead bytes of their segments. A reader whose
  * snapshot predates the switch gets ENOENT and looks its chunk up again.
  */
 #include "storage/store_int.h"
@@ -294,6 +307,189 @@ switch_index:
 	return drop_old_segment(s);
 }
 
+/* ---- merging small chunks ------------------------------------------------------------- */
+
+/* Runs of small chunks to merge: all chunk entries (key order), and the
+ * output of the current batch. */
+struct merge_set {
+	struct key_list all;        /* every chunk entry, in (series, min_ts, uid) order */
+	struct sto_cols pts, one;   /* the run's points; one chunk's points */
+	struct rdb_buf rec, codec;  /* scratch: a record read; a codec payload */
+	struct rdb_buf out;         /* framed merged records of the batch */
+	struct key_list olds;       /* entries the batch replaces */
+	struct key_list news;       /* the merged entries */
+};
+
+static bool merge_small(const struct sto *s, const struct sto_chunk_ref *r)
+{
+	return r->stats.count < s->opt.chunk_max_points / 4 && r->gen <= s->ckpt_gen;
+}
+
+/* Decodes refs [a, b) of m->all, merges them by time (stable), frames one
+ * chunk into m->out for the new segment w. */
+static int merge_run(struct sto *s, struct merge_set *m, size_t a, size_t b,
+		     struct sto_seg_writer *w, const struct sto_series_key *key)
+{
+	struct sto_read_error err;
+	struct sto_chunk_ref ref = {0};
+	m->pts.n = 0;
+	for (size_t i = a; i < b; i++) {
+		int rc = sto_read_chunk(s, &m->all.v[i], &m->rec, &m->one, &err);
+		if (rc) {
+			rdb_warn("store", "merging small chunks: %s; that run is left as it is", err.msg);
+			return rc;
+		}
+		for (size_t k = 0; k < m->one.n && rc == 0; k++)
+			rc = sto_cols_push(&m->pts, m->one.ts_ns[k], m->one.step[k], m->one.attempt[k],
+					   m->one.value[k]);
+		if (rc)
+			return rc;
+		if (m->all.v[i].gen > ref.gen)
+			ref.gen = m->all.v[i].gen;
+	}
+	int rc = sto_cols_sort_by_time(&m->pts);
+	m->codec.len = 0;
+	if (rc == 0)
+		rc = sto_codec_encode(&m->pts, &m->codec, NULL);
+	if (rc)
+		return rc;
+	ref.series_id = m->all.v[a].series_id;
+	ref.uid = s->next_uid++;
+	ref.segment_id = sto_seg_id(w);
+	ref.offset = sto_seg_size(w) + m->out.len;
+	sto_chunk_stats_compute(&m->pts, &ref.stats);
+	size_t before = m->out.len;
+	rc = sto_chunk_frame(&m->out, STO_CHUNK_MAGIC, ref.series_id, ref.uid, ref.gen,
+			     (uint32_t)m->pts.n, m->codec.data, m->codec.len, key);
+	if (rc)
+		return rc;
+	ref.length = (uint32_t)(m->out.len - before);
+	for (size_t i = a; i < b && rc == 0; i++)
+		rc = sti_key_push(&m->olds, &m->all.v[i]);
+	return rc ? rc : sti_key_push(&m->news, &ref);
+}
+
+/* The index switch of a merge batch: old entries out, merged ones in. */
+static int merge_switch(struct sto *s, struct merge_set *m)
+{
+	struct sto_txn *t;
+	int rc = sto_txn_begin(s->ix, true, &t);
+	if (rc)
+		return rc;
+	for (size_t i = 0; rc == 0 && i < m->olds.n; i++) {
+		const struct sto_chunk_ref *o = &m->olds.v[i];
+		rc = sto_chunk_del(t, o->series_id, o->stats.min_ts_ns, o->uid);
+	}
+	for (size_t i = 0; rc == 0 && i < m->news.n; i++)
+		rc = sto_chunk_put(t, &m->news.v[i]);
+	if (rc == 0)
+		rc = sto_meta_put(t, "next_chunk_uid", s->next_uid);
+	if (rc == 0)
+		rc = sto_meta_put(t, "compact_out", 0);
+	if (rc) {
+		sto_txn_abort(t);
+		return rc;
+	}
+	pthread_rwlock_wrlock(&s->view_lock);
+	rc = sto_txn_commit(t);
+	pthread_rwlock_unlock(&s->view_lock);
+	return rc;
+}
+
+static int series_key(struct sto *s, uint64_t id, struct sto_series_key *key)
+{
+	struct sto_txn *t;
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc)
+		return rc;
+	rc = sto_series_key_of(t, id, key);
+	sto_txn_abort(t);
+	return rc;
+}
+
+/* End of the run of small chunks starting at i (exclusive). */
+static size_t run_end(struct sto *s, const struct merge_set *m, size_t i)
+{
+	uint64_t pts = 0;
+	size_t j = i;
+	while (j < m->all.n && m->all.v[j].series_id == m->all.v[i].series_id &&
+	       merge_small(s, &m->all.v[j]) &&
+	       pts + m->all.v[j].stats.count <= s->opt.chunk_max_points)
+		pts += m->all.v[j++].stats.count;
+	return j;
+}
+
+/* One batch: runs from *pos on into a new segment (synced), then the index
+ * switch. Crash-safe like segment compaction (compact_out). */
+static int merge_batch(struct sto *s, struct merge_set *m, size_t *pos,
+		       struct sto_compact_result *r)
+{
+	uint64_t new_id = 0;
+	struct sto_seg_writer *w = NULL;
+	m->out.len = m->olds.n = m->news.n = 0;
+	int rc = compact_begin(s, &new_id);
+	if (rc)
+		return rc;
+	rc = sto_seg_create(s->seg_dir, new_id, s->ring, &w);
+	while (rc == 0 && *pos < m->all.n && m->out.len < SEAL_BUF_MAX) {
+		size_t i = *pos, j = run_end(s, m, i);
+		*pos = j > i ? j : i + 1;
+		if (j - i < 2)
+			continue;
+		struct sto_series_key key;
+		rc = series_key(s, m->all.v[i].series_id, &key);
+		if (rc == 0)
+			rc = merge_run(s, m, i, j, w, &key);
+	}
+	if (rc == 0 && m->out.len)
+		rc = sto_seg_append(w, m->out.data, m->out.len);
+	int crc = w ? sto_seg_close(w) : 0; /* syncs: the data is durable before the switch */
+	rc = rc ? rc : crc;
+	if (rc == 0 && m->news.n)
+		rc = merge_switch(s, m);
+	if (rc || m->news.n == 0) {
+		compact_abandon(s, new_id);
+		return rc;
+	}
+	r->merged_from += m->olds.n;
+	r->merged_into += m->news.n;
+	return 0;
+}
+
+/* Merges every series' runs of small checkpointed chunks. The replaced
+ * chunks' bytes become dead in their segments (reclaimed by the segment
+ * pass that follows). */
+static int merge_small_chunks(struct sto *s, struct sto_compact_result *r)
+{
+	struct merge_set m = {0};
+	struct sto_txn *t;
+	if (s->opt.chunk_max_points < 8)
+		return 0;
+	rdb_buf_init(&m.rec, STO_CHUNK_HEADER_SIZE + STO_CHUNK_MAX_PAYLOAD + 4096);
+	rdb_buf_init(&m.codec, STO_CHUNK_MAX_PAYLOAD);
+	rdb_buf_init(&m.out, SEAL_BUF_MAX + STO_CHUNK_HEADER_SIZE + STO_CHUNK_MAX_PAYLOAD + 4096);
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc == 0) {
+		rc = sto_chunk_scan_all(t, sti_key_push, &m.all);
+		sto_txn_abort(t);
+	}
+	size_t pos = 0;
+	while (rc == 0 && pos < m.all.n)
+		rc = merge_batch(s, &m, &pos, r);
+	if (r->merged_from)
+		rdb_info("store", "compaction merged %llu small chunks into %llu",
+			 (unsigned long long)r->merged_from, (unsigned long long)r->merged_into);
+	free(m.all.v);
+	free(m.olds.v);
+	free(m.news.v);
+	sto_cols_free(&m.pts);
+	sto_cols_free(&m.one);
+	rdb_buf_free(&m.rec);
+	rdb_buf_free(&m.codec);
+	rdb_buf_free(&m.out);
+	return rc;
+}
+
 static int list_segments(struct sto *s, struct id_list *ids)
 {
 	DIR *d = opendir(s->seg_dir);
@@ -328,6 +524,8 @@ int sti_compact_op(struct sto *s, void *arg)
 	int rc = s->seg ? sto_seg_close(s->seg) : 0;
 	s->seg = NULL;
 	uint64_t writing = UINT64_MAX;
+	if (rc == 0)
+		rc = merge_small_chunks(s, a->r);
 	if (rc == 0)
 		rc = list_segments(s, &ids);
 	for (size_t i = 0; rc == 0 && i < ids.n; i++) {

@@ -113,7 +113,11 @@ int sto_batchid_prune(struct sto_txn *t, uint64_t older_than_ns, size_t max_dele
  *               the job in generations <= T are never replayed
  *   retention   job -> u64 seconds (per-job override of retention_s)
  *   quarantine  damaged chunk entries, moved out of chunks/events
- *   seg_trash   segment ids compacted away whose file is still to unlink */
+ *   seg_trash   segment ids compacted away whose file is still to unlink
+ *   rollups     series id (be64) tier (u8) bucket start (be64, sign bit
+ *               flipped) -> struct sto_rollup (128 bytes LE, docs/FORMAT.md):
+ *               aggregates of points retention dropped. Not derived from the
+ *               segment files: rebuild-index cannot recreate them. */
 enum sto_jobdb { STO_JOBDB_TOMBSTONE, STO_JOBDB_RETENTION };
 typedef int (*sto_jobval_fn)(void *arg, const char *job, uint64_t val);
 int sto_jobval_put(struct sto_txn *t, enum sto_jobdb which, const char *job, uint64_t val);
@@ -150,6 +154,36 @@ int sto_quarantine_scan(struct sto_txn *t, sto_u64_fn fn, void *arg);
 int sto_trash_add(struct sto_txn *t, uint64_t segment_id);
 int sto_trash_del(struct sto_txn *t, uint64_t segment_id);
 int sto_trash_scan(struct sto_txn *t, sto_u64_fn fn, void *arg);
+
+/* A rollup record: the exact, mergeable aggregate of the points of one
+ * series in one bucket of one tier (bucket start = the smallest axis value
+ * of the bucket: ts in ns for STO_TIER_TIME, step for STO_TIER_STEP). */
+enum { STO_TIER_TIME = 0, STO_TIER_STEP = 1 };
+#define STO_ROLLUP_RECORD_SIZE 128
+struct sto_rollup {
+	uint64_t count;          /* non-NaN values */
+	uint64_t nan_count;      /* NaN values */
+	double sum, min, max;    /* over non-NaN values; 0 when count == 0 */
+	uint64_t first_bits, last_bits; /* values of the smallest / largest (ts, step) */
+	int64_t first_ts_ns, first_step, last_ts_ns, last_step;
+	int64_t min_step, max_step; /* over points with a step; STO_STEP_NONE if none */
+	uint64_t nostep_count;   /* points without a step */
+	uint32_t min_attempt, max_attempt;
+};
+/* Merges b into a (a with count + nan_count == 0 is empty: becomes b). */
+void sto_rollup_merge(struct sto_rollup *a, const struct sto_rollup *b);
+/* RDB_ENOTFOUND if absent. */
+int sto_rollup_get(struct sto_txn *t, uint64_t series_id, unsigned tier, int64_t bucket,
+		   struct sto_rollup *out);
+int sto_rollup_put(struct sto_txn *t, uint64_t series_id, unsigned tier, int64_t bucket,
+		   const struct sto_rollup *r);
+/* Calls fn for each record of (series_id, tier) with a bucket start in
+ * [from_bucket, to_bucket], ascending. */
+typedef int (*sto_rollup_fn)(void *arg, int64_t bucket, const struct sto_rollup *r);
+int sto_rollup_scan(struct sto_txn *t, uint64_t series_id, unsigned tier, int64_t from_bucket,
+		    int64_t to_bucket, sto_rollup_fn fn, void *arg);
+/* Deletes every record of series_id (job deletion). */
+int sto_rollup_del_series(struct sto_txn *t, uint64_t series_id);
 
 /* Consistent, compacted copy of the environment into dir (created if
  * missing, must hold no data.mdb): mdb_env_copy2 with MDB_CP_COMPACT.

@@ -45,6 +45,8 @@ void sto_lifecycle_default(struct sto_lifecycle *l)
 	l->retention_s = 0;
 	l->retention_check_s = 3600;
 	l->compact_min_live = 0.5;
+	l->rollup_time_width_s = 60;
+	l->rollup_step_width = 100;
 }
 
 void sto_set_lifecycle(struct sto *s, const struct sto_lifecycle *l)
@@ -537,8 +539,11 @@ static int del_index(struct sto *s, struct sto_txn *t, struct del_job *d, uint64
 		rc = sto_evidx_del(t, d->job, d->ev.v[i].min_ts_ns, d->ev.v[i].uid);
 		rc = rc == RDB_ENOTFOUND ? 0 : rc;
 	}
-	for (size_t i = 0; rc == 0 && i < d->series.n; i++)
+	for (size_t i = 0; rc == 0 && i < d->series.n; i++) {
 		rc = sto_series_del(t, &d->keys[i], d->series.v[i].series_id);
+		if (rc == 0)
+			rc = sto_rollup_del_series(t, d->series.v[i].series_id);
+	}
 	if (rc == 0)
 		rc = sto_jobval_put(t, STO_JOBDB_TOMBSTONE, d->job, gen);
 	return rc;
@@ -767,23 +772,57 @@ static int ret_job_cb(void *arg, const char *job, uint64_t nseries)
 	return sto_series_scan(c->ev.t, job, ret_series_cb, c);
 }
 
-/* Deletes the collected entries, at most 50000 per transaction. */
+/* Drops chunks [from, to) of c after folding them into the rollups, in
+ * one transaction: a point is either still in a chunk or in a rollup. */
+static int ret_drop_chunks(struct sto *s, struct ret_ctx *c, size_t from, size_t to,
+			   struct sti_rollup_acc *acc, struct sto_retention_result *r)
+{
+	struct sto_txn *t;
+	int rc = 0;
+	acc->n = 0;
+	for (size_t i = from; rc == 0 && i < to; i++)
+		rc = sti_rollup_fold(s, acc, &c->chunks.v[i]);
+	if (rc == 0)
+		rc = sto_txn_begin(s->ix, true, &t);
+	if (rc)
+		return rc;
+	rc = sti_rollup_commit(acc, t);
+	for (size_t i = from; rc == 0 && i < to; i++) {
+		const struct sto_chunk_ref *ref = &c->chunks.v[i];
+		rc = sto_chunk_del(t, ref->series_id, ref->stats.min_ts_ns, ref->uid);
+		rc = rc == RDB_ENOTFOUND ? 0 : rc;
+	}
+	if (rc) {
+		sto_txn_abort(t);
+		return rc;
+	}
+	pthread_rwlock_wrlock(&s->view_lock); /* readers see chunks + rollups consistently */
+	rc = sto_txn_commit(t);
+	pthread_rwlock_unlock(&s->view_lock);
+	for (size_t i = from; rc == 0 && i < to; i++) {
+		r->chunks++;
+		r->points += c->chunks.v[i].stats.count;
+	}
+	return rc;
+}
+
+/* Deletes the collected entries: chunks 1000 per transaction (folded into
+ * rollups first), event chunks 50000 per transaction. */
 static int ret_drop(struct sto *s, struct ret_ctx *c, struct sto_retention_result *r)
 {
+	struct sti_rollup_acc acc = {0};
 	size_t i = 0, k = 0;
 	int rc = 0;
-	while (rc == 0 && (i < c->chunks.n || k < c->ev.n)) {
+	rdb_buf_init(&acc.rec, STO_CHUNK_HEADER_SIZE + STO_CHUNK_MAX_PAYLOAD + 4096);
+	for (; rc == 0 && i < c->chunks.n; i += 1000)
+		rc = ret_drop_chunks(s, c, i, i + 1000 < c->chunks.n ? i + 1000 : c->chunks.n,
+				     &acc, r);
+	sti_rollup_acc_free(&acc);
+	while (rc == 0 && k < c->ev.n) {
 		struct sto_txn *t;
 		rc = sto_txn_begin(s->ix, true, &t);
 		if (rc)
 			break;
-		for (size_t n = 0; rc == 0 && n < 50000 && i < c->chunks.n; n++, i++) {
-			const struct sto_chunk_ref *ref = &c->chunks.v[i];
-			rc = sto_chunk_del(t, ref->series_id, ref->stats.min_ts_ns, ref->uid);
-			rc = rc == RDB_ENOTFOUND ? 0 : rc;
-			r->chunks++;
-			r->points += ref->stats.count;
-		}
 		for (size_t n = 0; rc == 0 && n < 50000 && k < c->ev.n; n++, k++) {
 			rc = sto_evidx_del(t, c->ev.v[k].job, c->ev.v[k].min_ts_ns, c->ev.v[k].uid);
 			rc = rc == RDB_ENOTFOUND ? 0 : rc;
@@ -817,7 +856,7 @@ static int retention_op(struct sto *s, void *arg)
 		rc = ret_drop(s, &c, r);
 	if (rc == 0 && (r->chunks || r->event_chunks))
 		rdb_info("store", "retention dropped %llu chunks (%llu points) and %llu event "
-			 "chunks; compaction reclaims the space", (unsigned long long)r->chunks,
+			 "chunks (folded into rollups); compaction reclaims the space", (unsigned long long)r->chunks,
 			 (unsigned long long)r->points, (unsigned long long)r->event_chunks);
 	free(c.jobs.v);
 	free(c.secs);

@@ -123,16 +123,33 @@ int sto_read_chunk(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_bu
  * point is in both. A chunk's stats cover all of its points, not only the
  * ones in range: check stats.min_ts_ns/max_ts_ns (and steps) against the
  * range before answering from them. Decode with sto_read_chunk. */
+struct sto_rollup_rec {
+	int64_t bucket; /* start of the bucket in its tier */
+	struct sto_rollup r;
+};
 struct sto_series_view {
 	struct sto_cols head;         /* owned */
 	struct sto_chunk_ref *chunks; /* owned, ordered by (min_ts, uid) */
 	size_t nchunks;
+	struct sto_rollup_rec *rollups; /* owned, by bucket; see sto_view_series_rollups */
+	size_t nrollups;
 };
 /* 0, RDB_ELIMIT (more than max_head_points head points in range), -errno.
  * out is filled on success, empty on failure. */
 int sto_view_series(struct sto *s, uint64_t series_id, const struct sto_range *r,
 		    size_t max_head_points, struct sto_series_view *out);
 void sto_view_free(struct sto_series_view *v); /* NULL ok */
+
+/* Like sto_view_series, plus (same snapshot) the rollup records of tier
+ * (STO_TIER_TIME or STO_TIER_STEP) that may hold points of r: the records
+ * and the chunks never share a point. A record may extend past r: check its
+ * first_ts_ns/last_ts_ns (and steps) before using it. More than
+ * max_head_points head points or max_rollups records: RDB_ELIMIT. */
+int sto_view_series_rollups(struct sto *s, uint64_t series_id, const struct sto_range *r,
+			    size_t max_head_points, unsigned tier, size_t max_rollups,
+			    struct sto_series_view *out);
+/* The configured rollup tier widths (0: tier off). */
+void sto_rollup_widths(struct sto *s, int64_t *time_width_ns, int64_t *step_width);
 
 /* Which events a read selects. Everything given must hold. */
 struct sto_ev_filter {

@@ -225,6 +225,27 @@ int sti_id_push(struct id_list *l, uint64_t v);
 /* Chunk scan callback: appends *ref to the key_list arg. */
 int sti_key_push(void *arg, const struct sto_chunk_ref *ref);
 
+/* ---- rollup.c ---- */
+struct sti_rollup_ent {
+	uint64_t series_id;
+	unsigned tier;
+	int64_t bucket; /* start */
+	struct sto_rollup r;
+};
+/* Rollup records folded from chunks about to be dropped, not yet stored.
+ * Initialize with {0} then rdb_buf_init(&rec, ...). */
+struct sti_rollup_acc {
+	struct sti_rollup_ent *v;
+	size_t n, cap;
+	struct rdb_buf rec; /* scratch: a chunk record */
+};
+/* Reads chunk ref and folds its points into a (a corrupt chunk: logged,
+ * nothing folded, 0). Flusher only. */
+int sti_rollup_fold(struct sto *s, struct sti_rollup_acc *a, const struct sto_chunk_ref *ref);
+/* Merges every record of a into the stored ones (inside write txn t). */
+int sti_rollup_commit(struct sti_rollup_acc *a, struct sto_txn *t);
+void sti_rollup_acc_free(struct sti_rollup_acc *a);
+
 /* ---- compact.c ---- */
 /* Compacts every segment below a->min_live (struct compact_args *arg). Flusher only. */
 int sti_compact_op(struct sto *s, void *arg);

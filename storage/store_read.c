@@ -211,8 +211,53 @@ static int view_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 	return 0;
 }
 
-int sto_view_series(struct sto *s, uint64_t series_id, const struct sto_range *r,
-		    size_t max_head_points, struct sto_series_view *out)
+struct rollup_ctx {
+	struct sto_series_view *v;
+	size_t cap, max;
+};
+
+static int view_rollup_cb(void *arg, int64_t bucket, const struct sto_rollup *r)
+{
+	struct rollup_ctx *c = arg;
+	struct sto_series_view *v = c->v;
+	if (v->nrollups >= c->max)
+		return RDB_ELIMIT;
+	if (v->nrollups == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 16;
+		struct sto_rollup_rec *p = realloc(v->rollups, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		v->rollups = p;
+		c->cap = cap;
+	}
+	v->rollups[v->nrollups++] = (struct sto_rollup_rec){.bucket = bucket, .r = *r};
+	return 0;
+}
+
+/* Rollup records of tier that may overlap r (a bucket starts at most one
+ * configured width before the range; older widths: the caller checks). */
+static int view_rollups(struct sto *s, struct sto_txn *t, uint64_t series_id,
+			const struct sto_range *r, unsigned tier, size_t max,
+			struct sto_series_view *out)
+{
+	struct rollup_ctx c = {.v = out, .max = max};
+	int64_t lo, hi, w;
+	if (tier == STO_TIER_TIME) {
+		w = (int64_t)s->life.rollup_time_width_s * 1000000000;
+		lo = r->from_ns;
+		hi = r->to_ns;
+	} else {
+		w = (int64_t)s->life.rollup_step_width;
+		lo = r->by_step ? r->step_from : INT64_MIN;
+		hi = r->by_step ? r->step_to : INT64_MAX;
+	}
+	lo = lo > INT64_MIN + w ? lo - w : INT64_MIN;
+	return sto_rollup_scan(t, series_id, tier, lo, hi, view_rollup_cb, &c);
+}
+
+static int view_series(struct sto *s, uint64_t series_id, const struct sto_range *r,
+		       size_t max_head_points, int tier, size_t max_rollups,
+		       struct sto_series_view *out)
 {
 	memset(out, 0, sizeof(*out));
 	struct view_ctx c = {.v = out, .r = r};
@@ -224,10 +269,33 @@ int sto_view_series(struct sto *s, uint64_t series_id, const struct sto_range *r
 	pthread_rwlock_unlock(&s->view_lock);
 	if (rc == 0)
 		rc = sto_chunk_scan(t, series_id, r->from_ns, r->to_ns, view_chunk_cb, &c);
+	if (rc == 0 && tier >= 0)
+		rc = view_rollups(s, t, series_id, r, (unsigned)tier, max_rollups, out);
 	sto_txn_abort(t);
 	if (rc)
 		sto_view_free(out);
 	return rc;
+}
+
+int sto_view_series(struct sto *s, uint64_t series_id, const struct sto_range *r,
+		    size_t max_head_points, struct sto_series_view *out)
+{
+	return view_series(s, series_id, r, max_head_points, -1, 0, out);
+}
+
+int sto_view_series_rollups(struct sto *s, uint64_t series_id, const struct sto_range *r,
+			    size_t max_head_points, unsigned tier, size_t max_rollups,
+			    struct sto_series_view *out)
+{
+	return view_series(s, series_id, r, max_head_points, (int)tier, max_rollups, out);
+}
+
+void sto_rollup_widths(struct sto *s, int64_t *time_width_ns, int64_t *step_width)
+{
+	pthread_mutex_lock(&s->flush_lock);
+	*time_width_ns = (int64_t)s->life.rollup_time_width_s * 1000000000;
+	*step_width = (int64_t)s->life.rollup_step_width;
+	pthread_mutex_unlock(&s->flush_lock);
 }
 
 void sto_view_free(struct sto_series_view *v)
@@ -236,6 +304,7 @@ void sto_view_free(struct sto_series_view *v)
 		return;
 	sto_cols_free(&v->head);
 	free(v->chunks);
+	free(v->rollups);
 	memset(v, 0, sizeof(*v));
 }
 

@@ -605,9 +605,10 @@ static int dir_misc(struct sto *s, const struct opts *o)
 		rc = sto_compact(s, live, &r);
 		if (rc == 0)
 			printf("{\"segments\":%llu,\"chunks\":%llu,\"bytes_before\":%llu,"
-			       "\"bytes_after\":%llu}\n", (unsigned long long)r.segments,
-			       (unsigned long long)r.chunks, (unsigned long long)r.bytes_before,
-			       (unsigned long long)r.bytes_after);
+			       "\"bytes_after\":%llu,\"merged_from\":%llu,\"merged_into\":%llu}\n",
+			       (unsigned long long)r.segments, (unsigned long long)r.chunks,
+			       (unsigned long long)r.bytes_before, (unsigned long long)r.bytes_after,
+			       (unsigned long long)r.merged_from, (unsigned long long)r.merged_into);
 	} else if (strcmp(c, "backup") == 0 && o->npos == 2) {
 		struct sto_backup_result r;
 		rc = sto_backup(s, o->pos[1], &r);

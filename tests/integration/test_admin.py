@@ -10,6 +10,7 @@ import struct
 import subprocess
 import threading
 import time
+import urllib.parse
 
 from harness import T0, Server, f32, segment_files, wait_until
 
@@ -153,6 +154,117 @@ def test_compaction_kill9_loop():
     assert export(s, "a") == want
     st, v = admin(s, "POST", "verify")
     assert st == 200 and v["ok"], v
+    s.stop()
+
+
+def _stats_chunks(s, job):
+    r = rankctl("--url", url(s), "--token", TOKEN, "stats", "--job", job)
+    return json.loads(r.stdout)["jobs"][0]["chunks"]
+
+
+def _tiny_chunks(s, job, rounds, per=3):
+    for k in range(rounds):  # a checkpoint every few writes: chunks of `per` points
+        write_job(s, job, per, t0=T0 + k * per * 1_000_000, step0=k * per)
+        admin(s, "POST", "checkpoint")
+
+
+def test_compaction_merges_small_chunks():
+    s = Server(ADMIN + ["--chunk-max-points", "100"]).start()
+    _tiny_chunks(s, "tiny", 40)
+    want = export(s, "tiny")
+    assert len(want.splitlines()) == 40 * 3 * 2 * 2
+    n0 = _stats_chunks(s, "tiny")
+    st, c = admin(s, "POST", "compact")
+    assert st == 200 and c["merged_from"] > c["merged_into"] > 0, c
+    n1 = _stats_chunks(s, "tiny")
+    assert n1 < n0 / 4, (n0, n1)
+    assert export(s, "tiny") == want
+    s.restart()
+    assert export(s, "tiny") == want and _stats_chunks(s, "tiny") == n1
+    st, v = admin(s, "POST", "verify")
+    assert st == 200 and v["ok"], v
+    s.stop()
+
+
+def test_merge_small_chunks_kill9_loop():
+    s = Server(ADMIN + ["--chunk-max-points", "100"]).start()
+    for j in ("m0", "m1", "m2"):
+        _tiny_chunks(s, j, 25)
+    want = {j: export(s, j) for j in ("m0", "m1", "m2")}
+    rng = random.Random(11)
+    for _ in range(4):
+        t = threading.Thread(target=lambda: admin(s, "POST", "compact"))
+        t.daemon = True
+        t.start()
+        time.sleep(rng.uniform(0.0, 0.3))
+        s.kill9()
+        t.join(30)
+        s.start()
+        assert {j: export(s, j) for j in want} == want
+    st, c = admin(s, "POST", "compact")
+    assert st == 200, c
+    assert {j: export(s, j) for j in want} == want
+    assert _stats_chunks(s, "m0") <= 4
+    st, v = admin(s, "POST", "verify")
+    assert st == 200 and v["ok"], v
+    s.stop()
+
+
+def _brute(recs, rank, width):
+    out = {}
+    for r in recs:
+        if r["rank"] != rank:
+            continue
+        k = r["timestamp"] // width
+        v = r["metrics"]["loss"]
+        b = out.setdefault(k, [])
+        b.append((r["timestamp"], v))
+    return out
+
+
+def test_rollups_answer_downsample_after_retention():
+    s = Server(ADMIN + ["--chunk-max-points", "100"]).start()
+    sec = 10**9
+    now = time.time_ns()
+    t0 = (now - 4 * 3600 * sec) // (600 * sec) * (600 * sec)
+    recs = [{"job": "ru", "rank": rk, "step": i, "timestamp": t0 + i * 7 * sec + rk,
+             "metrics": {"loss": ((i * 37 + rk * 11) % 101) * 0.5}}
+            for i in range(1800) for rk in (0, 1)]
+    for i in range(0, len(recs), 2000):
+        s.write_ok(recs[i:i + 2000])
+    width = 300 * sec  # a multiple of the 60 s time tier
+    q = {"job": "ru", "metric": "loss", "time_width_ns": width, "from": t0, "to": now,
+         "agg": "count,sum,min,max,first,last,avg"}
+    assert admin(s, "PUT", "retention/ru?seconds=7200")[0] == 200
+    st, r = admin(s, "POST", "retention/run")
+    assert st == 200 and 1000 < r["points"] < 3600, r
+    assert len(export(s, "ru").splitlines()) == 3600 - r["points"]
+
+    def check():
+        st, obj = s.get_json("/api/v1/query/downsample?" + urllib.parse.urlencode(q))
+        assert st == 200 and obj["from_rollups"] > 0, (st, obj)
+        for ser in obj["series"]:
+            want = _brute(recs, ser["rank"], width)
+            assert [x // width for x in ser["start"]] == sorted(want), ser["start"]
+            for i, k in enumerate(sorted(want)):
+                pts = sorted(want[k])
+                vals = [v for _, v in pts]
+                assert ser["count"][i] == len(vals), (k, ser["count"][i], len(vals))
+                assert ser["min"][i] == min(vals) and ser["max"][i] == max(vals)
+                assert abs(ser["sum"][i] - sum(vals)) < 1e-6
+                assert abs(ser["avg"][i] - sum(vals) / len(vals)) < 1e-9
+                assert ser["first"][i] == pts[0][1] and ser["last"][i] == pts[-1][1]
+        return obj
+    check()
+    s.restart()
+    check()
+    q2 = dict(q, agg="p50")
+    st, obj = s.get_json("/api/v1/query/downsample?" + urllib.parse.urlencode(q2))
+    assert st == 422 and "rolled up" in obj["error"], (st, obj)
+    q3 = dict(q, time_width_ns=90 * sec)  # not a multiple: raw data only
+    st, obj = s.get_json("/api/v1/query/downsample?" + urllib.parse.urlencode(q3))
+    assert st == 200 and obj["from_rollups"] == 0, obj
+    assert sum(sum(x["count"]) for x in obj["series"]) == 3600 - r["points"]
     s.stop()
 
 
