@@ -15,7 +15,8 @@ taken --budget-s seconds), and keeps the last answer's facts
   a  raw range: rank 0 loss, whole run
   b  rank 0 loss downsampled to ~200 buckets, mean per bucket
   c  cross-rank: per bucket (~200), each rank's mean loss, then the mean
-     and the max of those across ranks (rankdb's crossrank semantics)
+     and the max of those across ranks (rankdb's crossrank semantics; it is
+     asked for exactly these two columns, agg=mean,max, like the peers)
   d  top-5 ranks by mean step_time over the last 10 % of steps
 
 A 404 means the endpoint is missing (rankdb endpoints under construction):
@@ -84,7 +85,9 @@ def rankdb_queries(info, prefix):
         "a": "/api/v1/query/range?" + q({"job": job, "metric": loss, "rank": "0"}),
         "b": "/api/v1/query/downsample?"
         + q({"job": job, "metric": loss, "rank": "0", "points": BUCKETS, "agg": "avg"}),
-        "c": "/api/v1/query/crossrank?" + q({"job": job, "metric": loss, "points": BUCKETS}),
+        # agg=mean,max: the two columns VM and InfluxDB compute, not all eleven
+        "c": "/api/v1/query/crossrank?"
+        + q({"job": job, "metric": loss, "points": BUCKETS, "agg": "mean,max"}),
         "d": "/api/v1/query/outliers?"
         + q({"job": job, "metric": st, "last_steps": info["tail_steps"], "limit": 5,
              "direction": "high"}),

@@ -151,6 +151,30 @@ int qry_match(struct sto *s, const struct qry_match_req *req, struct qry_match *
 	      struct qry_error *err);
 void qry_match_free(struct qry_match *m);
 
+/* What qry_agg_each does with each series' buckets. */
+struct qry_each {
+	/* Called for series i (index into the match) with its buckets. Part 0
+	 * gets a prefix of the series in order, part 1 the rest in order, from
+	 * a helper thread at the same time: the results of part 0 followed by
+	 * those of part 1 are in series order. 0, or an error that stops the
+	 * read. */
+	int (*fn)(void *arg, unsigned part, size_t i, const struct qry_buckets *bs);
+	/* Forgets everything fn was given: a split read failed and is redone
+	 * in one part, in order, so that it fails as a plain loop would. */
+	void (*reset)(void *arg);
+	void *arg;
+};
+
+/* Like qry_agg_series over m's series in order, calling e->fn after each:
+ * the same results, the same counters added to sc and the same error as
+ * that loop (*failed: the index of the series that failed). Queries over
+ * many series are read by two threads (this one and a helper), each
+ * reading half of the series with its own scratch memory; any failure
+ * there, or a total over sc's point budget, is redone by the plain loop.
+ * Blocks. */
+int qry_agg_each(struct qry_scan *sc, const struct qry_match *m, const struct qry_bucketing *bk,
+		 const struct qry_each *e, size_t *failed);
+
 /* Resolves spec for the series of m: runs qry_agg_extent over them when the
  * bucket width depends on the data, then qry_agg_choose. 0 or an error with
  * err filled. */
@@ -209,14 +233,31 @@ int qry_downsample(struct sto *s, const struct qry_ds_req *req, struct rdb_buf *
 
 /* ---- cross-rank ------------------------------------------------------------ */
 
+/* Columns of a cross-rank answer (qry_xr_req.cols). */
+enum qry_xr_col {
+	QRY_XR_COUNT = 1u << 0,
+	QRY_XR_MEAN = 1u << 1,
+	QRY_XR_MIN = 1u << 2,
+	QRY_XR_MAX = 1u << 3,
+	QRY_XR_MEDIAN = 1u << 4,
+	QRY_XR_QUANTILES = 1u << 5,
+	QRY_XR_STDDEV = 1u << 6,
+	QRY_XR_ARGMIN = 1u << 7,
+	QRY_XR_ARGMAX = 1u << 8,
+	QRY_XR_ALL = (1u << 9) - 1,
+};
+
 struct qry_xr_req {
 	const char *job;
 	const char *metric;
 	const uint32_t *ranks;      /* nranks == 0: every rank (never the job level) */
 	size_t nranks;
 	struct qry_bucket_spec spec; /* default: step width 1, or points on time */
-	double q[QRY_MAX_QUANTILES]; /* nq == 0: 0.1 and 0.9 */
+	double q[QRY_MAX_QUANTILES]; /* nq == 0: 0.1 and 0.9 (when cols is 0) */
 	size_t nq;
+	/* QRY_XR_* bits: the columns to compute and write; 0: all of them, with
+	 * the default quantiles. With bits, quantile columns are the nq given. */
+	uint32_t cols;
 	size_t max_points;
 };
 
@@ -224,7 +265,9 @@ struct qry_xr_req {
  * {"job","metric","axis","width","ranks":[..],"start":[..],"end":[..],
  *  "count":[..],"mean":[..],"min":[..],"max":[..],"median":[..],"p10":[..],
  *  "p90":[..],"stddev":[..],"argmin":[..],"argmax":[..],"buckets":N,
- *  "points_read":N,"chunks_from_stats":N,"chunks_decoded":N} */
+ *  "points_read":N,"chunks_from_stats":N,"chunks_decoded":N}
+ * With req->cols, only start, end and the columns asked for (in this
+ * order). */
 int qry_crossrank(struct sto *s, const struct qry_xr_req *req, struct rdb_buf *out,
 		  struct qry_error *err);
 

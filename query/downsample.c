@@ -42,6 +42,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,7 +253,16 @@ struct pt {
 struct pt_vec {
 	struct pt *p;
 	size_t n, cap;
+	/* The points taken so far are in their final order: on the step axis
+	 * steps strictly increase and times do not decrease, on the time axis
+	 * (ts, step, attempt) does not decrease. Then neither the latest-
+	 * attempt filter nor the sort by (key, ts, step, attempt) changes
+	 * anything, and both are skipped. Points usually come that way (one
+	 * chunk after the other, each sorted by time, steps growing). */
+	bool ordered;
+	int64_t lo, hi, key; /* the last bucket found: key covers [lo, hi] */
 };
+#define PT_VEC_INIT {.ordered = true, .lo = 1, .hi = 0}
 
 static int cmp_chunk_step(const void *a, const void *b, void *arg)
 {
@@ -381,7 +391,40 @@ static int plan_chunk(const struct sto_chunk_stats *st, const struct qry_bucketi
 
 /* ---- points and buckets --------------------------------------------------------- */
 
-/* Appends the points of c that the bucketing selects. */
+/* The bucket key of coordinate x. Along ordered coordinates most points
+ * fall in the bucket of the one before: the bounds are compared instead of
+ * dividing. */
+static int64_t key_of(struct pt_vec *pv, const struct qry_bucketing *bk, int64_t x)
+{
+	if (x >= pv->lo && x <= pv->hi)
+		return pv->key;
+	int64_t w = bk->width, key = floor_div(x, w), lo, hi;
+	if (w <= 0) {
+		lo = INT64_MIN;
+		hi = INT64_MAX;
+	} else if (__builtin_mul_overflow(key, w, &lo) || __builtin_add_overflow(lo, w - 1, &hi)) {
+		lo = 1; /* bounds not representable: divide every time */
+		hi = 0;
+	}
+	pv->lo = lo;
+	pv->hi = hi;
+	pv->key = key;
+	return key;
+}
+
+/* True when point b may follow point a in final order (see pt_vec). */
+static bool in_order(const struct pt *a, const struct pt *b, bool step_axis)
+{
+	if (step_axis)
+		return a->step < b->step && a->ts <= b->ts;
+	if (a->ts != b->ts)
+		return a->ts < b->ts;
+	if (a->step != b->step)
+		return a->step < b->step;
+	return a->attempt <= b->attempt;
+}
+
+/* Appends the points of c that the bucketing selects, with their keys. */
 static int take_points(struct pt_vec *pv, const struct sto_cols *c, const struct qry_bucketing *bk)
 {
 	if (pv->n + c->n > pv->cap) {
@@ -394,18 +437,40 @@ static int take_points(struct pt_vec *pv, const struct sto_cols *c, const struct
 		pv->p = p;
 		pv->cap = cap;
 	}
+	bool step_axis = bk->axis == QRY_AXIS_STEP, ordered = pv->ordered;
 	for (size_t i = 0; i < c->n; i++) {
-		int64_t step = c->step[i];
-		if (!in_range(&bk->range, c->ts_ns[i], step))
+		int64_t step = c->step[i], ts = c->ts_ns[i];
+		if (!in_range(&bk->range, ts, step))
 			continue;
-		if (bk->axis == QRY_AXIS_STEP && step == STO_STEP_NONE)
+		if (step_axis && step == STO_STEP_NONE)
 			continue;
 		if (bk->attempt >= 0 && c->attempt[i] != (uint64_t)bk->attempt)
 			continue;
-		pv->p[pv->n++] = (struct pt){.ts = c->ts_ns[i], .step = step,
-					     .attempt = c->attempt[i], .bits = c->value[i]};
+		struct pt *p = &pv->p[pv->n];
+		*p = (struct pt){.key = key_of(pv, bk, step_axis ? step : ts), .ts = ts,
+				 .step = step, .attempt = c->attempt[i], .bits = c->value[i]};
+		if (ordered && pv->n)
+			ordered = in_order(p - 1, p, step_axis);
+		pv->n++;
 	}
+	pv->ordered = ordered;
 	return 0;
+}
+
+/* Points usually arrive already in order (one chunk after the other, each
+ * sorted by time, steps growing with time): checking costs one pass, and
+ * skipping the sort of ordered input gives what the (stable) sort would. */
+static bool ordered_by_step(const struct pt *p, size_t n, bool *strict)
+{
+	*strict = true;
+	for (size_t i = 1; i < n; i++) {
+		if (p[i - 1].step < p[i].step)
+			continue;
+		*strict = false;
+		if (cmp_pt_step(&p[i - 1], &p[i]) > 0)
+			return false;
+	}
+	return true;
 }
 
 /* Keeps, for each step, only the points of its highest attempt. */
@@ -413,7 +478,13 @@ static void keep_latest(struct pt_vec *pv)
 {
 	if (pv->n == 0)
 		return;
-	qsort(pv->p, pv->n, sizeof(*pv->p), cmp_pt_step);
+	bool strict;
+	if (ordered_by_step(pv->p, pv->n, &strict)) {
+		if (strict)
+			return; /* one point per step: each is its step's latest */
+	} else {
+		qsort(pv->p, pv->n, sizeof(*pv->p), cmp_pt_step);
+	}
 	size_t w = 0;
 	for (size_t i = 0; i < pv->n;) {
 		size_t j = i;
@@ -514,6 +585,24 @@ static void merge(struct qry_bucket *b, const struct qry_bucket *p)
 	}
 }
 
+/* merge(b, part_from_pt(p)) for a non-empty b whose points came before p
+ * in (ts, step) order: p is never first and always last. */
+static void fold_pt(struct qry_bucket *b, const struct pt *p)
+{
+	double v = rdb_bits_f64(p->bits);
+	if (!isnan(v)) {
+		b->min = b->count && b->min <= v ? b->min : v;
+		b->max = b->count && b->max >= v ? b->max : v;
+		b->sum += v;
+		b->count++;
+	} else {
+		b->nan_count++;
+	}
+	b->last_ts = p->ts;
+	b->last_step = p->step;
+	b->last_bits = p->bits;
+}
+
 /* Folds sorted points and sorted stats partials into out, bucket by bucket. */
 static int build(struct qry_buckets *out, const struct pt_vec *pv, const struct qry_bucket *parts,
 		 size_t nparts, bool need_values)
@@ -538,18 +627,21 @@ static int build(struct qry_buckets *out, const struct pt_vec *pv, const struct 
 		int64_t key = i < pv->n ? pv->p[i].key : parts[j].key;
 		if (j < nparts && parts[j].key < key)
 			key = parts[j].key;
-		struct qry_bucket *b = &out->b[out->n++], part;
+		struct qry_bucket *b = &out->b[out->n++];
+		size_t b_first = i, vals_off = out->nvals;
 		memset(b, 0, sizeof(*b));
-		b->vals_off = out->nvals;
-		for (; i < pv->n && pv->p[i].key == key; i++) {
-			part_from_pt(&part, &pv->p[i]);
-			merge(b, &part);
-			if (need_values && part.count)
-				out->vals[out->nvals++] = part.min;
-		}
+		if (i < pv->n && pv->p[i].key == key)
+			part_from_pt(b, &pv->p[i++]);
+		for (; i < pv->n && pv->p[i].key == key; i++)
+			fold_pt(b, &pv->p[i]);
+		if (need_values)
+			for (size_t t = b_first; t < i; t++)
+				if (!isnan(rdb_bits_f64(pv->p[t].bits)))
+					out->vals[out->nvals++] = rdb_bits_f64(pv->p[t].bits);
 		for (; j < nparts && parts[j].key == key; j++)
 			merge(b, &parts[j]);
 		b->key = key;
+		b->vals_off = vals_off;
 		if (need_values)
 			qsort(out->vals + b->vals_off, b->count, sizeof(double), cmp_double);
 	}
@@ -559,6 +651,14 @@ static int build(struct qry_buckets *out, const struct pt_vec *pv, const struct 
 static int64_t axis_key(const struct qry_bucketing *bk, int64_t ts, int64_t step)
 {
 	return floor_div(bk->axis == QRY_AXIS_STEP ? step : ts, bk->width);
+}
+
+static bool ordered_by_key(const struct pt *p, size_t n)
+{
+	for (size_t i = 1; i < n; i++)
+		if (cmp_pt_key(&p[i - 1], &p[i]) > 0)
+			return false;
+	return true;
 }
 
 /* Plans and reads the chunks of v: stats partials into parts, points into pv. */
@@ -677,7 +777,7 @@ int qry_agg_series(struct qry_scan *sc, uint64_t id, const struct qry_bucketing 
 		   struct qry_buckets *out)
 {
 	struct sto_series_view v;
-	struct pt_vec pv = {0};
+	struct pt_vec pv = PT_VEC_INIT;
 	struct qry_bucket *parts = NULL;
 	bool *conflict = NULL;
 	size_t nparts = 0;
@@ -699,11 +799,9 @@ int qry_agg_series(struct qry_scan *sc, uint64_t id, const struct qry_bucketing 
 		rc = read_rollups(sc, &v, bk, parts, &nparts);
 	if (rc)
 		goto out;
-	if (bk->axis == QRY_AXIS_STEP && bk->attempt == QRY_ATTEMPT_LATEST)
+	if (!pv.ordered && bk->axis == QRY_AXIS_STEP && bk->attempt == QRY_ATTEMPT_LATEST)
 		keep_latest(&pv);
-	for (size_t i = 0; i < pv.n; i++)
-		pv.p[i].key = axis_key(bk, pv.p[i].ts, pv.p[i].step);
-	if (pv.n)
+	if (!pv.ordered && pv.n && !ordered_by_key(pv.p, pv.n))
 		qsort(pv.p, pv.n, sizeof(*pv.p), cmp_pt_key);
 	if (nparts)
 		qsort(parts, nparts, sizeof(*parts), cmp_bucket_key);
@@ -714,6 +812,93 @@ out:
 	free(conflict);
 	sto_view_free(&v);
 	return rc;
+}
+
+/* ---- many series, two threads ------------------------------------------------------ */
+
+#define SPLIT_MIN_SERIES 8 /* fewer series: one thread (a thread costs ~50 us) */
+
+static int each_in_order(struct qry_scan *sc, const struct qry_match *m,
+			 const struct qry_bucketing *bk, const struct qry_each *e, size_t *failed)
+{
+	struct qry_buckets bs = {0};
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < m->n; i++) {
+		rc = qry_agg_series(sc, m->v[i].id, bk, &bs);
+		if (rc == 0)
+			rc = e->fn(e->arg, 0, i, &bs);
+		if (rc)
+			*failed = i;
+	}
+	qry_buckets_free(&bs);
+	return rc;
+}
+
+struct half {
+	struct qry_scan sc;
+	const struct qry_match *m;
+	const struct qry_bucketing *bk;
+	const struct qry_each *e;
+	unsigned part;
+	size_t lo, hi;
+	int rc;
+};
+
+static void *half_run(void *arg)
+{
+	struct half *h = arg;
+	struct qry_buckets bs = {0};
+	for (size_t i = h->lo; h->rc == 0 && i < h->hi; i++) {
+		h->rc = qry_agg_series(&h->sc, h->m->v[i].id, h->bk, &bs);
+		if (h->rc == 0)
+			h->rc = h->e->fn(h->e->arg, h->part, i, &bs);
+	}
+	qry_buckets_free(&bs);
+	return NULL;
+}
+
+/* Success of the halves, with their points read within the budget left,
+ * means the plain loop succeeds too: each of its checks compares a running
+ * total that is at most the sum of both halves. */
+int qry_agg_each(struct qry_scan *sc, const struct qry_match *m, const struct qry_bucketing *bk,
+		 const struct qry_each *e, size_t *failed)
+{
+	if (m->n < SPLIT_MIN_SERIES)
+		return each_in_order(sc, m, bk, e, failed);
+	size_t left = sc->max_points > sc->points_read ? sc->max_points - sc->points_read : 0;
+	struct half h[2];
+	for (unsigned k = 0; k < 2; k++) {
+		memset(&h[k], 0, sizeof(h[k]));
+		qry_scan_init(&h[k].sc, sc->s, left);
+		h[k].m = m;
+		h[k].bk = bk;
+		h[k].e = e;
+		h[k].part = k;
+	}
+	h[0].hi = h[1].lo = m->n / 2;
+	h[1].hi = m->n;
+	pthread_t t;
+	bool threaded = pthread_create(&t, NULL, half_run, &h[1]) == 0;
+	half_run(&h[0]);
+	if (threaded)
+		pthread_join(t, NULL);
+	else
+		half_run(&h[1]);
+	bool ok = h[0].rc == 0 && h[1].rc == 0 &&
+		  h[0].sc.points_read + h[1].sc.points_read <= left;
+	for (unsigned k = 0; k < 2; k++) {
+		if (ok) {
+			sc->points_read += h[k].sc.points_read;
+			sc->chunks_stats += h[k].sc.chunks_stats;
+			sc->chunks_decoded += h[k].sc.chunks_decoded;
+			sc->from_rollups += h[k].sc.from_rollups;
+		}
+		qry_scan_free(&h[k].sc);
+	}
+	if (ok)
+		return 0;
+	e->reset(e->arg);
+	return each_in_order(sc, m, bk, e, failed);
 }
 
 /* ---- series selection and errors ------------------------------------------------ */
@@ -778,11 +963,66 @@ static int cmp_series(const void *a, const void *b)
 	return strcmp(x->key.metric, y->key.metric);
 }
 
+#define LOOKUP_MAX 64 /* series looked up one by one; more: one listing */
+
+static bool fill_key(struct sto_series_key *k, const char *job, uint32_t rank, const char *metric)
+{
+	size_t jl = strlen(job), ml = strlen(metric);
+	if (jl == 0 || jl > STO_JOB_MAX || ml == 0 || ml > STO_METRIC_MAX)
+		return false;
+	memset(k, 0, sizeof(*k));
+	memcpy(k->job, job, jl);
+	memcpy(k->metric, metric, ml);
+	k->rank = rank;
+	return true;
+}
+
+/* Exact metrics and ranks: looks each series up by its key instead of
+ * listing the whole job. True when every wanted series exists (m then
+ * holds them, sorted, as the listing would); false (m empty) means list
+ * the job, which also tells an unknown job, metric or rank apart. */
+static bool match_by_lookup(struct sto *s, const struct qry_match_req *req, struct qry_match *m)
+{
+	if (req->prefix || req->nranks == 0 || req->nmetrics == 0 || req->nmetrics > LOOKUP_MAX ||
+	    req->nranks > LOOKUP_MAX || req->nmetrics * req->nranks > LOOKUP_MAX)
+		return false;
+	size_t cap = req->nmetrics * req->nranks;
+	if (!(m->v = malloc(cap * sizeof(*m->v))))
+		return false;
+	m->cap = cap;
+	for (size_t i = 0; i < req->nmetrics; i++) {
+		for (size_t j = 0; j < req->nranks; j++) {
+			struct qry_series *e = &m->v[m->n];
+			if (req->skip_job_level && req->ranks[j] == STO_RANK_JOB)
+				continue;
+			if (!fill_key(&e->key, req->job, req->ranks[j], req->metrics[i]) ||
+			    sto_lookup_series(s, &e->key, &e->id) != 0)
+				goto no;
+			m->n++;
+		}
+	}
+	if (m->n == 0)
+		goto no;
+	qsort(m->v, m->n, sizeof(*m->v), cmp_series);
+	size_t w = 1;
+	for (size_t i = 1; i < m->n; i++)
+		if (cmp_series(&m->v[w - 1], &m->v[i]) != 0)
+			m->v[w++] = m->v[i];
+	m->n = w;
+	m->job_seen = m->metric_seen = true;
+	return true;
+no:
+	qry_match_free(m);
+	return false;
+}
+
 int qry_match(struct sto *s, const struct qry_match_req *req, struct qry_match *m,
 	      struct qry_error *err)
 {
 	struct match_ctx c = {req, m};
 	memset(m, 0, sizeof(*m));
+	if (match_by_lookup(s, req, m))
+		return 0;
 	int rc = sto_list_series(s, req->job, match_cb, &c);
 	if (rc) {
 		err->status = 500;
@@ -887,13 +1127,13 @@ static int write_cell(struct rdb_buf *out, const struct qry_buckets *bs, size_t 
 	int64_t start = width ? sat_mul(b->key, width) : 0;
 	switch (c) {
 	case COL_START:
-		return rdb_buf_printf(out, "%lld", (long long)start);
+		return qry_json_i64(out, start);
 	case COL_END:
-		return rdb_buf_printf(out, "%lld", (long long)sat_add(start, width - 1));
+		return qry_json_i64(out, sat_add(start, width - 1));
 	case COL_COUNT:
-		return rdb_buf_printf(out, "%llu", (unsigned long long)b->count);
+		return qry_json_u64(out, b->count);
 	case COL_NAN:
-		return rdb_buf_printf(out, "%llu", (unsigned long long)b->nan_count);
+		return qry_json_u64(out, b->nan_count);
 	case COL_AVG:
 		return qry_json_f64(out, b->sum / (double)b->count, b->count > 0);
 	case COL_MIN:

@@ -1,6 +1,30 @@
-/* json_out.c - JSON text for stored values. Numbers are written with the
- * fewest significant digits (15, 16 or 17) that read back to the same
- * bits, so output is both exact and short. Pure functions. */
+/* json_out.c - JSON text for stored values and integers. Pure functions.
+ *
+ * A number is written as printf's %.15g, %.16g or %.17g, the first of the
+ * three whose text reads back (strtod, round-to-nearest-even) to the same
+ * bits: exact, and short. Integral values below 1e15 are written as
+ * integers, 0 as "0", -0.0 as "-0.0".
+ *
+ * printf and strtod cost several microseconds per number (arbitrary
+ * precision arithmetic in glibc), which dominated raw range answers. The
+ * common case is computed here exactly with 128-bit integers instead, with
+ * the same result text byte for byte:
+ *
+ *   v = m * 2^-k with the 53-bit significand m (normal numbers, 1 <= k <=
+ *   125), X = floor(log10 |v|) and s = P - 1 - X in 0..22. Then
+ *   N = m * 10^s < 2^127 exactly, q = N >> k holds the first P digits and
+ *   r = N mod 2^k the rest: rounding q by r against 2^(k-1) (ties to even,
+ *   as glibc's printf does in the default rounding mode) gives printf's
+ *   P digits D. D * 10^-s reads back to v iff it lies in v's rounding
+ *   interval: with delta = |D * 2^k - N| (r or 2^k - r), in units where
+ *   one ulp of v is 10^s, 2 * delta < 10^s, or == with m even (strtod's
+ *   tie goes to the even significand); below a power of two (m = 2^52) the
+ *   lower neighbour is half an ulp away: 4 * delta <= 10^s there.
+ *
+ * Everything else (subnormals, |v| < ~1e-6, integral values >= 2^53) goes
+ * through snprintf + strtod as before. tests/unit/test_query.c compares
+ * both paths on millions of values.
+ */
 #include "query/qry.h"
 #include "common/rdb_le.h"
 
@@ -9,33 +33,340 @@
 #include <stdlib.h>
 #include <string.h>
 
-int qry_json_value(struct rdb_buf *out, uint64_t bits)
+typedef unsigned __int128 u128;
+
+static const uint64_t pow10_u64[20] = {
+	1ull,
+	10ull,
+	100ull,
+	1000ull,
+	10000ull,
+	100000ull,
+	1000000ull,
+	10000000ull,
+	100000000ull,
+	1000000000ull,
+	10000000000ull,
+	100000000000ull,
+	1000000000000ull,
+	10000000000000ull,
+	100000000000000ull,
+	1000000000000000ull,
+	10000000000000000ull,
+	100000000000000000ull,
+	1000000000000000000ull,
+	10000000000000000000ull,
+};
+
+static u128 pow10_128(int s)
+{
+	return s < 20 ? (u128)pow10_u64[s] : (u128)pow10_u64[19] * pow10_u64[s - 19];
+}
+
+static const char digit_pairs[201] = "00010203040506070809"
+				     "10111213141516171819"
+				     "20212223242526272829"
+				     "30313233343536373839"
+				     "40414243444546474849"
+				     "50515253545556575859"
+				     "60616263646566676869"
+				     "70717273747576777879"
+				     "80818283848586878889"
+				     "90919293949596979899";
+
+/* Writes the decimal digits of v (no sign) at p; returns their count. */
+static size_t fmt_u64(char *p, uint64_t v)
+{
+	char tmp[20];
+	size_t n = sizeof(tmp);
+	while (v >= 100) {
+		unsigned d = (unsigned)(v % 100) * 2;
+		v /= 100;
+		tmp[--n] = digit_pairs[d + 1];
+		tmp[--n] = digit_pairs[d];
+	}
+	if (v >= 10) {
+		tmp[--n] = digit_pairs[v * 2 + 1];
+		tmp[--n] = digit_pairs[v * 2];
+	} else {
+		tmp[--n] = (char)('0' + v);
+	}
+	memcpy(p, tmp + n, sizeof(tmp) - n);
+	return sizeof(tmp) - n;
+}
+
+size_t qry_fmt_u64(char *p, uint64_t v)
+{
+	return fmt_u64(p, v);
+}
+
+size_t qry_fmt_i64(char *p, int64_t v)
+{
+	if (v >= 0)
+		return fmt_u64(p, (uint64_t)v);
+	*p = '-';
+	return 1 + fmt_u64(p + 1, (uint64_t)0 - (uint64_t)v);
+}
+
+/* %.<P>g of the P digits D (10^(P-1) <= D < 10^P) times 10^(X - P + 1):
+ * trailing zeros dropped, exponent style when X < -4 or X >= P. */
+static size_t fmt_g(char *p, bool neg, uint64_t d, int prec, int x)
+{
+	char dig[20];
+	size_t n = fmt_u64(dig, d), o = 0;
+	while (n > 1 && dig[n - 1] == '0')
+		n--;
+	if (neg)
+		p[o++] = '-';
+	if (x < -4 || x >= prec) {
+		p[o++] = dig[0];
+		if (n > 1) {
+			p[o++] = '.';
+			memcpy(p + o, dig + 1, n - 1);
+			o += n - 1;
+		}
+		p[o++] = 'e';
+		p[o++] = x < 0 ? '-' : '+';
+		unsigned ax = (unsigned)(x < 0 ? -x : x);
+		if (ax < 10)
+			p[o++] = '0';
+		return o + fmt_u64(p + o, ax);
+	}
+	if (x < 0) {
+		p[o++] = '0';
+		p[o++] = '.';
+		for (int i = 0; i < -x - 1; i++)
+			p[o++] = '0';
+		memcpy(p + o, dig, n);
+		return o + n;
+	}
+	size_t ints = (size_t)x + 1;
+	for (size_t i = 0; i < ints; i++)
+		p[o++] = i < n ? dig[i] : '0';
+	if (n > ints) {
+		p[o++] = '.';
+		memcpy(p + o, dig + ints, n - ints);
+		o += n - ints;
+	}
+	return o;
+}
+
+/* The fast exact path: writes %.<P>g of the finite, non-zero, normal value
+ * with these bits for the first P in 15..17 that reads back; returns the
+ * length, or 0 when the value is outside the fast domain. */
+static size_t fmt_shortest_fast(char *p, uint64_t bits)
+{
+	int exp_field = (int)((bits >> 52) & 0x7ff);
+	uint64_t frac = bits & ((1ull << 52) - 1);
+	if (exp_field == 0 || exp_field == 0x7ff)
+		return 0;
+	int k = 1075 - exp_field; /* v = m * 2^-k */
+	if (k < 1 || k > 125)
+		return 0;
+	uint64_t m = frac | (1ull << 52);
+	bool neg = bits >> 63;
+	bool tight_below = frac == 0 && exp_field > 1;
+	/* floor(log10 |v|) is this or one more (fixed up below). */
+	int x = (int)floor((double)(exp_field - 1023) * 0.30102999566398120);
+	u128 mask = ((u128)1 << k) - 1, half = (u128)1 << (k - 1);
+	for (int prec = 15; prec <= 17; prec++) {
+		uint64_t q;
+		u128 r;
+		int s;
+		for (int tries = 0;; tries++) {
+			s = prec - 1 - x;
+			if (s < 0 || s > 22 || tries > 3)
+				return 0;
+			u128 n = (u128)m * pow10_128(s);
+			u128 qq = n >> k;
+			r = n & mask;
+			if (qq >= pow10_u64[prec]) {
+				x++;
+				continue;
+			}
+			if (qq < pow10_u64[prec - 1]) {
+				x--;
+				continue;
+			}
+			q = (uint64_t)qq;
+			break;
+		}
+		bool up = r > half || (r == half && (q & 1));
+		u128 delta = up ? ((u128)1 << k) - r : r;
+		u128 ulp = pow10_128(s);
+		bool back;
+		if (prec == 17 || delta == 0)
+			back = true;
+		else if (!up && tight_below)
+			back = 4 * delta <= ulp;
+		else
+			back = 2 * delta < ulp || (2 * delta == ulp && !(m & 1));
+		if (!back)
+			continue;
+		uint64_t d = q + up;
+		int xx = x;
+		if (d == pow10_u64[prec]) {
+			d = pow10_u64[prec - 1];
+			xx++;
+		}
+		return fmt_g(p, neg, d, prec, xx);
+	}
+	return 0;
+}
+
+size_t qry_fmt_value(char *p, uint64_t bits)
 {
 	double v = rdb_bits_f64(bits);
-	if (bits == STO_VALUE_NULL_BITS)
-		return rdb_buf_append(out, "null", 4);
-	if (bits == STO_VALUE_NAN_BITS)
-		return rdb_buf_append(out, "\"NaN\"", 5);
-	if (isinf(v))
-		return rdb_buf_puts(out, v > 0 ? "\"+Inf\"" : "\"-Inf\"");
+	if (bits == STO_VALUE_NULL_BITS) {
+		memcpy(p, "null", 4);
+		return 4;
+	}
+	if (bits == STO_VALUE_NAN_BITS) {
+		memcpy(p, "\"NaN\"", 5);
+		return 5;
+	}
+	if (isinf(v)) {
+		memcpy(p, v > 0 ? "\"+Inf\"" : "\"-Inf\"", 6);
+		return 6;
+	}
 	if (isnan(v))
-		return rdb_buf_printf(out, "\"0x%016llx\"", (unsigned long long)bits);
-	if (v == 0)
-		return rdb_buf_puts(out, signbit(v) ? "-0.0" : "0");
+		return (size_t)snprintf(p, QRY_FMT_VALUE_MAX, "\"0x%016llx\"",
+					(unsigned long long)bits);
+	if (v == 0) {
+		if (signbit(v)) {
+			memcpy(p, "-0.0", 4);
+			return 4;
+		}
+		*p = '0';
+		return 1;
+	}
 	if (v == (double)(int64_t)v && fabs(v) < 1e15)
-		return rdb_buf_printf(out, "%lld", (long long)v);
+		return qry_fmt_i64(p, (int64_t)v);
+	size_t n = fmt_shortest_fast(p, bits);
+	if (n)
+		return n;
+	return qry_fmt_value_slow(p, bits);
+}
+
+size_t qry_fmt_value_slow(char *p, uint64_t bits)
+{
+	double v = rdb_bits_f64(bits);
 	char tmp[40];
 	for (int prec = 15; prec <= 17; prec++) {
 		snprintf(tmp, sizeof(tmp), "%.*g", prec, v);
 		if (prec == 17 || strtod(tmp, NULL) == v)
 			break;
 	}
-	return rdb_buf_puts(out, tmp);
+	size_t n = strlen(tmp);
+	memcpy(p, tmp, n);
+	return n;
+}
+
+int qry_json_value(struct rdb_buf *out, uint64_t bits)
+{
+	char tmp[QRY_FMT_VALUE_MAX];
+	return rdb_buf_append(out, tmp, qry_fmt_value(tmp, bits));
+}
+
+int qry_json_i64(struct rdb_buf *out, int64_t v)
+{
+	char tmp[24];
+	return rdb_buf_append(out, tmp, qry_fmt_i64(tmp, v));
+}
+
+int qry_json_u64(struct rdb_buf *out, uint64_t v)
+{
+	char tmp[24];
+	return rdb_buf_append(out, tmp, qry_fmt_u64(tmp, v));
 }
 
 int qry_json_rank(struct rdb_buf *out, uint32_t rank)
 {
 	if (rank == STO_RANK_JOB)
 		return rdb_buf_append(out, "\"job\"", 5);
-	return rdb_buf_printf(out, "%u", rank);
+	return qry_json_u64(out, rank);
+}
+
+/* ---- arrays ---------------------------------------------------------------- */
+
+/* Elements are formatted into a stack block, appended a block at a time. */
+#define BLOCK_BYTES 4096
+
+struct block {
+	char b[BLOCK_BYTES];
+	size_t n;
+};
+
+static int block_room(struct rdb_buf *out, struct block *k, size_t need)
+{
+	if (k->n + need <= sizeof(k->b))
+		return 0;
+	int rc = rdb_buf_append(out, k->b, k->n);
+	k->n = 0;
+	return rc;
+}
+
+int qry_json_i64s(struct rdb_buf *out, const int64_t *v, size_t n)
+{
+	struct block k;
+	k.n = 0;
+	for (size_t i = 0; i < n; i++) {
+		int rc = block_room(out, &k, 24);
+		if (rc)
+			return rc;
+		if (i)
+			k.b[k.n++] = ',';
+		k.n += qry_fmt_i64(k.b + k.n, v[i]);
+	}
+	return rdb_buf_append(out, k.b, k.n);
+}
+
+int qry_json_steps(struct rdb_buf *out, const int64_t *v, size_t n)
+{
+	struct block k;
+	k.n = 0;
+	for (size_t i = 0; i < n; i++) {
+		int rc = block_room(out, &k, 24);
+		if (rc)
+			return rc;
+		if (i)
+			k.b[k.n++] = ',';
+		if (v[i] == STO_STEP_NONE) {
+			memcpy(k.b + k.n, "null", 4);
+			k.n += 4;
+		} else {
+			k.n += qry_fmt_i64(k.b + k.n, v[i]);
+		}
+	}
+	return rdb_buf_append(out, k.b, k.n);
+}
+
+int qry_json_u32s(struct rdb_buf *out, const uint32_t *v, size_t n)
+{
+	struct block k;
+	k.n = 0;
+	for (size_t i = 0; i < n; i++) {
+		int rc = block_room(out, &k, 24);
+		if (rc)
+			return rc;
+		if (i)
+			k.b[k.n++] = ',';
+		k.n += qry_fmt_u64(k.b + k.n, v[i]);
+	}
+	return rdb_buf_append(out, k.b, k.n);
+}
+
+int qry_json_values(struct rdb_buf *out, const uint64_t *bits, size_t n)
+{
+	struct block k;
+	k.n = 0;
+	for (size_t i = 0; i < n; i++) {
+		int rc = block_room(out, &k, QRY_FMT_VALUE_MAX + 1);
+		if (rc)
+			return rc;
+		if (i)
+			k.b[k.n++] = ',';
+		k.n += qry_fmt_value(k.b + k.n, bits[i]);
+	}
+	return rdb_buf_append(out, k.b, k.n);
 }

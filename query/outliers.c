@@ -162,26 +162,50 @@ static int alloc_rows(struct ostate *o)
 	return 0;
 }
 
+/* The row of a rank: rows are in ascending rank order (from the match). */
+static struct orow *row_of(struct ostate *o, uint32_t rank)
+{
+	size_t lo = 0, hi = o->nrows;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (o->rows[mid].rank < rank)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return &o->rows[lo];
+}
+
+/* Each series writes its own cell (rank row, phase): the parts of
+ * qry_agg_each never share one. */
+static int mean_fn(void *arg, unsigned part, size_t i, const struct qry_buckets *bs)
+{
+	struct ostate *o = arg;
+	const struct qry_series *se = &o->m.v[i];
+	(void)part;
+	int p = o->req->phases_mode ? phase_index(o, suffix(o, se->key.metric)) : 0;
+	if (bs->n && bs->b[0].count)
+		row_of(o, se->key.rank)->phase[p] = bs->b[0].sum / (double)bs->b[0].count;
+	return 0;
+}
+
+static void mean_reset(void *arg)
+{
+	struct ostate *o = arg;
+	size_t nph = o->req->phases_mode ? o->nphases : 1;
+	for (size_t r = 0; r < o->nrows; r++)
+		for (size_t p = 0; p < nph; p++)
+			o->rows[r].phase[p] = NAN;
+}
+
 /* Reads every selected series' window mean into its row. */
 static int read_means(struct qry_scan *sc, struct ostate *o, struct qry_error *err)
 {
-	struct qry_buckets bs = {0};
-	size_t row = 0;
-	int rc = 0;
-	for (size_t i = 0; rc == 0 && i < o->m.n; i++) {
-		const struct qry_series *se = &o->m.v[i];
-		rc = qry_agg_series(sc, se->id, &o->bk, &bs);
-		if (rc) {
-			qry_agg_read_error(err, rc, &se->key, sc);
-			break;
-		}
-		while (o->rows[row].rank != se->key.rank)
-			row++;
-		int p = o->req->phases_mode ? phase_index(o, suffix(o, se->key.metric)) : 0;
-		if (bs.n && bs.b[0].count)
-			o->rows[row].phase[p] = bs.b[0].sum / (double)bs.b[0].count;
-	}
-	qry_buckets_free(&bs);
+	struct qry_each e = {mean_fn, mean_reset, o};
+	size_t failed = 0;
+	int rc = qry_agg_each(sc, &o->m, &o->bk, &e, &failed);
+	if (rc)
+		qry_agg_read_error(err, rc, &o->m.v[failed].key, sc);
 	return rc;
 }
 

@@ -8,6 +8,7 @@
 #include "common/rdb_buf.h"
 #include "storage/sto.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -50,5 +51,25 @@ int qry_range(struct sto *s, const struct qry_range_req *req, struct rdb_buf *ou
 int qry_json_value(struct rdb_buf *out, uint64_t bits);
 /* Writes a rank: a number, or "job" for the job-level pseudo-rank. */
 int qry_json_rank(struct rdb_buf *out, uint32_t rank);
+/* Write an integer in decimal. 0 or the rdb_buf error. */
+int qry_json_i64(struct rdb_buf *out, int64_t v);
+int qry_json_u64(struct rdb_buf *out, uint64_t v);
+
+/* The text qry_json_value writes, into p (at least QRY_FMT_VALUE_MAX
+ * bytes, not NUL-terminated); returns its length. */
+#define QRY_FMT_VALUE_MAX 40
+size_t qry_fmt_value(char *p, uint64_t bits);
+/* The same for a finite non-zero non-integral value, always through
+ * snprintf + strtod: the reference qry_fmt_value must equal (tests). */
+size_t qry_fmt_value_slow(char *p, uint64_t bits);
+/* Comma-separated arrays (no brackets): integers; steps (STO_STEP_NONE as
+ * null); stored values as qry_json_value writes them. */
+int qry_json_i64s(struct rdb_buf *out, const int64_t *v, size_t n);
+int qry_json_steps(struct rdb_buf *out, const int64_t *v, size_t n);
+int qry_json_u32s(struct rdb_buf *out, const uint32_t *v, size_t n);
+int qry_json_values(struct rdb_buf *out, const uint64_t *bits, size_t n);
+/* Decimal digits of v into p (at least 21 bytes); returns the length. */
+size_t qry_fmt_i64(char *p, int64_t v);
+size_t qry_fmt_u64(char *p, uint64_t v);
 
 #endif

@@ -60,6 +60,70 @@ static int match_cb(void *arg, const struct sto_series_key *k, uint64_t id)
 	return 0;
 }
 
+#define LOOKUP_MAX 64 /* series looked up one by one; more: one listing */
+
+static int cmp_key(const struct sto_series_key *x, const struct sto_series_key *y)
+{
+	if (x->rank != y->rank)
+		return x->rank < y->rank ? -1 : 1;
+	return strcmp(x->metric, y->metric);
+}
+
+/* Exact metrics and ranks: looks each series up by its key instead of
+ * listing the whole job. True when every wanted series exists; m then
+ * holds them in the listing's order (rank, then metric bytes: the index
+ * key order), each once. False (m empty) means list the job, which also
+ * tells an unknown job apart. */
+static bool match_by_lookup(struct sto *s, const struct qry_range_req *req, struct match_ctx *m)
+{
+	size_t jl = strlen(req->job);
+	if (req->nranks == 0 || req->nmetrics == 0 || req->nmetrics > LOOKUP_MAX ||
+	    req->nranks > LOOKUP_MAX || req->nmetrics * req->nranks > LOOKUP_MAX || jl == 0 ||
+	    jl > STO_JOB_MAX)
+		return false;
+	size_t cap = req->nmetrics * req->nranks;
+	m->keys = malloc(cap * sizeof(*m->keys));
+	m->ids = malloc(cap * sizeof(*m->ids));
+	if (!m->keys || !m->ids)
+		goto no;
+	for (size_t i = 0; i < req->nmetrics; i++) {
+		size_t ml = strlen(req->metrics[i]);
+		if (ml == 0 || ml > STO_METRIC_MAX)
+			goto no;
+		for (size_t j = 0; j < req->nranks; j++) {
+			struct sto_series_key k;
+			memset(&k, 0, sizeof(k));
+			memcpy(k.job, req->job, jl);
+			memcpy(k.metric, req->metrics[i], ml);
+			k.rank = req->ranks[j];
+			uint64_t id;
+			if (sto_lookup_series(s, &k, &id) != 0)
+				goto no;
+			/* insertion into order; duplicates (repeated names) once */
+			size_t at = m->n;
+			while (at > 0 && cmp_key(&m->keys[at - 1], &k) > 0)
+				at--;
+			if (at > 0 && cmp_key(&m->keys[at - 1], &k) == 0)
+				continue;
+			memmove(m->keys + at + 1, m->keys + at, (m->n - at) * sizeof(*m->keys));
+			memmove(m->ids + at + 1, m->ids + at, (m->n - at) * sizeof(*m->ids));
+			m->keys[at] = k;
+			m->ids[at] = id;
+			m->n++;
+		}
+	}
+	m->cap = cap;
+	m->job_seen = true;
+	return true;
+no:
+	free(m->keys);
+	free(m->ids);
+	m->keys = NULL;
+	m->ids = NULL;
+	m->n = m->cap = 0;
+	return false;
+}
+
 static int write_series(struct rdb_buf *out, const struct sto_series_key *k,
 			const struct sto_cols *p, bool first)
 {
@@ -76,30 +140,20 @@ static int write_series(struct rdb_buf *out, const struct sto_series_key *k,
 		rc = rdb_buf_json_str(out, k->metric, strlen(k->metric));
 	if (rc == 0)
 		rc = rdb_buf_puts(out, ",\"timestamps\":[");
-	for (size_t i = 0; rc == 0 && i < p->n; i++)
-		rc = rdb_buf_printf(out, i ? ",%lld" : "%lld", (long long)p->ts_ns[i]);
+	if (rc == 0)
+		rc = qry_json_i64s(out, p->ts_ns, p->n);
 	if (rc == 0)
 		rc = rdb_buf_puts(out, "],\"steps\":[");
-	for (size_t i = 0; rc == 0 && i < p->n; i++) {
-		if (i)
-			rc = rdb_buf_putc(out, ',');
-		if (rc == 0 && p->step[i] == STO_STEP_NONE)
-			rc = rdb_buf_append(out, "null", 4);
-		else if (rc == 0)
-			rc = rdb_buf_printf(out, "%lld", (long long)p->step[i]);
-	}
+	if (rc == 0)
+		rc = qry_json_steps(out, p->step, p->n);
 	if (rc == 0)
 		rc = rdb_buf_puts(out, "],\"attempts\":[");
-	for (size_t i = 0; rc == 0 && i < p->n; i++)
-		rc = rdb_buf_printf(out, i ? ",%u" : "%u", p->attempt[i]);
+	if (rc == 0)
+		rc = qry_json_u32s(out, p->attempt, p->n);
 	if (rc == 0)
 		rc = rdb_buf_puts(out, "],\"values\":[");
-	for (size_t i = 0; rc == 0 && i < p->n; i++) {
-		if (i)
-			rc = rdb_buf_putc(out, ',');
-		if (rc == 0)
-			rc = qry_json_value(out, p->value[i]);
-	}
+	if (rc == 0)
+		rc = qry_json_values(out, p->value, p->n);
 	if (rc == 0)
 		rc = rdb_buf_puts(out, "]}");
 	return rc;
@@ -139,7 +193,9 @@ int qry_range(struct sto *s, const struct qry_range_req *req, struct rdb_buf *ou
 	struct sto_cols pts = STO_COLS_INIT;
 	struct sto_read_error *re = malloc(sizeof(*re));
 	size_t total = 0, nonempty = 0;
-	int rc = re ? sto_list_series(s, req->job, match_cb, &m) : -ENOMEM;
+	int rc = re ? 0 : -ENOMEM;
+	if (rc == 0 && !match_by_lookup(s, req, &m))
+		rc = sto_list_series(s, req->job, match_cb, &m);
 	if (rc) {
 		err->status = 500;
 		snprintf(err->msg, sizeof(err->msg), "listing series: %s", rdb_strerror(rc));

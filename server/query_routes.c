@@ -42,7 +42,7 @@ static const uint32_t allowed[] = {
 	[EP_DOWNSAMPLE] = COMMON | BIT(P_STEP_WIDTH) | BIT(P_TIME_WIDTH) | BIT(P_POINTS) |
 			  BIT(P_AGG),
 	[EP_CROSSRANK] = COMMON | BIT(P_STEP_WIDTH) | BIT(P_TIME_WIDTH) | BIT(P_POINTS) |
-			 BIT(P_QUANTILES),
+			 BIT(P_AGG) | BIT(P_QUANTILES),
 	[EP_OUTLIERS] = COMMON | BIT(P_LAST_STEPS) | BIT(P_LIMIT) | BIT(P_DIRECTION) |
 			BIT(P_MODE) | BIT(P_PHASES) | BIT(P_WAIT_PHASES),
 };
@@ -58,6 +58,8 @@ struct qparams {
 	size_t nranks;
 	struct qry_bucket_spec spec;
 	uint32_t aggs;
+	uint32_t xr_cols; /* crossrank: QRY_XR_* asked with agg= (0: all) */
+	enum endpoint ep;
 	double q[QRY_MAX_QUANTILES];
 	size_t nq;
 	int64_t last_steps, limit;
@@ -177,6 +179,42 @@ static int parse_aggs(struct qparams *p, const char *key, const char *val)
 	return rc;
 }
 
+/* crossrank's agg: which columns to compute (default: every one). */
+static int parse_xr_aggs(struct qparams *p, const char *key, const char *val)
+{
+	static const struct {
+		const char *name;
+		uint32_t bits;
+	} names[] = {{"count", QRY_XR_COUNT},   {"mean", QRY_XR_MEAN},	   {"avg", QRY_XR_MEAN},
+		     {"min", QRY_XR_MIN},	{"max", QRY_XR_MAX},	   {"median", QRY_XR_MEDIAN},
+		     {"stddev", QRY_XR_STDDEV}, {"argmin", QRY_XR_ARGMIN}, {"argmax", QRY_XR_ARGMAX}};
+	char *tok[64];
+	size_t nt;
+	int rc = tokens(p, val, tok, 64, &nt);
+	for (size_t i = 0; rc == 0 && i < nt; i++) {
+		bool found = false;
+		for (size_t j = 0; j < sizeof(names) / sizeof(names[0]) && !found; j++)
+			if (strcmp(tok[i], names[j].name) == 0) {
+				p->xr_cols |= names[j].bits;
+				found = true;
+			}
+		char *end;
+		if (!found && tok[i][0] == 'p' && tok[i][1]) {
+			double q = strtod(tok[i] + 1, &end);
+			if (*end == 0) {
+				rc = add_quantile(p, key, tok[i], q / 100);
+				p->xr_cols |= QRY_XR_QUANTILES;
+				found = true;
+			}
+		}
+		if (!found)
+			rc = bad(p, "parameter %s: unknown aggregate '%.32s' (known: count, mean, "
+				 "min, max, median, stddev, argmin, argmax, p<0..100> such as p90)",
+				 key, tok[i]);
+	}
+	return rc;
+}
+
 static int parse_quantiles(struct qparams *p, const char *key, const char *val)
 {
 	char *tok[64];
@@ -272,7 +310,9 @@ static int parse_arg(struct qparams *p, enum param k, const char *val)
 	case P_WAIT_PHASES: return add_names(p, "wait_phases", val, p->waits, &p->nwaits);
 	case P_RANK:
 	case P_RANKS: return add_ranks(p, param_names[k], val);
-	case P_AGG: return parse_aggs(p, "agg", val);
+	case P_AGG:
+		return p->ep == EP_CROSSRANK ? parse_xr_aggs(p, "agg", val) :
+					       parse_aggs(p, "agg", val);
 	case P_QUANTILES: return parse_quantiles(p, "quantiles", val);
 	case P_ATTEMPT: return parse_attempt(p, "attempt", val);
 	case P_DIRECTION:
@@ -317,6 +357,7 @@ static int parse_params(const struct srv_req *req, enum endpoint ep, struct qpar
 	p->spec.range = (struct sto_range){INT64_MIN, INT64_MAX, false, 0, INT64_MAX};
 	p->spec.attempt = QRY_ATTEMPT_LATEST;
 	p->limit = 10;
+	p->ep = ep;
 	if (req->args_overflow)
 		return bad(p, "too many query parameters (at most %d)", SRV_MAX_ARGS);
 	for (int i = 0; i < req->nargs; i++) {
@@ -360,7 +401,9 @@ static int run(struct srv_ctx *ctx, enum endpoint ep, const struct qparams *p,
 	if (ep == EP_CROSSRANK) {
 		struct qry_xr_req q = {.job = p->job, .metric = p->metrics[0], .ranks = p->ranks,
 				       .nranks = p->nranks, .spec = p->spec, .nq = p->nq,
-				       .max_points = maxp};
+				       .cols = p->xr_cols, .max_points = maxp};
+		if (p->xr_cols && p->nq)
+			q.cols |= QRY_XR_QUANTILES; /* quantiles= asks for them too */
 		memcpy(q.q, p->q, sizeof(q.q));
 		return qry_crossrank(ctx->sto, &q, out, e);
 	}

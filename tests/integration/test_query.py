@@ -162,6 +162,26 @@ def test_crossrank_per_step():
     s.stop()
 
 
+def test_crossrank_agg_selects_columns():
+    """agg= computes and returns only the columns asked for, with the same
+    values as the full answer; 12 ranks are read by two threads."""
+    s = Server(["--chunk-max-points", "16"]).start()
+    s.write_ok(_training("xa", range(12), range(60)))
+    full = _ok(s, "/api/v1/query/crossrank", job="xa", metric="loss", points=20)
+    sub = _ok(s, "/api/v1/query/crossrank", job="xa", metric="loss", points=20, agg="mean,max")
+    for k in ("start", "end", "mean", "max", "buckets", "points_read", "ranks"):
+        assert sub[k] == full[k], k
+    for k in ("count", "min", "median", "p10", "p90", "stddev", "argmin", "argmax"):
+        assert k not in sub, k
+    q = _ok(s, "/api/v1/query/crossrank", job="xa", metric="loss", points=20,
+            agg="median,p90,argmax")
+    assert q["median"] == full["median"] and q["p90"] == full["p90"]
+    assert q["argmax"] == full["argmax"] and "p10" not in q and "mean" not in q
+    st, obj = _get(s, "/api/v1/query/crossrank", job="xa", metric="loss", agg="mean,bogus")
+    assert st == 400 and "bogus" in obj["error"]
+    s.stop()
+
+
 def test_outliers_phase_mode_finds_straggler():
     """Rank 5 computes slowly (forward/backward); the other ranks wait for it in
     all-reduce, so every rank's step time is the same: only phase mode tells."""

@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define NRANKS 6
+#define NRANKS 12 /* >= 8: cross-rank and outliers read with two threads */
 #define NSTEPS 200
 #define T0 1700000000000000000ll
 
@@ -447,10 +447,106 @@ static void test_crossrank(void)
 			fprintf(stderr, "want %s\n got %s\n", (char *)want.data, (char *)out.data);
 		CHECK(found);
 	}
-	CHECK(strstr((char *)out.data, "\"ranks\":[0,1,2,3,4,5]") != NULL);
+	CHECK(strstr((char *)out.data, "\"ranks\":[0,1,2,3,4,5,6,7,8,9,10,11]") != NULL);
+
+	/* agg=mean,max: the same columns as the full answer, and only them */
+	struct rdb_buf sub;
+	rdb_buf_init(&sub, 1 << 20);
+	q.cols = QRY_XR_MEAN | QRY_XR_MAX;
+	CHECK_EQ_INT(qry_crossrank(store, &q, &sub, &err), 0);
+	rdb_buf_putc(&sub, 0);
+	const char *keep[] = {"\"start\":[", "\"end\":[", "\"mean\":[", "\"max\":["};
+	for (int c = 0; c < 4; c++) {
+		const char *a = strstr((char *)out.data, keep[c]), *b = strstr((char *)sub.data, keep[c]);
+		CHECK(a && b);
+		if (a && b)
+			CHECK(strncmp(a, b, (size_t)(strchr(a, ']') - a)) == 0);
+	}
+	const char *drop[] = {"\"min\"", "\"median\"", "\"p10\"", "\"stddev\"", "\"argmax\"",
+			      "\"count\""};
+	for (int c = 0; c < 6; c++)
+		CHECK(strstr((char *)sub.data, drop[c]) == NULL);
+
+	/* a point bound crossed with two threads fails as the plain loop does */
+	q.cols = 0;
+	q.max_points = 100;
+	sub.len = 0;
+	CHECK_EQ_INT(qry_crossrank(store, &q, &sub, &err), RDB_ELIMIT);
+	CHECK_EQ_INT(err.status, 422);
+	rdb_buf_free(&sub);
 	rdb_buf_free(&want);
 	rdb_buf_free(&out);
 	free(ref);
+}
+
+/* Numbers: the exact fast formatter against printf + strtod, on values of
+ * every kind (random bits, float32-widened, short decimals, powers of two
+ * and ten and their neighbours, ties). No timing. */
+static void test_json_numbers(void)
+{
+	uint64_t st = 0x9e3779b97f4a7c15ull;
+	size_t bad = 0, n = 0;
+	for (int i = 0; i < 400000; i++) {
+		st ^= st << 13;
+		st ^= st >> 7;
+		st ^= st << 17;
+		uint64_t r = st, bits;
+		switch (i % 6) {
+		case 0: bits = r; break;
+		case 1: bits = (r & ((1ull << 52) - 1)) | ((1023 - 40 + (r >> 52) % 100) << 52); break;
+		case 2: {
+			uint32_t u = (uint32_t)r;
+			float f;
+			memcpy(&f, &u, 4);
+			bits = rdb_f64_bits((double)f);
+			break;
+		}
+		case 3:
+			bits = rdb_f64_bits((double)(int64_t)(r % 100000000) /
+					    pow(10, (double)((r >> 40) % 20)));
+			break;
+		case 4: bits = rdb_f64_bits(ldexp(1.0, (int)(r % 200) - 100)) + (r >> 62) - 1; break;
+		default: bits = rdb_f64_bits(pow(10, (double)((int)(r % 60) - 30))) + (r >> 62) - 1; break;
+		}
+		double v = rdb_bits_f64(bits);
+		if (isnan(v) || isinf(v) || v == 0 || (v == (double)(int64_t)v && fabs(v) < 1e15))
+			continue;
+		char a[QRY_FMT_VALUE_MAX], b[QRY_FMT_VALUE_MAX];
+		size_t na = qry_fmt_value(a, bits), nb = qry_fmt_value_slow(b, bits);
+		n++;
+		if (na != nb || memcmp(a, b, na) != 0) {
+			if (bad++ < 5)
+				fprintf(stderr, "value %016llx: %.*s, printf says %.*s\n",
+					(unsigned long long)bits, (int)na, a, (int)nb, b);
+		}
+	}
+	CHECK(n > 300000);
+	CHECK_EQ_INT((int)bad, 0);
+	struct {
+		double v;
+		const char *text;
+	} fixed[] = {{0.1, "0.1"}, {-2.5, "-2.5"}, {1e-5, "1e-05"},
+		     {3e-4, "0.0003"}, {11.560216903686523, "11.560216903686523"},
+		     {1e15, "1e+15"}, {123456789012345.6, "123456789012345.6"},
+		     {0.30000000000000004, "0.30000000000000004"}, {1e300, "1e+300"},
+		     {5e-324, "4.94065645841247e-324"}, {-0.0, "-0.0"}, {42, "42"}};
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
+		char a[QRY_FMT_VALUE_MAX];
+		size_t na = qry_fmt_value(a, rdb_f64_bits(fixed[i].v));
+		bool same = na == strlen(fixed[i].text) && memcmp(a, fixed[i].text, na) == 0;
+		if (!same)
+			fprintf(stderr, "%s: got %.*s\n", fixed[i].text, (int)na, a);
+		CHECK(same);
+	}
+	struct rdb_buf out;
+	rdb_buf_init(&out, 1 << 16);
+	int64_t ints[] = {0, -1, 1700000000343437568ll, INT64_MIN, INT64_MAX, STO_STEP_NONE};
+	CHECK_EQ_INT(qry_json_i64s(&out, ints, 5), 0);
+	CHECK_EQ_INT(qry_json_steps(&out, ints + 4, 2), 0);
+	const char *want = "0,-1,1700000000343437568,-9223372036854775808,9223372036854775807"
+			   "9223372036854775807,null";
+	CHECK(out.len == strlen(want) && memcmp(out.data, want, out.len) == 0);
+	rdb_buf_free(&out);
 }
 
 static void test_outliers_and_errors(void)
@@ -553,6 +649,7 @@ int main(void)
 	RUN(test_downsample_time_axis);
 	RUN(test_point_bound);
 	RUN(test_crossrank);
+	RUN(test_json_numbers);
 	RUN(test_outliers_and_errors);
 	RUN(test_meta);
 	sto_close(store);
