@@ -8,7 +8,11 @@
  * each record's magic, length and XXH3 checksum; a length that runs past
  * the end or a bad magic ends the walk of that file, reported with its
  * offset), then checks every index entry against its record (magic, series
- * id / uid, length, checksum, decode, point count). It holds the
+ * id / uid, length, checksum, decode, point count). Supersede records
+ * (SUP1, storage/format.h) are checked like any record and their shape
+ * parsed; each supersede db entry must match its record. They hold no
+ * points, so nothing is quarantined for them: the index entry holds their
+ * whole content and compaction writes them again from it. It holds the
  * compaction lock so that records do not move underneath it. Problems are
  * reported one line each; nothing is changed unless quarantine is asked,
  * which moves the entries of damaged chunks to the quarantine db.
@@ -25,6 +29,7 @@
 #include "common/rdb_log.h"
 #include "storage/codec.h"
 #include "storage/evstore.h"
+#include "storage/group.h"
 #include "storage/segment.h"
 
 #include <dirent.h>
@@ -68,6 +73,42 @@ static void problem(struct vctx *v, const char *fmt, ...)
 		v->fn(v->arg, msg);
 }
 
+/* Checks one record of a segment walk (read into v->rec). */
+static void walk_record(struct vctx *v, const char *path, uint64_t off, const uint8_t *hdr,
+			size_t len)
+{
+	uint32_t magic = rdb_get_le32(hdr);
+	uint64_t uid = rdb_get_le64(hdr + 16);
+	const uint8_t *payload;
+	size_t pl;
+	const char *why = NULL;
+	int rc;
+	if (magic == STO_SUP_MAGIC) {
+		struct sto_sup sup;
+		rc = sto_sup_parse(v->rec.data, len, &sup, &why);
+		if (rc == 0)
+			free(sup.src);
+		if (rc == 0)
+			v->rep->supersede_records++;
+		else
+			problem(v, "segment %s: supersede record at offset %llu (merged chunk %llu, "
+				"%zu bytes): %s", path, (unsigned long long)off,
+				(unsigned long long)uid, len, why ? why : rdb_strerror(rc));
+		return;
+	}
+	if (magic == STO_GROUP_MAGIC) {
+		uint32_t head_len;
+		rc = sto_group_check(v->rec.data, len, uid, &head_len, &why);
+	} else {
+		rc = sto_chunk_check(v->rec.data, len, magic, rdb_get_le64(hdr + 8), uid, &payload,
+				     &pl, &why);
+	}
+	if (rc)
+		problem(v, "segment %s: record at offset %llu (chunk %llu, %zu bytes): %s", path,
+			(unsigned long long)off, (unsigned long long)uid, len,
+			why ? why : rdb_strerror(rc));
+}
+
 /* Walks one segment file record by record. */
 static int walk_segment(struct vctx *v, const char *path, uint64_t id)
 {
@@ -94,7 +135,8 @@ static int walk_segment(struct vctx *v, const char *path, uint64_t id)
 		}
 		uint32_t magic = rdb_get_le32(hdr), plen = rdb_get_le32(hdr + 4);
 		uint64_t len = STO_CHUNK_HEADER_SIZE + (uint64_t)plen;
-		if ((magic != STO_CHUNK_MAGIC && magic != STO_EVCHUNK_MAGIC) || len > REC_MAX ||
+		if ((magic != STO_CHUNK_MAGIC && magic != STO_EVCHUNK_MAGIC &&
+		     magic != STO_SUP_MAGIC && magic != STO_GROUP_MAGIC) || len > REC_MAX ||
 		    off + len > size) {
 			problem(v, "segment %s: unreadable record at offset %llu (bad magic or "
 				"length); the rest of the file (%llu bytes) cannot be walked", path,
@@ -102,20 +144,15 @@ static int walk_segment(struct vctx *v, const char *path, uint64_t id)
 			break;
 		}
 		v->rec.len = 0;
-		const uint8_t *payload;
-		size_t pl;
-		const char *why = NULL;
 		int rc = rdb_buf_reserve(&v->rec, len);
 		if (rc == 0 && pread(fd, v->rec.data, len, (off_t)off) != (ssize_t)len)
 			rc = -EIO;
 		if (rc == 0)
-			rc = sto_chunk_check(v->rec.data, len, magic, rdb_get_le64(hdr + 8),
-					     rdb_get_le64(hdr + 16), &payload, &pl, &why);
-		if (rc)
-			problem(v, "segment %s: record at offset %llu (chunk %llu, %llu bytes): %s",
-				path, (unsigned long long)off,
-				(unsigned long long)rdb_get_le64(hdr + 16), (unsigned long long)len,
-				why ? why : rdb_strerror(rc));
+			walk_record(v, path, off, hdr, (size_t)len);
+		else
+			problem(v, "segment %s: record at offset %llu (%llu bytes) cannot be read: %s",
+				path, (unsigned long long)off, (unsigned long long)len,
+				rdb_strerror(rc));
 		v->rep->records++;
 		off += len;
 	}
@@ -240,6 +277,43 @@ static int quarantine_all(struct vctx *v, struct evv *ev)
 	return rc;
 }
 
+static bool sup_same(const struct sto_sup *a, const struct sto_sup *b)
+{
+	return a->series_id == b->series_id && a->merged_uid == b->merged_uid &&
+	       a->merged_min_ts_ns == b->merged_min_ts_ns && a->gen == b->gen &&
+	       a->nsrc == b->nsrc && memcmp(a->src, b->src, a->nsrc * sizeof(*a->src)) == 0;
+}
+
+/* A supersede db entry against the record it points at. */
+static int check_sup_cb(void *arg, const struct sto_sup_entry *e)
+{
+	struct vctx *v = arg;
+	struct sto_sup disk = {0};
+	const char *why = NULL;
+	v->rec.len = 0;
+	int rc = rdb_buf_reserve(&v->rec, e->length);
+	if (rc == 0)
+		rc = sto_admin_seg_read(v->s, e->segment_id, e->offset, v->rec.data, e->length);
+	if (rc == 0)
+		rc = sto_sup_parse(v->rec.data, e->length, &disk, &why);
+	if (rc == 0 && !sup_same(&disk, &e->sup)) {
+		rc = RDB_ECORRUPT;
+		why = "the record says something else than the index entry";
+	}
+	free(disk.src);
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc)
+		problem(v, "supersede record of merged chunk %llu (series %llu, segment %llu, offset "
+			"%llu): %s; the index still holds its content: the next rewrite of that "
+			"segment writes it again (rankctl compact --min-live-pct 100 forces one); "
+			"until then a rebuild-index may count the merged points twice",
+			(unsigned long long)e->sup.merged_uid, (unsigned long long)e->sup.series_id,
+			(unsigned long long)e->segment_id, (unsigned long long)e->offset,
+			why ? why : rdb_strerror(rc));
+	return 0;
+}
+
 static int check_index(struct vctx *v, struct evv *ev)
 {
 	struct sto_txn *t;
@@ -256,8 +330,12 @@ static int check_index(struct vctx *v, struct evv *ev)
 	int rc3 = sto_evidx_scan_all(t, check_ev_cb, ev);
 	if (rc3)
 		problem(v, "LMDB index: the event database cannot be read (%s)", rdb_strerror(rc3));
+	int rc4 = sto_sup_scan(t, check_sup_cb, v);
+	if (rc4)
+		problem(v, "LMDB index: the supersede database cannot be read (%s)",
+			rdb_strerror(rc4));
 	sto_txn_abort(t);
-	return rc2 == -ENOMEM || rc3 == -ENOMEM ? -ENOMEM : 0;
+	return rc2 == -ENOMEM || rc3 == -ENOMEM || rc4 == -ENOMEM ? -ENOMEM : 0;
 }
 
 int sto_verify(struct sto *s, bool quarantine, sto_problem_fn fn, void *arg,

@@ -86,6 +86,7 @@ void sto_compact_resume(struct sto *s);
 struct sto_verify_report {
 	uint64_t segments, records, dead_records, chunks, event_chunks, wal_files;
 	uint64_t problems, quarantined;
+	uint64_t supersede_records; /* SUP1 records found in segment files */
 };
 /* Called once per problem with a one-line description. */
 typedef void (*sto_problem_fn)(void *arg, const char *msg);
@@ -104,6 +105,9 @@ int sto_verify_wal(const char *data_dir, sto_problem_fn fn, void *arg,
 struct sto_rebuild_result {
 	uint64_t segments, series, chunks, event_chunks, skipped_uncheckpointed,
 		skipped_duplicate, skipped_deleted, skipped_damaged, ckpt_gen;
+	uint64_t supersede_records;  /* distinct valid supersede records read */
+	uint64_t skipped_superseded; /* chunks left out: a merged chunk holds their points */
+	uint64_t suspect_merges;     /* merged chunks indexed whose supersede record is damaged */
 };
 /* Offline: recreates index/ from the segment files (the old one is kept as
  * index.old-<ns>). Rules in docs/FORMAT.md ("Rebuilding the index"). */

@@ -99,6 +99,7 @@
 #include "storage/format.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -302,6 +303,70 @@ static void keep_smaller(struct blob *best, struct blob *cand)
 	blob_free(cand);
 }
 
+/* ---- zstd contexts ----------------------------------------------------------
+ * One compression and one decompression context per thread, made on first
+ * use and freed by the thread-exit destructor: the one-shot ZSTD_compress /
+ * ZSTD_decompress allocate and initialise a context (hundreds of KiB) per
+ * call, which dominated decoding small columns. When a context cannot be
+ * made, the one-shot calls are used. */
+struct zctx {
+	ZSTD_CCtx *c;
+	ZSTD_DCtx *d;
+};
+
+static pthread_key_t zctx_key;
+static pthread_once_t zctx_once = PTHREAD_ONCE_INIT;
+static bool zctx_key_ok;
+
+static void zctx_free(void *p)
+{
+	struct zctx *z = p;
+	ZSTD_freeCCtx(z->c);
+	ZSTD_freeDCtx(z->d);
+	free(z);
+}
+
+static void zctx_key_make(void)
+{
+	zctx_key_ok = pthread_key_create(&zctx_key, zctx_free) == 0;
+}
+
+static struct zctx *zctx_get(void)
+{
+	pthread_once(&zctx_once, zctx_key_make);
+	if (!zctx_key_ok)
+		return NULL;
+	struct zctx *z = pthread_getspecific(zctx_key);
+	if (z)
+		return z;
+	z = calloc(1, sizeof(*z));
+	if (z && pthread_setspecific(zctx_key, z) != 0) {
+		free(z);
+		z = NULL;
+	}
+	return z;
+}
+
+static size_t z_compress(void *dst, size_t cap, const void *src, size_t len)
+{
+	struct zctx *z = zctx_get();
+	if (z && !z->c)
+		z->c = ZSTD_createCCtx();
+	if (z && z->c)
+		return ZSTD_compressCCtx(z->c, dst, cap, src, len, ZSTD_LEVEL);
+	return ZSTD_compress(dst, cap, src, len, ZSTD_LEVEL);
+}
+
+static size_t z_decompress(void *dst, size_t cap, const void *src, size_t len)
+{
+	struct zctx *z = zctx_get();
+	if (z && !z->d)
+		z->d = ZSTD_createDCtx();
+	if (z && z->d)
+		return ZSTD_decompressDCtx(z->d, dst, cap, src, len);
+	return ZSTD_decompress(dst, cap, src, len);
+}
+
 /* Compresses src into a new blob of encoding enc whose body is prefix (if
  * prefix_len) then the frame. A zstd failure only drops the candidate. */
 static int zstd_blob(struct blob *b, uint8_t enc, const uint8_t *prefix, size_t prefix_len,
@@ -313,7 +378,7 @@ static int zstd_blob(struct blob *b, uint8_t enc, const uint8_t *prefix, size_t 
 		return rc;
 	if (prefix_len)
 		memcpy(b->p, prefix, prefix_len);
-	size_t z = ZSTD_compress(b->p + prefix_len, bound, src, len, ZSTD_LEVEL);
+	size_t z = z_compress(b->p + prefix_len, bound, src, len);
 	if (ZSTD_isError(z)) {
 		blob_free(b);
 		return 0;
@@ -339,7 +404,7 @@ static int zstd_unframe(const uint8_t *p, size_t len, size_t want, bool exact, u
 	uint8_t *buf = malloc((size_t)sz);
 	if (!buf)
 		return -ENOMEM;
-	size_t got = ZSTD_decompress(buf, (size_t)sz, p, len);
+	size_t got = z_decompress(buf, (size_t)sz, p, len);
 	if (ZSTD_isError(got) || got != sz) {
 		free(buf);
 		return RDB_ECORRUPT;
@@ -1179,23 +1244,22 @@ static int encode_columns(const struct sto_cols *c, struct blob col[4])
 	return rc;
 }
 
-int sto_codec_encode(const struct sto_cols *cols, struct rdb_buf *out, struct sto_codec_info *info)
+/* Writes columns [first, first + count) of col as `column` items. */
+static int put_columns(const struct blob *col, int first, int count, bool with_n, uint32_t n,
+		       struct rdb_buf *out)
 {
-	if (!cols || cols->n < 1 || cols->n > STO_CHUNK_MAX_POINTS)
-		return RDB_EINVAL;
-	struct blob col[4] = {{0}};
-	int rc = encode_columns(cols, col);
-	size_t total = 4;
-	for (int i = 0; i < 4; i++)
+	size_t total = with_n ? 4 : 0;
+	for (int i = first; i < first + count; i++)
 		total += 5 + col[i].len;
-	if (!rc)
-		rc = rdb_buf_reserve(out, total);
+	int rc = rdb_buf_reserve(out, total);
 	if (rc)
-		goto out;
+		return rc;
 	uint8_t *p = out->data + out->len;
-	rdb_put_le32(p, (uint32_t)cols->n);
-	p += 4;
-	for (int i = 0; i < 4; i++) {
+	if (with_n) {
+		rdb_put_le32(p, n);
+		p += 4;
+	}
+	for (int i = first; i < first + count; i++) {
 		p[0] = col[i].enc;
 		rdb_put_le32(p + 1, (uint32_t)col[i].len);
 		if (col[i].len)
@@ -1203,14 +1267,54 @@ int sto_codec_encode(const struct sto_cols *cols, struct rdb_buf *out, struct st
 		p += 5 + col[i].len;
 	}
 	out->len += total;
-	if (info)
+	return 0;
+}
+
+int sto_codec_encode(const struct sto_cols *cols, struct rdb_buf *out, struct sto_codec_info *info)
+{
+	if (!cols || cols->n < 1 || cols->n > STO_CHUNK_MAX_POINTS)
+		return RDB_EINVAL;
+	struct blob col[4] = {{0}};
+	int rc = encode_columns(cols, col);
+	if (!rc)
+		rc = put_columns(col, 0, 4, true, (uint32_t)cols->n, out);
+	if (!rc && info)
 		*info = (struct sto_codec_info){col[0].enc,	      col[1].enc,
 						col[2].enc,	      col[3].enc,
 						(uint32_t)col[0].len, (uint32_t)col[1].len,
 						(uint32_t)col[2].len, (uint32_t)col[3].len};
-out:
 	for (int i = 0; i < 4; i++)
 		blob_free(&col[i]);
+	return rc;
+}
+
+int sto_codec_encode_shared(const struct sto_cols *cols, struct rdb_buf *out)
+{
+	if (!cols || cols->n < 1 || cols->n > STO_CHUNK_MAX_POINTS)
+		return RDB_EINVAL;
+	size_t n = cols->n;
+	struct blob col[3] = {{0}};
+	int rc = best_i64_opt((const uint64_t *)cols->ts_ns, n, true, &col[0]);
+	if (!rc)
+		rc = enc_steps((const uint64_t *)cols->step, n, &col[1]);
+	if (!rc)
+		rc = enc_attempts(cols->attempt, n, &col[2]);
+	if (!rc)
+		rc = put_columns(col, 0, 3, true, (uint32_t)n, out);
+	for (int i = 0; i < 3; i++)
+		blob_free(&col[i]);
+	return rc;
+}
+
+int sto_codec_encode_values(const struct sto_cols *cols, struct rdb_buf *out)
+{
+	if (!cols || cols->n < 1 || cols->n > STO_CHUNK_MAX_POINTS)
+		return RDB_EINVAL;
+	struct blob col = {0};
+	int rc = enc_values(cols->value, cols->n, &col);
+	if (!rc)
+		rc = put_columns(&col, 0, 1, false, 0, out);
+	blob_free(&col);
 	return rc;
 }
 
@@ -1229,34 +1333,103 @@ static int decode_column(int idx, uint8_t enc, const uint8_t *p, size_t len, siz
 	}
 }
 
+/* Reads one `column` header at src[*pos]: its encoding and body bounds. */
+static int column_at(const uint8_t *src, size_t len, size_t *pos, uint8_t *enc, size_t *clen)
+{
+	if (len - *pos < 5)
+		return RDB_ECORRUPT;
+	*enc = src[*pos];
+	*clen = rdb_get_le32(src + *pos + 1);
+	*pos += 5;
+	if (*clen > len - *pos)
+		return RDB_ECORRUPT;
+	return 0;
+}
+
+/* Decodes columns [first, first + count) of n points from src after *pos. */
+static int decode_columns(const uint8_t *src, size_t len, size_t *pos, int first, int count,
+			  size_t n, struct sto_cols *out)
+{
+	for (int i = first; i < first + count; i++) {
+		uint8_t enc;
+		size_t clen;
+		int rc = column_at(src, len, pos, &enc, &clen);
+		if (rc == 0)
+			rc = decode_column(i, enc, src + *pos, clen, n, out);
+		if (rc)
+			return rc;
+		*pos += clen;
+	}
+	return 0;
+}
+
+/* Reads the u32 point count and makes room for it in out. */
+static int decode_n(const uint8_t *src, size_t len, uint32_t max_points, struct sto_cols *out,
+		    uint32_t *n)
+{
+	if (len < 4)
+		return RDB_ECORRUPT;
+	*n = rdb_get_le32(src);
+	if (*n == 0 || *n > max_points || *n > STO_CHUNK_MAX_POINTS)
+		return RDB_ECORRUPT;
+	return sto_cols_reserve(out, *n);
+}
+
 int sto_codec_decode(const uint8_t *src, size_t len, uint32_t max_points, struct sto_cols *out,
 		     size_t *used)
 {
 	out->n = 0;
-	if (len < 4)
-		return RDB_ECORRUPT;
-	uint32_t n = rdb_get_le32(src);
-	if (n == 0 || n > max_points || n > STO_CHUNK_MAX_POINTS)
-		return RDB_ECORRUPT;
-	int rc = sto_cols_reserve(out, n);
+	uint32_t n;
 	size_t pos = 4;
-	for (int i = 0; i < 4 && !rc; i++) {
-		if (len - pos < 5)
-			return RDB_ECORRUPT;
-		uint8_t enc = src[pos];
-		size_t clen = rdb_get_le32(src + pos + 1);
-		pos += 5;
-		if (clen > len - pos)
-			return RDB_ECORRUPT;
-		rc = decode_column(i, enc, src + pos, clen, n, out);
-		pos += clen;
-	}
+	int rc = decode_n(src, len, max_points, out, &n);
+	if (rc == 0)
+		rc = decode_columns(src, len, &pos, 0, 4, n, out);
 	if (rc)
 		return rc;
 	out->n = n;
 	if (used)
 		*used = pos;
 	return 0;
+}
+
+int sto_codec_decode_shared(const uint8_t *src, size_t len, uint32_t max_points,
+			    struct sto_cols *out, size_t *used)
+{
+	out->n = 0;
+	uint32_t n;
+	size_t pos = 4;
+	int rc = decode_n(src, len, max_points, out, &n);
+	if (rc == 0)
+		rc = decode_columns(src, len, &pos, 0, 3, n, out);
+	if (rc)
+		return rc;
+	out->n = n;
+	if (used)
+		*used = pos;
+	return 0;
+}
+
+int sto_codec_decode_values(const uint8_t *src, size_t len, struct sto_cols *out, size_t *used)
+{
+	size_t pos = 0;
+	if (out->n == 0 || out->n > out->cap)
+		return RDB_EINVAL;
+	int rc = decode_columns(src, len, &pos, 3, 1, out->n, out);
+	if (rc)
+		return rc;
+	if (used)
+		*used = pos;
+	return 0;
+}
+
+int sto_codec_skip_column(const uint8_t *src, size_t len, size_t *used)
+{
+	size_t pos = 0, clen;
+	uint8_t enc;
+	int rc = column_at(src, len, &pos, &enc, &clen);
+	if (rc == 0)
+		*used = pos + clen;
+	return rc;
 }
 
 /* ---- generic zstd blocks (event chunks) -------------------------------------- */
@@ -1267,7 +1440,7 @@ int sto_codec_zstd_pack(const void *src, size_t len, struct rdb_buf *out)
 	int rc = rdb_buf_reserve(out, bound);
 	if (rc)
 		return rc;
-	size_t z = ZSTD_compress(out->data + out->len, bound, src, len, ZSTD_LEVEL);
+	size_t z = z_compress(out->data + out->len, bound, src, len);
 	if (ZSTD_isError(z))
 		return -ENOMEM;
 	out->len += z;
@@ -1285,7 +1458,7 @@ int sto_codec_zstd_unpack(const uint8_t *src, size_t len, size_t max_out, struct
 	int rc = rdb_buf_reserve(out, (size_t)sz ? (size_t)sz : 1);
 	if (rc)
 		return rc == RDB_ELIMIT ? RDB_ECORRUPT : rc;
-	size_t got = ZSTD_decompress(out->data, (size_t)sz, src, len);
+	size_t got = z_decompress(out->data, (size_t)sz, src, len);
 	if (ZSTD_isError(got) || got != sz)
 		return RDB_ECORRUPT;
 	out->len = got;

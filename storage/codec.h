@@ -36,6 +36,24 @@ int sto_codec_encode(const struct sto_cols *cols, struct rdb_buf *out,
 int sto_codec_decode(const uint8_t *src, size_t len, uint32_t max_points, struct sto_cols *out,
 		     size_t *used);
 
+/* Group records (storage/group.h) store the point columns that their
+ * members share once and each member's value column on its own:
+ *   shared := u32 n  column(ts) column(step) column(attempt)
+ *   values := column(value)
+ * (the same `column` items and encodings as a chunk payload). Encoders:
+ * same contract as sto_codec_encode. */
+int sto_codec_encode_shared(const struct sto_cols *cols, struct rdb_buf *out);
+int sto_codec_encode_values(const struct sto_cols *cols, struct rdb_buf *out);
+/* Decodes a shared part into out (n, ts, step, attempt; values untouched,
+ * room for them reserved). Same contract as sto_codec_decode. */
+int sto_codec_decode_shared(const uint8_t *src, size_t len, uint32_t max_points,
+			    struct sto_cols *out, size_t *used);
+/* Decodes one value column of out->n points (out->n >= 1, set by
+ * sto_codec_decode_shared) into out->value. RDB_ECORRUPT, RDB_EINVAL. */
+int sto_codec_decode_values(const uint8_t *src, size_t len, struct sto_cols *out, size_t *used);
+/* Bytes of the `column` item at src, without decoding it. RDB_ECORRUPT. */
+int sto_codec_skip_column(const uint8_t *src, size_t len, size_t *used);
+
 /* One zstd frame (content size recorded) of src, appended to out.
  * 0, -ENOMEM, RDB_ELIMIT. */
 int sto_codec_zstd_pack(const void *src, size_t len, struct rdb_buf *out);

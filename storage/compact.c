@@ -25,6 +25,17 @@
  * removed at open); after it, only the merged ones: no point is lost or
  * doubled. The replaced records are dead bytes of their segments. A reader whose
  * snapshot predates the switch gets ENOENT and looks its chunk up again.
+ *
+ * Supersede records: the replaced records stay on disk until their segments
+ * are rewritten, and rebuild-index reads only the disk. So each merged chunk
+ * is preceded, in the same append and sync, by a SUP1 record naming every
+ * chunk it replaces (transitively: a source that was itself merged brings
+ * its sources along and its supersede entry is absorbed), and the switch
+ * transaction puts its `supersede` index entry. The segment pass writes the
+ * tracked records of a segment it rewrites into the new one (framed again
+ * from the entry) while a segment named in the entry as holding a source
+ * still exists, and drops the entry otherwise. Segments go oldest first, so
+ * sources go before their records. Rules: docs/FORMAT.md.
  */
 #include "storage/store_int.h"
 #include "common/rdb_err.h"
@@ -36,6 +47,7 @@
 #include "storage/admin.h"
 #include "storage/codec.h"
 #include "storage/evstore.h"
+#include "storage/group.h"
 #include "storage/segment.h"
 
 #include <errno.h>
@@ -62,13 +74,43 @@ struct ev_move {
 	size_t len;
 };
 
+struct sup_list {
+	struct sto_sup_entry *v; /* each owns its arrays */
+	size_t n, cap;
+};
+
 struct seg_set {
 	uint64_t seg;              /* the segment being compacted */
 	struct key_list chunks;    /* its point chunks */
 	struct ev_move *ev;        /* its event chunks */
 	size_t nev, evcap;
+	struct sup_list sups;      /* its supersede records (tracked ones) */
+	size_t ncarry;             /* sups[0, ncarry) go along, the rest are dropped */
 	struct rdb_map live;       /* all segments: id + 1 -> live bytes (as a pointer value) */
 };
+
+static void sup_list_clear(struct sup_list *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		sto_sup_entry_free(&l->v[i]);
+	l->n = 0;
+}
+
+/* Appends *e (taking its arrays) to l; on failure e still owns them. */
+static int sup_list_push(struct sup_list *l, struct sto_sup_entry *e)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 16;
+		struct sto_sup_entry *p = realloc(l->v, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		l->v = p;
+		l->cap = cap;
+	}
+	l->v[l->n++] = *e;
+	return 0;
+}
+
 
 static void live_add(struct rdb_map *m, uint64_t seg, uint64_t bytes)
 {
@@ -79,7 +121,7 @@ static void live_add(struct rdb_map *m, uint64_t seg, uint64_t bytes)
 static int set_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 {
 	struct seg_set *ss = arg;
-	live_add(&ss->live, ref->segment_id, ref->length);
+	live_add(&ss->live, ref->segment_id, sto_chunk_ref_bytes(ref));
 	return ref->segment_id == ss->seg ? sti_key_push(&ss->chunks, ref) : 0;
 }
 
@@ -115,11 +157,27 @@ static int set_ev_cb(void *arg, const char *job, int64_t min_ts_ns, uint64_t uid
 	return eve_decode(m->val, len, &m->e);
 }
 
+/* Supersede records count as live bytes: they go along while needed. */
+static int set_sup_cb(void *arg, const struct sto_sup_entry *e)
+{
+	struct seg_set *ss = arg;
+	struct sto_sup_entry copy;
+	live_add(&ss->live, e->segment_id, e->length);
+	if (e->segment_id != ss->seg)
+		return 0;
+	int rc = sto_sup_entry_copy(e, &copy);
+	if (rc == 0 && (rc = sup_list_push(&ss->sups, &copy)) != 0)
+		sto_sup_entry_free(&copy);
+	return rc;
+}
+
 static void set_free(struct seg_set *ss)
 {
 	for (size_t i = 0; i < ss->nev; i++)
 		free(ss->ev[i].val);
 	free(ss->ev);
+	sup_list_clear(&ss->sups);
+	free(ss->sups.v);
 	free(ss->chunks.v);
 	rdb_map_free(&ss->live);
 	memset(ss, 0, sizeof(*ss));
@@ -137,22 +195,83 @@ static int set_collect(struct sto *s, struct seg_set *ss, uint64_t seg)
 	rc = sto_chunk_scan_all(t, set_chunk_cb, ss);
 	if (rc == 0)
 		rc = sto_evidx_scan_all(t, set_ev_cb, ss);
+	if (rc == 0)
+		rc = sto_sup_scan(t, set_sup_cb, ss);
 	sto_txn_abort(t);
 	return rc;
 }
 
-/* Copies one verified record into buf; *new_off is where it will land. */
+/* True unless segment id's file is known to be gone. */
+static bool segment_exists(struct sto *s, uint64_t id)
+{
+	char path[PATH_MAX + 64];
+	struct stat st;
+	sto_seg_path(s->seg_dir, id, path, sizeof(path));
+	return stat(path, &st) == 0 || errno != ENOENT;
+}
+
+/* Keeps in e->seg the segments, other than the one being rewritten, that
+ * still exist: the source records that can still be there. Dead records
+ * are never copied, so a source lives on only in those files. */
+static void sup_prune(struct sto *s, struct sto_sup_entry *e, uint64_t rewritten)
+{
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < e->nseg; i++)
+		if (e->seg[i] != rewritten && segment_exists(s, e->seg[i]))
+			e->seg[k++] = e->seg[i];
+	e->nseg = k;
+}
+
+/* Orders ss->sups: those still needed (a source may still exist on disk,
+ * so a rebuild of the index would see it) first, ss->ncarry of them. */
+static void sup_sort_carry(struct sto *s, struct seg_set *ss)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < ss->sups.n; i++) {
+		sup_prune(s, &ss->sups.v[i], ss->seg);
+		if (ss->sups.v[i].nseg == 0)
+			continue;
+		struct sto_sup_entry tmp = ss->sups.v[k];
+		ss->sups.v[k++] = ss->sups.v[i];
+		ss->sups.v[i] = tmp;
+	}
+	ss->ncarry = k;
+}
+
+/* Frames the supersede records that go along into buf (fresh from their
+ * index entries, which hold the whole content: a damaged copy on disk is
+ * healed here) and repoints their entries. */
+static int sup_carry(struct seg_set *ss, struct rdb_buf *buf, struct sto_seg_writer *w)
+{
+	for (size_t i = 0; i < ss->ncarry; i++) {
+		struct sto_sup_entry *e = &ss->sups.v[i];
+		size_t before = buf->len;
+		int rc = sto_sup_frame(buf, &e->sup);
+		if (rc)
+			return rc;
+		e->segment_id = sto_seg_id(w);
+		e->offset = sto_seg_size(w) + before;
+		e->length = (uint32_t)(buf->len - before);
+	}
+	return 0;
+}
+
+/* Copies one verified record into buf. magic STO_GROUP_MAGIC: a whole
+ * group record (every section checked). */
 static int copy_record(struct sto *s, struct rdb_buf *buf, uint64_t seg, uint64_t off, uint32_t len,
 		       uint32_t magic, uint64_t series_id, uint64_t uid)
 {
 	const uint8_t *payload;
 	size_t plen;
+	uint32_t head_len;
 	const char *why = NULL;
 	size_t at = buf->len;
 	int rc = rdb_buf_reserve(buf, len);
 	if (rc == 0)
 		rc = sti_seg_read(s, seg, off, buf->data + at, len);
-	if (rc == 0)
+	if (rc == 0 && magic == STO_GROUP_MAGIC)
+		rc = sto_group_check(buf->data + at, len, uid, &head_len, &why);
+	else if (rc == 0)
 		rc = sto_chunk_check(buf->data + at, len, magic, series_id, uid, &payload, &plen, &why);
 	if (rc == 0)
 		buf->len = at + len;
@@ -170,14 +289,26 @@ static int compact_copy(struct sto *s, struct seg_set *ss, struct sto_seg_writer
 {
 	struct rdb_buf buf;
 	rdb_buf_init(&buf, SEAL_BUF_MAX + STO_CHUNK_HEADER_SIZE + STO_CHUNK_MAX_PAYLOAD);
-	int rc = 0;
 	size_t total = ss->chunks.n + ss->nev;
+	struct rdb_map moved = {0}; /* group records copied: old offset + 1 -> new + 1 */
+	/* Supersede records first, as at the merge: before any merged chunk. */
+	int rc = sup_carry(ss, &buf, w);
 	for (size_t i = 0; rc == 0 && i < total; i++) {
 		uint64_t new_off = sto_seg_size(w) + buf.len;
 		if (i < ss->chunks.n) {
 			struct sto_chunk_ref *r = &ss->chunks.v[i];
-			rc = copy_record(s, &buf, ss->seg, r->offset, r->length, STO_CHUNK_MAGIC,
-					 r->series_id, r->uid);
+			uintptr_t done = r->group_n ? (uintptr_t)rdb_map_get(&moved, r->offset + 1) : 0;
+			if (done) {
+				/* another member of a group record already copied */
+				r->segment_id = sto_seg_id(w);
+				r->offset = (uint64_t)done - 1;
+				continue;
+			}
+			rc = copy_record(s, &buf, ss->seg, r->offset, r->length,
+					 r->group_n ? STO_GROUP_MAGIC : STO_CHUNK_MAGIC, r->series_id,
+					 r->uid - r->member);
+			if (rc == 0 && r->group_n)
+				rc = rdb_map_put(&moved, r->offset + 1, (void *)(uintptr_t)(new_off + 1));
 			r->segment_id = sto_seg_id(w);
 			r->offset = new_off;
 		} else {
@@ -187,12 +318,15 @@ static int compact_copy(struct sto *s, struct seg_set *ss, struct sto_seg_writer
 			m->e.segment_id = sto_seg_id(w);
 			m->e.offset = new_off;
 		}
-		if (rc == 0 && (buf.len >= SEAL_BUF_MAX || i + 1 == total)) {
+		if (rc == 0 && buf.len >= SEAL_BUF_MAX) {
 			rc = sto_seg_append(w, buf.data, buf.len);
 			buf.len = 0;
 		}
 	}
+	if (rc == 0 && buf.len)
+		rc = sto_seg_append(w, buf.data, buf.len);
 	rdb_buf_free(&buf);
+	rdb_map_free(&moved);
 	return rc;
 }
 
@@ -215,6 +349,9 @@ static int compact_switch(struct sto *s, struct seg_set *ss)
 		if (rc == 0)
 			rc = sto_evidx_put(t, m->job, m->min_ts_ns, m->uid, entry.data, entry.len);
 	}
+	for (size_t i = 0; rc == 0 && i < ss->sups.n; i++)
+		rc = i < ss->ncarry ? sto_sup_put(t, &ss->sups.v[i]) :
+				      sto_sup_del(t, ss->sups.v[i].sup.merged_uid);
 	if (rc == 0)
 		rc = sto_trash_add(t, ss->seg);
 	if (rc == 0)
@@ -279,7 +416,9 @@ static int compact_segment(struct sto *s, struct seg_set *ss, struct sto_compact
 	uint64_t new_id = 0;
 	struct sto_seg_writer *w = NULL;
 	int rc = 0;
-	if (ss->chunks.n + ss->nev == 0)
+	sup_sort_carry(s, ss);
+	size_t moved = ss->chunks.n + ss->nev + ss->ncarry;
+	if (moved == 0)
 		goto switch_index; /* nothing live: just remove it */
 	rc = compact_begin(s, &new_id);
 	if (rc)
@@ -298,7 +437,7 @@ static int compact_segment(struct sto *s, struct seg_set *ss, struct sto_compact
 switch_index:
 	rc = compact_switch(s, ss);
 	if (rc) {
-		if (ss->chunks.n + ss->nev)
+		if (moved)
 			compact_abandon(s, new_id);
 		return rc;
 	}
@@ -315,14 +454,149 @@ struct merge_set {
 	struct key_list all;        /* every chunk entry, in (series, min_ts, uid) order */
 	struct sto_cols pts, one;   /* the run's points; one chunk's points */
 	struct rdb_buf rec, codec;  /* scratch: a record read; a codec payload */
-	struct rdb_buf out;         /* framed merged records of the batch */
+	struct rdb_buf out;         /* framed supersede + merged records of the batch */
 	struct key_list olds;       /* entries the batch replaces */
 	struct key_list news;       /* the merged entries */
+	struct sup_list sups;       /* supersede entries of the merged chunks */
+	struct id_list absorbed;    /* merged uids whose entries a new one absorbed */
+	struct rdb_map groups;      /* group record uid -> struct grp_info * */
+	struct sto_cols *gpts;      /* a group run's points, per member */
+	struct sto_chunk_ref *gsrc; /* a group run's chunks of one member */
 };
+
+/* The entries of one group record (members k at all.v[idx[k]]). */
+struct grp_info {
+	uint8_t m, have;
+	size_t idx[STO_GROUP_MAX_MEMBERS];
+};
+
+static int cmp_src(const void *a, const void *b)
+{
+	uint64_t x = ((const struct sto_sup_src *)a)->uid, y = ((const struct sto_sup_src *)b)->uid;
+	return x < y ? -1 : x > y;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Sorts and deduplicates the sources and segments of e. */
+static void sup_normalize(struct sto_sup_entry *e)
+{
+	size_t k = 0;
+	qsort(e->sup.src, e->sup.nsrc, sizeof(*e->sup.src), cmp_src);
+	for (size_t i = 0; i < e->sup.nsrc; i++)
+		if (k == 0 || e->sup.src[i].uid != e->sup.src[k - 1].uid)
+			e->sup.src[k++] = e->sup.src[i];
+	e->sup.nsrc = (uint32_t)k;
+	k = 0;
+	qsort(e->seg, e->nseg, sizeof(*e->seg), cmp_u64);
+	for (size_t i = 0; i < e->nseg; i++)
+		if (k == 0 || e->seg[i] != e->seg[k - 1])
+			e->seg[k++] = e->seg[i];
+	e->nseg = (uint32_t)k;
+}
+
+/* Grows e's arrays by nsrc sources and nseg segments. */
+static int sup_grow(struct sto_sup_entry *e, size_t nsrc, size_t nseg)
+{
+	struct sto_sup_src *src = realloc(e->sup.src, (e->sup.nsrc + nsrc) * sizeof(*src));
+	if (src)
+		e->sup.src = src;
+	uint64_t *seg = realloc(e->seg, (e->nseg + nseg + 1) * sizeof(*seg));
+	if (seg)
+		e->seg = seg;
+	return src && seg ? 0 : -ENOMEM;
+}
+
+/* Adds source ref (and where its record is) to e; a source that is itself
+ * a merged chunk with a live supersede entry brings that entry's sources
+ * and segments along (the entry is then absorbed: deleted at the switch),
+ * so that every entry names all the records its chunk replaces, directly. */
+static int sup_add_source(struct sto_txn *t, struct merge_set *m, struct sto_sup_entry *e,
+			  const struct sto_chunk_ref *ref)
+{
+	struct sto_sup_entry old = {0};
+	int rc = sto_sup_get(t, ref->uid, &old);
+	if (rc && rc != RDB_ENOTFOUND)
+		return rc;
+	bool merged = rc == 0; /* old is ref's own (absent: old stays empty) */
+	rc = sup_grow(e, 1 + (size_t)old.sup.nsrc, 1 + (size_t)old.nseg);
+	if (rc == 0) {
+		e->sup.src[e->sup.nsrc++] = (struct sto_sup_src){ref->uid, ref->stats.min_ts_ns};
+		e->seg[e->nseg++] = ref->segment_id;
+		for (uint32_t i = 0; i < old.sup.nsrc; i++)
+			e->sup.src[e->sup.nsrc++] = old.sup.src[i];
+		for (uint32_t i = 0; i < old.nseg; i++)
+			e->seg[e->nseg++] = old.seg[i];
+		if (merged)
+			rc = sti_id_push(&m->absorbed, ref->uid);
+	}
+	sto_sup_entry_free(&old);
+	return rc;
+}
+
+/* The supersede entry of merged chunk ref made of the n chunks src. */
+static int sup_build(struct sto *s, struct merge_set *m, const struct sto_chunk_ref *src, size_t n,
+		     const struct sto_chunk_ref *ref, struct sto_sup_entry *e)
+{
+	struct sto_txn *t;
+	memset(e, 0, sizeof(*e));
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc)
+		return rc;
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		rc = sup_add_source(t, m, e, &src[i]);
+	sto_txn_abort(t);
+	if (rc == 0) {
+		sup_normalize(e);
+		e->sup.series_id = ref->series_id;
+		e->sup.merged_uid = ref->uid;
+		e->sup.merged_min_ts_ns = ref->stats.min_ts_ns;
+		e->sup.gen = ref->gen;
+		if (e->sup.nsrc > STO_SUP_MAX_SOURCES)
+			rc = RDB_ELIMIT;
+	}
+	if (rc)
+		sto_sup_entry_free(e);
+	return rc;
+}
+
+/* Frames the supersede record of ref into m->out, right before the merged
+ * chunk: one append and one sync carry both, and a record cut short by a
+ * crash hides whatever follows it from rebuild-index, so the merged chunk
+ * is never seen without its supersede record. */
+static int sup_write(struct sto *s, struct merge_set *m, const struct sto_chunk_ref *src, size_t n,
+		     struct sto_seg_writer *w, const struct sto_chunk_ref *ref)
+{
+	struct sto_sup_entry e;
+	size_t absorbed = m->absorbed.n;
+	int rc = sup_build(s, m, src, n, ref, &e);
+	if (rc)
+		return rc;
+	e.segment_id = sto_seg_id(w);
+	e.offset = sto_seg_size(w) + m->out.len;
+	size_t before = m->out.len;
+	rc = sto_sup_frame(&m->out, &e.sup);
+	e.length = (uint32_t)(m->out.len - before);
+	if (rc == 0)
+		rc = sup_list_push(&m->sups, &e);
+	if (rc) {
+		m->out.len = before;
+		m->absorbed.n = absorbed;
+		sto_sup_entry_free(&e);
+	}
+	return rc;
+}
 
 static bool merge_small(const struct sto *s, const struct sto_chunk_ref *r)
 {
-	return r->stats.count < s->opt.chunk_max_points / 4 && r->gen <= s->ckpt_gen;
+	/* Group members merge as whole groups (below): merged into lone chunks
+	 * they would store their time columns once per series again. */
+	return r->group_n == 0 && r->stats.count < s->opt.chunk_max_points / 4 &&
+	       r->gen <= s->ckpt_gen;
 }
 
 /* Decodes refs [a, b) of m->all, merges them by time (stable), frames one
@@ -356,8 +630,11 @@ static int merge_run(struct sto *s, struct merge_set *m, size_t a, size_t b,
 	ref.series_id = m->all.v[a].series_id;
 	ref.uid = s->next_uid++;
 	ref.segment_id = sto_seg_id(w);
-	ref.offset = sto_seg_size(w) + m->out.len;
 	sto_chunk_stats_compute(&m->pts, &ref.stats);
+	rc = sup_write(s, m, &m->all.v[a], b - a, w, &ref);
+	if (rc)
+		return rc;
+	ref.offset = sto_seg_size(w) + m->out.len;
 	size_t before = m->out.len;
 	rc = sto_chunk_frame(&m->out, STO_CHUNK_MAGIC, ref.series_id, ref.uid, ref.gen,
 			     (uint32_t)m->pts.n, m->codec.data, m->codec.len, key);
@@ -382,6 +659,10 @@ static int merge_switch(struct sto *s, struct merge_set *m)
 	}
 	for (size_t i = 0; rc == 0 && i < m->news.n; i++)
 		rc = sto_chunk_put(t, &m->news.v[i]);
+	for (size_t i = 0; rc == 0 && i < m->absorbed.n; i++)
+		rc = sto_sup_del(t, m->absorbed.v[i]);
+	for (size_t i = 0; rc == 0 && i < m->sups.n; i++)
+		rc = sto_sup_put(t, &m->sups.v[i]);
 	if (rc == 0)
 		rc = sto_meta_put(t, "next_chunk_uid", s->next_uid);
 	if (rc == 0)
@@ -419,6 +700,173 @@ static size_t run_end(struct sto *s, const struct merge_set *m, size_t i)
 	return j;
 }
 
+/* ---- merging small group records -------------------------------------------------------
+ * Runs of small group records with the same members (same series, same
+ * order) merge into one group record: each member's chunks are decoded and
+ * merged by time (stable), which permutes every member alike because their
+ * time columns are identical, so the merged members still share them. Each
+ * member gets its own supersede record (written before the group record),
+ * exactly as a merged lone chunk; the index switch is the same. A run
+ * starts at a member-0 entry; groups missing a member entry (quarantined)
+ * are left alone. */
+
+static int groups_collect(struct merge_set *m)
+{
+	for (size_t i = 0; i < m->all.n; i++) {
+		const struct sto_chunk_ref *r = &m->all.v[i];
+		if (!r->group_n)
+			continue;
+		uint64_t base = r->uid - r->member;
+		struct grp_info *g = rdb_map_get(&m->groups, base + 1);
+		if (!g) {
+			g = calloc(1, sizeof(*g));
+			if (!g || rdb_map_put(&m->groups, base + 1, g) != 0) {
+				free(g);
+				return -ENOMEM;
+			}
+			g->m = r->group_n;
+		}
+		if (r->group_n != g->m || r->member >= g->m)
+			continue;
+		g->idx[r->member] = i;
+		g->have++;
+	}
+	return 0;
+}
+
+static void groups_free(struct merge_set *m)
+{
+	for (size_t i = 0; i < m->groups.cap; i++)
+		if (m->groups.keys[i])
+			free(m->groups.vals[i]);
+	rdb_map_free(&m->groups);
+}
+
+/* The group of entry i if it is member 0 of a complete, small,
+ * checkpointed group record; else NULL. */
+static const struct grp_info *group_start(struct sto *s, const struct merge_set *m, size_t i)
+{
+	const struct sto_chunk_ref *r = &m->all.v[i];
+	if (!r->group_n || r->member != 0 || r->stats.count >= s->opt.chunk_max_points / 4 ||
+	    r->gen > s->ckpt_gen)
+		return NULL;
+	const struct grp_info *g = rdb_map_get(&m->groups, r->uid + 1);
+	return g && g->have == g->m ? g : NULL;
+}
+
+static bool same_members(const struct merge_set *m, const struct grp_info *a,
+			 const struct grp_info *b)
+{
+	if (a->m != b->m)
+		return false;
+	for (unsigned k = 0; k < a->m; k++)
+		if (m->all.v[a->idx[k]].series_id != m->all.v[b->idx[k]].series_id)
+			return false;
+	return true;
+}
+
+/* End of the run of small group records whose member 0 is at i. */
+static size_t group_run_end(struct sto *s, const struct merge_set *m, size_t i)
+{
+	const struct grp_info *g0 = group_start(s, m, i), *g;
+	uint64_t pts = 0;
+	size_t j = i;
+	while (g0 && j < m->all.n && m->all.v[j].series_id == m->all.v[i].series_id &&
+	       (g = group_start(s, m, j)) != NULL && same_members(m, g0, g) &&
+	       pts + m->all.v[j].stats.count <= s->opt.chunk_max_points)
+		pts += m->all.v[j++].stats.count;
+	return j;
+}
+
+static bool same_time(const struct sto_cols *a, const struct sto_cols *b)
+{
+	return a->n == b->n && memcmp(a->ts_ns, b->ts_ns, a->n * sizeof(int64_t)) == 0 &&
+	       memcmp(a->step, b->step, a->n * sizeof(int64_t)) == 0 &&
+	       memcmp(a->attempt, b->attempt, a->n * sizeof(uint32_t)) == 0;
+}
+
+/* Member k's points of the groups whose member 0 is at [a, b), merged. */
+static int group_member_points(struct sto *s, struct merge_set *m, size_t a, size_t b, unsigned k,
+			       struct sto_cols *out, uint64_t *gen)
+{
+	struct sto_read_error err;
+	out->n = 0;
+	for (size_t i = a; i < b; i++) {
+		const struct grp_info *g = rdb_map_get(&m->groups, m->all.v[i].uid + 1);
+		const struct sto_chunk_ref *r = &m->all.v[g->idx[k]];
+		int rc = sto_read_chunk(s, r, &m->rec, &m->one, &err);
+		if (rc) {
+			rdb_warn("store", "merging small group records: %s; that run is left as it is",
+				 err.msg);
+			return rc;
+		}
+		for (size_t p = 0; p < m->one.n && rc == 0; p++)
+			rc = sto_cols_push(out, m->one.ts_ns[p], m->one.step[p], m->one.attempt[p],
+					   m->one.value[p]);
+		if (rc)
+			return rc;
+		if (r->gen > *gen)
+			*gen = r->gen;
+	}
+	return sto_cols_sort_by_time(out);
+}
+
+/* Merges the group records whose member 0 is at [a, b) into one group
+ * record in m->out (supersede records first), for the new segment w. */
+static int merge_group_run(struct sto *s, struct merge_set *m, size_t a, size_t b,
+			   struct sto_seg_writer *w)
+{
+	const struct grp_info *g0 = rdb_map_get(&m->groups, m->all.v[a].uid + 1);
+	struct sto_group_member mem[STO_GROUP_MAX_MEMBERS];
+	struct sto_series_key keys[STO_GROUP_MAX_MEMBERS];
+	struct sto_chunk_ref refs[STO_GROUP_MAX_MEMBERS];
+	uint64_t gen = 0, uid = s->next_uid;
+	unsigned nm = g0->m;
+	int rc = 0;
+	for (unsigned k = 0; rc == 0 && k < nm; k++) {
+		rc = group_member_points(s, m, a, b, k, &m->gpts[k], &gen);
+		if (rc == 0 && !same_time(&m->gpts[0], &m->gpts[k]))
+			return 0; /* cannot happen for records the seal made; leave them */
+		if (rc == 0)
+			rc = series_key(s, m->all.v[g0->idx[k]].series_id, &keys[k]);
+		mem[k] = (struct sto_group_member){m->all.v[g0->idx[k]].series_id, &keys[k],
+						   &m->gpts[k]};
+	}
+	if (rc)
+		return rc;
+	s->next_uid += nm;
+	for (unsigned k = 0; rc == 0 && k < nm; k++) {
+		refs[k] = (struct sto_chunk_ref){.series_id = mem[k].series_id,
+						 .uid = uid + k,
+						 .segment_id = sto_seg_id(w),
+						 .group_n = (uint8_t)nm,
+						 .member = (uint8_t)k,
+						 .gen = gen};
+		sto_chunk_stats_compute(&m->gpts[k], &refs[k].stats);
+		for (size_t i = a; i < b; i++) {
+			const struct grp_info *g = rdb_map_get(&m->groups, m->all.v[i].uid + 1);
+			m->gsrc[i - a] = m->all.v[g->idx[k]];
+		}
+		rc = sup_write(s, m, m->gsrc, b - a, w, &refs[k]);
+	}
+	uint64_t offset = sto_seg_size(w) + m->out.len;
+	size_t before = m->out.len;
+	uint32_t head_len = 0;
+	if (rc == 0)
+		rc = sto_group_frame(&m->out, &m->codec, uid, gen, mem, nm, &head_len);
+	for (unsigned k = 0; rc == 0 && k < nm; k++) {
+		refs[k].offset = offset;
+		refs[k].length = (uint32_t)(m->out.len - before);
+		refs[k].head_len = head_len;
+		rc = sti_key_push(&m->news, &refs[k]);
+		for (size_t i = a; rc == 0 && i < b; i++) {
+			const struct grp_info *g = rdb_map_get(&m->groups, m->all.v[i].uid + 1);
+			rc = sti_key_push(&m->olds, &m->all.v[g->idx[k]]);
+		}
+	}
+	return rc;
+}
+
 /* One batch: runs from *pos on into a new segment (synced), then the index
  * switch. Crash-safe like segment compaction (compact_out). */
 static int merge_batch(struct sto *s, struct merge_set *m, size_t *pos,
@@ -426,14 +874,19 @@ static int merge_batch(struct sto *s, struct merge_set *m, size_t *pos,
 {
 	uint64_t new_id = 0;
 	struct sto_seg_writer *w = NULL;
-	m->out.len = m->olds.n = m->news.n = 0;
+	m->out.len = m->olds.n = m->news.n = m->absorbed.n = 0;
+	sup_list_clear(&m->sups);
 	int rc = compact_begin(s, &new_id);
 	if (rc)
 		return rc;
 	rc = sto_seg_create(s->seg_dir, new_id, s->ring, &w);
 	while (rc == 0 && *pos < m->all.n && m->out.len < SEAL_BUF_MAX) {
-		size_t i = *pos, j = run_end(s, m, i);
-		*pos = j > i ? j : i + 1;
+		size_t i = *pos, j = run_end(s, m, i), g = group_run_end(s, m, i);
+		*pos = j > i ? j : g > i ? g : i + 1;
+		if (g - i >= 2) {
+			rc = merge_group_run(s, m, i, g, w);
+			continue;
+		}
 		if (j - i < 2)
 			continue;
 		struct sto_series_key key;
@@ -468,11 +921,15 @@ static int merge_small_chunks(struct sto *s, struct sto_compact_result *r)
 	rdb_buf_init(&m.rec, STO_CHUNK_HEADER_SIZE + STO_CHUNK_MAX_PAYLOAD + 4096);
 	rdb_buf_init(&m.codec, STO_CHUNK_MAX_PAYLOAD);
 	rdb_buf_init(&m.out, SEAL_BUF_MAX + STO_CHUNK_HEADER_SIZE + STO_CHUNK_MAX_PAYLOAD + 4096);
-	int rc = sto_txn_begin(s->ix, false, &t);
+	m.gpts = calloc(STO_GROUP_MAX_MEMBERS, sizeof(*m.gpts));
+	m.gsrc = calloc(s->opt.chunk_max_points, sizeof(*m.gsrc));
+	int rc = m.gpts && m.gsrc ? sto_txn_begin(s->ix, false, &t) : -ENOMEM;
 	if (rc == 0) {
 		rc = sto_chunk_scan_all(t, sti_key_push, &m.all);
 		sto_txn_abort(t);
 	}
+	if (rc == 0)
+		rc = groups_collect(&m);
 	size_t pos = 0;
 	while (rc == 0 && pos < m.all.n)
 		rc = merge_batch(s, &m, &pos, r);
@@ -482,8 +939,16 @@ static int merge_small_chunks(struct sto *s, struct sto_compact_result *r)
 	free(m.all.v);
 	free(m.olds.v);
 	free(m.news.v);
+	sup_list_clear(&m.sups);
+	free(m.sups.v);
+	free(m.absorbed.v);
 	sto_cols_free(&m.pts);
 	sto_cols_free(&m.one);
+	for (size_t k = 0; m.gpts && k < STO_GROUP_MAX_MEMBERS; k++)
+		sto_cols_free(&m.gpts[k]);
+	free(m.gpts);
+	free(m.gsrc);
+	groups_free(&m);
 	rdb_buf_free(&m.rec);
 	rdb_buf_free(&m.codec);
 	rdb_buf_free(&m.out);
@@ -503,6 +968,10 @@ static int list_segments(struct sto *s, struct id_list *ids)
 	}
 	if (d)
 		closedir(d);
+	/* Oldest first: the sources of a supersede record are always in older
+	 * segments than the record, so one pass can drop both. */
+	if (rc == 0 && ids->n)
+		qsort(ids->v, ids->n, sizeof(*ids->v), cmp_u64);
 	return rc;
 }
 

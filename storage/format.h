@@ -93,6 +93,27 @@ enum sto_wal_rec_type {
 #define STO_CHUNK_HEADER_SIZE 48u
 #define STO_CHUNK_MAX_PAYLOAD (64u * 1024u * 1024u)
 
+/* Group records hold one chunk of each of several series that share their
+ * timestamps, steps and attempts (the metrics of one (job, rank) sent in the
+ * same records), so those columns are stored once. Same record header with
+ * magic "GRP1", series id 0, uid U (member k's chunk is uid U + k), point
+ * count n (of each member), and at 36 the u32 head length H. The checksum
+ * at 40 covers bytes 0..39 and the first H payload bytes only (the head);
+ * each member's section has its own checksum, so a member is read without
+ * its siblings. Payload:
+ *   0  u8   member count m (2..STO_GROUP_MAX_MEMBERS)    1 u8[3] zero
+ *   4  shared part: u32 n, column(ts), column(step), column(attempt)
+ *      (storage/codec.h)
+ *   H - 24m  directory, m entries in member order: u64 series id, u32
+ *      section offset (from the payload start), u32 section length, u64
+ *      XXH3-64 (seed 0) of the section
+ *   H  sections back to back (the first at H, the last ending at P): the
+ *      series key record (u8 J, job, u32 rank, u16 M, metric), column(value)
+ * Each member has its own chunk index entry: byte 1 = m, byte 2 = k, u32 at
+ * 124 = H; its length and offset are the whole record's. */
+#define STO_GROUP_MAGIC 0x31505247u
+#define STO_GROUP_MAX_MEMBERS 64u
+
 /* Event chunks (logs and spans of one job) use the same record header with
  * magic "EVC1", series id 0 and point count = event count. The payload is
  * one zstd frame (content size recorded) of the columns
@@ -105,6 +126,31 @@ enum sto_wal_rec_type {
 #define STO_EVCHUNK_MAGIC 0x31435645u
 #define STO_EVCHUNK_MAX_EVENTS 4096u
 #define STO_EVCHUNK_MAX_RAW (8u * 1024u * 1024u)
+
+/* Supersede records (compaction's small-chunk merge, storage/compact.c).
+ * A merged chunk replaces a run of source chunks of the same series; their
+ * records stay in older segments until those are rewritten, so the merge
+ * writes, in the same append and immediately before the merged chunk
+ * record, one supersede record with the same record header:
+ *   0  u32  magic "SUP1" (0x31505553)
+ *   4  u32  payload length P = 8 + 16 * n
+ *   8  u64  series id of the merged chunk (never 0)
+ *   16 u64  uid of the merged chunk
+ *   24 u64  WAL generation of the merged chunk
+ *   32 u32  n: source count, 2..STO_SUP_MAX_SOURCES
+ *   36 u32  zero
+ *   40 u64  XXH3-64, seed 0, over bytes 0..39 and the payload
+ *   48      payload: i64 min_ts_ns of the merged chunk, then n times
+ *           (u64 source uid, i64 source min_ts_ns), strictly ascending by
+ *           uid, every uid below the merged uid
+ * The sources are every chunk of the series whose points the merged chunk
+ * holds, transitively (a source that was itself a merged chunk brings its
+ * own sources along). It takes effect only if its merged chunk is indexed.
+ * Rules: docs/FORMAT.md, "Supersede records". */
+#define STO_SUP_MAGIC 0x31505553u
+#define STO_SUP_FIXED 8u          /* payload bytes before the source list */
+#define STO_SUP_SOURCE_SIZE 16u
+#define STO_SUP_MAX_SOURCES (2u * 65536u) /* a merge tree over <= 65536 points */
 
 /* Event chunk index entry (LMDB db "events", key job \0 min_ts uid), LE:
  *   0  u8   entry version (1)    1 u8 kinds mask (1 << kind)

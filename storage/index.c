@@ -4,8 +4,10 @@
  * errno / RDB_E* here and nowhere else.
  *
  * Design
- *   One LMDB environment (index/) with five named databases, all opened
- *   with MDB_CREATE in a single write transaction by sto_index_open():
+ *   One LMDB environment (index/) with named databases, all opened
+ *   with MDB_CREATE in a single write transaction by sto_index_open() (the
+ *   main five below; the data-lifecycle ones and `supersede` are described
+ *   with their functions):
  *     meta     key: the name's bytes (no NUL)      value: u64 LE (8 bytes)
  *     series   key: job, 0x00, rank be32, metric   value: series id u64 LE
  *     sid      key: series id be64                 value: the series key bytes
@@ -17,8 +19,11 @@
  *
  * Chunk entry value, version 1, 128 bytes, little-endian:
  *     0  u8      entry version (1)
- *     1  u8[3]   zero (ignored on read)
- *     4  u32     length: chunk record bytes (header + payload)
+ *     1  u8      group member count m: 0 for a chunk record of its own,
+ *                2..STO_GROUP_MAX_MEMBERS for a member of a group record
+ *     2  u8      member number (< m; 0 when m = 0)
+ *     3  u8      zero (ignored on read)
+ *     4  u32     length: chunk (or whole group) record bytes (header + payload)
  *     8  u64     segment id
  *    16  u64     offset of the chunk record header in the segment
  *    24  u64     WAL generation
@@ -36,7 +41,7 @@
  *   104  u64     first value bits
  *   112  u64     last value bits
  *   120  u32     step_count: points that have a step (== count: every point)
- *   124  u32     zero
+ *   124  u32     group members: head length H of the group record (0 otherwise)
  *   series id and uid live only in the key.
  *
  * Invariants
@@ -88,6 +93,8 @@
 #define ENTRY_VERSION 1u
 enum {
 	E_VERSION = 0,
+	E_GROUP_N = 1, /* 0, or the member count of the group record */
+	E_MEMBER = 2,  /* member number within the group record */
 	E_LENGTH = 4,
 	E_SEGMENT = 8,
 	E_OFFSET = 16,
@@ -106,9 +113,10 @@ enum {
 	E_FIRST = 104,
 	E_LAST = 112,
 	E_STEP_COUNT = 120,
+	E_HEAD_LEN = 124, /* group members: head length H of the group record */
 	ENTRY_SIZE = 128,
 };
-_Static_assert(ENTRY_SIZE == 128 && E_STEP_COUNT + 8 == ENTRY_SIZE, "chunk entry v1 is 128 bytes");
+_Static_assert(ENTRY_SIZE == 128 && E_HEAD_LEN + 4 == ENTRY_SIZE, "chunk entry v1 is 128 bytes");
 _Static_assert(SERIES_KEY_MAX <= 511u, "series key fits LMDB's default max key size");
 
 #define TS_FLIP 0x8000000000000000ull
@@ -119,6 +127,7 @@ struct sto_index {
 	MDB_dbi events, evpending, batch_ids, batch_time;
 	MDB_dbi tombstones, retention, quarantine, seg_trash; /* data lifecycle */
 	MDB_dbi rollups; /* aggregates of data retention dropped (not derived) */
+	MDB_dbi supersede; /* merged uid -> supersede entry (small-chunk merges) */
 	uint64_t map_bytes; /* as configured, for the map-full log line */
 	char *dir;	    /* owned copy, for log lines */
 };
@@ -214,6 +223,8 @@ static void entry_encode(const struct sto_chunk_ref *r, uint8_t *p)
 
 	memset(p, 0, ENTRY_SIZE);
 	p[E_VERSION] = ENTRY_VERSION;
+	p[E_GROUP_N] = r->group_n;
+	p[E_MEMBER] = r->member;
 	rdb_put_le32(p + E_LENGTH, r->length);
 	rdb_put_le64(p + E_SEGMENT, r->segment_id);
 	rdb_put_le64(p + E_OFFSET, r->offset);
@@ -232,6 +243,7 @@ static void entry_encode(const struct sto_chunk_ref *r, uint8_t *p)
 	rdb_put_le64(p + E_FIRST, s->first);
 	rdb_put_le64(p + E_LAST, s->last);
 	rdb_put_le32(p + E_STEP_COUNT, s->step_count);
+	rdb_put_le32(p + E_HEAD_LEN, r->head_len);
 }
 
 /* Fills everything but series_id, uid and stats.min_ts_ns (taken from the
@@ -241,6 +253,11 @@ static int entry_decode(const uint8_t *p, size_t n, struct sto_chunk_ref *r)
 	struct sto_chunk_stats *s = &r->stats;
 
 	if (n != ENTRY_SIZE || p[E_VERSION] != ENTRY_VERSION)
+		return RDB_ECORRUPT;
+	r->group_n = p[E_GROUP_N];
+	r->member = p[E_MEMBER];
+	r->head_len = rdb_get_le32(p + E_HEAD_LEN);
+	if (r->group_n == 1 || (r->group_n && r->member >= r->group_n))
 		return RDB_ECORRUPT;
 	r->length = rdb_get_le32(p + E_LENGTH);
 	r->segment_id = rdb_get_le64(p + E_SEGMENT);
@@ -333,11 +350,11 @@ static int open_dbs(struct sto_index *ix, MDB_txn *txn)
 	static const char *const names[] = {"meta",   "series",    "sid",	  "chunks",
 					    "pending", "events", "evpending", "batch_ids",
 					    "batch_time", "tombstones", "retention", "quarantine",
-					    "seg_trash", "rollups"};
+					    "seg_trash", "rollups", "supersede"};
 	MDB_dbi *dbis[] = {&ix->meta,	 &ix->series,	 &ix->sid,	 &ix->chunks,
 			   &ix->pending, &ix->events,	 &ix->evpending, &ix->batch_ids,
 			   &ix->batch_time, &ix->tombstones, &ix->retention, &ix->quarantine,
-			   &ix->seg_trash, &ix->rollups};
+			   &ix->seg_trash, &ix->rollups, &ix->supersede};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		int rc = mdb_dbi_open(txn, names[i], MDB_CREATE, dbis[i]);
@@ -1350,7 +1367,7 @@ int sto_index_check_all(struct sto_txn *t, uint64_t *entries)
 	MDB_dbi dbs[] = {t->ix->meta, t->ix->series, t->ix->sid, t->ix->pending,
 			 t->ix->evpending, t->ix->batch_ids, t->ix->batch_time,
 			 t->ix->tombstones, t->ix->retention, t->ix->quarantine,
-			 t->ix->seg_trash, t->ix->rollups};
+			 t->ix->seg_trash, t->ix->rollups, t->ix->supersede};
 	uint64_t n = 0;
 	int ret = 0;
 	for (size_t i = 0; ret == 0 && i < sizeof(dbs) / sizeof(dbs[0]); i++) {
@@ -1503,6 +1520,154 @@ int sto_rollup_del_series(struct sto_txn *t, uint64_t series_id)
 		if (!has_prefix(&k, seek, 8))
 			break;
 		ret = ix_err(t->ix, mdb_cursor_del(cur, 0), "rollup del");
+		if (ret != 0)
+			goto out;
+	}
+	ret = ret == RDB_ENOTFOUND ? 0 : ret;
+out:
+	mdb_cursor_close(cur);
+	return ret;
+}
+
+/* ---- supersede tracking --------------------------------------------------- */
+
+/* Supersede entry value v1, little-endian:
+ *    0 u8 version (1)  1 u8[3] zero  4 u32 record length  8 u64 segment id
+ *   16 u64 offset  24 u64 series id  32 i64 merged min_ts  40 u64 gen
+ *   48 u32 nsrc  52 u32 nseg  56 nsrc * (u64 uid, i64 min_ts), nseg * u64 */
+enum {
+	SUP_VERSION = 1,
+	S_LENGTH = 4, S_SEGMENT = 8, S_OFFSET = 16, S_SERIES = 24, S_MIN_TS = 32, S_GEN = 40,
+	S_NSRC = 48, S_NSEG = 52, S_FIXED = 56,
+};
+
+void sto_sup_entry_free(struct sto_sup_entry *e)
+{
+	if (!e)
+		return;
+	free(e->sup.src);
+	free(e->seg);
+	e->sup.src = NULL;
+	e->seg = NULL;
+}
+
+int sto_sup_entry_copy(const struct sto_sup_entry *e, struct sto_sup_entry *out)
+{
+	*out = *e;
+	out->sup.src = malloc(((size_t)e->sup.nsrc + 1) * sizeof(*out->sup.src));
+	out->seg = malloc(((size_t)e->nseg + 1) * sizeof(*out->seg));
+	if (!out->sup.src || !out->seg) {
+		sto_sup_entry_free(out);
+		out->sup.nsrc = out->nseg = 0;
+		return -ENOMEM;
+	}
+	if (e->sup.nsrc)
+		memcpy(out->sup.src, e->sup.src, e->sup.nsrc * sizeof(*out->sup.src));
+	if (e->nseg)
+		memcpy(out->seg, e->seg, e->nseg * sizeof(*out->seg));
+	return 0;
+}
+
+int sto_sup_put(struct sto_txn *t, const struct sto_sup_entry *e)
+{
+	uint8_t kb[8];
+	size_t len = S_FIXED + (size_t)e->sup.nsrc * 16 + (size_t)e->nseg * 8;
+	uint8_t *p = calloc(1, len);
+	if (!p)
+		return -ENOMEM;
+	p[0] = SUP_VERSION;
+	rdb_put_le32(p + S_LENGTH, e->length);
+	rdb_put_le64(p + S_SEGMENT, e->segment_id);
+	rdb_put_le64(p + S_OFFSET, e->offset);
+	rdb_put_le64(p + S_SERIES, e->sup.series_id);
+	rdb_put_le64(p + S_MIN_TS, (uint64_t)e->sup.merged_min_ts_ns);
+	rdb_put_le64(p + S_GEN, e->sup.gen);
+	rdb_put_le32(p + S_NSRC, e->sup.nsrc);
+	rdb_put_le32(p + S_NSEG, e->nseg);
+	uint8_t *q = p + S_FIXED;
+	for (uint32_t i = 0; i < e->sup.nsrc; i++, q += 16) {
+		rdb_put_le64(q, e->sup.src[i].uid);
+		rdb_put_le64(q + 8, (uint64_t)e->sup.src[i].min_ts_ns);
+	}
+	for (uint32_t i = 0; i < e->nseg; i++, q += 8)
+		rdb_put_le64(q, e->seg[i]);
+	rdb_put_be64(kb, e->sup.merged_uid);
+	MDB_val k = {.mv_size = 8, .mv_data = kb}, v = {.mv_size = len, .mv_data = p};
+	int ret = ix_err(t->ix, mdb_put(t->txn, t->ix->supersede, &k, &v, 0), "supersede put");
+	free(p);
+	return ret;
+}
+
+/* Decodes a value into *e with new arrays; untouched on failure. */
+static int sup_decode(struct sto_txn *t, const MDB_val *k, const MDB_val *v,
+		      struct sto_sup_entry *e)
+{
+	const uint8_t *p = v->mv_data;
+	if (k->mv_size != 8 || v->mv_size < S_FIXED || p[0] != SUP_VERSION)
+		return corrupt(t, "supersede entry", v->mv_size);
+	uint32_t nsrc = rdb_get_le32(p + S_NSRC), nseg = rdb_get_le32(p + S_NSEG);
+	if (nsrc < 2 || nsrc > STO_SUP_MAX_SOURCES || nseg > (1u << 24) ||
+	    v->mv_size != S_FIXED + (size_t)nsrc * 16 + (size_t)nseg * 8)
+		return corrupt(t, "supersede entry", v->mv_size);
+	struct sto_sup_entry x = {.length = rdb_get_le32(p + S_LENGTH),
+				  .segment_id = rdb_get_le64(p + S_SEGMENT),
+				  .offset = rdb_get_le64(p + S_OFFSET),
+				  .nseg = nseg};
+	x.sup.series_id = rdb_get_le64(p + S_SERIES);
+	x.sup.merged_uid = rdb_get_be64(k->mv_data);
+	x.sup.merged_min_ts_ns = (int64_t)rdb_get_le64(p + S_MIN_TS);
+	x.sup.gen = rdb_get_le64(p + S_GEN);
+	x.sup.nsrc = nsrc;
+	x.sup.src = malloc((size_t)nsrc * sizeof(*x.sup.src));
+	x.seg = malloc((size_t)(nseg ? nseg : 1) * sizeof(*x.seg));
+	if (!x.sup.src || !x.seg) {
+		sto_sup_entry_free(&x);
+		return -ENOMEM;
+	}
+	const uint8_t *q = p + S_FIXED;
+	for (uint32_t i = 0; i < nsrc; i++, q += 16) {
+		x.sup.src[i].uid = rdb_get_le64(q);
+		x.sup.src[i].min_ts_ns = (int64_t)rdb_get_le64(q + 8);
+	}
+	for (uint32_t i = 0; i < nseg; i++, q += 8)
+		x.seg[i] = rdb_get_le64(q);
+	*e = x;
+	return 0;
+}
+
+int sto_sup_get(struct sto_txn *t, uint64_t merged_uid, struct sto_sup_entry *out)
+{
+	uint8_t kb[8];
+	MDB_val k = {.mv_size = 8, .mv_data = kb}, v;
+	rdb_put_be64(kb, merged_uid);
+	int ret = ix_err(t->ix, mdb_get(t->txn, t->ix->supersede, &k, &v), "supersede get");
+	return ret ? ret : sup_decode(t, &k, &v, out);
+}
+
+int sto_sup_del(struct sto_txn *t, uint64_t merged_uid)
+{
+	uint8_t kb[8];
+	MDB_val k = {.mv_size = 8, .mv_data = kb};
+	rdb_put_be64(kb, merged_uid);
+	int ret = ix_err(t->ix, mdb_del(t->txn, t->ix->supersede, &k, NULL), "supersede del");
+	return ret == RDB_ENOTFOUND ? 0 : ret;
+}
+
+int sto_sup_scan(struct sto_txn *t, sto_sup_fn fn, void *arg)
+{
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	int ret = cursor_open(t, t->ix->supersede, &cur);
+	if (ret != 0)
+		return ret;
+	for (ret = cursor_seek(t, cur, NULL, 0, &k, &v); ret == 0;
+	     ret = cursor_next(t, cur, &k, &v)) {
+		struct sto_sup_entry e;
+		ret = sup_decode(t, &k, &v, &e);
+		if (ret == 0) {
+			ret = fn(arg, &e);
+			sto_sup_entry_free(&e);
+		}
 		if (ret != 0)
 			goto out;
 	}

@@ -11,6 +11,7 @@
  *                                      -> chunk entry (see index.c, LE fields)
  *   pending  gen (be64) series (be64) min_ts (be64 flipped) uid (be64) -> empty
  *            chunks written by a generation not yet checkpointed
+ *   supersede  merged chunk uid (be64) -> supersede entry (below)
  * The index is derived data: it can be rebuilt from the segment files.
  *
  * Threading: LMDB rules. One write transaction at a time (others block);
@@ -184,6 +185,50 @@ int sto_rollup_scan(struct sto_txn *t, uint64_t series_id, unsigned tier, int64_
 		    int64_t to_bucket, sto_rollup_fn fn, void *arg);
 /* Deletes every record of series_id (job deletion). */
 int sto_rollup_del_series(struct sto_txn *t, uint64_t series_id);
+
+/* ---- supersede tracking (small-chunk merges, docs/FORMAT.md) -------------
+ *   supersede   merged chunk uid (be64) -> supersede entry (index.c): the
+ *               content of a live supersede record (storage/format.h), where
+ *               that record is, and the segment files that held valid
+ *               source records when last known. An entry lives while a
+ *               source may still exist physically; segment compaction
+ *               carries its record along until then. */
+struct sto_sup_src {
+	uint64_t uid;
+	int64_t min_ts_ns; /* the source's chunk key: (series, min_ts, uid) */
+};
+/* What a supersede record says: merged chunk (series_id, merged_min_ts_ns,
+ * merged_uid) holds every point of the nsrc source chunks of the series. */
+struct sto_sup {
+	uint64_t series_id;
+	uint64_t merged_uid;
+	int64_t merged_min_ts_ns;
+	uint64_t gen;            /* of the merged chunk */
+	uint32_t nsrc;           /* 2..STO_SUP_MAX_SOURCES */
+	struct sto_sup_src *src; /* nsrc, strictly ascending uid, all < merged_uid */
+};
+struct sto_sup_entry {
+	struct sto_sup sup;
+	uint64_t segment_id, offset; /* of the supersede record */
+	uint32_t length;             /* record bytes (header + payload) */
+	uint32_t nseg;
+	uint64_t *seg;               /* nseg segment ids, ascending, no duplicates */
+};
+/* Frees the arrays of e (not e); NULL ok. */
+void sto_sup_entry_free(struct sto_sup_entry *e);
+/* Deep copy of e into *out (new arrays). 0 or -ENOMEM (*out then empty). */
+int sto_sup_entry_copy(const struct sto_sup_entry *e, struct sto_sup_entry *out);
+/* Puts (replaces) the entry of e->sup.merged_uid. */
+int sto_sup_put(struct sto_txn *t, const struct sto_sup_entry *e);
+/* RDB_ENOTFOUND if absent; on success *out owns new arrays (free them with
+ * sto_sup_entry_free), on failure it is untouched. */
+int sto_sup_get(struct sto_txn *t, uint64_t merged_uid, struct sto_sup_entry *out);
+/* Absent: 0. */
+int sto_sup_del(struct sto_txn *t, uint64_t merged_uid);
+/* Calls fn for every entry in merged uid order; *e (arrays included) is
+ * valid only during the call. A malformed value is RDB_ECORRUPT. */
+typedef int (*sto_sup_fn)(void *arg, const struct sto_sup_entry *e);
+int sto_sup_scan(struct sto_txn *t, sto_sup_fn fn, void *arg);
 
 /* Consistent, compacted copy of the environment into dir (created if
  * missing, must hold no data.mdb): mdb_env_copy2 with MDB_CP_COMPACT.

@@ -280,7 +280,7 @@ static int stats_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 	struct sto_job_stats *js = arg;
 	js->chunks++;
 	js->points += ref->stats.count;
-	js->chunk_bytes += ref->length;
+	js->chunk_bytes += sto_chunk_ref_bytes(ref);
 	return 0;
 }
 
@@ -382,7 +382,7 @@ static uint64_t dir_bytes(const char *dir, const char *prefix, uint64_t *files)
 
 static int live_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 {
-	*(uint64_t *)arg += ref->length;
+	*(uint64_t *)arg += sto_chunk_ref_bytes(ref);
 	return 0;
 }
 

@@ -13,6 +13,8 @@
  *   - point chunks: the key record after the codec payload names the
  *     series; the series id of the record header is kept; statistics are
  *     recomputed by decoding (sto_codec_decode + sto_chunk_stats_compute);
+ *   - group records (storage/group.h): checked whole (head and every
+ *     section checksum), then one entry per member, as for a point chunk;
  *   - event chunks: decoded (evc_decode) and re-encoded with evc_encode
  *     only to recompute the entry (stats, kinds/levels, token filter);
  *   - a record of generation g > ckpt_gen whose WAL file wal-g.log exists
@@ -22,7 +24,14 @@
  *   - a uid already indexed (a compaction copy) is skipped;
  *   - when one series key appears with two ids (the job was deleted and
  *     written again), the highest id wins and the older id's chunks are
- *     dropped (they are the deleted incarnation).
+ *     dropped (they are the deleted incarnation);
+ *   - supersede records (SUP1) go into the supersede db as read; after the
+ *     walk, those that take effect (their merged chunk is indexed, or is a
+ *     source of one that takes effect) remove their sources from chunks,
+ *     and the db keeps the entries that still hide a valid record, with
+ *     the segments of those records. A damaged supersede record is
+ *     reported, and reported again when its merged chunk got indexed
+ *     (its sources may then be counted twice).
  * Counters next_series_id, next_chunk_uid and next_segment_id go above
  * the maxima seen. The new index is built in index.rebuild/ (one LMDB
  * transaction per segment file), then swapped in with two renames and a
@@ -36,8 +45,10 @@
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
+#include "common/rdb_map.h"
 #include "storage/codec.h"
 #include "storage/evstore.h"
+#include "storage/group.h"
 #include "storage/index.h"
 #include "storage/segment.h"
 #include "storage/wal.h"
@@ -72,6 +83,13 @@ struct rb {
 		uint64_t *v;
 		size_t n, cap;
 	} losers; /* series ids replaced by a newer id of the same key */
+	struct dup_list {
+		struct dup {
+			uint64_t uid, seg;
+		} *v;
+		size_t n, cap;
+	} dups; /* valid point chunk copies not indexed (another copy was) */
+	struct dup_list bad_sups; /* damaged supersede records: (merged uid, series id) */
 	struct rdb_buf rec, evpayload, bloom, entry;
 	struct sto_cols cols;
 	struct ev_decoded dec;
@@ -97,6 +115,20 @@ static bool wal_has(const struct rb *b, uint64_t gen)
 		if (b->wal_gens[i] == gen)
 			return true;
 	return false;
+}
+
+static int dup_push(struct dup_list *l, uint64_t uid, uint64_t seg)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 16;
+		struct dup *p = realloc(l->v, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		l->v = p;
+		l->cap = cap;
+	}
+	l->v[l->n++] = (struct dup){uid, seg};
+	return 0;
 }
 
 static int id_push(struct id_set *s, uint64_t v)
@@ -263,12 +295,65 @@ struct rec_at {
 	uint32_t count;
 };
 
+static void note_maxima(struct rb *b, const struct rec_at *a);
+
+/* Where a decoded chunk sits: a lone chunk record, or a group member. */
+struct chunk_at {
+	uint64_t sid;
+	uint8_t group_n, member;
+	uint32_t head_len;
+};
+
+/* Indexes one decoded chunk (points in b->cols) of series key k. */
+static int index_chunk(struct rb *b, const struct rec_at *a, const struct chunk_at *c,
+		       const struct sto_series_key *k, const char **why)
+{
+	bool live;
+	int rc = series_note(b, k, c->sid, &live);
+	if (rc == RDB_ECORRUPT)
+		*why = "series id already names another series key";
+	if (rc)
+		return rc;
+	if (c->sid > b->max_sid)
+		b->max_sid = c->sid;
+	if (!live) {
+		b->r->skipped_deleted++;
+		return 0;
+	}
+	if (a->gen > b->ckpt_gen && wal_has(b, a->gen)) {
+		b->r->skipped_uncheckpointed++;
+		return 0;
+	}
+	uint64_t uid = a->uid + c->member; /* group members: the record's uid + k */
+	if (uid > b->max_uid)
+		b->max_uid = uid;
+	struct sto_chunk_ref ref = {.series_id = c->sid,
+				    .uid = uid,
+				    .segment_id = a->seg,
+				    .offset = a->off,
+				    .length = a->len,
+				    .group_n = c->group_n,
+				    .member = c->member,
+				    .head_len = c->head_len,
+				    .gen = a->gen};
+	sto_chunk_stats_compute(&b->cols, &ref.stats);
+	struct sto_chunk_ref old;
+	rc = sto_chunk_get(b->t, c->sid, ref.stats.min_ts_ns, uid, &old);
+	if (rc == 0) {
+		b->r->skipped_duplicate++;
+		return dup_push(&b->dups, uid, a->seg); /* where a source may also live */
+	}
+	if (rc != RDB_ENOTFOUND)
+		return rc;
+	b->r->chunks++;
+	return sto_chunk_put(b->t, &ref);
+}
+
 static int index_points(struct rb *b, const struct rec_at *a, const uint8_t *pl, size_t plen,
 			const char **why)
 {
 	struct sto_series_key k;
 	size_t used = 0;
-	bool live;
 	int rc = sto_codec_decode(pl, plen, STO_CHUNK_MAX_POINTS, &b->cols, &used);
 	if (rc == RDB_ECORRUPT)
 		*why = "chunk payload does not decode";
@@ -278,37 +363,47 @@ static int index_points(struct rb *b, const struct rec_at *a, const uint8_t *pl,
 	}
 	if (rc == 0 && (rc = key_parse(pl + used, plen - used, &k)) != 0)
 		*why = "key record does not parse";
-	if (rc == 0 && (rc = series_note(b, &k, a->sid, &live)) == RDB_ECORRUPT)
-		*why = "series id already names another series key";
 	if (rc)
 		return rc;
-	if (a->sid > b->max_sid)
-		b->max_sid = a->sid;
-	if (!live) {
-		b->r->skipped_deleted++;
-		return 0;
+	struct chunk_at c = {.sid = a->sid};
+	return index_chunk(b, a, &c, &k, why);
+}
+
+struct group_walk {
+	struct rb *b;
+	const struct rec_at *a;
+	uint32_t head_len;
+	const char **why;
+};
+
+static int group_member_cb(void *arg, unsigned member, unsigned m, uint64_t sid,
+			   const struct sto_series_key *key, const struct sto_cols *cols)
+{
+	struct group_walk *g = arg;
+	if (cols->n != g->a->count) {
+		*g->why = "point count of the group record header is wrong";
+		return RDB_ECORRUPT;
 	}
-	if (a->gen > b->ckpt_gen && wal_has(b, a->gen)) {
-		b->r->skipped_uncheckpointed++;
-		return 0;
+	struct chunk_at c = {.sid = sid,
+			     .group_n = (uint8_t)m,
+			     .member = (uint8_t)member,
+			     .head_len = g->head_len};
+	return index_chunk(g->b, g->a, &c, key, g->why);
+}
+
+/* A group record: checked whole, then one index entry per member. */
+static int index_group(struct rb *b, const struct rec_at *a, const char **why)
+{
+	struct group_walk g = {b, a, 0, why};
+	int rc = sto_group_check(b->rec.data, a->len, a->uid, &g.head_len, why);
+	if (rc == 0 && a->sid != 0) {
+		*why = "group record has a series id in its header";
+		rc = RDB_ECORRUPT;
 	}
-	struct sto_chunk_ref ref = {.series_id = a->sid,
-				    .uid = a->uid,
-				    .segment_id = a->seg,
-				    .offset = a->off,
-				    .length = a->len,
-				    .gen = a->gen};
-	sto_chunk_stats_compute(&b->cols, &ref.stats);
-	struct sto_chunk_ref old;
-	rc = sto_chunk_get(b->t, a->sid, ref.stats.min_ts_ns, a->uid, &old);
-	if (rc == 0) {
-		b->r->skipped_duplicate++;
-		return 0;
-	}
-	if (rc != RDB_ENOTFOUND)
+	if (rc)
 		return rc;
-	b->r->chunks++;
-	return sto_chunk_put(b->t, &ref);
+	note_maxima(b, a);
+	return sto_group_each(b->rec.data, a->len, &b->cols, group_member_cb, &g, why);
 }
 
 /* Copies the decoded events into head records (freed by the caller). */
@@ -408,6 +503,36 @@ static int index_events(struct rb *b, const struct rec_at *a, const uint8_t *pl,
 	return rc;
 }
 
+static void note_maxima(struct rb *b, const struct rec_at *a)
+{
+	if (a->uid > b->max_uid)
+		b->max_uid = a->uid;
+	if (a->gen > b->max_gen)
+		b->max_gen = a->gen;
+}
+
+/* A valid supersede record goes into the supersede db as it is (its
+ * segments are filled in by apply_supersede); a copy of one already
+ * there (a compaction copy) is skipped like a chunk copy. */
+static int index_sup(struct rb *b, const struct rec_at *a, const char **why)
+{
+	struct sto_sup_entry e = {.segment_id = a->seg, .offset = a->off, .length = a->len};
+	struct sto_sup_entry old;
+	int rc = sto_sup_parse(b->rec.data, a->len, &e.sup, why);
+	if (rc)
+		return rc;
+	note_maxima(b, a);
+	rc = sto_sup_get(b->t, e.sup.merged_uid, &old);
+	if (rc == 0)
+		sto_sup_entry_free(&old);
+	if (rc == RDB_ENOTFOUND) {
+		rc = sto_sup_put(b->t, &e);
+		b->r->supersede_records += rc == 0;
+	}
+	free(e.sup.src);
+	return rc;
+}
+
 /* Verifies and indexes the record at a (already read into b->rec). Damage
  * is reported and counted, never returned. */
 static int one_record(struct rb *b, const struct rec_at *a, uint32_t magic)
@@ -415,18 +540,30 @@ static int one_record(struct rb *b, const struct rec_at *a, uint32_t magic)
 	const uint8_t *pl;
 	size_t plen;
 	const char *why = NULL;
-	int rc = sto_chunk_check(b->rec.data, a->len, magic, a->sid, a->uid, &pl, &plen, &why);
-	if (rc == 0) {
-		if (a->uid > b->max_uid)
-			b->max_uid = a->uid;
-		if (a->gen > b->max_gen)
-			b->max_gen = a->gen;
-		rc = magic == STO_CHUNK_MAGIC ? index_points(b, a, pl, plen, &why)
-					      : index_events(b, a, pl, plen, &why);
+	int rc;
+	if (magic == STO_SUP_MAGIC) {
+		rc = index_sup(b, a, &why);
+	} else if (magic == STO_GROUP_MAGIC) {
+		rc = index_group(b, a, &why);
+	} else {
+		rc = sto_chunk_check(b->rec.data, a->len, magic, a->sid, a->uid, &pl, &plen, &why);
+		if (rc == 0) {
+			note_maxima(b, a);
+			rc = magic == STO_CHUNK_MAGIC ? index_points(b, a, pl, plen, &why)
+						      : index_events(b, a, pl, plen, &why);
+		}
 	}
 	if (rc != RDB_ECORRUPT)
 		return rc;
 	b->r->skipped_damaged++;
+	if (magic == STO_SUP_MAGIC) {
+		report(b, "segment %s: supersede record at offset %llu (merged chunk %llu, series "
+		       "%llu, %u bytes): %s; not used (its sources may be counted twice: see "
+		       "the lines that follow)", b->seg_path, (unsigned long long)a->off,
+		       (unsigned long long)a->uid, (unsigned long long)a->sid, a->len,
+		       why ? why : "corrupt");
+		return a->sid ? dup_push(&b->bad_sups, a->uid, a->sid) : 0;
+	}
 	report(b, "segment %s: record at offset %llu (chunk %llu, %u bytes): %s; not indexed",
 	       b->seg_path, (unsigned long long)a->off, (unsigned long long)a->uid, a->len,
 	       why ? why : "corrupt");
@@ -456,7 +593,8 @@ static int walk_segment(struct rb *b, int fd, uint64_t id)
 		uint32_t magic = rdb_get_le32(hdr), plen = rdb_get_le32(hdr + 4);
 		uint64_t len = STO_CHUNK_HEADER_SIZE + (uint64_t)plen;
 		if (got != (ssize_t)sizeof(hdr) ||
-		    (magic != STO_CHUNK_MAGIC && magic != STO_EVCHUNK_MAGIC) || len > REC_MAX ||
+		    (magic != STO_CHUNK_MAGIC && magic != STO_EVCHUNK_MAGIC &&
+		     magic != STO_SUP_MAGIC && magic != STO_GROUP_MAGIC) || len > REC_MAX ||
 		    off + len > size) {
 			b->r->skipped_damaged++;
 			report(b,
@@ -553,9 +691,232 @@ static int drop_losers(struct rb *b)
 	return rc;
 }
 
+/* ---- supersede records ------------------------------------------------------------ */
+
+struct sup_all {
+	struct sto_sup_entry *v; /* deep copies of every supersede entry */
+	size_t n, cap;
+	bool *eff;               /* v[i] takes effect */
+};
+
+static int sup_collect_cb(void *arg, const struct sto_sup_entry *e)
+{
+	struct sup_all *l = arg;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 16;
+		struct sto_sup_entry *p = realloc(l->v, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		l->v = p;
+		l->cap = cap;
+	}
+	int rc = sto_sup_entry_copy(e, &l->v[l->n]);
+	l->n += rc == 0;
+	return rc;
+}
+
+static void sup_all_free(struct sup_all *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		sto_sup_entry_free(&l->v[i]);
+	free(l->v);
+	free(l->eff);
+}
+
+/* 1 when the chunk (series, min_ts, uid) is indexed, 0 when not, <0 error. */
+static int indexed(struct rb *b, uint64_t sid, int64_t min_ts_ns, uint64_t uid,
+		   struct sto_chunk_ref *ref)
+{
+	int rc = sto_chunk_get(b->t, sid, min_ts_ns, uid, ref);
+	return rc == 0 ? 1 : rc == RDB_ENOTFOUND ? 0 : rc;
+}
+
+/* A supersede record takes effect when its merged chunk is indexed, or is
+ * itself a source of one that takes effect (a merged chunk merged again,
+ * whose own record is damaged or gone, still has its points in the newer
+ * one). Least fixed point over the entries. */
+static int sup_effective(struct rb *b, struct sup_all *l)
+{
+	struct rdb_map covered = RDB_MAP_INIT; /* uid + 1 of sources of effective entries */
+	struct sto_chunk_ref ref;
+	int rc = 0;
+	bool changed = true;
+	for (size_t i = 0; rc >= 0 && i < l->n; i++) {
+		const struct sto_sup *u = &l->v[i].sup;
+		rc = indexed(b, u->series_id, u->merged_min_ts_ns, u->merged_uid, &ref);
+		l->eff[i] = rc == 1;
+	}
+	while (rc >= 0 && changed) {
+		changed = false;
+		for (size_t i = 0; rc >= 0 && i < l->n; i++) {
+			const struct sto_sup *u = &l->v[i].sup;
+			if (l->eff[i] && rdb_map_get(&covered, u->merged_uid + 1) == (void *)2)
+				continue; /* sources already noted */
+			if (!l->eff[i] && !rdb_map_get(&covered, u->merged_uid + 1))
+				continue;
+			l->eff[i] = true;
+			for (uint32_t k = 0; rc >= 0 && k < u->nsrc; k++)
+				if (!rdb_map_get(&covered, u->src[k].uid + 1)) {
+					rc = rdb_map_put(&covered, u->src[k].uid + 1, (void *)1);
+					changed = true;
+				}
+			if (rc >= 0)
+				rc = rdb_map_put(&covered, u->merged_uid + 1, (void *)2);
+		}
+	}
+	rdb_map_free(&covered);
+	return rc < 0 ? rc : 0;
+}
+
+static int cmp_dup(const void *a, const void *b)
+{
+	const struct dup *x = a, *y = b;
+	return x->uid < y->uid ? -1 : x->uid > y->uid;
+}
+
+static int cmp_u64s(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Appends to seg[*n] the segments of the skipped copies of uid (dups sorted). */
+static void dup_segments(const struct rb *b, uint64_t uid, uint64_t *seg, uint32_t *n)
+{
+	struct dup key = {uid, 0};
+	const struct dup *d = bsearch(&key, b->dups.v, b->dups.n, sizeof(key), cmp_dup);
+	if (!d)
+		return;
+	while (d > b->dups.v && d[-1].uid == uid)
+		d--;
+	for (; d < b->dups.v + b->dups.n && d->uid == uid; d++)
+		seg[(*n)++] = d->seg;
+}
+
+static uint32_t dup_count(const struct rb *b, uint64_t uid)
+{
+	uint32_t n = 0;
+	for (size_t i = 0; i < b->dups.n; i++)
+		n += b->dups.v[i].uid == uid;
+	return n;
+}
+
+/* Where e's valid source records are (indexed copy and skipped copies);
+ * when eff, their entries leave the index. Then the entry is stored with
+ * those segments, or dropped when it hides nothing. */
+static int sup_apply_one(struct rb *b, struct sto_sup_entry *e, bool eff)
+{
+	struct sto_chunk_ref ref;
+	uint32_t cap = 0, n = 0;
+	int rc = 0;
+	for (uint32_t k = 0; k < e->sup.nsrc; k++)
+		cap += 1 + (b->dups.n ? dup_count(b, e->sup.src[k].uid) : 0);
+	uint64_t *seg = malloc(((size_t)cap + 1) * sizeof(*seg));
+	if (!seg)
+		return -ENOMEM;
+	for (uint32_t k = 0; rc >= 0 && k < e->sup.nsrc; k++) {
+		const struct sto_sup_src *src = &e->sup.src[k];
+		rc = indexed(b, e->sup.series_id, src->min_ts_ns, src->uid, &ref);
+		if (rc == 1) {
+			seg[n++] = ref.segment_id;
+			rc = eff ? sto_chunk_del(b->t, e->sup.series_id, src->min_ts_ns, src->uid) : 0;
+			b->r->chunks -= eff && rc == 0;
+			b->r->skipped_superseded += eff && rc == 0;
+		}
+		if (rc >= 0)
+			dup_segments(b, src->uid, seg, &n);
+	}
+	if (rc < 0 || !eff || n == 0) {
+		free(seg);
+		return rc < 0 ? rc : sto_sup_del(b->t, e->sup.merged_uid);
+	}
+	qsort(seg, n, sizeof(*seg), cmp_u64s);
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < n; i++)
+		if (k == 0 || seg[i] != seg[k - 1])
+			seg[k++] = seg[i];
+	free(e->seg);
+	e->seg = seg;
+	e->nseg = k;
+	return sto_sup_put(b->t, e);
+}
+
+/* After the walk: every chunk a merged chunk replaces leaves the index,
+ * and the supersede db keeps the entries still needed (see FORMAT.md). */
+static int apply_supersede(struct rb *b)
+{
+	struct sup_all l = {0};
+	if (b->dups.n)
+		qsort(b->dups.v, b->dups.n, sizeof(*b->dups.v), cmp_dup);
+	int rc = sto_sup_scan(b->t, sup_collect_cb, &l);
+	if (rc == 0 && l.n && !(l.eff = calloc(l.n, sizeof(*l.eff))))
+		rc = -ENOMEM;
+	if (rc == 0)
+		rc = sup_effective(b, &l);
+	for (size_t i = 0; rc == 0 && i < l.n; i++)
+		rc = sup_apply_one(b, &l.v[i], l.eff[i]);
+	sup_all_free(&l);
+	return rc;
+}
+
+struct find_uid {
+	uint64_t uid;
+	struct sto_chunk_ref ref;
+	bool found;
+};
+
+static int find_uid_cb(void *arg, const struct sto_chunk_ref *ref)
+{
+	struct find_uid *f = arg;
+	if (ref->uid == f->uid) {
+		f->ref = *ref;
+		f->found = true;
+	}
+	return 0;
+}
+
+/* A damaged supersede record whose merged chunk got indexed (and of which
+ * no intact copy was read) may leave that chunk's sources indexed next to
+ * it. Which chunks those are is not known any more, so this is reported
+ * once per merged chunk, naming the series and time range to check. */
+static int suspect_damaged_sups(struct rb *b)
+{
+	struct sto_sup_entry e;
+	struct sto_series_key k;
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < b->bad_sups.n; i++) {
+		struct find_uid f = {.uid = b->bad_sups.v[i].uid};
+		uint64_t sid = b->bad_sups.v[i].seg; /* the series id, in this list */
+		rc = sto_sup_get(b->t, f.uid, &e);
+		if (rc == 0) {
+			sto_sup_entry_free(&e);
+			continue; /* an intact copy was read */
+		}
+		if (rc != RDB_ENOTFOUND)
+			break;
+		rc = sto_chunk_scan(b->t, sid, INT64_MIN, INT64_MAX, find_uid_cb, &f);
+		if (rc || !f.found)
+			continue;
+		if (sto_series_key_of(b->t, sid, &k) != 0)
+			snprintf(k.job, sizeof(k.job), "?");
+		b->r->suspect_merges++;
+		report(b, "merged chunk %llu of series %llu (job %s, rank %u, metric %s, time "
+		       "%lld..%lld ns) is indexed but its supersede record is damaged: older chunks "
+		       "of that series in that time range whose segments were not compacted since "
+		       "the merge may be counted twice", (unsigned long long)f.uid,
+		       (unsigned long long)sid, k.job, k.rank, k.metric,
+		       (long long)f.ref.stats.min_ts_ns, (long long)f.ref.stats.max_ts_ns);
+	}
+	return rc;
+}
+
 static int write_meta(struct rb *b)
 {
-	int rc = drop_losers(b);
+	int rc = apply_supersede(b);
+	if (rc == 0)
+		rc = suspect_damaged_sups(b);
+	if (rc == 0)
+		rc = drop_losers(b);
 	if (rc == 0)
 		rc = sto_meta_put(b->t, "next_series_id", b->max_sid + 1);
 	if (rc == 0)
@@ -667,6 +1028,8 @@ int sto_rebuild_index_opt(const struct sto_rebuild_options *o, struct sto_rebuil
 	sto_cols_free(&b.cols);
 	evc_decoded_free(&b.dec);
 	free(b.losers.v);
+	free(b.dups.v);
+	free(b.bad_sups.v);
 	free(b.wal_gens);
 	if (lock_fd >= 0)
 		close(lock_fd);

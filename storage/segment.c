@@ -11,6 +11,10 @@
  * Reads verify everything: the record header must match the index entry
  * (magic, series id, uid, lengths) and the XXH3 checksum must match, else
  * RDB_ECORRUPT; corrupt data is never returned as points.
+ *
+ * Supersede records (magic SUP1) share the chunk record header; they carry
+ * no points, only the list of chunks a merged chunk replaces, and are never
+ * read by queries: only by rebuild-index, verify and compaction.
  */
 #include "storage/segment.h"
 #include "common/rdb_err.h"
@@ -136,6 +140,41 @@ int sto_seg_close(struct sto_seg_writer *w)
 	return rc;
 }
 
+void sto_rec_header(uint8_t *h, uint32_t magic, uint32_t payload_len, uint64_t series_id,
+		    uint64_t uid, uint64_t gen, uint32_t count, uint32_t extra)
+{
+	memset(h, 0, STO_CHUNK_HEADER_SIZE);
+	rdb_put_le32(h, magic);
+	rdb_put_le32(h + 4, payload_len);
+	rdb_put_le64(h + 8, series_id);
+	rdb_put_le64(h + 16, uid);
+	rdb_put_le64(h + 24, gen);
+	rdb_put_le32(h + 32, count);
+	rdb_put_le32(h + 36, extra);
+}
+
+int sto_rec_hash(const uint8_t *rec, size_t hashed_payload, uint64_t *out)
+{
+	struct rdb_hash_state st;
+	int rc = rdb_hash_begin(&st, 0);
+	if (rc)
+		return rc;
+	rdb_hash_update(&st, rec, 40);
+	rdb_hash_update(&st, rec + STO_CHUNK_HEADER_SIZE, hashed_payload);
+	*out = rdb_hash_end(&st);
+	return 0;
+}
+
+/* Stores the checksum of a record whose whole payload is checksummed. */
+static int record_seal(uint8_t *h, size_t payload)
+{
+	uint64_t hash;
+	int rc = sto_rec_hash(h, payload, &hash);
+	if (rc == 0)
+		rdb_put_le64(h + 40, hash);
+	return rc;
+}
+
 int sto_chunk_frame(struct rdb_buf *out, uint32_t magic, uint64_t series_id, uint64_t uid, uint64_t gen,
 		    uint32_t npoints, const uint8_t *codec, size_t codec_len,
 		    const struct sto_series_key *key)
@@ -149,13 +188,7 @@ int sto_chunk_frame(struct rdb_buf *out, uint32_t magic, uint64_t series_id, uin
 	if (rc)
 		return rc;
 	uint8_t *h = out->data + start;
-	memset(h, 0, STO_CHUNK_HEADER_SIZE);
-	rdb_put_le32(h, magic);
-	rdb_put_le32(h + 4, (uint32_t)payload);
-	rdb_put_le64(h + 8, series_id);
-	rdb_put_le64(h + 16, uid);
-	rdb_put_le64(h + 24, gen);
-	rdb_put_le32(h + 32, npoints);
+	sto_rec_header(h, magic, (uint32_t)payload, series_id, uid, gen, npoints, 0);
 	uint8_t *p = h + STO_CHUNK_HEADER_SIZE;
 	memcpy(p, codec, codec_len);
 	p += codec_len;
@@ -165,15 +198,10 @@ int sto_chunk_frame(struct rdb_buf *out, uint32_t magic, uint64_t series_id, uin
 	rdb_put_le32(p, key->rank);
 	rdb_put_le16(p + 4, (uint16_t)ml);
 	memcpy(p + 6, key->metric, ml);
-	struct rdb_hash_state st;
-	rc = rdb_hash_begin(&st, 0);
-	if (rc)
-		return rc;
-	rdb_hash_update(&st, h, 40);
-	rdb_hash_update(&st, h + STO_CHUNK_HEADER_SIZE, payload);
-	rdb_put_le64(h + 40, rdb_hash_end(&st));
-	out->len = start + STO_CHUNK_HEADER_SIZE + payload;
-	return 0;
+	rc = record_seal(h, payload);
+	if (rc == 0)
+		out->len = start + STO_CHUNK_HEADER_SIZE + payload;
+	return rc;
 }
 
 int sto_chunk_check(const uint8_t *rec, size_t len, uint32_t magic, uint64_t series_id, uint64_t uid,
@@ -196,18 +224,106 @@ int sto_chunk_check(const uint8_t *rec, size_t len, uint32_t magic, uint64_t ser
 		*why = "chunk belongs to another series or chunk id than the index says";
 		return RDB_ECORRUPT;
 	}
-	struct rdb_hash_state st;
-	int rc = rdb_hash_begin(&st, 0);
+	uint64_t hash;
+	int rc = sto_rec_hash(rec, plen, &hash);
 	if (rc)
 		return rc;
-	rdb_hash_update(&st, rec, 40);
-	rdb_hash_update(&st, rec + STO_CHUNK_HEADER_SIZE, plen);
-	if (rdb_hash_end(&st) != rdb_get_le64(rec + 40)) {
+	if (hash != rdb_get_le64(rec + 40)) {
 		*why = "chunk checksum mismatch";
 		return RDB_ECORRUPT;
 	}
 	*payload = rec + STO_CHUNK_HEADER_SIZE;
 	*payload_len = plen;
+	return 0;
+}
+
+
+static bool sup_shape_ok(const struct sto_sup *sup)
+{
+	if (sup->series_id == 0 || sup->nsrc < 2 || sup->nsrc > STO_SUP_MAX_SOURCES)
+		return false;
+	for (uint32_t i = 0; i < sup->nsrc; i++)
+		if (sup->src[i].uid >= sup->merged_uid ||
+		    (i > 0 && sup->src[i].uid <= sup->src[i - 1].uid))
+			return false;
+	return true;
+}
+
+int sto_sup_frame(struct rdb_buf *out, const struct sto_sup *sup)
+{
+	if (!sup_shape_ok(sup))
+		return RDB_EINVAL;
+	size_t payload = STO_SUP_FIXED + (size_t)sup->nsrc * STO_SUP_SOURCE_SIZE;
+	size_t start = out->len;
+	int rc = rdb_buf_reserve(out, STO_CHUNK_HEADER_SIZE + payload);
+	if (rc)
+		return rc;
+	uint8_t *h = out->data + start;
+	sto_rec_header(h, STO_SUP_MAGIC, (uint32_t)payload, sup->series_id, sup->merged_uid,
+		       sup->gen, sup->nsrc, 0);
+	uint8_t *p = h + STO_CHUNK_HEADER_SIZE;
+	rdb_put_le64(p, (uint64_t)sup->merged_min_ts_ns);
+	p += STO_SUP_FIXED;
+	for (uint32_t i = 0; i < sup->nsrc; i++, p += STO_SUP_SOURCE_SIZE) {
+		rdb_put_le64(p, sup->src[i].uid);
+		rdb_put_le64(p + 8, (uint64_t)sup->src[i].min_ts_ns);
+	}
+	rc = record_seal(h, payload);
+	if (rc == 0)
+		out->len = start + STO_CHUNK_HEADER_SIZE + payload;
+	return rc;
+}
+
+/* Header checks of a supersede record; the count gives the length. */
+static const char *sup_header_why(const uint8_t *rec, size_t len)
+{
+	if (len < STO_CHUNK_HEADER_SIZE)
+		return "record shorter than a record header";
+	if (rdb_get_le32(rec) != STO_SUP_MAGIC)
+		return "bad supersede record magic";
+	uint32_t n = rdb_get_le32(rec + 32);
+	uint64_t want = STO_CHUNK_HEADER_SIZE + STO_SUP_FIXED + (uint64_t)n * STO_SUP_SOURCE_SIZE;
+	if (rdb_get_le32(rec + 4) + (uint64_t)STO_CHUNK_HEADER_SIZE != len || want != len)
+		return "supersede record length does not match its source count";
+	if (rdb_get_le32(rec + 36) != 0)
+		return "supersede record reserved bytes are not zero";
+	return NULL;
+}
+
+int sto_sup_parse(const uint8_t *rec, size_t len, struct sto_sup *sup, const char **why)
+{
+	const uint8_t *payload;
+	size_t plen;
+	*why = sup_header_why(rec, len);
+	if (*why)
+		return RDB_ECORRUPT;
+	int rc = sto_chunk_check(rec, len, STO_SUP_MAGIC, rdb_get_le64(rec + 8),
+				 rdb_get_le64(rec + 16), &payload, &plen, why);
+	if (rc)
+		return rc;
+	struct sto_sup x = {.series_id = rdb_get_le64(rec + 8),
+			    .merged_uid = rdb_get_le64(rec + 16),
+			    .merged_min_ts_ns = (int64_t)rdb_get_le64(payload),
+			    .gen = rdb_get_le64(rec + 24),
+			    .nsrc = rdb_get_le32(rec + 32)};
+	if (x.nsrc < 2 || x.nsrc > STO_SUP_MAX_SOURCES) {
+		*why = "supersede record source count out of range";
+		return RDB_ECORRUPT;
+	}
+	x.src = malloc((size_t)x.nsrc * sizeof(*x.src));
+	if (!x.src)
+		return -ENOMEM;
+	const uint8_t *p = payload + STO_SUP_FIXED;
+	for (uint32_t i = 0; i < x.nsrc; i++, p += STO_SUP_SOURCE_SIZE) {
+		x.src[i].uid = rdb_get_le64(p);
+		x.src[i].min_ts_ns = (int64_t)rdb_get_le64(p + 8);
+	}
+	if (!sup_shape_ok(&x)) {
+		free(x.src);
+		*why = "supersede record names a bad series or unordered / too new source uids";
+		return RDB_ECORRUPT;
+	}
+	*sup = x;
 	return 0;
 }
 

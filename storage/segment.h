@@ -9,6 +9,7 @@
 #define STO_SEGMENT_H
 
 #include "common/rdb_buf.h"
+#include "storage/index.h"
 #include "storage/series.h"
 #include "storage/uring.h"
 
@@ -31,6 +32,14 @@ int sto_seg_sync(struct sto_seg_writer *w);
 /* Syncs and closes. NULL ok. */
 int sto_seg_close(struct sto_seg_writer *w);
 
+/* Fills the 48-byte record header at h (layout in storage/format.h) with a
+ * zero checksum; extra is the u32 at offset 36 (zero but in group records). */
+void sto_rec_header(uint8_t *h, uint32_t magic, uint32_t payload_len, uint64_t series_id,
+		    uint64_t uid, uint64_t gen, uint32_t count, uint32_t extra);
+/* XXH3-64 (seed 0) of header bytes 0..39 followed by the first
+ * hashed_payload payload bytes: a record's checksum. 0 or -ENOMEM. */
+int sto_rec_hash(const uint8_t *rec, size_t hashed_payload, uint64_t *out);
+
 /* Appends one framed chunk record to out: header (magic, lengths, ids,
  * checksum) + codec payload + series key. magic is STO_CHUNK_MAGIC (points)
  * or STO_EVCHUNK_MAGIC (events: series id 0, key with the job only).
@@ -45,6 +54,19 @@ int sto_chunk_frame(struct rdb_buf *out, uint32_t magic, uint64_t series_id, uin
  * (static string) in *why on failure. */
 int sto_chunk_check(const uint8_t *rec, size_t len, uint32_t magic, uint64_t series_id, uint64_t uid,
 		    const uint8_t **payload, size_t *payload_len, const char **why);
+
+/* Appends one supersede record (magic STO_SUP_MAGIC, layout in
+ * storage/format.h) stating *sup to out. sup->src must be strictly
+ * ascending by uid, every uid below sup->merged_uid, 2..STO_SUP_MAX_SOURCES
+ * of them: else RDB_EINVAL. 0, -ENOMEM, RDB_EINVAL. */
+int sto_sup_frame(struct rdb_buf *out, const struct sto_sup *sup);
+
+/* Checks a supersede record read from disk (magic, length, header, XXH3
+ * checksum, then the payload's shape: the rules of sto_sup_frame) and
+ * decodes it into *sup with a new src array (the caller frees sup->src).
+ * RDB_ECORRUPT with why (static string) in *why; -ENOMEM. *sup is untouched
+ * on failure. */
+int sto_sup_parse(const uint8_t *rec, size_t len, struct sto_sup *sup, const char **why);
 
 struct sto_seg_readers;
 int sto_seg_readers_new(const char *dir, struct sto_seg_readers **out);

@@ -37,10 +37,21 @@ struct sto_chunk_ref {
 	uint64_t uid;        /* unique chunk id */
 	uint64_t segment_id; /* chunks/seg-<segment_id>.dat */
 	uint64_t offset;     /* of the chunk record header in the segment */
-	uint32_t length;     /* header + payload bytes */
+	uint32_t length;     /* header + payload bytes (of the whole group record) */
+	uint8_t group_n;     /* 0: a chunk record of its own; else the member count
+	                      * of the group record (format.h) this chunk is in */
+	uint8_t member;      /* index of this series among the group's members */
+	uint32_t head_len;   /* group only: payload bytes of the group's head */
 	uint64_t gen;        /* WAL generation whose records produced the chunk */
 	struct sto_chunk_stats stats;
 };
+
+/* Disk bytes a chunk accounts for: its record, or its share of a group
+ * record (members split the record evenly). */
+static inline uint64_t sto_chunk_ref_bytes(const struct sto_chunk_ref *r)
+{
+	return r->group_n ? r->length / r->group_n : r->length;
+}
 
 /* Validates a job id ([A-Za-z0-9._-]{1,128}). */
 bool sto_job_valid(const char *job, size_t len);

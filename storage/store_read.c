@@ -24,6 +24,7 @@
 #include "storage/admin.h"
 #include "storage/codec.h"
 #include "storage/evstore.h"
+#include "storage/group.h"
 #include "storage/segment.h"
 
 #include <errno.h>
@@ -77,44 +78,71 @@ struct read_ctx {
 	uint64_t series_id;
 };
 
-/* Reads, verifies and decodes one chunk into ctx->tmp. */
+/* Reads len bytes at `at` of the record of ref. A segment compacted away
+ * after the caller's snapshot (ENOENT) is retried once where the index
+ * now says the record is (same key, same uid); *cur keeps that place for
+ * the caller's next read. */
+static int read_record_bytes(struct sto *s, const struct sto_chunk_ref *ref,
+			     struct sto_chunk_ref *cur, uint64_t at, void *buf, size_t len,
+			     const char **why)
+{
+	int rc = sti_seg_read(s, cur->segment_id, cur->offset + at, buf, len);
+	if (rc == -ENOENT && cur->segment_id == ref->segment_id && cur->offset == ref->offset) {
+		rc = sto_admin_relookup(s, ref, cur);
+		if (rc == 0)
+			rc = sti_seg_read(s, cur->segment_id, cur->offset + at, buf, len);
+	}
+	if (rc == RDB_ECORRUPT)
+		*why = "segment file is shorter than the index says";
+	return rc;
+}
+
+/* A group member: the group's head, then only this member's section. */
+static int read_member(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_buf *rec,
+		       struct sto_cols *out, const char **why)
+{
+	struct sto_chunk_ref cur = *ref;
+	struct sto_group_sect sect;
+	size_t head = STO_CHUNK_HEADER_SIZE + (size_t)ref->head_len;
+	if (head > ref->length) {
+		*why = "group head length in the index exceeds the record";
+		return RDB_ECORRUPT;
+	}
+	int rc = rdb_buf_reserve(rec, head);
+	if (rc == 0)
+		rc = read_record_bytes(s, ref, &cur, 0, rec->data, head, why);
+	if (rc == 0)
+		rc = sto_group_head_check(rec->data, ref, &sect, why);
+	if (rc == 0)
+		rc = rdb_buf_reserve(rec, head + sect.length);
+	if (rc == 0)
+		rc = read_record_bytes(s, ref, &cur, sect.offset, rec->data + head, sect.length,
+					       why);
+	if (rc == 0)
+		rc = sto_group_member_decode(rec->data, rec->data + head, ref, &sect, out, why);
+	return rc;
+}
+
+/* Reads, verifies and decodes one chunk into out. */
 int sto_read_chunk(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_buf *rec,
 		   struct sto_cols *out, struct sto_read_error *err)
 {
 	rec->len = 0;
-	int rc = rdb_buf_reserve(rec, ref->length);
 	const char *why = "read failed";
 	char path[PATH_MAX + 64];
-	if (rc)
-		goto fail;
-	rc = sti_seg_read(s, ref->segment_id, ref->offset, rec->data, ref->length);
-	if (rc == -ENOENT) {
-		/* The segment was compacted away after our snapshot: the chunk
-		 * (same key, same uid) lives in another segment now. */
-		struct sto_chunk_ref cur;
-		rc = sto_admin_relookup(s, ref, &cur);
+	struct sto_chunk_ref cur = *ref;
+	int rc;
+	if (ref->group_n) {
+		rc = read_member(s, ref, rec, out, &why);
+	} else {
+		rc = rdb_buf_reserve(rec, ref->length);
 		if (rc == 0)
-			rc = sti_seg_read(s, cur.segment_id, cur.offset, rec->data, ref->length);
-	}
-	if (rc == RDB_ECORRUPT)
-		why = "segment file is shorter than the index says";
-	const uint8_t *payload;
-	size_t plen, used = 0;
-	if (rc == 0)
-		rc = sto_chunk_check(rec->data, ref->length, STO_CHUNK_MAGIC, ref->series_id, ref->uid, &payload,
-				     &plen, &why);
-	if (rc == 0) {
-		rc = sto_codec_decode(payload, plen, STO_CHUNK_MAX_POINTS, out, &used);
-		if (rc == RDB_ECORRUPT)
-			why = "chunk payload does not decode";
-		else if (rc == 0 && out->n != ref->stats.count) {
-			rc = RDB_ECORRUPT;
-			why = "chunk point count differs from its index entry";
-		}
+			rc = read_record_bytes(s, ref, &cur, 0, rec->data, ref->length, &why);
+		if (rc == 0)
+			rc = sto_record_decode(rec->data, ref, out, &why);
 	}
 	if (rc == 0)
 		return 0;
-fail:
 	sto_seg_path(s->seg_dir, ref->segment_id, path, sizeof(path));
 	snprintf(err->msg, sizeof(err->msg),
 		 "%s: %s (chunk %llu of series %llu, offset %llu, %u bytes, in %s)",

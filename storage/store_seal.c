@@ -22,6 +22,7 @@
 #include "storage/admin.h"
 #include "storage/codec.h"
 #include "storage/evstore.h"
+#include "storage/group.h"
 #include "storage/segment.h"
 
 #include <errno.h>
@@ -39,12 +40,19 @@
 
 /* ---- sealing: head -> chunks ------------------------------------------------ */
 
+/* A run: consecutive items (sorted) of one (job, rank), sealed together so
+ * that series with identical time columns share a group record. Bounded by
+ * STO_GROUP_MAX_MEMBERS series and RUN_MAX_POINTS copied points (a single
+ * larger series still makes a run of its own). */
+#define RUN_MAX_POINTS (1u << 20)
+
 struct seal_round {
 	struct rdb_buf buf;          /* framed chunk records for the segment */
 	struct rdb_buf codec;        /* scratch: one chunk's codec payload */
 	struct sto_chunk_ref *refs;  /* chunks in buf */
 	size_t nrefs, refs_cap;
-	struct sto_cols copy, piece; /* scratch */
+	struct sto_cols copy[STO_GROUP_MAX_MEMBERS]; /* the run's points, sorted */
+	bool done[STO_GROUP_MAX_MEMBERS];            /* member already sealed */
 };
 
 static void round_free(struct seal_round *r)
@@ -52,8 +60,8 @@ static void round_free(struct seal_round *r)
 	rdb_buf_free(&r->buf);
 	rdb_buf_free(&r->codec);
 	free(r->refs);
-	sto_cols_free(&r->copy);
-	sto_cols_free(&r->piece);
+	for (size_t i = 0; i < STO_GROUP_MAX_MEMBERS; i++)
+		sto_cols_free(&r->copy[i]);
 }
 
 /* Makes sure a segment is open with room; rolls it past segment_max_bytes. */
@@ -97,21 +105,24 @@ static int add_ref(struct seal_round *r, const struct sto_chunk_ref *ref)
 	return 0;
 }
 
-/* Encodes points [from, from+n) of r->copy as one chunk into r->buf. */
-static int encode_piece(struct sto *s, struct seal_round *r, struct series_ent *ent,
-			uint64_t gen, size_t from, size_t n)
+/* Points [from, from + n) of c, without copying. */
+static struct sto_cols cols_view(const struct sto_cols *c, size_t from, size_t n)
 {
-	struct sto_cols *p = &r->piece;
-	int rc = sto_cols_reserve(p, n);
-	if (rc)
-		return rc;
-	memcpy(p->ts_ns, r->copy.ts_ns + from, n * sizeof(int64_t));
-	memcpy(p->step, r->copy.step + from, n * sizeof(int64_t));
-	memcpy(p->attempt, r->copy.attempt + from, n * sizeof(uint32_t));
-	memcpy(p->value, r->copy.value + from, n * sizeof(uint64_t));
-	p->n = n;
+	return (struct sto_cols){.n = n,
+				 .cap = n,
+				 .ts_ns = c->ts_ns + from,
+				 .step = c->step + from,
+				 .attempt = c->attempt + from,
+				 .value = c->value + from};
+}
+
+/* Encodes points [from, from+n) of c as one chunk record into r->buf. */
+static int encode_piece(struct sto *s, struct seal_round *r, struct series_ent *ent,
+			uint64_t gen, const struct sto_cols *c, size_t from, size_t n)
+{
+	struct sto_cols p = cols_view(c, from, n);
 	r->codec.len = 0;
-	rc = sto_codec_encode(p, &r->codec, NULL);
+	int rc = sto_codec_encode(&p, &r->codec, NULL);
 	if (rc)
 		return rc;
 	struct sto_chunk_ref ref = {0};
@@ -120,7 +131,7 @@ static int encode_piece(struct sto *s, struct seal_round *r, struct series_ent *
 	ref.segment_id = sto_seg_id(s->seg);
 	ref.offset = sto_seg_size(s->seg) + r->buf.len;
 	ref.gen = gen;
-	sto_chunk_stats_compute(p, &ref.stats);
+	sto_chunk_stats_compute(&p, &ref.stats);
 	size_t before = r->buf.len;
 	rc = sto_chunk_frame(&r->buf, STO_CHUNK_MAGIC, ent->id, ref.uid, gen, (uint32_t)n, r->codec.data,
 			     r->codec.len, &ent->key);
@@ -130,20 +141,93 @@ static int encode_piece(struct sto *s, struct seal_round *r, struct series_ent *
 	return add_ref(r, &ref);
 }
 
-/* Copies the first `taken` points of hs (caller holds head_lock). */
-static int copy_points(struct seal_round *r, const struct head_series *hs, size_t taken)
+/* Encodes points [from, from+n) of the m run members mi[] (identical time
+ * columns) as one group record into r->buf, one ref per member. */
+static int encode_group_piece(struct sto *s, struct seal_round *r, const struct seal_item *run,
+			      const size_t *mi, size_t m, uint64_t gen, size_t from, size_t n)
 {
-	r->copy.n = 0;
+	struct sto_cols views[STO_GROUP_MAX_MEMBERS];
+	struct sto_group_member mem[STO_GROUP_MAX_MEMBERS];
+	for (size_t k = 0; k < m; k++) {
+		views[k] = cols_view(&r->copy[mi[k]], from, n);
+		mem[k] = (struct sto_group_member){run[mi[k]].hs->ent->id, &run[mi[k]].hs->ent->key,
+						   &views[k]};
+	}
+	/* m consecutive uids: member k's chunk is uid + k (the record holds uid) */
+	uint64_t uid = s->next_uid, offset = sto_seg_size(s->seg) + r->buf.len;
+	s->next_uid += m;
+	size_t before = r->buf.len;
+	uint32_t head_len = 0;
+	int rc = sto_group_frame(&r->buf, &r->codec, uid, gen, mem, m, &head_len);
+	for (size_t k = 0; rc == 0 && k < m; k++) {
+		struct sto_chunk_ref ref = {.series_id = mem[k].series_id,
+					    .uid = uid + k,
+					    .segment_id = sto_seg_id(s->seg),
+					    .offset = offset,
+					    .length = (uint32_t)(r->buf.len - before),
+					    .group_n = (uint8_t)m,
+					    .member = (uint8_t)k,
+					    .head_len = head_len,
+					    .gen = gen};
+		sto_chunk_stats_compute(&views[k], &ref.stats);
+		rc = add_ref(r, &ref);
+	}
+	return rc;
+}
+
+static bool same_time_columns(const struct sto_cols *a, const struct sto_cols *b)
+{
+	return a->n == b->n && memcmp(a->ts_ns, b->ts_ns, a->n * sizeof(int64_t)) == 0 &&
+	       memcmp(a->step, b->step, a->n * sizeof(int64_t)) == 0 &&
+	       memcmp(a->attempt, b->attempt, a->n * sizeof(uint32_t)) == 0;
+}
+
+/* Seals the run's members (points copied and sorted in r->copy): those
+ * with identical time columns as group records, the others on their own,
+ * each in pieces of at most chunk_max_points. */
+static int encode_run(struct sto *s, struct seal_round *r, const struct seal_item *run, size_t nrun,
+		      uint64_t gen)
+{
+	size_t mi[STO_GROUP_MAX_MEMBERS];
+	memset(r->done, 0, sizeof(r->done));
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < nrun; i++) {
+		if (r->done[i] || r->copy[i].n == 0)
+			continue;
+		size_t m = 0;
+		for (size_t j = i; j < nrun; j++)
+			if (!r->done[j] && (j == i || same_time_columns(&r->copy[i], &r->copy[j]))) {
+				mi[m++] = j;
+				r->done[j] = true;
+			}
+		size_t total = r->copy[i].n;
+		for (size_t at = 0; rc == 0 && at < total; at += s->opt.chunk_max_points) {
+			size_t n = total - at;
+			if (n > s->opt.chunk_max_points)
+				n = s->opt.chunk_max_points;
+			if (m == 1)
+				rc = encode_piece(s, r, run[i].hs->ent, gen, &r->copy[i], at, n);
+			else
+				rc = encode_group_piece(s, r, run, mi, m, gen, at, n);
+		}
+	}
+	return rc;
+}
+
+/* Copies the first `taken` points of hs into c (caller holds head_lock). */
+static int copy_points(struct sto_cols *c, const struct head_series *hs, size_t taken)
+{
+	c->n = 0;
 	if (taken == 0)
 		return 0; /* a series emptied by size seals: nothing to copy */
-	int rc = sto_cols_reserve(&r->copy, taken);
+	int rc = sto_cols_reserve(c, taken);
 	if (rc)
 		return rc;
-	memcpy(r->copy.ts_ns, hs->pts.ts_ns, taken * sizeof(int64_t));
-	memcpy(r->copy.step, hs->pts.step, taken * sizeof(int64_t));
-	memcpy(r->copy.attempt, hs->pts.attempt, taken * sizeof(uint32_t));
-	memcpy(r->copy.value, hs->pts.value, taken * sizeof(uint64_t));
-	r->copy.n = taken;
+	memcpy(c->ts_ns, hs->pts.ts_ns, taken * sizeof(int64_t));
+	memcpy(c->step, hs->pts.step, taken * sizeof(int64_t));
+	memcpy(c->attempt, hs->pts.attempt, taken * sizeof(uint32_t));
+	memcpy(c->value, hs->pts.value, taken * sizeof(uint64_t));
+	c->n = taken;
 	return 0;
 }
 
@@ -216,9 +300,50 @@ static int commit_round(struct sto *s, struct head *h, struct seal_round *r,
 	return 0;
 }
 
+static int item_cmp(const void *a, const void *b)
+{
+	const struct sto_series_key *x = &((const struct seal_item *)a)->hs->ent->key;
+	const struct sto_series_key *y = &((const struct seal_item *)b)->hs->ent->key;
+	int c = strcmp(x->job, y->job);
+	if (c == 0)
+		c = x->rank < y->rank ? -1 : x->rank > y->rank;
+	return c ? c : strcmp(x->metric, y->metric);
+}
+
+/* End of the run that starts at items[i] (see RUN_MAX_POINTS). */
+static size_t run_end(const struct seal_item *items, size_t nitems, size_t i)
+{
+	const struct sto_series_key *k = &items[i].hs->ent->key;
+	size_t points = items[i].taken, j = i + 1;
+	for (; j < nitems && j - i < STO_GROUP_MAX_MEMBERS; j++) {
+		const struct sto_series_key *o = &items[j].hs->ent->key;
+		if (o->rank != k->rank || strcmp(o->job, k->job) != 0 ||
+		    points + items[j].taken > RUN_MAX_POINTS)
+			break;
+		points += items[j].taken;
+	}
+	return j;
+}
+
+/* Copies and sorts the points of run [i, j) into r->copy. */
+static int copy_run(struct sto *s, struct seal_round *r, const struct seal_item *items, size_t i,
+		    size_t j)
+{
+	int rc = 0;
+	pthread_mutex_lock(&s->head_lock);
+	for (size_t k = i; rc == 0 && k < j; k++)
+		rc = copy_points(&r->copy[k - i], items[k].hs, items[k].taken);
+	pthread_mutex_unlock(&s->head_lock);
+	for (size_t k = i; rc == 0 && k < j; k++)
+		rc = sto_cols_sort_by_time(&r->copy[k - i]);
+	return rc;
+}
+
 /* Seals items (series of head h) in rounds of at most SEAL_BUF_MAX bytes.
  * For each item, `taken` points are sealed into chunks of at most
- * chunk_max_points. Flusher thread only. */
+ * chunk_max_points; the metrics of one (job, rank) whose points share
+ * timestamps, steps and attempts go into group records. Items are sorted
+ * by series key. Flusher thread only. */
 int sti_seal_items(struct sto *s, struct head *h, struct seal_item *items, size_t nitems,
 		   bool drop_empty)
 {
@@ -227,29 +352,24 @@ int sti_seal_items(struct sto *s, struct head *h, struct seal_item *items, size_
 	rdb_buf_init(&r.codec, STO_CHUNK_MAX_PAYLOAD);
 	int rc = 0;
 	size_t first = 0;
-	for (size_t i = 0; i < nitems && rc == 0; i++) {
+	qsort(items, nitems, sizeof(*items), item_cmp);
+	for (size_t i = 0; i < nitems && rc == 0;) {
+		size_t j = run_end(items, nitems, i);
 		if (!s->seg || r.buf.len == 0) {
 			rc = ensure_segment(s);
 			if (rc)
 				break;
 		}
-		pthread_mutex_lock(&s->head_lock);
-		rc = copy_points(&r, items[i].hs, items[i].taken);
-		pthread_mutex_unlock(&s->head_lock);
+		rc = copy_run(s, &r, items, i, j);
 		if (rc == 0)
-			rc = sto_cols_sort_by_time(&r.copy);
-		for (size_t at = 0; rc == 0 && at < items[i].taken; at += s->opt.chunk_max_points) {
-			size_t n = items[i].taken - at;
-			if (n > s->opt.chunk_max_points)
-				n = s->opt.chunk_max_points;
-			rc = encode_piece(s, &r, items[i].hs->ent, h->gen, at, n);
-		}
-		if (rc == 0 && (r.buf.len >= SEAL_BUF_MAX || i + 1 == nitems)) {
-			rc = commit_round(s, h, &r, items + first, i + 1 - first, drop_empty);
+			rc = encode_run(s, &r, items + i, j - i, h->gen);
+		if (rc == 0 && (r.buf.len >= SEAL_BUF_MAX || j == nitems)) {
+			rc = commit_round(s, h, &r, items + first, j - first, drop_empty);
 			r.buf.len = 0;
 			r.nrefs = 0;
-			first = i + 1;
+			first = j;
 		}
+		i = j;
 	}
 	round_free(&r);
 	return rc;

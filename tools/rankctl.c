@@ -629,11 +629,13 @@ static int dir_verify(const struct opts *o, struct sto *s, struct sto_verify_rep
 		return rc;
 	rep.problems += wal->problems;
 	printf("{\"ok\":%s,\"segments\":%llu,\"records\":%llu,\"chunks\":%llu,\"event_chunks\":%llu,"
-	       "\"wal_files\":%llu,\"damaged\":%llu,\"quarantined\":%llu}\n",
+	       "\"supersede_records\":%llu,\"wal_files\":%llu,\"damaged\":%llu,"
+	       "\"quarantined\":%llu}\n",
 	       rep.problems ? "false" : "true", (unsigned long long)rep.segments,
 	       (unsigned long long)rep.records, (unsigned long long)rep.chunks,
-	       (unsigned long long)rep.event_chunks, (unsigned long long)wal->wal_files,
-	       (unsigned long long)rep.problems, (unsigned long long)rep.quarantined);
+	       (unsigned long long)rep.event_chunks, (unsigned long long)rep.supersede_records,
+	       (unsigned long long)wal->wal_files, (unsigned long long)rep.problems,
+	       (unsigned long long)rep.quarantined);
 	return rep.problems ? 3 : 0;
 }
 
@@ -696,12 +698,14 @@ static int dir_rebuild(const struct opts *o)
 	}
 	printf("{\"rebuilt\":true,\"segments\":%llu,\"series\":%llu,\"chunks\":%llu,"
 	       "\"event_chunks\":%llu,\"ckpt_gen\":%llu,\"skipped_uncheckpointed\":%llu,"
-	       "\"skipped_duplicate\":%llu,\"skipped_deleted\":%llu,\"damaged\":%llu,",
+	       "\"skipped_duplicate\":%llu,\"skipped_deleted\":%llu,\"skipped_superseded\":%llu,"
+	       "\"suspect_merges\":%llu,\"supersede_records\":%llu,\"damaged\":%llu,",
 	       (unsigned long long)r.segments, (unsigned long long)r.series,
 	       (unsigned long long)r.chunks, (unsigned long long)r.event_chunks,
 	       (unsigned long long)r.ckpt_gen, (unsigned long long)r.skipped_uncheckpointed,
 	       (unsigned long long)r.skipped_duplicate, (unsigned long long)r.skipped_deleted,
-	       (unsigned long long)r.skipped_damaged);
+	       (unsigned long long)r.skipped_superseded, (unsigned long long)r.suspect_merges,
+	       (unsigned long long)r.supersede_records, (unsigned long long)r.skipped_damaged);
 	json_t *js = old[0] ? json_string(old) : json_null();
 	char *enc = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
 	printf("\"old_index\":%s", enc ? enc : "null");

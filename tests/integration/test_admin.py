@@ -276,14 +276,25 @@ def test_verify_finds_damage():
     assert '"ok":true' in r.stdout, r.stdout
     seg = sorted(segment_files(s.data_dir))[0]
     with open(seg, "r+b") as f:
-        f.seek(32 + 48 + 20)
-        b = f.read(1)
-        f.seek(32 + 48 + 20)
-        f.write(bytes([b[0] ^ 0xff]))
+        data = f.read()
+    # write_job sends loss and lr in the same records: the seal stores them
+    # as group records (docs/FORMAT.md) whose head (shared time columns) is
+    # checksummed once and each member's section on its own.
+    first_len = 48 + struct.unpack_from("<I", data, 32 + 4)[0]
+    second = 32 + first_len
+    assert data[32:36] == b"GRP1" and data[second:second + 4] == b"GRP1"
+    members = data[32 + 48]
+    with open(seg, "r+b") as f:
+        f.seek(32 + 48 + 20)  # in the first record's shared columns: every member
+        f.write(bytes([data[32 + 48 + 20] ^ 0xff]))
+        end = second + 48 + struct.unpack_from("<I", data, second + 4)[0] - 1
+        f.seek(end)  # the second record's last member section: that member only
+        f.write(bytes([data[end] ^ 0xff]))
     r = rankctl("--data-dir", s.data_dir, "verify", check=False)
     assert r.returncode == 3 and "checksum" in r.stdout and seg in r.stdout, r.stdout
+    assert "group member's section checksum mismatch" in r.stdout, r.stdout
     r = rankctl("--data-dir", s.data_dir, "verify", "--quarantine", check=False)
-    assert '"quarantined":1' in r.stdout, r.stdout
+    assert '"quarantined":%d' % (members + 1) in r.stdout, r.stdout
     s.start()
     st, _ = s.query(job="v", metric="loss,lr")[:2]
     assert st == 200  # the damaged chunk is no longer served
@@ -422,4 +433,242 @@ def test_rebuild_index_from_segments():
     assert len(export(s, "ra").splitlines()) == 10040
     r = rankctl("--url", url(s), "rebuild-index", check=False)
     assert r.returncode == 2
+    s.stop()
+
+
+# ---- merged chunks and rebuild-index: supersede records ------------------------------
+
+def _merge_mixed(s, rounds=20):
+    """Per round: 4 points per series of jobs "mk" and "md" (tiny chunks; "md"
+    with incompressible values) and a big job "mb" (full chunks, incompressible:
+    its segments stay mostly live), then a checkpoint. 20 rounds of 4 points
+    merge into one chunk per series (80 <= chunk_max_points 100)."""
+    for k in range(rounds):
+        rng = random.Random(k)
+        write_job(s, "mk", 4, t0=T0 + k * 4 * 1_000_000, step0=k * 4)
+        s.write_ok([{"job": "md", "rank": r, "step": k * 4 + i,
+                     "timestamp": T0 + (k * 4 + i) * 1_000_000,
+                     "metrics": {"loss": rng.random(), "lr": rng.random()}}
+                    for i in range(4) for r in (0, 1)])
+        s.write_ok([{"job": "mb", "rank": r, "step": k * 200 + i,
+                     "timestamp": T0 + 10**12 + (k * 200 + i) * 1_000_000,
+                     "metrics": {"loss": rng.random(), "lr": rng.random()}}
+                    for i in range(200) for r in (0, 1)])
+        admin(s, "POST", "checkpoint")
+
+
+def _rebuild(s):
+    s.stop()
+    r = rankctl("--data-dir", s.data_dir, "rebuild-index")
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out["rebuilt"], r.stdout
+    s.start()
+    return r, out
+
+
+def test_rebuild_after_merge_counts_points_once():
+    s = Server(ADMIN + ["--chunk-max-points", "100"]).start()
+    _merge_mixed(s)
+    want = {j: export(s, j) for j in ("mk", "md", "mb")}
+    assert len(want["mk"].splitlines()) == 20 * 4 * 2 * 2
+    st, c = admin(s, "POST", "compact?min_live_pct=0")  # merge only: old records stay
+    assert st == 200 and c["merged_from"] > c["merged_into"] > 0 and c["segments"] == 0, c
+    r, out = _rebuild(s)
+    got = {j: export(s, j) for j in want}
+    assert len(got["mk"].splitlines()) == len(want["mk"].splitlines())  # not doubled
+    assert got == want
+    assert "DAMAGED" not in r.stdout, r.stdout
+    assert out["skipped_superseded"] == c["merged_from"], (out, c)
+    st, v = admin(s, "POST", "verify")
+    assert st == 200 and v["ok"], v
+    # A second merge pass has nothing left to merge; a rebuild again is stable.
+    st, c2 = admin(s, "POST", "compact?min_live_pct=0")
+    assert st == 200 and c2["merged_from"] == 0, c2
+    _rebuild(s)
+    assert {j: export(s, j) for j in want} == want
+    s.stop()
+
+
+def test_rebuild_after_merge_and_segment_compaction():
+    s = Server(ADMIN + ["--chunk-max-points", "100"]).start()
+    _merge_mixed(s)
+    keep = {j: export(s, j) for j in ("mk", "mb")}
+    st, c = admin(s, "POST", "compact?min_live_pct=0")
+    assert st == 200 and c["merged_into"] >= 8, c
+    segs_merge = set(segment_files(s.data_dir))
+    rankctl("--url", url(s), "--token", TOKEN, "delete", "md")
+    # The merge output segment is now about half dead and gets rewritten; the
+    # source segment (mostly the big job) stays: the supersede records must
+    # travel to the new segment.
+    st, c = admin(s, "POST", "compact?min_live_pct=75")
+    assert st == 200 and c["segments"] >= 1, c
+    left = set(segment_files(s.data_dir))
+    assert left & segs_merge and left - segs_merge, (segs_merge, left)
+    _rebuild(s)
+    assert {j: export(s, j) for j in keep} == keep
+    s.stop()
+    r = rankctl("--data-dir", s.data_dir, "verify")
+    v = json.loads(r.stdout.splitlines()[-1])
+    assert v["ok"] and v["supersede_records"] >= 4, r.stdout
+    s.start()
+    # Everything rewritten: the sources are gone, so are the supersede records.
+    st, c = admin(s, "POST", "compact?min_live_pct=100")
+    assert st == 200, c
+    assert {j: export(s, j) for j in keep} == keep
+    s.stop()
+    r = rankctl("--data-dir", s.data_dir, "verify")
+    v = json.loads(r.stdout.splitlines()[-1])
+    assert v["ok"] and v["supersede_records"] == 0, r.stdout
+    s.start()
+    _rebuild(s)
+    assert {j: export(s, j) for j in keep} == keep
+    s.stop()
+
+
+def test_merge_kill9_then_rebuild_index():
+    s = Server(ADMIN + ["--chunk-max-points", "100"]).start()
+    for j in ("k0", "k1", "k2"):
+        _tiny_chunks(s, j, 25)
+    want = {j: export(s, j) for j in ("k0", "k1", "k2")}
+    rng = random.Random(5)
+    for _ in range(4):
+        t = threading.Thread(target=lambda: admin(s, "POST", "compact?min_live_pct=0"))
+        t.daemon = True
+        t.start()
+        time.sleep(rng.uniform(0.0, 0.3))
+        s.kill9()
+        t.join(30)
+        rankctl("--data-dir", s.data_dir, "rebuild-index")
+        s.start()
+        assert {j: export(s, j) for j in want} == want
+    st, c = admin(s, "POST", "compact?min_live_pct=0")
+    assert st == 200, c
+    _rebuild(s)
+    assert {j: export(s, j) for j in want} == want
+    st, v = admin(s, "POST", "verify")
+    assert st == 200 and v["ok"], v
+    s.stop()
+
+
+def _sup_offsets(path):
+    """Offsets of the supersede (SUP1) records of a segment file."""
+    data = open(path, "rb").read()
+    off, out = 32, []
+    while off + 48 <= len(data):
+        magic, plen = struct.unpack_from("<II", data, off)
+        if magic == 0x31505553:
+            out.append(off)
+        off += 48 + plen
+    return out
+
+
+def test_damaged_supersede_record_is_reported():
+    s = Server(ADMIN + ["--chunk-max-points", "100"]).start()
+    _tiny_chunks(s, "ds", 20)
+    st, c = admin(s, "POST", "compact?min_live_pct=0")
+    assert st == 200 and c["merged_into"] == 4, c
+    s.stop()
+    seg = [p for p in segment_files(s.data_dir) if _sup_offsets(p)]
+    assert len(seg) == 1, seg
+    off = _sup_offsets(seg[0])[0]
+    with open(seg[0], "r+b") as f:  # a source uid in the payload
+        f.seek(off + 48 + 8 + 3)
+        b = f.read(1)
+        f.seek(off + 48 + 8 + 3)
+        f.write(bytes([b[0] ^ 0x40]))
+    r = rankctl("--data-dir", s.data_dir, "verify", check=False)
+    assert r.returncode == 3 and "supersede record" in r.stdout and seg[0] in r.stdout, r.stdout
+    r = rankctl("--data-dir", s.data_dir, "rebuild-index")
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out["damaged"] == 1 and out["suspect_merges"] == 1, r.stdout
+    assert out["supersede_records"] == 3 and out["skipped_superseded"] == 3 * 20, out
+    assert "is indexed but its supersede record is damaged" in r.stdout, r.stdout
+
+
+def _records_by_magic(data_dir):
+    """(magic, payload) of every record of every segment file."""
+    out = []
+    for seg in segment_files(data_dir):
+        with open(seg, "rb") as f:
+            data = f.read()
+        off = 32
+        while off + 48 <= len(data):
+            plen = struct.unpack_from("<I", data, off + 4)[0]
+            out.append((data[off:off + 4], data[off + 48:off + 48 + plen]))
+            off += 48 + plen
+    return out
+
+
+def _write_group_job(s, job, steps, step0=0):
+    """Ranks 0..2 send metrics a..d in one record per step; rank 0 also sends
+    `solo` in records of its own (other timestamps); rank 2 adds `late` from
+    step 100 on. Returns the expected export lines as a set of tuples."""
+    want = set()
+    recs = []
+    for i in range(step0, step0 + steps):
+        for r in range(3):
+            m = {"a": f32(1.0 / (1 + i)), "b": float(i * 512), "c": 0.1 * i + r, "d": 7.0}
+            if r == 2 and i >= 100:
+                m["late"] = float(i)
+            ts = T0 + i * 300_000_000 + r * 1_337 + (i * 7919) % 3_000_000
+            recs.append({"job": job, "rank": r, "step": i, "timestamp": ts, "metrics": m})
+            want |= {(r, k, i, v) for k, v in m.items()}
+        recs.append({"job": job, "rank": 0, "step": i, "timestamp": T0 + i * 300_000_000 + 5,
+                     "metrics": {"solo": -float(i)}})
+        want.add((0, "solo", i, -float(i)))
+    for k in range(0, len(recs), 1000):
+        s.write_ok(recs[k:k + 1000])
+    return want
+
+
+def _exported(s, job):
+    got = set()
+    for line in export(s, job).splitlines():
+        p = json.loads(line)
+        got.add((p["rank"], p["metric"], p["step"], p["value"]))
+    return got
+
+
+def test_group_records_share_time_columns():
+    """Metrics sent in the same records are sealed as group records (their
+    timestamps, steps and attempts stored once); a series with other
+    timestamps gets chunks of its own. Every point reads back exactly,
+    through restart, small-group merging, segment rewrite, kill -9 and
+    rebuild-index; verify finds nothing wrong."""
+    s = Server(ADMIN + ["--chunk-max-points", "100"]).start()
+    want = set()
+    for k in range(10):  # checkpoints every 20 steps: groups of 20 points
+        want |= _write_group_job(s, "grp", 20, step0=k * 20)
+        admin(s, "POST", "checkpoint")
+    assert _exported(s, "grp") == want
+    recs = _records_by_magic(s.data_dir)
+    groups = [p for m, p in recs if m == b"GRP1"]
+    assert groups and all(p[0] >= 2 for p in groups), [m for m, _ in recs]
+    # a..d of one rank; rank 2 from step 100 on: a..d and late
+    assert {p[0] for p in groups} == {4, 5}, {p[0] for p in groups}
+    assert any(m == b"CHK1" for m, _ in recs)  # solo: timestamps of its own
+    n0 = _stats_chunks(s, "grp")
+    st, c = admin(s, "POST", "compact")
+    assert st == 200 and c["merged_from"] > c["merged_into"] > 0, c
+    assert _stats_chunks(s, "grp") < n0 / 2
+    assert _exported(s, "grp") == want
+    merged = [p for m, p in _records_by_magic(s.data_dir) if m == b"GRP1"]
+    assert max(struct.unpack_from("<I", p, 4)[0] for p in merged) == 100  # n of the shared part
+    s.restart()
+    assert _exported(s, "grp") == want
+    st, c = admin(s, "POST", "compact?min_live_pct=100")  # rewrite every segment
+    assert st == 200 and c["segments"] >= 1, c
+    assert _exported(s, "grp") == want
+    more = _write_group_job(s, "grp", 30, step0=1000)
+    s.kill9()
+    s.start()
+    assert _exported(s, "grp") == want | more
+    s.stop()
+    r = rankctl("--data-dir", s.data_dir, "rebuild-index")
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out["rebuilt"] and out["damaged"] == 0, out
+    r = rankctl("--data-dir", s.data_dir, "verify")
+    assert '"ok":true' in r.stdout, r.stdout
+    s.start()
+    assert _exported(s, "grp") == want | more
     s.stop()

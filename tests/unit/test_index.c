@@ -744,6 +744,73 @@ static void test_map_full(void)
 	rm_dir(dir);
 }
 
+struct sup_seen {
+	int n;
+	uint64_t uids[4];
+	uint32_t nsrc[4], nseg[4];
+	int64_t last_src_ts;
+};
+
+static int sup_seen_cb(void *arg, const struct sto_sup_entry *e)
+{
+	struct sup_seen *s = arg;
+	if (s->n < 4) {
+		s->uids[s->n] = e->sup.merged_uid;
+		s->nsrc[s->n] = e->sup.nsrc;
+		s->nseg[s->n] = e->nseg;
+	}
+	s->last_src_ts = e->sup.src[e->sup.nsrc - 1].min_ts_ns;
+	s->n++;
+	return 0;
+}
+
+/* Supersede entries: put, get (exact copy), replace, scan in uid order, del. */
+static void test_supersede(void)
+{
+	char dir[600];
+	struct sto_sup_src src[3] = {{7, INT64_MIN}, {8, -1}, {9, INT64_MAX}};
+	uint64_t seg[2] = {1, 4};
+	struct sto_sup_entry e = {.sup = {.series_id = 2, .merged_uid = 300, .merged_min_ts_ns = -5,
+					  .gen = 6, .nsrc = 3, .src = src},
+				  .segment_id = 9, .offset = 4096, .length = 104, .nseg = 2, .seg = seg};
+	struct sto_sup_entry got = {0};
+	struct sup_seen seen = {0};
+
+	new_dir(dir, sizeof(dir));
+	struct sto_index *ix = open_ok(dir, MAP_BYTES);
+	struct sto_txn *t = begin(ix, true);
+	CHECK_EQ_INT(sto_sup_put(t, &e), 0);
+	e.sup.merged_uid = 0x100000000ull; /* sorts after 300 (big-endian key) */
+	e.sup.nsrc = 2;
+	e.nseg = 0;
+	CHECK_EQ_INT(sto_sup_put(t, &e), 0);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+	t = begin(ix, false);
+	CHECK_EQ_INT(sto_sup_get(t, 301, &got), RDB_ENOTFOUND);
+	CHECK_EQ_INT(sto_sup_get(t, 300, &got), 0);
+	CHECK(got.sup.series_id == 2 && got.sup.merged_min_ts_ns == -5 && got.sup.gen == 6);
+	CHECK(got.segment_id == 9 && got.offset == 4096 && got.length == 104);
+	CHECK(got.sup.nsrc == 3 && memcmp(got.sup.src, src, sizeof(src)) == 0);
+	CHECK(got.nseg == 2 && got.seg[0] == 1 && got.seg[1] == 4);
+	sto_sup_entry_free(&got);
+	CHECK_EQ_INT(sto_sup_scan(t, sup_seen_cb, &seen), 0);
+	CHECK_EQ_INT(seen.n, 2);
+	CHECK(seen.uids[0] == 300 && seen.uids[1] == 0x100000000ull);
+	CHECK(seen.nsrc[1] == 2 && seen.nseg[1] == 0 && seen.last_src_ts == -1);
+	sto_txn_abort(t);
+	t = begin(ix, true);
+	CHECK_EQ_INT(sto_sup_del(t, 300), 0);
+	CHECK_EQ_INT(sto_sup_del(t, 300), 0); /* absent is fine */
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+	t = begin(ix, false);
+	seen.n = 0;
+	CHECK_EQ_INT(sto_sup_scan(t, sup_seen_cb, &seen), 0);
+	CHECK_EQ_INT(seen.n, 1);
+	sto_txn_abort(t);
+	sto_index_close(ix);
+	rm_dir(dir);
+}
+
 int main(void)
 {
 	const char *base = getenv("RDB_TEST_TMP");
@@ -766,6 +833,7 @@ int main(void)
 	RUN(test_stats_bits);
 	RUN(test_pending);
 	RUN(test_map_full);
+	RUN(test_supersede);
 	rmdir(tmp_root);
 	return check_summary("index");
 }

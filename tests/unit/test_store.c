@@ -5,6 +5,8 @@
 #include "check.h"
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
+#include "storage/admin.h"
+#include "storage/segment.h"
 #include "storage/sto.h"
 
 #include <errno.h>
@@ -412,6 +414,121 @@ static void test_series_per_job_limit(void)
 	sto_close(s);
 }
 
+/* Writes points from..to-1 of series (sup, 0, metric) as chunks of `per`
+ * points (a checkpoint after each), ts 1000 + i as check_series wants. */
+static int write_tiny_chunks(struct sto *s, const char *metric, size_t from, size_t n, size_t per)
+{
+	int rc = 0;
+	for (size_t i = from; rc == 0 && i < n; i += per) {
+		struct sto_batch *b;
+		rc = sto_batch_new(1 << 20, 1024, &b);
+		for (size_t k = i; rc == 0 && k < i + per && k < n; k++)
+			rc = sto_batch_add(b, "sup", 3, 0, metric, strlen(metric), 1000 + (int64_t)k,
+					   (int64_t)k, 0, rdb_f64_bits((double)k * 0.5));
+		if (rc == 0)
+			rc = sto_write(s, b);
+		sto_batch_free(b);
+		if (rc == 0)
+			rc = sto_checkpoint(s);
+	}
+	return rc;
+}
+
+/* A merge leaves its source records in their segment: rebuild-index must
+ * leave them out (supersede records), also after a second merge of the
+ * merged chunk and after the merge segment was rewritten alone. */
+static void test_merge_then_rebuild(void)
+{
+	char dir[4200];
+	new_dir(dir, sizeof(dir));
+	struct sto_options o;
+	opts(&o, dir, 40);
+	struct sto *s;
+	struct sto_compact_result cr;
+	struct sto_rebuild_result rr;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	CHECK_EQ_INT(write_tiny_chunks(s, "a", 0, 24, 3), 0); /* 8 chunks of 3 */
+	CHECK_EQ_INT(sto_compact(s, 0.0, &cr), 0);             /* merge only */
+	CHECK_EQ_INT(cr.merged_from, 8);
+	CHECK_EQ_INT(cr.merged_into, 1);
+	CHECK_EQ_INT(cr.segments, 0);
+	check_series(s, "sup", 0, "a", 1000, 24);
+	sto_close(s);
+	CHECK_EQ_INT(sto_rebuild_index(dir, o.index_map_bytes, NULL, NULL, &rr), 0);
+	CHECK_EQ_INT(rr.skipped_superseded, 8);
+	CHECK_EQ_INT(rr.supersede_records, 1);
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	check_series(s, "sup", 0, "a", 1000, 24);
+
+	/* Chained merges: a merged chunk of 6 points (small: < 40 / 4) is
+	 * merged again with two newer chunks; its entry is absorbed. */
+	CHECK_EQ_INT(write_tiny_chunks(s, "b", 0, 6, 3), 0);
+	CHECK_EQ_INT(sto_compact(s, 0.0, &cr), 0);
+	CHECK_EQ_INT(cr.merged_from, 2);
+	CHECK_EQ_INT(write_tiny_chunks(s, "b", 6, 12, 3), 0);
+	CHECK_EQ_INT(sto_compact(s, 0.0, &cr), 0);
+	CHECK_EQ_INT(cr.merged_from, 3);
+	check_series(s, "sup", 0, "b", 1000, 12);
+	sto_close(s);
+	CHECK_EQ_INT(sto_rebuild_index(dir, o.index_map_bytes, NULL, NULL, &rr), 0);
+	CHECK_EQ_INT(rr.supersede_records, 3);  /* a, b (absorbed, still on disk), b again */
+	CHECK_EQ_INT(rr.skipped_superseded, 8 + 5);
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	check_series(s, "sup", 0, "a", 1000, 24);
+	check_series(s, "sup", 0, "b", 1000, 12);
+
+	/* Everything rewritten: sources gone, supersede records dropped. */
+	CHECK_EQ_INT(sto_compact(s, 1.0, &cr), 0);
+	CHECK(cr.segments >= 1);
+	sto_close(s);
+	CHECK_EQ_INT(sto_rebuild_index(dir, o.index_map_bytes, NULL, NULL, &rr), 0);
+	CHECK_EQ_INT(rr.skipped_superseded, 0);
+	CHECK_EQ_INT(rr.supersede_records, 0);
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	check_series(s, "sup", 0, "a", 1000, 24);
+	check_series(s, "sup", 0, "b", 1000, 12);
+	sto_close(s);
+}
+
+/* Supersede record framing: round trip, every byte checksummed, shape
+ * rules on both sides. */
+static void test_supersede_record(void)
+{
+	struct sto_sup_src src[3] = {{5, -7}, {9, 100}, {12, INT64_MAX}};
+	struct sto_sup sup = {.series_id = 3, .merged_uid = 20, .merged_min_ts_ns = -7,
+			      .gen = 4, .nsrc = 3, .src = src};
+	struct rdb_buf b;
+	rdb_buf_init(&b, 1 << 20);
+	CHECK_EQ_INT(sto_sup_frame(&b, &sup), 0);
+	CHECK_EQ_INT(b.len, 48 + 8 + 3 * 16);
+	CHECK_EQ_INT(rdb_get_le32(b.data), 0x31505553);
+	struct sto_sup got = {0};
+	const char *why = NULL;
+	CHECK_EQ_INT(sto_sup_parse(b.data, b.len, &got, &why), 0);
+	CHECK(got.series_id == 3 && got.merged_uid == 20 && got.merged_min_ts_ns == -7 &&
+	      got.gen == 4 && got.nsrc == 3);
+	CHECK(got.src && memcmp(got.src, src, sizeof(src)) == 0);
+	free(got.src);
+	size_t bad = 0;
+	for (size_t i = 0; i < b.len; i++) {
+		b.data[i] ^= 0x10;
+		struct sto_sup x = {0};
+		int rc = sto_sup_parse(b.data, b.len, &x, &why);
+		bad += rc != RDB_ECORRUPT || x.src != NULL;
+		b.data[i] ^= 0x10;
+	}
+	CHECK_EQ_INT(bad, 0);
+	CHECK_EQ_INT(sto_sup_parse(b.data, b.len - 1, &got, &why), RDB_ECORRUPT);
+	src[1].uid = 5; /* not ascending */
+	CHECK_EQ_INT(sto_sup_frame(&b, &sup), RDB_EINVAL);
+	src[1].uid = 25; /* above the merged uid */
+	CHECK_EQ_INT(sto_sup_frame(&b, &sup), RDB_EINVAL);
+	src[1].uid = 9;
+	sup.nsrc = 1;
+	CHECK_EQ_INT(sto_sup_frame(&b, &sup), RDB_EINVAL);
+	rdb_buf_free(&b);
+}
+
 int main(void)
 {
 	const char *tmp = getenv("RDB_TEST_TMP");
@@ -428,6 +545,8 @@ int main(void)
 	RUN(test_special_values_and_series_limit);
 	RUN(test_events_and_batch_ids);
 	RUN(test_series_per_job_limit);
+	RUN(test_supersede_record);
+	RUN(test_merge_then_rebuild);
 	int rc = check_summary("store");
 	if (rc == 0) {
 		char cmd[4200];

@@ -1,0 +1,356 @@
+/* group.c - group records (contract: storage/group.h, layout:
+ * storage/format.h). Decoding trusts nothing: checksums are checked, and
+ * every length is bounds-checked again anyway. */
+#include "storage/group.h"
+#include "common/rdb_err.h"
+#include "common/rdb_hash.h"
+#include "common/rdb_le.h"
+#include "storage/codec.h"
+#include "storage/segment.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define HDR	  STO_CHUNK_HEADER_SIZE
+#define FIXED	  4u  /* payload: u8 m, u8[3] zero */
+#define DIR_ENTRY 24u /* u64 series id, u32 offset, u32 length, u64 XXH3 */
+
+static size_t key_len(const struct sto_series_key *k)
+{
+	return 1 + strlen(k->job) + 4 + 2 + strlen(k->metric);
+}
+
+static int put_key(struct rdb_buf *b, const struct sto_series_key *k)
+{
+	size_t jl = strlen(k->job), ml = strlen(k->metric);
+	int rc = rdb_buf_reserve(b, key_len(k));
+	if (rc)
+		return rc;
+	uint8_t *p = b->data + b->len;
+	*p++ = (uint8_t)jl;
+	memcpy(p, k->job, jl);
+	p += jl;
+	rdb_put_le32(p, k->rank);
+	rdb_put_le16(p + 4, (uint16_t)ml);
+	memcpy(p + 6, k->metric, ml);
+	b->len += key_len(k);
+	return 0;
+}
+
+/* The payload into b: fixed part, shared columns, directory, sections. */
+static int group_payload(struct rdb_buf *b, const struct sto_group_member *mem, size_t m,
+			 uint32_t *head_len)
+{
+	b->len = 0;
+	int rc = rdb_buf_reserve(b, FIXED);
+	if (rc)
+		return rc;
+	memset(b->data, 0, FIXED);
+	b->data[0] = (uint8_t)m;
+	b->len = FIXED;
+	rc = sto_codec_encode_shared(mem[0].cols, b);
+	if (rc == 0)
+		rc = rdb_buf_reserve(b, m * DIR_ENTRY);
+	if (rc)
+		return rc;
+	size_t dir = b->len;
+	b->len += m * DIR_ENTRY;
+	*head_len = (uint32_t)b->len;
+	for (size_t i = 0; rc == 0 && i < m; i++) {
+		size_t start = b->len;
+		rc = put_key(b, mem[i].key);
+		if (rc == 0)
+			rc = sto_codec_encode_values(mem[i].cols, b);
+		if (rc)
+			break;
+		uint8_t *d = b->data + dir + i * DIR_ENTRY;
+		rdb_put_le64(d, mem[i].series_id);
+		rdb_put_le32(d + 8, (uint32_t)start);
+		rdb_put_le32(d + 12, (uint32_t)(b->len - start));
+		rdb_put_le64(d + 16, rdb_hash64(b->data + start, b->len - start, 0));
+	}
+	return rc;
+}
+
+int sto_group_frame(struct rdb_buf *out, struct rdb_buf *scratch, uint64_t uid, uint64_t gen,
+		    const struct sto_group_member *mem, size_t m, uint32_t *head_len)
+{
+	if (m < 2 || m > STO_GROUP_MAX_MEMBERS)
+		return RDB_EINVAL;
+	for (size_t i = 1; i < m; i++)
+		if (mem[i].cols->n != mem[0].cols->n)
+			return RDB_EINVAL;
+	int rc = group_payload(scratch, mem, m, head_len);
+	if (rc)
+		return rc;
+	if (scratch->len > STO_CHUNK_MAX_PAYLOAD)
+		return RDB_ELIMIT;
+	size_t start = out->len;
+	rc = rdb_buf_reserve(out, HDR + scratch->len);
+	if (rc)
+		return rc;
+	uint8_t *h = out->data + start;
+	sto_rec_header(h, STO_GROUP_MAGIC, (uint32_t)scratch->len, 0, uid, gen,
+		       (uint32_t)mem[0].cols->n, *head_len);
+	memcpy(h + HDR, scratch->data, scratch->len);
+	uint64_t hash;
+	rc = sto_rec_hash(h, *head_len, &hash);
+	if (rc)
+		return rc;
+	rdb_put_le64(h + 40, hash);
+	out->len = start + HDR + scratch->len;
+	return 0;
+}
+
+/* ---- checking ----------------------------------------------------------------------- */
+
+/* Header fields and the head checksum. *m and *dir (payload offset of the
+ * directory) are set on success. total_len: the record's length as the
+ * caller knows it (index entry or file walk). */
+static int check_head(const uint8_t *rec, uint64_t total_len, uint64_t uid, uint32_t head_len,
+		      unsigned *m, size_t *dir, const char **why)
+{
+	uint64_t hash;
+	uint32_t plen = rdb_get_le32(rec + 4);
+	if (rdb_get_le32(rec) != STO_GROUP_MAGIC) {
+		*why = "bad group record magic";
+		return RDB_ECORRUPT;
+	}
+	if ((uint64_t)plen + HDR != total_len || rdb_get_le32(rec + 36) != head_len ||
+	    head_len > plen || head_len < FIXED + 4) {
+		*why = "group record length does not match the index";
+		return RDB_ECORRUPT;
+	}
+	if (rdb_get_le64(rec + 8) != 0 || rdb_get_le64(rec + 16) != uid) {
+		*why = "group record has another chunk id than the index says";
+		return RDB_ECORRUPT;
+	}
+	int rc = sto_rec_hash(rec, head_len, &hash);
+	if (rc)
+		return rc;
+	if (hash != rdb_get_le64(rec + 40)) {
+		*why = "group record checksum mismatch";
+		return RDB_ECORRUPT;
+	}
+	const uint8_t *p = rec + HDR;
+	*m = p[0];
+	if (*m < 2 || *m > STO_GROUP_MAX_MEMBERS || p[1] || p[2] || p[3] ||
+	    (size_t)*m * DIR_ENTRY > head_len - FIXED - 4) {
+		*why = "group record header is malformed";
+		return RDB_ECORRUPT;
+	}
+	*dir = head_len - (size_t)*m * DIR_ENTRY;
+	return 0;
+}
+
+static void dir_entry(const uint8_t *rec, size_t dir, unsigned i, uint64_t *sid,
+		      struct sto_group_sect *s)
+{
+	const uint8_t *d = rec + HDR + dir + (size_t)i * DIR_ENTRY;
+	*sid = rdb_get_le64(d);
+	s->offset = rdb_get_le32(d + 8);
+	s->length = rdb_get_le32(d + 12);
+	s->hash = rdb_get_le64(d + 16);
+}
+
+int sto_group_head_check(const uint8_t *head, const struct sto_chunk_ref *ref,
+			 struct sto_group_sect *sect, const char **why)
+{
+	unsigned m;
+	size_t dir;
+	uint64_t sid;
+	if (ref->length < HDR || ref->uid < ref->member) {
+		*why = "group record length does not match the index";
+		return RDB_ECORRUPT;
+	}
+	int rc = check_head(head, ref->length, ref->uid - ref->member, ref->head_len, &m, &dir, why);
+	if (rc)
+		return rc;
+	if (m != ref->group_n || ref->member >= m) {
+		*why = "group record has another member count than the index says";
+		return RDB_ECORRUPT;
+	}
+	dir_entry(head, dir, ref->member, &sid, sect);
+	uint32_t plen = rdb_get_le32(head + 4);
+	if (sid != ref->series_id) {
+		*why = "group member belongs to another series than the index says";
+		return RDB_ECORRUPT;
+	}
+	if (sect->offset < ref->head_len || sect->offset > plen || sect->length > plen - sect->offset) {
+		*why = "group member's section lies outside the record";
+		return RDB_ECORRUPT;
+	}
+	sect->offset += HDR;
+	return 0;
+}
+
+/* ---- decoding ----------------------------------------------------------------------- */
+
+static int parse_key(const uint8_t *p, size_t len, struct sto_series_key *k, size_t *used)
+{
+	if (len < 1)
+		return RDB_ECORRUPT;
+	size_t jl = p[0];
+	if (jl == 0 || jl > STO_JOB_MAX || len < 1 + jl + 6)
+		return RDB_ECORRUPT;
+	memcpy(k->job, p + 1, jl);
+	k->job[jl] = '\0';
+	const uint8_t *q = p + 1 + jl;
+	k->rank = rdb_get_le32(q);
+	size_t ml = rdb_get_le16(q + 4);
+	if (ml == 0 || ml > STO_METRIC_MAX || len < 1 + jl + 6 + ml)
+		return RDB_ECORRUPT;
+	memcpy(k->metric, q + 6, ml);
+	k->metric[ml] = '\0';
+	if (!sto_job_valid(k->job, jl) || !sto_metric_valid(k->metric, ml))
+		return RDB_ECORRUPT;
+	*used = 1 + jl + 6 + ml;
+	return 0;
+}
+
+/* The shared columns: payload bytes [FIXED, dir), consumed exactly. */
+static int decode_shared(const uint8_t *rec, size_t dir, struct sto_cols *out, const char **why)
+{
+	size_t used;
+	int rc = sto_codec_decode_shared(rec + HDR + FIXED, dir - FIXED, STO_CHUNK_MAX_POINTS, out,
+					 &used);
+	if (rc == 0 && used != dir - FIXED)
+		rc = RDB_ECORRUPT;
+	if (rc == RDB_ECORRUPT)
+		*why = "group record's shared columns do not decode";
+	if (rc)
+		out->n = 0;
+	return rc;
+}
+
+/* A section: key record, then the value column, consumed exactly. */
+static int decode_section(const uint8_t *p, size_t len, struct sto_series_key *k,
+			  struct sto_cols *out, const char **why)
+{
+	size_t klen, used;
+	int rc = parse_key(p, len, k, &klen);
+	if (rc) {
+		*why = "group member's series key is malformed";
+		return rc;
+	}
+	rc = sto_codec_decode_values(p + klen, len - klen, out, &used);
+	if (rc == 0 && used != len - klen)
+		rc = RDB_ECORRUPT;
+	if (rc == RDB_ECORRUPT)
+		*why = "group member's value column does not decode";
+	return rc;
+}
+
+int sto_group_member_decode(const uint8_t *head, const uint8_t *section,
+			    const struct sto_chunk_ref *ref, const struct sto_group_sect *sect,
+			    struct sto_cols *out, const char **why)
+{
+	struct sto_series_key k;
+	out->n = 0;
+	if (rdb_hash64(section, sect->length, 0) != sect->hash) {
+		*why = "group member's section checksum mismatch";
+		return RDB_ECORRUPT;
+	}
+	size_t dir = ref->head_len - (size_t)ref->group_n * DIR_ENTRY;
+	int rc = decode_shared(head, dir, out, why);
+	if (rc == 0)
+		rc = decode_section(section, sect->length, &k, out, why);
+	if (rc == 0 && out->n != ref->stats.count) {
+		*why = "chunk point count differs from its index entry";
+		rc = RDB_ECORRUPT;
+	}
+	if (rc)
+		out->n = 0;
+	return rc;
+}
+
+int sto_group_check(const uint8_t *rec, size_t len, uint64_t uid, uint32_t *head_len,
+		    const char **why)
+{
+	unsigned m;
+	size_t dir;
+	if (len < HDR) {
+		*why = "record shorter than a chunk header";
+		return RDB_ECORRUPT;
+	}
+	uint32_t hl = rdb_get_le32(rec + 36);
+	int rc = check_head(rec, len, uid, hl, &m, &dir, why);
+	if (rc)
+		return rc;
+	uint32_t plen = rdb_get_le32(rec + 4), at = hl;
+	for (unsigned i = 0; i < m; i++) {
+		uint64_t sid;
+		struct sto_group_sect s;
+		dir_entry(rec, dir, i, &sid, &s);
+		if (s.offset != at || s.length > plen - at || sid == 0) {
+			*why = "group record's member directory is malformed";
+			return RDB_ECORRUPT;
+		}
+		if (rdb_hash64(rec + HDR + s.offset, s.length, 0) != s.hash) {
+			*why = "group member's section checksum mismatch";
+			return RDB_ECORRUPT;
+		}
+		at += s.length;
+	}
+	if (at != plen) {
+		*why = "group record has bytes after its last member";
+		return RDB_ECORRUPT;
+	}
+	*head_len = hl;
+	return 0;
+}
+
+int sto_group_each(const uint8_t *rec, size_t len, struct sto_cols *cols, sto_group_fn fn,
+		   void *arg, const char **why)
+{
+	uint32_t hl;
+	if (len < HDR) {
+		*why = "record shorter than a chunk header";
+		return RDB_ECORRUPT;
+	}
+	int rc = sto_group_check(rec, len, rdb_get_le64(rec + 16), &hl, why);
+	if (rc)
+		return rc;
+	unsigned m = rec[HDR];
+	size_t dir = hl - (size_t)m * DIR_ENTRY;
+	rc = decode_shared(rec, dir, cols, why);
+	size_t n = cols->n;
+	for (unsigned i = 0; rc == 0 && i < m; i++) {
+		uint64_t sid;
+		struct sto_group_sect s;
+		struct sto_series_key k;
+		dir_entry(rec, dir, i, &sid, &s);
+		cols->n = n;
+		rc = decode_section(rec + HDR + s.offset, s.length, &k, cols, why);
+		if (rc == 0)
+			rc = fn(arg, i, m, sid, &k, cols);
+	}
+	return rc;
+}
+
+int sto_record_decode(const uint8_t *rec, const struct sto_chunk_ref *ref, struct sto_cols *out,
+		      const char **why)
+{
+	const uint8_t *payload;
+	size_t plen, used;
+	int rc;
+	if (ref->group_n) {
+		struct sto_group_sect sect;
+		rc = sto_group_head_check(rec, ref, &sect, why);
+		if (rc == 0)
+			rc = sto_group_member_decode(rec, rec + sect.offset, ref, &sect, out, why);
+		return rc;
+	}
+	rc = sto_chunk_check(rec, ref->length, STO_CHUNK_MAGIC, ref->series_id, ref->uid, &payload,
+			     &plen, why);
+	if (rc)
+		return rc;
+	rc = sto_codec_decode(payload, plen, STO_CHUNK_MAX_POINTS, out, &used);
+	if (rc == RDB_ECORRUPT)
+		*why = "chunk payload does not decode";
+	if (rc == 0 && out->n != ref->stats.count) {
+		*why = "chunk point count differs from its index entry";
+		rc = RDB_ECORRUPT;
+	}
+	return rc;
+}

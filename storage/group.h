@@ -1,0 +1,77 @@
+/* group.h - group records: one chunk each of several series that share
+ * their timestamps, steps and attempts, those columns stored once (layout
+ * in storage/format.h). The metrics a rank sends in the same records have
+ * identical time columns, which are about half of a lone chunk's bytes.
+ *
+ * A member is read without reading its siblings: the record's "head"
+ * (header, shared columns, member directory) carries the record checksum,
+ * and each member's section has its own checksum in the directory. So a
+ * reader fetches 48 + H bytes (H from the index entry), then one section.
+ */
+#ifndef STO_GROUP_H
+#define STO_GROUP_H
+
+#include "common/rdb_buf.h"
+#include "storage/series.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One member to frame: its series and its points. All members' points
+ * must have equal n, ts, step and attempt columns (the caller checks; only
+ * members[0]'s are written). */
+struct sto_group_member {
+	uint64_t series_id;
+	const struct sto_series_key *key;
+	const struct sto_cols *cols;
+};
+
+/* Appends one framed group record of m (2..STO_GROUP_MAX_MEMBERS) members
+ * to out; scratch is a work buffer. *head_len gets H. 0, -ENOMEM,
+ * RDB_ELIMIT, RDB_EINVAL. */
+int sto_group_frame(struct rdb_buf *out, struct rdb_buf *scratch, uint64_t uid, uint64_t gen,
+		    const struct sto_group_member *members, size_t m, uint32_t *head_len);
+
+/* Where one member's section lies, from the record start. */
+struct sto_group_sect {
+	uint32_t offset, length;
+	uint64_t hash;
+};
+
+/* Checks the head of the group record ref is a member of (head = the
+ * first STO_CHUNK_HEADER_SIZE + ref->head_len bytes of the record: magic,
+ * uid, lengths, member count, head checksum, the member's series id) and
+ * returns where ref's section is. RDB_ECORRUPT with *why. */
+int sto_group_head_check(const uint8_t *head, const struct sto_chunk_ref *ref,
+			 struct sto_group_sect *sect, const char **why);
+
+/* Decodes ref's points from its checked head and its section bytes
+ * (checksum checked here) into out; count checked against ref.
+ * RDB_ECORRUPT with *why, or -ENOMEM. */
+int sto_group_member_decode(const uint8_t *head, const uint8_t *section,
+			    const struct sto_chunk_ref *ref, const struct sto_group_sect *sect,
+			    struct sto_cols *out, const char **why);
+
+/* Checks a whole group record read from disk (magic, uid, lengths, head
+ * checksum, every section's checksum and bounds). On success *head_len
+ * gets H. RDB_ECORRUPT with *why. */
+int sto_group_check(const uint8_t *rec, size_t len, uint64_t uid, uint32_t *head_len,
+		    const char **why);
+
+/* Checks a whole group record (sto_group_check, with the uid of its own
+ * header) and calls fn for each member, in order, with its decoded points
+ * in *cols (reused between calls). fn returning non-zero stops the walk
+ * and is returned. RDB_ECORRUPT (with *why) when the record is damaged or
+ * a member does not decode; members before it were passed. */
+typedef int (*sto_group_fn)(void *arg, unsigned member, unsigned m, uint64_t sid,
+			    const struct sto_series_key *key, const struct sto_cols *cols);
+int sto_group_each(const uint8_t *rec, size_t len, struct sto_cols *cols, sto_group_fn fn,
+		   void *arg, const char **why);
+
+/* Checks and decodes ref's points from a whole record read for it: a lone
+ * chunk record, or the group record ref is a member of. Count checked
+ * against ref. RDB_ECORRUPT with *why, or -ENOMEM. */
+int sto_record_decode(const uint8_t *rec, const struct sto_chunk_ref *ref, struct sto_cols *out,
+		      const char **why);
+
+#endif
