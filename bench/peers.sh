@@ -112,6 +112,9 @@ print(s.getsockname()[1])'
 du_b() { if [ -e "$1" ]; then du -sb "$1" | cut -f1; else echo 0; fi; }
 du_alloc() { if [ -e "$1" ]; then du -s --block-size=1 "$1" | cut -f1; else echo 0; fi; }
 # http_code METHOD URL [curl args...]: the status code, 000 on connection failure
+# Admin token of the benchmark's rankdbd (its checkpoint is the settle step).
+rankdb_token=bench-$RANDOM$RANDOM
+
 http_code() {
 	local m=$1 u=$2
 	shift 2
@@ -164,7 +167,7 @@ start_rankdb() {
 	rm -f "$tmp/rankdb/port"
 	# shellcheck disable=SC2086 # RANKDBD_ARGS is a list of words on purpose
 	"$rankdbd" --data-dir "$data" --http-port 0 --port-file "$tmp/rankdb/port" \
-		--log-level warn ${RANKDBD_ARGS:-} >>"$log" 2>&1 &
+		--log-level warn --admin-token "$rankdb_token" ${RANKDBD_ARGS:-} >>"$log" 2>&1 &
 	pid=$!
 	for _ in $(seq 600); do
 		[ -s "$tmp/rankdb/port" ] && break
@@ -336,11 +339,18 @@ ingest() {
 	local hwm du_ingest t_settle
 	hwm=$(hwm_kb "$pid")
 	du_ingest=$(du_b "$data")
-	# Settle: each system reaches the state it keeps at rest. rankdb flushes
-	# on SIGTERM; VM flushes and merges on request; InfluxDB snapshots its
-	# cache to TSM and compacts once the shard is write-cold (2 s / 5 s here).
+	# Settle: each system reaches the state it keeps at rest. rankdb seals
+	# its head into chunks and drops the WAL at a checkpoint (asked for here;
+	# on its own after checkpoint_interval_s) and on SIGTERM; VM flushes and
+	# merges on request; InfluxDB snapshots its cache to TSM and compacts once
+	# the shard is write-cold (2 s / 5 s here).
 	t_settle=$(now)
 	case "$sys" in
+	rankdb)
+		http_code POST "http://127.0.0.1:$port/api/v1/admin/checkpoint" \
+			-H "Authorization: Bearer $rankdb_token" >/dev/null
+		settle "$data"
+		;;
 	vm)
 		http_code GET "http://127.0.0.1:$port/internal/force_flush" >/dev/null
 		http_code GET "http://127.0.0.1:$port/internal/force_merge" >/dev/null

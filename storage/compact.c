@@ -63,6 +63,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+_Static_assert(sizeof(uintptr_t) * 8 >= STO_GROUP_MAX_MEMBERS,
+	       "a pointer-sized mask holds one bit per group member");
+
 /* ---- compaction ------------------------------------------------------------------------- */
 
 struct ev_move {
@@ -89,11 +92,17 @@ struct seg_set {
 	struct rdb_map live;       /* all segments: id + 1 -> live bytes (as a pointer value) */
 };
 
+/* Frees the entries from `keep` on. */
+static void sup_list_trim(struct sup_list *l, size_t keep)
+{
+	for (size_t i = keep; i < l->n; i++)
+		sto_sup_entry_free(&l->v[i]);
+	l->n = keep < l->n ? keep : l->n;
+}
+
 static void sup_list_clear(struct sup_list *l)
 {
-	for (size_t i = 0; i < l->n; i++)
-		sto_sup_entry_free(&l->v[i]);
-	l->n = 0;
+	sup_list_trim(l, 0);
 }
 
 /* Appends *e (taking its arrays) to l; on failure e still owns them. */
@@ -256,23 +265,30 @@ static int sup_carry(struct seg_set *ss, struct rdb_buf *buf, struct sto_seg_wri
 	return 0;
 }
 
-/* Copies one verified record into buf. magic STO_GROUP_MAGIC: a whole
- * group record (every section checked). */
+/* Copies one verified record into buf. magic STO_GROUP_MAGIC: a group
+ * record whose members in `live` have index entries; their sections are
+ * checked, and a damaged section of a member without an entry (quarantined)
+ * is marked removed in the copy (sto_group_prune). */
 static int copy_record(struct sto *s, struct rdb_buf *buf, uint64_t seg, uint64_t off, uint32_t len,
-		       uint32_t magic, uint64_t series_id, uint64_t uid)
+		       uint32_t magic, uint64_t series_id, uint64_t uid, uint64_t live)
 {
 	const uint8_t *payload;
 	size_t plen;
-	uint32_t head_len;
+	unsigned removed = 0;
 	const char *why = NULL;
 	size_t at = buf->len;
 	int rc = rdb_buf_reserve(buf, len);
 	if (rc == 0)
 		rc = sti_seg_read(s, seg, off, buf->data + at, len);
 	if (rc == 0 && magic == STO_GROUP_MAGIC)
-		rc = sto_group_check(buf->data + at, len, uid, &head_len, &why);
+		rc = sto_group_prune(buf->data + at, len, uid, live, &removed, &why);
 	else if (rc == 0)
 		rc = sto_chunk_check(buf->data + at, len, magic, series_id, uid, &payload, &plen, &why);
+	if (rc == 0 && removed)
+		rdb_warn("store", "compaction of segment %llu: group record at offset %llu: %u "
+			 "damaged member section(s) without index entries (quarantined) marked "
+			 "removed in the copy", (unsigned long long)seg, (unsigned long long)off,
+			 removed);
 	if (rc == 0)
 		buf->len = at + len;
 	else
@@ -291,8 +307,18 @@ static int compact_copy(struct sto *s, struct seg_set *ss, struct sto_seg_writer
 	rdb_buf_init(&buf, SEAL_BUF_MAX + STO_CHUNK_HEADER_SIZE + STO_CHUNK_MAX_PAYLOAD);
 	size_t total = ss->chunks.n + ss->nev;
 	struct rdb_map moved = {0}; /* group records copied: old offset + 1 -> new + 1 */
+	struct rdb_map live = {0};  /* group records: old offset + 1 -> members with entries */
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < ss->chunks.n; i++) {
+		const struct sto_chunk_ref *r = &ss->chunks.v[i];
+		uintptr_t mask = r->group_n ? (uintptr_t)rdb_map_get(&live, r->offset + 1) : 0;
+		if (r->group_n)
+			rc = rdb_map_put(&live, r->offset + 1,
+					 (void *)(mask | (uintptr_t)1 << r->member));
+	}
 	/* Supersede records first, as at the merge: before any merged chunk. */
-	int rc = sup_carry(ss, &buf, w);
+	if (rc == 0)
+		rc = sup_carry(ss, &buf, w);
 	for (size_t i = 0; rc == 0 && i < total; i++) {
 		uint64_t new_off = sto_seg_size(w) + buf.len;
 		if (i < ss->chunks.n) {
@@ -306,7 +332,8 @@ static int compact_copy(struct sto *s, struct seg_set *ss, struct sto_seg_writer
 			}
 			rc = copy_record(s, &buf, ss->seg, r->offset, r->length,
 					 r->group_n ? STO_GROUP_MAGIC : STO_CHUNK_MAGIC, r->series_id,
-					 r->uid - r->member);
+					 r->uid - r->member,
+					 (uintptr_t)rdb_map_get(&live, r->offset + 1));
 			if (rc == 0 && r->group_n)
 				rc = rdb_map_put(&moved, r->offset + 1, (void *)(uintptr_t)(new_off + 1));
 			r->segment_id = sto_seg_id(w);
@@ -314,7 +341,7 @@ static int compact_copy(struct sto *s, struct seg_set *ss, struct sto_seg_writer
 		} else {
 			struct ev_move *m = &ss->ev[i - ss->chunks.n];
 			rc = copy_record(s, &buf, ss->seg, m->e.offset, m->e.length, STO_EVCHUNK_MAGIC, 0,
-					 m->uid);
+					 m->uid, 0);
 			m->e.segment_id = sto_seg_id(w);
 			m->e.offset = new_off;
 		}
@@ -327,6 +354,7 @@ static int compact_copy(struct sto *s, struct seg_set *ss, struct sto_seg_writer
 		rc = sto_seg_append(w, buf.data, buf.len);
 	rdb_buf_free(&buf);
 	rdb_map_free(&moved);
+	rdb_map_free(&live);
 	return rc;
 }
 
@@ -464,10 +492,10 @@ struct merge_set {
 	struct sto_chunk_ref *gsrc; /* a group run's chunks of one member */
 };
 
-/* The entries of one group record (members k at all.v[idx[k]]). */
+/* The entries of one group record (members k at all.v[idx[k]]), m slots. */
 struct grp_info {
 	uint8_t m, have;
-	size_t idx[STO_GROUP_MAX_MEMBERS];
+	uint32_t idx[];
 };
 
 static int cmp_src(const void *a, const void *b)
@@ -625,6 +653,8 @@ static int merge_run(struct sto *s, struct merge_set *m, size_t a, size_t b,
 	m->codec.len = 0;
 	if (rc == 0)
 		rc = sto_codec_encode(&m->pts, &m->codec, NULL);
+	if (rc == 0)
+		rc = sti_uid_reserve(s, 1);
 	if (rc)
 		return rc;
 	ref.series_id = m->all.v[a].series_id;
@@ -664,7 +694,7 @@ static int merge_switch(struct sto *s, struct merge_set *m)
 	for (size_t i = 0; rc == 0 && i < m->sups.n; i++)
 		rc = sto_sup_put(t, &m->sups.v[i]);
 	if (rc == 0)
-		rc = sto_meta_put(t, "next_chunk_uid", s->next_uid);
+		rc = sto_meta_put(t, "next_chunk_uid", s->uid_limit);
 	if (rc == 0)
 		rc = sto_meta_put(t, "compact_out", 0);
 	if (rc) {
@@ -712,6 +742,8 @@ static size_t run_end(struct sto *s, const struct merge_set *m, size_t i)
 
 static int groups_collect(struct merge_set *m)
 {
+	if (m->all.n >= UINT32_MAX)
+		return 0; /* no group merging past 4G index entries (idx is u32) */
 	for (size_t i = 0; i < m->all.n; i++) {
 		const struct sto_chunk_ref *r = &m->all.v[i];
 		if (!r->group_n)
@@ -719,7 +751,7 @@ static int groups_collect(struct merge_set *m)
 		uint64_t base = r->uid - r->member;
 		struct grp_info *g = rdb_map_get(&m->groups, base + 1);
 		if (!g) {
-			g = calloc(1, sizeof(*g));
+			g = calloc(1, sizeof(*g) + r->group_n * sizeof(g->idx[0]));
 			if (!g || rdb_map_put(&m->groups, base + 1, g) != 0) {
 				free(g);
 				return -ENOMEM;
@@ -728,7 +760,7 @@ static int groups_collect(struct merge_set *m)
 		}
 		if (r->group_n != g->m || r->member >= g->m)
 			continue;
-		g->idx[r->member] = i;
+		g->idx[r->member] = (uint32_t)i;
 		g->have++;
 	}
 	return 0;
@@ -820,7 +852,7 @@ static int merge_group_run(struct sto *s, struct merge_set *m, size_t a, size_t 
 	struct sto_group_member mem[STO_GROUP_MAX_MEMBERS];
 	struct sto_series_key keys[STO_GROUP_MAX_MEMBERS];
 	struct sto_chunk_ref refs[STO_GROUP_MAX_MEMBERS];
-	uint64_t gen = 0, uid = s->next_uid;
+	uint64_t gen = 0, uid = 0;
 	unsigned nm = g0->m;
 	int rc = 0;
 	for (unsigned k = 0; rc == 0 && k < nm; k++) {
@@ -832,8 +864,11 @@ static int merge_group_run(struct sto *s, struct merge_set *m, size_t a, size_t 
 		mem[k] = (struct sto_group_member){m->all.v[g0->idx[k]].series_id, &keys[k],
 						   &m->gpts[k]};
 	}
+	if (rc == 0)
+		rc = sti_uid_reserve(s, nm);
 	if (rc)
 		return rc;
+	uid = s->next_uid;
 	s->next_uid += nm;
 	for (unsigned k = 0; rc == 0 && k < nm; k++) {
 		refs[k] = (struct sto_chunk_ref){.series_id = mem[k].series_id,
@@ -867,6 +902,30 @@ static int merge_group_run(struct sto *s, struct merge_set *m, size_t a, size_t 
 	return rc;
 }
 
+/* Where a batch's output stood before one run, to take that run back. */
+struct merge_mark {
+	size_t out, olds, news, sups, absorbed;
+};
+
+static struct merge_mark merge_mark(const struct merge_set *m)
+{
+	return (struct merge_mark){m->out.len, m->olds.n, m->news.n, m->sups.n, m->absorbed.n};
+}
+
+/* A run that cannot be merged (a damaged chunk in it, or an output past the
+ * buffer's bound) is taken back and left as it is; the others go on. */
+static int merge_undo(struct merge_set *m, const struct merge_mark *k, int rc)
+{
+	if (rc != RDB_ECORRUPT && rc != RDB_ELIMIT)
+		return rc;
+	m->out.len = k->out;
+	m->olds.n = k->olds;
+	m->news.n = k->news;
+	sup_list_trim(&m->sups, k->sups);
+	m->absorbed.n = k->absorbed;
+	return 0;
+}
+
 /* One batch: runs from *pos on into a new segment (synced), then the index
  * switch. Crash-safe like segment compaction (compact_out). */
 static int merge_batch(struct sto *s, struct merge_set *m, size_t *pos,
@@ -882,9 +941,10 @@ static int merge_batch(struct sto *s, struct merge_set *m, size_t *pos,
 	rc = sto_seg_create(s->seg_dir, new_id, s->ring, &w);
 	while (rc == 0 && *pos < m->all.n && m->out.len < SEAL_BUF_MAX) {
 		size_t i = *pos, j = run_end(s, m, i), g = group_run_end(s, m, i);
+		struct merge_mark mark = merge_mark(m);
 		*pos = j > i ? j : g > i ? g : i + 1;
 		if (g - i >= 2) {
-			rc = merge_group_run(s, m, i, g, w);
+			rc = merge_undo(m, &mark, merge_group_run(s, m, i, g, w));
 			continue;
 		}
 		if (j - i < 2)
@@ -892,7 +952,7 @@ static int merge_batch(struct sto *s, struct merge_set *m, size_t *pos,
 		struct sto_series_key key;
 		rc = series_key(s, m->all.v[i].series_id, &key);
 		if (rc == 0)
-			rc = merge_run(s, m, i, j, w, &key);
+			rc = merge_undo(m, &mark, merge_run(s, m, i, j, w, &key));
 	}
 	if (rc == 0 && m->out.len)
 		rc = sto_seg_append(w, m->out.data, m->out.len);

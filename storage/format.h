@@ -5,7 +5,7 @@
  * big-endian so that they sort numerically.
  *
  * Data directory:
- *   FORMAT                text: "rankdb data directory\nformat 1\n"
+ *   FORMAT                text: "rankdb data directory\nformat 2\n"
  *   LOCK                  flock(2)ed by the running server
  *   index/                LMDB environment (derived: rebuildable from chunks/)
  *   wal/wal-<gen %016x>.log  write-ahead log, one file per generation
@@ -16,7 +16,13 @@
 
 #include <stdint.h>
 
-#define STO_FORMAT_VERSION 1u
+#define STO_FORMAT_VERSION 2u
+/* The oldest version this build reads. A directory of format 1 (before
+ * group and supersede records) is upgraded in place at its first open:
+ * FORMAT and the index's format_version say 2 from then on, so that an
+ * older rankdbd refuses it instead of misreading group records. WAL files
+ * of format 1 replay as they are (the WAL layout did not change). */
+#define STO_FORMAT_VERSION_OLDEST 1u
 
 /* ---- WAL file ------------------------------------------------------------
  * Header (32 bytes):

@@ -9,6 +9,7 @@
 #include "storage/segment.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 #define HDR	  STO_CHUNK_HEADER_SIZE
@@ -264,30 +265,26 @@ int sto_group_member_decode(const uint8_t *head, const uint8_t *section,
 	return rc;
 }
 
-int sto_group_check(const uint8_t *rec, size_t len, uint64_t uid, uint32_t *head_len,
-		    const char **why)
+/* Head and directory of a whole record: head checksum, and sections back
+ * to back from H to P. *m and *dir as check_head. */
+static int check_layout(const uint8_t *rec, size_t len, uint64_t uid, uint32_t *head_len,
+			unsigned *m, size_t *dir, const char **why)
 {
-	unsigned m;
-	size_t dir;
 	if (len < HDR) {
 		*why = "record shorter than a chunk header";
 		return RDB_ECORRUPT;
 	}
 	uint32_t hl = rdb_get_le32(rec + 36);
-	int rc = check_head(rec, len, uid, hl, &m, &dir, why);
+	int rc = check_head(rec, len, uid, hl, m, dir, why);
 	if (rc)
 		return rc;
 	uint32_t plen = rdb_get_le32(rec + 4), at = hl;
-	for (unsigned i = 0; i < m; i++) {
+	for (unsigned i = 0; i < *m; i++) {
 		uint64_t sid;
 		struct sto_group_sect s;
-		dir_entry(rec, dir, i, &sid, &s);
-		if (s.offset != at || s.length > plen - at || sid == 0) {
+		dir_entry(rec, *dir, i, &sid, &s);
+		if (s.offset != at || s.length > plen - at) {
 			*why = "group record's member directory is malformed";
-			return RDB_ECORRUPT;
-		}
-		if (rdb_hash64(rec + HDR + s.offset, s.length, 0) != s.hash) {
-			*why = "group member's section checksum mismatch";
 			return RDB_ECORRUPT;
 		}
 		at += s.length;
@@ -300,30 +297,88 @@ int sto_group_check(const uint8_t *rec, size_t len, uint64_t uid, uint32_t *head
 	return 0;
 }
 
+/* Whether member i's section matches its checksum (removed: true). */
+static bool section_ok(const uint8_t *rec, size_t dir, unsigned i, uint64_t *sid)
+{
+	struct sto_group_sect s;
+	dir_entry(rec, dir, i, sid, &s);
+	return *sid == 0 || rdb_hash64(rec + HDR + s.offset, s.length, 0) == s.hash;
+}
+
+int sto_group_check(const uint8_t *rec, size_t len, uint64_t uid, uint32_t *head_len,
+		    const char **why)
+{
+	unsigned m;
+	size_t dir;
+	int rc = check_layout(rec, len, uid, head_len, &m, &dir, why);
+	for (unsigned i = 0; rc == 0 && i < m; i++) {
+		uint64_t sid;
+		if (!section_ok(rec, dir, i, &sid)) {
+			*why = "group member's section checksum mismatch";
+			rc = RDB_ECORRUPT;
+		}
+	}
+	return rc;
+}
+
+int sto_group_prune(uint8_t *rec, size_t len, uint64_t uid, uint64_t live, unsigned *removed,
+		    const char **why)
+{
+	unsigned m;
+	size_t dir;
+	uint32_t hl;
+	uint64_t hash;
+	*removed = 0;
+	int rc = check_layout(rec, len, uid, &hl, &m, &dir, why);
+	for (unsigned i = 0; rc == 0 && i < m; i++) {
+		uint64_t sid;
+		if (section_ok(rec, dir, i, &sid))
+			continue;
+		if (live >> i & 1) {
+			*why = "group member's section checksum mismatch";
+			return RDB_ECORRUPT;
+		}
+		rdb_put_le64(rec + HDR + dir + (size_t)i * DIR_ENTRY, 0); /* removed */
+		(*removed)++;
+	}
+	if (rc == 0 && *removed) {
+		rc = sto_rec_hash(rec, hl, &hash);
+		if (rc == 0)
+			rdb_put_le64(rec + 40, hash);
+	}
+	return rc;
+}
+
 int sto_group_each(const uint8_t *rec, size_t len, struct sto_cols *cols, sto_group_fn fn,
 		   void *arg, const char **why)
 {
+	unsigned m;
+	size_t dir;
 	uint32_t hl;
 	if (len < HDR) {
 		*why = "record shorter than a chunk header";
 		return RDB_ECORRUPT;
 	}
-	int rc = sto_group_check(rec, len, rdb_get_le64(rec + 16), &hl, why);
-	if (rc)
-		return rc;
-	unsigned m = rec[HDR];
-	size_t dir = hl - (size_t)m * DIR_ENTRY;
-	rc = decode_shared(rec, dir, cols, why);
+	int rc = check_layout(rec, len, rdb_get_le64(rec + 16), &hl, &m, &dir, why);
+	if (rc == 0)
+		rc = decode_shared(rec, dir, cols, why);
 	size_t n = cols->n;
 	for (unsigned i = 0; rc == 0 && i < m; i++) {
 		uint64_t sid;
 		struct sto_group_sect s;
 		struct sto_series_key k;
-		dir_entry(rec, dir, i, &sid, &s);
-		cols->n = n;
-		rc = decode_section(rec + HDR + s.offset, s.length, &k, cols, why);
-		if (rc == 0)
-			rc = fn(arg, i, m, sid, &k, cols);
+		const char *damage = NULL;
+		if (!section_ok(rec, dir, i, &sid)) {
+			damage = "group member's section checksum mismatch";
+		} else if (sid != 0) {
+			dir_entry(rec, dir, i, &sid, &s);
+			cols->n = n;
+			if (decode_section(rec + HDR + s.offset, s.length, &k, cols, &damage) == -ENOMEM)
+				return -ENOMEM;
+		} else {
+			continue; /* removed by compaction */
+		}
+		rc = damage ? fn(arg, i, m, sid, NULL, NULL, damage) : fn(arg, i, m, sid, &k, cols, NULL);
 	}
 	return rc;
 }

@@ -53,18 +53,31 @@ int sto_group_member_decode(const uint8_t *head, const uint8_t *section,
 			    struct sto_cols *out, const char **why);
 
 /* Checks a whole group record read from disk (magic, uid, lengths, head
- * checksum, every section's checksum and bounds). On success *head_len
- * gets H. RDB_ECORRUPT with *why. */
+ * checksum, sections back to back, every section's checksum but those of
+ * removed members). On success *head_len gets H. RDB_ECORRUPT with *why. */
 int sto_group_check(const uint8_t *rec, size_t len, uint64_t uid, uint32_t *head_len,
 		    const char **why);
 
-/* Checks a whole group record (sto_group_check, with the uid of its own
- * header) and calls fn for each member, in order, with its decoded points
- * in *cols (reused between calls). fn returning non-zero stops the walk
- * and is returned. RDB_ECORRUPT (with *why) when the record is damaged or
- * a member does not decode; members before it were passed. */
+/* For compaction: checks the record's head and layout and every section
+ * of the members in `live` (bit k: member k still has an index entry);
+ * the section of a member not in `live` that fails its checksum (a
+ * quarantined member) is marked removed (directory series id 0, its bytes
+ * no longer checked by anyone) and the head checksum recomputed, in place.
+ * *removed gets how many. RDB_ECORRUPT with *why when a live member or the
+ * head is damaged. */
+int sto_group_prune(uint8_t *rec, size_t len, uint64_t uid, uint64_t live, unsigned *removed,
+		    const char **why);
+
+/* Checks a whole group record's head and layout (uid from its own header),
+ * decodes the shared columns, then calls fn for each member in order:
+ * damage == NULL with its key and decoded points in *cols (reused between
+ * calls), or damage (static text) with key and cols NULL when only that
+ * member's section is damaged. Removed members are skipped. fn returning
+ * non-zero stops the walk and is returned. RDB_ECORRUPT (with *why) when
+ * the head or layout is damaged (no member passed), or -ENOMEM. */
 typedef int (*sto_group_fn)(void *arg, unsigned member, unsigned m, uint64_t sid,
-			    const struct sto_series_key *key, const struct sto_cols *cols);
+			    const struct sto_series_key *key, const struct sto_cols *cols,
+			    const char *damage);
 int sto_group_each(const uint8_t *rec, size_t len, struct sto_cols *cols, sto_group_fn fn,
 		   void *arg, const char **why);
 

@@ -374,13 +374,16 @@ static int check_format(struct sto_txn *t)
 		return sto_meta_put(t, "format_version", STO_FORMAT_VERSION);
 	if (ret != 0)
 		return ret;
-	if (found != STO_FORMAT_VERSION) {
+	if (found < STO_FORMAT_VERSION_OLDEST || found > STO_FORMAT_VERSION) {
 		rdb_error(SUBSYS,
-			  "LMDB index %s has format version %llu, this rankdbd expects %u; "
+			  "LMDB index %s has format version %llu, this rankdbd reads %u..%u; "
 			  "refusing to open it (rebuild the index from the segment files)",
-			  t->ix->dir, (unsigned long long)found, STO_FORMAT_VERSION);
+			  t->ix->dir, (unsigned long long)found, STO_FORMAT_VERSION_OLDEST,
+			  STO_FORMAT_VERSION);
 		return RDB_EFORMAT;
 	}
+	if (found < STO_FORMAT_VERSION) /* upgraded in place: see format.h */
+		return sto_meta_put(t, "format_version", STO_FORMAT_VERSION);
 	return 0;
 }
 

@@ -67,7 +67,7 @@
 #include <unistd.h>
 
 #define REC_MAX	    (STO_CHUNK_HEADER_SIZE + STO_CHUNK_MAX_PAYLOAD)
-#define FORMAT_TEXT "rankdb data directory\nformat 1\n"
+#define FORMAT_TEXT "rankdb data directory\nformat %u\n"
 #define KEY_TAIL    6u /* u32 rank + u16 metric length of an event chunk's key */
 
 struct rb {
@@ -173,7 +173,13 @@ static int check_format(const char *dir)
 	ssize_t n = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
 	buf[n > 0 ? n : 0] = 0;
-	return strcmp(buf, FORMAT_TEXT) == 0 ? 0 : RDB_EFORMAT;
+	for (unsigned v = STO_FORMAT_VERSION_OLDEST; v <= STO_FORMAT_VERSION; v++) {
+		char want[64];
+		snprintf(want, sizeof(want), FORMAT_TEXT, v);
+		if (strcmp(buf, want) == 0)
+			return 0; /* rankdbd upgrades an older FORMAT at its next open */
+	}
+	return RDB_EFORMAT;
 }
 
 static int fsync_dir(const char *dir)
@@ -377,9 +383,19 @@ struct group_walk {
 };
 
 static int group_member_cb(void *arg, unsigned member, unsigned m, uint64_t sid,
-			   const struct sto_series_key *key, const struct sto_cols *cols)
+			   const struct sto_series_key *key, const struct sto_cols *cols,
+			   const char *damage)
 {
 	struct group_walk *g = arg;
+	if (damage) {
+		/* only this member is lost; its siblings are indexed */
+		g->b->r->skipped_damaged++;
+		report(g->b, "segment %s: group record at offset %llu (chunk %llu, member %u of "
+		       "%u, series %llu): %s; that member is not indexed", g->b->seg_path,
+		       (unsigned long long)g->a->off, (unsigned long long)(g->a->uid + member),
+		       member, m, (unsigned long long)sid, damage);
+		return 0;
+	}
 	if (cols->n != g->a->count) {
 		*g->why = "point count of the group record header is wrong";
 		return RDB_ECORRUPT;
@@ -391,19 +407,24 @@ static int group_member_cb(void *arg, unsigned member, unsigned m, uint64_t sid,
 	return index_chunk(g->b, g->a, &c, key, g->why);
 }
 
-/* A group record: checked whole, then one index entry per member. */
+/* A group record: head and layout checked, then one index entry per member
+ * whose section is intact (a damaged section loses only its member). */
 static int index_group(struct rb *b, const struct rec_at *a, const char **why)
 {
-	struct group_walk g = {b, a, 0, why};
-	int rc = sto_group_check(b->rec.data, a->len, a->uid, &g.head_len, why);
-	if (rc == 0 && a->sid != 0) {
+	struct group_walk g = {b, a, rdb_get_le32(b->rec.data + 36), why};
+	if (a->sid != 0 || a->len < STO_CHUNK_HEADER_SIZE + 1) {
 		*why = "group record has a series id in its header";
-		rc = RDB_ECORRUPT;
+		return RDB_ECORRUPT;
 	}
-	if (rc)
-		return rc;
-	note_maxima(b, a);
-	return sto_group_each(b->rec.data, a->len, &b->cols, group_member_cb, &g, why);
+	int rc = sto_group_each(b->rec.data, a->len, &b->cols, group_member_cb, &g, why);
+	if (rc == 0) {
+		/* every uid U..U+m-1 is taken, whether or not its member is indexed */
+		note_maxima(b, a);
+		uint64_t last = a->uid + b->rec.data[STO_CHUNK_HEADER_SIZE] - 1;
+		if (last > b->max_uid)
+			b->max_uid = last;
+	}
+	return rc;
 }
 
 /* Copies the decoded events into head records (freed by the caller). */

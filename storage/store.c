@@ -48,7 +48,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define FORMAT_FILE_TEXT "rankdb data directory\nformat 1\n"
+#define FORMAT_FILE_TEXT "rankdb data directory\nformat %u\n"
 
 void sto_options_default(struct sto_options *o)
 {
@@ -256,33 +256,61 @@ static int make_dir(const char *path)
 	return rc;
 }
 
-/* Creates FORMAT in a new data directory, or checks it in an existing one. */
+/* Writes FORMAT (this build's version) through a temporary file, a rename
+ * and a directory fsync, so that it is always whole. */
+static int write_format_file(const char *dir)
+{
+	char path[PATH_MAX + 16], tmp[PATH_MAX + 32], text[64];
+	snprintf(path, sizeof(path), "%s/FORMAT", dir);
+	snprintf(tmp, sizeof(tmp), "%s/FORMAT.tmp", dir);
+	snprintf(text, sizeof(text), FORMAT_FILE_TEXT, STO_FORMAT_VERSION);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	ssize_t w = write(fd, text, strlen(text));
+	int rc = (w == (ssize_t)strlen(text) && fsync(fd) == 0) ? 0 : -EIO;
+	close(fd);
+	if (rc == 0 && rename(tmp, path) != 0)
+		rc = -errno;
+	int dfd = rc == 0 ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	if (dfd >= 0) {
+		if (fsync(dfd) != 0)
+			rc = -errno;
+		close(dfd);
+	}
+	return rc;
+}
+
+/* Creates FORMAT in a new data directory, or checks it in an existing one;
+ * an older format this build still reads is upgraded (format.h). */
 static int check_format(const char *dir)
 {
 	char path[PATH_MAX + 16], buf[256];
 	snprintf(path, sizeof(path), "%s/FORMAT", dir);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 && errno == ENOENT) {
-		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-		if (fd < 0)
-			return -errno;
-		ssize_t w = write(fd, FORMAT_FILE_TEXT, strlen(FORMAT_FILE_TEXT));
-		int rc = (w == (ssize_t)strlen(FORMAT_FILE_TEXT) && fsync(fd) == 0) ? 0 : -EIO;
-		close(fd);
-		return rc;
-	}
+	if (fd < 0 && errno == ENOENT)
+		return write_format_file(dir);
 	if (fd < 0)
 		return -errno;
 	ssize_t n = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
 	buf[n > 0 ? n : 0] = 0;
-	if (strcmp(buf, FORMAT_FILE_TEXT) != 0) {
-		rdb_error("store", "%s says this data directory has a format this rankdbd does "
-			  "not know (expected \"format %u\"); refusing to open it. Use the "
-			  "rankdbd release that wrote it.", path, STO_FORMAT_VERSION);
-		return RDB_EFORMAT;
+	for (unsigned v = STO_FORMAT_VERSION_OLDEST; v <= STO_FORMAT_VERSION; v++) {
+		char want[64];
+		snprintf(want, sizeof(want), FORMAT_FILE_TEXT, v);
+		if (strcmp(buf, want) != 0)
+			continue;
+		if (v == STO_FORMAT_VERSION)
+			return 0;
+		rdb_info("store", "%s: upgrading the data directory from format %u to %u (adds "
+			 "group and supersede records; older rankdbd releases will refuse it from "
+			 "now on)", path, v, STO_FORMAT_VERSION);
+		return write_format_file(dir);
 	}
-	return 0;
+	rdb_error("store", "%s says this data directory has a format this rankdbd does not know "
+		  "(it reads formats %u to %u); refusing to open it. Use the rankdbd release "
+		  "that wrote it.", path, STO_FORMAT_VERSION_OLDEST, STO_FORMAT_VERSION);
+	return RDB_EFORMAT;
 }
 
 static int take_lock(struct sto *s)
@@ -555,6 +583,7 @@ static int open_index(struct sto *s)
 	uint64_t v;
 	s->ckpt_gen = sto_meta_get(t, "ckpt_gen", &v) == 0 ? v : 0;
 	s->next_uid = sto_meta_get(t, "next_chunk_uid", &v) == 0 ? v : 1;
+	s->uid_limit = s->next_uid;
 	s->nseries = sto_meta_get(t, "next_series_id", &v) == 0 && v > 0 ? v - 1 : 0;
 	sto_txn_abort(t);
 	return 0;

@@ -103,6 +103,7 @@ struct sto {
 	struct sto_ring *ring;
 	struct sto_seg_writer *seg;
 	uint64_t next_uid;
+	uint64_t uid_limit; /* meta next_chunk_uid as committed: uids < it are taken */
 	uint64_t ckpt_gen;
 
 	/* data lifecycle (lifecycle.c, compact.c) */
@@ -190,6 +191,12 @@ int sti_seal_items(struct sto *s, struct head *h, struct seal_item *items, size_
 		   bool drop_empty);
 /* Seals the full series queued by writers (size seal). Flusher only. */
 int sti_seal_full(struct sto *s);
+/* Makes uids [next_uid, next_uid + n) safe to write: the committed meta
+ * next_chunk_uid is raised past them (in blocks) before any record using
+ * them reaches a segment file, so a crash never lets a uid on disk be
+ * handed out again. Opens its own write transaction: call with none open
+ * in this thread. Flusher thread only. 0 or -errno/RDB_E*. */
+int sti_uid_reserve(struct sto *s, uint64_t n);
 /* Seals every job's events of frozen head h. Flusher only. */
 int sti_seal_events(struct sto *s, struct head *h);
 

@@ -40,6 +40,28 @@
 
 /* ---- sealing: head -> chunks ------------------------------------------------ */
 
+#define UID_BLOCK 65536u /* uids reserved per meta write */
+
+int sti_uid_reserve(struct sto *s, uint64_t n)
+{
+	if (n <= s->uid_limit - s->next_uid)
+		return 0;
+	struct sto_txn *t;
+	uint64_t limit = s->next_uid + n + UID_BLOCK;
+	int rc = sto_txn_begin(s->ix, true, &t);
+	if (rc)
+		return rc;
+	rc = sto_meta_put(t, "next_chunk_uid", limit);
+	if (rc) {
+		sto_txn_abort(t);
+		return rc;
+	}
+	rc = sto_txn_commit(t);
+	if (rc == 0)
+		s->uid_limit = limit;
+	return rc;
+}
+
 /* A run: consecutive items (sorted) of one (job, rank), sealed together so
  * that series with identical time columns share a group record. Bounded by
  * STO_GROUP_MAX_MEMBERS series and RUN_MAX_POINTS copied points (a single
@@ -275,7 +297,7 @@ static int commit_round(struct sto *s, struct head *h, struct seal_round *r,
 			rc = sto_pending_add(t, r->refs[i].gen, &r->refs[i]);
 	}
 	if (rc == 0)
-		rc = sto_meta_put(t, "next_chunk_uid", s->next_uid);
+		rc = sto_meta_put(t, "next_chunk_uid", s->uid_limit);
 	if (rc) {
 		sto_txn_abort(t);
 		return rc;
@@ -352,6 +374,10 @@ int sti_seal_items(struct sto *s, struct head *h, struct seal_item *items, size_
 	rdb_buf_init(&r.codec, STO_CHUNK_MAX_PAYLOAD);
 	int rc = 0;
 	size_t first = 0;
+	uint64_t uids = 0; /* at most one per chunk_max_points piece of each item */
+	for (size_t i = 0; i < nitems; i++)
+		uids += (items[i].taken + s->opt.chunk_max_points - 1) / s->opt.chunk_max_points;
+	rc = sti_uid_reserve(s, uids);
 	qsort(items, nitems, sizeof(*items), item_cmp);
 	for (size_t i = 0; i < nitems && rc == 0;) {
 		size_t j = run_end(items, nitems, i);
@@ -435,7 +461,7 @@ static int commit_events(struct ev_seal *es)
 		return 0;
 	int rc = sto_seg_append(s->seg, es->buf.data, es->buf.len);
 	if (rc == 0)
-		rc = sto_meta_put(t, "next_chunk_uid", s->next_uid);
+		rc = sto_meta_put(t, "next_chunk_uid", s->uid_limit);
 	if (rc) {
 		sto_txn_abort(t);
 		return rc;
@@ -545,6 +571,9 @@ int sti_seal_events(struct sto *s, struct head *h)
 	if (h->ev->events == 0)
 		return 0;
 	struct ev_seal es = {.s = s, .h = h};
+	int rrc = sti_uid_reserve(s, h->ev->events); /* at most one chunk per event */
+	if (rrc)
+		return rrc;
 	rdb_buf_init(&es.buf, SEAL_BUF_MAX + 2 * STO_EVCHUNK_MAX_RAW);
 	rdb_buf_init(&es.payload, 2 * STO_EVCHUNK_MAX_RAW + STO_EVCHUNK_MAX_EVENTS * 64);
 	rdb_buf_init(&es.bloom, 1u << 17);

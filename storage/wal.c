@@ -645,7 +645,7 @@ static int check_file_header(const uint8_t *h, uint64_t gen, const char *path)
 		return RDB_ECORRUPT;
 	}
 	uint32_t version = rdb_get_le32(h + 8);
-	if (version != STO_FORMAT_VERSION) {
+	if (version < STO_FORMAT_VERSION_OLDEST || version > STO_FORMAT_VERSION) {
 		rdb_error(SUBSYS, "%s: format version %u, this rankdbd knows %u; not replayed",
 			  path, version, STO_FORMAT_VERSION);
 		return RDB_EFORMAT;
