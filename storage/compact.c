@@ -1043,6 +1043,26 @@ static uint64_t file_size(struct sto *s, uint64_t id)
 	return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
 }
 
+int sti_compact_from(struct sto *s, uint64_t from, struct sto_compact_result *r)
+{
+	struct id_list ids = {0};
+	struct seg_set ss = {0};
+	int rc = s->seg ? sto_seg_close(s->seg) : 0;
+	s->seg = NULL;
+	if (rc == 0)
+		rc = list_segments(s, &ids);
+	for (size_t i = 0; rc == 0 && i < ids.n; i++) {
+		if (ids.v[i] < from || file_size(s, ids.v[i]) == 0)
+			continue;
+		rc = set_collect(s, &ss, ids.v[i]);
+		if (rc == 0 && compact_segment(s, &ss, r) != 0)
+			r->skipped++;
+	}
+	set_free(&ss);
+	free(ids.v);
+	return rc;
+}
+
 int sti_compact_op(struct sto *s, void *arg)
 {
 	struct compact_args *a = arg;

@@ -329,36 +329,105 @@ static int take_lock(struct sto *s)
 	return 0;
 }
 
+/* Dropping uncheckpointed chunks: the transaction, and the lowest segment
+ * id that holds one of their records. */
+struct drop_ctx {
+	struct sto_txn *t;
+	uint64_t min_seg; /* UINT64_MAX: none */
+};
+
 static int drop_pending_cb(void *arg, const struct sto_chunk_ref *ref)
 {
-	struct sto_txn *t = arg;
-	int rc = sto_chunk_del(t, ref->series_id, ref->stats.min_ts_ns, ref->uid);
+	struct drop_ctx *d = arg;
+	struct sto_chunk_ref cur;
+	if (sto_chunk_get(d->t, ref->series_id, ref->stats.min_ts_ns, ref->uid, &cur) == 0 &&
+	    cur.segment_id < d->min_seg)
+		d->min_seg = cur.segment_id;
+	int rc = sto_chunk_del(d->t, ref->series_id, ref->stats.min_ts_ns, ref->uid);
+	return rc == RDB_ENOTFOUND ? 0 : rc;
+}
+
+static int ev_seg_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len)
+{
+	struct ev_entry e;
+	(void)min_ts_ns;
+	(void)uid;
+	if (eve_decode(val, len, &e) == 0 && e.segment_id < *(uint64_t *)arg)
+		*(uint64_t *)arg = e.segment_id;
+	return 0;
+}
+
+static int drop_evpending_cb(void *arg, uint64_t gen, const char *job, int64_t min_ts_ns,
+			    uint64_t uid)
+{
+	struct drop_ctx *d = arg;
+	(void)gen;
+	sto_evidx_get(d->t, job, min_ts_ns, uid, ev_seg_cb, &d->min_seg);
+	int rc = sto_evidx_del(d->t, job, min_ts_ns, uid);
 	return rc == RDB_ENOTFOUND ? 0 : rc;
 }
 
 /* Drops index entries of chunks newer than the checkpoint: their points
- * will be replayed from the WAL. */
-static int drop_evpending_cb(void *arg, uint64_t gen, const char *job, int64_t min_ts_ns,
-			    uint64_t uid)
-{
-	(void)gen;
-	int rc = sto_evidx_del(arg, job, min_ts_ns, uid);
-	return rc == RDB_ENOTFOUND ? 0 : rc;
-}
-
+ * will be replayed from the WAL. Their records stay in the segment files;
+ * meta recovery_seg (lowest segment id holding one, + 1) asks recover()
+ * to rewrite those segments before the WAL files are deleted, so that
+ * rankctl rebuild-index can never index them next to the replayed points
+ * (FORMAT.md, "Rebuilding the index", rule 1). */
 static int drop_uncheckpointed(struct sto *s)
 {
-	struct sto_txn *t;
-	int rc = sto_txn_begin(s->ix, true, &t);
+	struct drop_ctx d = {.min_seg = UINT64_MAX};
+	uint64_t prev;
+	int rc = sto_txn_begin(s->ix, true, &d.t);
 	if (rc)
 		return rc;
-	rc = sto_pending_scan(t, s->ckpt_gen, drop_pending_cb, t);
+	rc = sto_pending_scan(d.t, s->ckpt_gen, drop_pending_cb, &d);
 	if (rc == 0)
-		rc = sto_pending_drop_after(t, s->ckpt_gen);
+		rc = sto_pending_drop_after(d.t, s->ckpt_gen);
 	if (rc == 0)
-		rc = sto_evpending_scan(t, s->ckpt_gen, drop_evpending_cb, t);
+		rc = sto_evpending_scan(d.t, s->ckpt_gen, drop_evpending_cb, &d);
 	if (rc == 0)
-		rc = sto_evpending_drop_after(t, s->ckpt_gen);
+		rc = sto_evpending_drop_after(d.t, s->ckpt_gen);
+	if (rc == 0 && d.min_seg != UINT64_MAX) {
+		if (sto_meta_get(d.t, "recovery_seg", &prev) == 0 && prev && prev - 1 < d.min_seg)
+			d.min_seg = prev - 1;
+		rc = sto_meta_put(d.t, "recovery_seg", d.min_seg + 1);
+	}
+	if (rc) {
+		sto_txn_abort(d.t);
+		return rc;
+	}
+	return sto_txn_commit(d.t);
+}
+
+/* Rewrites the segments meta recovery_seg names (see drop_uncheckpointed):
+ * compaction copies only records the index points at, so the dropped ones
+ * leave the files. A crash meanwhile repeats it at the next start (the WAL
+ * files are still there then). */
+static int purge_dropped_records(struct sto *s)
+{
+	struct sto_txn *t;
+	uint64_t from = 0;
+	struct sto_compact_result r = {0};
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc)
+		return rc;
+	if (sto_meta_get(t, "recovery_seg", &from) != 0)
+		from = 0;
+	sto_txn_abort(t);
+	if (from == 0)
+		return 0;
+	rc = sti_compact_from(s, from - 1, &r);
+	if (rc)
+		return rc;
+	if (r.skipped)
+		rdb_warn("store", "recovery: %llu segment(s) holding chunks dropped for WAL replay "
+			 "could not be rewritten (a damaged record; run rankctl verify); until "
+			 "they are, rankctl rebuild-index may count those points twice",
+			 (unsigned long long)r.skipped);
+	rc = sto_txn_begin(s->ix, true, &t);
+	if (rc)
+		return rc;
+	rc = sto_meta_put(t, "recovery_seg", 0);
 	if (rc) {
 		sto_txn_abort(t);
 		return rc;
@@ -541,6 +610,9 @@ static int recover(struct sto *s)
 		rdb_info("store", "recovered %llu points and %llu events from the WAL; sealing "
 			 "them into chunks", (unsigned long long)c.points,
 			 (unsigned long long)c.events);
+	rc = purge_dropped_records(s); /* before the checkpoint deletes the WAL */
+	if (rc)
+		return rc;
 	s->frozen = s->active;
 	s->active = NULL;
 	rc = sti_finish_checkpoint(s);

@@ -256,5 +256,9 @@ void sti_rollup_acc_free(struct sti_rollup_acc *a);
 /* ---- compact.c ---- */
 /* Compacts every segment below a->min_live (struct compact_args *arg). Flusher only. */
 int sti_compact_op(struct sto *s, void *arg);
+/* Rewrites every segment file with id >= from (as listed at the call),
+ * whatever its live fraction; counts into *r (skipped: left as they were).
+ * Used by recovery. 0 or -errno/RDB_E*. */
+int sti_compact_from(struct sto *s, uint64_t from, struct sto_compact_result *r);
 
 #endif
