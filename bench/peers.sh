@@ -341,13 +341,19 @@ ingest() {
 	du_ingest=$(du_b "$data")
 	# Settle: each system reaches the state it keeps at rest. rankdb seals
 	# its head into chunks and drops the WAL at a checkpoint (asked for here;
-	# on its own after checkpoint_interval_s) and on SIGTERM; VM flushes and
+	# on its own after checkpoint_interval_s) and merges small chunks in a
+	# compaction (asked for here; on its own every retention_check_s); VM flushes and
 	# merges on request; InfluxDB snapshots its cache to TSM and compacts once
 	# the shard is write-cold (2 s / 5 s here).
 	t_settle=$(now)
 	case "$sys" in
 	rankdb)
+		# checkpoint (VM's force_flush), then compact: merge the small
+		# chunks that frequent checkpoints leave (VM's force_merge); the
+		# server's own background pass does this every retention_check_s.
 		http_code POST "http://127.0.0.1:$port/api/v1/admin/checkpoint" \
+			-H "Authorization: Bearer $rankdb_token" >/dev/null
+		http_code POST "http://127.0.0.1:$port/api/v1/admin/compact" \
 			-H "Authorization: Bearer $rankdb_token" >/dev/null
 		settle "$data"
 		;;
