@@ -256,6 +256,22 @@ void sti_rollup_acc_free(struct sti_rollup_acc *a);
 /* ---- compact.c ---- */
 /* Compacts every segment below a->min_live (struct compact_args *arg). Flusher only. */
 int sti_compact_op(struct sto *s, void *arg);
+/* Supersede index entries being collected (each owns its arrays). */
+struct sup_list {
+	struct sto_sup_entry *v;
+	size_t n, cap;
+};
+void sti_sup_list_trim(struct sup_list *l, size_t keep); /* frees entries from keep on */
+int sti_cmp_u64(const void *a, const void *b);            /* qsort order of uint64_t */
+void sti_sup_list_clear(struct sup_list *l);
+/* Appends *e (taking its arrays) to l; on failure e still owns them. */
+int sti_sup_list_push(struct sup_list *l, struct sto_sup_entry *e);
+/* compact_out protocol: a new segment id, meta compact_out set (committed);
+ * abandon removes the file and clears compact_out. */
+int sti_compact_begin(struct sto *s, uint64_t *new_id);
+void sti_compact_abandon(struct sto *s, uint64_t new_id);
+/* merge.c: merges runs of small checkpointed chunks and group records. */
+int sti_merge_small_chunks(struct sto *s, struct sto_compact_result *r);
 /* Rewrites every segment file with id >= from (as listed at the call),
  * whatever its live fraction; counts into *r (skipped: left as they were).
  * Used by recovery. 0 or -errno/RDB_E*. */
