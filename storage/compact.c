@@ -200,12 +200,26 @@ static int set_collect(struct sto *s, struct seg_set *ss, uint64_t seg)
 }
 
 /* True unless segment id's file is known to be gone. */
+static int trash_has_cb(void *arg, uint64_t v)
+{
+	return v == *(uint64_t *)arg ? 1 : 0;
+}
+
+/* Whether segment id may still hold records that count: its file exists
+ * and it is not compacted away (seg_trash: kept only for the grace). */
 static bool segment_exists(struct sto *s, uint64_t id)
 {
 	char path[PATH_MAX + 64];
 	struct stat st;
+	struct sto_txn *t;
 	sto_seg_path(s->seg_dir, id, path, sizeof(path));
-	return stat(path, &st) == 0 || errno != ENOENT;
+	if (stat(path, &st) != 0 && errno == ENOENT)
+		return false;
+	if (sto_txn_begin(s->ix, false, &t) != 0)
+		return true;
+	int rc = sto_trash_scan(t, trash_has_cb, &id);
+	sto_txn_abort(t);
+	return rc != 1;
 }
 
 /* Keeps in e->seg the segments, other than the one being rewritten, that
@@ -385,19 +399,12 @@ out:
 	return rc;
 }
 
-/* After the switch: no cached fd may keep the old file alive. */
+/* After the switch: no cached fd may keep the old file alive, and the file
+ * goes after the grace (store_int.h, STI_TRASH_GRACE_NS). */
 static int drop_old_segment(struct sto *s)
 {
-	struct sto_seg_readers *fresh = NULL, *old;
-	int rc = sto_seg_readers_new(s->seg_dir, &fresh);
-	if (rc)
-		return rc;
-	pthread_rwlock_wrlock(&s->seg_lock);
-	old = s->readers;
-	s->readers = fresh;
-	pthread_rwlock_unlock(&s->seg_lock);
-	sto_seg_readers_free(old);
-	return sti_empty_trash(s);
+	s->trash_due_mono_ns = rdb_now_mono_ns() + STI_TRASH_GRACE_NS;
+	return sti_readers_refresh(s);
 }
 
 int sti_compact_begin(struct sto *s, uint64_t *new_id)

@@ -149,6 +149,35 @@ int sti_empty_trash(struct sto *s)
 	return rc;
 }
 
+int sti_readers_refresh(struct sto *s)
+{
+	struct sto_seg_readers *fresh = NULL, *old;
+	int rc = sto_seg_readers_new(s->seg_dir, &fresh);
+	if (rc)
+		return rc;
+	pthread_rwlock_wrlock(&s->seg_lock);
+	old = s->readers;
+	s->readers = fresh;
+	pthread_rwlock_unlock(&s->seg_lock);
+	sto_seg_readers_free(old);
+	return 0;
+}
+
+void sti_trash_tick(struct sto *s)
+{
+	if (!s->trash_due_mono_ns || rdb_now_mono_ns() < s->trash_due_mono_ns)
+		return;
+	/* fds opened during the grace (stale reads) would keep the files' space */
+	int rc = sti_readers_refresh(s);
+	if (rc == 0)
+		rc = sti_empty_trash(s);
+	if (rc == 0)
+		s->trash_due_mono_ns = 0;
+	else
+		rdb_warn("store", "removing compacted-away segment files failed: %s; retrying",
+			 rdb_strerror(rc));
+}
+
 /* Open hook: tombstones into memory, leftovers of an interrupted compaction. */
 int sti_lifecycle_open(struct sto *s)
 {

@@ -200,6 +200,7 @@ static void *flusher_main(void *arg)
 			sti_seal_full(s);
 		sti_run_admin_ops(s);
 		sti_lifecycle_tick(s);
+		sti_trash_tick(s);
 		bool due = want || checkpoint_due(s);
 
 		pthread_mutex_lock(&s->flush_lock);
@@ -417,8 +418,11 @@ static int purge_dropped_records(struct sto *s)
 	if (from == 0)
 		return 0;
 	rc = sti_compact_from(s, from - 1, &r);
+	if (rc == 0)
+		rc = sti_empty_trash(s); /* no query runs yet: no grace */
 	if (rc)
 		return rc;
+	s->trash_due_mono_ns = 0;
 	if (r.skipped)
 		rdb_warn("store", "recovery: %llu segment(s) holding chunks dropped for WAL replay "
 			 "could not be rewritten (a damaged record; run rankctl verify); until "
@@ -797,6 +801,8 @@ void sto_close(struct sto *s)
 		s->wal = NULL;
 		rc = sti_finish_checkpoint(s);
 	}
+	if (s->trash_due_mono_ns && sti_empty_trash(s) == 0) /* no query is left */
+		s->trash_due_mono_ns = 0;
 	if (rc)
 		rdb_error("store", "final checkpoint failed (%s); the WAL in %s still holds "
 			  "every acknowledged point and is replayed at the next start",

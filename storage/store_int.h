@@ -116,6 +116,7 @@ struct sto {
 	struct admin_op *ops;          /* flusher work queued by admin calls (flush_lock) */
 	struct sto_lifecycle life;
 	int64_t last_retention_mono_ns;
+	int64_t trash_due_mono_ns; /* 0, or when the compacted-away segments go */
 
 	_Atomic bool closing;
 	_Atomic uint64_t st_points_written, st_batches_written, st_write_busy;
@@ -270,6 +271,15 @@ int sti_sup_list_push(struct sup_list *l, struct sto_sup_entry *e);
  * abandon removes the file and clears compact_out. */
 int sti_compact_begin(struct sto *s, uint64_t *new_id);
 void sti_compact_abandon(struct sto *s, uint64_t new_id);
+/* Swaps in fresh segment readers (no fd keeps an old file). 0 or -ENOMEM. */
+int sti_readers_refresh(struct sto *s);
+/* Compacted-away segment files (seg_trash) are unlinked STI_TRASH_GRACE_NS
+ * after their switch, not at once: a query whose snapshot predates the
+ * switch may still read a merged-away chunk from the old file (the reread
+ * at the new place only finds chunks that were moved, not merged). The
+ * flusher calls sti_trash_tick; close and recovery empty the trash at once. */
+#define STI_TRASH_GRACE_NS (5ll * 1000000000)
+void sti_trash_tick(struct sto *s);
 /* merge.c: merges runs of small checkpointed chunks and group records. */
 int sti_merge_small_chunks(struct sto *s, struct sto_compact_result *r);
 /* Rewrites every segment file with id >= from (as listed at the call),

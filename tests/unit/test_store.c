@@ -529,6 +529,45 @@ static void test_supersede_record(void)
 	rdb_buf_free(&b);
 }
 
+/* A query's view taken before a compaction that merges its chunks and
+ * rewrites their segment still reads every chunk afterwards: the old file
+ * stays for the grace (STI_TRASH_GRACE_NS), the merged-away chunks are
+ * read from it. */
+static void test_view_survives_merge(void)
+{
+	char dir[4200];
+	new_dir(dir, sizeof(dir));
+	struct sto_options o;
+	opts(&o, dir, 40);
+	struct sto *s;
+	struct sto_compact_result cr;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	CHECK_EQ_INT(write_tiny_chunks(s, "v", 0, 24, 3), 0); /* 8 chunks of 3 */
+	uint64_t id = series_id(s, "sup", 0, "v");
+	struct sto_range r = {INT64_MIN, INT64_MAX, false, 0, 0};
+	struct sto_series_view v = {0};
+	CHECK_EQ_INT(sto_view_series(s, id, &r, 1000, &v), 0);
+	CHECK_EQ_INT(v.nchunks, 8);
+	CHECK_EQ_INT(sto_compact(s, 1.0, &cr), 0); /* merge, then rewrite every segment */
+	CHECK(cr.merged_from == 8 && cr.segments >= 1);
+	struct rdb_buf rec;
+	struct sto_cols c = STO_COLS_INIT;
+	struct sto_read_error err;
+	size_t points = 0;
+	rdb_buf_init(&rec, 1u << 24);
+	for (size_t i = 0; i < v.nchunks; i++) {
+		int rc = sto_read_chunk(s, &v.chunks[i], &rec, &c, &err);
+		CHECK_EQ_INT(rc, 0);
+		points += rc == 0 ? c.n : 0;
+	}
+	CHECK_EQ_INT(points, 24);
+	rdb_buf_free(&rec);
+	sto_cols_free(&c);
+	sto_view_free(&v);
+	check_series(s, "sup", 0, "v", 1000, 24);
+	sto_close(s);
+}
+
 int main(void)
 {
 	const char *tmp = getenv("RDB_TEST_TMP");
@@ -547,6 +586,7 @@ int main(void)
 	RUN(test_series_per_job_limit);
 	RUN(test_supersede_record);
 	RUN(test_merge_then_rebuild);
+	RUN(test_view_survives_merge);
 	int rc = check_summary("store");
 	if (rc == 0) {
 		char cmd[4200];
