@@ -805,6 +805,8 @@ static int cmp_u64s(const void *a, const void *b)
 static void dup_segments(const struct rb *b, uint64_t uid, uint64_t *seg, uint32_t *n)
 {
 	struct dup key = {uid, 0};
+	if (b->dups.n == 0)
+		return; /* bsearch wants a non-NULL base */
 	const struct dup *d = bsearch(&key, b->dups.v, b->dups.n, sizeof(key), cmp_dup);
 	if (!d)
 		return;
