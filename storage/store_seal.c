@@ -378,7 +378,8 @@ int sti_seal_items(struct sto *s, struct head *h, struct seal_item *items, size_
 	for (size_t i = 0; i < nitems; i++)
 		uids += (items[i].taken + s->opt.chunk_max_points - 1) / s->opt.chunk_max_points;
 	rc = sti_uid_reserve(s, uids);
-	qsort(items, nitems, sizeof(*items), item_cmp);
+	if (nitems > 1)
+		qsort(items, nitems, sizeof(*items), item_cmp);
 	for (size_t i = 0; i < nitems && rc == 0;) {
 		size_t j = run_end(items, nitems, i);
 		if (!s->seg || r.buf.len == 0) {
