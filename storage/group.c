@@ -16,26 +16,15 @@
 #define FIXED	  4u  /* payload: u8 m, u8[3] zero */
 #define DIR_ENTRY 24u /* u64 series id, u32 offset, u32 length, u64 XXH3 */
 
-static size_t key_len(const struct sto_series_key *k)
-{
-	return 1 + strlen(k->job) + 4 + 2 + strlen(k->metric);
-}
-
 static int put_key(struct rdb_buf *b, const struct sto_series_key *k)
 {
-	size_t jl = strlen(k->job), ml = strlen(k->metric);
-	int rc = rdb_buf_reserve(b, key_len(k));
-	if (rc)
-		return rc;
-	uint8_t *p = b->data + b->len;
-	*p++ = (uint8_t)jl;
-	memcpy(p, k->job, jl);
-	p += jl;
-	rdb_put_le32(p, k->rank);
-	rdb_put_le16(p + 4, (uint16_t)ml);
-	memcpy(p + 6, k->metric, ml);
-	b->len += key_len(k);
-	return 0;
+	size_t n = sto_key_rec_len(k);
+	int rc = rdb_buf_reserve(b, n);
+	if (rc == 0) {
+		sto_key_rec_put(b->data + b->len, k);
+		b->len += n;
+	}
+	return rc;
 }
 
 /* The payload into b: fixed part, shared columns, directory, sections. */
@@ -187,28 +176,6 @@ int sto_group_head_check(const uint8_t *head, const struct sto_chunk_ref *ref,
 
 /* ---- decoding ----------------------------------------------------------------------- */
 
-static int parse_key(const uint8_t *p, size_t len, struct sto_series_key *k, size_t *used)
-{
-	if (len < 1)
-		return RDB_ECORRUPT;
-	size_t jl = p[0];
-	if (jl == 0 || jl > STO_JOB_MAX || len < 1 + jl + 6)
-		return RDB_ECORRUPT;
-	memcpy(k->job, p + 1, jl);
-	k->job[jl] = '\0';
-	const uint8_t *q = p + 1 + jl;
-	k->rank = rdb_get_le32(q);
-	size_t ml = rdb_get_le16(q + 4);
-	if (ml == 0 || ml > STO_METRIC_MAX || len < 1 + jl + 6 + ml)
-		return RDB_ECORRUPT;
-	memcpy(k->metric, q + 6, ml);
-	k->metric[ml] = '\0';
-	if (!sto_job_valid(k->job, jl) || !sto_metric_valid(k->metric, ml))
-		return RDB_ECORRUPT;
-	*used = 1 + jl + 6 + ml;
-	return 0;
-}
-
 /* The shared columns: payload bytes [FIXED, dir), consumed exactly. */
 static int decode_shared(const uint8_t *rec, size_t dir, struct sto_cols *out, const char **why)
 {
@@ -229,7 +196,9 @@ static int decode_section(const uint8_t *p, size_t len, struct sto_series_key *k
 			  struct sto_cols *out, const char **why)
 {
 	size_t klen, used;
-	int rc = parse_key(p, len, k, &klen);
+	int rc = sto_key_rec_get(p, len, k, &klen);
+	if (rc == 0 && k->metric[0] == 0)
+		rc = RDB_ECORRUPT; /* a point series always has a metric */
 	if (rc) {
 		*why = "group member's series key is malformed";
 		return rc;

@@ -274,22 +274,12 @@ static int series_note(struct rb *b, const struct sto_series_key *k, uint64_t si
 	return rc ? rc : sto_series_put(b->t, k, sid);
 }
 
-/* Parses the key record at p[0..len): u8 J, job, u32 rank, u16 M, metric. */
+/* Parses the key record that fills p[0..len) exactly. */
 static int key_parse(const uint8_t *p, size_t len, struct sto_series_key *k)
 {
-	memset(k, 0, sizeof(*k));
-	if (len < 1 + KEY_TAIL || p[0] == 0 || p[0] > STO_JOB_MAX || len < 1u + p[0] + KEY_TAIL)
-		return RDB_ECORRUPT;
-	size_t jl = p[0];
-	if (!sto_job_valid((const char *)p + 1, jl))
-		return RDB_ECORRUPT;
-	memcpy(k->job, p + 1, jl);
-	k->rank = rdb_get_le32(p + 1 + jl);
-	size_t ml = rdb_get_le16(p + 5 + jl);
-	if (len != 1 + jl + KEY_TAIL + ml || ml > STO_METRIC_MAX)
-		return RDB_ECORRUPT;
-	memcpy(k->metric, p + 1 + jl + KEY_TAIL, ml);
-	return 0;
+	size_t used;
+	int rc = sto_key_rec_get(p, len, k, &used);
+	return rc == 0 && used != len ? RDB_ECORRUPT : rc;
 }
 
 /* ---- one record --------------------------------------------------------------------- */

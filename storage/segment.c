@@ -179,8 +179,7 @@ int sto_chunk_frame(struct rdb_buf *out, uint32_t magic, uint64_t series_id, uin
 		    uint32_t npoints, const uint8_t *codec, size_t codec_len,
 		    const struct sto_series_key *key)
 {
-	size_t jl = strlen(key->job), ml = strlen(key->metric);
-	size_t payload = codec_len + 1 + jl + 4 + 2 + ml;
+	size_t payload = codec_len + sto_key_rec_len(key);
 	if (payload > STO_CHUNK_MAX_PAYLOAD)
 		return RDB_ELIMIT;
 	size_t start = out->len;
@@ -191,13 +190,7 @@ int sto_chunk_frame(struct rdb_buf *out, uint32_t magic, uint64_t series_id, uin
 	sto_rec_header(h, magic, (uint32_t)payload, series_id, uid, gen, npoints, 0);
 	uint8_t *p = h + STO_CHUNK_HEADER_SIZE;
 	memcpy(p, codec, codec_len);
-	p += codec_len;
-	*p++ = (uint8_t)jl;
-	memcpy(p, key->job, jl);
-	p += jl;
-	rdb_put_le32(p, key->rank);
-	rdb_put_le16(p + 4, (uint16_t)ml);
-	memcpy(p + 6, key->metric, ml);
+	sto_key_rec_put(p + codec_len, key);
 	rc = record_seal(h, payload);
 	if (rc == 0)
 		out->len = start + STO_CHUNK_HEADER_SIZE + payload;

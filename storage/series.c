@@ -1,5 +1,6 @@
 /* series.c - validation of names and chunk statistics. Pure functions. */
 #include "storage/series.h"
+#include "common/rdb_err.h"
 #include "common/rdb_le.h"
 
 #include <math.h>
@@ -30,6 +31,42 @@ bool sto_metric_valid(const char *metric, size_t len)
 			return false;
 	}
 	return true;
+}
+
+size_t sto_key_rec_len(const struct sto_series_key *k)
+{
+	return 1 + strlen(k->job) + 4 + 2 + strlen(k->metric);
+}
+
+void sto_key_rec_put(uint8_t *p, const struct sto_series_key *k)
+{
+	size_t jl = strlen(k->job), ml = strlen(k->metric);
+	*p++ = (uint8_t)jl;
+	memcpy(p, k->job, jl);
+	p += jl;
+	rdb_put_le32(p, k->rank);
+	rdb_put_le16(p + 4, (uint16_t)ml);
+	memcpy(p + 6, k->metric, ml);
+}
+
+int sto_key_rec_get(const uint8_t *p, size_t len, struct sto_series_key *k, size_t *used)
+{
+	memset(k, 0, sizeof(*k));
+	if (len < 1)
+		return RDB_ECORRUPT;
+	size_t jl = p[0];
+	if (jl == 0 || jl > STO_JOB_MAX || len < 1 + jl + 6 ||
+	    !sto_job_valid((const char *)p + 1, jl))
+		return RDB_ECORRUPT;
+	size_t ml = rdb_get_le16(p + 5 + jl);
+	if (ml > STO_METRIC_MAX || len - (1 + jl + 6) < ml ||
+	    (ml && !sto_metric_valid((const char *)p + 7 + jl, ml)))
+		return RDB_ECORRUPT;
+	memcpy(k->job, p + 1, jl);
+	k->rank = rdb_get_le32(p + 1 + jl);
+	memcpy(k->metric, p + 7 + jl, ml);
+	*used = 1 + jl + 6 + ml;
+	return 0;
 }
 
 void sto_chunk_stats_compute(const struct sto_cols *c, struct sto_chunk_stats *out)

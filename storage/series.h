@@ -59,6 +59,16 @@ bool sto_job_valid(const char *job, size_t len);
  * than space, '"', '\\' and '{' '}' ','. ';' and '=' are allowed: line
  * protocol appends extra tags as ";key=value" (ingest/lp.h). */
 bool sto_metric_valid(const char *metric, size_t len);
+/* The series key record of segment records (storage/format.h): u8 J, job,
+ * u32 rank, u16 M, metric (M = 0 in event chunks' records). */
+size_t sto_key_rec_len(const struct sto_series_key *k);
+/* Writes k's key record at p (sto_key_rec_len(k) bytes). */
+void sto_key_rec_put(uint8_t *p, const struct sto_series_key *k);
+/* Parses one key record at the start of p[0..len) into *k (zeroed first);
+ * *used gets its length. The job must be valid, the metric valid or empty.
+ * RDB_ECORRUPT otherwise. */
+int sto_key_rec_get(const uint8_t *p, size_t len, struct sto_series_key *k, size_t *used);
+
 /* Computes stats over cols (n >= 1). */
 void sto_chunk_stats_compute(const struct sto_cols *c, struct sto_chunk_stats *out);
 
