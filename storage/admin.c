@@ -162,11 +162,6 @@ static int walk_segment(struct vctx *v, const char *path, uint64_t id)
 	return 0;
 }
 
-static int trash_has_cb(void *arg, uint64_t v)
-{
-	return v == *(uint64_t *)arg ? 1 : 0;
-}
-
 /* A compacted-away segment waiting out its grace (seg_trash): nothing in it
  * counts any more, so it is not verified. */
 static bool in_trash(struct vctx *v, uint64_t id)
@@ -174,7 +169,7 @@ static bool in_trash(struct vctx *v, uint64_t id)
 	struct sto_txn *t;
 	if (sto_txn_begin(v->p.ix, false, &t) != 0)
 		return false;
-	int rc = sto_trash_scan(t, trash_has_cb, &id);
+	int rc = sto_trash_has(t, id);
 	sto_txn_abort(t);
 	return rc == 1;
 }

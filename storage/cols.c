@@ -128,3 +128,10 @@ out:
 	free(scratch);
 	return rc;
 }
+
+bool sto_cols_same_time(const struct sto_cols *a, const struct sto_cols *b)
+{
+	return a->n == b->n && memcmp(a->ts_ns, b->ts_ns, a->n * sizeof(int64_t)) == 0 &&
+	       memcmp(a->step, b->step, a->n * sizeof(int64_t)) == 0 &&
+	       memcmp(a->attempt, b->attempt, a->n * sizeof(uint32_t)) == 0;
+}

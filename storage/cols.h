@@ -3,6 +3,7 @@
 #ifndef STO_COLS_H
 #define STO_COLS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,5 +28,8 @@ int sto_cols_push(struct sto_cols *c, int64_t ts_ns, int64_t step, uint32_t atte
 void sto_cols_free(struct sto_cols *c);
 /* Sorts the points by (ts_ns, step, attempt), stable for equal keys. 0 or -ENOMEM. */
 int sto_cols_sort_by_time(struct sto_cols *c);
+/* Whether a and b have the same n and identical ts, step and attempt
+ * columns (values aside): such series can share a group record. */
+bool sto_cols_same_time(const struct sto_cols *a, const struct sto_cols *b);
 
 #endif

@@ -200,11 +200,6 @@ static int set_collect(struct sto *s, struct seg_set *ss, uint64_t seg)
 }
 
 /* True unless segment id's file is known to be gone. */
-static int trash_has_cb(void *arg, uint64_t v)
-{
-	return v == *(uint64_t *)arg ? 1 : 0;
-}
-
 /* Whether segment id may still hold records that count: its file exists
  * and it is not compacted away (seg_trash: kept only for the grace). */
 static bool segment_exists(struct sto *s, uint64_t id)
@@ -217,7 +212,7 @@ static bool segment_exists(struct sto *s, uint64_t id)
 		return false;
 	if (sto_txn_begin(s->ix, false, &t) != 0)
 		return true;
-	int rc = sto_trash_scan(t, trash_has_cb, &id);
+	int rc = sto_trash_has(t, id);
 	sto_txn_abort(t);
 	return rc != 1;
 }

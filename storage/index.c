@@ -1334,6 +1334,15 @@ int sto_trash_del(struct sto_txn *t, uint64_t segment_id)
 	return ret == RDB_ENOTFOUND ? 0 : ret;
 }
 
+int sto_trash_has(struct sto_txn *t, uint64_t segment_id)
+{
+	uint8_t kb[8];
+	MDB_val k = {.mv_size = 8, .mv_data = kb}, v;
+	rdb_put_be64(kb, segment_id);
+	int ret = ix_err(t->ix, mdb_get(t->txn, t->ix->seg_trash, &k, &v), "trash get");
+	return ret == 0 ? 1 : ret == RDB_ENOTFOUND ? 0 : ret;
+}
+
 int sto_trash_scan(struct sto_txn *t, sto_u64_fn fn, void *arg)
 {
 	MDB_cursor *cur = NULL;

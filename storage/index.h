@@ -155,6 +155,9 @@ int sto_quarantine_scan(struct sto_txn *t, sto_u64_fn fn, void *arg);
 int sto_trash_add(struct sto_txn *t, uint64_t segment_id);
 int sto_trash_del(struct sto_txn *t, uint64_t segment_id);
 int sto_trash_scan(struct sto_txn *t, sto_u64_fn fn, void *arg);
+/* Whether segment_id is in seg_trash (compacted away, file kept for the
+ * grace): 1, 0, or -errno/RDB_E*. */
+int sto_trash_has(struct sto_txn *t, uint64_t segment_id);
 
 /* A rollup record: the exact, mergeable aggregate of the points of one
  * series in one bucket of one tier (bucket start = the smallest axis value

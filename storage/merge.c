@@ -363,13 +363,6 @@ static size_t group_run_end(struct sto *s, const struct merge_set *m, size_t i)
 	return j;
 }
 
-static bool same_time(const struct sto_cols *a, const struct sto_cols *b)
-{
-	return a->n == b->n && memcmp(a->ts_ns, b->ts_ns, a->n * sizeof(int64_t)) == 0 &&
-	       memcmp(a->step, b->step, a->n * sizeof(int64_t)) == 0 &&
-	       memcmp(a->attempt, b->attempt, a->n * sizeof(uint32_t)) == 0;
-}
-
 /* Member k's points of the groups whose member 0 is at [a, b), merged. */
 static int group_member_points(struct sto *s, struct merge_set *m, size_t a, size_t b, unsigned k,
 			       struct sto_cols *out, uint64_t *gen)
@@ -410,7 +403,7 @@ static int merge_group_run(struct sto *s, struct merge_set *m, size_t a, size_t 
 	int rc = 0;
 	for (unsigned k = 0; rc == 0 && k < nm; k++) {
 		rc = group_member_points(s, m, a, b, k, &m->gpts[k], &gen);
-		if (rc == 0 && !same_time(&m->gpts[0], &m->gpts[k]))
+		if (rc == 0 && !sto_cols_same_time(&m->gpts[0], &m->gpts[k]))
 			return 0; /* cannot happen for records the seal made; leave them */
 		if (rc == 0)
 			rc = series_key(s, m->all.v[g0->idx[k]].series_id, &keys[k]);

@@ -197,13 +197,6 @@ static int encode_group_piece(struct sto *s, struct seal_round *r, const struct 
 	return rc;
 }
 
-static bool same_time_columns(const struct sto_cols *a, const struct sto_cols *b)
-{
-	return a->n == b->n && memcmp(a->ts_ns, b->ts_ns, a->n * sizeof(int64_t)) == 0 &&
-	       memcmp(a->step, b->step, a->n * sizeof(int64_t)) == 0 &&
-	       memcmp(a->attempt, b->attempt, a->n * sizeof(uint32_t)) == 0;
-}
-
 /* Seals the run's members (points copied and sorted in r->copy): those
  * with identical time columns as group records, the others on their own,
  * each in pieces of at most chunk_max_points. */
@@ -218,7 +211,7 @@ static int encode_run(struct sto *s, struct seal_round *r, const struct seal_ite
 			continue;
 		size_t m = 0;
 		for (size_t j = i; j < nrun; j++)
-			if (!r->done[j] && (j == i || same_time_columns(&r->copy[i], &r->copy[j]))) {
+			if (!r->done[j] && (j == i || sto_cols_same_time(&r->copy[i], &r->copy[j]))) {
 				mi[m++] = j;
 				r->done[j] = true;
 			}

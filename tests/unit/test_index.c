@@ -765,6 +765,25 @@ static int sup_seen_cb(void *arg, const struct sto_sup_entry *e)
 }
 
 /* Supersede entries: put, get (exact copy), replace, scan in uid order, del. */
+/* seg_trash membership is a lookup, not a scan of the list. */
+static void test_trash_has(void)
+{
+	char dir[600];
+	new_dir(dir, sizeof(dir));
+	struct sto_index *ix = open_ok(dir, MAP_BYTES);
+	struct sto_txn *t = begin(ix, true);
+	CHECK_EQ_INT(sto_trash_has(t, 5), 0);
+	CHECK_EQ_INT(sto_trash_add(t, 5), 0);
+	CHECK_EQ_INT(sto_trash_add(t, 0x100000000ull), 0);
+	CHECK_EQ_INT(sto_trash_has(t, 5), 1);
+	CHECK_EQ_INT(sto_trash_has(t, 4), 0);
+	CHECK_EQ_INT(sto_trash_has(t, 0x100000000ull), 1);
+	CHECK_EQ_INT(sto_trash_del(t, 5), 0);
+	CHECK_EQ_INT(sto_trash_has(t, 5), 0);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+	sto_index_close(ix);
+}
+
 static void test_supersede(void)
 {
 	char dir[600];
@@ -833,6 +852,7 @@ int main(void)
 	RUN(test_stats_bits);
 	RUN(test_pending);
 	RUN(test_map_full);
+	RUN(test_trash_has);
 	RUN(test_supersede);
 	rmdir(tmp_root);
 	return check_summary("index");
