@@ -1429,16 +1429,6 @@ int sto_codec_decode_values(const uint8_t *src, size_t len, struct sto_cols *out
 	return 0;
 }
 
-int sto_codec_skip_column(const uint8_t *src, size_t len, size_t *used)
-{
-	size_t pos = 0, clen;
-	uint8_t enc;
-	int rc = column_at(src, len, &pos, &enc, &clen);
-	if (rc == 0)
-		*used = pos + clen;
-	return rc;
-}
-
 /* ---- generic zstd blocks (event chunks) -------------------------------------- */
 
 int sto_codec_zstd_pack(const void *src, size_t len, struct rdb_buf *out)

@@ -51,8 +51,6 @@ int sto_codec_decode_shared(const uint8_t *src, size_t len, uint32_t max_points,
 /* Decodes one value column of out->n points (out->n >= 1, set by
  * sto_codec_decode_shared) into out->value. RDB_ECORRUPT, RDB_EINVAL. */
 int sto_codec_decode_values(const uint8_t *src, size_t len, struct sto_cols *out, size_t *used);
-/* Bytes of the `column` item at src, without decoding it. RDB_ECORRUPT. */
-int sto_codec_skip_column(const uint8_t *src, size_t len, size_t *used);
 
 /* One zstd frame (content size recorded) of src, appended to out.
  * 0, -ENOMEM, RDB_ELIMIT. */
