@@ -24,7 +24,7 @@ bool ing_datagram_is_json(const uint8_t *p, size_t len);
  * RDB_ENOTFOUND when it held only blank/comment lines; RDB_ELIMIT when b or
  * ev is full; -ENOMEM. Timestamps default to lp->default_ts_ns. */
 int ing_datagram_parse(const uint8_t *p, size_t len, const struct ing_limits *lim,
-		       const struct ing_lp_options *lp, struct sto_batch *b, struct sto_events *ev,
+		       const struct ing_lp_options *lp, struct mdl_batch *b, struct mdl_events *ev,
 		       struct ing_datagram_result *res);
 
 #endif

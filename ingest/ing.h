@@ -5,8 +5,8 @@
 #ifndef ING_ING_H
 #define ING_ING_H
 
-#include "storage/batch.h"
-#include "storage/events.h"
+#include "model/batch.h"
+#include "model/events.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -38,7 +38,7 @@ struct ing_error {
  *             "metrics":{name: value, ...}}
  *   log:     {"type":"log", "job", "rank", "timestamp"?, "step"?, "attempt"?,
  *             "level":"debug"|"info"|"warn"|"error"|"fatal"? (default info),
- *             "message":str (valid UTF-8, <= STO_EVENT_TEXT_MAX bytes),
+ *             "message":str (valid UTF-8, <= MDL_EVENT_TEXT_MAX bytes),
  *             "fields":{name: string|number|true|false|null, ...}?}
  *   span:    {"type":"span", "job", "rank", "step":int>=0, "name":str,
  *             "start":int ns, "duration_ns":int>=0, "attempt"?}
@@ -61,12 +61,12 @@ struct ing_error {
  * NULL) gets the number of records of all types. Blocks on nothing;
  * reentrant. */
 int ing_json_parse_all(const char *body, size_t len, const struct ing_limits *lim,
-		       int64_t default_ts_ns, struct sto_batch *b, struct sto_events *ev,
+		       int64_t default_ts_ns, struct mdl_batch *b, struct mdl_events *ev,
 		       struct ing_error *err, size_t *nrecords);
 
 /* ing_json_parse_all with ev = NULL: metrics records only. */
 int ing_json_parse(const char *body, size_t len, const struct ing_limits *lim,
-		   int64_t default_ts_ns, struct sto_batch *b, struct ing_error *err,
+		   int64_t default_ts_ns, struct mdl_batch *b, struct ing_error *err,
 		   size_t *nrecords);
 
 #endif

@@ -11,14 +11,14 @@
  *
  * Grammar (the record members of json_write.c's grammar that belong to log
  * and span records only):
- *     "level":       string accepted by sto_level_parse (case-insensitive
+ *     "level":       string accepted by mdl_level_parse (case-insensitive
  *                    debug, info, warn, error, fatal; also warning, err,
  *                    critical, ...), or null (= info)     (log: optional)
- *     "message":     string, valid UTF-8, 0..STO_EVENT_TEXT_MAX bytes after
+ *     "message":     string, valid UTF-8, 0..MDL_EVENT_TEXT_MAX bytes after
  *                    unescaping                           (log: required)
  *     "fields":      flat object name -> string | number | true | false |
  *                    null, or null (= "{}")               (log: optional)
- *     "name":        string, 1..STO_SPAN_NAME_MAX bytes with the metric-name
+ *     "name":        string, 1..MDL_SPAN_NAME_MAX bytes with the metric-name
  *                    alphabet (printable ASCII; not space " \ { } ,)
  *                                                         (span: required)
  *     "duration_ns": integer 0..INT64_MAX                 (span: required)
@@ -30,7 +30,7 @@
  *     and keys re-escaped minimally ('"', '\\' and control bytes, as \b \f
  *     \n \r \t or \u00XX; everything else, UTF-8 included, raw), numbers as
  *     their original token text (JSON grammar checked; NaN/Infinity are
- *     errors there), true/false/null as is; at most STO_EVENT_FIELDS_MAX
+ *     errors there), true/false/null as is; at most MDL_EVENT_FIELDS_MAX
  *     bytes. Nested objects/arrays and duplicate keys are errors naming the
  *     field ("fields.<key>").
  *
@@ -41,7 +41,7 @@
 #include "ingest/json_int.h"
 #include "common/rdb_buf.h"
 #include "common/rdb_err.h"
-#include "storage/events.h"
+#include "model/events.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -58,10 +58,10 @@ static int event_bufs(struct parser *ps)
 {
 	if (ps->msg_buf)
 		return 0;
-	ps->msg_buf = malloc(STO_EVENT_TEXT_MAX + STO_EVENT_FIELDS_MAX);
+	ps->msg_buf = malloc(MDL_EVENT_TEXT_MAX + MDL_EVENT_FIELDS_MAX);
 	if (!ps->msg_buf)
 		return ijs_fail_nomem(ps);
-	ps->dec_buf = ps->msg_buf + STO_EVENT_TEXT_MAX;
+	ps->dec_buf = ps->msg_buf + MDL_EVENT_TEXT_MAX;
 	return 0;
 }
 
@@ -132,7 +132,7 @@ int ijs_field_level(struct parser *ps)
 	int rc = ijs_lex_value(ps, "level", &t);
 	if (rc)
 		return rc;
-	if (t.kind == TOK_STR && sto_level_parse(t.s, t.len, &ps->rec.level) == 0)
+	if (t.kind == TOK_STR && mdl_level_parse(t.s, t.len, &ps->rec.level) == 0)
 		return 0;
 	char tmp[ECHO_BUF + 2];
 	return ijs_fail(
@@ -147,17 +147,17 @@ int ijs_field_message(struct parser *ps)
 	struct tok t;
 	int rc = event_bufs(ps);
 	if (rc == 0)
-		rc = lex_value_into(ps, "message", ps->msg_buf, STO_EVENT_TEXT_MAX, &t);
+		rc = lex_value_into(ps, "message", ps->msg_buf, MDL_EVENT_TEXT_MAX, &t);
 	if (rc)
 		return rc;
 	char tmp[ECHO_BUF + 2];
 	if (t.kind != TOK_STR)
 		return ijs_fail(ps, RDB_EINVAL, t.line, "message",
 				"message must be a string, got %s", ijs_describe(tmp, &t));
-	if (t.len > STO_EVENT_TEXT_MAX)
+	if (t.len > MDL_EVENT_TEXT_MAX)
 		return ijs_fail(ps, RDB_EINVAL, t.line, "message",
 				"message is longer than %u bytes (after unescaping)",
-				STO_EVENT_TEXT_MAX);
+				MDL_EVENT_TEXT_MAX);
 	if ((rc = check_utf8(ps, &t, "message", "message")))
 		return rc;
 	ps->rec.msg = t.s;
@@ -171,7 +171,7 @@ int ijs_field_name(struct parser *ps)
 	int rc = ijs_lex_value(ps, "name", &t);
 	if (rc)
 		return rc;
-	if (t.kind == TOK_STR && t.len <= STO_SPAN_NAME_MAX && sto_metric_valid(t.s, t.len)) {
+	if (t.kind == TOK_STR && t.len <= MDL_SPAN_NAME_MAX && mdl_metric_valid(t.s, t.len)) {
 		memcpy(ps->rec.name_buf, t.s, t.len);
 		ps->rec.name_len = t.len;
 		return 0;
@@ -181,7 +181,7 @@ int ijs_field_name(struct parser *ps)
 	    ps, RDB_EINVAL, t.line, "name",
 	    "span name must be 1 to %u printable ASCII characters other than space, '\"', "
 	    "'\\', '{', '}' and ',', got %s",
-	    STO_SPAN_NAME_MAX, ijs_describe(tmp, &t));
+	    MDL_SPAN_NAME_MAX, ijs_describe(tmp, &t));
 }
 
 int ijs_field_duration(struct parser *ps)
@@ -193,14 +193,14 @@ int ijs_field_duration(struct parser *ps)
 }
 
 /* Appends to the record's fields text, which is bounded by
- * STO_EVENT_FIELDS_MAX bytes. */
+ * MDL_EVENT_FIELDS_MAX bytes. */
 static int fields_put(struct parser *ps, const char *s, size_t n)
 {
 	int rc = rdb_buf_append(&ps->fields_text, s, n);
 	if (rc == RDB_ELIMIT)
 		return ijs_fail(ps, RDB_EINVAL, ps->line, "fields",
 				"fields are longer than %u bytes as compact JSON",
-				STO_EVENT_FIELDS_MAX);
+				MDL_EVENT_FIELDS_MAX);
 	return rc ? ijs_fail_nomem(ps) : 0;
 }
 
@@ -253,10 +253,10 @@ static int fields_add_key(struct parser *ps, const struct tok *t)
 /* A decoded string of fields (key or value): bounded and valid UTF-8. */
 static int fields_check_str(struct parser *ps, const struct tok *t, const char *what)
 {
-	if (t->len > STO_EVENT_FIELDS_MAX)
+	if (t->len > MDL_EVENT_FIELDS_MAX)
 		return ijs_fail(ps, RDB_EINVAL, t->line, "fields",
 				"fields are longer than %u bytes as compact JSON",
-				STO_EVENT_FIELDS_MAX);
+				MDL_EVENT_FIELDS_MAX);
 	return check_utf8(ps, t, "fields", what);
 }
 
@@ -264,7 +264,7 @@ static int fields_check_str(struct parser *ps, const struct tok *t, const char *
 static int fields_value(struct parser *ps, const char *key, size_t key_len)
 {
 	struct tok t;
-	int rc = lex_value_into(ps, "fields", ps->dec_buf, STO_EVENT_FIELDS_MAX, &t);
+	int rc = lex_value_into(ps, "fields", ps->dec_buf, MDL_EVENT_FIELDS_MAX, &t);
 	if (rc)
 		return rc;
 	bool is_int;
@@ -298,7 +298,7 @@ static int fields_member(struct parser *ps)
 	ijs_skip_ws(ps);
 	if (ps->p >= ps->end || *ps->p != '"')
 		return ijs_fail_unexpected(ps, "fields", "a field name in double quotes");
-	int rc = lex_value_into(ps, "fields", ps->dec_buf, STO_EVENT_FIELDS_MAX, &t);
+	int rc = lex_value_into(ps, "fields", ps->dec_buf, MDL_EVENT_FIELDS_MAX, &t);
 	if (rc)
 		return rc;
 	if ((rc = fields_check_str(ps, &t, "field name")) || (rc = fields_add_key(ps, &t)))

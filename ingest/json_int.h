@@ -14,7 +14,7 @@
 
 #include "ingest/ing.h"
 #include "common/rdb_buf.h"
-#include "storage/events.h"
+#include "model/events.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -78,7 +78,7 @@ struct record {
 	bool type_given;
 	const char *job; /* into the body or job_buf */
 	size_t job_len;
-	char job_buf[STO_JOB_MAX];
+	char job_buf[MDL_JOB_MAX];
 	uint32_t rank;
 	int64_t step, ts_ns; /* ts_ns: metrics/log timestamp, span start */
 	int64_t duration_ns;
@@ -88,7 +88,7 @@ struct record {
 	const char *msg; /* into the body or msg_buf; msg_len bytes */
 	size_t msg_len;
 	bool has_fields; /* fields_text holds this record's fields object */
-	char name_buf[STO_SPAN_NAME_MAX];
+	char name_buf[MDL_SPAN_NAME_MAX];
 	size_t name_len;
 };
 
@@ -99,8 +99,8 @@ struct parser {
 	size_t depth;
 	const struct ing_limits *lim;
 	struct ing_error *err;
-	struct sto_batch *b;
-	struct sto_events *ev; /* NULL: log and span records are refused */
+	struct mdl_batch *b;
+	struct mdl_events *ev; /* NULL: log and span records are refused */
 	int64_t default_ts_ns;
 	struct record rec;
 	struct metric_ent *ents; /* [cap]: ents_inline or heap */
@@ -114,8 +114,8 @@ struct parser {
 	char arena_inline[INLINE_ARENA];
 	char *dst;	 /* where escaped strings are decoded: scratch, msg_buf or dec_buf */
 	size_t dst_cap;	 /* bytes of dst; longer strings keep only a prefix */
-	char *msg_buf;	 /* [STO_EVENT_TEXT_MAX] a log message with escapes; lazily */
-	char *dec_buf;	 /* [STO_EVENT_FIELDS_MAX] a key/string of fields; lazily */
+	char *msg_buf;	 /* [MDL_EVENT_TEXT_MAX] a log message with escapes; lazily */
+	char *dec_buf;	 /* [MDL_EVENT_FIELDS_MAX] a key/string of fields; lazily */
 	struct rdb_buf fields_text; /* the record's fields, compact JSON; bounded */
 	char scratch[SCRATCH_MAX];
 };
@@ -187,7 +187,7 @@ int ijs_in_member(struct parser *ps, int rc, const char *obj, const char *name, 
 
 /* "level": a level name or null. */
 int ijs_field_level(struct parser *ps);
-/* "message": a UTF-8 string of at most STO_EVENT_TEXT_MAX bytes. */
+/* "message": a UTF-8 string of at most MDL_EVENT_TEXT_MAX bytes. */
 int ijs_field_message(struct parser *ps);
 /* "name": a span name with the metric-name alphabet. */
 int ijs_field_name(struct parser *ps);

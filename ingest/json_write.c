@@ -25,7 +25,7 @@
  *              (those of log and span records only: json_events.c):
  *     "type":        "metrics" | "log" | "span"            (default "metrics")
  *     "job":         string, [A-Za-z0-9._-]{1,128}                 (all: required)
- *     "rank":        integer 0..STO_RANK_MAX, or the string "job"  (all: required)
+ *     "rank":        integer 0..MDL_RANK_MAX, or the string "job"  (all: required)
  *     "attempt":     integer 0..UINT32_MAX, or null (= 0)          (all: optional)
  *     "step":        integer 0..INT64_MAX, or null (= no step)
  *                    (metrics, log: optional; span: required, not null)
@@ -70,7 +70,7 @@
 #include "ingest/json_int.h"
 #include "common/rdb_buf.h"
 #include "common/rdb_err.h"
-#include "storage/events.h"
+#include "model/events.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -105,7 +105,7 @@ static int field_job(struct parser *ps)
 	int rc = ijs_lex_value(ps, "job", &t);
 	if (rc)
 		return rc;
-	if (t.kind == TOK_STR && sto_job_valid(t.s, t.len)) {
+	if (t.kind == TOK_STR && mdl_job_valid(t.s, t.len)) {
 		memcpy(ps->rec.job_buf, t.s, t.len);
 		ps->rec.job = ps->rec.job_buf;
 		ps->rec.job_len = t.len;
@@ -114,7 +114,7 @@ static int field_job(struct parser *ps)
 	char tmp[ECHO_BUF + 2];
 	return ijs_fail(ps, RDB_EINVAL, t.line, "job",
 			"job must be a string of 1 to %u characters from [A-Za-z0-9._-], got %s",
-			STO_JOB_MAX, ijs_describe(tmp, &t));
+			MDL_JOB_MAX, ijs_describe(tmp, &t));
 }
 
 static int field_rank(struct parser *ps)
@@ -126,17 +126,17 @@ static int field_rank(struct parser *ps)
 	bool neg = false;
 	uint64_t mag = 0;
 	if (ijs_tok_is(&t, TOK_STR, "job")) {
-		ps->rec.rank = STO_RANK_JOB;
+		ps->rec.rank = MDL_RANK_JOB;
 		return 0;
 	}
-	if (ijs_parse_int(&t, &neg, &mag) == INT_OK && (!neg || mag == 0) && mag <= STO_RANK_MAX) {
+	if (ijs_parse_int(&t, &neg, &mag) == INT_OK && (!neg || mag == 0) && mag <= MDL_RANK_MAX) {
 		ps->rec.rank = (uint32_t)mag;
 		return 0;
 	}
 	char tmp[ECHO_BUF + 2];
 	return ijs_fail(ps, RDB_EINVAL, t.line, "rank",
 			"rank must be an integer >= 0 (at most %u) or \"job\", got %s",
-			STO_RANK_MAX, ijs_describe(tmp, &t));
+			MDL_RANK_MAX, ijs_describe(tmp, &t));
 }
 
 /* Parses a time in ns since the epoch ("timestamp" or "start") into ts_ns. */
@@ -316,7 +316,7 @@ static bool string_bits(const struct tok *t, uint64_t *bits)
 		const char *s;
 		uint64_t bits;
 	} words[] = {
-	    {"NaN", STO_VALUE_NAN_BITS},	  {"Inf", 0x7ff0000000000000ull},
+	    {"NaN", MDL_VALUE_NAN_BITS},	  {"Inf", 0x7ff0000000000000ull},
 	    {"+Inf", 0x7ff0000000000000ull},	  {"Infinity", 0x7ff0000000000000ull},
 	    {"+Infinity", 0x7ff0000000000000ull}, {"-Inf", 0xfff0000000000000ull},
 	    {"-Infinity", 0xfff0000000000000ull},
@@ -346,9 +346,9 @@ static int bare_bits(const struct tok *t, uint64_t *bits)
 {
 	double d;
 	if (ijs_tok_is(t, TOK_BARE, "null"))
-		*bits = STO_VALUE_NULL_BITS;
+		*bits = MDL_VALUE_NULL_BITS;
 	else if (ijs_tok_is(t, TOK_BARE, "NaN"))
-		*bits = STO_VALUE_NAN_BITS;
+		*bits = MDL_VALUE_NAN_BITS;
 	else if (ijs_tok_is(t, TOK_BARE, "Infinity"))
 		*bits = 0x7ff0000000000000ull;
 	else if (ijs_tok_is(t, TOK_BARE, "-Infinity"))
@@ -392,11 +392,11 @@ static int metric_value(struct parser *ps, const char *name, size_t len, uint64_
 /* Validates a metric name and adds its table entry (value not yet set). */
 static int metric_add_name(struct parser *ps, const struct tok *t)
 {
-	if (!sto_metric_valid(t->s, t->len))
+	if (!mdl_metric_valid(t->s, t->len))
 		return ijs_fail(ps, RDB_EINVAL, t->line, "metrics",
 				"metric name must be 1 to %u printable ASCII characters other than "
 				"space, '\"', '\\', '{', '}' and ','",
-				STO_METRIC_MAX);
+				MDL_METRIC_MAX);
 	if (ps->rec.n >= ps->lim->max_metrics_per_record)
 		return ijs_fail(ps, RDB_ELIMIT, t->line, "metrics",
 				"record has more than %zu metrics (max_metrics_per_record)",
@@ -584,12 +584,12 @@ static void record_reset(struct parser *ps)
 	r->job = NULL;
 	r->job_len = 0;
 	r->rank = 0;
-	r->step = STO_STEP_NONE;
+	r->step = MDL_STEP_NONE;
 	r->ts_ns = ps->default_ts_ns;
 	r->duration_ns = 0;
 	r->attempt = 0;
 	r->n = 0;
-	r->level = STO_LEVEL_INFO;
+	r->level = MDL_LEVEL_INFO;
 	r->msg = NULL;
 	r->msg_len = 0;
 	r->has_fields = false;
@@ -628,7 +628,7 @@ static int record_check(struct parser *ps)
 					"record has no \"%s\" field (required: %s)", fields[i].name,
 					types[r->type].needs);
 	}
-	if (r->type == REC_SPAN && r->step == STO_STEP_NONE)
+	if (r->type == REC_SPAN && r->step == MDL_STEP_NONE)
 		return ijs_fail(ps, RDB_EINVAL, r->field_line[2], "step",
 				"a span record needs a step (an integer >= 0), got null");
 	return 0;
@@ -638,7 +638,7 @@ static int record_check(struct parser *ps)
 static int record_emit_event(struct parser *ps)
 {
 	const struct record *r = &ps->rec;
-	struct sto_event e = {
+	struct mdl_event e = {
 	    .rank = r->rank,
 	    .attempt = r->attempt,
 	    .ts_ns = r->ts_ns,
@@ -647,20 +647,20 @@ static int record_emit_event(struct parser *ps)
 	    .job_len = r->job_len,
 	};
 	if (r->type == REC_LOG) {
-		e.kind = STO_EV_LOG;
+		e.kind = MDL_EV_LOG;
 		e.level = r->level;
 		e.text = r->msg;
 		e.text_len = r->msg_len;
 		e.fields = r->has_fields ? (const char *)ps->fields_text.data : "{}";
 		e.fields_len = r->has_fields ? ps->fields_text.len : 2;
 	} else {
-		e.kind = STO_EV_SPAN;
+		e.kind = MDL_EV_SPAN;
 		e.duration_ns = r->duration_ns;
 		e.text = r->name_buf;
 		e.text_len = r->name_len;
 		e.fields = "";
 	}
-	int rc = sto_events_add(ps->ev, &e);
+	int rc = mdl_events_add(ps->ev, &e);
 	if (rc == RDB_ELIMIT)
 		return ijs_fail(
 		    ps, rc, r->line, "",
@@ -684,7 +684,7 @@ static int record_emit(struct parser *ps)
 		return record_emit_event(ps);
 	for (size_t i = 0; i < r->n; i++) {
 		const struct metric_ent *e = &ps->ents[i];
-		rc = sto_batch_add(ps->b, r->job, r->job_len, r->rank, ijs_ent_name(ps, e), e->len,
+		rc = mdl_batch_add(ps->b, r->job, r->job_len, r->rank, ijs_ent_name(ps, e), e->len,
 				   r->ts_ns, r->step, r->attempt, e->bits);
 		if (rc == RDB_ELIMIT)
 			return ijs_fail(ps, rc, r->line, "", "too many points in one request");
@@ -818,7 +818,7 @@ static int parse_body(struct parser *ps)
 }
 
 int ing_json_parse_all(const char *body, size_t len, const struct ing_limits *lim,
-		       int64_t default_ts_ns, struct sto_batch *b, struct sto_events *ev,
+		       int64_t default_ts_ns, struct mdl_batch *b, struct mdl_events *ev,
 		       struct ing_error *err, size_t *nrecords)
 {
 	struct ing_error dummy;
@@ -849,7 +849,7 @@ int ing_json_parse_all(const char *body, size_t len, const struct ing_limits *li
 	ps->dst_cap = SCRATCH_MAX;
 	ps->msg_buf = NULL;
 	ps->dec_buf = NULL;
-	rdb_buf_init(&ps->fields_text, STO_EVENT_FIELDS_MAX);
+	rdb_buf_init(&ps->fields_text, MDL_EVENT_FIELDS_MAX);
 	int rc = parse_body(ps);
 	if (rc == 0 && nrecords)
 		*nrecords = (size_t)(ps->record + 1);
@@ -865,7 +865,7 @@ int ing_json_parse_all(const char *body, size_t len, const struct ing_limits *li
 }
 
 int ing_json_parse(const char *body, size_t len, const struct ing_limits *lim,
-		   int64_t default_ts_ns, struct sto_batch *b, struct ing_error *err,
+		   int64_t default_ts_ns, struct mdl_batch *b, struct ing_error *err,
 		   size_t *nrecords)
 {
 	return ing_json_parse_all(body, len, lim, default_ts_ns, b, NULL, err, nrecords);

@@ -51,7 +51,7 @@
  * encoding is injective, so lines differing in any tag map to different
  * metrics. '.' stays literal: it is the hierarchy separator, so "gpu temp=1"
  * and "gpu.temp value=1" are the same metric, deliberately (and the same as
- * JSON "gpu.temp"). A name over STO_METRIC_MAX bytes is a line error.
+ * JSON "gpu.temp"). A name over MDL_METRIC_MAX bytes is a line error.
  * Measurements rankdb_log and rankdb_span are events: lp_events.c.
  *
  * Invariants: each line is parsed completely (syntax, limits, mapping, name
@@ -73,8 +73,7 @@
  */
 #include "ingest/lp_int.h"
 #include "common/rdb_err.h"
-#include "storage/format.h"
-#include "storage/series.h"
+#include "model/series.h"
 
 #include <errno.h>
 #include <float.h>
@@ -688,18 +687,18 @@ static int parse_rank(struct lp *ps, struct span k, struct span v)
 	char tmp[ECHO_BUF];
 	uint64_t r;
 	if (SPAN_IS(v, "job")) {
-		ps->rank = STO_RANK_JOB;
+		ps->rank = MDL_RANK_JOB;
 		return 0;
 	}
 	if (v.len <= 10 && all_digits(v.p, v.len) && (v.p[0] != '0' || v.len == 1) &&
-	    parse_u64(v.p, v.len, &r) && r <= STO_RANK_MAX) {
+	    parse_u64(v.p, v.len, &r) && r <= MDL_RANK_MAX) {
 		ps->rank = (uint32_t)r;
 		return 0;
 	}
 	return ilp_fail(ps, RDB_EINVAL, k,
 			"rank must be an integer 0..%u without leading zeros, "
 			"or \"job\"; got %s",
-			STO_RANK_MAX, ilp_echo(tmp, v.p, v.len, ECHO_MAX));
+			MDL_RANK_MAX, ilp_echo(tmp, v.p, v.len, ECHO_MAX));
 }
 
 static int add_tag(struct lp *ps, struct span k, struct span v)
@@ -932,9 +931,9 @@ static int resolve_job(struct lp *ps)
 					"configured)");
 		ps->job = (struct span){dj, strlen(dj)};
 	}
-	if (!sto_job_valid(ps->job.p, ps->job.len))
+	if (!mdl_job_valid(ps->job.p, ps->job.len))
 		return ilp_fail(ps, RDB_EINVAL, (struct span){"job", 3},
-				"job must be 1..%u bytes of [A-Za-z0-9._-], got %s", STO_JOB_MAX,
+				"job must be 1..%u bytes of [A-Za-z0-9._-], got %s", MDL_JOB_MAX,
 				ilp_echo(tmp, ps->job.p, ps->job.len, ECHO_MAX));
 	return 0;
 }
@@ -951,8 +950,8 @@ static int build_suffix(struct lp *ps, size_t prefix_len)
 	for (size_t i = 0; i < ps->ntags; i++) {
 		const struct lp_tag *t = &ps->tags[i];
 		n += 2 + pct_len(t->key) + pct_len(t->val);
-		if (n > STO_METRIC_MAX)
-			return ilp_fail(ps, RDB_EINVAL, t->key, name_too_long, n, STO_METRIC_MAX);
+		if (n > MDL_METRIC_MAX)
+			return ilp_fail(ps, RDB_EINVAL, t->key, name_too_long, n, MDL_METRIC_MAX);
 		*o++ = ';';
 		o = pct_put(o, t->key);
 		*o++ = '=';
@@ -986,8 +985,8 @@ static int check_names(struct lp *ps, size_t prefix_len, size_t *npoints, size_t
 		}
 		f->name_len = SPAN_IS(f->key, "value") ? 0 : 1 + pct_len(f->key);
 		size_t n = prefix_len + f->name_len + ps->suffix_len;
-		if (n > STO_METRIC_MAX)
-			return ilp_fail(ps, RDB_EINVAL, f->key, name_too_long, n, STO_METRIC_MAX);
+		if (n > MDL_METRIC_MAX)
+			return ilp_fail(ps, RDB_EINVAL, f->key, name_too_long, n, MDL_METRIC_MAX);
 		(*npoints)++;
 	}
 	if (*npoints == 0)
@@ -999,7 +998,7 @@ static int check_names(struct lp *ps, size_t prefix_len, size_t *npoints, size_t
 
 static int add_points(struct lp *ps, size_t prefix_len)
 {
-	int64_t step = ps->has_step ? ps->step : STO_STEP_NONE;
+	int64_t step = ps->has_step ? ps->step : MDL_STEP_NONE;
 	for (size_t i = 0; i < ps->nfields; i++) {
 		const struct lp_field *f = &ps->fields[i];
 		if (f->dead || f->used || f->type == V_STR)
@@ -1014,7 +1013,7 @@ static int add_points(struct lp *ps, size_t prefix_len)
 		}
 		memcpy(o, ps->suffix, ps->suffix_len);
 		o += ps->suffix_len;
-		int rc = sto_batch_add(ps->b, ps->job.p, ps->job.len, ps->rank, ps->name,
+		int rc = mdl_batch_add(ps->b, ps->job.p, ps->job.len, ps->rank, ps->name,
 				       (size_t)(o - ps->name), ps->ts_ns, step, ps->attempt,
 				       value_bits(f));
 		if (rc)
@@ -1027,8 +1026,8 @@ static int add_points(struct lp *ps, size_t prefix_len)
 static int map_metrics(struct lp *ps)
 {
 	size_t prefix_len = pct_len(ps->meas), npoints = 0, nstr = 0;
-	if (prefix_len > STO_METRIC_MAX)
-		return ilp_fail(ps, RDB_EINVAL, NOFIELD, name_too_long, prefix_len, STO_METRIC_MAX);
+	if (prefix_len > MDL_METRIC_MAX)
+		return ilp_fail(ps, RDB_EINVAL, NOFIELD, name_too_long, prefix_len, MDL_METRIC_MAX);
 	int rc = build_suffix(ps, prefix_len);
 	if (rc == 0)
 		rc = check_names(ps, prefix_len, &npoints, &nstr);
@@ -1071,9 +1070,9 @@ static void line_reset(struct lp *ps, const char *s, const char *eol)
 	ps->p = s;
 	ps->eol = eol;
 	ps->has_job = ps->has_rank = ps->has_special = ps->has_step = false;
-	ps->rank = STO_RANK_JOB;
+	ps->rank = MDL_RANK_JOB;
 	ps->attempt = 0;
-	ps->step = STO_STEP_NONE;
+	ps->step = MDL_STEP_NONE;
 	ps->ntags_seen = 0;
 	ps->ntags = 0;
 	ps->nfields = 0;
@@ -1136,7 +1135,7 @@ static void lp_free(struct lp *ps)
 }
 
 int ing_lp_parse(const char *body, size_t len, const struct ing_lp_options *opt,
-		 struct sto_batch *b, struct sto_events *ev, struct ing_lp_result *res)
+		 struct mdl_batch *b, struct mdl_events *ev, struct ing_lp_result *res)
 {
 	struct lp *ps = calloc(1, sizeof(*ps));
 	memset(res, 0, sizeof(*res));
@@ -1151,7 +1150,7 @@ int ing_lp_parse(const char *body, size_t len, const struct ing_lp_options *opt,
 	ps->fields_cap = INLINE_FIELDS;
 	ps->tags = ps->tags_inline;
 	ps->fields = ps->fields_inline;
-	rdb_buf_init(&ps->json, STO_EVENT_FIELDS_MAX);
+	rdb_buf_init(&ps->json, MDL_EVENT_FIELDS_MAX);
 	const char *p = body, *end = body + len;
 	int rc = 0;
 	while (p < end && rc == 0) {

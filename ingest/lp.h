@@ -30,8 +30,8 @@
 #define ING_LP_H
 
 #include "ingest/ing.h"
-#include "storage/batch.h"
-#include "storage/events.h"
+#include "model/batch.h"
+#include "model/events.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -68,6 +68,6 @@ struct ing_lp_result {
  * RDB_ELIMIT when b or ev is full (res says how far it got; the rest of the
  * body is not applied), -ENOMEM. */
 int ing_lp_parse(const char *body, size_t len, const struct ing_lp_options *opt,
-		 struct sto_batch *b, struct sto_events *ev, struct ing_lp_result *res);
+		 struct mdl_batch *b, struct mdl_events *ev, struct ing_lp_result *res);
 
 #endif

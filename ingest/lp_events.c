@@ -4,12 +4,12 @@
  * (lp_int.h).
  *
  * Mapping (lp.h has the rules; documented in docs/API.md):
- * rankdb_log: tag level (sto_level_parse, default info), string field
+ * rankdb_log: tag level (mdl_level_parse, default info), string field
  * message; the other fields and the tags other than job/rank/level form the
  * fields object: keys sorted, strings JSON-escaped, integers as decimal
  * integers, floats as written when that is JSON (else the shortest
  * round-trip form), booleans true/false; a field named like a tag is an
- * error. rankdb_span: tag name (1..STO_SPAN_NAME_MAX bytes), fields step
+ * error. rankdb_span: tag name (1..MDL_SPAN_NAME_MAX bytes), fields step
  * and duration_ns (integers >= 0) required, attempt optional; other tags
  * are ignored (Telegraf adds global tags), other fields are an error. Text
  * (message, span name, strings and keys of the fields object) must be UTF-8.
@@ -17,7 +17,7 @@
  *
  * Invariants: everything that can fail on the input is checked before the
  * event is added, so a bad line adds nothing. The fields object is built in
- * ps->json (bounded by STO_EVENT_FIELDS_MAX) and its sorted entries in
+ * ps->json (bounded by MDL_EVENT_FIELDS_MAX) and its sorted entries in
  * ps->items (grown to the line's tags + fields, freed with the parser);
  * unescaped strings go to the line's arena.
  *
@@ -28,7 +28,7 @@
 #include "ingest/lp_int.h"
 #include "common/rdb_buf.h"
 #include "common/rdb_err.h"
-#include "storage/events.h"
+#include "model/events.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -170,18 +170,18 @@ static int build_fields_json(struct lp *ps)
 		rc = rdb_buf_putc(&ps->json, '}');
 	if (rc == RDB_ELIMIT)
 		return ilp_fail(ps, RDB_EINVAL, NOFIELD, "log fields object longer than %u bytes",
-				STO_EVENT_FIELDS_MAX);
+				MDL_EVENT_FIELDS_MAX);
 	return rc;
 }
 
-static int add_event(struct lp *ps, struct sto_event *e)
+static int add_event(struct lp *ps, struct mdl_event *e)
 {
 	e->rank = ps->rank;
 	e->attempt = ps->attempt;
 	e->ts_ns = ps->ts_ns;
 	e->job = ps->job.p;
 	e->job_len = ps->job.len;
-	int rc = sto_events_add(ps->ev, e);
+	int rc = mdl_events_add(ps->ev, e);
 	if (rc == RDB_EINVAL)
 		return ilp_fail(ps, RDB_EINVAL, NOFIELD, "event too large");
 	if (rc == 0)
@@ -192,9 +192,9 @@ static int add_event(struct lp *ps, struct sto_event *e)
 int ilp_map_log(struct lp *ps)
 {
 	char tmp[ECHO_BUF];
-	uint8_t level = STO_LEVEL_INFO;
+	uint8_t level = MDL_LEVEL_INFO;
 	struct span msg;
-	if (ps->has_special && sto_level_parse(ps->special.p, ps->special.len, &level) != 0)
+	if (ps->has_special && mdl_level_parse(ps->special.p, ps->special.len, &level) != 0)
 		return ilp_fail(ps, RDB_EINVAL, (struct span){"level", 5},
 				"unknown level %s (debug, info, warn, error, fatal)",
 				ilp_echo(tmp, ps->special.p, ps->special.len, ECHO_MAX));
@@ -205,19 +205,19 @@ int ilp_map_log(struct lp *ps)
 	int rc = string_value(ps, f, &msg);
 	if (rc)
 		return rc;
-	if (msg.len > STO_EVENT_TEXT_MAX)
+	if (msg.len > MDL_EVENT_TEXT_MAX)
 		return ilp_fail(ps, RDB_EINVAL, f->key, "message longer than %u bytes",
-				STO_EVENT_TEXT_MAX);
+				MDL_EVENT_TEXT_MAX);
 	rc = build_fields_json(ps);
 	if (rc)
 		return rc;
-	struct sto_event e = {.kind = STO_EV_LOG,
+	struct mdl_event e = {.kind = MDL_EV_LOG,
 			      .level = level,
 			      .text = msg.p,
 			      .text_len = msg.len,
 			      .fields = (const char *)ps->json.data,
 			      .fields_len = ps->json.len};
-	e.step = ps->has_step ? ps->step : STO_STEP_NONE;
+	e.step = ps->has_step ? ps->step : MDL_STEP_NONE;
 	return add_event(ps, &e);
 }
 
@@ -225,10 +225,10 @@ int ilp_map_span(struct lp *ps)
 {
 	struct span nm = ps->special;
 	uint64_t dur;
-	if (!ps->has_special || nm.len > STO_SPAN_NAME_MAX || !ilp_utf8_valid(nm.p, nm.len))
+	if (!ps->has_special || nm.len > MDL_SPAN_NAME_MAX || !ilp_utf8_valid(nm.p, nm.len))
 		return ilp_fail(ps, RDB_EINVAL, (struct span){"name", 4},
 				"rankdb_span needs a tag name of 1..%u bytes of UTF-8 (the phase)",
-				STO_SPAN_NAME_MAX);
+				MDL_SPAN_NAME_MAX);
 	const struct lp_field *f = take_field(ps, "duration_ns", 11);
 	if (!f)
 		return ilp_fail(ps, RDB_EINVAL, (struct span){"duration_ns", 11},
@@ -244,7 +244,7 @@ int ilp_map_span(struct lp *ps)
 			return ilp_fail(ps, RDB_EINVAL, ps->fields[i].key,
 					"rankdb_span takes only the fields step, attempt and "
 					"duration_ns");
-	struct sto_event e = {.kind = STO_EV_SPAN,
+	struct mdl_event e = {.kind = MDL_EV_SPAN,
 			      .text = nm.p,
 			      .text_len = nm.len,
 			      .fields = "",

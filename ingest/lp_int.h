@@ -69,8 +69,8 @@ struct dup_ent {
 
 struct lp {
 	const struct ing_lp_options *opt;
-	struct sto_batch *b;
-	struct sto_events *ev;
+	struct mdl_batch *b;
+	struct mdl_events *ev;
 	struct ing_lp_result *res;
 	/* the current line */
 	const char *line, *p, *eol;
@@ -96,8 +96,8 @@ struct lp {
 	struct rdb_buf json; /* fields object of a log line */
 	uint64_t dup_bits[DUP_BITS / 64];
 	size_t suffix_len;
-	char name[STO_METRIC_MAX + 1];
-	char suffix[STO_METRIC_MAX + 1];
+	char name[MDL_METRIC_MAX + 1];
+	char suffix[MDL_METRIC_MAX + 1];
 	struct lp_tag tags_inline[INLINE_TAGS];
 	struct lp_field fields_inline[INLINE_FIELDS];
 };

@@ -90,7 +90,7 @@ struct qry_scan {
 	uint64_t chunks_decoded;
 	uint64_t from_rollups;  /* rollup records merged into buckets */
 	struct rdb_buf rec;
-	struct sto_cols tmp;
+	struct mdl_cols tmp;
 	struct sto_read_error re; /* why the last read failed */
 };
 void qry_scan_init(struct qry_scan *sc, struct sto *s, size_t max_points);
@@ -129,7 +129,7 @@ double qry_quantile_sorted(const double *v, size_t n, double q);
 
 /* Series of one job selected by metric and rank, sorted by (rank, metric). */
 struct qry_series {
-	struct sto_series_key key;
+	struct mdl_series_key key;
 	uint64_t id;
 };
 struct qry_match {
@@ -183,14 +183,14 @@ int qry_agg_resolve(struct qry_scan *sc, const struct qry_match *m,
 		    struct qry_error *err);
 
 /* Fills err for a failed read of series k (422 for RDB_ELIMIT, with advice). */
-int qry_agg_read_error(struct qry_error *err, int rc, const struct sto_series_key *k,
+int qry_agg_read_error(struct qry_error *err, int rc, const struct mdl_series_key *k,
 		       const struct qry_scan *sc);
 /* Fills err for a failed response write (413 for RDB_ELIMIT). */
 int qry_agg_out_error(struct qry_error *err, int rc);
 /* Writes ,"points_read":N,"chunks_from_stats":N,"chunks_decoded":N} */
 int qry_write_scan_totals(struct rdb_buf *out, const struct qry_scan *sc);
 /* Writes "job":..,"rank":..,"metric":.. (no braces). */
-int qry_write_key(struct rdb_buf *out, const struct sto_series_key *k);
+int qry_write_key(struct rdb_buf *out, const struct mdl_series_key *k);
 /* Writes v as a JSON value (qry_json_value), or null when !defined. */
 int qry_json_f64(struct rdb_buf *out, double v, bool defined);
 

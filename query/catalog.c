@@ -67,11 +67,11 @@ int qry_jobs(struct sto *s, const char *data_dir, struct rdb_buf *out, struct qr
 }
 
 struct series_list {
-	struct sto_series_key *keys;
+	struct mdl_series_key *keys;
 	size_t n, cap, max;
 };
 
-static int collect_cb(void *arg, const struct sto_series_key *k, uint64_t id)
+static int collect_cb(void *arg, const struct mdl_series_key *k, uint64_t id)
 {
 	(void)id;
 	struct series_list *l = arg;
@@ -79,7 +79,7 @@ static int collect_cb(void *arg, const struct sto_series_key *k, uint64_t id)
 		return RDB_ELIMIT;
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? l->cap * 2 : 64;
-		struct sto_series_key *p = realloc(l->keys, cap * sizeof(*p));
+		struct mdl_series_key *p = realloc(l->keys, cap * sizeof(*p));
 		if (!p)
 			return -ENOMEM;
 		l->keys = p;
@@ -91,8 +91,8 @@ static int collect_cb(void *arg, const struct sto_series_key *k, uint64_t id)
 
 static int cmp_metric(const void *a, const void *b)
 {
-	return strcmp(((const struct sto_series_key *)a)->metric,
-		      ((const struct sto_series_key *)b)->metric);
+	return strcmp(((const struct mdl_series_key *)a)->metric,
+		      ((const struct mdl_series_key *)b)->metric);
 }
 
 /* Lists the job's series (key order: rank, metric). 404 if none. */
@@ -156,7 +156,7 @@ int qry_job_ranks(struct sto *s, const char *job, struct rdb_buf *out, struct qr
 	/* Keys come sorted by rank; the job-level pseudo-rank sorts last. */
 	for (size_t i = 0, n = 0; rc == 0 && i < l.n; i++) {
 		uint32_t r = l.keys[i].rank;
-		if (r == STO_RANK_JOB) {
+		if (r == MDL_RANK_JOB) {
 			job_level = true;
 			continue;
 		}

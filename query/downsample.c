@@ -71,7 +71,7 @@ void qry_scan_free(struct qry_scan *sc)
 	if (!sc)
 		return;
 	rdb_buf_free(&sc->rec);
-	sto_cols_free(&sc->tmp);
+	mdl_cols_free(&sc->tmp);
 }
 
 void qry_extent_init(struct qry_extent *e)
@@ -116,7 +116,7 @@ static bool in_range(const struct sto_range *r, int64_t ts, int64_t step)
 		return false;
 	if (!r->by_step)
 		return true;
-	return step != STO_STEP_NONE && step >= r->step_from && step <= r->step_to;
+	return step != MDL_STEP_NONE && step >= r->step_from && step <= r->step_to;
 }
 
 double qry_quantile_sorted(const double *v, size_t n, double q)
@@ -147,7 +147,7 @@ static void extent_add(struct qry_extent *e, int64_t ts, int64_t step)
 		e->min_ts = ts;
 	if (ts > e->max_ts)
 		e->max_ts = ts;
-	if (step == STO_STEP_NONE)
+	if (step == MDL_STEP_NONE)
 		return;
 	e->has_steps = true;
 	if (step < e->min_step)
@@ -175,7 +175,7 @@ int qry_agg_extent(struct qry_scan *sc, uint64_t id, const struct sto_range *r,
 		int64_t lo = clamp(st->min_ts_ns, r->from_ns, r->to_ns);
 		int64_t hi = clamp(st->max_ts_ns, r->from_ns, r->to_ns);
 		int64_t slo = st->min_step, shi = st->max_step;
-		if (slo != STO_STEP_NONE && r->by_step) {
+		if (slo != MDL_STEP_NONE && r->by_step) {
 			slo = clamp(slo, r->step_from, r->step_to);
 			shi = clamp(shi, r->step_from, r->step_to);
 		}
@@ -238,7 +238,7 @@ static bool pure(const struct sto_chunk_stats *st)
 
 static bool stepped(const struct sto_chunk_stats *st)
 {
-	return st->min_step != STO_STEP_NONE;
+	return st->min_step != MDL_STEP_NONE;
 }
 
 
@@ -316,7 +316,7 @@ static int head_conflicts(const struct sto_series_view *v, bool *conflict)
 	if (!h)
 		return -ENOMEM;
 	for (size_t i = 0; i < v->head.n; i++)
-		if (v->head.step[i] != STO_STEP_NONE)
+		if (v->head.step[i] != MDL_STEP_NONE)
 			h[n++] = (struct pt){.step = v->head.step[i], .attempt = v->head.attempt[i]};
 	qsort(h, n, sizeof(*h), cmp_pt_step);
 	for (size_t c = 0; c < v->nchunks && n; c++) {
@@ -425,7 +425,7 @@ static bool in_order(const struct pt *a, const struct pt *b, bool step_axis)
 }
 
 /* Appends the points of c that the bucketing selects, with their keys. */
-static int take_points(struct pt_vec *pv, const struct sto_cols *c, const struct qry_bucketing *bk)
+static int take_points(struct pt_vec *pv, const struct mdl_cols *c, const struct qry_bucketing *bk)
 {
 	if (pv->n + c->n > pv->cap) {
 		size_t cap = pv->cap ? pv->cap : 256;
@@ -442,7 +442,7 @@ static int take_points(struct pt_vec *pv, const struct sto_cols *c, const struct
 		int64_t step = c->step[i], ts = c->ts_ns[i];
 		if (!in_range(&bk->range, ts, step))
 			continue;
-		if (step_axis && step == STO_STEP_NONE)
+		if (step_axis && step == MDL_STEP_NONE)
 			continue;
 		if (bk->attempt >= 0 && c->attempt[i] != (uint64_t)bk->attempt)
 			continue;
@@ -905,7 +905,7 @@ int qry_agg_each(struct qry_scan *sc, const struct qry_match *m, const struct qr
 
 static bool rank_wanted(const struct qry_match_req *req, uint32_t rank)
 {
-	if (req->skip_job_level && rank == STO_RANK_JOB)
+	if (req->skip_job_level && rank == MDL_RANK_JOB)
 		return false;
 	if (req->nranks == 0)
 		return true;
@@ -932,7 +932,7 @@ struct match_ctx {
 	struct qry_match *m;
 };
 
-static int match_cb(void *arg, const struct sto_series_key *k, uint64_t id)
+static int match_cb(void *arg, const struct mdl_series_key *k, uint64_t id)
 {
 	struct match_ctx *c = arg;
 	struct qry_match *m = c->m;
@@ -965,10 +965,10 @@ static int cmp_series(const void *a, const void *b)
 
 #define LOOKUP_MAX 64 /* series looked up one by one; more: one listing */
 
-static bool fill_key(struct sto_series_key *k, const char *job, uint32_t rank, const char *metric)
+static bool fill_key(struct mdl_series_key *k, const char *job, uint32_t rank, const char *metric)
 {
 	size_t jl = strlen(job), ml = strlen(metric);
-	if (jl == 0 || jl > STO_JOB_MAX || ml == 0 || ml > STO_METRIC_MAX)
+	if (jl == 0 || jl > MDL_JOB_MAX || ml == 0 || ml > MDL_METRIC_MAX)
 		return false;
 	memset(k, 0, sizeof(*k));
 	memcpy(k->job, job, jl);
@@ -993,7 +993,7 @@ static bool match_by_lookup(struct sto *s, const struct qry_match_req *req, stru
 	for (size_t i = 0; i < req->nmetrics; i++) {
 		for (size_t j = 0; j < req->nranks; j++) {
 			struct qry_series *e = &m->v[m->n];
-			if (req->skip_job_level && req->ranks[j] == STO_RANK_JOB)
+			if (req->skip_job_level && req->ranks[j] == MDL_RANK_JOB)
 				continue;
 			if (!fill_key(&e->key, req->job, req->ranks[j], req->metrics[i]) ||
 			    sto_lookup_series(s, &e->key, &e->id) != 0)
@@ -1053,7 +1053,7 @@ void qry_match_free(struct qry_match *m)
 	memset(m, 0, sizeof(*m));
 }
 
-int qry_agg_read_error(struct qry_error *err, int rc, const struct sto_series_key *k,
+int qry_agg_read_error(struct qry_error *err, int rc, const struct mdl_series_key *k,
 		       const struct qry_scan *sc)
 {
 	if (rc == RDB_ELIMIT) {
@@ -1073,7 +1073,7 @@ int qry_agg_read_error(struct qry_error *err, int rc, const struct sto_series_ke
 		return rc;
 	}
 	err->status = 500;
-	if (k->rank == STO_RANK_JOB)
+	if (k->rank == MDL_RANK_JOB)
 		snprintf(err->msg, sizeof(err->msg), "series job=%s rank=job metric=%s: %s",
 			 k->job, k->metric, sc->re.msg[0] ? sc->re.msg : rdb_strerror(rc));
 	else
@@ -1168,7 +1168,7 @@ static int write_col(struct rdb_buf *out, const struct qry_buckets *bs, enum col
 	return rc ? rc : rdb_buf_putc(out, ']');
 }
 
-int qry_write_key(struct rdb_buf *out, const struct sto_series_key *k)
+int qry_write_key(struct rdb_buf *out, const struct mdl_series_key *k)
 {
 	int rc = rdb_buf_puts(out, "\"job\":");
 	if (rc == 0)
@@ -1185,7 +1185,7 @@ int qry_write_key(struct rdb_buf *out, const struct sto_series_key *k)
 }
 
 static int write_ds_series(struct rdb_buf *out, const struct qry_ds_req *req,
-			   const struct sto_series_key *k, const struct qry_buckets *bs,
+			   const struct mdl_series_key *k, const struct qry_buckets *bs,
 			   int64_t width, bool first)
 {
 	static const struct {

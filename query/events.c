@@ -42,7 +42,7 @@
 /* ---- owned copies of events -------------------------------------------------- */
 
 struct evc {
-	struct sto_event ev; /* text and fields point into data; job is the query's */
+	struct mdl_event ev; /* text and fields point into data; job is the query's */
 	uint64_t hash;       /* content hash: tie-break of equal (ts, rank) */
 	char data[];
 };
@@ -68,7 +68,7 @@ static void evl_free(struct evl *l)
 	l->cap = 0;
 }
 
-static uint64_t content_hash(const struct sto_event *e)
+static uint64_t content_hash(const struct mdl_event *e)
 {
 	uint8_t nums[34];
 	rdb_put_le64(nums, (uint64_t)e->step);
@@ -84,7 +84,7 @@ static uint64_t content_hash(const struct sto_event *e)
 }
 
 /* sto_ev_fn: appends a copy of e. */
-static int evl_add(void *arg, const struct sto_event *e)
+static int evl_add(void *arg, const struct mdl_event *e)
 {
 	struct evl *l = arg;
 	if (l->n == l->cap) {
@@ -217,20 +217,20 @@ static int output_failed(struct qry_error *err, int rc)
 
 static int json_i64_or_null(struct rdb_buf *out, int64_t v)
 {
-	if (v == STO_STEP_NONE)
+	if (v == MDL_STEP_NONE)
 		return rdb_buf_puts(out, "null");
 	return rdb_buf_printf(out, "%lld", (long long)v);
 }
 
 /* One log record; at_step < 0: no at_step member. */
-static int write_log(struct rdb_buf *out, const struct sto_event *e, bool comma, int at_step)
+static int write_log(struct rdb_buf *out, const struct mdl_event *e, bool comma, int at_step)
 {
 	int rc = rdb_buf_printf(out, "%s{\"ts\":%lld,\"rank\":", comma ? "," : "",
 				(long long)e->ts_ns);
 	if (rc == 0)
 		rc = qry_json_rank(out, e->rank);
 	if (rc == 0)
-		rc = rdb_buf_printf(out, ",\"level\":\"%s\",\"step\":", sto_level_name(e->level));
+		rc = rdb_buf_printf(out, ",\"level\":\"%s\",\"step\":", mdl_level_name(e->level));
 	if (rc == 0)
 		rc = json_i64_or_null(out, e->step);
 	if (rc == 0)
@@ -252,7 +252,7 @@ static int write_log(struct rdb_buf *out, const struct sto_event *e, bool comma,
 
 /* ---- unknown jobs ------------------------------------------------------------------ */
 
-static int stop_cb(void *arg, const struct sto_series_key *k, uint64_t id)
+static int stop_cb(void *arg, const struct mdl_series_key *k, uint64_t id)
 {
 	(void)arg;
 	(void)k;
@@ -260,7 +260,7 @@ static int stop_cb(void *arg, const struct sto_series_key *k, uint64_t id)
 	return 1;
 }
 
-static int stop_ev_cb(void *arg, const struct sto_event *e)
+static int stop_ev_cb(void *arg, const struct mdl_event *e)
 {
 	(void)arg;
 	(void)e;
@@ -271,7 +271,7 @@ static int stop_ev_cb(void *arg, const struct sto_event *e)
  * not, else the storage error. */
 static int check_job(struct sto *s, const char *job, struct qry_error *err)
 {
-	struct sto_ev_filter f = {.job = job, .kinds = (1u << STO_EV_LOG) | (1u << STO_EV_SPAN),
+	struct sto_ev_filter f = {.job = job, .kinds = (1u << MDL_EV_LOG) | (1u << MDL_EV_SPAN),
 				  .from_ns = INT64_MIN, .to_ns = INT64_MAX, .attempt = -1};
 	struct sto_read_error *re = malloc(sizeof(*re));
 	int rc = sto_list_series(s, job, stop_cb, NULL);
@@ -458,7 +458,7 @@ int qry_logs(struct sto *s, const struct qry_logs_req *req, struct rdb_buf *out,
 	uint64_t fhash = filter_hash(&req->filter);
 	struct sto_read_error *re = malloc(sizeof(*re));
 	int rc = re ? 0 : fail(err, 500, -ENOMEM, "out of memory");
-	f.kinds = 1u << STO_EV_LOG;
+	f.kinds = 1u << MDL_EV_LOG;
 	if (rc == 0 && req->cursor) {
 		rc = cursor_decode(req->cursor, fhash, &after);
 		if (rc) {
@@ -507,7 +507,7 @@ struct rank_series {
 	size_t n, cap;
 };
 
-static int rank_series_cb(void *arg, const struct sto_series_key *k, uint64_t id)
+static int rank_series_cb(void *arg, const struct mdl_series_key *k, uint64_t id)
 {
 	struct rank_series *r = arg;
 	if (k->rank != r->rank)
@@ -532,7 +532,7 @@ static int point_anchor(struct sto *s, const struct qry_around_req *req, int64_t
 			struct sto_read_error *re, struct qry_error *err)
 {
 	struct rank_series r = {.rank = req->rank};
-	struct sto_cols pts = STO_COLS_INIT;
+	struct mdl_cols pts = MDL_COLS_INIT;
 	struct sto_range range = {INT64_MIN, INT64_MAX, true, req->step, req->step};
 	int rc = sto_list_series(s, req->job, rank_series_cb, &r);
 	for (size_t i = 0; rc == 0 && i < r.n; i++) {
@@ -544,7 +544,7 @@ static int point_anchor(struct sto *s, const struct qry_around_req *req, int64_t
 		read_failed(err, rc, re, req->max_events, "the rank has too many metrics or "
 			    "points at this step; use window_steps");
 	free(r.ids);
-	sto_cols_free(&pts);
+	mdl_cols_free(&pts);
 	return rc;
 }
 
@@ -553,7 +553,7 @@ static int point_anchor(struct sto *s, const struct qry_around_req *req, int64_t
 static int find_anchor(struct sto *s, const struct qry_around_req *req, int64_t *ts,
 		       struct sto_read_error *re, struct qry_error *err)
 {
-	struct sto_ev_filter f = {.job = req->job, .kinds = 1u << STO_EV_LOG,
+	struct sto_ev_filter f = {.job = req->job, .kinds = 1u << MDL_EV_LOG,
 				  .ranks = &req->rank, .nranks = 1, .from_ns = INT64_MIN,
 				  .to_ns = INT64_MAX, .by_step = true, .step_from = req->step,
 				  .step_to = req->step, .attempt = -1};
@@ -576,7 +576,7 @@ static int find_anchor(struct sto *s, const struct qry_around_req *req, int64_t 
 static int read_around(struct sto *s, const struct qry_around_req *req, int64_t anchor,
 		       struct evl *l, struct sto_read_error *re, struct qry_error *err)
 {
-	struct sto_ev_filter f = {.job = req->job, .kinds = 1u << STO_EV_LOG,
+	struct sto_ev_filter f = {.job = req->job, .kinds = 1u << MDL_EV_LOG,
 				  .min_level = req->min_level, .ranks = &req->rank, .nranks = 1,
 				  .from_ns = INT64_MIN, .to_ns = anchor, .attempt = -1};
 	struct evl after = {0};
@@ -606,7 +606,7 @@ static int read_steps(struct sto *s, const struct qry_around_req *req, struct ev
 		      struct sto_read_error *re, struct qry_error *err)
 {
 	int64_t k = req->window_steps;
-	struct sto_ev_filter f = {.job = req->job, .kinds = 1u << STO_EV_LOG,
+	struct sto_ev_filter f = {.job = req->job, .kinds = 1u << MDL_EV_LOG,
 				  .min_level = req->min_level, .ranks = &req->rank, .nranks = 1,
 				  .from_ns = INT64_MIN, .to_ns = INT64_MAX, .by_step = true,
 				  .step_from = req->step > k ? req->step - k : 0,
@@ -633,7 +633,7 @@ static int write_around(struct rdb_buf *out, const struct qry_around_req *req, i
 		rc = rdb_buf_printf(out, ",\"step\":%lld,\"mode\":\"%s\",\"anchor_ts\":",
 				    (long long)req->step, req->window_steps >= 0 ? "steps" : "time");
 	if (rc == 0)
-		rc = json_i64_or_null(out, anchor == INT64_MAX ? STO_STEP_NONE : anchor);
+		rc = json_i64_or_null(out, anchor == INT64_MAX ? MDL_STEP_NONE : anchor);
 	if (rc == 0)
 		rc = rdb_buf_puts(out, ",\"logs\":[");
 	for (size_t i = 0; rc == 0 && i < l->n; i++)
@@ -679,8 +679,8 @@ out:
 
 static int cmp_span(const void *a, const void *b)
 {
-	const struct sto_event *x = &(*(struct evc *const *)a)->ev;
-	const struct sto_event *y = &(*(struct evc *const *)b)->ev;
+	const struct mdl_event *x = &(*(struct evc *const *)a)->ev;
+	const struct mdl_event *y = &(*(struct evc *const *)b)->ev;
 	if (x->step != y->step)
 		return x->step < y->step ? -1 : 1;
 	if (x->rank != y->rank)
@@ -696,7 +696,7 @@ static int cmp_span(const void *a, const void *b)
 	return x->text_len == y->text_len ? 0 : (x->text_len < y->text_len ? -1 : 1);
 }
 
-static bool same_group(const struct sto_event *a, const struct sto_event *b)
+static bool same_group(const struct mdl_event *a, const struct mdl_event *b)
 {
 	return a->step == b->step && a->rank == b->rank;
 }
@@ -712,7 +712,7 @@ static int write_rank_spans(struct rdb_buf *out, struct evc *const *v, size_t fr
 	if (rc == 0)
 		rc = rdb_buf_printf(out, ",\"attempt\":%u,\"spans\":[", v[from]->ev.attempt);
 	for (size_t i = from; rc == 0 && i < to; i++) {
-		const struct sto_event *e = &v[i]->ev;
+		const struct mdl_event *e = &v[i]->ev;
 		rc = rdb_buf_puts(out, i > from ? ",{\"name\":" : "{\"name\":");
 		if (rc == 0)
 			rc = rdb_buf_json_str(out, e->text, e->text_len);
@@ -735,7 +735,7 @@ static int write_spans(struct rdb_buf *out, const char *job, const struct evl *l
 	if (rc == 0)
 		rc = rdb_buf_puts(out, ",\"steps\":[");
 	for (size_t i = 0, end; rc == 0 && i < l->n; i = end) {
-		const struct sto_event *e = &l->v[i]->ev;
+		const struct mdl_event *e = &l->v[i]->ev;
 		bool new_step = i == 0 || l->v[i - 1]->ev.step != e->step;
 		end = i + 1;
 		while (end < l->n && same_group(&l->v[end]->ev, e))
@@ -757,7 +757,7 @@ static int write_spans(struct rdb_buf *out, const char *job, const struct evl *l
 int qry_spans(struct sto *s, const struct qry_spans_req *req, struct rdb_buf *out,
 	      struct qry_error *err)
 {
-	struct sto_ev_filter f = {.job = req->job, .kinds = 1u << STO_EV_SPAN,
+	struct sto_ev_filter f = {.job = req->job, .kinds = 1u << MDL_EV_SPAN,
 				  .ranks = req->ranks, .nranks = req->nranks, .from_ns = INT64_MIN,
 				  .to_ns = INT64_MAX, .by_step = true, .step_from = req->step_from,
 				  .step_to = req->step_to, .attempt = req->attempt};
@@ -783,7 +783,7 @@ out:
 /* ---- Grafana annotations ------------------------------------------------------------------ */
 
 struct job_names {
-	char (*names)[STO_JOB_MAX + 1];
+	char (*names)[MDL_JOB_MAX + 1];
 	size_t n, cap;
 };
 
@@ -795,13 +795,13 @@ static int job_name_cb(void *arg, const char *job, uint64_t nseries)
 		return RDB_ELIMIT;
 	if (j->n == j->cap) {
 		size_t cap = j->cap ? j->cap * 2 : 16;
-		char (*p)[STO_JOB_MAX + 1] = realloc(j->names, cap * sizeof(*p));
+		char (*p)[MDL_JOB_MAX + 1] = realloc(j->names, cap * sizeof(*p));
 		if (!p)
 			return -ENOMEM;
 		j->names = p;
 		j->cap = cap;
 	}
-	snprintf(j->names[j->n++], STO_JOB_MAX + 1, "%s", job);
+	snprintf(j->names[j->n++], MDL_JOB_MAX + 1, "%s", job);
 	return 0;
 }
 
@@ -832,11 +832,11 @@ static int keep_newest(struct evl *dst, struct evl *src, size_t limit)
 	return rc;
 }
 
-static int write_annotation(struct rdb_buf *out, const struct sto_event *e, bool comma)
+static int write_annotation(struct rdb_buf *out, const struct mdl_event *e, bool comma)
 {
 	char rank[16];
-	const char *level = sto_level_name(e->level);
-	if (e->rank == STO_RANK_JOB)
+	const char *level = mdl_level_name(e->level);
+	if (e->rank == MDL_RANK_JOB)
 		snprintf(rank, sizeof(rank), "job");
 	else
 		snprintf(rank, sizeof(rank), "%u", e->rank);
@@ -871,7 +871,7 @@ int qry_events_annotations(struct sto *s, const char *job, int64_t from_ns, int6
 		goto out;
 	}
 	for (size_t i = 0; rc == 0 && i < jobs.n && from_ns <= to_ns && limit; i++) {
-		struct sto_ev_filter f = {.job = jobs.names[i], .kinds = 1u << STO_EV_LOG,
+		struct sto_ev_filter f = {.job = jobs.names[i], .kinds = 1u << MDL_EV_LOG,
 					  .min_level = min_level, .from_ns = from_ns,
 					  .to_ns = to_ns, .attempt = -1};
 		rc = read_window(s, &f, QRY_EV_SCAN_MAX, true, &one, &narrowed, re);

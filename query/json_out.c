@@ -217,11 +217,11 @@ static size_t fmt_shortest_fast(char *p, uint64_t bits)
 size_t qry_fmt_value(char *p, uint64_t bits)
 {
 	double v = rdb_bits_f64(bits);
-	if (bits == STO_VALUE_NULL_BITS) {
+	if (bits == MDL_VALUE_NULL_BITS) {
 		memcpy(p, "null", 4);
 		return 4;
 	}
-	if (bits == STO_VALUE_NAN_BITS) {
+	if (bits == MDL_VALUE_NAN_BITS) {
 		memcpy(p, "\"NaN\"", 5);
 		return 5;
 	}
@@ -282,7 +282,7 @@ int qry_json_u64(struct rdb_buf *out, uint64_t v)
 
 int qry_json_rank(struct rdb_buf *out, uint32_t rank)
 {
-	if (rank == STO_RANK_JOB)
+	if (rank == MDL_RANK_JOB)
 		return rdb_buf_append(out, "\"job\"", 5);
 	return qry_json_u64(out, rank);
 }
@@ -331,7 +331,7 @@ int qry_json_steps(struct rdb_buf *out, const int64_t *v, size_t n)
 			return rc;
 		if (i)
 			k.b[k.n++] = ',';
-		if (v[i] == STO_STEP_NONE) {
+		if (v[i] == MDL_STEP_NONE) {
 			memcpy(k.b + k.n, "null", 4);
 			k.n += 4;
 		} else {

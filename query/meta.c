@@ -39,7 +39,7 @@ static int fail(struct qry_error *err, int status, int rc, const char *fmt, ...)
 
 static int validate(const char *job, const void *doc, size_t len, struct qry_error *err)
 {
-	if (!sto_job_valid(job, strlen(job)))
+	if (!mdl_job_valid(job, strlen(job)))
 		return fail(err, 400, RDB_EINVAL, "job id '%.128s' is invalid: %s", job,
 			    "[A-Za-z0-9._-]{1,128}");
 	if (len > QRY_META_MAX_BYTES)
@@ -154,7 +154,7 @@ int qry_meta_get(const char *data_dir, const char *job, struct rdb_buf *out,
 		 struct qry_error *err)
 {
 	char path[4400];
-	if (!sto_job_valid(job, strlen(job)))
+	if (!mdl_job_valid(job, strlen(job)))
 		return fail(err, 400, RDB_EINVAL, "job id '%.128s' is invalid: %s", job,
 			    "[A-Za-z0-9._-]{1,128}");
 	snprintf(path, sizeof(path), "%s/meta/%s.json", data_dir, job);

@@ -93,11 +93,11 @@ static bool is_wait(const struct qry_out_req *req, const char *phase)
 static int select_series(struct sto *s, struct ostate *o, struct qry_error *err)
 {
 	const struct qry_out_req *req = o->req;
-	char (*names)[STO_METRIC_MAX + 1] = NULL;
+	char (*names)[MDL_METRIC_MAX + 1] = NULL;
 	const char *ptr[MAX_PHASES];
 	struct qry_match_req mr = {.job = req->job, .ranks = req->ranks, .nranks = req->nranks,
 				   .skip_job_level = true};
-	char prefix[STO_METRIC_MAX + 2];
+	char prefix[MDL_METRIC_MAX + 2];
 	int rc = 0;
 	if (!req->phases_mode) {
 		mr.metrics = &req->metric;

@@ -46,7 +46,7 @@ int qry_range(struct sto *s, const struct qry_range_req *req, struct rdb_buf *ou
 	      struct qry_error *err);
 
 /* Writes a stored value as JSON: a number (shortest text that reads back to
- * the same bits, -0.0 kept), null for STO_VALUE_NULL_BITS, "NaN" for the
+ * the same bits, -0.0 kept), null for MDL_VALUE_NULL_BITS, "NaN" for the
  * canonical NaN, "+Inf"/"-Inf", other NaN payloads as "0x<16 hex>". */
 int qry_json_value(struct rdb_buf *out, uint64_t bits);
 /* Writes a rank: a number, or "job" for the job-level pseudo-rank. */
@@ -62,7 +62,7 @@ size_t qry_fmt_value(char *p, uint64_t bits);
 /* The same for a finite non-zero non-integral value, always through
  * snprintf + strtod: the reference qry_fmt_value must equal (tests). */
 size_t qry_fmt_value_slow(char *p, uint64_t bits);
-/* Comma-separated arrays (no brackets): integers; steps (STO_STEP_NONE as
+/* Comma-separated arrays (no brackets): integers; steps (MDL_STEP_NONE as
  * null); stored values as qry_json_value writes them. */
 int qry_json_i64s(struct rdb_buf *out, const int64_t *v, size_t n);
 int qry_json_steps(struct rdb_buf *out, const int64_t *v, size_t n);

@@ -16,13 +16,13 @@
 
 struct match_ctx {
 	const struct qry_range_req *req;
-	struct sto_series_key *keys;
+	struct mdl_series_key *keys;
 	uint64_t *ids;
 	size_t n, cap;
 	bool job_seen;
 };
 
-static bool wanted(const struct qry_range_req *req, const struct sto_series_key *k)
+static bool wanted(const struct qry_range_req *req, const struct mdl_series_key *k)
 {
 	bool metric_ok = false;
 	for (size_t i = 0; i < req->nmetrics && !metric_ok; i++)
@@ -37,7 +37,7 @@ static bool wanted(const struct qry_range_req *req, const struct sto_series_key 
 	return false;
 }
 
-static int match_cb(void *arg, const struct sto_series_key *k, uint64_t id)
+static int match_cb(void *arg, const struct mdl_series_key *k, uint64_t id)
 {
 	struct match_ctx *c = arg;
 	c->job_seen = true;
@@ -45,7 +45,7 @@ static int match_cb(void *arg, const struct sto_series_key *k, uint64_t id)
 		return 0;
 	if (c->n == c->cap) {
 		size_t cap = c->cap ? c->cap * 2 : 32;
-		struct sto_series_key *kk = realloc(c->keys, cap * sizeof(*kk));
+		struct mdl_series_key *kk = realloc(c->keys, cap * sizeof(*kk));
 		if (!kk)
 			return -ENOMEM;
 		c->keys = kk;
@@ -62,7 +62,7 @@ static int match_cb(void *arg, const struct sto_series_key *k, uint64_t id)
 
 #define LOOKUP_MAX 64 /* series looked up one by one; more: one listing */
 
-static int cmp_key(const struct sto_series_key *x, const struct sto_series_key *y)
+static int cmp_key(const struct mdl_series_key *x, const struct mdl_series_key *y)
 {
 	if (x->rank != y->rank)
 		return x->rank < y->rank ? -1 : 1;
@@ -79,7 +79,7 @@ static bool match_by_lookup(struct sto *s, const struct qry_range_req *req, stru
 	size_t jl = strlen(req->job);
 	if (req->nranks == 0 || req->nmetrics == 0 || req->nmetrics > LOOKUP_MAX ||
 	    req->nranks > LOOKUP_MAX || req->nmetrics * req->nranks > LOOKUP_MAX || jl == 0 ||
-	    jl > STO_JOB_MAX)
+	    jl > MDL_JOB_MAX)
 		return false;
 	size_t cap = req->nmetrics * req->nranks;
 	m->keys = malloc(cap * sizeof(*m->keys));
@@ -88,10 +88,10 @@ static bool match_by_lookup(struct sto *s, const struct qry_range_req *req, stru
 		goto no;
 	for (size_t i = 0; i < req->nmetrics; i++) {
 		size_t ml = strlen(req->metrics[i]);
-		if (ml == 0 || ml > STO_METRIC_MAX)
+		if (ml == 0 || ml > MDL_METRIC_MAX)
 			goto no;
 		for (size_t j = 0; j < req->nranks; j++) {
-			struct sto_series_key k;
+			struct mdl_series_key k;
 			memset(&k, 0, sizeof(k));
 			memcpy(k.job, req->job, jl);
 			memcpy(k.metric, req->metrics[i], ml);
@@ -124,8 +124,8 @@ no:
 	return false;
 }
 
-static int write_series(struct rdb_buf *out, const struct sto_series_key *k,
-			const struct sto_cols *p, bool first)
+static int write_series(struct rdb_buf *out, const struct mdl_series_key *k,
+			const struct mdl_cols *p, bool first)
 {
 	int rc = rdb_buf_puts(out, first ? "{\"job\":" : ",{\"job\":");
 	if (rc == 0)
@@ -159,15 +159,15 @@ static int write_series(struct rdb_buf *out, const struct sto_series_key *k,
 	return rc;
 }
 
-static void key_text(const struct sto_series_key *k, char *buf, size_t len)
+static void key_text(const struct mdl_series_key *k, char *buf, size_t len)
 {
-	if (k->rank == STO_RANK_JOB)
+	if (k->rank == MDL_RANK_JOB)
 		snprintf(buf, len, "job=%s rank=job metric=%s", k->job, k->metric);
 	else
 		snprintf(buf, len, "job=%s rank=%u metric=%s", k->job, k->rank, k->metric);
 }
 
-static int read_error(struct qry_error *err, int rc, const struct sto_series_key *k,
+static int read_error(struct qry_error *err, int rc, const struct mdl_series_key *k,
 		      const struct sto_read_error *re, size_t max_points)
 {
 	char key[512];
@@ -190,7 +190,7 @@ int qry_range(struct sto *s, const struct qry_range_req *req, struct rdb_buf *ou
 	      struct qry_error *err)
 {
 	struct match_ctx m = {.req = req};
-	struct sto_cols pts = STO_COLS_INIT;
+	struct mdl_cols pts = MDL_COLS_INIT;
 	struct sto_read_error *re = malloc(sizeof(*re));
 	size_t total = 0, nonempty = 0;
 	int rc = re ? 0 : -ENOMEM;
@@ -231,6 +231,6 @@ out:
 	free(m.keys);
 	free(m.ids);
 	free(re);
-	sto_cols_free(&pts);
+	mdl_cols_free(&pts);
 	return rc;
 }

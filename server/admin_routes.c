@@ -454,7 +454,7 @@ bool srv_admin_route(struct srv_req *req, struct srv_resp *resp)
 		return false;
 	int64_t t0 = rdb_now_ns();
 	const char *rest = req->path + strlen(PREFIX), *action = "admin", *target = rest;
-	char job[STO_JOB_MAX + 2];
+	char job[MDL_JOB_MAX + 2];
 	if (authorize(req, resp) == 0)
 		route(req, resp, rest, &action, &target, job, sizeof(job));
 	audit(req, action, target, resp, t0);

@@ -89,8 +89,8 @@ static int add_ranks(struct evparams *p, const char *val)
 		if (*tok == 0)
 			continue;
 		if (strcmp(tok, "job") == 0)
-			r = STO_RANK_JOB;
-		else if (srv_parse_i64(tok, &r) || r < 0 || r > STO_RANK_MAX)
+			r = MDL_RANK_JOB;
+		else if (srv_parse_i64(tok, &r) || r < 0 || r > MDL_RANK_MAX)
 			return bad(p, "parameter rank: a rank is an integer >= 0 or \"job\", got "
 				   "'%.32s'", tok);
 		if (p->nranks == MAX_RANKS)
@@ -162,7 +162,7 @@ static int parse_arg(struct evparams *p, enum endpoint ep, enum param k, const c
 	case P_Q: return parse_q(p, val);
 	case P_CURSOR: p->cursor = val; return 0;
 	case P_LEVEL:
-		if (sto_level_parse(val, strlen(val), &level))
+		if (mdl_level_parse(val, strlen(val), &level))
 			return bad(p, "parameter level must be debug, info, warn, error or fatal, "
 				   "got '%.32s'", val);
 		p->min_level = level;
@@ -248,7 +248,7 @@ static int parse_params(const struct srv_req *req, enum endpoint ep, struct evpa
 		if (rc)
 			return rc;
 	}
-	if (!p->job || !sto_job_valid(p->job, strlen(p->job)))
+	if (!p->job || !mdl_job_valid(p->job, strlen(p->job)))
 		return bad(p, "parameter job is required: a job id ([A-Za-z0-9._-]{1,128})");
 	if (ep == EP_LOGS)
 		return check_logs(p);

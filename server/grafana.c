@@ -107,7 +107,7 @@ int64_t gf_floor_div(int64_t x, int64_t w)
 
 void gf_rank_text(uint32_t rank, char buf[16])
 {
-	if (rank == STO_RANK_JOB)
+	if (rank == MDL_RANK_JOB)
 		snprintf(buf, 16, "job");
 	else
 		snprintf(buf, 16, "%u", rank);
@@ -397,7 +397,7 @@ int gf_filters_parse(struct gf *g, struct gf_filters *fs)
 static int level_num(const char *s)
 {
 	uint8_t l;
-	return sto_level_parse(s, strlen(s), &l) ? -1 : l;
+	return mdl_level_parse(s, strlen(s), &l) ? -1 : l;
 }
 
 /* Levels by severity, numbers numerically, the rest as strings. */
@@ -464,7 +464,7 @@ static int job_cb(void *arg, const char *job, uint64_t nseries)
 	return gf_names_add(c->out, job, strlen(job));
 }
 
-static int series_cb(void *arg, const struct sto_series_key *k, uint64_t id)
+static int series_cb(void *arg, const struct mdl_series_key *k, uint64_t id)
 {
 	struct list_ctx *c = arg;
 	char rank[16];

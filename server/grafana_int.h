@@ -116,7 +116,7 @@ int gf_put_str(struct rdb_buf *b, const char *s);
 int gf_put_num(struct rdb_buf *b, double v, bool defined);
 /* x / w rounded toward minus infinity (w > 0). */
 int64_t gf_floor_div(int64_t x, int64_t w);
-/* The rank as text: its number, or "job" for STO_RANK_JOB. */
+/* The rank as text: its number, or "job" for MDL_RANK_JOB. */
 void gf_rank_text(uint32_t rank, char buf[16]);
 /* The string value of o[key] (borrowed from o), or NULL. */
 const char *gf_jstr(const json_t *o, const char *key);

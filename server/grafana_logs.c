@@ -53,13 +53,13 @@ static void field_text(json_t *fields, const char *key, char *buf, size_t len)
 		snprintf(buf, len, "%s", json_is_true(v) ? "true" : "false");
 }
 
-static bool ev_ok(const struct gf_filters *fs, const struct sto_event *ev)
+static bool ev_ok(const struct gf_filters *fs, const struct mdl_event *ev)
 {
 	char rank[16], val[512];
 	json_t *fields = NULL;
 	bool ok = true;
 	gf_rank_text(ev->rank, rank);
-	if (!gf_filters_ok(fs, "rank", rank) || !gf_filters_ok(fs, "level", sto_level_name(ev->level)))
+	if (!gf_filters_ok(fs, "rank", rank) || !gf_filters_ok(fs, "level", mdl_level_name(ev->level)))
 		return false;
 	for (size_t i = 0; ok && fs && i < fs->n; i++) {
 		const char *k = fs->v[i].key;
@@ -75,7 +75,7 @@ static bool ev_ok(const struct gf_filters *fs, const struct sto_event *ev)
 	return ok;
 }
 
-static int ev_cb(void *arg, const struct sto_event *ev)
+static int ev_cb(void *arg, const struct mdl_event *ev)
 {
 	struct evlist *l = arg;
 	if (!ev_ok(l->fs, ev))
@@ -130,8 +130,8 @@ static int ev_ranks(struct gf *g, const struct tgt *t, uint32_t **out, size_t *n
 		char *end;
 		long long r = strtoll(s, &end, 10);
 		if (!strcmp(s, "job"))
-			r = STO_RANK_JOB;
-		else if (end == s || *end || r < 0 || r > STO_RANK_MAX)
+			r = MDL_RANK_JOB;
+		else if (end == s || *end || r < 0 || r > MDL_RANK_MAX)
 			return gf_fail(g, 400, "payload rank: a rank is an integer >= 0 or \"job\", "
 				       "got '%.32s'", s);
 		(*out)[(*n)++] = (uint32_t)r;
@@ -164,14 +164,14 @@ static int collect_events(struct gf *g, const struct gf_range *r, const struct g
 			  const struct tgt *t, bool anno, struct evlist *l)
 {
 	struct names jobs = {0};
-	struct sto_ev_filter f = {.kinds = 1u << STO_EV_LOG, .from_ns = r->from_ms * 1000000,
+	struct sto_ev_filter f = {.kinds = 1u << MDL_EV_LOG, .from_ns = r->from_ms * 1000000,
 				  .to_ns = r->to_ms * 1000000 + 999999, .attempt = -1,
-				  .min_level = anno ? STO_LEVEL_WARN : STO_LEVEL_DEBUG};
+				  .min_level = anno ? MDL_LEVEL_WARN : MDL_LEVEL_DEBUG};
 	uint32_t *ranks = NULL;
 	l->limit = (size_t)t->limit;
 	l->fs = fs;
 	if (gf_set_constrains(&t->levels) &&
-	    sto_level_parse(t->levels.v.v[0], strlen(t->levels.v.v[0]), &f.min_level))
+	    mdl_level_parse(t->levels.v.v[0], strlen(t->levels.v.v[0]), &f.min_level))
 		return gf_fail(g, 400, "payload level: unknown level '%.32s' (debug, info, warn, "
 			       "error, fatal)", t->levels.v.v[0]);
 	int rc = ev_ranks(g, t, &ranks, &f.nranks);
@@ -195,17 +195,17 @@ static void ev_title(const struct evc *e, char *buf, size_t len)
 {
 	char rank[16], step[40] = "";
 	gf_rank_text(e->rank, rank);
-	if (e->step != STO_STEP_NONE)
+	if (e->step != MDL_STEP_NONE)
 		snprintf(step, sizeof(step), " at step %lld", (long long)e->step);
-	snprintf(buf, len, "%s on %s rank %s%s", sto_level_name(e->level), e->job, rank, step);
+	snprintf(buf, len, "%s on %s rank %s%s", mdl_level_name(e->level), e->job, rank, step);
 }
 
 /* time, timeEnd, title, text, tags, level, job, rank of one record. */
 static int ev_row(struct rdb_buf *b, const struct evc *e, bool legacy)
 {
-	char title[STO_JOB_MAX + 96], rank[16];
+	char title[MDL_JOB_MAX + 96], rank[16];
 	int64_t ms = gf_floor_div(e->ts_ns, 1000000);
-	const char *lv = sto_level_name(e->level);
+	const char *lv = mdl_level_name(e->level);
 	ev_title(e, title, sizeof(title));
 	gf_rank_text(e->rank, rank);
 	int rc = rdb_buf_printf(b, legacy ? "\"time\":%lld,\"timeEnd\":%lld,\"title\":" :
@@ -255,11 +255,11 @@ static int logs_cell(struct rdb_buf *b, const struct evc *e, enum lcol c)
 	switch (c) {
 	case LC_TIME: return rdb_buf_printf(b, "%lld", (long long)gf_floor_div(e->ts_ns, 1000000));
 	case LC_BODY: return rdb_buf_json_str(b, e->text, e->text_len);
-	case LC_LEVEL: return rdb_buf_printf(b, "\"%s\"", sto_level_name(e->level));
+	case LC_LEVEL: return rdb_buf_printf(b, "\"%s\"", mdl_level_name(e->level));
 	case LC_JOB: return gf_put_str(b, e->job);
 	case LC_RANK: gf_rank_text(e->rank, rank); return rdb_buf_printf(b, "\"%s\"", rank);
 	case LC_STEP:
-		if (e->step == STO_STEP_NONE)
+		if (e->step == MDL_STEP_NONE)
 			return rdb_buf_puts(b, "null");
 		return rdb_buf_printf(b, "%lld", (long long)e->step);
 	default: return gf_put_str(b, e->fields);

@@ -299,7 +299,7 @@ struct sel {
 	bool seen_exact, seen_regex; /* a metric name matched, whatever rank and filters */
 };
 
-static int sel_store(struct sel *s, const struct sto_series_key *k, uint64_t id)
+static int sel_store(struct sel *s, const struct mdl_series_key *k, uint64_t id)
 {
 	if (s->n == s->cap) {
 		if (s->cap >= GF_MAX_READ)
@@ -316,7 +316,7 @@ static int sel_store(struct sel *s, const struct sto_series_key *k, uint64_t id)
 	return 0;
 }
 
-static int sel_cb(void *arg, const struct sto_series_key *k, uint64_t id)
+static int sel_cb(void *arg, const struct mdl_series_key *k, uint64_t id)
 {
 	struct sel *s = arg;
 	char rank[16];
@@ -461,7 +461,7 @@ static int wr_begin(struct wr *w, const char *job, const char *rank, const char 
 		    enum agg a)
 {
 	struct rdb_buf *b = w->g->out;
-	char name[STO_METRIC_MAX + STO_JOB_MAX + 80];
+	char name[MDL_METRIC_MAX + MDL_JOB_MAX + 80];
 	const char *lab = a == AG_AVG ? NULL : agg_label(a);
 	w->job = job;
 	w->metric = metric;
@@ -644,7 +644,7 @@ static double xr_value(const struct km *v, size_t n, enum agg a)
 }
 
 /* Writes the requested cross-rank series of one (job, metric), then empties x. */
-static int xr_flush(struct wr *w, struct xr *x, const struct sto_series_key *k, uint32_t aggs,
+static int xr_flush(struct wr *w, struct xr *x, const struct mdl_series_key *k, uint32_t aggs,
 		    int64_t width_ms)
 {
 	int rc = 0;
@@ -704,7 +704,7 @@ static int metric_loop(struct gf *g, struct wr *w, const struct sel *s, const st
 			read_fail(g, rc, se, sc);
 		if (rc == 0 && bs.n)
 			rc = emit_series(w, sc, se, &bk, r, &bs);
-		if (rc == 0 && bs.n && (aggs & XR_MASK) && se->key.rank != STO_RANK_JOB)
+		if (rc == 0 && bs.n && (aggs & XR_MASK) && se->key.rank != MDL_RANK_JOB)
 			rc = xr_add(&xr, &bs);
 	}
 	if (rc == 0 && s->n)

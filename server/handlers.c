@@ -111,8 +111,8 @@ static void handle_write(struct srv_req *req, struct srv_resp *resp)
 {
 	struct srv_ctx *ctx = req->ctx;
 	atomic_fetch_add(&ctx->counters.write_requests, 1);
-	struct sto_batch *b = NULL;
-	struct sto_events *ev = NULL;
+	struct mdl_batch *b = NULL;
+	struct mdl_events *ev = NULL;
 	struct ing_error e = {0};
 	struct sto_write_req wr = {0};
 	struct sto_write_result wres = {0};
@@ -124,9 +124,9 @@ static void handle_write(struct srv_req *req, struct srv_resp *resp)
 		srv_error(resp, 400, "%s", why);
 		return;
 	}
-	int rc = sto_batch_new(max_points, max_points, &b);
+	int rc = mdl_batch_new(max_points, max_points, &b);
 	if (rc == 0)
-		rc = sto_events_new(ctx->cfg->max_records_per_request, ctx->cfg->max_body_bytes * 2,
+		rc = mdl_events_new(ctx->cfg->max_records_per_request, ctx->cfg->max_body_bytes * 2,
 				    &ev);
 	if (rc == 0)
 		rc = ing_json_parse_all((const char *)req->body, req->body_len, &ctx->limits,
@@ -150,7 +150,7 @@ static void handle_write(struct srv_req *req, struct srv_resp *resp)
 		ok_json(resp);
 		rdb_buf_printf(&resp->body,
 			       "{\"accepted_points\":%zu,\"accepted_events\":%zu,\"records\":%zu%s}",
-			       sto_batch_points(b), sto_events_count(ev), nrec,
+			       mdl_batch_points(b), mdl_events_count(ev), nrec,
 			       wres.duplicate ? ",\"duplicate\":true" : "");
 	} else if (rc == RDB_EBUSY || rc == -ESHUTDOWN) {
 		atomic_fetch_add(&ctx->counters.write_rejected_busy, 1);
@@ -175,8 +175,8 @@ static void handle_write(struct srv_req *req, struct srv_resp *resp)
 		resp->retry_after = "5";
 	}
 out:
-	sto_events_free(ev);
-	sto_batch_free(b);
+	mdl_events_free(ev);
+	mdl_batch_free(b);
 }
 
 /* ---- query parameters -------------------------------------------------------- */
@@ -237,8 +237,8 @@ static int split_list(struct range_params *p, const char *val, bool metric, char
 		}
 		int64_t r;
 		if (strcmp(tok, "job") == 0) {
-			r = STO_RANK_JOB;
-		} else if (srv_parse_i64(tok, &r) || r < 0 || r > STO_RANK_MAX) {
+			r = MDL_RANK_JOB;
+		} else if (srv_parse_i64(tok, &r) || r < 0 || r > MDL_RANK_MAX) {
 			snprintf(why, whylen, "rank must be an integer >= 0 or \"job\", got '%.32s'",
 				 tok);
 			rc = -EINVAL;
@@ -352,9 +352,9 @@ out:
 static void handle_job(struct srv_req *req, struct srv_resp *resp, const char *rest)
 {
 	const char *slash = strchr(rest, '/');
-	char job[STO_JOB_MAX + 1];
+	char job[MDL_JOB_MAX + 1];
 	size_t jl = slash ? (size_t)(slash - rest) : strlen(rest);
-	if (!slash || !sto_job_valid(rest, jl)) {
+	if (!slash || !mdl_job_valid(rest, jl)) {
 		srv_error(resp, 404, "no such endpoint: %.200s (try /api/v1/jobs/<job>/metrics "
 			  "or /ranks)", req->path);
 		return;

@@ -58,8 +58,8 @@ struct lp_req {
 	const char *body; /* the request body, or inflated */
 	size_t len;
 	struct rdb_buf inflated;
-	struct sto_batch *b;
-	struct sto_events *ev;
+	struct mdl_batch *b;
+	struct mdl_events *ev;
 	struct ing_lp_result res;
 	char why[512];
 };
@@ -69,8 +69,8 @@ static void lp_req_free(struct lp_req *r)
 	if (!r)
 		return;
 	rdb_buf_free(&r->inflated);
-	sto_batch_free(r->b);
-	sto_events_free(r->ev);
+	mdl_batch_free(r->b);
+	mdl_events_free(r->ev);
 	free(r);
 }
 
@@ -358,9 +358,9 @@ static int parse_body(struct srv_ctx *ctx, struct lp_req *r, struct srv_resp *re
 	/* A point takes at least 4 body bytes ("a=1,"), an event at least 8, and
 	 * an event's stored text at most 6 bytes per body byte (JSON escapes). */
 	size_t max_points = r->len / 2 + 64;
-	int rc = sto_batch_new(max_points, max_points, &r->b);
+	int rc = mdl_batch_new(max_points, max_points, &r->b);
 	if (rc == 0)
-		rc = sto_events_new(r->len / 4 + 16, 6 * r->len + 65536, &r->ev);
+		rc = mdl_events_new(r->len / 4 + 16, 6 * r->len + 65536, &r->ev);
 	if (rc == 0)
 		rc = ing_lp_parse(r->body, r->len, &o, r->b, r->ev, &r->res);
 	if (rc == RDB_ELIMIT) {

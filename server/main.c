@@ -114,7 +114,7 @@ int main(int argc, char **argv)
 	}
 	srv_admin_init(&ctx); /* retention / compaction settings, audit log */
 	size_t djl = strlen(cfg.lp_default_job);
-	if (djl && !sto_job_valid(cfg.lp_default_job, djl)) {
+	if (djl && !mdl_job_valid(cfg.lp_default_job, djl)) {
 		rdb_error("main", "lp_default_job '%s' is not a job id ([A-Za-z0-9._-], 1..128 "
 			  "bytes); exiting", cfg.lp_default_job);
 		sto_close(ctx.sto);

@@ -126,8 +126,8 @@ static int add_ranks(struct qparams *p, const char *key, const char *val)
 	for (size_t i = 0; rc == 0 && i < nt; i++) {
 		int64_t r;
 		if (strcmp(tok[i], "job") == 0)
-			r = STO_RANK_JOB;
-		else if (srv_parse_i64(tok[i], &r) || r < 0 || r > STO_RANK_MAX)
+			r = MDL_RANK_JOB;
+		else if (srv_parse_i64(tok[i], &r) || r < 0 || r > MDL_RANK_MAX)
 			return bad(p, "parameter %s: a rank is an integer >= 0 or \"job\", got "
 				   "'%.32s'", key, tok[i]);
 		p->ranks[p->nranks++] = (uint32_t)r;
@@ -497,7 +497,7 @@ bool srv_query_route(struct srv_req *req, struct srv_resp *resp)
 	} routes[] = {{"/api/v1/query/downsample", EP_DOWNSAMPLE},
 		      {"/api/v1/query/crossrank", EP_CROSSRANK},
 		      {"/api/v1/query/outliers", EP_OUTLIERS}};
-	char job[STO_JOB_MAX + 2];
+	char job[MDL_JOB_MAX + 2];
 	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
 		if (strcmp(req->path, routes[i].path))
 			continue;

@@ -63,8 +63,8 @@ struct dgram {
 struct udp_worker {
 	struct srv_udp *u;
 	pthread_t thread;
-	struct sto_batch *scratch, *all;
-	struct sto_events *scratch_ev, *all_ev;
+	struct mdl_batch *scratch, *all;
+	struct mdl_events *scratch_ev, *all_ev;
 	struct ing_lp_result res;
 	size_t all_dgrams, all_lines_ok, all_strings; /* what `all` holds */
 	struct dgram taken[COALESCE_DGRAMS];
@@ -243,8 +243,8 @@ static int parse_one(struct udp_worker *w, const struct dgram *d)
 	const struct srv_config *cfg = ctx->cfg;
 	struct ing_datagram_result res;
 	struct ing_lp_options o;
-	sto_batch_reset(w->scratch);
-	sto_events_reset(w->scratch_ev);
+	mdl_batch_reset(w->scratch);
+	mdl_events_reset(w->scratch_ev);
 	ing_lp_options_default(&o);
 	o.default_ts_ns = d->recv_ns;
 	o.default_job = cfg->lp_default_job[0] ? cfg->lp_default_job : NULL;
@@ -276,16 +276,16 @@ static int parse_one(struct udp_worker *w, const struct dgram *d)
 static int merge(struct udp_worker *w)
 {
 	int rc = 0;
-	for (size_t i = 0; rc == 0 && i < sto_batch_nseries(w->scratch); i++) {
-		const struct sto_batch_series *s = sto_batch_series_at(w->scratch, i);
-		const struct sto_cols *p = &s->pts;
+	for (size_t i = 0; rc == 0 && i < mdl_batch_nseries(w->scratch); i++) {
+		const struct mdl_batch_series *s = mdl_batch_series_at(w->scratch, i);
+		const struct mdl_cols *p = &s->pts;
 		for (size_t j = 0; rc == 0 && j < p->n; j++)
-			rc = sto_batch_add(w->all, s->key.job, strlen(s->key.job), s->key.rank,
+			rc = mdl_batch_add(w->all, s->key.job, strlen(s->key.job), s->key.rank,
 					   s->key.metric, strlen(s->key.metric), p->ts_ns[j],
 					   p->step[j], p->attempt[j], p->value[j]);
 	}
-	for (size_t i = 0; rc == 0 && i < sto_events_count(w->scratch_ev); i++)
-		rc = sto_events_add(w->all_ev, sto_events_at(w->scratch_ev, i));
+	for (size_t i = 0; rc == 0 && i < mdl_events_count(w->scratch_ev); i++)
+		rc = mdl_events_add(w->all_ev, mdl_events_at(w->scratch_ev, i));
 	return rc;
 }
 
@@ -314,7 +314,7 @@ static void flush(struct udp_worker *w)
 		sleep_ms(step_ms);
 	}
 	if (rc == 0) {
-		atomic_fetch_add(&c->udp_points, sto_batch_points(w->all));
+		atomic_fetch_add(&c->udp_points, mdl_batch_points(w->all));
 		atomic_fetch_add(&c->lp_lines_ok, w->all_lines_ok);
 		atomic_fetch_add(&c->lp_string_fields_skipped, w->all_strings);
 	} else if (rc == RDB_EBUSY || rc == -ESHUTDOWN) {
@@ -331,8 +331,8 @@ static void flush(struct udp_worker *w)
 				"refused them (%s)",
 				w->all_dgrams, rdb_strerror(rc));
 	}
-	sto_batch_reset(w->all);
-	sto_events_reset(w->all_ev);
+	mdl_batch_reset(w->all);
+	mdl_events_reset(w->all_ev);
 	w->all_dgrams = w->all_lines_ok = w->all_strings = 0;
 }
 
@@ -350,8 +350,8 @@ static void process(struct udp_worker *w)
 				/* out of memory: the combined batch may hold part of d */
 				atomic_fetch_add(&w->u->ctx->counters.udp_dropped_error,
 						 w->all_dgrams + 1);
-				sto_batch_reset(w->all);
-				sto_events_reset(w->all_ev);
+				mdl_batch_reset(w->all);
+				mdl_events_reset(w->all_ev);
 				w->all_dgrams = w->all_lines_ok = w->all_strings = 0;
 			}
 		}
@@ -381,22 +381,22 @@ static int worker_init(struct udp_worker *w, struct srv_udp *u)
 	size_t one_ev = 6 * u->slot_bytes + 65536;
 	size_t all_ev = 6 * (size_t)COALESCE_BYTES + (size_t)COALESCE_DGRAMS * 65536;
 	w->u = u;
-	int rc = sto_batch_new(one, one, &w->scratch);
+	int rc = mdl_batch_new(one, one, &w->scratch);
 	if (rc == 0)
-		rc = sto_batch_new(all, all, &w->all);
+		rc = mdl_batch_new(all, all, &w->all);
 	if (rc == 0)
-		rc = sto_events_new(one, one_ev, &w->scratch_ev);
+		rc = mdl_events_new(one, one_ev, &w->scratch_ev);
 	if (rc == 0)
-		rc = sto_events_new(all, all_ev, &w->all_ev);
+		rc = mdl_events_new(all, all_ev, &w->all_ev);
 	return rc;
 }
 
 static void worker_free(struct udp_worker *w)
 {
-	sto_batch_free(w->scratch);
-	sto_batch_free(w->all);
-	sto_events_free(w->scratch_ev);
-	sto_events_free(w->all_ev);
+	mdl_batch_free(w->scratch);
+	mdl_batch_free(w->all);
+	mdl_events_free(w->scratch_ev);
+	mdl_events_free(w->all_ev);
 }
 
 static int open_socket(struct srv_udp *u, const struct srv_config *cfg)

@@ -56,7 +56,7 @@ struct vctx {
 	void *arg;
 	struct sto_verify_report *rep;
 	struct rdb_buf rec;
-	struct sto_cols cols;
+	struct mdl_cols cols;
 	struct sto_chunk_ref *bad; /* damaged point chunks, quarantined afterwards */
 	size_t nbad;
 };
@@ -217,7 +217,7 @@ static int check_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 }
 
 struct ev_bad {
-	char job[STO_JOB_MAX + 1];
+	char job[MDL_JOB_MAX + 1];
 	int64_t min_ts_ns;
 	uint64_t uid;
 	uint8_t *val;
@@ -373,7 +373,7 @@ int sto_verify(struct sto *s, bool quarantine, sto_problem_fn fn, void *arg,
 		free(ev.bad[i].val);
 	free(ev.bad);
 	free(v.bad);
-	sto_cols_free(&v.cols);
+	mdl_cols_free(&v.cols);
 	rdb_buf_free(&v.rec);
 	return rc;
 }

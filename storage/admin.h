@@ -31,7 +31,7 @@ void sto_set_lifecycle(struct sto *s, const struct sto_lifecycle *l);
 
 /* ---- statistics ---- */
 struct sto_job_stats {
-	char job[STO_JOB_MAX + 1];
+	char job[MDL_JOB_MAX + 1];
 	uint64_t series, chunks, points, chunk_bytes; /* sealed points */
 	uint64_t event_chunks, events, event_bytes;
 	uint64_t head_points;                         /* not sealed yet */

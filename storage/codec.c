@@ -40,7 +40,7 @@
  *                 body of k values q[i]: v[i] = b + q[i] * g (mod 2^64).
  *                 For values on a grid: timestamps in whole us or ms.
  * Step column, additionally:
- *    7 absent     empty body: every step is STO_STEP_NONE
+ *    7 absent     empty body: every step is MDL_STEP_NONE
  *    8 masked     u8 mask kind, mask, u8 inner enc, inner body (to the end).
  *                 The mask says which points have a step. Kind 0: bitmap of
  *                 ceil(n / 8) bytes, bit i (byte i / 8, LSB first) set when
@@ -48,7 +48,7 @@
  *                 run lengths alternating present, absent, present, ...
  *                 (the first may be 0), summing to exactly n. The inner
  *                 int64 stream (1..6, 9) holds the c >= 1 present steps in order;
- *                 absent points read back as STO_STEP_NONE.
+ *                 absent points read back as MDL_STEP_NONE.
  * Attempt column (u32):
  *   16 const32    u32 a (all n equal)
  *   17 rle32      pairs (varint a <= UINT32_MAX, varint run >= 1) summing to n
@@ -126,7 +126,7 @@ enum {
 };
 
 #define ZSTD_LEVEL     3
-#define STEP_NONE_BITS ((uint64_t)1 << 63) /* STO_STEP_NONE as uint64_t */
+#define STEP_NONE_BITS ((uint64_t)1 << 63) /* MDL_STEP_NONE as uint64_t */
 #define INT_LIMIT      ((uint64_t)1 << 53) /* largest |s| of the int encoding */
 #define F32_LOW_MASK   (((uint64_t)1 << 29) - 1)
 
@@ -1238,7 +1238,7 @@ static int dec_attempts(uint8_t enc, const uint8_t *p, size_t len, size_t n, uin
 
 /* ---- payload --------------------------------------------------------------------- */
 
-static int encode_columns(const struct sto_cols *c, struct blob col[4])
+static int encode_columns(const struct mdl_cols *c, struct blob col[4])
 {
 	size_t n = c->n;
 	int rc = best_i64_opt((const uint64_t *)c->ts_ns, n, true, &col[0]);
@@ -1277,7 +1277,7 @@ static int put_columns(const struct blob *col, int first, int count, bool with_n
 	return 0;
 }
 
-int sto_codec_encode(const struct sto_cols *cols, struct rdb_buf *out, struct sto_codec_info *info)
+int sto_codec_encode(const struct mdl_cols *cols, struct rdb_buf *out, struct sto_codec_info *info)
 {
 	if (!cols || cols->n < 1 || cols->n > STO_CHUNK_MAX_POINTS)
 		return RDB_EINVAL;
@@ -1295,7 +1295,7 @@ int sto_codec_encode(const struct sto_cols *cols, struct rdb_buf *out, struct st
 	return rc;
 }
 
-int sto_codec_encode_shared(const struct sto_cols *cols, struct rdb_buf *out)
+int sto_codec_encode_shared(const struct mdl_cols *cols, struct rdb_buf *out)
 {
 	if (!cols || cols->n < 1 || cols->n > STO_CHUNK_MAX_POINTS)
 		return RDB_EINVAL;
@@ -1313,7 +1313,7 @@ int sto_codec_encode_shared(const struct sto_cols *cols, struct rdb_buf *out)
 	return rc;
 }
 
-int sto_codec_encode_values(const struct sto_cols *cols, struct rdb_buf *out)
+int sto_codec_encode_values(const struct mdl_cols *cols, struct rdb_buf *out)
 {
 	if (!cols || cols->n < 1 || cols->n > STO_CHUNK_MAX_POINTS)
 		return RDB_EINVAL;
@@ -1326,7 +1326,7 @@ int sto_codec_encode_values(const struct sto_cols *cols, struct rdb_buf *out)
 }
 
 static int decode_column(int idx, uint8_t enc, const uint8_t *p, size_t len, size_t n,
-			 struct sto_cols *out)
+			 struct mdl_cols *out)
 {
 	switch (idx) {
 	case 0:
@@ -1355,7 +1355,7 @@ static int column_at(const uint8_t *src, size_t len, size_t *pos, uint8_t *enc, 
 
 /* Decodes columns [first, first + count) of n points from src after *pos. */
 static int decode_columns(const uint8_t *src, size_t len, size_t *pos, int first, int count,
-			  size_t n, struct sto_cols *out)
+			  size_t n, struct mdl_cols *out)
 {
 	for (int i = first; i < first + count; i++) {
 		uint8_t enc;
@@ -1371,7 +1371,7 @@ static int decode_columns(const uint8_t *src, size_t len, size_t *pos, int first
 }
 
 /* Reads the u32 point count and makes room for it in out. */
-static int decode_n(const uint8_t *src, size_t len, uint32_t max_points, struct sto_cols *out,
+static int decode_n(const uint8_t *src, size_t len, uint32_t max_points, struct mdl_cols *out,
 		    uint32_t *n)
 {
 	if (len < 4)
@@ -1379,10 +1379,10 @@ static int decode_n(const uint8_t *src, size_t len, uint32_t max_points, struct 
 	*n = rdb_get_le32(src);
 	if (*n == 0 || *n > max_points || *n > STO_CHUNK_MAX_POINTS)
 		return RDB_ECORRUPT;
-	return sto_cols_reserve(out, *n);
+	return mdl_cols_reserve(out, *n);
 }
 
-int sto_codec_decode(const uint8_t *src, size_t len, uint32_t max_points, struct sto_cols *out,
+int sto_codec_decode(const uint8_t *src, size_t len, uint32_t max_points, struct mdl_cols *out,
 		     size_t *used)
 {
 	out->n = 0;
@@ -1400,7 +1400,7 @@ int sto_codec_decode(const uint8_t *src, size_t len, uint32_t max_points, struct
 }
 
 int sto_codec_decode_shared(const uint8_t *src, size_t len, uint32_t max_points,
-			    struct sto_cols *out, size_t *used)
+			    struct mdl_cols *out, size_t *used)
 {
 	out->n = 0;
 	uint32_t n;
@@ -1416,7 +1416,7 @@ int sto_codec_decode_shared(const uint8_t *src, size_t len, uint32_t max_points,
 	return 0;
 }
 
-int sto_codec_decode_values(const uint8_t *src, size_t len, struct sto_cols *out, size_t *used)
+int sto_codec_decode_values(const uint8_t *src, size_t len, struct mdl_cols *out, size_t *used)
 {
 	size_t pos = 0;
 	if (out->n == 0 || out->n > out->cap)

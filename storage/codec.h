@@ -1,6 +1,6 @@
 /* codec.h - lossless columnar encoding of one chunk's points.
  *
- * A chunk payload holds the four columns of struct sto_cols, each encoded
+ * A chunk payload holds the four columns of struct mdl_cols, each encoded
  * with the encoding that is smallest for that column of that chunk (the
  * encoder tries the candidates and keeps the winner). Values are restored
  * bit-exact: NaN payloads, +-Inf, -0.0 and denormals included.
@@ -10,7 +10,7 @@
 #define STO_CODEC_H
 
 #include "common/rdb_buf.h"
-#include "storage/cols.h"
+#include "model/cols.h"
 
 #include <stdint.h>
 
@@ -24,7 +24,7 @@ struct sto_codec_info {
  * to out. info may be NULL. Does not block on I/O. Thread-safe (no shared
  * state). Returns 0, -ENOMEM, RDB_ELIMIT (out's bound) or RDB_EINVAL
  * (n out of range). On failure out->len is restored. */
-int sto_codec_encode(const struct sto_cols *cols, struct rdb_buf *out,
+int sto_codec_encode(const struct mdl_cols *cols, struct rdb_buf *out,
 		     struct sto_codec_info *info);
 
 /* Decodes a payload made by sto_codec_encode into out (out->n set; arrays
@@ -33,7 +33,7 @@ int sto_codec_encode(const struct sto_cols *cols, struct rdb_buf *out,
  * bounds, never allocates more than max_points points. Returns 0,
  * RDB_ECORRUPT, -ENOMEM. *used (may be NULL) gets the bytes consumed. On
  * failure out->n is 0 and the arrays' contents are unspecified. */
-int sto_codec_decode(const uint8_t *src, size_t len, uint32_t max_points, struct sto_cols *out,
+int sto_codec_decode(const uint8_t *src, size_t len, uint32_t max_points, struct mdl_cols *out,
 		     size_t *used);
 
 /* Group records (storage/group.h) store the point columns that their
@@ -42,15 +42,15 @@ int sto_codec_decode(const uint8_t *src, size_t len, uint32_t max_points, struct
  *   values := column(value)
  * (the same `column` items and encodings as a chunk payload). Encoders:
  * same contract as sto_codec_encode. */
-int sto_codec_encode_shared(const struct sto_cols *cols, struct rdb_buf *out);
-int sto_codec_encode_values(const struct sto_cols *cols, struct rdb_buf *out);
+int sto_codec_encode_shared(const struct mdl_cols *cols, struct rdb_buf *out);
+int sto_codec_encode_values(const struct mdl_cols *cols, struct rdb_buf *out);
 /* Decodes a shared part into out (n, ts, step, attempt; values untouched,
  * room for them reserved). Same contract as sto_codec_decode. */
 int sto_codec_decode_shared(const uint8_t *src, size_t len, uint32_t max_points,
-			    struct sto_cols *out, size_t *used);
+			    struct mdl_cols *out, size_t *used);
 /* Decodes one value column of out->n points (out->n >= 1, set by
  * sto_codec_decode_shared) into out->value. RDB_ECORRUPT, RDB_EINVAL. */
-int sto_codec_decode_values(const uint8_t *src, size_t len, struct sto_cols *out, size_t *used);
+int sto_codec_decode_values(const uint8_t *src, size_t len, struct mdl_cols *out, size_t *used);
 
 /* One zstd frame (content size recorded) of src, appended to out.
  * 0, -ENOMEM, RDB_ELIMIT. */

@@ -57,7 +57,7 @@ _Static_assert(sizeof(uintptr_t) * 8 >= STO_GROUP_MAX_MEMBERS,
 /* ---- compaction ------------------------------------------------------------------------- */
 
 struct ev_move {
-	char job[STO_JOB_MAX + 1];
+	char job[MDL_JOB_MAX + 1];
 	int64_t min_ts_ns;
 	uint64_t uid;
 	struct ev_entry e;

@@ -77,7 +77,7 @@ struct ev_job *evh_job(struct ev_head *h, const char *job)
 
 static struct ev_job *job_get_or_add(struct ev_head *h, const char *job, size_t jl)
 {
-	char name[STO_JOB_MAX + 1];
+	char name[MDL_JOB_MAX + 1];
 	memcpy(name, job, jl);
 	name[jl] = 0;
 	struct ev_job *j = evh_job(h, name);
@@ -96,12 +96,12 @@ static struct ev_job *job_get_or_add(struct ev_head *h, const char *job, size_t 
 	return j;
 }
 
-int evh_apply(struct ev_head *h, const struct sto_events *b, uint64_t *bytes_added)
+int evh_apply(struct ev_head *h, const struct mdl_events *b, uint64_t *bytes_added)
 {
 	uint64_t added = 0;
 	int rc = 0;
-	for (size_t i = 0; i < sto_events_count(b); i++) {
-		const struct sto_event *e = sto_events_at(b, i);
+	for (size_t i = 0; i < mdl_events_count(b); i++) {
+		const struct mdl_event *e = mdl_events_at(b, i);
 		struct ev_job *j = job_get_or_add(h, e->job, e->job_len);
 		if (!j) {
 			rc = -ENOMEM;
@@ -199,7 +199,7 @@ uint64_t evh_consume(struct ev_head *h, struct ev_job *j, size_t k)
 	return freed;
 }
 
-void ev_rec_view(const struct ev_rec *r, const char *job, size_t job_len, struct sto_event *out)
+void ev_rec_view(const struct ev_rec *r, const char *job, size_t job_len, struct mdl_event *out)
 {
 	out->kind = r->kind;
 	out->level = r->level;
@@ -326,20 +326,20 @@ static void entry_stats(struct ev_rec **recs, size_t n, struct ev_entry *e)
 	e->count = (uint32_t)n;
 	e->min_ts_ns = INT64_MAX;
 	e->max_ts_ns = INT64_MIN;
-	e->min_step = STO_STEP_NONE;
-	e->max_step = STO_STEP_NONE;
+	e->min_step = MDL_STEP_NONE;
+	e->max_step = MDL_STEP_NONE;
 	e->min_rank = UINT32_MAX;
 	for (size_t i = 0; i < n; i++) {
 		const struct ev_rec *r = recs[i];
 		e->kinds |= (uint8_t)(1u << r->kind);
-		if (r->kind == STO_EV_LOG)
+		if (r->kind == MDL_EV_LOG)
 			e->levels |= (uint8_t)(1u << r->level);
 		if (r->ts_ns < e->min_ts_ns)
 			e->min_ts_ns = r->ts_ns;
 		if (r->ts_ns > e->max_ts_ns)
 			e->max_ts_ns = r->ts_ns;
-		if (r->step != STO_STEP_NONE) {
-			if (e->min_step == STO_STEP_NONE || r->step < e->min_step)
+		if (r->step != MDL_STEP_NONE) {
+			if (e->min_step == MDL_STEP_NONE || r->step < e->min_step)
 				e->min_step = r->step;
 			if (r->step > e->max_step)
 				e->max_step = r->step;
@@ -504,7 +504,7 @@ int evc_decode(const uint8_t *payload, size_t len, const char *job, struct ev_de
 	if (n == 0 || n > STO_EVCHUNK_MAX_EVENTS || (size_t)(end - p - 4) / 42 < n)
 		return RDB_ECORRUPT;
 	if (n > out->cap) {
-		struct sto_event *ev = realloc(out->ev, n * sizeof(*ev));
+		struct mdl_event *ev = realloc(out->ev, n * sizeof(*ev));
 		if (!ev)
 			return -ENOMEM;
 		out->ev = ev;
@@ -515,7 +515,7 @@ int evc_decode(const uint8_t *payload, size_t len, const char *job, struct ev_de
 	const uint8_t *tl = dur + 8 * n, *fl = tl + 4 * n, *str = fl + 4 * n;
 	size_t jl = strlen(job);
 	for (size_t i = 0; i < n; i++) {
-		struct sto_event *e = &out->ev[i];
+		struct mdl_event *e = &out->ev[i];
 		e->kind = kind[i];
 		e->level = level[i];
 		e->rank = rdb_get_le32(rank + 4 * i);
@@ -532,7 +532,7 @@ int evc_decode(const uint8_t *payload, size_t len, const char *job, struct ev_de
 		str += e->text_len;
 	}
 	for (size_t i = 0; i < n; i++) {
-		struct sto_event *e = &out->ev[i];
+		struct mdl_event *e = &out->ev[i];
 		e->fields_len = rdb_get_le32(fl + 4 * i);
 		if ((size_t)(end - str) < e->fields_len)
 			return RDB_ECORRUPT;
@@ -581,12 +581,12 @@ bool evf_chunk_may_match(const struct evf *p, const struct ev_entry *e)
 	const struct sto_ev_filter *f = p->f;
 	if (e->max_ts_ns < f->from_ns || e->min_ts_ns > f->to_ns || !(e->kinds & f->kinds))
 		return false;
-	if (f->by_step && (e->max_step == STO_STEP_NONE || e->max_step < f->step_from ||
+	if (f->by_step && (e->max_step == MDL_STEP_NONE || e->max_step < f->step_from ||
 			   e->min_step > f->step_to))
 		return false;
 	if (!rank_range_hit(f, e->min_rank, e->max_rank))
 		return false;
-	if (f->kinds == (1u << STO_EV_LOG) && (e->levels >> f->min_level) == 0)
+	if (f->kinds == (1u << MDL_EV_LOG) && (e->levels >> f->min_level) == 0)
 		return false;
 	for (size_t i = 0; i < p->nwords; i++)
 		if (!bloom_test(e->bloom, e->bloom_log2, p->word_hash[i]))
@@ -631,14 +631,14 @@ static bool field_equals(const char *f, size_t len, const char *key, const char 
 	return false;
 }
 
-bool evf_match(const struct evf *p, const struct sto_event *ev)
+bool evf_match(const struct evf *p, const struct mdl_event *ev)
 {
 	const struct sto_ev_filter *f = p->f;
 	if (!(f->kinds & (1u << ev->kind)) || ev->ts_ns < f->from_ns || ev->ts_ns > f->to_ns)
 		return false;
-	if (ev->kind == STO_EV_LOG && ev->level < f->min_level)
+	if (ev->kind == MDL_EV_LOG && ev->level < f->min_level)
 		return false;
-	if (f->by_step && (ev->step == STO_STEP_NONE || ev->step < f->step_from ||
+	if (f->by_step && (ev->step == MDL_STEP_NONE || ev->step < f->step_from ||
 			   ev->step > f->step_to))
 		return false;
 	if (!rank_range_hit(f, ev->rank, ev->rank))

@@ -8,7 +8,7 @@
 
 #include "common/rdb_buf.h"
 #include "common/rdb_map.h"
-#include "storage/events.h"
+#include "model/events.h"
 #include "storage/sto.h"
 
 #include <stdbool.h>
@@ -27,7 +27,7 @@ struct ev_rec {
 struct ev_job {
 	struct ev_job *next; /* same-hash chain */
 	uint64_t hash;
-	char job[STO_JOB_MAX + 1];
+	char job[MDL_JOB_MAX + 1];
 	struct ev_rec **recs;
 	size_t n, cap;
 	uint64_t bytes;
@@ -42,7 +42,7 @@ struct ev_head {
 struct ev_head *evh_new(void);
 void evh_free(struct ev_head *h); /* NULL ok */
 /* Copies every event of b into h; *bytes_added gets the memory it took. */
-int evh_apply(struct ev_head *h, const struct sto_events *b, uint64_t *bytes_added);
+int evh_apply(struct ev_head *h, const struct mdl_events *b, uint64_t *bytes_added);
 /* The job's events, or NULL. */
 struct ev_job *evh_job(struct ev_head *h, const char *job);
 /* Calls fn for every job of h (stable while h is not modified). */
@@ -82,7 +82,7 @@ int eve_decode(const uint8_t *val, size_t len, struct ev_entry *e);
 /* Decoded chunk: events with strings pointing into raw. */
 struct ev_decoded {
 	struct rdb_buf raw;
-	struct sto_event *ev;
+	struct mdl_event *ev;
 	size_t n, cap;
 };
 int evc_decode(const uint8_t *payload, size_t len, const char *job, struct ev_decoded *out);
@@ -98,8 +98,8 @@ struct evf {
 int evf_prepare(struct evf *p, const struct sto_ev_filter *f);
 /* false if no event of the chunk can match (stats and token filter). */
 bool evf_chunk_may_match(const struct evf *p, const struct ev_entry *e);
-bool evf_match(const struct evf *p, const struct sto_event *ev);
-/* A head event as a struct sto_event (strings point into r). */
-void ev_rec_view(const struct ev_rec *r, const char *job, size_t job_len, struct sto_event *out);
+bool evf_match(const struct evf *p, const struct mdl_event *ev);
+/* A head event as a struct mdl_event (strings point into r). */
+void ev_rec_view(const struct ev_rec *r, const char *job, size_t job_len, struct mdl_event *out);
 
 #endif

@@ -14,6 +14,8 @@
 #ifndef STO_FORMAT_H
 #define STO_FORMAT_H
 
+#include "model/series.h"
+
 #include <stdint.h>
 
 #define STO_FORMAT_VERSION 2u
@@ -55,12 +57,12 @@ enum sto_wal_rec_type {
 /* STO_WAL_REC_POINTS payload:
  *   u32 nseries
  *   nseries times:
- *     u8  job length J (1..STO_JOB_MAX), J bytes job id
- *     u32 rank (STO_RANK_JOB for the job-level pseudo-rank)
- *     u16 metric length M (1..STO_METRIC_MAX), M bytes metric name
+ *     u8  job length J (1..MDL_JOB_MAX), J bytes job id
+ *     u32 rank (MDL_RANK_JOB for the job-level pseudo-rank)
+ *     u16 metric length M (1..MDL_METRIC_MAX), M bytes metric name
  *     u32 npoints
  *     npoints times STO_WAL_POINT_SIZE bytes:
- *       i64 ts_ns, i64 step (STO_STEP_NONE if absent), u32 attempt, u64 value bits
+ *       i64 ts_ns, i64 step (MDL_STEP_NONE if absent), u32 attempt, u64 value bits
  */
 #define STO_WAL_POINT_SIZE 28u
 
@@ -127,7 +129,7 @@ enum sto_wal_rec_type {
  *   i64 ts_ns[n], i64 step[n], i64 duration_ns[n], u32 text_len[n],
  *   u32 fields_len[n], the texts back to back, the fields back to back
  * followed (outside the frame) by the key record with the job, rank
- * STO_RANK_JOB and an empty metric. At most STO_EVCHUNK_MAX_EVENTS events
+ * MDL_RANK_JOB and an empty metric. At most STO_EVCHUNK_MAX_EVENTS events
  * and STO_EVCHUNK_MAX_RAW bytes before compression. */
 #define STO_EVCHUNK_MAGIC 0x31435645u
 #define STO_EVCHUNK_MAX_EVENTS 4096u
@@ -164,26 +166,20 @@ enum sto_wal_rec_type {
  *   4  u32  record length        8 u64 segment id    16 u64 offset
  *   24 u64  WAL generation       32 u32 count        36 u32 log2(bloom bits)
  *   40 i64  min ts   48 i64 max ts   56 i64 min step   64 i64 max step
- *   72 u32  min rank             76 u32 max rank (STO_RANK_JOB sorts last)
+ *   72 u32  min rank             76 u32 max rank (MDL_RANK_JOB sorts last)
  *   80      bloom filter bytes (2^log2 / 8): tokens of messages, span names
  *           and field values; bit positions h1 + i * h2 (i = 0..2) mod bits,
  *           h = XXH3-64(token, seed 0x5eed), h1 = low 32 bits, h2 = high | 1
  */
 #define STO_EVENTRY_FIXED 80u
 
-/* ---- Data model bounds ---------------------------------------------------- */
-#define STO_JOB_MAX 128u       /* job id bytes, [A-Za-z0-9._-] */
-#define STO_METRIC_MAX 256u    /* metric name bytes */
-#define STO_RANK_JOB 0xffffffffu /* the job-level pseudo-rank */
-#define STO_RANK_MAX 0x7fffffffu /* largest real rank */
-#define STO_STEP_NONE INT64_MIN  /* "this point has no step" */
+/* ---- Data model bounds ----------------------------------------------------
+ * The bounds of job ids, metric names, ranks and steps, and the value bits of
+ * null, are the data model's (model/series.h); the on-disk layouts above
+ * depend on them: a job length is one byte, a metric length two. */
+_Static_assert(MDL_JOB_MAX <= 255, "job length is a u8 on disk");
+_Static_assert(MDL_METRIC_MAX <= 65535, "metric length is a u16 on disk");
 #define STO_CHUNK_MAX_POINTS 65536u /* hard bound a decoder accepts */
-
-/* Value bits for a JSON null ("no value"): a quiet NaN with payload 1, so it
- * is stored like any NaN and read back as null. The plain NaN that clients
- * send as NaN / "NaN" is the canonical quiet NaN 0x7ff8000000000000. */
-#define STO_VALUE_NULL_BITS 0x7ff8000000000001ull
-#define STO_VALUE_NAN_BITS 0x7ff8000000000000ull
 
 _Static_assert(sizeof(STO_WAL_MAGIC) - 1 == 8, "wal magic is 8 bytes");
 _Static_assert(sizeof(STO_SEG_MAGIC) - 1 == 8, "segment magic is 8 bytes");

@@ -16,7 +16,7 @@
 #define FIXED	  4u  /* payload: u8 m, u8[3] zero */
 #define DIR_ENTRY 24u /* u64 series id, u32 offset, u32 length, u64 XXH3 */
 
-static int put_key(struct rdb_buf *b, const struct sto_series_key *k)
+static int put_key(struct rdb_buf *b, const struct mdl_series_key *k)
 {
 	size_t n = sto_key_rec_len(k);
 	int rc = rdb_buf_reserve(b, n);
@@ -177,7 +177,7 @@ int sto_group_head_check(const uint8_t *head, const struct sto_chunk_ref *ref,
 /* ---- decoding ----------------------------------------------------------------------- */
 
 /* The shared columns: payload bytes [FIXED, dir), consumed exactly. */
-static int decode_shared(const uint8_t *rec, size_t dir, struct sto_cols *out, const char **why)
+static int decode_shared(const uint8_t *rec, size_t dir, struct mdl_cols *out, const char **why)
 {
 	size_t used;
 	int rc = sto_codec_decode_shared(rec + HDR + FIXED, dir - FIXED, STO_CHUNK_MAX_POINTS, out,
@@ -192,8 +192,8 @@ static int decode_shared(const uint8_t *rec, size_t dir, struct sto_cols *out, c
 }
 
 /* A section: key record, then the value column, consumed exactly. */
-static int decode_section(const uint8_t *p, size_t len, struct sto_series_key *k,
-			  struct sto_cols *out, const char **why)
+static int decode_section(const uint8_t *p, size_t len, struct mdl_series_key *k,
+			  struct mdl_cols *out, const char **why)
 {
 	size_t klen, used;
 	int rc = sto_key_rec_get(p, len, k, &klen);
@@ -213,9 +213,9 @@ static int decode_section(const uint8_t *p, size_t len, struct sto_series_key *k
 
 int sto_group_member_decode(const uint8_t *head, const uint8_t *section,
 			    const struct sto_chunk_ref *ref, const struct sto_group_sect *sect,
-			    struct sto_cols *out, const char **why)
+			    struct mdl_cols *out, const char **why)
 {
-	struct sto_series_key k;
+	struct mdl_series_key k;
 	out->n = 0;
 	if (rdb_hash64(section, sect->length, 0) != sect->hash) {
 		*why = "group member's section checksum mismatch";
@@ -318,7 +318,7 @@ int sto_group_prune(uint8_t *rec, size_t len, uint64_t uid, uint64_t live, unsig
 	return rc;
 }
 
-int sto_group_each(const uint8_t *rec, size_t len, struct sto_cols *cols, sto_group_fn fn,
+int sto_group_each(const uint8_t *rec, size_t len, struct mdl_cols *cols, sto_group_fn fn,
 		   void *arg, const char **why)
 {
 	unsigned m;
@@ -335,7 +335,7 @@ int sto_group_each(const uint8_t *rec, size_t len, struct sto_cols *cols, sto_gr
 	for (unsigned i = 0; rc == 0 && i < m; i++) {
 		uint64_t sid;
 		struct sto_group_sect s;
-		struct sto_series_key k;
+		struct mdl_series_key k;
 		const char *damage = NULL;
 		if (!section_ok(rec, dir, i, &sid)) {
 			damage = "group member's section checksum mismatch";
@@ -352,7 +352,7 @@ int sto_group_each(const uint8_t *rec, size_t len, struct sto_cols *cols, sto_gr
 	return rc;
 }
 
-int sto_record_decode(const uint8_t *rec, const struct sto_chunk_ref *ref, struct sto_cols *out,
+int sto_record_decode(const uint8_t *rec, const struct sto_chunk_ref *ref, struct mdl_cols *out,
 		      const char **why)
 {
 	const uint8_t *payload;

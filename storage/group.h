@@ -22,8 +22,8 @@
  * members[0]'s are written). */
 struct sto_group_member {
 	uint64_t series_id;
-	const struct sto_series_key *key;
-	const struct sto_cols *cols;
+	const struct mdl_series_key *key;
+	const struct mdl_cols *cols;
 };
 
 /* Appends one framed group record of m (2..STO_GROUP_MAX_MEMBERS) members
@@ -50,7 +50,7 @@ int sto_group_head_check(const uint8_t *head, const struct sto_chunk_ref *ref,
  * RDB_ECORRUPT with *why, or -ENOMEM. */
 int sto_group_member_decode(const uint8_t *head, const uint8_t *section,
 			    const struct sto_chunk_ref *ref, const struct sto_group_sect *sect,
-			    struct sto_cols *out, const char **why);
+			    struct mdl_cols *out, const char **why);
 
 /* Checks a whole group record read from disk (magic, uid, lengths, head
  * checksum, sections back to back, every section's checksum but those of
@@ -76,15 +76,15 @@ int sto_group_prune(uint8_t *rec, size_t len, uint64_t uid, uint64_t live, unsig
  * non-zero stops the walk and is returned. RDB_ECORRUPT (with *why) when
  * the head or layout is damaged (no member passed), or -ENOMEM. */
 typedef int (*sto_group_fn)(void *arg, unsigned member, unsigned m, uint64_t sid,
-			    const struct sto_series_key *key, const struct sto_cols *cols,
+			    const struct mdl_series_key *key, const struct mdl_cols *cols,
 			    const char *damage);
-int sto_group_each(const uint8_t *rec, size_t len, struct sto_cols *cols, sto_group_fn fn,
+int sto_group_each(const uint8_t *rec, size_t len, struct mdl_cols *cols, sto_group_fn fn,
 		   void *arg, const char **why);
 
 /* Checks and decodes ref's points from a whole record read for it: a lone
  * chunk record, or the group record ref is a member of. Count checked
  * against ref. RDB_ECORRUPT with *why, or -ENOMEM. */
-int sto_record_decode(const uint8_t *rec, const struct sto_chunk_ref *ref, struct sto_cols *out,
+int sto_record_decode(const uint8_t *rec, const struct sto_chunk_ref *ref, struct mdl_cols *out,
 		      const char **why);
 
 #endif

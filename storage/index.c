@@ -31,7 +31,7 @@
  *    36  u32     nan_count
  *    40  i64     min_ts_ns (duplicates the key; must equal it)
  *    48  i64     max_ts_ns (>= min_ts_ns)
- *    56  i64     min_step (STO_STEP_NONE if no point has a step)
+ *    56  i64     min_step (MDL_STEP_NONE if no point has a step)
  *    64  i64     max_step
  *    72  u32     min_attempt
  *    76  u32     max_attempt
@@ -87,7 +87,7 @@
 
 #define CHUNK_KEY_SIZE	 24u
 #define PENDING_KEY_SIZE (8u + CHUNK_KEY_SIZE)
-#define SERIES_KEY_MAX	 (STO_JOB_MAX + 1u + 4u + STO_METRIC_MAX)
+#define SERIES_KEY_MAX	 (MDL_JOB_MAX + 1u + 4u + MDL_METRIC_MAX)
 
 /* Chunk entry value v1: byte offsets (see the top comment). */
 #define ENTRY_VERSION 1u
@@ -298,12 +298,12 @@ static int chunk_decode(const struct sto_txn *t, const MDB_val *k, const MDB_val
 }
 
 /* Encodes k into buf (SERIES_KEY_MAX bytes); RDB_EINVAL on bad lengths. */
-static int series_key_encode(const struct sto_series_key *k, uint8_t *buf, size_t *len)
+static int series_key_encode(const struct mdl_series_key *k, uint8_t *buf, size_t *len)
 {
-	size_t jl = strnlen(k->job, STO_JOB_MAX + 1);
-	size_t ml = strnlen(k->metric, STO_METRIC_MAX + 1);
+	size_t jl = strnlen(k->job, MDL_JOB_MAX + 1);
+	size_t ml = strnlen(k->metric, MDL_METRIC_MAX + 1);
 
-	if (jl == 0 || jl > STO_JOB_MAX || ml == 0 || ml > STO_METRIC_MAX)
+	if (jl == 0 || jl > MDL_JOB_MAX || ml == 0 || ml > MDL_METRIC_MAX)
 		return RDB_EINVAL;
 	memcpy(buf, k->job, jl);
 	buf[jl] = 0;
@@ -313,11 +313,11 @@ static int series_key_encode(const struct sto_series_key *k, uint8_t *buf, size_
 	return 0;
 }
 
-static int series_key_decode(const struct sto_txn *t, const MDB_val *v, struct sto_series_key *out)
+static int series_key_decode(const struct sto_txn *t, const MDB_val *v, struct mdl_series_key *out)
 {
 	const uint8_t *p = v->mv_data;
 	size_t n = v->mv_size;
-	size_t scan = n < STO_JOB_MAX + 1 ? n : STO_JOB_MAX + 1;
+	size_t scan = n < MDL_JOB_MAX + 1 ? n : MDL_JOB_MAX + 1;
 	const uint8_t *nul = memchr(p, 0, scan);
 	size_t jl, ml;
 
@@ -325,7 +325,7 @@ static int series_key_decode(const struct sto_txn *t, const MDB_val *v, struct s
 		return corrupt(t, "series key", n);
 	jl = (size_t)(nul - p);
 	ml = n - jl - 5;
-	if (ml > STO_METRIC_MAX || memchr(p + jl + 5, 0, ml))
+	if (ml > MDL_METRIC_MAX || memchr(p + jl + 5, 0, ml))
 		return corrupt(t, "series key", n);
 	memcpy(out->job, p, jl);
 	out->job[jl] = 0;
@@ -559,7 +559,7 @@ int sto_meta_next(struct sto_txn *t, const char *key, uint64_t *out)
 
 /* ---- series -------------------------------------------------------------- */
 
-int sto_series_lookup(struct sto_txn *t, const struct sto_series_key *k, uint64_t *id)
+int sto_series_lookup(struct sto_txn *t, const struct mdl_series_key *k, uint64_t *id)
 {
 	uint8_t buf[SERIES_KEY_MAX];
 	MDB_val key = {.mv_data = buf}, v;
@@ -598,7 +598,7 @@ static int series_create(struct sto_txn *t, const MDB_val *skey, uint64_t *id)
 	return ret;
 }
 
-int sto_series_get_or_create(struct sto_txn *t, const struct sto_series_key *k, uint64_t *id,
+int sto_series_get_or_create(struct sto_txn *t, const struct mdl_series_key *k, uint64_t *id,
 			     bool *created)
 {
 	uint8_t buf[SERIES_KEY_MAX];
@@ -624,7 +624,7 @@ int sto_series_get_or_create(struct sto_txn *t, const struct sto_series_key *k, 
 	return ret;
 }
 
-int sto_series_key_of(struct sto_txn *t, uint64_t id, struct sto_series_key *out)
+int sto_series_key_of(struct sto_txn *t, uint64_t id, struct mdl_series_key *out)
 {
 	uint8_t buf[8];
 	MDB_val k = {.mv_size = 8, .mv_data = buf}, v;
@@ -664,17 +664,17 @@ static bool has_prefix(const MDB_val *k, const uint8_t *prefix, size_t plen)
 
 int sto_series_scan(struct sto_txn *t, const char *job, sto_series_fn fn, void *arg)
 {
-	uint8_t prefix[STO_JOB_MAX + 1];
+	uint8_t prefix[MDL_JOB_MAX + 1];
 	size_t plen = 0;
-	struct sto_series_key key;
+	struct mdl_series_key key;
 	MDB_cursor *cur = NULL;
 	MDB_val k, v;
 	uint64_t id;
 	int ret;
 
 	if (job) {
-		plen = strnlen(job, STO_JOB_MAX + 1);
-		if (plen == 0 || plen > STO_JOB_MAX)
+		plen = strnlen(job, MDL_JOB_MAX + 1);
+		if (plen == 0 || plen > MDL_JOB_MAX)
 			return RDB_EINVAL;
 		memcpy(prefix, job, plen);
 		prefix[plen++] = 0;
@@ -702,9 +702,9 @@ out:
 
 int sto_jobs_scan(struct sto_txn *t, sto_job_fn fn, void *arg)
 {
-	char job[STO_JOB_MAX + 1] = "";
+	char job[MDL_JOB_MAX + 1] = "";
 	uint64_t n = 0;
-	struct sto_series_key key;
+	struct mdl_series_key key;
 	MDB_cursor *cur = NULL;
 	MDB_val k, v;
 	int ret = cursor_open(t, t->ix->series, &cur);
@@ -905,7 +905,7 @@ static int ev_key_get(const struct sto_txn *t, const uint8_t *p, size_t n, char 
 {
 	const uint8_t *nul = n > 17 ? memchr(p, 0, n - 16) : NULL;
 	size_t jl = nul ? (size_t)(nul - p) : 0;
-	if (!nul || jl == 0 || jl > STO_JOB_MAX || jl + 17 != n)
+	if (!nul || jl == 0 || jl > MDL_JOB_MAX || jl + 17 != n)
 		return corrupt(t, "event chunk key", n);
 	memcpy(job, p, jl);
 	job[jl] = 0;
@@ -917,7 +917,7 @@ static int ev_key_get(const struct sto_txn *t, const uint8_t *p, size_t n, char 
 int sto_evidx_put(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_t uid,
 		  const void *val, size_t len)
 {
-	uint8_t kb[STO_JOB_MAX + 17];
+	uint8_t kb[MDL_JOB_MAX + 17];
 	MDB_val k = {.mv_size = ev_key_put(kb, job, min_ts_ns, uid), .mv_data = kb};
 	MDB_val v = {.mv_size = len, .mv_data = (void *)val};
 	return ix_err(t->ix, mdb_put(t->txn, t->ix->events, &k, &v, 0), "event chunk put");
@@ -925,16 +925,16 @@ int sto_evidx_put(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_
 
 int sto_evidx_del(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_t uid)
 {
-	uint8_t kb[STO_JOB_MAX + 17];
+	uint8_t kb[MDL_JOB_MAX + 17];
 	MDB_val k = {.mv_size = ev_key_put(kb, job, min_ts_ns, uid), .mv_data = kb};
 	return ix_err(t->ix, mdb_del(t->txn, t->ix->events, &k, NULL), "event chunk del");
 }
 
 int sto_evidx_scan(struct sto_txn *t, const char *job, int64_t to_ns, sto_evidx_fn fn, void *arg)
 {
-	uint8_t seek[STO_JOB_MAX + 17];
+	uint8_t seek[MDL_JOB_MAX + 17];
 	size_t plen = strlen(job) + 1;
-	char kjob[STO_JOB_MAX + 1];
+	char kjob[MDL_JOB_MAX + 1];
 	int64_t min_ts;
 	uint64_t uid;
 	MDB_cursor *cur = NULL;
@@ -965,7 +965,7 @@ out:
 int sto_evpending_add(struct sto_txn *t, uint64_t gen, const char *job, int64_t min_ts_ns,
 		      uint64_t uid)
 {
-	uint8_t kb[8 + STO_JOB_MAX + 17];
+	uint8_t kb[8 + MDL_JOB_MAX + 17];
 	rdb_put_be64(kb, gen);
 	MDB_val k = {.mv_size = 8 + ev_key_put(kb + 8, job, min_ts_ns, uid), .mv_data = kb};
 	MDB_val v = {.mv_size = 0, .mv_data = kb};
@@ -975,7 +975,7 @@ int sto_evpending_add(struct sto_txn *t, uint64_t gen, const char *job, int64_t 
 int sto_evpending_scan(struct sto_txn *t, uint64_t after_gen, sto_evpending_fn fn, void *arg)
 {
 	uint8_t seek[8];
-	char job[STO_JOB_MAX + 1];
+	char job[MDL_JOB_MAX + 1];
 	int64_t min_ts;
 	uint64_t uid;
 	MDB_cursor *cur = NULL;
@@ -1099,8 +1099,8 @@ static MDB_dbi jobdb(const struct sto_txn *t, enum sto_jobdb which)
 
 static int job_key(const char *job, MDB_val *k)
 {
-	size_t n = job ? strnlen(job, STO_JOB_MAX + 1) : 0;
-	if (n == 0 || n > STO_JOB_MAX)
+	size_t n = job ? strnlen(job, MDL_JOB_MAX + 1) : 0;
+	if (n == 0 || n > MDL_JOB_MAX)
 		return RDB_EINVAL;
 	k->mv_data = (void *)job;
 	k->mv_size = n;
@@ -1140,7 +1140,7 @@ int sto_jobval_del(struct sto_txn *t, enum sto_jobdb which, const char *job)
 
 int sto_jobval_scan(struct sto_txn *t, enum sto_jobdb which, sto_jobval_fn fn, void *arg)
 {
-	char job[STO_JOB_MAX + 1];
+	char job[MDL_JOB_MAX + 1];
 	MDB_cursor *cur = NULL;
 	MDB_val k, v;
 	uint64_t val;
@@ -1149,7 +1149,7 @@ int sto_jobval_scan(struct sto_txn *t, enum sto_jobdb which, sto_jobval_fn fn, v
 		return ret;
 	for (ret = cursor_seek(t, cur, NULL, 0, &k, &v); ret == 0;
 	     ret = cursor_next(t, cur, &k, &v)) {
-		if (k.mv_size == 0 || k.mv_size > STO_JOB_MAX) {
+		if (k.mv_size == 0 || k.mv_size > MDL_JOB_MAX) {
 			ret = corrupt(t, "job key", k.mv_size);
 			goto out;
 		}
@@ -1204,7 +1204,7 @@ out:
 int sto_evidx_get(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_t uid,
 		  sto_evidx_fn fn, void *arg)
 {
-	uint8_t kb[STO_JOB_MAX + 17];
+	uint8_t kb[MDL_JOB_MAX + 17];
 	MDB_val k = {.mv_size = ev_key_put(kb, job, min_ts_ns, uid), .mv_data = kb}, v;
 	int ret = ix_err(t->ix, mdb_get(t->txn, t->ix->events, &k, &v), "event chunk get");
 	if (ret == 0)
@@ -1214,7 +1214,7 @@ int sto_evidx_get(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_
 
 int sto_evidx_scan_all(struct sto_txn *t, sto_evidx_all_fn fn, void *arg)
 {
-	char job[STO_JOB_MAX + 1];
+	char job[MDL_JOB_MAX + 1];
 	int64_t min_ts;
 	uint64_t uid;
 	MDB_cursor *cur = NULL;
@@ -1236,7 +1236,7 @@ out:
 	return ret;
 }
 
-int sto_series_del(struct sto_txn *t, const struct sto_series_key *k, uint64_t id)
+int sto_series_del(struct sto_txn *t, const struct mdl_series_key *k, uint64_t id)
 {
 	uint8_t buf[SERIES_KEY_MAX], idbe[8];
 	MDB_val key = {.mv_data = buf}, sk = {.mv_size = 8, .mv_data = idbe};
@@ -1250,7 +1250,7 @@ int sto_series_del(struct sto_txn *t, const struct sto_series_key *k, uint64_t i
 	return ret == RDB_ENOTFOUND ? 0 : ret;
 }
 
-int sto_series_put(struct sto_txn *t, const struct sto_series_key *k, uint64_t id)
+int sto_series_put(struct sto_txn *t, const struct mdl_series_key *k, uint64_t id)
 {
 	uint8_t buf[SERIES_KEY_MAX], idle[8], idbe[8];
 	MDB_val key = {.mv_data = buf}, v = {.mv_size = 8, .mv_data = idle};
@@ -1284,7 +1284,7 @@ int sto_quarantine_chunk(struct sto_txn *t, const struct sto_chunk_ref *ref)
 int sto_quarantine_evchunk(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_t uid,
 			   const void *val, size_t len)
 {
-	uint8_t kb[1 + STO_JOB_MAX + 17];
+	uint8_t kb[1 + MDL_JOB_MAX + 17];
 	kb[0] = 'E';
 	MDB_val k = {.mv_size = 1 + ev_key_put(kb + 1, job, min_ts_ns, uid), .mv_data = kb};
 	MDB_val v = {.mv_size = len, .mv_data = (void *)val};

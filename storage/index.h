@@ -49,16 +49,16 @@ int sto_meta_put(struct sto_txn *t, const char *key, uint64_t val);
 int sto_meta_next(struct sto_txn *t, const char *key, uint64_t *out);
 
 /* series */
-int sto_series_lookup(struct sto_txn *t, const struct sto_series_key *k, uint64_t *id);
+int sto_series_lookup(struct sto_txn *t, const struct mdl_series_key *k, uint64_t *id);
 /* Looks the key up; creates it with id = meta next_series_id if absent.
  * *created tells which. Write txn only. */
-int sto_series_get_or_create(struct sto_txn *t, const struct sto_series_key *k, uint64_t *id,
+int sto_series_get_or_create(struct sto_txn *t, const struct mdl_series_key *k, uint64_t *id,
 			     bool *created);
-int sto_series_key_of(struct sto_txn *t, uint64_t id, struct sto_series_key *out);
+int sto_series_key_of(struct sto_txn *t, uint64_t id, struct mdl_series_key *out);
 /* Calls fn for every series of job (all series when job is NULL), in key
  * order (job, rank, metric). fn returning non-zero stops the scan and is
  * returned. */
-typedef int (*sto_series_fn)(void *arg, const struct sto_series_key *k, uint64_t id);
+typedef int (*sto_series_fn)(void *arg, const struct mdl_series_key *k, uint64_t id);
 int sto_series_scan(struct sto_txn *t, const char *job, sto_series_fn fn, void *arg);
 /* Calls fn once per distinct job, in order, with the number of series. */
 typedef int (*sto_job_fn)(void *arg, const char *job, uint64_t nseries);
@@ -140,9 +140,9 @@ typedef int (*sto_evidx_all_fn)(void *arg, const char *job, int64_t min_ts_ns, u
 int sto_evidx_scan_all(struct sto_txn *t, sto_evidx_all_fn fn, void *arg);
 
 /* Removes a series from series and sid (absent: 0). */
-int sto_series_del(struct sto_txn *t, const struct sto_series_key *k, uint64_t id);
+int sto_series_del(struct sto_txn *t, const struct mdl_series_key *k, uint64_t id);
 /* Writes series and sid for a known id (index rebuild). */
-int sto_series_put(struct sto_txn *t, const struct sto_series_key *k, uint64_t id);
+int sto_series_put(struct sto_txn *t, const struct mdl_series_key *k, uint64_t id);
 
 /* Moves an entry to quarantine (deleting it from chunks / events). */
 int sto_quarantine_chunk(struct sto_txn *t, const struct sto_chunk_ref *ref);
@@ -170,7 +170,7 @@ struct sto_rollup {
 	double sum, min, max;    /* over non-NaN values; 0 when count == 0 */
 	uint64_t first_bits, last_bits; /* values of the smallest / largest (ts, step) */
 	int64_t first_ts_ns, first_step, last_ts_ns, last_step;
-	int64_t min_step, max_step; /* over points with a step; STO_STEP_NONE if none */
+	int64_t min_step, max_step; /* over points with a step; MDL_STEP_NONE if none */
 	uint64_t nostep_count;   /* points without a step */
 	uint32_t min_attempt, max_attempt;
 };

@@ -274,7 +274,7 @@ void sti_run_admin_ops(struct sto *s)
 /* ---- statistics ------------------------------------------------------------------ */
 
 struct name_list {
-	char (*v)[STO_JOB_MAX + 1];
+	char (*v)[MDL_JOB_MAX + 1];
 	size_t n, cap;
 };
 
@@ -288,7 +288,7 @@ static int name_push(struct name_list *l, const char *job)
 		l->v = p;
 		l->cap = cap;
 	}
-	snprintf(l->v[l->n++], STO_JOB_MAX + 1, "%s", job);
+	snprintf(l->v[l->n++], MDL_JOB_MAX + 1, "%s", job);
 	return 0;
 }
 
@@ -298,7 +298,7 @@ static int job_name_cb(void *arg, const char *job, uint64_t nseries)
 	return name_push(arg, job);
 }
 
-static int series_id_cb(void *arg, const struct sto_series_key *k, uint64_t id)
+static int series_id_cb(void *arg, const struct mdl_series_key *k, uint64_t id)
 {
 	(void)k;
 	return sti_id_push(arg, id);
@@ -474,7 +474,7 @@ int sti_key_push(void *arg, const struct sto_chunk_ref *ref)
 }
 
 struct ev_key {
-	char job[STO_JOB_MAX + 1];
+	char job[MDL_JOB_MAX + 1];
 	int64_t min_ts_ns, max_ts_ns;
 	uint64_t uid, count;
 };
@@ -520,15 +520,15 @@ struct del_job {
 	const char *job;
 	struct sto_delete_result *res;
 	struct key_list series;  /* series keys: ref.series_id = id */
-	struct sto_series_key *keys;
+	struct mdl_series_key *keys;
 	struct key_list chunks;
 	struct evkey_list ev;
 };
 
-static int del_series_cb(void *arg, const struct sto_series_key *k, uint64_t id)
+static int del_series_cb(void *arg, const struct mdl_series_key *k, uint64_t id)
 {
 	struct del_job *d = arg;
-	struct sto_series_key *p = realloc(d->keys, (d->series.n + 1) * sizeof(*p));
+	struct mdl_series_key *p = realloc(d->keys, (d->series.n + 1) * sizeof(*p));
 	if (!p)
 		return -ENOMEM;
 	d->keys = p;
@@ -590,7 +590,7 @@ static void del_head(struct sto *s, struct del_job *d)
 		uint64_t freed = sti_cols_bytes(&hs->pts) + HEAD_SERIES_OVERHEAD;
 		h->points -= hs->pts.n;
 		rdb_map_del(&h->series, d->series.v[i].series_id);
-		sto_cols_free(&hs->pts);
+		mdl_cols_free(&hs->pts);
 		free(hs);
 		h->bytes -= freed;
 		atomic_fetch_sub(&s->head_bytes, freed);
@@ -717,7 +717,7 @@ static int delete_job_op(struct sto *s, void *arg)
 
 int sto_delete_job(struct sto *s, const char *job, struct sto_delete_result *r)
 {
-	if (!job || !sto_job_valid(job, strlen(job)))
+	if (!job || !mdl_job_valid(job, strlen(job)))
 		return RDB_EINVAL;
 	struct del_job d = {.job = job, .res = r};
 	memset(r, 0, sizeof(*r));
@@ -773,7 +773,7 @@ static int ret_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 	return sti_key_push(&c->chunks, ref);
 }
 
-static int ret_series_cb(void *arg, const struct sto_series_key *k, uint64_t id)
+static int ret_series_cb(void *arg, const struct mdl_series_key *k, uint64_t id)
 {
 	struct ret_ctx *c = arg;
 	(void)k;
@@ -908,7 +908,7 @@ int sto_retention_run(struct sto *s, struct sto_retention_result *r)
 
 static int retention_write(struct sto *s, const char *job, bool set, uint64_t seconds)
 {
-	if (!job || !sto_job_valid(job, strlen(job)))
+	if (!job || !mdl_job_valid(job, strlen(job)))
 		return RDB_EINVAL;
 	struct sto_txn *t;
 	int rc = sto_txn_begin(s->ix, true, &t);

@@ -38,7 +38,7 @@
  * output of the current batch. */
 struct merge_set {
 	struct key_list all;        /* every chunk entry, in (series, min_ts, uid) order */
-	struct sto_cols pts, one;   /* the run's points; one chunk's points */
+	struct mdl_cols pts, one;   /* the run's points; one chunk's points */
 	struct rdb_buf rec, codec;  /* scratch: a record read; a codec payload */
 	struct rdb_buf out;         /* framed supersede + merged records of the batch */
 	struct key_list olds;       /* entries the batch replaces */
@@ -46,7 +46,7 @@ struct merge_set {
 	struct sup_list sups;       /* supersede entries of the merged chunks */
 	struct id_list absorbed;    /* merged uids whose entries a new one absorbed */
 	struct rdb_map groups;      /* group record uid -> struct grp_info * */
-	struct sto_cols *gpts;      /* a group run's points, per member */
+	struct mdl_cols *gpts;      /* a group run's points, per member */
 	struct sto_chunk_ref *gsrc; /* a group run's chunks of one member */
 };
 
@@ -183,7 +183,7 @@ static bool merge_small(const struct sto *s, const struct sto_chunk_ref *r)
 /* Decodes refs [a, b) of m->all, merges them by time (stable), frames one
  * chunk into m->out for the new segment w. */
 static int merge_run(struct sto *s, struct merge_set *m, size_t a, size_t b,
-		     struct sto_seg_writer *w, const struct sto_series_key *key)
+		     struct sto_seg_writer *w, const struct mdl_series_key *key)
 {
 	struct sto_read_error err;
 	struct sto_chunk_ref ref = {0};
@@ -195,14 +195,14 @@ static int merge_run(struct sto *s, struct merge_set *m, size_t a, size_t b,
 			return rc;
 		}
 		for (size_t k = 0; k < m->one.n && rc == 0; k++)
-			rc = sto_cols_push(&m->pts, m->one.ts_ns[k], m->one.step[k], m->one.attempt[k],
+			rc = mdl_cols_push(&m->pts, m->one.ts_ns[k], m->one.step[k], m->one.attempt[k],
 					   m->one.value[k]);
 		if (rc)
 			return rc;
 		if (m->all.v[i].gen > ref.gen)
 			ref.gen = m->all.v[i].gen;
 	}
-	int rc = sto_cols_sort_by_time(&m->pts);
+	int rc = mdl_cols_sort_by_time(&m->pts);
 	m->codec.len = 0;
 	if (rc == 0)
 		rc = sto_codec_encode(&m->pts, &m->codec, NULL);
@@ -260,7 +260,7 @@ static int merge_switch(struct sto *s, struct merge_set *m)
 	return rc;
 }
 
-static int series_key(struct sto *s, uint64_t id, struct sto_series_key *key)
+static int series_key(struct sto *s, uint64_t id, struct mdl_series_key *key)
 {
 	struct sto_txn *t;
 	int rc = sto_txn_begin(s->ix, false, &t);
@@ -365,7 +365,7 @@ static size_t group_run_end(struct sto *s, const struct merge_set *m, size_t i)
 
 /* Member k's points of the groups whose member 0 is at [a, b), merged. */
 static int group_member_points(struct sto *s, struct merge_set *m, size_t a, size_t b, unsigned k,
-			       struct sto_cols *out, uint64_t *gen)
+			       struct mdl_cols *out, uint64_t *gen)
 {
 	struct sto_read_error err;
 	out->n = 0;
@@ -379,14 +379,14 @@ static int group_member_points(struct sto *s, struct merge_set *m, size_t a, siz
 			return rc;
 		}
 		for (size_t p = 0; p < m->one.n && rc == 0; p++)
-			rc = sto_cols_push(out, m->one.ts_ns[p], m->one.step[p], m->one.attempt[p],
+			rc = mdl_cols_push(out, m->one.ts_ns[p], m->one.step[p], m->one.attempt[p],
 					   m->one.value[p]);
 		if (rc)
 			return rc;
 		if (r->gen > *gen)
 			*gen = r->gen;
 	}
-	return sto_cols_sort_by_time(out);
+	return mdl_cols_sort_by_time(out);
 }
 
 /* Merges the group records whose member 0 is at [a, b) into one group
@@ -396,14 +396,14 @@ static int merge_group_run(struct sto *s, struct merge_set *m, size_t a, size_t 
 {
 	const struct grp_info *g0 = rdb_map_get(&m->groups, m->all.v[a].uid + 1);
 	struct sto_group_member mem[STO_GROUP_MAX_MEMBERS];
-	struct sto_series_key keys[STO_GROUP_MAX_MEMBERS];
+	struct mdl_series_key keys[STO_GROUP_MAX_MEMBERS];
 	struct sto_chunk_ref refs[STO_GROUP_MAX_MEMBERS];
 	uint64_t gen = 0, uid = 0;
 	unsigned nm = g0->m;
 	int rc = 0;
 	for (unsigned k = 0; rc == 0 && k < nm; k++) {
 		rc = group_member_points(s, m, a, b, k, &m->gpts[k], &gen);
-		if (rc == 0 && !sto_cols_same_time(&m->gpts[0], &m->gpts[k]))
+		if (rc == 0 && !mdl_cols_same_time(&m->gpts[0], &m->gpts[k]))
 			return 0; /* cannot happen for records the seal made; leave them */
 		if (rc == 0)
 			rc = series_key(s, m->all.v[g0->idx[k]].series_id, &keys[k]);
@@ -495,7 +495,7 @@ static int merge_batch(struct sto *s, struct merge_set *m, size_t *pos,
 		}
 		if (j - i < 2)
 			continue;
-		struct sto_series_key key;
+		struct mdl_series_key key;
 		rc = series_key(s, m->all.v[i].series_id, &key);
 		if (rc == 0)
 			rc = merge_undo(m, &mark, merge_run(s, m, i, j, w, &key));
@@ -548,10 +548,10 @@ int sti_merge_small_chunks(struct sto *s, struct sto_compact_result *r)
 	sti_sup_list_clear(&m.sups);
 	free(m.sups.v);
 	free(m.absorbed.v);
-	sto_cols_free(&m.pts);
-	sto_cols_free(&m.one);
+	mdl_cols_free(&m.pts);
+	mdl_cols_free(&m.one);
 	for (size_t k = 0; m.gpts && k < STO_GROUP_MAX_MEMBERS; k++)
-		sto_cols_free(&m.gpts[k]);
+		mdl_cols_free(&m.gpts[k]);
 	free(m.gpts);
 	free(m.gsrc);
 	groups_free(&m);

@@ -91,7 +91,7 @@ struct rb {
 	} dups; /* valid point chunk copies not indexed (another copy was) */
 	struct dup_list bad_sups; /* damaged supersede records: (merged uid, series id) */
 	struct rdb_buf rec, evpayload, bloom, entry;
-	struct sto_cols cols;
+	struct mdl_cols cols;
 	struct ev_decoded dec;
 	char seg_path[PATH_MAX + 300];
 };
@@ -237,7 +237,7 @@ static int list_segments(const char *seg_dir, struct id_set *out)
 
 /* ---- series ------------------------------------------------------------------------- */
 
-static bool same_key(const struct sto_series_key *a, const struct sto_series_key *b)
+static bool same_key(const struct mdl_series_key *a, const struct mdl_series_key *b)
 {
 	return a->rank == b->rank && strcmp(a->job, b->job) == 0 &&
 	       strcmp(a->metric, b->metric) == 0;
@@ -245,9 +245,9 @@ static bool same_key(const struct sto_series_key *a, const struct sto_series_key
 
 /* Records key -> sid. *live is false when sid is an older incarnation of
  * the key (its chunks are not indexed). RDB_ECORRUPT: sid names another key. */
-static int series_note(struct rb *b, const struct sto_series_key *k, uint64_t sid, bool *live)
+static int series_note(struct rb *b, const struct mdl_series_key *k, uint64_t sid, bool *live)
 {
-	struct sto_series_key other;
+	struct mdl_series_key other;
 	uint64_t cur;
 	*live = true;
 	int rc = sto_series_key_of(b->t, sid, &other);
@@ -275,7 +275,7 @@ static int series_note(struct rb *b, const struct sto_series_key *k, uint64_t si
 }
 
 /* Parses the key record that fills p[0..len) exactly. */
-static int key_parse(const uint8_t *p, size_t len, struct sto_series_key *k)
+static int key_parse(const uint8_t *p, size_t len, struct mdl_series_key *k)
 {
 	size_t used;
 	int rc = sto_key_rec_get(p, len, k, &used);
@@ -302,7 +302,7 @@ struct chunk_at {
 
 /* Indexes one decoded chunk (points in b->cols) of series key k. */
 static int index_chunk(struct rb *b, const struct rec_at *a, const struct chunk_at *c,
-		       const struct sto_series_key *k, const char **why)
+		       const struct mdl_series_key *k, const char **why)
 {
 	bool live;
 	int rc = series_note(b, k, c->sid, &live);
@@ -348,7 +348,7 @@ static int index_chunk(struct rb *b, const struct rec_at *a, const struct chunk_
 static int index_points(struct rb *b, const struct rec_at *a, const uint8_t *pl, size_t plen,
 			const char **why)
 {
-	struct sto_series_key k;
+	struct mdl_series_key k;
 	size_t used = 0;
 	int rc = sto_codec_decode(pl, plen, STO_CHUNK_MAX_POINTS, &b->cols, &used);
 	if (rc == RDB_ECORRUPT)
@@ -373,7 +373,7 @@ struct group_walk {
 };
 
 static int group_member_cb(void *arg, unsigned member, unsigned m, uint64_t sid,
-			   const struct sto_series_key *key, const struct sto_cols *cols,
+			   const struct mdl_series_key *key, const struct mdl_cols *cols,
 			   const char *damage)
 {
 	struct group_walk *g = arg;
@@ -421,7 +421,7 @@ static int index_group(struct rb *b, const struct rec_at *a, const char **why)
 static int events_to_recs(const struct ev_decoded *d, struct ev_rec **recs)
 {
 	for (size_t i = 0; i < d->n; i++) {
-		const struct sto_event *e = &d->ev[i];
+		const struct mdl_event *e = &d->ev[i];
 		struct ev_rec *r = malloc(sizeof(*r) + e->text_len + e->fields_len);
 		if (!r)
 			return -ENOMEM;
@@ -444,12 +444,12 @@ static int events_to_recs(const struct ev_decoded *d, struct ev_rec **recs)
 /* Finds the job of an event chunk: its key record (u8 J, job, u32 rank
  * 0xffffffff, u16 0) ends the payload, after a zstd frame that must decode
  * exactly. Fills b->dec. */
-static int ev_find_job(struct rb *b, const uint8_t *pl, size_t plen, struct sto_series_key *k)
+static int ev_find_job(struct rb *b, const uint8_t *pl, size_t plen, struct mdl_series_key *k)
 {
-	for (size_t jl = 1; jl <= STO_JOB_MAX && jl + 1 + KEY_TAIL < plen; jl++) {
+	for (size_t jl = 1; jl <= MDL_JOB_MAX && jl + 1 + KEY_TAIL < plen; jl++) {
 		size_t kl = 1 + jl + KEY_TAIL;
 		if (pl[plen - kl] != jl || key_parse(pl + plen - kl, kl, k) != 0 ||
-		    k->rank != STO_RANK_JOB || k->metric[0] != 0)
+		    k->rank != MDL_RANK_JOB || k->metric[0] != 0)
 			continue;
 		if (evc_decode(pl, plen - kl, k->job, &b->dec) == 0)
 			return 0;
@@ -470,7 +470,7 @@ static int ev_exists(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *
 static int index_events(struct rb *b, const struct rec_at *a, const uint8_t *pl, size_t plen,
 			const char **why)
 {
-	struct sto_series_key k;
+	struct mdl_series_key k;
 	int rc = ev_find_job(b, pl, plen, &k);
 	if (rc == 0 && (b->dec.n != a->count || a->sid != 0))
 		rc = RDB_ECORRUPT;
@@ -895,7 +895,7 @@ static int find_uid_cb(void *arg, const struct sto_chunk_ref *ref)
 static int suspect_damaged_sups(struct rb *b)
 {
 	struct sto_sup_entry e;
-	struct sto_series_key k;
+	struct mdl_series_key k;
 	int rc = 0;
 	for (size_t i = 0; rc == 0 && i < b->bad_sups.n; i++) {
 		struct find_uid f = {.uid = b->bad_sups.v[i].uid};
@@ -1038,7 +1038,7 @@ int sto_rebuild_index_opt(const struct sto_rebuild_options *o, struct sto_rebuil
 	rdb_buf_free(&b.evpayload);
 	rdb_buf_free(&b.bloom);
 	rdb_buf_free(&b.entry);
-	sto_cols_free(&b.cols);
+	mdl_cols_free(&b.cols);
 	evc_decoded_free(&b.dec);
 	free(b.losers.v);
 	free(b.dups.v);

@@ -33,16 +33,16 @@ static bool before(int64_t ts1, int64_t step1, int64_t ts2, int64_t step2)
 
 static int64_t min_step_of(int64_t a, int64_t b)
 {
-	if (a == STO_STEP_NONE)
+	if (a == MDL_STEP_NONE)
 		return b;
-	return b == STO_STEP_NONE || a <= b ? a : b;
+	return b == MDL_STEP_NONE || a <= b ? a : b;
 }
 
 static int64_t max_step_of(int64_t a, int64_t b)
 {
-	if (a == STO_STEP_NONE)
+	if (a == MDL_STEP_NONE)
 		return b;
-	return b == STO_STEP_NONE || a >= b ? a : b;
+	return b == MDL_STEP_NONE || a >= b ? a : b;
 }
 
 void sto_rollup_merge(struct sto_rollup *a, const struct sto_rollup *b)
@@ -75,7 +75,7 @@ void sto_rollup_merge(struct sto_rollup *a, const struct sto_rollup *b)
 	a->max_attempt = a->max_attempt >= b->max_attempt ? a->max_attempt : b->max_attempt;
 }
 
-static void from_point(struct sto_rollup *r, const struct sto_cols *c, size_t i)
+static void from_point(struct sto_rollup *r, const struct mdl_cols *c, size_t i)
 {
 	double v = rdb_bits_f64(c->value[i]);
 	memset(r, 0, sizeof(*r));
@@ -86,7 +86,7 @@ static void from_point(struct sto_rollup *r, const struct sto_cols *c, size_t i)
 	r->first_ts_ns = r->last_ts_ns = c->ts_ns[i];
 	r->first_step = r->last_step = c->step[i];
 	r->min_step = r->max_step = c->step[i];
-	r->nostep_count = c->step[i] == STO_STEP_NONE;
+	r->nostep_count = c->step[i] == MDL_STEP_NONE;
 	r->min_attempt = r->max_attempt = c->attempt[i];
 }
 
@@ -128,7 +128,7 @@ static int fold_point(struct sti_rollup_acc *a, size_t *last, uint64_t series, u
 }
 
 static int fold_cols(struct sto *s, struct sti_rollup_acc *a, uint64_t series,
-		     const struct sto_cols *c)
+		     const struct mdl_cols *c)
 {
 	int64_t tw = (int64_t)s->life.rollup_time_width_s * 1000000000;
 	int64_t sw = (int64_t)s->life.rollup_step_width;
@@ -140,7 +140,7 @@ static int fold_cols(struct sto *s, struct sti_rollup_acc *a, uint64_t series,
 		if (tw > 0)
 			rc = fold_point(a, &last[0], series, STO_TIER_TIME,
 					bucket_start(c->ts_ns[i], tw), &p);
-		if (rc == 0 && sw > 0 && c->step[i] != STO_STEP_NONE)
+		if (rc == 0 && sw > 0 && c->step[i] != MDL_STEP_NONE)
 			rc = fold_point(a, &last[1], series, STO_TIER_STEP,
 					bucket_start(c->step[i], sw), &p);
 	}
@@ -150,7 +150,7 @@ static int fold_cols(struct sto *s, struct sti_rollup_acc *a, uint64_t series,
 int sti_rollup_fold(struct sto *s, struct sti_rollup_acc *a, const struct sto_chunk_ref *ref)
 {
 	struct sto_read_error err;
-	struct sto_cols c = {0};
+	struct mdl_cols c = {0};
 	if (s->life.rollup_time_width_s == 0 && s->life.rollup_step_width == 0)
 		return 0;
 	int rc = sto_read_chunk(s, ref, &a->rec, &c, &err);
@@ -160,7 +160,7 @@ int sti_rollup_fold(struct sto *s, struct sti_rollup_acc *a, const struct sto_ch
 	} else if (rc == 0) {
 		rc = fold_cols(s, a, ref->series_id, &c);
 	}
-	sto_cols_free(&c);
+	mdl_cols_free(&c);
 	return rc;
 }
 

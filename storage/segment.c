@@ -177,7 +177,7 @@ static int record_seal(uint8_t *h, size_t payload)
 
 int sto_chunk_frame(struct rdb_buf *out, uint32_t magic, uint64_t series_id, uint64_t uid, uint64_t gen,
 		    uint32_t npoints, const uint8_t *codec, size_t codec_len,
-		    const struct sto_series_key *key)
+		    const struct mdl_series_key *key)
 {
 	size_t payload = codec_len + sto_key_rec_len(key);
 	if (payload > STO_CHUNK_MAX_PAYLOAD)

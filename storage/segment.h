@@ -46,7 +46,7 @@ int sto_rec_hash(const uint8_t *rec, size_t hashed_payload, uint64_t *out);
  * 0, -ENOMEM, RDB_ELIMIT. */
 int sto_chunk_frame(struct rdb_buf *out, uint32_t magic, uint64_t series_id, uint64_t uid, uint64_t gen,
 		    uint32_t npoints, const uint8_t *codec, size_t codec_len,
-		    const struct sto_series_key *key);
+		    const struct mdl_series_key *key);
 
 /* Checks a chunk record read from disk against what the index says it is:
  * magic, lengths, series id, uid, checksum. On success *payload and *payload_len

@@ -1,4 +1,5 @@
-/* series.c - validation of names and chunk statistics. Pure functions. */
+/* series.c - the on-disk series key record and chunk statistics. Pure
+ * functions. */
 #include "storage/series.h"
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
@@ -6,39 +7,12 @@
 #include <math.h>
 #include <string.h>
 
-bool sto_job_valid(const char *job, size_t len)
-{
-	if (len == 0 || len > STO_JOB_MAX)
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)job[i];
-		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-			  c == '.' || c == '_' || c == '-';
-		if (!ok)
-			return false;
-	}
-	return true;
-}
-
-bool sto_metric_valid(const char *metric, size_t len)
-{
-	if (len == 0 || len > STO_METRIC_MAX)
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)metric[i];
-		if (c <= 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '{' || c == '}' ||
-		    c == ',')
-			return false;
-	}
-	return true;
-}
-
-size_t sto_key_rec_len(const struct sto_series_key *k)
+size_t sto_key_rec_len(const struct mdl_series_key *k)
 {
 	return 1 + strlen(k->job) + 4 + 2 + strlen(k->metric);
 }
 
-void sto_key_rec_put(uint8_t *p, const struct sto_series_key *k)
+void sto_key_rec_put(uint8_t *p, const struct mdl_series_key *k)
 {
 	size_t jl = strlen(k->job), ml = strlen(k->metric);
 	*p++ = (uint8_t)jl;
@@ -49,18 +23,18 @@ void sto_key_rec_put(uint8_t *p, const struct sto_series_key *k)
 	memcpy(p + 6, k->metric, ml);
 }
 
-int sto_key_rec_get(const uint8_t *p, size_t len, struct sto_series_key *k, size_t *used)
+int sto_key_rec_get(const uint8_t *p, size_t len, struct mdl_series_key *k, size_t *used)
 {
 	memset(k, 0, sizeof(*k));
 	if (len < 1)
 		return RDB_ECORRUPT;
 	size_t jl = p[0];
-	if (jl == 0 || jl > STO_JOB_MAX || len < 1 + jl + 6 ||
-	    !sto_job_valid((const char *)p + 1, jl))
+	if (jl == 0 || jl > MDL_JOB_MAX || len < 1 + jl + 6 ||
+	    !mdl_job_valid((const char *)p + 1, jl))
 		return RDB_ECORRUPT;
 	size_t ml = rdb_get_le16(p + 5 + jl);
-	if (ml > STO_METRIC_MAX || len - (1 + jl + 6) < ml ||
-	    (ml && !sto_metric_valid((const char *)p + 7 + jl, ml)))
+	if (ml > MDL_METRIC_MAX || len - (1 + jl + 6) < ml ||
+	    (ml && !mdl_metric_valid((const char *)p + 7 + jl, ml)))
 		return RDB_ECORRUPT;
 	memcpy(k->job, p + 1, jl);
 	k->rank = rdb_get_le32(p + 1 + jl);
@@ -69,15 +43,15 @@ int sto_key_rec_get(const uint8_t *p, size_t len, struct sto_series_key *k, size
 	return 0;
 }
 
-void sto_chunk_stats_compute(const struct sto_cols *c, struct sto_chunk_stats *out)
+void sto_chunk_stats_compute(const struct mdl_cols *c, struct sto_chunk_stats *out)
 {
 	struct sto_chunk_stats s;
 	memset(&s, 0, sizeof(s));
 	s.count = (uint32_t)c->n;
 	s.min_ts_ns = INT64_MAX;
 	s.max_ts_ns = INT64_MIN;
-	s.min_step = STO_STEP_NONE;
-	s.max_step = STO_STEP_NONE;
+	s.min_step = MDL_STEP_NONE;
+	s.max_step = MDL_STEP_NONE;
 	s.min_attempt = UINT32_MAX;
 	size_t first = 0, last = 0;
 	bool have_value = false;
@@ -93,11 +67,11 @@ void sto_chunk_stats_compute(const struct sto_cols *c, struct sto_chunk_stats *o
 		if (ts > s.max_ts_ns)
 			s.max_ts_ns = ts;
 		int64_t st = c->step[i];
-		if (st != STO_STEP_NONE) {
+		if (st != MDL_STEP_NONE) {
 			s.step_count++;
-			if (s.min_step == STO_STEP_NONE || st < s.min_step)
+			if (s.min_step == MDL_STEP_NONE || st < s.min_step)
 				s.min_step = st;
-			if (s.max_step == STO_STEP_NONE || st > s.max_step)
+			if (s.max_step == MDL_STEP_NONE || st > s.max_step)
 				s.max_step = st;
 		}
 		if (c->attempt[i] < s.min_attempt)

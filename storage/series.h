@@ -1,20 +1,16 @@
-/* series.h - the series key (job, rank, metric) and chunk statistics.
- * Plain value types. */
+/* series.h - chunk statistics, index entries and the on-disk series key
+ * record. Plain value types. The key itself is the data model's
+ * (model/series.h). */
 #ifndef STO_SERIES_H
 #define STO_SERIES_H
 
-#include "storage/cols.h"
+#include "model/cols.h"
+#include "model/series.h"
 #include "storage/format.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-struct sto_series_key {
-	char job[STO_JOB_MAX + 1];       /* NUL-terminated */
-	uint32_t rank;                   /* STO_RANK_JOB for the job-level pseudo-rank */
-	char metric[STO_METRIC_MAX + 1]; /* NUL-terminated */
-};
 
 /* Statistics of one chunk, kept in its index entry so that queries over
  * whole chunks need not decode them. min/max/sum ignore NaN values;
@@ -24,7 +20,7 @@ struct sto_chunk_stats {
 	uint32_t count;      /* points */
 	uint32_t nan_count;  /* points whose value is NaN */
 	int64_t min_ts_ns, max_ts_ns;
-	int64_t min_step, max_step; /* STO_STEP_NONE if no point has a step */
+	int64_t min_step, max_step; /* MDL_STEP_NONE if no point has a step */
 	uint32_t min_attempt, max_attempt;
 	double min, max, sum;       /* over non-NaN values; min=max=sum=0 if none */
 	uint64_t first, last;       /* value bits */
@@ -53,23 +49,17 @@ static inline uint64_t sto_chunk_ref_bytes(const struct sto_chunk_ref *r)
 	return r->group_n ? r->length / r->group_n : r->length;
 }
 
-/* Validates a job id ([A-Za-z0-9._-]{1,128}). */
-bool sto_job_valid(const char *job, size_t len);
-/* Validates a metric name: 1..STO_METRIC_MAX bytes of printable ASCII other
- * than space, '"', '\\' and '{' '}' ','. ';' and '=' are allowed: line
- * protocol appends extra tags as ";key=value" (ingest/lp.h). */
-bool sto_metric_valid(const char *metric, size_t len);
 /* The series key record of segment records (storage/format.h): u8 J, job,
  * u32 rank, u16 M, metric (M = 0 in event chunks' records). */
-size_t sto_key_rec_len(const struct sto_series_key *k);
+size_t sto_key_rec_len(const struct mdl_series_key *k);
 /* Writes k's key record at p (sto_key_rec_len(k) bytes). */
-void sto_key_rec_put(uint8_t *p, const struct sto_series_key *k);
+void sto_key_rec_put(uint8_t *p, const struct mdl_series_key *k);
 /* Parses one key record at the start of p[0..len) into *k (zeroed first);
  * *used gets its length. The job must be valid, the metric valid or empty.
  * RDB_ECORRUPT otherwise. */
-int sto_key_rec_get(const uint8_t *p, size_t len, struct sto_series_key *k, size_t *used);
+int sto_key_rec_get(const uint8_t *p, size_t len, struct mdl_series_key *k, size_t *used);
 
 /* Computes stats over cols (n >= 1). */
-void sto_chunk_stats_compute(const struct sto_cols *c, struct sto_chunk_stats *out);
+void sto_chunk_stats_compute(const struct mdl_cols *c, struct sto_chunk_stats *out);
 
 #endif

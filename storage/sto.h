@@ -16,9 +16,9 @@
 #ifndef STO_STO_H
 #define STO_STO_H
 
-#include "storage/batch.h"
-#include "storage/cols.h"
-#include "storage/events.h"
+#include "model/batch.h"
+#include "model/cols.h"
+#include "model/events.h"
 #include "storage/index.h"
 #include "storage/series.h"
 #include "storage/wal.h"
@@ -61,15 +61,15 @@ void sto_close(struct sto *s);
  * policy. 0; RDB_EBUSY when the head is over its memory bound (retry
  * later); RDB_ELIMIT when the batch would create more series than allowed;
  * -errno / RDB_EIO on WAL failure (nothing applied). */
-int sto_write(struct sto *s, const struct sto_batch *b);
+int sto_write(struct sto *s, const struct mdl_batch *b);
 
 /* A write with everything a client can send at once: points, events (logs
  * and spans) and an optional client batch id that makes retries
  * idempotent. Points and events of one request are one WAL record: all or
  * nothing. */
 struct sto_write_req {
-	const struct sto_batch *points;   /* NULL or empty: none */
-	const struct sto_events *events;  /* NULL or empty: none */
+	const struct mdl_batch *points;   /* NULL or empty: none */
+	const struct mdl_events *events;  /* NULL or empty: none */
 	const char *batch_id;             /* NULL: no idempotency */
 	size_t batch_id_len;              /* 1..STO_BATCH_ID_MAX */
 };
@@ -87,7 +87,7 @@ int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_wri
 /* Catalog. Callbacks run inside a read transaction: copy what you keep. */
 int sto_list_jobs(struct sto *s, sto_job_fn fn, void *arg);
 int sto_list_series(struct sto *s, const char *job, sto_series_fn fn, void *arg);
-int sto_lookup_series(struct sto *s, const struct sto_series_key *k, uint64_t *id);
+int sto_lookup_series(struct sto *s, const struct mdl_series_key *k, uint64_t *id);
 
 /* A point range. Time bounds are inclusive; with by_step, only points with
  * a step in [step_from, step_to] (inclusive) are selected and the time
@@ -109,12 +109,12 @@ struct sto_read_error {
  * with err naming the file, offset and series; no data of it is returned.
  * 0, RDB_ELIMIT, RDB_ECORRUPT, -errno. */
 int sto_read(struct sto *s, uint64_t series_id, const struct sto_range *r, size_t max_points,
-	     struct sto_cols *out, struct sto_read_error *err);
+	     struct mdl_cols *out, struct sto_read_error *err);
 
 /* Reads, verifies and decodes the chunk ref into out. rec is scratch
  * memory. RDB_ECORRUPT (err says which file, offset, what) or -errno. */
 int sto_read_chunk(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_buf *rec,
-		   struct sto_cols *out, struct sto_read_error *err);
+		   struct mdl_cols *out, struct sto_read_error *err);
 
 /* A consistent view of one series over a range, for queries that answer
  * from chunk statistics and decode only what they must: the head points in
@@ -128,7 +128,7 @@ struct sto_rollup_rec {
 	struct sto_rollup r;
 };
 struct sto_series_view {
-	struct sto_cols head;         /* owned */
+	struct mdl_cols head;         /* owned */
 	struct sto_chunk_ref *chunks; /* owned, ordered by (min_ts, uid) */
 	size_t nchunks;
 	struct sto_rollup_rec *rollups; /* owned, by bucket; see sto_view_series_rollups */
@@ -154,7 +154,7 @@ void sto_rollup_widths(struct sto *s, int64_t *time_width_ns, int64_t *step_widt
 /* Which events a read selects. Everything given must hold. */
 struct sto_ev_filter {
 	const char *job;                /* required */
-	uint8_t kinds;                  /* bits 1 << STO_EV_LOG, 1 << STO_EV_SPAN */
+	uint8_t kinds;                  /* bits 1 << MDL_EV_LOG, 1 << MDL_EV_SPAN */
 	uint8_t min_level;              /* logs: level >= this */
 	const uint32_t *ranks;          /* nranks == 0: every rank */
 	size_t nranks;
@@ -170,7 +170,7 @@ struct sto_ev_filter {
 	int64_t attempt;                /* -1: every attempt; else only this one */
 };
 
-typedef int (*sto_ev_fn)(void *arg, const struct sto_event *ev);
+typedef int (*sto_ev_fn)(void *arg, const struct mdl_event *ev);
 
 /* Calls fn for each event matching f, newest first (ts desc, then rank
  * asc, kind, text), from one consistent snapshot (head and chunks). Event

@@ -31,6 +31,7 @@
 #include "common/rdb_map.h"
 #include "common/rdb_time.h"
 #include "storage/admin.h"
+#include "storage/batch_codec.h"
 #include "storage/codec.h"
 #include "storage/evstore.h"
 #include "storage/segment.h"
@@ -441,12 +442,12 @@ static int purge_dropped_records(struct sto *s)
 
 struct replay_ctx {
 	struct sto *s;
-	struct sto_batch *b;
-	struct sto_events *ev;
+	struct mdl_batch *b;
+	struct mdl_events *ev;
 	uint64_t points, events;
 	uint64_t gen;              /* of the record being replayed */
-	struct sto_batch *keep_b;  /* scratch: the record minus deleted jobs */
-	struct sto_events *keep_ev;
+	struct mdl_batch *keep_b;  /* scratch: the record minus deleted jobs */
+	struct mdl_events *keep_ev;
 };
 
 /* Copies the points and events of c->b / c->ev whose job has no tombstone
@@ -455,35 +456,35 @@ static int replay_filter(struct replay_ctx *c, bool has_points, bool has_events)
 {
 	int rc = 0;
 	if (!c->keep_b)
-		rc = sto_batch_new(SIZE_MAX, SIZE_MAX, &c->keep_b);
+		rc = mdl_batch_new(SIZE_MAX, SIZE_MAX, &c->keep_b);
 	if (rc == 0 && !c->keep_ev)
-		rc = sto_events_new(SIZE_MAX, STO_WAL_MAX_PAYLOAD, &c->keep_ev);
+		rc = mdl_events_new(SIZE_MAX, STO_WAL_MAX_PAYLOAD, &c->keep_ev);
 	if (rc)
 		return rc;
-	sto_batch_reset(c->keep_b);
-	sto_events_reset(c->keep_ev);
-	size_t n = has_points ? sto_batch_nseries(c->b) : 0;
+	mdl_batch_reset(c->keep_b);
+	mdl_events_reset(c->keep_ev);
+	size_t n = has_points ? mdl_batch_nseries(c->b) : 0;
 	for (size_t i = 0; rc == 0 && i < n; i++) {
-		const struct sto_batch_series *bs = sto_batch_series_at(c->b, i);
+		const struct mdl_batch_series *bs = mdl_batch_series_at(c->b, i);
 		if (sti_tomb_skips(c->s, bs->key.job, strlen(bs->key.job), c->gen))
 			continue;
 		for (size_t k = 0; rc == 0 && k < bs->pts.n; k++)
-			rc = sto_batch_add(c->keep_b, bs->key.job, strlen(bs->key.job), bs->key.rank,
+			rc = mdl_batch_add(c->keep_b, bs->key.job, strlen(bs->key.job), bs->key.rank,
 					   bs->key.metric, strlen(bs->key.metric), bs->pts.ts_ns[k],
 					   bs->pts.step[k], bs->pts.attempt[k], bs->pts.value[k]);
 	}
-	size_t ne = has_events ? sto_events_count(c->ev) : 0;
+	size_t ne = has_events ? mdl_events_count(c->ev) : 0;
 	for (size_t i = 0; rc == 0 && i < ne; i++) {
-		const struct sto_event *e = sto_events_at(c->ev, i);
+		const struct mdl_event *e = mdl_events_at(c->ev, i);
 		if (!sti_tomb_skips(c->s, e->job, e->job_len, c->gen))
-			rc = sto_events_add(c->keep_ev, e);
+			rc = mdl_events_add(c->keep_ev, e);
 	}
 	if (rc)
 		return rc;
-	struct sto_batch *tb = c->b;
+	struct mdl_batch *tb = c->b;
 	c->b = c->keep_b;
 	c->keep_b = tb;
-	struct sto_events *te = c->ev;
+	struct mdl_events *te = c->ev;
 	c->ev = c->keep_ev;
 	c->keep_ev = te;
 	return 0;
@@ -496,10 +497,10 @@ static int replay_apply(struct replay_ctx *c, bool has_points, bool has_events)
 		int frc = replay_filter(c, has_points, has_events);
 		if (frc)
 			return frc;
-		has_points = has_points && sto_batch_nseries(c->b) > 0;
-		has_events = has_events && sto_events_count(c->ev) > 0;
+		has_points = has_points && mdl_batch_nseries(c->b) > 0;
+		has_events = has_events && mdl_events_count(c->ev) > 0;
 	}
-	size_t n = has_points ? sto_batch_nseries(c->b) : 0;
+	size_t n = has_points ? mdl_batch_nseries(c->b) : 0;
 	struct series_ent **ents = malloc((n ? n : 1) * sizeof(*ents));
 	if (!ents)
 		return -ENOMEM;
@@ -508,8 +509,8 @@ static int replay_apply(struct replay_ctx *c, bool has_points, bool has_events)
 		rc = sti_apply_request(c->s, c->s->active, has_points ? c->b : NULL, ents,
 				   has_events ? c->ev : NULL, false);
 	free(ents);
-	c->points += n ? sto_batch_points(c->b) : 0;
-	c->events += has_events ? sto_events_count(c->ev) : 0;
+	c->points += n ? mdl_batch_points(c->b) : 0;
+	c->events += has_events ? mdl_events_count(c->ev) : 0;
 	return rc;
 }
 
@@ -586,9 +587,9 @@ static int recover(struct sto *s)
 		return rc;
 	uint64_t newest = s->ckpt_gen;
 	struct replay_ctx c = {.s = s};
-	rc = sto_batch_new(SIZE_MAX, SIZE_MAX, &c.b);
+	rc = mdl_batch_new(SIZE_MAX, SIZE_MAX, &c.b);
 	if (rc == 0)
-		rc = sto_events_new(SIZE_MAX, STO_WAL_MAX_PAYLOAD, &c.ev);
+		rc = mdl_events_new(SIZE_MAX, STO_WAL_MAX_PAYLOAD, &c.ev);
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		if (gens[i] <= s->ckpt_gen)
 			continue;
@@ -602,10 +603,10 @@ static int recover(struct sto *s)
 				 (unsigned long long)res.file_bytes);
 		newest = gens[i];
 	}
-	sto_batch_free(c.b);
-	sto_events_free(c.ev);
-	sto_batch_free(c.keep_b);
-	sto_events_free(c.keep_ev);
+	mdl_batch_free(c.b);
+	mdl_events_free(c.ev);
+	mdl_batch_free(c.keep_b);
+	mdl_events_free(c.keep_ev);
 	free(gens);
 	if (rc)
 		return rc;

@@ -34,12 +34,12 @@ struct series_ent {
 	struct series_ent *next; /* same-hash chain */
 	uint64_t hash;
 	uint64_t id;
-	struct sto_series_key key;
+	struct mdl_series_key key;
 };
 
 struct head_series {
 	struct series_ent *ent;
-	struct sto_cols pts; /* append-only until sealed; unsorted */
+	struct mdl_cols pts; /* append-only until sealed; unsorted */
 	bool queued;         /* in the size-seal queue */
 };
 
@@ -125,7 +125,7 @@ struct sto {
 };
 
 struct tomb {
-	char job[STO_JOB_MAX + 1];
+	char job[MDL_JOB_MAX + 1];
 	uint64_t gen;
 };
 
@@ -158,7 +158,7 @@ typedef int (*admin_fn)(struct sto *s, void *arg);
 
 /* ---- store_write.c ---- */
 /* Memory a head column accounts for (its capacity, not its length). */
-uint64_t sti_cols_bytes(const struct sto_cols *c);
+uint64_t sti_cols_bytes(const struct mdl_cols *c);
 /* A new empty head for WAL generation gen; NULL when out of memory. */
 struct head *sti_head_new(uint64_t gen);
 /* Frees h and everything it owns; accepts NULL. */
@@ -168,10 +168,10 @@ void sti_job_counts_reset(struct sto *s);
 /* Frees the series cache (close). */
 void sti_cache_free(struct sto *s);
 /* Resolves (creating if needed) the series of every key in b into ents[]. */
-int sti_resolve_series(struct sto *s, const struct sto_batch *b, struct series_ent **ents);
+int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_ent **ents);
 /* Applies a durable request to head h. Caller holds write_lock shared and head_lock. */
-int sti_apply_request(struct sto *s, struct head *h, const struct sto_batch *pts,
-		      struct series_ent **ents, const struct sto_events *ev, bool queue_full);
+int sti_apply_request(struct sto *s, struct head *h, const struct mdl_batch *pts,
+		      struct series_ent **ents, const struct mdl_events *ev, bool queue_full);
 /* Hash of a client batch id (never 0). */
 uint64_t sti_batch_hash(const char *id, size_t len);
 /* The entry of batch id, or NULL. Caller holds batch_lock. */

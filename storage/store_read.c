@@ -48,19 +48,19 @@ static bool in_range(const struct sto_range *r, int64_t ts, int64_t step)
 		return false;
 	if (!r->by_step)
 		return true;
-	return step != STO_STEP_NONE && step >= r->step_from && step <= r->step_to;
+	return step != MDL_STEP_NONE && step >= r->step_from && step <= r->step_to;
 }
 
 /* Appends the points of c in range to out; RDB_ELIMIT past max_points. */
-static int filter_into(const struct sto_cols *c, const struct sto_range *r, size_t max_points,
-		       struct sto_cols *out)
+static int filter_into(const struct mdl_cols *c, const struct sto_range *r, size_t max_points,
+		       struct mdl_cols *out)
 {
 	for (size_t i = 0; i < c->n; i++) {
 		if (!in_range(r, c->ts_ns[i], c->step[i]))
 			continue;
 		if (out->n >= max_points)
 			return RDB_ELIMIT;
-		int rc = sto_cols_push(out, c->ts_ns[i], c->step[i], c->attempt[i], c->value[i]);
+		int rc = mdl_cols_push(out, c->ts_ns[i], c->step[i], c->attempt[i], c->value[i]);
 		if (rc)
 			return rc;
 	}
@@ -71,8 +71,8 @@ struct read_ctx {
 	struct sto *s;
 	const struct sto_range *r;
 	size_t max_points;
-	struct sto_cols *out;
-	struct sto_cols tmp;
+	struct mdl_cols *out;
+	struct mdl_cols tmp;
 	struct rdb_buf rec;
 	struct sto_read_error *err;
 	uint64_t series_id;
@@ -99,7 +99,7 @@ static int read_record_bytes(struct sto *s, const struct sto_chunk_ref *ref,
 
 /* A group member: the group's head, then only this member's section. */
 static int read_member(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_buf *rec,
-		       struct sto_cols *out, const char **why)
+		       struct mdl_cols *out, const char **why)
 {
 	struct sto_chunk_ref cur = *ref;
 	struct sto_group_sect sect;
@@ -125,7 +125,7 @@ static int read_member(struct sto *s, const struct sto_chunk_ref *ref, struct rd
 
 /* Reads, verifies and decodes one chunk into out. */
 int sto_read_chunk(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_buf *rec,
-		   struct sto_cols *out, struct sto_read_error *err)
+		   struct mdl_cols *out, struct sto_read_error *err)
 {
 	rec->len = 0;
 	const char *why = "read failed";
@@ -160,7 +160,7 @@ static int read_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 {
 	struct read_ctx *c = arg;
 	const struct sto_range *r = c->r;
-	if (r->by_step && (ref->stats.max_step == STO_STEP_NONE || ref->stats.max_step < r->step_from ||
+	if (r->by_step && (ref->stats.max_step == MDL_STEP_NONE || ref->stats.max_step < r->step_from ||
 			   ref->stats.min_step > r->step_to))
 		return 0;
 	int rc = sto_read_chunk(c->s, ref, &c->rec, &c->tmp, c->err);
@@ -171,7 +171,7 @@ static int read_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 
 /* Copies head points of series_id in range. Caller holds view_lock shared. */
 static int read_heads(struct sto *s, uint64_t series_id, const struct sto_range *r,
-		      size_t max_points, struct sto_cols *out)
+		      size_t max_points, struct mdl_cols *out)
 {
 	int rc = 0;
 	pthread_mutex_lock(&s->head_lock);
@@ -188,7 +188,7 @@ static int read_heads(struct sto *s, uint64_t series_id, const struct sto_range 
 }
 
 int sto_read(struct sto *s, uint64_t series_id, const struct sto_range *r, size_t max_points,
-	     struct sto_cols *out, struct sto_read_error *err)
+	     struct mdl_cols *out, struct sto_read_error *err)
 {
 	struct read_ctx c = {.s = s, .r = r, .max_points = max_points, .out = out, .err = err,
 			     .series_id = series_id};
@@ -205,10 +205,10 @@ int sto_read(struct sto *s, uint64_t series_id, const struct sto_range *r, size_
 		rc = sto_chunk_scan(t, series_id, r->from_ns, r->to_ns, read_chunk_cb, &c);
 	sto_txn_abort(t);
 	if (rc == 0)
-		rc = sto_cols_sort_by_time(out);
+		rc = mdl_cols_sort_by_time(out);
 	if (rc == RDB_ELIMIT)
 		snprintf(err->msg, sizeof(err->msg), "more than %zu points", max_points);
-	sto_cols_free(&c.tmp);
+	mdl_cols_free(&c.tmp);
 	rdb_buf_free(&c.rec);
 	return rc;
 }
@@ -223,7 +223,7 @@ static int view_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 {
 	struct view_ctx *c = arg;
 	const struct sto_range *r = c->r;
-	if (r->by_step && (ref->stats.max_step == STO_STEP_NONE || ref->stats.max_step < r->step_from ||
+	if (r->by_step && (ref->stats.max_step == MDL_STEP_NONE || ref->stats.max_step < r->step_from ||
 			   ref->stats.min_step > r->step_to))
 		return 0;
 	struct sto_series_view *v = c->v;
@@ -330,7 +330,7 @@ void sto_view_free(struct sto_series_view *v)
 {
 	if (!v)
 		return;
-	sto_cols_free(&v->head);
+	mdl_cols_free(&v->head);
 	free(v->chunks);
 	free(v->rollups);
 	memset(v, 0, sizeof(*v));
@@ -349,7 +349,7 @@ struct ev_read {
 	int rc;
 };
 
-static int hit_add(struct ev_read *r, const struct sto_event *e)
+static int hit_add(struct ev_read *r, const struct mdl_event *e)
 {
 	if (r->n >= r->max_events)
 		return RDB_ELIMIT;
@@ -391,7 +391,7 @@ static int read_head_events(struct ev_read *r)
 	for (int i = 0; i < 2 && rc == 0; i++) {
 		struct ev_job *j = heads[i] ? evh_job(heads[i]->ev, job) : NULL;
 		for (size_t k = 0; j && k < j->n && rc == 0; k++) {
-			struct sto_event e;
+			struct mdl_event e;
 			ev_rec_view(j->recs[k], job, jl, &e);
 			if (evf_match(&r->filt, &e))
 				rc = hit_add(r, &e);
@@ -515,7 +515,7 @@ int sto_events_read(struct sto *s, const struct sto_ev_filter *f, size_t max_eve
 		qsort(r.hits, r.n, sizeof(*r.hits), cmp_hit);
 	size_t jl = strlen(f->job);
 	for (size_t i = 0; rc == 0 && i < r.n; i++) {
-		struct sto_event e;
+		struct mdl_event e;
 		ev_rec_view(r.hits[i], f->job, jl, &e);
 		rc = fn(arg, &e);
 	}
@@ -554,7 +554,7 @@ int sto_list_series(struct sto *s, const char *job, sto_series_fn fn, void *arg)
 	return rc;
 }
 
-int sto_lookup_series(struct sto *s, const struct sto_series_key *k, uint64_t *id)
+int sto_lookup_series(struct sto *s, const struct mdl_series_key *k, uint64_t *id)
 {
 	struct sto_txn *t;
 	int rc = sto_txn_begin(s->ix, false, &t);

@@ -73,7 +73,7 @@ struct seal_round {
 	struct rdb_buf codec;        /* scratch: one chunk's codec payload */
 	struct sto_chunk_ref *refs;  /* chunks in buf */
 	size_t nrefs, refs_cap;
-	struct sto_cols copy[STO_GROUP_MAX_MEMBERS]; /* the run's points, sorted */
+	struct mdl_cols copy[STO_GROUP_MAX_MEMBERS]; /* the run's points, sorted */
 	bool done[STO_GROUP_MAX_MEMBERS];            /* member already sealed */
 };
 
@@ -83,7 +83,7 @@ static void round_free(struct seal_round *r)
 	rdb_buf_free(&r->codec);
 	free(r->refs);
 	for (size_t i = 0; i < STO_GROUP_MAX_MEMBERS; i++)
-		sto_cols_free(&r->copy[i]);
+		mdl_cols_free(&r->copy[i]);
 }
 
 /* Makes sure a segment is open with room; rolls it past segment_max_bytes. */
@@ -128,9 +128,9 @@ static int add_ref(struct seal_round *r, const struct sto_chunk_ref *ref)
 }
 
 /* Points [from, from + n) of c, without copying. */
-static struct sto_cols cols_view(const struct sto_cols *c, size_t from, size_t n)
+static struct mdl_cols cols_view(const struct mdl_cols *c, size_t from, size_t n)
 {
-	return (struct sto_cols){.n = n,
+	return (struct mdl_cols){.n = n,
 				 .cap = n,
 				 .ts_ns = c->ts_ns + from,
 				 .step = c->step + from,
@@ -140,9 +140,9 @@ static struct sto_cols cols_view(const struct sto_cols *c, size_t from, size_t n
 
 /* Encodes points [from, from+n) of c as one chunk record into r->buf. */
 static int encode_piece(struct sto *s, struct seal_round *r, struct series_ent *ent,
-			uint64_t gen, const struct sto_cols *c, size_t from, size_t n)
+			uint64_t gen, const struct mdl_cols *c, size_t from, size_t n)
 {
-	struct sto_cols p = cols_view(c, from, n);
+	struct mdl_cols p = cols_view(c, from, n);
 	r->codec.len = 0;
 	int rc = sto_codec_encode(&p, &r->codec, NULL);
 	if (rc)
@@ -168,7 +168,7 @@ static int encode_piece(struct sto *s, struct seal_round *r, struct series_ent *
 static int encode_group_piece(struct sto *s, struct seal_round *r, const struct seal_item *run,
 			      const size_t *mi, size_t m, uint64_t gen, size_t from, size_t n)
 {
-	struct sto_cols views[STO_GROUP_MAX_MEMBERS];
+	struct mdl_cols views[STO_GROUP_MAX_MEMBERS];
 	struct sto_group_member mem[STO_GROUP_MAX_MEMBERS];
 	for (size_t k = 0; k < m; k++) {
 		views[k] = cols_view(&r->copy[mi[k]], from, n);
@@ -211,7 +211,7 @@ static int encode_run(struct sto *s, struct seal_round *r, const struct seal_ite
 			continue;
 		size_t m = 0;
 		for (size_t j = i; j < nrun; j++)
-			if (!r->done[j] && (j == i || sto_cols_same_time(&r->copy[i], &r->copy[j]))) {
+			if (!r->done[j] && (j == i || mdl_cols_same_time(&r->copy[i], &r->copy[j]))) {
 				mi[m++] = j;
 				r->done[j] = true;
 			}
@@ -230,12 +230,12 @@ static int encode_run(struct sto *s, struct seal_round *r, const struct seal_ite
 }
 
 /* Copies the first `taken` points of hs into c (caller holds head_lock). */
-static int copy_points(struct sto_cols *c, const struct head_series *hs, size_t taken)
+static int copy_points(struct mdl_cols *c, const struct head_series *hs, size_t taken)
 {
 	c->n = 0;
 	if (taken == 0)
 		return 0; /* a series emptied by size seals: nothing to copy */
-	int rc = sto_cols_reserve(c, taken);
+	int rc = mdl_cols_reserve(c, taken);
 	if (rc)
 		return rc;
 	memcpy(c->ts_ns, hs->pts.ts_ns, taken * sizeof(int64_t));
@@ -262,7 +262,7 @@ static void head_consume(struct sto *s, struct head *h, struct head_series *hs, 
 	if (rest == 0 && drop_empty) {
 		uint64_t freed = sti_cols_bytes(&hs->pts) + HEAD_SERIES_OVERHEAD;
 		rdb_map_del(&h->series, hs->ent->id);
-		sto_cols_free(&hs->pts);
+		mdl_cols_free(&hs->pts);
 		free(hs);
 		h->bytes -= freed;
 		atomic_fetch_sub(&s->head_bytes, freed);
@@ -317,8 +317,8 @@ static int commit_round(struct sto *s, struct head *h, struct seal_round *r,
 
 static int item_cmp(const void *a, const void *b)
 {
-	const struct sto_series_key *x = &((const struct seal_item *)a)->hs->ent->key;
-	const struct sto_series_key *y = &((const struct seal_item *)b)->hs->ent->key;
+	const struct mdl_series_key *x = &((const struct seal_item *)a)->hs->ent->key;
+	const struct mdl_series_key *y = &((const struct seal_item *)b)->hs->ent->key;
 	int c = strcmp(x->job, y->job);
 	if (c == 0)
 		c = x->rank < y->rank ? -1 : x->rank > y->rank;
@@ -328,10 +328,10 @@ static int item_cmp(const void *a, const void *b)
 /* End of the run that starts at items[i] (see RUN_MAX_POINTS). */
 static size_t run_end(const struct seal_item *items, size_t nitems, size_t i)
 {
-	const struct sto_series_key *k = &items[i].hs->ent->key;
+	const struct mdl_series_key *k = &items[i].hs->ent->key;
 	size_t points = items[i].taken, j = i + 1;
 	for (; j < nitems && j - i < STO_GROUP_MAX_MEMBERS; j++) {
-		const struct sto_series_key *o = &items[j].hs->ent->key;
+		const struct mdl_series_key *o = &items[j].hs->ent->key;
 		if (o->rank != k->rank || strcmp(o->job, k->job) != 0 ||
 		    points + items[j].taken > RUN_MAX_POINTS)
 			break;
@@ -350,7 +350,7 @@ static int copy_run(struct sto *s, struct seal_round *r, const struct seal_item 
 		rc = copy_points(&r->copy[k - i], items[k].hs, items[k].taken);
 	pthread_mutex_unlock(&s->head_lock);
 	for (size_t k = i; rc == 0 && k < j; k++)
-		rc = sto_cols_sort_by_time(&r->copy[k - i]);
+		rc = mdl_cols_sort_by_time(&r->copy[k - i]);
 	return rc;
 }
 
@@ -486,9 +486,9 @@ static int seal_event_chunk(struct ev_seal *es, struct ev_job *j, size_t k)
 	int rc = evc_encode(j->recs, k, &es->payload, &e, &es->bloom);
 	if (rc)
 		return rc;
-	struct sto_series_key key = {0};
+	struct mdl_series_key key = {0};
 	memcpy(key.job, j->job, strlen(j->job) + 1);
-	key.rank = STO_RANK_JOB;
+	key.rank = MDL_RANK_JOB;
 	e.uid = s->next_uid++;
 	e.segment_id = sto_seg_id(s->seg);
 	e.offset = sto_seg_size(s->seg) + es->buf.len;

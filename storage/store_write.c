@@ -21,6 +21,7 @@
 #include "common/rdb_map.h"
 #include "common/rdb_time.h"
 #include "storage/admin.h"
+#include "storage/batch_codec.h"
 #include "storage/codec.h"
 #include "storage/evstore.h"
 #include "storage/segment.h"
@@ -40,9 +41,9 @@
 
 /* ---- series cache ---------------------------------------------------------- */
 
-static uint64_t series_hash(const struct sto_series_key *k)
+static uint64_t series_hash(const struct mdl_series_key *k)
 {
-	uint8_t buf[STO_JOB_MAX + 5 + STO_METRIC_MAX];
+	uint8_t buf[MDL_JOB_MAX + 5 + MDL_METRIC_MAX];
 	size_t jl = strlen(k->job), ml = strlen(k->metric);
 	memcpy(buf, k->job, jl);
 	buf[jl] = 0;
@@ -52,14 +53,14 @@ static uint64_t series_hash(const struct sto_series_key *k)
 	return h ? h : 1;
 }
 
-static bool key_eq(const struct sto_series_key *a, const struct sto_series_key *b)
+static bool key_eq(const struct mdl_series_key *a, const struct mdl_series_key *b)
 {
 	return a->rank == b->rank && strcmp(a->job, b->job) == 0 &&
 	       strcmp(a->metric, b->metric) == 0;
 }
 
 /* Caller holds series_lock. */
-static struct series_ent *cache_find(struct sto *s, const struct sto_series_key *k, uint64_t h)
+static struct series_ent *cache_find(struct sto *s, const struct mdl_series_key *k, uint64_t h)
 {
 	for (struct series_ent *e = rdb_map_get(&s->series_by_hash, h); e; e = e->next)
 		if (key_eq(&e->key, k))
@@ -68,7 +69,7 @@ static struct series_ent *cache_find(struct sto *s, const struct sto_series_key 
 }
 
 /* Caller holds series_lock. */
-static int cache_add(struct sto *s, const struct sto_series_key *k, uint64_t h, uint64_t id,
+static int cache_add(struct sto *s, const struct mdl_series_key *k, uint64_t h, uint64_t id,
 		     struct series_ent **out)
 {
 	struct series_ent *e = malloc(sizeof(*e));
@@ -98,10 +99,10 @@ struct job_count {
 	struct job_count *next; /* same-hash chain */
 	uint64_t hash;
 	uint64_t n;
-	char job[STO_JOB_MAX + 1];
+	char job[MDL_JOB_MAX + 1];
 };
 
-static int count_series_cb(void *arg, const struct sto_series_key *k, uint64_t id)
+static int count_series_cb(void *arg, const struct mdl_series_key *k, uint64_t id)
 {
 	(void)k;
 	(void)id;
@@ -165,13 +166,13 @@ void sti_cache_free(struct sto *s)
 
 /* Resolves (creating if needed) the series of every key in b into ents[].
  * New series are created in one LMDB write transaction. */
-int sti_resolve_series(struct sto *s, const struct sto_batch *b, struct series_ent **ents)
+int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_ent **ents)
 {
-	size_t n = sto_batch_nseries(b), missing = 0;
+	size_t n = mdl_batch_nseries(b), missing = 0;
 	int rc = 0;
 	pthread_mutex_lock(&s->series_lock);
 	for (size_t i = 0; i < n; i++) {
-		const struct sto_batch_series *bs = sto_batch_series_at(b, i);
+		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
 		if (!bs) {
 			rc = -ENOMEM;
 			goto out;
@@ -189,7 +190,7 @@ int sti_resolve_series(struct sto *s, const struct sto_batch *b, struct series_e
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		if (ents[i])
 			continue;
-		const struct sto_batch_series *bs = sto_batch_series_at(b, i);
+		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
 		uint64_t id;
 		bool is_new = false;
 		rc = sto_series_lookup(t, &bs->key, &id);
@@ -228,7 +229,7 @@ int sti_resolve_series(struct sto *s, const struct sto_batch *b, struct series_e
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		if (ents[i])
 			continue;
-		const struct sto_batch_series *bs = sto_batch_series_at(b, i);
+		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
 		uint64_t h = series_hash(&bs->key), id;
 		ents[i] = cache_find(s, &bs->key, h); /* duplicates within b */
 		if (ents[i])
@@ -267,7 +268,7 @@ void sti_head_free(struct head *h)
 		if (!h->series.keys[i])
 			continue;
 		struct head_series *hs = h->series.vals[i];
-		sto_cols_free(&hs->pts);
+		mdl_cols_free(&hs->pts);
 		free(hs);
 	}
 	rdb_map_free(&h->series);
@@ -275,18 +276,18 @@ void sti_head_free(struct head *h)
 	free(h);
 }
 
-uint64_t sti_cols_bytes(const struct sto_cols *c)
+uint64_t sti_cols_bytes(const struct mdl_cols *c)
 {
 	return (uint64_t)c->cap * (8 + 8 + 4 + 8);
 }
 
 /* Appends b's points to head h. Caller holds head_lock. */
-static int head_apply(struct sto *s, struct head *h, const struct sto_batch *b,
+static int head_apply(struct sto *s, struct head *h, const struct mdl_batch *b,
 		      struct series_ent **ents, bool queue_full)
 {
-	size_t n = sto_batch_nseries(b);
+	size_t n = mdl_batch_nseries(b);
 	for (size_t i = 0; i < n; i++) {
-		const struct sto_batch_series *bs = sto_batch_series_at(b, i);
+		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
 		struct head_series *hs = rdb_map_get(&h->series, ents[i]->id);
 		if (!hs) {
 			hs = calloc(1, sizeof(*hs));
@@ -299,7 +300,7 @@ static int head_apply(struct sto *s, struct head *h, const struct sto_batch *b,
 			atomic_fetch_add(&s->head_bytes, HEAD_SERIES_OVERHEAD);
 		}
 		uint64_t before = sti_cols_bytes(&hs->pts);
-		int rc = sto_cols_reserve(&hs->pts, hs->pts.n + bs->pts.n);
+		int rc = mdl_cols_reserve(&hs->pts, hs->pts.n + bs->pts.n);
 		if (rc)
 			return rc;
 		size_t at = hs->pts.n;
@@ -500,7 +501,7 @@ void sti_batch_free_all(struct sto *s)
 /* Encodes a request as one WAL record: plain points, or a batch record. */
 static int encode_request(const struct sto_write_req *req, struct rdb_buf *rec, uint8_t *type)
 {
-	bool has_ev = req->events && sto_events_count(req->events) > 0;
+	bool has_ev = req->events && mdl_events_count(req->events) > 0;
 	if (!has_ev && !req->batch_id) {
 		*type = STO_WAL_REC_POINTS;
 		return sto_batch_encode(req->points, rec);
@@ -513,7 +514,7 @@ static int encode_request(const struct sto_write_req *req, struct rdb_buf *rec, 
 	for (int part = 0; part < 2 && rc == 0; part++) {
 		size_t at = rec->len;
 		rc = rdb_buf_append(rec, "\0\0\0\0", 4);
-		if (rc == 0 && part == 0 && req->points && sto_batch_nseries(req->points))
+		if (rc == 0 && part == 0 && req->points && mdl_batch_nseries(req->points))
 			rc = sto_batch_encode(req->points, rec);
 		if (rc == 0 && part == 1 && has_ev)
 			rc = sto_events_encode(req->events, rec);
@@ -525,13 +526,13 @@ static int encode_request(const struct sto_write_req *req, struct rdb_buf *rec, 
 
 /* Applies a durable request to the active head. Caller holds write_lock
  * shared and head_lock. */
-int sti_apply_request(struct sto *s, struct head *h, const struct sto_batch *pts,
-		      struct series_ent **ents, const struct sto_events *ev, bool queue_full)
+int sti_apply_request(struct sto *s, struct head *h, const struct mdl_batch *pts,
+		      struct series_ent **ents, const struct mdl_events *ev, bool queue_full)
 {
 	int rc = 0;
-	if (pts && sto_batch_nseries(pts))
+	if (pts && mdl_batch_nseries(pts))
 		rc = head_apply(s, h, pts, ents, queue_full);
-	if (rc == 0 && ev && sto_events_count(ev)) {
+	if (rc == 0 && ev && mdl_events_count(ev)) {
 		uint64_t added = 0;
 		rc = evh_apply(h->ev, ev, &added);
 		h->bytes += added;
@@ -557,8 +558,8 @@ static bool over_memory(struct sto *s)
 int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_write_result *res)
 {
 	res->duplicate = false;
-	size_t n = req->points ? sto_batch_nseries(req->points) : 0;
-	size_t nev = req->events ? sto_events_count(req->events) : 0;
+	size_t n = req->points ? mdl_batch_nseries(req->points) : 0;
+	size_t nev = req->events ? mdl_events_count(req->events) : 0;
 	if (req->batch_id && (req->batch_id_len == 0 || req->batch_id_len > STO_BATCH_ID_MAX))
 		return RDB_EINVAL;
 	if (n == 0 && nev == 0 && !req->batch_id)
@@ -621,7 +622,7 @@ int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_wri
 	if (bent)
 		batch_finish(s, bent, false, 0);
 	if (rc == 0) {
-		atomic_fetch_add(&s->st_points_written, req->points ? sto_batch_points(req->points) : 0);
+		atomic_fetch_add(&s->st_points_written, req->points ? mdl_batch_points(req->points) : 0);
 		atomic_fetch_add(&s->st_events_written, nev);
 		atomic_fetch_add(&s->st_batches_written, 1);
 	}
@@ -632,7 +633,7 @@ int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_wri
 	return rc;
 }
 
-int sto_write(struct sto *s, const struct sto_batch *b)
+int sto_write(struct sto *s, const struct mdl_batch *b)
 {
 	struct sto_write_req req = {.points = b};
 	struct sto_write_result res;

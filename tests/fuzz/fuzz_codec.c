@@ -17,7 +17,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static int same(const struct sto_cols *a, const struct sto_cols *b)
+static int same(const struct mdl_cols *a, const struct mdl_cols *b)
 {
 	size_t n = a->n;
 	return a->n == b->n && !memcmp(a->ts_ns, b->ts_ns, n * 8) &&
@@ -27,7 +27,7 @@ static int same(const struct sto_cols *a, const struct sto_cols *b)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct sto_cols first = STO_COLS_INIT, second = STO_COLS_INIT;
+	struct mdl_cols first = MDL_COLS_INIT, second = MDL_COLS_INIT;
 	struct rdb_buf buf;
 	size_t used = 0;
 	rdb_buf_init(&buf, STO_CHUNK_MAX_PAYLOAD);
@@ -42,8 +42,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	    used != buf.len || !same(&first, &second))
 		abort();
 out:
-	sto_cols_free(&first);
-	sto_cols_free(&second);
+	mdl_cols_free(&first);
+	mdl_cols_free(&second);
 	rdb_buf_free(&buf);
 	return 0;
 }

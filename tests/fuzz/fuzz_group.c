@@ -30,12 +30,12 @@ struct seen {
 	uint32_t head_len;
 	size_t n;
 	int damaged;
-	struct sto_series_key keys[STO_GROUP_MAX_MEMBERS];
+	struct mdl_series_key keys[STO_GROUP_MAX_MEMBERS];
 	uint64_t sids[STO_GROUP_MAX_MEMBERS];
-	struct sto_cols cols[STO_GROUP_MAX_MEMBERS];
+	struct mdl_cols cols[STO_GROUP_MAX_MEMBERS];
 };
 
-static int same(const struct sto_cols *a, const struct sto_cols *b)
+static int same(const struct mdl_cols *a, const struct mdl_cols *b)
 {
 	size_t n = a->n;
 	return a->n == b->n && !memcmp(a->ts_ns, b->ts_ns, n * 8) &&
@@ -43,20 +43,20 @@ static int same(const struct sto_cols *a, const struct sto_cols *b)
 	       !memcmp(a->value, b->value, n * 8);
 }
 
-static int copy_cols(struct sto_cols *dst, const struct sto_cols *src)
+static int copy_cols(struct mdl_cols *dst, const struct mdl_cols *src)
 {
 	dst->n = 0;
 	for (size_t i = 0; i < src->n; i++)
-		if (sto_cols_push(dst, src->ts_ns[i], src->step[i], src->attempt[i], src->value[i]))
+		if (mdl_cols_push(dst, src->ts_ns[i], src->step[i], src->attempt[i], src->value[i]))
 			return -ENOMEM;
 	return 0;
 }
 
 static int member_cb(void *arg, unsigned member, unsigned m, uint64_t sid,
-		     const struct sto_series_key *key, const struct sto_cols *cols, const char *damage)
+		     const struct mdl_series_key *key, const struct mdl_cols *cols, const char *damage)
 {
 	struct seen *s = arg;
-	struct sto_cols alone = STO_COLS_INIT;
+	struct mdl_cols alone = MDL_COLS_INIT;
 	const char *why;
 	if (member < s->n || m < 2 || m > STO_GROUP_MAX_MEMBERS)
 		abort();
@@ -73,7 +73,7 @@ static int member_cb(void *arg, unsigned member, unsigned m, uint64_t sid,
 	ref.stats.count = (uint32_t)cols->n;
 	if (sto_record_decode(s->rec, &ref, &alone, &why) != 0 || !same(&alone, cols))
 		abort();
-	sto_cols_free(&alone);
+	mdl_cols_free(&alone);
 	s->keys[s->n] = *key;
 	s->sids[s->n] = sid;
 	if (copy_cols(&s->cols[s->n], cols))
@@ -120,7 +120,7 @@ static int frame(const uint8_t *payload, size_t plen, uint32_t head_len, struct 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static struct seen first, second;
-	struct sto_cols scratch = STO_COLS_INIT;
+	struct mdl_cols scratch = MDL_COLS_INIT;
 	struct sto_group_member mem[STO_GROUP_MAX_MEMBERS];
 	struct rdb_buf rec, again, work;
 	const char *why;
@@ -156,10 +156,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 out:
 	for (size_t i = 0; i < STO_GROUP_MAX_MEMBERS; i++) {
-		sto_cols_free(&first.cols[i]);
-		sto_cols_free(&second.cols[i]);
+		mdl_cols_free(&first.cols[i]);
+		mdl_cols_free(&second.cols[i]);
 	}
-	sto_cols_free(&scratch);
+	mdl_cols_free(&scratch);
 	rdb_buf_free(&rec);
 	rdb_buf_free(&again);
 	rdb_buf_free(&work);

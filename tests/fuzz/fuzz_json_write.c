@@ -18,7 +18,7 @@
  */
 #include "ingest/ing.h"
 #include "common/rdb_err.h"
-#include "storage/events.h"
+#include "model/events.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -69,12 +69,12 @@ static bool utf8_ok(const unsigned char *s, size_t n)
 /* A log's fields text, parsed again inside a log record, must give itself. */
 static void check_fields_fixpoint(const char *fields, size_t len)
 {
-	static struct sto_batch *b;
-	static struct sto_events *ev;
-	if ((!b && sto_batch_new(16, 16, &b) != 0) || (!ev && sto_events_new(4, 1 << 20, &ev) != 0))
+	static struct mdl_batch *b;
+	static struct mdl_events *ev;
+	if ((!b && mdl_batch_new(16, 16, &b) != 0) || (!ev && mdl_events_new(4, 1 << 20, &ev) != 0))
 		abort();
-	sto_batch_reset(b);
-	sto_events_reset(ev);
+	mdl_batch_reset(b);
+	mdl_events_reset(ev);
 	static const char pre[] =
 	    "{\"type\":\"log\",\"job\":\"j\",\"rank\":0,\"message\":\"\",\"fields\":";
 	size_t n = sizeof(pre) - 1;
@@ -89,28 +89,28 @@ static void check_fields_fixpoint(const char *fields, size_t len)
 	struct ing_error err;
 	int rc = ing_json_parse_all(body, n + len + 1, &lim, 0, b, ev, &err, NULL);
 	free(body);
-	if (rc != 0 || sto_events_count(ev) != 1)
+	if (rc != 0 || mdl_events_count(ev) != 1)
 		abort();
-	const struct sto_event *e = sto_events_at(ev, 0);
+	const struct mdl_event *e = mdl_events_at(ev, 0);
 	if (e->fields_len != len || memcmp(e->fields, fields, len) != 0)
 		abort();
 }
 
-static void check_event(const struct sto_event *e, bool *first_fields)
+static void check_event(const struct mdl_event *e, bool *first_fields)
 {
-	if (!sto_job_valid(e->job, e->job_len) ||
-	    (e->rank > STO_RANK_MAX && e->rank != STO_RANK_JOB))
+	if (!mdl_job_valid(e->job, e->job_len) ||
+	    (e->rank > MDL_RANK_MAX && e->rank != MDL_RANK_JOB))
 		abort();
-	if (e->step < 0 && e->step != STO_STEP_NONE)
+	if (e->step < 0 && e->step != MDL_STEP_NONE)
 		abort();
-	if (e->kind == STO_EV_SPAN) {
+	if (e->kind == MDL_EV_SPAN) {
 		if (e->level != 0 || e->fields_len != 0 || e->duration_ns < 0 || e->step < 0 ||
-		    e->text_len > STO_SPAN_NAME_MAX || !sto_metric_valid(e->text, e->text_len))
+		    e->text_len > MDL_SPAN_NAME_MAX || !mdl_metric_valid(e->text, e->text_len))
 			abort();
 		return;
 	}
-	if (e->kind != STO_EV_LOG || e->level > STO_LEVEL_FATAL || e->duration_ns != 0 ||
-	    e->text_len > STO_EVENT_TEXT_MAX || e->fields_len > STO_EVENT_FIELDS_MAX ||
+	if (e->kind != MDL_EV_LOG || e->level > MDL_LEVEL_FATAL || e->duration_ns != 0 ||
+	    e->text_len > MDL_EVENT_TEXT_MAX || e->fields_len > MDL_EVENT_FIELDS_MAX ||
 	    e->fields_len < 2 || e->fields[0] != '{' || e->fields[e->fields_len - 1] != '}' ||
 	    !utf8_ok((const unsigned char *)e->text, e->text_len) ||
 	    !utf8_ok((const unsigned char *)e->fields, e->fields_len))
@@ -121,30 +121,30 @@ static void check_event(const struct sto_event *e, bool *first_fields)
 	}
 }
 
-static void check_success(const struct sto_batch *b, const struct sto_events *ev, size_t nrecords)
+static void check_success(const struct mdl_batch *b, const struct mdl_events *ev, size_t nrecords)
 {
 	size_t sum = 0;
-	if (nrecords == 0 || sto_events_count(ev) > nrecords)
+	if (nrecords == 0 || mdl_events_count(ev) > nrecords)
 		abort();
 	bool first_fields = true;
-	for (size_t i = 0; i < sto_events_count(ev); i++) {
-		const struct sto_event *e = sto_events_at(ev, i);
+	for (size_t i = 0; i < mdl_events_count(ev); i++) {
+		const struct mdl_event *e = mdl_events_at(ev, i);
 		if (!e)
 			abort();
 		check_event(e, &first_fields);
 	}
-	for (size_t i = 0; i < sto_batch_nseries(b); i++) {
-		const struct sto_batch_series *s = sto_batch_series_at(b, i);
+	for (size_t i = 0; i < mdl_batch_nseries(b); i++) {
+		const struct mdl_batch_series *s = mdl_batch_series_at(b, i);
 		if (!s || s->pts.n == 0)
 			abort();
-		if (!sto_job_valid(s->key.job, strlen(s->key.job)) ||
-		    !sto_metric_valid(s->key.metric, strlen(s->key.metric)))
+		if (!mdl_job_valid(s->key.job, strlen(s->key.job)) ||
+		    !mdl_metric_valid(s->key.metric, strlen(s->key.metric)))
 			abort();
-		if (s->key.rank > STO_RANK_MAX && s->key.rank != STO_RANK_JOB)
+		if (s->key.rank > MDL_RANK_MAX && s->key.rank != MDL_RANK_JOB)
 			abort();
 		sum += s->pts.n;
 	}
-	if (sum != sto_batch_points(b) || (sum == 0 && sto_events_count(ev) == 0))
+	if (sum != mdl_batch_points(b) || (sum == 0 && mdl_events_count(ev) == 0))
 		abort();
 }
 
@@ -161,14 +161,14 @@ static void check_failure(int rc, const struct ing_error *err)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static struct sto_batch *b;
-	static struct sto_events *ev;
-	if (!b && sto_batch_new(1000000, 100000, &b) != 0)
+	static struct mdl_batch *b;
+	static struct mdl_events *ev;
+	if (!b && mdl_batch_new(1000000, 100000, &b) != 0)
 		return 0;
-	if (!ev && sto_events_new(100000, 64u << 20, &ev) != 0)
+	if (!ev && mdl_events_new(100000, 64u << 20, &ev) != 0)
 		return 0;
-	sto_batch_reset(b);
-	sto_events_reset(ev);
+	mdl_batch_reset(b);
+	mdl_events_reset(ev);
 	struct ing_limits lim;
 	ing_limits_default(&lim);
 	struct ing_error err;
@@ -182,11 +182,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check_success(b, ev, nrecords);
 	/* Without an events batch: the same points, or an error if there were
 	 * log or span records. */
-	size_t points = sto_batch_points(b), nev = sto_events_count(ev), n2 = 0;
-	sto_batch_reset(b);
+	size_t points = mdl_batch_points(b), nev = mdl_events_count(ev), n2 = 0;
+	mdl_batch_reset(b);
 	memset(&err, 0xa5, sizeof(err));
 	rc = ing_json_parse((const char *)data, size, &lim, 42, b, &err, &n2);
-	if (nev == 0 && (rc != 0 || n2 != nrecords || sto_batch_points(b) != points))
+	if (nev == 0 && (rc != 0 || n2 != nrecords || mdl_batch_points(b) != points))
 		abort();
 	if (nev > 0 && (rc != RDB_EINVAL || strstr(err.msg, "not accepted here") == NULL))
 		abort();

@@ -33,36 +33,36 @@ static bool printable_within(const char *s, size_t cap)
 	return true;
 }
 
-static void check_batch(const struct sto_batch *b, const struct ing_lp_result *res)
+static void check_batch(const struct mdl_batch *b, const struct ing_lp_result *res)
 {
 	size_t sum = 0;
-	for (size_t i = 0; i < sto_batch_nseries(b); i++) {
-		const struct sto_batch_series *s = sto_batch_series_at(b, i);
+	for (size_t i = 0; i < mdl_batch_nseries(b); i++) {
+		const struct mdl_batch_series *s = mdl_batch_series_at(b, i);
 		if (!s || s->pts.n == 0)
 			abort();
-		if (!sto_job_valid(s->key.job, strlen(s->key.job)) ||
-		    !sto_metric_valid(s->key.metric, strlen(s->key.metric)))
+		if (!mdl_job_valid(s->key.job, strlen(s->key.job)) ||
+		    !mdl_metric_valid(s->key.metric, strlen(s->key.metric)))
 			abort();
-		if (s->key.rank > STO_RANK_MAX && s->key.rank != STO_RANK_JOB)
+		if (s->key.rank > MDL_RANK_MAX && s->key.rank != MDL_RANK_JOB)
 			abort();
 		sum += s->pts.n;
 	}
-	if (sum != sto_batch_points(b) || sum != res->points)
+	if (sum != mdl_batch_points(b) || sum != res->points)
 		abort();
 }
 
-static void check_events(const struct sto_events *ev, const struct ing_lp_result *res)
+static void check_events(const struct mdl_events *ev, const struct ing_lp_result *res)
 {
-	if (sto_events_count(ev) != res->events)
+	if (mdl_events_count(ev) != res->events)
 		abort();
 	for (size_t i = 0; i < res->events; i++) {
-		const struct sto_event *e = sto_events_at(ev, i);
-		if (!e || !sto_job_valid(e->job, e->job_len) || e->duration_ns < 0)
+		const struct mdl_event *e = mdl_events_at(ev, i);
+		if (!e || !mdl_job_valid(e->job, e->job_len) || e->duration_ns < 0)
 			abort();
-		if (e->kind == STO_EV_LOG && (e->fields_len < 2 || e->fields[0] != '{' ||
+		if (e->kind == MDL_EV_LOG && (e->fields_len < 2 || e->fields[0] != '{' ||
 					      e->fields[e->fields_len - 1] != '}'))
 			abort();
-		if (e->kind == STO_EV_SPAN && (e->text_len == 0 || e->step < 0))
+		if (e->kind == MDL_EV_SPAN && (e->text_len == 0 || e->step < 0))
 			abort();
 	}
 }
@@ -85,14 +85,14 @@ static void check_errors(int rc, const struct ing_lp_result *res)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const int64_t units[] = {1, 1000, 1000000, 1000000000, 60000000000LL};
-	static struct sto_batch *b;
-	static struct sto_events *ev;
-	if (!b && sto_batch_new(100000, 10000, &b) != 0)
+	static struct mdl_batch *b;
+	static struct mdl_events *ev;
+	if (!b && mdl_batch_new(100000, 10000, &b) != 0)
 		return 0;
-	if (!ev && sto_events_new(1000, 1 << 20, &ev) != 0)
+	if (!ev && mdl_events_new(1000, 1 << 20, &ev) != 0)
 		return 0;
-	sto_batch_reset(b);
-	sto_events_reset(ev);
+	mdl_batch_reset(b);
+	mdl_events_reset(ev);
 	struct ing_lp_options opt;
 	ing_lp_options_default(&opt);
 	opt.default_job = "fz";

@@ -11,11 +11,12 @@
  * The file lives at /tmp/rdb-fuzz-wal-<pid>/wal-<FUZZ_GEN>.log, one per
  * process, rewritten for each input and removed at exit. The target must
  * never crash, leak or read out of bounds, whatever the bytes. */
+#include "storage/batch_codec.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
 #include "common/rdb_time.h"
-#include "storage/batch.h"
+#include "model/batch.h"
 #include "storage/format.h"
 #include "storage/wal.h"
 
@@ -94,25 +95,25 @@ static int write_file(const uint8_t *body, size_t size)
 /* Decodes POINTS payloads and touches every decoded point. */
 static int on_record(void *arg, uint64_t gen, uint8_t type, const uint8_t *p, size_t len)
 {
-	struct sto_batch *b = arg;
+	struct mdl_batch *b = arg;
 	if (gen != FUZZ_GEN)
 		abort();
 	if (type != STO_WAL_REC_POINTS || sto_batch_decode(b, p, len) != 0)
 		return 0;
 	size_t total = 0;
-	for (size_t i = 0; i < sto_batch_nseries(b); i++)
-		total += sto_batch_series_at(b, i)->pts.n;
-	if (total != sto_batch_points(b))
+	for (size_t i = 0; i < mdl_batch_nseries(b); i++)
+		total += mdl_batch_series_at(b, i)->pts.n;
+	if (total != mdl_batch_points(b))
 		abort();
 	return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct sto_batch *b = NULL;
+	struct mdl_batch *b = NULL;
 	uint8_t *body = NULL;
 	size_t body_len = size ? size - 1 : 0;
-	if (init_once() != 0 || sto_batch_new(1u << 16, 4096, &b) != 0)
+	if (init_once() != 0 || mdl_batch_new(1u << 16, 4096, &b) != 0)
 		goto out;
 	body = malloc(body_len ? body_len : 1);
 	if (!body)
@@ -129,6 +130,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 out:
 	free(body);
-	sto_batch_free(b);
+	mdl_batch_free(b);
 	return 0;
 }

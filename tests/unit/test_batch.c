@@ -1,6 +1,8 @@
 /* test_batch.c - unit tests for storage/batch.c: interning and grouped
  * views, bounds, the WAL payload round trip, hostile payloads, reset. */
-#include "storage/batch.h"
+#include "storage/batch_codec.h"
+#include "storage/format.h"
+#include "model/batch.h"
 #include "common/rdb_buf.h"
 #include "common/rdb_err.h"
 #include "tests/unit/check.h"
@@ -10,17 +12,17 @@
 #include <stdio.h>
 #include <string.h>
 
-static int add(struct sto_batch *b, const char *job, uint32_t rank, const char *metric, int64_t ts,
+static int add(struct mdl_batch *b, const char *job, uint32_t rank, const char *metric, int64_t ts,
 	       int64_t step, uint64_t v)
 {
-	return sto_batch_add(b, job, strlen(job), rank, metric, strlen(metric), ts, step, 1, v);
+	return mdl_batch_add(b, job, strlen(job), rank, metric, strlen(metric), ts, step, 1, v);
 }
 
-static const struct sto_batch_series *find(const struct sto_batch *b, const char *job,
+static const struct mdl_batch_series *find(const struct mdl_batch *b, const char *job,
 					   uint32_t rank, const char *metric)
 {
-	for (size_t i = 0; i < sto_batch_nseries(b); i++) {
-		const struct sto_batch_series *s = sto_batch_series_at(b, i);
+	for (size_t i = 0; i < mdl_batch_nseries(b); i++) {
+		const struct mdl_batch_series *s = mdl_batch_series_at(b, i);
 		if (s && s->key.rank == rank && strcmp(s->key.job, job) == 0 &&
 		    strcmp(s->key.metric, metric) == 0)
 			return s;
@@ -29,13 +31,13 @@ static const struct sto_batch_series *find(const struct sto_batch *b, const char
 }
 
 /* Three series, interleaved: each view holds its points in arrival order. */
-static void fill(struct sto_batch *b)
+static void fill(struct mdl_batch *b)
 {
 	for (int i = 0; i < 10; i++) {
 		CHECK_EQ_INT(add(b, "job", 0, "loss", 100 - i, i, (uint64_t)i), 0);
 		CHECK_EQ_INT(add(b, "job", 1, "loss", 100 + i, i, (uint64_t)(i + 100)), 0);
 		if (i % 2 == 0)
-			CHECK_EQ_INT(add(b, "job", STO_RANK_JOB, "lr", i, STO_STEP_NONE,
+			CHECK_EQ_INT(add(b, "job", MDL_RANK_JOB, "lr", i, MDL_STEP_NONE,
 					 0x7ff8000000000001ull),
 				     0);
 	}
@@ -43,14 +45,14 @@ static void fill(struct sto_batch *b)
 
 static void test_add_group(void)
 {
-	struct sto_batch *b;
-	CHECK_EQ_INT(sto_batch_new(1000, 100, &b), 0);
-	CHECK(sto_batch_series_at(b, 0) == NULL);
+	struct mdl_batch *b;
+	CHECK_EQ_INT(mdl_batch_new(1000, 100, &b), 0);
+	CHECK(mdl_batch_series_at(b, 0) == NULL);
 	fill(b);
-	CHECK_EQ_INT(sto_batch_points(b), 25);
-	CHECK_EQ_INT(sto_batch_nseries(b), 3);
-	CHECK(sto_batch_series_at(b, 3) == NULL);
-	const struct sto_batch_series *s = find(b, "job", 0, "loss");
+	CHECK_EQ_INT(mdl_batch_points(b), 25);
+	CHECK_EQ_INT(mdl_batch_nseries(b), 3);
+	CHECK(mdl_batch_series_at(b, 3) == NULL);
+	const struct mdl_batch_series *s = find(b, "job", 0, "loss");
 	CHECK(s && s->pts.n == 10 && s->pts.cap == 0);
 	for (size_t k = 0; s && k < s->pts.n; k++) {
 		CHECK_EQ_INT(s->pts.ts_ns[k], 100 - (int64_t)k);
@@ -58,8 +60,8 @@ static void test_add_group(void)
 		CHECK_EQ_INT(s->pts.attempt[k], 1);
 		CHECK_EQ_INT(s->pts.value[k], k);
 	}
-	s = find(b, "job", STO_RANK_JOB, "lr");
-	CHECK(s && s->pts.n == 5 && s->pts.step[4] == STO_STEP_NONE && s->pts.ts_ns[4] == 8);
+	s = find(b, "job", MDL_RANK_JOB, "lr");
+	CHECK(s && s->pts.n == 5 && s->pts.step[4] == MDL_STEP_NONE && s->pts.ts_ns[4] == 8);
 	/* Adding after a view regroups. */
 	CHECK_EQ_INT(add(b, "job", 1, "loss", 5, 50, 7), 0);
 	s = find(b, "job", 1, "loss");
@@ -68,16 +70,16 @@ static void test_add_group(void)
 	CHECK_EQ_INT(add(b, "jo", 0, "loss", 0, 0, 0), 0);
 	CHECK_EQ_INT(add(b, "job", 0, "los", 0, 0, 0), 0);
 	CHECK_EQ_INT(add(b, "job", 2, "loss", 0, 0, 0), 0);
-	CHECK_EQ_INT(sto_batch_nseries(b), 6);
-	sto_batch_free(b);
-	sto_batch_free(NULL);
+	CHECK_EQ_INT(mdl_batch_nseries(b), 6);
+	mdl_batch_free(b);
+	mdl_batch_free(NULL);
 }
 
 /* Enough series to grow the hash table several times. */
 static void test_many_series(void)
 {
-	struct sto_batch *b;
-	CHECK_EQ_INT(sto_batch_new(100000, 5000, &b), 0);
+	struct mdl_batch *b;
+	CHECK_EQ_INT(mdl_batch_new(100000, 5000, &b), 0);
 	char metric[32];
 	for (int round = 0; round < 3; round++) {
 		for (int i = 0; i < 5000; i++) {
@@ -86,54 +88,54 @@ static void test_many_series(void)
 				     0);
 		}
 	}
-	CHECK_EQ_INT(sto_batch_nseries(b), 5000);
-	CHECK_EQ_INT(sto_batch_points(b), 15000);
+	CHECK_EQ_INT(mdl_batch_nseries(b), 5000);
+	CHECK_EQ_INT(mdl_batch_points(b), 15000);
 	int bad = 0;
-	for (size_t i = 0; i < sto_batch_nseries(b); i++) {
-		const struct sto_batch_series *s = sto_batch_series_at(b, i);
+	for (size_t i = 0; i < mdl_batch_nseries(b); i++) {
+		const struct mdl_batch_series *s = mdl_batch_series_at(b, i);
 		if (!s || s->pts.n != 3 || s->pts.ts_ns[0] != 0 || s->pts.ts_ns[2] != 2)
 			bad++;
 	}
 	CHECK_EQ_INT(bad, 0);
-	sto_batch_free(b);
+	mdl_batch_free(b);
 }
 
 static void test_bounds(void)
 {
-	struct sto_batch *b;
-	CHECK_EQ_INT(sto_batch_new(5, 2, &b), 0);
+	struct mdl_batch *b;
+	CHECK_EQ_INT(mdl_batch_new(5, 2, &b), 0);
 	for (int i = 0; i < 5; i++)
 		CHECK_EQ_INT(add(b, "j", 0, i % 2 ? "a" : "b", i, i, 0), 0);
 	CHECK_EQ_INT(add(b, "j", 0, "a", 9, 9, 0), RDB_ELIMIT);
-	CHECK_EQ_INT(sto_batch_points(b), 5);
-	sto_batch_reset(b);
+	CHECK_EQ_INT(mdl_batch_points(b), 5);
+	mdl_batch_reset(b);
 	CHECK_EQ_INT(add(b, "j", 0, "a", 0, 0, 0), 0);
 	CHECK_EQ_INT(add(b, "j", 1, "a", 0, 0, 0), 0);
 	CHECK_EQ_INT(add(b, "j", 2, "a", 0, 0, 0), RDB_ELIMIT);
 	CHECK_EQ_INT(add(b, "j", 1, "a", 0, 0, 0), 0); /* existing series still fine */
-	CHECK_EQ_INT(sto_batch_nseries(b), 2);
-	CHECK_EQ_INT(sto_batch_points(b), 3);
+	CHECK_EQ_INT(mdl_batch_nseries(b), 2);
+	CHECK_EQ_INT(mdl_batch_points(b), 3);
 	/* Longest names are accepted. */
-	char job[STO_JOB_MAX + 1], metric[STO_METRIC_MAX + 1];
-	memset(job, 'j', STO_JOB_MAX);
-	job[STO_JOB_MAX] = 0;
-	memset(metric, 'm', STO_METRIC_MAX);
-	metric[STO_METRIC_MAX] = 0;
-	sto_batch_reset(b);
+	char job[MDL_JOB_MAX + 1], metric[MDL_METRIC_MAX + 1];
+	memset(job, 'j', MDL_JOB_MAX);
+	job[MDL_JOB_MAX] = 0;
+	memset(metric, 'm', MDL_METRIC_MAX);
+	metric[MDL_METRIC_MAX] = 0;
+	mdl_batch_reset(b);
 	CHECK_EQ_INT(add(b, job, 0, metric, 0, 0, 0), 0);
-	const struct sto_batch_series *s = sto_batch_series_at(b, 0);
-	CHECK(s && strlen(s->key.job) == STO_JOB_MAX && strlen(s->key.metric) == STO_METRIC_MAX);
-	sto_batch_free(b);
+	const struct mdl_batch_series *s = mdl_batch_series_at(b, 0);
+	CHECK(s && strlen(s->key.job) == MDL_JOB_MAX && strlen(s->key.metric) == MDL_METRIC_MAX);
+	mdl_batch_free(b);
 }
 
-static bool same(const struct sto_batch *a, const struct sto_batch *b)
+static bool same(const struct mdl_batch *a, const struct mdl_batch *b)
 {
-	if (sto_batch_nseries(a) != sto_batch_nseries(b) ||
-	    sto_batch_points(a) != sto_batch_points(b))
+	if (mdl_batch_nseries(a) != mdl_batch_nseries(b) ||
+	    mdl_batch_points(a) != mdl_batch_points(b))
 		return false;
-	for (size_t i = 0; i < sto_batch_nseries(a); i++) {
-		const struct sto_batch_series *x = sto_batch_series_at(a, i);
-		const struct sto_batch_series *y = find(b, x->key.job, x->key.rank, x->key.metric);
+	for (size_t i = 0; i < mdl_batch_nseries(a); i++) {
+		const struct mdl_batch_series *x = mdl_batch_series_at(a, i);
+		const struct mdl_batch_series *y = find(b, x->key.job, x->key.rank, x->key.metric);
 		if (!y || x->pts.n != y->pts.n)
 			return false;
 		size_t n = x->pts.n;
@@ -148,9 +150,9 @@ static bool same(const struct sto_batch *a, const struct sto_batch *b)
 
 static void test_round_trip(void)
 {
-	struct sto_batch *a, *b;
-	CHECK_EQ_INT(sto_batch_new(1000, 100, &a), 0);
-	CHECK_EQ_INT(sto_batch_new(1000, 100, &b), 0);
+	struct mdl_batch *a, *b;
+	CHECK_EQ_INT(mdl_batch_new(1000, 100, &a), 0);
+	CHECK_EQ_INT(mdl_batch_new(1000, 100, &b), 0);
 	fill(a);
 	CHECK_EQ_INT(add(a, "job", 0, "neg", INT64_MIN, INT64_MAX, 0x8000000000000000ull), 0);
 	struct rdb_buf buf;
@@ -158,8 +160,8 @@ static void test_round_trip(void)
 	CHECK_EQ_INT(rdb_buf_append(&buf, "pre", 3), 0);
 	CHECK_EQ_INT(sto_batch_encode(a, &buf), 0);
 	size_t want = 4;
-	for (size_t i = 0; i < sto_batch_nseries(a); i++) {
-		const struct sto_batch_series *s = sto_batch_series_at(a, i);
+	for (size_t i = 0; i < mdl_batch_nseries(a); i++) {
+		const struct mdl_batch_series *s = mdl_batch_series_at(a, i);
 		want +=
 		    11 + strlen(s->key.job) + strlen(s->key.metric) + s->pts.n * STO_WAL_POINT_SIZE;
 	}
@@ -169,12 +171,12 @@ static void test_round_trip(void)
 	CHECK(same(a, b));
 	CHECK(same(b, a));
 	/* Encoding an empty batch gives nseries = 0, which decodes to empty. */
-	sto_batch_reset(a);
+	mdl_batch_reset(a);
 	buf.len = 0;
 	CHECK_EQ_INT(sto_batch_encode(a, &buf), 0);
 	CHECK_EQ_INT(buf.len, 4);
 	CHECK_EQ_INT(sto_batch_decode(b, buf.data, buf.len), 0);
-	CHECK_EQ_INT(sto_batch_points(b), 0);
+	CHECK_EQ_INT(mdl_batch_points(b), 0);
 	/* A bounded output buffer refuses, it does not grow. */
 	fill(a);
 	struct rdb_buf tiny;
@@ -182,15 +184,15 @@ static void test_round_trip(void)
 	CHECK_EQ_INT(sto_batch_encode(a, &tiny), RDB_ELIMIT);
 	rdb_buf_free(&tiny);
 	rdb_buf_free(&buf);
-	sto_batch_free(a);
-	sto_batch_free(b);
+	mdl_batch_free(a);
+	mdl_batch_free(b);
 }
 
 static void test_decode_hostile(void)
 {
-	struct sto_batch *a, *b;
-	CHECK_EQ_INT(sto_batch_new(1000, 100, &a), 0);
-	CHECK_EQ_INT(sto_batch_new(1000, 100, &b), 0);
+	struct mdl_batch *a, *b;
+	CHECK_EQ_INT(mdl_batch_new(1000, 100, &a), 0);
+	CHECK_EQ_INT(mdl_batch_new(1000, 100, &b), 0);
 	fill(a);
 	struct rdb_buf buf;
 	rdb_buf_init(&buf, 1 << 20);
@@ -226,40 +228,40 @@ static void test_decode_hostile(void)
 	static const uint8_t many_series[] = {0xff, 0xff, 0xff, 0xff};
 	CHECK_EQ_INT(sto_batch_decode(b, many_series, sizeof(many_series)), RDB_ECORRUPT);
 	/* A valid payload over the decoding batch's bounds is RDB_ELIMIT. */
-	struct sto_batch *small;
-	CHECK_EQ_INT(sto_batch_new(3, 100, &small), 0);
+	struct mdl_batch *small;
+	CHECK_EQ_INT(mdl_batch_new(3, 100, &small), 0);
 	CHECK_EQ_INT(sto_batch_decode(small, buf.data, buf.len), RDB_ELIMIT);
-	sto_batch_free(small);
+	mdl_batch_free(small);
 	rdb_buf_free(&buf);
-	sto_batch_free(a);
-	sto_batch_free(b);
+	mdl_batch_free(a);
+	mdl_batch_free(b);
 }
 
 static void test_reset_reuse(void)
 {
-	struct sto_batch *b;
-	CHECK_EQ_INT(sto_batch_new(1000, 100, &b), 0);
+	struct mdl_batch *b;
+	CHECK_EQ_INT(mdl_batch_new(1000, 100, &b), 0);
 	fill(b);
-	CHECK(sto_batch_series_at(b, 0) != NULL);
-	sto_batch_reset(b);
-	CHECK_EQ_INT(sto_batch_points(b), 0);
-	CHECK_EQ_INT(sto_batch_nseries(b), 0);
-	CHECK(sto_batch_series_at(b, 0) == NULL);
+	CHECK(mdl_batch_series_at(b, 0) != NULL);
+	mdl_batch_reset(b);
+	CHECK_EQ_INT(mdl_batch_points(b), 0);
+	CHECK_EQ_INT(mdl_batch_nseries(b), 0);
+	CHECK(mdl_batch_series_at(b, 0) == NULL);
 	CHECK(find(b, "job", 0, "loss") == NULL);
 	CHECK_EQ_INT(add(b, "other", 4, "loss", 1, 2, 3), 0);
 	CHECK_EQ_INT(add(b, "job", 0, "loss", 4, 5, 6), 0);
-	CHECK_EQ_INT(sto_batch_nseries(b), 2);
-	const struct sto_batch_series *s = find(b, "job", 0, "loss");
+	CHECK_EQ_INT(mdl_batch_nseries(b), 2);
+	const struct mdl_batch_series *s = find(b, "job", 0, "loss");
 	CHECK(s && s->pts.n == 1 && s->pts.value[0] == 6);
-	s = sto_batch_series_at(b, 0);
+	s = mdl_batch_series_at(b, 0);
 	CHECK(s && strcmp(s->key.job, "other") == 0 && s->pts.n == 1);
 	for (int r = 0; r < 50; r++) {
-		sto_batch_reset(b);
+		mdl_batch_reset(b);
 		fill(b);
 	}
-	CHECK_EQ_INT(sto_batch_points(b), 25);
-	CHECK_EQ_INT(sto_batch_nseries(b), 3);
-	sto_batch_free(b);
+	CHECK_EQ_INT(mdl_batch_points(b), 25);
+	CHECK_EQ_INT(mdl_batch_nseries(b), 3);
+	mdl_batch_free(b);
 }
 
 int main(void)

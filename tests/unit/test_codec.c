@@ -47,10 +47,10 @@ static uint64_t f32w(float f)
 	return rdb_f64_bits((double)f);
 }
 
-static struct sto_cols make(size_t n)
+static struct mdl_cols make(size_t n)
 {
-	struct sto_cols c = STO_COLS_INIT;
-	CHECK_EQ_INT(sto_cols_reserve(&c, n), 0);
+	struct mdl_cols c = MDL_COLS_INIT;
+	CHECK_EQ_INT(mdl_cols_reserve(&c, n), 0);
 	c.n = n;
 	for (size_t i = 0; i < n; i++) {
 		c.ts_ns[i] = 1700000000000000000ll + (int64_t)i * 300000000ll;
@@ -61,7 +61,7 @@ static struct sto_cols make(size_t n)
 	return c;
 }
 
-static bool cols_equal(const struct sto_cols *a, const struct sto_cols *b)
+static bool cols_equal(const struct mdl_cols *a, const struct mdl_cols *b)
 {
 	if (a->n != b->n)
 		return false;
@@ -72,7 +72,7 @@ static bool cols_equal(const struct sto_cols *a, const struct sto_cols *b)
 
 /* Encodes, decodes (also with trailing bytes after the payload), checks the
  * result is bit-exact; returns the payload size. */
-static size_t roundtrip(const struct sto_cols *c, struct sto_codec_info *info)
+static size_t roundtrip(const struct mdl_cols *c, struct sto_codec_info *info)
 {
 	struct rdb_buf buf;
 	rdb_buf_init(&buf, 64u << 20);
@@ -81,7 +81,7 @@ static size_t roundtrip(const struct sto_cols *c, struct sto_codec_info *info)
 	CHECK_EQ_INT(rc, 0);
 	size_t len = buf.len - 3;
 	CHECK_EQ_INT(rdb_buf_append(&buf, "trailer", 7), 0);
-	struct sto_cols d = STO_COLS_INIT;
+	struct mdl_cols d = MDL_COLS_INIT;
 	size_t used = 0;
 	rc = sto_codec_decode(buf.data + 3, len + 7, (uint32_t)c->n, &d, &used);
 	CHECK_EQ_INT(rc, 0);
@@ -90,7 +90,7 @@ static size_t roundtrip(const struct sto_cols *c, struct sto_codec_info *info)
 	if (c->n > 1) /* n above max_points is refused */
 		CHECK_EQ_INT(sto_codec_decode(buf.data + 3, len, (uint32_t)c->n - 1, &d, NULL),
 			     RDB_ECORRUPT);
-	sto_cols_free(&d);
+	mdl_cols_free(&d);
 	rdb_buf_free(&buf);
 	return len;
 }
@@ -107,7 +107,7 @@ static bool is_f32(uint8_t enc)
 
 /* ---- value generators ---------------------------------------------------- */
 
-typedef void (*fill_fn)(struct sto_cols *c);
+typedef void (*fill_fn)(struct mdl_cols *c);
 
 static const uint64_t specials[] = {
     0x7ff8000000000000ull, 0x7ff8000000000001ull, 0x7ff0000000000001ull, 0xfff8000000000000ull,
@@ -117,26 +117,26 @@ static const uint64_t specials[] = {
 };
 #define NSPECIALS (sizeof(specials) / sizeof(specials[0]))
 
-static void fill_specials(struct sto_cols *c)
+static void fill_specials(struct mdl_cols *c)
 {
 	for (size_t i = 0; i < c->n; i++)
 		c->value[i] = rnd() % 3 ? specials[rnd() % NSPECIALS] : rnd();
 }
 
-static void fill_random_bits(struct sto_cols *c)
+static void fill_random_bits(struct mdl_cols *c)
 {
 	for (size_t i = 0; i < c->n; i++)
 		c->value[i] = rnd();
 }
 
-static void fill_constant(struct sto_cols *c)
+static void fill_constant(struct mdl_cols *c)
 {
 	for (size_t i = 0; i < c->n; i++)
 		c->value[i] = rdb_f64_bits(0.125);
 }
 
 /* GPU memory used, bytes: a plateau with occasional allocations. */
-static void fill_memory(struct sto_cols *c)
+static void fill_memory(struct mdl_cols *c)
 {
 	double mem = 30e9;
 	for (size_t i = 0; i < c->n; i++) {
@@ -147,7 +147,7 @@ static void fill_memory(struct sto_cols *c)
 }
 
 /* GPU temperature, whole degrees C. */
-static void fill_temperature(struct sto_cols *c)
+static void fill_temperature(struct mdl_cols *c)
 {
 	int t = 65;
 	for (size_t i = 0; i < c->n; i++) {
@@ -158,7 +158,7 @@ static void fill_temperature(struct sto_cols *c)
 }
 
 /* tokens processed: a counter with noisy increments */
-static void fill_counter(struct sto_cols *c)
+static void fill_counter(struct mdl_cols *c)
 {
 	double v = 0;
 	for (size_t i = 0; i < c->n; i++) {
@@ -167,20 +167,20 @@ static void fill_counter(struct sto_cols *c)
 	}
 }
 
-static void fill_float32_random(struct sto_cols *c)
+static void fill_float32_random(struct mdl_cols *c)
 {
 	for (size_t i = 0; i < c->n; i++)
 		c->value[i] = f32w((float)(rnd_norm() * 1000.0));
 }
 
-static void fill_noisy_f64(struct sto_cols *c)
+static void fill_noisy_f64(struct mdl_cols *c)
 {
 	for (size_t i = 0; i < c->n; i++)
 		c->value[i] = rdb_f64_bits(100.0 + rnd_norm());
 }
 
 /* training loss: float32, exponential decay plus noise */
-static void fill_loss(struct sto_cols *c)
+static void fill_loss(struct mdl_cols *c)
 {
 	for (size_t i = 0; i < c->n; i++) {
 		double x = 2.0 + 8.0 * exp(-(double)i / 3000.0);
@@ -189,7 +189,7 @@ static void fill_loss(struct sto_cols *c)
 }
 
 /* gradient norm: float32, noisy with spikes */
-static void fill_grad_norm(struct sto_cols *c)
+static void fill_grad_norm(struct mdl_cols *c)
 {
 	for (size_t i = 0; i < c->n; i++) {
 		double g = 1.0 + 0.3 * fabs(rnd_norm()) + (rnd() % 500 == 0 ? 20.0 : 0.0);
@@ -198,7 +198,7 @@ static void fill_grad_norm(struct sto_cols *c)
 }
 
 /* learning rate: linear warmup then cosine decay, full float64 */
-static void fill_lr(struct sto_cols *c)
+static void fill_lr(struct mdl_cols *c)
 {
 	const double peak = 3e-4, warm = 2000, total = 100000;
 	for (size_t i = 0; i < c->n; i++) {
@@ -212,7 +212,7 @@ static void fill_lr(struct sto_cols *c)
 }
 
 /* step time, seconds: full float64 timings */
-static void fill_step_time(struct sto_cols *c)
+static void fill_step_time(struct mdl_cols *c)
 {
 	for (size_t i = 0; i < c->n; i++)
 		c->value[i] = rdb_f64_bits(0.3 + 0.01 * fabs(rnd_norm()));
@@ -220,7 +220,7 @@ static void fill_step_time(struct sto_cols *c)
 
 /* ---- time, step and attempt generators ----------------------------------- */
 
-static void ts_regular_jitter(struct sto_cols *c)
+static void ts_regular_jitter(struct mdl_cols *c)
 {
 	for (size_t i = 0; i < c->n; i++)
 		c->ts_ns[i] = 1700000000000000000ll + (int64_t)i * 300000000ll +
@@ -228,13 +228,13 @@ static void ts_regular_jitter(struct sto_cols *c)
 }
 
 /* whole milliseconds, as from InfluxDB line protocol with precision=ms */
-static void ts_ms_precision(struct sto_cols *c)
+static void ts_ms_precision(struct mdl_cols *c)
 {
 	for (size_t i = 0; i < c->n; i++)
 		c->ts_ns[i] = (1700000000000ll + (int64_t)i * 300 + (int64_t)(rnd() % 5)) * 1000000;
 }
 
-static void ts_out_of_order(struct sto_cols *c)
+static void ts_out_of_order(struct mdl_cols *c)
 {
 	ts_regular_jitter(c);
 	for (size_t i = 0; i + 1 < c->n; i++) {
@@ -245,44 +245,44 @@ static void ts_out_of_order(struct sto_cols *c)
 	}
 }
 
-static void ts_duplicates(struct sto_cols *c)
+static void ts_duplicates(struct mdl_cols *c)
 {
 	for (size_t i = 0; i < c->n; i++)
 		c->ts_ns[i] = 1700000000000000000ll + (int64_t)(i / 8) * 1000000000ll;
 }
 
-static void ts_negative(struct sto_cols *c)
+static void ts_negative(struct mdl_cols *c)
 {
 	for (size_t i = 0; i < c->n; i++)
 		c->ts_ns[i] = -5000000000ll + (int64_t)i * 7 - (int64_t)(rnd() % 3);
 }
 
-static void ts_extremes(struct sto_cols *c)
+static void ts_extremes(struct mdl_cols *c)
 {
 	static const int64_t ext[] = {INT64_MIN, INT64_MAX, 0, -1, INT64_MIN + 1, INT64_MAX - 1};
 	for (size_t i = 0; i < c->n; i++)
 		c->ts_ns[i] = ext[rnd() % 6];
 }
 
-static void steps_absent(struct sto_cols *c)
+static void steps_absent(struct mdl_cols *c)
 {
 	for (size_t i = 0; i < c->n; i++)
-		c->step[i] = STO_STEP_NONE;
+		c->step[i] = MDL_STEP_NONE;
 }
 
-static void steps_partly_absent(struct sto_cols *c)
+static void steps_partly_absent(struct mdl_cols *c)
 {
 	for (size_t i = 0; i < c->n; i++)
-		c->step[i] = rnd() % 4 ? (int64_t)i : STO_STEP_NONE;
+		c->step[i] = rnd() % 4 ? (int64_t)i : MDL_STEP_NONE;
 }
 
-static void steps_block_absent(struct sto_cols *c)
+static void steps_block_absent(struct mdl_cols *c)
 {
 	for (size_t i = 0; i < c->n; i++)
-		c->step[i] = i < c->n / 3 ? STO_STEP_NONE : (int64_t)i;
+		c->step[i] = i < c->n / 3 ? MDL_STEP_NONE : (int64_t)i;
 }
 
-static void steps_gaps(struct sto_cols *c)
+static void steps_gaps(struct mdl_cols *c)
 {
 	int64_t s = 1000;
 	for (size_t i = 0; i < c->n; i++) {
@@ -291,19 +291,19 @@ static void steps_gaps(struct sto_cols *c)
 	}
 }
 
-static void steps_extremes(struct sto_cols *c)
+static void steps_extremes(struct mdl_cols *c)
 {
 	for (size_t i = 0; i < c->n; i++)
-		c->step[i] = rnd() % 2 ? INT64_MAX : STO_STEP_NONE + (int64_t)(rnd() % 3);
+		c->step[i] = rnd() % 2 ? INT64_MAX : MDL_STEP_NONE + (int64_t)(rnd() % 3);
 }
 
-static void attempts_changing(struct sto_cols *c)
+static void attempts_changing(struct mdl_cols *c)
 {
 	for (size_t i = 0; i < c->n; i++)
 		c->attempt[i] = i < c->n / 2 ? 0 : (i < c->n * 3 / 4 ? 1 : 2);
 }
 
-static void attempts_random(struct sto_cols *c)
+static void attempts_random(struct mdl_cols *c)
 {
 	for (size_t i = 0; i < c->n; i++)
 		c->attempt[i] = (uint32_t)rnd();
@@ -319,10 +319,10 @@ static void test_values_roundtrip(void)
 				 fill_grad_norm,      fill_lr,		fill_step_time};
 	for (size_t f = 0; f < sizeof(fills) / sizeof(fills[0]); f++) {
 		for (size_t s = 0; s < NSIZES; s++) {
-			struct sto_cols c = make(sizes[s]);
+			struct mdl_cols c = make(sizes[s]);
 			fills[f](&c);
 			roundtrip(&c, NULL);
-			sto_cols_free(&c);
+			mdl_cols_free(&c);
 		}
 	}
 }
@@ -336,11 +336,11 @@ static void test_columns_roundtrip(void)
 				 attempts_random};
 	for (size_t f = 0; f < sizeof(fills) / sizeof(fills[0]); f++) {
 		for (size_t s = 0; s < NSIZES; s++) {
-			struct sto_cols c = make(sizes[s]);
+			struct mdl_cols c = make(sizes[s]);
 			fills[f](&c);
 			fill_specials(&c);
 			roundtrip(&c, NULL);
-			sto_cols_free(&c);
+			mdl_cols_free(&c);
 		}
 	}
 }
@@ -352,7 +352,7 @@ static void test_float32_classes(void)
 	static const uint32_t f32s[] = {0x7fc00000u, 0x7fc00001u, 0x7f800001u, 0xffbfffffu,
 					0x00000001u, 0x807fffffu, 0x00400000u, 0x80000000u,
 					0x7f800000u, 0xff800000u, 0x7f7fffffu, 0x00800000u};
-	struct sto_cols c = make(4096);
+	struct mdl_cols c = make(4096);
 	for (size_t i = 0; i < c.n; i++) {
 		uint32_t f = i < 12 ? f32s[i] : (uint32_t)rnd();
 		float fl;
@@ -370,13 +370,13 @@ static void test_float32_classes(void)
 	c.value[100] = 0x7ff0000000000001ull; /* a signalling NaN */
 	roundtrip(&c, &info);
 	CHECK(!is_f32(info.enc_value));
-	sto_cols_free(&c);
+	mdl_cols_free(&c);
 }
 
 static void test_choices(void)
 {
 	struct sto_codec_info info;
-	struct sto_cols c = make(4096);
+	struct mdl_cols c = make(4096);
 	fill_temperature(&c);
 	roundtrip(&c, &info);
 	CHECK(is_name(info.enc_value, "int"));
@@ -416,11 +416,11 @@ static void test_choices(void)
 	c.value[7] = rdb_f64_bits(-0.0); /* -0.0 is not an integer gauge */
 	roundtrip(&c, &info);
 	CHECK(!is_name(info.enc_value, "int"));
-	sto_cols_free(&c);
+	mdl_cols_free(&c);
 }
 
 /* training loss, timestamps in whole milliseconds */
-static void fill_loss_ms(struct sto_cols *c)
+static void fill_loss_ms(struct mdl_cols *c)
 {
 	fill_loss(c);
 	ts_ms_precision(c);
@@ -443,7 +443,7 @@ static void test_realistic_report(void)
 	const size_t ns[] = {4096, 65536};
 	for (size_t k = 0; k < 2; k++) {
 		for (size_t i = 0; i < sizeof(series) / sizeof(series[0]); i++) {
-			struct sto_cols c = make(ns[k]);
+			struct mdl_cols c = make(ns[k]);
 			ts_regular_jitter(&c);
 			series[i].fill(&c);
 			struct sto_codec_info in;
@@ -456,7 +456,7 @@ static void test_realistic_report(void)
 				sto_codec_name(in.enc_step), (double)in.bytes_step / (double)c.n,
 				sto_codec_name(in.enc_attempt), sto_codec_name(in.enc_value),
 				(double)in.bytes_value / (double)c.n);
-			sto_cols_free(&c);
+			mdl_cols_free(&c);
 		}
 	}
 }
@@ -465,7 +465,7 @@ static void test_realistic_report(void)
 
 static void test_encode_errors(void)
 {
-	struct sto_cols c = make(100);
+	struct mdl_cols c = make(100);
 	struct rdb_buf buf;
 	rdb_buf_init(&buf, 40);
 	CHECK_EQ_INT(rdb_buf_append(&buf, "abc", 3), 0);
@@ -477,7 +477,7 @@ static void test_encode_errors(void)
 	CHECK_EQ_INT(sto_codec_encode(&c, &buf, NULL), RDB_EINVAL);
 	CHECK_EQ_INT(buf.len, 3);
 	rdb_buf_free(&buf);
-	sto_cols_free(&c);
+	mdl_cols_free(&c);
 }
 
 struct col_spec {
@@ -508,9 +508,9 @@ static int decode_handmade(uint32_t n, const struct col_spec *step, const struct
 	}
 	uint8_t *exact = malloc(o);
 	memcpy(exact, p, o);
-	struct sto_cols d = STO_COLS_INIT;
+	struct mdl_cols d = MDL_COLS_INIT;
 	int rc = sto_codec_decode(exact, o, 65536, &d, NULL);
-	sto_cols_free(&d);
+	mdl_cols_free(&d);
 	free(exact);
 	return rc;
 }
@@ -570,7 +570,7 @@ static void test_handmade(void)
  * same payload read as n - 1 or n + 1 points fails. */
 static void test_zstd_sizes(void)
 {
-	struct sto_cols c = make(1000);
+	struct mdl_cols c = make(1000);
 	fill_noisy_f64(&c);
 	steps_absent(&c);
 	for (size_t i = 0; i < c.n; i++)
@@ -580,15 +580,15 @@ static void test_zstd_sizes(void)
 	struct sto_codec_info info;
 	CHECK_EQ_INT(sto_codec_encode(&c, &buf, &info), 0);
 	CHECK(is_name(info.enc_value, "shuf_zstd"));
-	struct sto_cols d = STO_COLS_INIT;
+	struct mdl_cols d = MDL_COLS_INIT;
 	CHECK_EQ_INT(sto_codec_decode(buf.data, buf.len, 65536, &d, NULL), 0);
 	rdb_put_le32(buf.data, 999);
 	CHECK_EQ_INT(sto_codec_decode(buf.data, buf.len, 65536, &d, NULL), RDB_ECORRUPT);
 	rdb_put_le32(buf.data, 1001);
 	CHECK_EQ_INT(sto_codec_decode(buf.data, buf.len, 65536, &d, NULL), RDB_ECORRUPT);
-	sto_cols_free(&d);
+	mdl_cols_free(&d);
 	rdb_buf_free(&buf);
-	sto_cols_free(&c);
+	mdl_cols_free(&c);
 }
 
 /* Flips bytes and truncates a real payload everywhere: decode must fail
@@ -597,14 +597,14 @@ static void test_zstd_sizes(void)
  * zstd header bits; an XOR "reuse window" and a "new window" with the same
  * bits), and the chunk record's xxHash is what detects those. Truncation
  * always fails. */
-static void mutate_all(const struct sto_cols *c)
+static void mutate_all(const struct mdl_cols *c)
 {
 	struct rdb_buf buf;
 	rdb_buf_init(&buf, 1u << 20);
 	CHECK_EQ_INT(sto_codec_encode(c, &buf, NULL), 0);
 	size_t len = buf.len;
 	uint8_t *m = malloc(len);
-	struct sto_cols d = STO_COLS_INIT;
+	struct mdl_cols d = MDL_COLS_INIT;
 	int bad = 0, same = 0;
 	for (size_t i = 0; i < len; i++) {
 		static const uint8_t flips[] = {0x01, 0x80, 0xff, 0x10};
@@ -633,7 +633,7 @@ static void mutate_all(const struct sto_cols *c)
 	CHECK_EQ_INT(bad, 0);
 	if (same)
 		fprintf(stderr, "  %d of %zu flips decoded to the same points\n", same, 4 * len);
-	sto_cols_free(&d);
+	mdl_cols_free(&d);
 	free(m);
 	rdb_buf_free(&buf);
 }
@@ -646,11 +646,11 @@ static void test_corruption(void)
 				  attempts_changing, attempts_random,	  steps_gaps,
 				  ts_extremes,	     ts_duplicates};
 	for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
-		struct sto_cols c = make(i % 2 ? 150 : 40);
+		struct mdl_cols c = make(i % 2 ? 150 : 40);
 		vals[i](&c);
 		others[i](&c);
 		mutate_all(&c);
-		sto_cols_free(&c);
+		mdl_cols_free(&c);
 	}
 }
 

@@ -3,7 +3,8 @@
  * the encode/decode round trip field by field, hostile decodes (every
  * truncation, garbled lengths, kinds and jobs, trailing bytes, random byte
  * flips) and level names. */
-#include "storage/events.h"
+#include "storage/batch_codec.h"
+#include "model/events.h"
 #include "common/rdb_buf.h"
 #include "common/rdb_err.h"
 #include "storage/format.h"
@@ -15,16 +16,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-static struct sto_event mk(uint8_t kind, const char *job, const char *text, const char *fields)
+static struct mdl_event mk(uint8_t kind, const char *job, const char *text, const char *fields)
 {
-	struct sto_event e = {
+	struct mdl_event e = {
 	    .kind = kind,
-	    .level = kind == STO_EV_LOG ? STO_LEVEL_WARN : 0,
+	    .level = kind == MDL_EV_LOG ? MDL_LEVEL_WARN : 0,
 	    .rank = 7,
 	    .attempt = 2,
 	    .ts_ns = 1700000000000000000LL,
 	    .step = 42,
-	    .duration_ns = kind == STO_EV_SPAN ? 1234 : 0,
+	    .duration_ns = kind == MDL_EV_SPAN ? 1234 : 0,
 	    .job = job,
 	    .job_len = strlen(job),
 	    .text = text,
@@ -35,7 +36,7 @@ static struct sto_event mk(uint8_t kind, const char *job, const char *text, cons
 	return e;
 }
 
-static bool same_event(const struct sto_event *a, const struct sto_event *b)
+static bool same_event(const struct mdl_event *a, const struct mdl_event *b)
 {
 	return a->kind == b->kind && a->level == b->level && a->rank == b->rank &&
 	       a->attempt == b->attempt && a->ts_ns == b->ts_ns && a->step == b->step &&
@@ -46,13 +47,13 @@ static bool same_event(const struct sto_event *a, const struct sto_event *b)
 	       (a->fields_len == 0 || memcmp(a->fields, b->fields, a->fields_len) == 0);
 }
 
-static bool same_batch(const struct sto_events *a, const struct sto_events *b)
+static bool same_batch(const struct mdl_events *a, const struct mdl_events *b)
 {
-	if (sto_events_count(a) != sto_events_count(b))
+	if (mdl_events_count(a) != mdl_events_count(b))
 		return false;
-	for (size_t i = 0; i < sto_events_count(a); i++) {
-		struct sto_event x = *sto_events_at(a, i);
-		if (!same_event(&x, sto_events_at(b, i)))
+	for (size_t i = 0; i < mdl_events_count(a); i++) {
+		struct mdl_event x = *mdl_events_at(a, i);
+		if (!same_event(&x, mdl_events_at(b, i)))
 			return false;
 	}
 	return true;
@@ -60,138 +61,138 @@ static bool same_batch(const struct sto_events *a, const struct sto_events *b)
 
 static void test_add_at(void)
 {
-	struct sto_events *b;
-	CHECK_EQ_INT(sto_events_new(10, 1 << 20, &b), 0);
-	CHECK_EQ_INT(sto_events_count(b), 0);
-	CHECK(sto_events_at(b, 0) == NULL);
+	struct mdl_events *b;
+	CHECK_EQ_INT(mdl_events_new(10, 1 << 20, &b), 0);
+	CHECK_EQ_INT(mdl_events_count(b), 0);
+	CHECK(mdl_events_at(b, 0) == NULL);
 	char job[] = "run-1", text[] = "hello \xc3\xa9", fields[] = "{\"a\":1}";
-	struct sto_event e = mk(STO_EV_LOG, job, text, fields);
-	CHECK_EQ_INT(sto_events_add(b, &e), 0);
+	struct mdl_event e = mk(MDL_EV_LOG, job, text, fields);
+	CHECK_EQ_INT(mdl_events_add(b, &e), 0);
 	/* The strings were copied: changing the source changes nothing. */
 	job[0] = 'X';
 	text[0] = 'X';
 	fields[2] = 'X';
-	struct sto_event s = mk(STO_EV_SPAN, "j", "forward", "");
-	s.rank = STO_RANK_JOB;
-	s.step = STO_STEP_NONE;
+	struct mdl_event s = mk(MDL_EV_SPAN, "j", "forward", "");
+	s.rank = MDL_RANK_JOB;
+	s.step = MDL_STEP_NONE;
 	s.ts_ns = INT64_MIN;
 	s.attempt = UINT32_MAX;
 	s.duration_ns = INT64_MAX;
-	CHECK_EQ_INT(sto_events_add(b, &s), 0);
-	CHECK_EQ_INT(sto_events_count(b), 2);
-	struct sto_event want = mk(STO_EV_LOG, "run-1", "hello \xc3\xa9", "{\"a\":1}");
-	CHECK(same_event(sto_events_at(b, 0), &want));
-	CHECK(same_event(sto_events_at(b, 1), &s));
-	CHECK(sto_events_at(b, 2) == NULL);
+	CHECK_EQ_INT(mdl_events_add(b, &s), 0);
+	CHECK_EQ_INT(mdl_events_count(b), 2);
+	struct mdl_event want = mk(MDL_EV_LOG, "run-1", "hello \xc3\xa9", "{\"a\":1}");
+	CHECK(same_event(mdl_events_at(b, 0), &want));
+	CHECK(same_event(mdl_events_at(b, 1), &s));
+	CHECK(mdl_events_at(b, 2) == NULL);
 	/* Many adds move the arena; views stay right. */
 	char t[32];
 	for (int i = 0; i < 8; i++) {
 		snprintf(t, sizeof(t), "msg %d", i);
-		struct sto_event x = mk(STO_EV_LOG, "j", t, "{}");
-		CHECK_EQ_INT(sto_events_add(b, &x), 0);
+		struct mdl_event x = mk(MDL_EV_LOG, "j", t, "{}");
+		CHECK_EQ_INT(mdl_events_add(b, &x), 0);
 	}
-	const struct sto_event *last = sto_events_at(b, 9);
+	const struct mdl_event *last = mdl_events_at(b, 9);
 	CHECK(last && last->text_len == 5 && memcmp(last->text, "msg 7", 5) == 0);
-	CHECK(same_event(sto_events_at(b, 0), &want));
-	sto_events_reset(b);
-	CHECK_EQ_INT(sto_events_count(b), 0);
-	CHECK(sto_events_at(b, 0) == NULL);
-	CHECK_EQ_INT(sto_events_add(b, &s), 0);
-	CHECK(same_event(sto_events_at(b, 0), &s));
-	sto_events_free(b);
-	sto_events_free(NULL);
+	CHECK(same_event(mdl_events_at(b, 0), &want));
+	mdl_events_reset(b);
+	CHECK_EQ_INT(mdl_events_count(b), 0);
+	CHECK(mdl_events_at(b, 0) == NULL);
+	CHECK_EQ_INT(mdl_events_add(b, &s), 0);
+	CHECK(same_event(mdl_events_at(b, 0), &s));
+	mdl_events_free(b);
+	mdl_events_free(NULL);
 }
 
 static void test_bounds(void)
 {
-	struct sto_events *b;
-	CHECK_EQ_INT(sto_events_new(2, 1 << 20, &b), 0);
-	struct sto_event e = mk(STO_EV_LOG, "j", "m", "{}");
-	CHECK_EQ_INT(sto_events_add(b, &e), 0);
-	CHECK_EQ_INT(sto_events_add(b, &e), 0);
-	CHECK_EQ_INT(sto_events_add(b, &e), RDB_ELIMIT);
-	CHECK_EQ_INT(sto_events_count(b), 2);
-	sto_events_free(b);
+	struct mdl_events *b;
+	CHECK_EQ_INT(mdl_events_new(2, 1 << 20, &b), 0);
+	struct mdl_event e = mk(MDL_EV_LOG, "j", "m", "{}");
+	CHECK_EQ_INT(mdl_events_add(b, &e), 0);
+	CHECK_EQ_INT(mdl_events_add(b, &e), 0);
+	CHECK_EQ_INT(mdl_events_add(b, &e), RDB_ELIMIT);
+	CHECK_EQ_INT(mdl_events_count(b), 2);
+	mdl_events_free(b);
 
 	/* Arena bytes: job + text + fields per event. */
-	CHECK_EQ_INT(sto_events_new(100, 8, &b), 0);
-	CHECK_EQ_INT(sto_events_add(b, &e), 0); /* 4 bytes */
-	CHECK_EQ_INT(sto_events_add(b, &e), 0); /* 8 bytes */
-	CHECK_EQ_INT(sto_events_add(b, &e), RDB_ELIMIT);
-	CHECK_EQ_INT(sto_events_count(b), 2);
-	sto_events_free(b);
+	CHECK_EQ_INT(mdl_events_new(100, 8, &b), 0);
+	CHECK_EQ_INT(mdl_events_add(b, &e), 0); /* 4 bytes */
+	CHECK_EQ_INT(mdl_events_add(b, &e), 0); /* 8 bytes */
+	CHECK_EQ_INT(mdl_events_add(b, &e), RDB_ELIMIT);
+	CHECK_EQ_INT(mdl_events_count(b), 2);
+	mdl_events_free(b);
 
-	CHECK_EQ_INT(sto_events_new(100, 1 << 20, &b), 0);
-	char *big = malloc(STO_EVENT_FIELDS_MAX + 2);
-	memset(big, 'x', STO_EVENT_FIELDS_MAX + 1);
-	big[STO_EVENT_FIELDS_MAX + 1] = 0;
-	struct sto_event x = e;
+	CHECK_EQ_INT(mdl_events_new(100, 1 << 20, &b), 0);
+	char *big = malloc(MDL_EVENT_FIELDS_MAX + 2);
+	memset(big, 'x', MDL_EVENT_FIELDS_MAX + 1);
+	big[MDL_EVENT_FIELDS_MAX + 1] = 0;
+	struct mdl_event x = e;
 	x.job_len = 0;
-	CHECK_EQ_INT(sto_events_add(b, &x), RDB_EINVAL);
+	CHECK_EQ_INT(mdl_events_add(b, &x), RDB_EINVAL);
 	x = e;
 	x.job = big;
-	x.job_len = STO_JOB_MAX;
-	CHECK_EQ_INT(sto_events_add(b, &x), 0);
-	x.job_len = STO_JOB_MAX + 1;
-	CHECK_EQ_INT(sto_events_add(b, &x), RDB_EINVAL);
+	x.job_len = MDL_JOB_MAX;
+	CHECK_EQ_INT(mdl_events_add(b, &x), 0);
+	x.job_len = MDL_JOB_MAX + 1;
+	CHECK_EQ_INT(mdl_events_add(b, &x), RDB_EINVAL);
 	x = e;
 	x.text = big;
-	x.text_len = STO_EVENT_TEXT_MAX;
-	CHECK_EQ_INT(sto_events_add(b, &x), 0);
-	x.text_len = STO_EVENT_TEXT_MAX + 1;
-	CHECK_EQ_INT(sto_events_add(b, &x), RDB_EINVAL);
+	x.text_len = MDL_EVENT_TEXT_MAX;
+	CHECK_EQ_INT(mdl_events_add(b, &x), 0);
+	x.text_len = MDL_EVENT_TEXT_MAX + 1;
+	CHECK_EQ_INT(mdl_events_add(b, &x), RDB_EINVAL);
 	x = e;
 	x.fields = big;
-	x.fields_len = STO_EVENT_FIELDS_MAX;
-	CHECK_EQ_INT(sto_events_add(b, &x), 0);
-	x.fields_len = STO_EVENT_FIELDS_MAX + 1;
-	CHECK_EQ_INT(sto_events_add(b, &x), RDB_EINVAL);
+	x.fields_len = MDL_EVENT_FIELDS_MAX;
+	CHECK_EQ_INT(mdl_events_add(b, &x), 0);
+	x.fields_len = MDL_EVENT_FIELDS_MAX + 1;
+	CHECK_EQ_INT(mdl_events_add(b, &x), RDB_EINVAL);
 	x = e;
 	x.kind = 0;
-	CHECK_EQ_INT(sto_events_add(b, &x), RDB_EINVAL);
+	CHECK_EQ_INT(mdl_events_add(b, &x), RDB_EINVAL);
 	x.kind = 3;
-	CHECK_EQ_INT(sto_events_add(b, &x), RDB_EINVAL);
-	CHECK_EQ_INT(sto_events_count(b), 3);
+	CHECK_EQ_INT(mdl_events_add(b, &x), RDB_EINVAL);
+	CHECK_EQ_INT(mdl_events_count(b), 3);
 	free(big);
-	sto_events_free(b);
+	mdl_events_free(b);
 }
 
 /* A batch with edge values in every field. */
-static struct sto_events *sample(void)
+static struct mdl_events *sample(void)
 {
-	struct sto_events *b;
-	if (sto_events_new(100, 1 << 20, &b))
+	struct mdl_events *b;
+	if (mdl_events_new(100, 1 << 20, &b))
 		return NULL;
-	struct sto_event e = mk(STO_EV_LOG, "run-1", "NCCL timeout \xf0\x9f\x98\x80",
+	struct mdl_event e = mk(MDL_EV_LOG, "run-1", "NCCL timeout \xf0\x9f\x98\x80",
 				"{\"op\":\"allreduce\",\"n\":1.5e3}");
-	sto_events_add(b, &e);
-	e = mk(STO_EV_SPAN, "a.b_c-d", "step_time.forward", "");
-	e.rank = STO_RANK_JOB;
+	mdl_events_add(b, &e);
+	e = mk(MDL_EV_SPAN, "a.b_c-d", "step_time.forward", "");
+	e.rank = MDL_RANK_JOB;
 	e.ts_ns = INT64_MIN;
 	e.step = INT64_MAX;
 	e.duration_ns = INT64_MAX;
 	e.attempt = UINT32_MAX;
-	sto_events_add(b, &e);
-	e = mk(STO_EV_LOG, "j", "", "{}");
-	e.level = STO_LEVEL_FATAL;
-	e.step = STO_STEP_NONE;
+	mdl_events_add(b, &e);
+	e = mk(MDL_EV_LOG, "j", "", "{}");
+	e.level = MDL_LEVEL_FATAL;
+	e.step = MDL_STEP_NONE;
 	e.ts_ns = -1;
 	e.rank = 0;
 	e.attempt = 0;
-	sto_events_add(b, &e);
+	mdl_events_add(b, &e);
 	static const char nul_text[] = "a\0b";
-	e = mk(STO_EV_LOG, "j", "", "{}");
+	e = mk(MDL_EV_LOG, "j", "", "{}");
 	e.text = nul_text;
 	e.text_len = 3;
-	sto_events_add(b, &e);
+	mdl_events_add(b, &e);
 	return b;
 }
 
 static void test_round_trip(void)
 {
-	struct sto_events *b = sample(), *d;
-	CHECK(b && sto_events_count(b) == 4);
-	CHECK_EQ_INT(sto_events_new(100, 1 << 20, &d), 0);
+	struct mdl_events *b = sample(), *d;
+	CHECK(b && mdl_events_count(b) == 4);
+	CHECK_EQ_INT(mdl_events_new(100, 1 << 20, &d), 0);
 	struct rdb_buf buf;
 	rdb_buf_init(&buf, 1 << 20);
 	CHECK_EQ_INT(sto_events_encode(b, &buf), 0);
@@ -208,14 +209,14 @@ static void test_round_trip(void)
 	CHECK(two.len == buf.len + 3 && memcmp(two.data + 3, buf.data, buf.len) == 0);
 	rdb_buf_free(&two);
 	/* An empty batch: 4 bytes, decodes to nothing. */
-	struct sto_events *empty;
-	CHECK_EQ_INT(sto_events_new(1, 1, &empty), 0);
+	struct mdl_events *empty;
+	CHECK_EQ_INT(mdl_events_new(1, 1, &empty), 0);
 	struct rdb_buf e;
 	rdb_buf_init(&e, 64);
 	CHECK_EQ_INT(sto_events_encode(empty, &e), 0);
 	CHECK_EQ_INT(e.len, 4);
 	CHECK_EQ_INT(sto_events_decode(d, e.data, e.len), 0);
-	CHECK_EQ_INT(sto_events_count(d), 0);
+	CHECK_EQ_INT(mdl_events_count(d), 0);
 	rdb_buf_free(&e);
 	/* A bounded output buffer refuses. */
 	struct rdb_buf small;
@@ -223,18 +224,18 @@ static void test_round_trip(void)
 	CHECK_EQ_INT(sto_events_encode(b, &small), RDB_ELIMIT);
 	rdb_buf_free(&small);
 	/* Decoding into a smaller batch hits its bounds. */
-	struct sto_events *tiny;
-	CHECK_EQ_INT(sto_events_new(2, 1 << 20, &tiny), 0);
+	struct mdl_events *tiny;
+	CHECK_EQ_INT(mdl_events_new(2, 1 << 20, &tiny), 0);
 	CHECK_EQ_INT(sto_events_decode(tiny, buf.data, buf.len), RDB_ELIMIT);
-	sto_events_free(tiny);
+	mdl_events_free(tiny);
 	rdb_buf_free(&buf);
-	sto_events_free(empty);
-	sto_events_free(d);
-	sto_events_free(b);
+	mdl_events_free(empty);
+	mdl_events_free(d);
+	mdl_events_free(b);
 }
 
 /* Decodes an exact-size heap copy (so ASan sees overreads). */
-static int decode_copy(struct sto_events *d, const uint8_t *p, size_t n)
+static int decode_copy(struct mdl_events *d, const uint8_t *p, size_t n)
 {
 	uint8_t *c = malloc(n ? n : 1);
 	if (n)
@@ -246,8 +247,8 @@ static int decode_copy(struct sto_events *d, const uint8_t *p, size_t n)
 
 static void test_hostile_decode(void)
 {
-	struct sto_events *b = sample(), *d;
-	CHECK_EQ_INT(sto_events_new(100, 1 << 20, &d), 0);
+	struct mdl_events *b = sample(), *d;
+	CHECK_EQ_INT(mdl_events_new(100, 1 << 20, &d), 0);
 	struct rdb_buf buf;
 	rdb_buf_init(&buf, 1 << 20);
 	CHECK_EQ_INT(sto_events_encode(b, &buf), 0);
@@ -275,10 +276,10 @@ static void test_hostile_decode(void)
 	CHECK_EQ_INT(decode_copy(d, p, n), RDB_ECORRUPT);
 	p[4] = 9;
 	CHECK_EQ_INT(decode_copy(d, p, n), RDB_ECORRUPT);
-	p[4] = STO_EV_LOG;
+	p[4] = MDL_EV_LOG;
 	p[4 + 34] = 0; /* job length 0 */
 	CHECK_EQ_INT(decode_copy(d, p, n), RDB_ECORRUPT);
-	p[4 + 34] = 200; /* job length past STO_JOB_MAX */
+	p[4 + 34] = 200; /* job length past MDL_JOB_MAX */
 	CHECK_EQ_INT(decode_copy(d, p, n), RDB_ECORRUPT);
 	p[4 + 34] = 5;
 	p[4 + 35] = ' '; /* job "run-1" -> " un-1" */
@@ -310,11 +311,11 @@ static void test_hostile_decode(void)
 			odd++;
 			continue;
 		}
-		for (size_t j = 0; rc == 0 && j < sto_events_count(d); j++) {
-			const struct sto_event *e = sto_events_at(d, j);
-			if (e->kind < STO_EV_LOG || e->kind > STO_EV_SPAN || e->job_len == 0 ||
-			    e->job_len > STO_JOB_MAX || e->text_len > STO_EVENT_TEXT_MAX ||
-			    e->fields_len > STO_EVENT_FIELDS_MAX)
+		for (size_t j = 0; rc == 0 && j < mdl_events_count(d); j++) {
+			const struct mdl_event *e = mdl_events_at(d, j);
+			if (e->kind < MDL_EV_LOG || e->kind > MDL_EV_SPAN || e->job_len == 0 ||
+			    e->job_len > MDL_JOB_MAX || e->text_len > MDL_EVENT_TEXT_MAX ||
+			    e->fields_len > MDL_EVENT_FIELDS_MAX)
 				odd++;
 		}
 	}
@@ -322,8 +323,8 @@ static void test_hostile_decode(void)
 	CHECK_EQ_INT(decode_copy(d, NULL, 0), RDB_ECORRUPT);
 	free(p);
 	rdb_buf_free(&buf);
-	sto_events_free(d);
-	sto_events_free(b);
+	mdl_events_free(d);
+	mdl_events_free(b);
 }
 
 static void test_levels(void)
@@ -331,38 +332,38 @@ static void test_levels(void)
 	static const struct {
 		const char *s;
 		uint8_t level;
-	} ok[] = {{"debug", STO_LEVEL_DEBUG},	 {"DEBUG", STO_LEVEL_DEBUG},
-		  {"info", STO_LEVEL_INFO},	 {"Info", STO_LEVEL_INFO},
-		  {"warn", STO_LEVEL_WARN},	 {"warning", STO_LEVEL_WARN},
-		  {"WARNING", STO_LEVEL_WARN},	 {"error", STO_LEVEL_ERROR},
-		  {"err", STO_LEVEL_ERROR},	 {"fatal", STO_LEVEL_FATAL},
-		  {"critical", STO_LEVEL_FATAL}, {"CRITICAL", STO_LEVEL_FATAL}};
+	} ok[] = {{"debug", MDL_LEVEL_DEBUG},	 {"DEBUG", MDL_LEVEL_DEBUG},
+		  {"info", MDL_LEVEL_INFO},	 {"Info", MDL_LEVEL_INFO},
+		  {"warn", MDL_LEVEL_WARN},	 {"warning", MDL_LEVEL_WARN},
+		  {"WARNING", MDL_LEVEL_WARN},	 {"error", MDL_LEVEL_ERROR},
+		  {"err", MDL_LEVEL_ERROR},	 {"fatal", MDL_LEVEL_FATAL},
+		  {"critical", MDL_LEVEL_FATAL}, {"CRITICAL", MDL_LEVEL_FATAL}};
 	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
 		uint8_t l = 99;
-		CHECK_EQ_INT(sto_level_parse(ok[i].s, strlen(ok[i].s), &l), 0);
+		CHECK_EQ_INT(mdl_level_parse(ok[i].s, strlen(ok[i].s), &l), 0);
 		CHECK_EQ_INT(l, ok[i].level);
 	}
 	static const char *bad[] = {"",	      "inf",   "infos", "warn ",    " warn",
 				    "fatal!", "level", "e",	"debugging"};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		uint8_t l = 99;
-		CHECK_EQ_INT(sto_level_parse(bad[i], strlen(bad[i]), &l), RDB_EINVAL);
+		CHECK_EQ_INT(mdl_level_parse(bad[i], strlen(bad[i]), &l), RDB_EINVAL);
 		CHECK_EQ_INT(l, 99);
 	}
 	/* Length-bounded: no NUL needed, the rest of the buffer is ignored. */
 	uint8_t l = 99;
-	CHECK_EQ_INT(sto_level_parse("errorXYZ", 5, &l), 0);
-	CHECK_EQ_INT(l, STO_LEVEL_ERROR);
-	CHECK_EQ_INT(sto_level_parse("errorXYZ", 4, &l), RDB_EINVAL);
+	CHECK_EQ_INT(mdl_level_parse("errorXYZ", 5, &l), 0);
+	CHECK_EQ_INT(l, MDL_LEVEL_ERROR);
+	CHECK_EQ_INT(mdl_level_parse("errorXYZ", 4, &l), RDB_EINVAL);
 	static const char *names[] = {"debug", "info", "warn", "error", "fatal"};
-	for (uint8_t i = 0; i <= STO_LEVEL_FATAL; i++) {
-		CHECK(strcmp(sto_level_name(i), names[i]) == 0);
+	for (uint8_t i = 0; i <= MDL_LEVEL_FATAL; i++) {
+		CHECK(strcmp(mdl_level_name(i), names[i]) == 0);
 		/* name -> parse -> same level */
-		CHECK_EQ_INT(sto_level_parse(names[i], strlen(names[i]), &l), 0);
+		CHECK_EQ_INT(mdl_level_parse(names[i], strlen(names[i]), &l), 0);
 		CHECK_EQ_INT(l, i);
 	}
-	CHECK(strcmp(sto_level_name(5), "unknown") == 0);
-	CHECK(strcmp(sto_level_name(255), "unknown") == 0);
+	CHECK(strcmp(mdl_level_name(5), "unknown") == 0);
+	CHECK(strcmp(mdl_level_name(255), "unknown") == 0);
 }
 
 int main(void)

@@ -38,7 +38,7 @@ static void make_recs(void)
 		r->attempt = i >= 250 ? 1 : 0;
 		r->level = (uint8_t)(i % 5);
 		r->ts_ns = T0 + (i / 7) * 1000; /* groups of 7 share a timestamp */
-		r->step = i % 13 == 0 ? STO_STEP_NONE : i / 10;
+		r->step = i % 13 == 0 ? MDL_STEP_NONE : i / 10;
 		snprintf(r->msg, sizeof(r->msg), "msg %d alpha%s", i, i % 3 ? "" : " NCCL timeout");
 		snprintf(r->fields, sizeof(r->fields), "{\"host\":\"h%d\",\"i\":%d}", i % 2, i);
 	}
@@ -52,53 +52,53 @@ static void make_recs(void)
 
 static int write_recs(struct sto *s, size_t from, size_t to)
 {
-	struct sto_events *b;
+	struct mdl_events *b;
 	struct sto_write_result res;
-	int rc = sto_events_new(1024, 1 << 20, &b);
+	int rc = mdl_events_new(1024, 1 << 20, &b);
 	for (size_t i = from; rc == 0 && i < to; i++) {
-		struct sto_event e = {.kind = STO_EV_LOG, .level = recs[i].level,
+		struct mdl_event e = {.kind = MDL_EV_LOG, .level = recs[i].level,
 				      .rank = recs[i].rank, .attempt = recs[i].attempt,
 				      .ts_ns = recs[i].ts_ns, .step = recs[i].step, .job = "ev",
 				      .job_len = 2, .text = recs[i].msg,
 				      .text_len = strlen(recs[i].msg), .fields = recs[i].fields,
 				      .fields_len = strlen(recs[i].fields)};
-		rc = sto_events_add(b, &e);
+		rc = mdl_events_add(b, &e);
 	}
 	struct sto_write_req req = {.events = b};
 	if (rc == 0)
 		rc = sto_write_req(s, &req, &res);
-	sto_events_free(b);
+	mdl_events_free(b);
 	return rc;
 }
 
 /* spans: steps 0..4, ranks 0..1, forward+backward; step 2 rank 0 again as attempt 1 */
 static int write_spans(struct sto *s)
 {
-	struct sto_events *b;
+	struct mdl_events *b;
 	struct sto_write_result res;
-	int rc = sto_events_new(1024, 1 << 20, &b);
+	int rc = mdl_events_new(1024, 1 << 20, &b);
 	for (int step = 0; step < 5; step++)
 		for (uint32_t rank = 0; rank < 2; rank++)
 			for (int a = 0; a < (step == 2 && rank == 0 ? 2 : 1); a++) {
 				int64_t t = T0 + step * 1000000 + a * 500000;
-				struct sto_event e = {.kind = STO_EV_SPAN, .rank = rank,
+				struct mdl_event e = {.kind = MDL_EV_SPAN, .rank = rank,
 						      .attempt = (uint32_t)a, .ts_ns = t,
 						      .step = step, .duration_ns = 100 + rank,
 						      .job = "ev", .job_len = 2, .text = "forward",
 						      .text_len = 7, .fields = "", .fields_len = 0};
 				if (rc == 0)
-					rc = sto_events_add(b, &e);
+					rc = mdl_events_add(b, &e);
 				e.ts_ns = t + 200;
 				e.text = "backward";
 				e.text_len = 8;
 				e.duration_ns = 300;
 				if (rc == 0)
-					rc = sto_events_add(b, &e);
+					rc = mdl_events_add(b, &e);
 			}
 	struct sto_write_req req = {.events = b};
 	if (rc == 0)
 		rc = sto_write_req(s, &req, &res);
-	sto_events_free(b);
+	mdl_events_free(b);
 	return rc;
 }
 
@@ -148,7 +148,7 @@ static bool matches(const struct rec *r, const struct sto_ev_filter *f, int whic
 	bool rank_ok = f->nranks == 0;
 	for (size_t i = 0; i < f->nranks; i++)
 		rank_ok |= f->ranks[i] == r->rank;
-	bool step_ok = !f->by_step || (r->step != STO_STEP_NONE && r->step >= f->step_from &&
+	bool step_ok = !f->by_step || (r->step != MDL_STEP_NONE && r->step >= f->step_from &&
 				       r->step <= f->step_to);
 	bool attempt_ok = f->attempt < 0 || r->attempt == (uint32_t)f->attempt;
 	bool field_ok = which != 1 || strstr(r->fields, "\"host\":\"h1\"") != NULL;
@@ -231,7 +231,7 @@ static void test_filters(void)
 	f.nranks = 2;
 	check_filter(store, f, 0);
 	f = all_filter();
-	f.min_level = STO_LEVEL_WARN;
+	f.min_level = MDL_LEVEL_WARN;
 	check_filter(store, f, 0);
 	f = all_filter();
 	f.from_ns = T0 + 3000;
@@ -252,7 +252,7 @@ static void test_filters(void)
 	check_filter(store, f, 2);
 	f = all_filter();
 	f.attempt = 1;
-	f.min_level = STO_LEVEL_INFO;
+	f.min_level = MDL_LEVEL_INFO;
 	check_filter(store, f, 0);
 }
 
@@ -299,7 +299,7 @@ static void test_pagination(void)
 	CHECK(big && json_equal(all, json_object_get(big, "logs")));
 	json_decref(all);
 	/* a filter that pages the same way */
-	f.min_level = STO_LEVEL_ERROR;
+	f.min_level = MDL_LEVEL_ERROR;
 	all = paginate(f, 4, 100000, &pages);
 	check_logs(all, &f, 0);
 	json_decref(all);
@@ -329,7 +329,7 @@ static void test_cursor_tampering(void)
 	CHECK(run_logs(store, &q, &st) == NULL);
 	CHECK_EQ_INT(st, 400);
 	c[3] = c[3] == '0' ? '1' : '0';
-	q.filter.min_level = STO_LEVEL_WARN; /* another query's cursor */
+	q.filter.min_level = MDL_LEVEL_WARN; /* another query's cursor */
 	CHECK(run_logs(store, &q, &st) == NULL);
 	CHECK_EQ_INT(st, 400);
 	q.cursor = "zz";
@@ -436,7 +436,7 @@ static void test_annotations(void)
 	struct rdb_buf out;
 	struct qry_error err = {0};
 	rdb_buf_init(&out, 1 << 20);
-	CHECK_EQ_INT(qry_events_annotations(store, "ev", INT64_MIN, INT64_MAX, STO_LEVEL_FATAL,
+	CHECK_EQ_INT(qry_events_annotations(store, "ev", INT64_MIN, INT64_MAX, MDL_LEVEL_FATAL,
 					    10, &out, &err), 0);
 	json_t *j = json_loadb((const char *)out.data, out.len, 0, NULL);
 	CHECK_EQ_INT(json_array_size(j), 10);

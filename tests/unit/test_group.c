@@ -20,8 +20,8 @@
 #define NMEM 5
 
 struct fixture {
-	struct sto_series_key keys[NMEM];
-	struct sto_cols cols[NMEM];
+	struct mdl_series_key keys[NMEM];
+	struct mdl_cols cols[NMEM];
 	struct sto_group_member mem[NMEM];
 	struct rdb_buf rec, scratch;
 	uint32_t head_len;
@@ -46,7 +46,7 @@ static void fixture_make(struct fixture *f, size_t m)
 				   k == 2 ? NAN : (double)(i % 17) * (double)k;
 			uint64_t bits;
 			memcpy(&bits, &v, 8);
-			CHECK(sto_cols_push(&f->cols[k], ts, step, attempt, bits) == 0);
+			CHECK(mdl_cols_push(&f->cols[k], ts, step, attempt, bits) == 0);
 		}
 		f->mem[k] = (struct sto_group_member){100 + k, &f->keys[k], &f->cols[k]};
 	}
@@ -57,7 +57,7 @@ static void fixture_make(struct fixture *f, size_t m)
 static void fixture_free(struct fixture *f)
 {
 	for (size_t k = 0; k < NMEM; k++)
-		sto_cols_free(&f->cols[k]);
+		mdl_cols_free(&f->cols[k]);
 	rdb_buf_free(&f->rec);
 	rdb_buf_free(&f->scratch);
 }
@@ -74,7 +74,7 @@ static struct sto_chunk_ref ref_of(const struct fixture *f, size_t k, size_t m)
 	return r;
 }
 
-static bool cols_equal(const struct sto_cols *a, const struct sto_cols *b)
+static bool cols_equal(const struct mdl_cols *a, const struct mdl_cols *b)
 {
 	return a->n == b->n && memcmp(a->ts_ns, b->ts_ns, a->n * 8) == 0 &&
 	       memcmp(a->step, b->step, a->n * 8) == 0 &&
@@ -88,7 +88,7 @@ static void test_roundtrip_every_member(void)
 	fixture_make(&f, NMEM);
 	CHECK(sto_group_frame(&f.rec, &f.scratch, 77, 9, f.mem, NMEM, &f.head_len) == 0);
 	CHECK_EQ_INT(rdb_get_le32(f.rec.data), STO_GROUP_MAGIC);
-	struct sto_cols out = STO_COLS_INIT;
+	struct mdl_cols out = MDL_COLS_INIT;
 	for (size_t k = 0; k < NMEM; k++) {
 		struct sto_chunk_ref r = ref_of(&f, k, NMEM);
 		const char *why = NULL;
@@ -103,7 +103,7 @@ static void test_roundtrip_every_member(void)
 	fprintf(stderr, "  group %zu bytes vs %zu as lone chunks\n", f.rec.len, lone.len);
 	CHECK(f.rec.len < lone.len * 3 / 4);
 	rdb_buf_free(&lone);
-	sto_cols_free(&out);
+	mdl_cols_free(&out);
 	fixture_free(&f);
 }
 
@@ -114,7 +114,7 @@ struct walk_seen {
 };
 
 static int walk_cb(void *arg, unsigned member, unsigned m, uint64_t sid,
-		   const struct sto_series_key *key, const struct sto_cols *cols, const char *damage)
+		   const struct mdl_series_key *key, const struct mdl_cols *cols, const char *damage)
 {
 	struct walk_seen *w = arg;
 	if (damage) {
@@ -137,7 +137,7 @@ static void test_walk(void)
 	struct fixture f;
 	fixture_make(&f, NMEM);
 	CHECK(sto_group_frame(&f.rec, &f.scratch, 77, 9, f.mem, NMEM, &f.head_len) == 0);
-	struct sto_cols cols = STO_COLS_INIT;
+	struct mdl_cols cols = MDL_COLS_INIT;
 	struct walk_seen w = {&f, 0, NMEM, 0};
 	const char *why = NULL;
 	CHECK(sto_group_each(f.rec.data, f.rec.len, &cols, walk_cb, &w, &why) == 0);
@@ -145,7 +145,7 @@ static void test_walk(void)
 	CHECK(sto_group_check(f.rec.data, f.rec.len, 77, &hl, &why) == 0 && hl == f.head_len);
 	CHECK(sto_group_check(f.rec.data, f.rec.len, 78, &hl, &why) == RDB_ECORRUPT);
 	CHECK_EQ_INT(w.calls, NMEM);
-	sto_cols_free(&cols);
+	mdl_cols_free(&cols);
 	fixture_free(&f);
 }
 
@@ -154,7 +154,7 @@ static void test_index_mismatch_refused(void)
 	struct fixture f;
 	fixture_make(&f, NMEM);
 	CHECK(sto_group_frame(&f.rec, &f.scratch, 77, 9, f.mem, NMEM, &f.head_len) == 0);
-	struct sto_cols out = STO_COLS_INIT;
+	struct mdl_cols out = MDL_COLS_INIT;
 	const char *why;
 	struct sto_chunk_ref r = ref_of(&f, 1, NMEM);
 	r.series_id = 101 + 1; /* the entry says another series */
@@ -171,7 +171,7 @@ static void test_index_mismatch_refused(void)
 	r = ref_of(&f, 1, NMEM);
 	r.uid = 79; /* member 1 of the group whose record uid is 77 is 78 */
 	CHECK(sto_record_decode(f.rec.data, &r, &out, &why) == RDB_ECORRUPT);
-	sto_cols_free(&out);
+	mdl_cols_free(&out);
 	fixture_free(&f);
 }
 
@@ -194,7 +194,7 @@ static void test_hostile(void)
 	struct fixture f;
 	fixture_make(&f, 3);
 	CHECK(sto_group_frame(&f.rec, &f.scratch, 77, 9, f.mem, 3, &f.head_len) == 0);
-	struct sto_cols out = STO_COLS_INIT;
+	struct mdl_cols out = MDL_COLS_INIT;
 	const char *why;
 	struct sto_group_sect sect[3];
 	for (size_t k = 0; k < 3; k++) {
@@ -227,7 +227,7 @@ static void test_hostile(void)
 		CHECK_EQ_INT(w.calls, 0);
 		free(copy);
 	}
-	sto_cols_free(&out);
+	mdl_cols_free(&out);
 	fixture_free(&f);
 }
 
@@ -241,7 +241,7 @@ static void test_damaged_member(void)
 	struct fixture f;
 	fixture_make(&f, 3);
 	CHECK(sto_group_frame(&f.rec, &f.scratch, 77, 9, f.mem, 3, &f.head_len) == 0);
-	struct sto_cols out = STO_COLS_INIT;
+	struct mdl_cols out = MDL_COLS_INIT;
 	const char *why;
 	struct sto_group_sect sect;
 	struct sto_chunk_ref r1 = ref_of(&f, 1, 3);
@@ -266,7 +266,7 @@ static void test_damaged_member(void)
 	CHECK(sto_group_each(f.rec.data, f.rec.len, &out, walk_cb, &w, &why) == 0);
 	CHECK_EQ_INT(w.damaged, 0u);
 	CHECK_EQ_INT(w.calls, 3);
-	sto_cols_free(&out);
+	mdl_cols_free(&out);
 	fixture_free(&f);
 }
 

@@ -65,7 +65,7 @@ static struct sto_txn *begin(struct sto_index *ix, bool write)
 	return t;
 }
 
-static void make_key(struct sto_series_key *k, const char *job, uint32_t rank, const char *metric)
+static void make_key(struct mdl_series_key *k, const char *job, uint32_t rank, const char *metric)
 {
 	memset(k, 0, sizeof(*k));
 	snprintf(k->job, sizeof(k->job), "%s", job);
@@ -75,7 +75,7 @@ static void make_key(struct sto_series_key *k, const char *job, uint32_t rank, c
 
 static uint64_t create_series(struct sto_txn *t, const char *job, uint32_t rank, const char *metric)
 {
-	struct sto_series_key k;
+	struct mdl_series_key k;
 	uint64_t id = 0;
 	bool created = false;
 
@@ -99,8 +99,8 @@ static struct sto_chunk_ref make_ref(uint64_t series, int64_t min_ts, int64_t ma
 	r.stats.count = 1;
 	r.stats.min_ts_ns = min_ts;
 	r.stats.max_ts_ns = max_ts;
-	r.stats.min_step = STO_STEP_NONE;
-	r.stats.max_step = STO_STEP_NONE;
+	r.stats.min_step = MDL_STEP_NONE;
+	r.stats.max_step = MDL_STEP_NONE;
 	return r;
 }
 
@@ -141,7 +141,7 @@ static void test_open_reopen(void)
 	struct sto_chunk_ref r = make_ref(0, 100, 200, 7);
 	struct got g;
 	uint64_t v = 0, id, id2 = 0;
-	struct sto_series_key k;
+	struct mdl_series_key k;
 
 	new_dir(dir, sizeof(dir));
 	ix = open_ok(dir, MAP_BYTES);
@@ -241,7 +241,7 @@ static void test_meta_counters(void)
 
 static void check_round_trip(struct sto_txn *t, const char *job, uint32_t rank, const char *metric)
 {
-	struct sto_series_key k, back;
+	struct mdl_series_key k, back;
 	uint64_t id = 0, id2 = 0, id3 = 0;
 	bool created = false;
 
@@ -264,26 +264,26 @@ static void check_round_trip(struct sto_txn *t, const char *job, uint32_t rank, 
 
 static void test_series(void)
 {
-	char dir[600], long_job[STO_JOB_MAX + 1], long_metric[STO_METRIC_MAX + 1];
+	char dir[600], long_job[MDL_JOB_MAX + 1], long_metric[MDL_METRIC_MAX + 1];
 	struct sto_index *ix;
 	struct sto_txn *t;
-	struct sto_series_key k, out;
+	struct mdl_series_key k, out;
 	uint64_t id;
 	bool created;
 
-	memset(long_job, 'J', STO_JOB_MAX);
-	long_job[STO_JOB_MAX] = 0;
-	memset(long_metric, 'm', STO_METRIC_MAX);
-	long_metric[STO_METRIC_MAX] = 0;
+	memset(long_job, 'J', MDL_JOB_MAX);
+	long_job[MDL_JOB_MAX] = 0;
+	memset(long_metric, 'm', MDL_METRIC_MAX);
+	long_metric[MDL_METRIC_MAX] = 0;
 	new_dir(dir, sizeof(dir));
 	ix = open_ok(dir, MAP_BYTES);
 	t = begin(ix, true);
 	check_round_trip(t, "run-7", 0, "loss");
-	check_round_trip(t, "run-7", STO_RANK_JOB, "loss");
-	check_round_trip(t, "run-7", STO_RANK_MAX, "loss");
+	check_round_trip(t, "run-7", MDL_RANK_JOB, "loss");
+	check_round_trip(t, "run-7", MDL_RANK_MAX, "loss");
 	check_round_trip(t, "run-7", 0, "loss.x{}=,");
 	check_round_trip(t, long_job, 1, long_metric);
-	check_round_trip(t, long_job, STO_RANK_JOB, "m");
+	check_round_trip(t, long_job, MDL_RANK_JOB, "m");
 
 	CHECK_EQ_INT(sto_series_key_of(t, 0, &out), RDB_ENOTFOUND);
 	CHECK_EQ_INT(sto_series_key_of(t, 999, &out), RDB_ENOTFOUND);
@@ -300,7 +300,7 @@ static void test_series(void)
 	CHECK_EQ_INT(sto_txn_commit(t), 0);
 
 	t = begin(ix, false);
-	make_key(&k, "run-7", STO_RANK_JOB, "loss");
+	make_key(&k, "run-7", MDL_RANK_JOB, "loss");
 	CHECK_EQ_INT(sto_series_get_or_create(t, &k, &id, &created), -EACCES);
 	sto_txn_abort(t);
 	sto_index_close(ix);
@@ -311,11 +311,11 @@ static void test_series(void)
 struct series_got {
 	size_t n;
 	int stop_after;
-	struct sto_series_key keys[32];
+	struct mdl_series_key keys[32];
 	uint64_t ids[32];
 };
 
-static int collect_series(void *arg, const struct sto_series_key *k, uint64_t id)
+static int collect_series(void *arg, const struct mdl_series_key *k, uint64_t id)
 {
 	struct series_got *g = arg;
 
@@ -329,7 +329,7 @@ static int collect_series(void *arg, const struct sto_series_key *k, uint64_t id
 
 struct jobs_got {
 	size_t n;
-	char jobs[8][STO_JOB_MAX + 1];
+	char jobs[8][MDL_JOB_MAX + 1];
 	uint64_t counts[8];
 };
 
@@ -369,7 +369,7 @@ static void test_prefix_jobs(void)
 	ix = open_ok(dir, MAP_BYTES);
 	t = begin(ix, true);
 	/* Created out of order: scans must return key order. */
-	id_a_job = create_series(t, "a", STO_RANK_JOB, "events");
+	id_a_job = create_series(t, "a", MDL_RANK_JOB, "events");
 	create_series(t, "ab", 0, "loss");
 	create_series(t, "a", 1, "loss");
 	create_series(t, "a.b", 0, "loss");
@@ -392,7 +392,7 @@ static void test_prefix_jobs(void)
 	CHECK_EQ_INT(g.keys[1].rank, 0);
 	CHECK(strcmp(g.keys[1].metric, "lr") == 0);
 	CHECK_EQ_INT(g.keys[2].rank, 1);
-	CHECK_EQ_INT(g.keys[3].rank, STO_RANK_JOB);
+	CHECK_EQ_INT(g.keys[3].rank, MDL_RANK_JOB);
 	CHECK_EQ_INT(g.ids[3], id_a_job);
 
 	memset(&g, 0, sizeof(g));
@@ -583,7 +583,7 @@ static void test_stats_bits(void)
 	r.stats.min = -0.0;
 	r.stats.max = rdb_bits_f64(0x7ff0000000000000ull); /* +inf */
 	r.stats.sum = 1e308;
-	r.stats.first = STO_VALUE_NULL_BITS;
+	r.stats.first = MDL_VALUE_NULL_BITS;
 	r.stats.last = 0xfff0000000000001ull; /* negative signalling NaN */
 
 	new_dir(dir, sizeof(dir));
@@ -603,7 +603,7 @@ static void test_stats_bits(void)
 	CHECK(rdb_f64_bits(b->stats.min) == 0x8000000000000000ull);
 	CHECK(rdb_f64_bits(b->stats.max) == 0x7ff0000000000000ull);
 	CHECK(rdb_f64_bits(b->stats.sum) == rdb_f64_bits(1e308));
-	CHECK(b->stats.first == STO_VALUE_NULL_BITS);
+	CHECK(b->stats.first == MDL_VALUE_NULL_BITS);
 	CHECK(b->stats.last == 0xfff0000000000001ull);
 
 	t = begin(ix, true);
@@ -693,7 +693,7 @@ static void test_pending(void)
 /* Adds one long-named series in its own write txn; returns the error. */
 static int add_big_series(struct sto_index *ix, int i)
 {
-	struct sto_series_key k;
+	struct mdl_series_key k;
 	struct sto_txn *t = NULL;
 	uint64_t id;
 	bool created;
@@ -703,7 +703,7 @@ static int add_big_series(struct sto_index *ix, int i)
 		return ret;
 	memset(&k, 0, sizeof(k));
 	snprintf(k.job, sizeof(k.job), "job-%d", i);
-	memset(k.metric, 'm', STO_METRIC_MAX);
+	memset(k.metric, 'm', MDL_METRIC_MAX);
 	ret = sto_series_get_or_create(t, &k, &id, &created);
 	if (ret != 0) {
 		sto_txn_abort(t);
@@ -717,7 +717,7 @@ static void test_map_full(void)
 	char dir[600];
 	struct sto_index *ix;
 	struct sto_txn *t;
-	struct sto_series_key k;
+	struct mdl_series_key k;
 	uint64_t id = 0;
 	int i, ret = 0;
 
@@ -734,7 +734,7 @@ static void test_map_full(void)
 	t = begin(ix, false);
 	memset(&k, 0, sizeof(k));
 	snprintf(k.job, sizeof(k.job), "job-%d", 0);
-	memset(k.metric, 'm', STO_METRIC_MAX);
+	memset(k.metric, 'm', MDL_METRIC_MAX);
 	CHECK_EQ_INT(sto_series_lookup(t, &k, &id), 0);
 	CHECK_EQ_INT(id, 1);
 	snprintf(k.job, sizeof(k.job), "job-%d", i);

@@ -16,7 +16,7 @@
 
 #define DEFAULT_TS 777
 
-static struct sto_batch *batch;
+static struct mdl_batch *batch;
 static struct ing_limits lim;
 static struct ing_error err;
 static size_t nrec;
@@ -27,7 +27,7 @@ static int parse_n(const char *s, size_t n)
 	char *copy = malloc(n ? n : 1);
 	if (n)
 		memcpy(copy, s, n);
-	sto_batch_reset(batch);
+	mdl_batch_reset(batch);
 	nrec = 12345;
 	int rc = ing_json_parse(copy, n, &lim, DEFAULT_TS, batch, &err, &nrec);
 	free(copy);
@@ -40,10 +40,10 @@ static int parse(const char *s)
 }
 
 /* The series (job, rank, metric) in the batch, or NULL. */
-static const struct sto_batch_series *find(const char *job, uint32_t rank, const char *metric)
+static const struct mdl_batch_series *find(const char *job, uint32_t rank, const char *metric)
 {
-	for (size_t i = 0; i < sto_batch_nseries(batch); i++) {
-		const struct sto_batch_series *s = sto_batch_series_at(batch, i);
+	for (size_t i = 0; i < mdl_batch_nseries(batch); i++) {
+		const struct mdl_batch_series *s = mdl_batch_series_at(batch, i);
 		if (s && s->key.rank == rank && strcmp(s->key.job, job) == 0 &&
 		    strcmp(s->key.metric, metric) == 0)
 			return s;
@@ -69,7 +69,7 @@ static uint64_t value_of(const char *v)
 		CHECK_EQ_INT(rc, 0);
 		return 0;
 	}
-	const struct sto_batch_series *s = find("j", 0, "m");
+	const struct mdl_batch_series *s = find("j", 0, "m");
 	CHECK(s && s->pts.n == 1);
 	return s ? s->pts.value[0] : 0;
 }
@@ -120,9 +120,9 @@ static void test_array(void)
 	    "]\n";
 	CHECK_EQ_INT(parse(body), 0);
 	CHECK_EQ_INT(nrec, 2);
-	CHECK_EQ_INT(sto_batch_points(batch), 3);
-	CHECK_EQ_INT(sto_batch_nseries(batch), 3);
-	const struct sto_batch_series *s = find("run-1", 3, "loss");
+	CHECK_EQ_INT(mdl_batch_points(batch), 3);
+	CHECK_EQ_INT(mdl_batch_nseries(batch), 3);
+	const struct mdl_batch_series *s = find("run-1", 3, "loss");
 	CHECK(s && s->pts.n == 1);
 	if (s) {
 		CHECK_EQ_INT(s->pts.ts_ns[0], 1700000000000000000LL);
@@ -134,7 +134,7 @@ static void test_array(void)
 	CHECK(s && s->pts.n == 1);
 	if (s) {
 		CHECK_EQ_INT(s->pts.ts_ns[0], DEFAULT_TS);
-		CHECK(s->pts.step[0] == STO_STEP_NONE);
+		CHECK(s->pts.step[0] == MDL_STEP_NONE);
 		CHECK_EQ_INT(s->pts.attempt[0], 0);
 		CHECK(s->pts.value[0] == dbits(2.0));
 	}
@@ -165,7 +165,7 @@ static void test_ndjson(void)
 		       "{\"job\":\"j\",\"rank\":1,\"metrics\":{\"a\":2}}  \r\n" REC("\"b\":3");
 	CHECK_EQ_INT(parse(body), 0);
 	CHECK_EQ_INT(nrec, 3);
-	CHECK_EQ_INT(sto_batch_points(batch), 3);
+	CHECK_EQ_INT(mdl_batch_points(batch), 3);
 	CHECK(find("j", 1, "a") != NULL);
 	CHECK(find("j", 0, "b") != NULL);
 	CHECK_EQ_INT(parse(REC("\"a\":1") "\n"), 0);
@@ -198,7 +198,7 @@ static void test_key_orders(void)
 			 members[perm[2]], members[perm[3]]);
 		int rc = parse(body);
 		CHECK_EQ_INT(rc, 0);
-		const struct sto_batch_series *s = find("j", 5, "y");
+		const struct mdl_batch_series *s = find("j", 5, "y");
 		CHECK(s && s->pts.n == 1 && s->pts.step[0] == 7 && s->pts.value[0] == dbits(2));
 		count++;
 		while (i < 4 && c[i] >= i) {
@@ -224,11 +224,11 @@ static void test_values(void)
 	CHECK(value_of("-0e5") == 0x8000000000000000ull);
 	CHECK(value_of("0") == 0);
 	CHECK(value_of("0.0") == 0);
-	CHECK(value_of("null") == STO_VALUE_NULL_BITS);
-	CHECK(value_of("NaN") == STO_VALUE_NAN_BITS);
+	CHECK(value_of("null") == MDL_VALUE_NULL_BITS);
+	CHECK(value_of("NaN") == MDL_VALUE_NAN_BITS);
 	CHECK(value_of("Infinity") == 0x7ff0000000000000ull);
 	CHECK(value_of("-Infinity") == 0xfff0000000000000ull);
-	CHECK(value_of("\"NaN\"") == STO_VALUE_NAN_BITS);
+	CHECK(value_of("\"NaN\"") == MDL_VALUE_NAN_BITS);
 	CHECK(value_of("\"Inf\"") == 0x7ff0000000000000ull);
 	CHECK(value_of("\"+Inf\"") == 0x7ff0000000000000ull);
 	CHECK(value_of("\"Infinity\"") == 0x7ff0000000000000ull);
@@ -239,7 +239,7 @@ static void test_values(void)
 	CHECK(value_of("\"0xDEADbeef00000001\"") == 0xdeadbeef00000001ull);
 	CHECK(value_of("\"0x0000000000000000\"") == 0);
 	/* Escapes in value strings decode first. */
-	CHECK(value_of("\"\\u004eaN\"") == STO_VALUE_NAN_BITS);
+	CHECK(value_of("\"\\u004eaN\"") == MDL_VALUE_NAN_BITS);
 	CHECK(value_of("5e-324") == 1);
 	CHECK(value_of("4.9406564584124654e-324") == 1);
 	CHECK(value_of("2.2250738585072014e-308") == 0x0010000000000000ull);
@@ -308,14 +308,14 @@ static void test_fields(void)
 	CHECK_EQ_INT(parse("[{\"job\":\"j\",\"rank\":\"job\",\"step\":null,\"timestamp\":null,"
 			   "\"attempt\":null,\"metrics\":{\"a\":1}}]"),
 		     0);
-	const struct sto_batch_series *s = find("j", STO_RANK_JOB, "a");
-	CHECK(s && s->pts.step[0] == STO_STEP_NONE && s->pts.ts_ns[0] == DEFAULT_TS &&
+	const struct mdl_batch_series *s = find("j", MDL_RANK_JOB, "a");
+	CHECK(s && s->pts.step[0] == MDL_STEP_NONE && s->pts.ts_ns[0] == DEFAULT_TS &&
 	      s->pts.attempt[0] == 0);
 	CHECK_EQ_INT(parse("{\"job\":\"j\",\"rank\":2147483647,\"step\":9223372036854775807,"
 			   "\"timestamp\":-9223372036854775808,\"attempt\":4294967295,"
 			   "\"metrics\":{\"a\":1}}"),
 		     0);
-	s = find("j", STO_RANK_MAX, "a");
+	s = find("j", MDL_RANK_MAX, "a");
 	CHECK(s && s->pts.step[0] == INT64_MAX && s->pts.ts_ns[0] == INT64_MIN &&
 	      s->pts.attempt[0] == UINT32_MAX);
 	CHECK_EQ_INT(parse("{\"job\":\"j\",\"rank\":-0,\"step\":0,\"timestamp\":0,"
@@ -549,18 +549,18 @@ static void test_limits(void)
 	EXPECT_ERR("[" REC("\"a\":1") "]", RDB_ELIMIT, 0, 1, "metrics", "deeper than 2");
 	lim = saved;
 
-	struct sto_batch *small;
-	CHECK_EQ_INT(sto_batch_new(3, 100, &small), 0);
+	struct mdl_batch *small;
+	CHECK_EQ_INT(mdl_batch_new(3, 100, &small), 0);
 	const char *body = "[" REC("\"a\":1,\"b\":2") ",\n" REC("\"c\":1,\"d\":2") "]";
 	CHECK_EQ_INT(ing_json_parse(body, strlen(body), &lim, 0, small, &err, NULL), RDB_ELIMIT);
 	CHECK_EQ_INT(err.record, 1);
 	CHECK_EQ_INT(err.line, 2);
 	CHECK(strstr(err.msg, "too many points in one request") != NULL);
-	sto_batch_free(small);
-	CHECK_EQ_INT(sto_batch_new(100, 3, &small), 0);
+	mdl_batch_free(small);
+	CHECK_EQ_INT(mdl_batch_new(100, 3, &small), 0);
 	CHECK_EQ_INT(ing_json_parse(body, strlen(body), &lim, 0, small, &err, NULL), RDB_ELIMIT);
 	CHECK_EQ_INT(err.record, 1);
-	sto_batch_free(small);
+	mdl_batch_free(small);
 }
 
 /* Many metrics: the inline table, arena and duplicate set grow on the heap. */
@@ -574,10 +574,10 @@ static void test_many_metrics(void)
 				      i, 0, i);
 	n += (size_t)snprintf(body + n, cap - n, "}}\n");
 	CHECK_EQ_INT(parse_n(body, n), 0);
-	CHECK_EQ_INT(sto_batch_points(batch), 1024);
+	CHECK_EQ_INT(mdl_batch_points(batch), 1024);
 	char name[200];
 	snprintf(name, sizeof(name), "m_%d_%0100d", 1000, 0);
-	const struct sto_batch_series *s = find("j", 0, name);
+	const struct mdl_batch_series *s = find("j", 0, name);
 	CHECK(s && s->pts.value[0] == dbits(1000));
 	/* A duplicate far apart is still found. */
 	memcpy(body + n - 3, ",\"m_5_", 6);
@@ -625,7 +625,7 @@ static void test_truncation(void)
 
 /* ---- log and span records ------------------------------------------------ */
 
-static struct sto_events *events;
+static struct mdl_events *events;
 
 /* Parses s (exact-size heap copy) with the events batch. */
 static int parse_ev_n(const char *s, size_t n)
@@ -633,8 +633,8 @@ static int parse_ev_n(const char *s, size_t n)
 	char *copy = malloc(n ? n : 1);
 	if (n)
 		memcpy(copy, s, n);
-	sto_batch_reset(batch);
-	sto_events_reset(events);
+	mdl_batch_reset(batch);
+	mdl_events_reset(events);
 	nrec = 12345;
 	int rc = ing_json_parse_all(copy, n, &lim, DEFAULT_TS, batch, events, &err, &nrec);
 	free(copy);
@@ -664,7 +664,7 @@ static void check_event_at(int line_no, size_t i, uint8_t kind, uint8_t level, c
 			   uint32_t rank, uint32_t attempt, int64_t ts_ns, int64_t step,
 			   int64_t duration_ns, const char *text, const char *fields)
 {
-	const struct sto_event *e = sto_events_at(events, i);
+	const struct mdl_event *e = mdl_events_at(events, i);
 	bool ok = e && e->kind == kind && e->level == level && mem_is(e->job, e->job_len, job) &&
 		  e->rank == rank && e->attempt == attempt && e->ts_ns == ts_ns &&
 		  e->step == step && e->duration_ns == duration_ns &&
@@ -692,8 +692,8 @@ static int fields_of(const char *fields, char *out, size_t cap)
 		 fields);
 	int rc = parse_ev(body);
 	out[0] = 0;
-	if (rc == 0 && sto_events_count(events) == 1) {
-		const struct sto_event *e = sto_events_at(events, 0);
+	if (rc == 0 && mdl_events_count(events) == 1) {
+		const struct mdl_event *e = mdl_events_at(events, 0);
 		snprintf(out, cap, "%.*s", (int)e->fields_len, e->fields);
 	}
 	return rc;
@@ -709,38 +709,38 @@ static void test_log_record(void)
 	    "\"u\":\"\xe2\x82\xac\",\"n\":-0}}]";
 	CHECK_EQ_INT(parse_ev(body), 0);
 	CHECK_EQ_INT(nrec, 1);
-	CHECK_EQ_INT(sto_batch_points(batch), 0);
-	CHECK_EQ_INT(sto_events_count(events), 1);
-	CHECK_EVENT(0, STO_EV_LOG, STO_LEVEL_ERROR, "run-1", 17, 3, 1700000000123456789LL, 4200, 0,
+	CHECK_EQ_INT(mdl_batch_points(batch), 0);
+	CHECK_EQ_INT(mdl_events_count(events), 1);
+	CHECK_EVENT(0, MDL_EV_LOG, MDL_LEVEL_ERROR, "run-1", 17, 3, 1700000000123456789LL, 4200, 0,
 		    "NCCL timeout: \"allreduce\" \xc3\xa9\xf0\x9f\x98\x80 \xc3\xa9",
 		    "{\"op\":\"allreduce\",\"bytes\":1.50e+6,\"ok\":false,\"x\":null,\"t\":true,"
 		    "\"q\\\"\":\"a/b\\n\\u0001\",\"u\":\"\xe2\x82\xac\",\"n\":-0}");
 	/* Defaults: level info, no step, default time, attempt 0, fields "{}". */
 	CHECK_EQ_INT(parse_ev("{\"job\":\"j\",\"message\":\"\",\"rank\":\"job\",\"type\":\"log\"}"),
 		     0);
-	CHECK_EVENT(0, STO_EV_LOG, STO_LEVEL_INFO, "j", STO_RANK_JOB, 0, DEFAULT_TS, STO_STEP_NONE,
+	CHECK_EVENT(0, MDL_EV_LOG, MDL_LEVEL_INFO, "j", MDL_RANK_JOB, 0, DEFAULT_TS, MDL_STEP_NONE,
 		    0, "", "{}");
 	/* Explicit nulls are the defaults too; "fields":{} is kept as "{}". */
 	CHECK_EQ_INT(parse_ev("{\"type\":\"log\",\"job\":\"j\",\"rank\":0,\"message\":\"x\","
 			      "\"level\":null,\"step\":null,\"timestamp\":null,\"attempt\":null,"
 			      "\"fields\":null}"),
 		     0);
-	CHECK_EVENT(0, STO_EV_LOG, STO_LEVEL_INFO, "j", 0, 0, DEFAULT_TS, STO_STEP_NONE, 0, "x",
+	CHECK_EVENT(0, MDL_EV_LOG, MDL_LEVEL_INFO, "j", 0, 0, DEFAULT_TS, MDL_STEP_NONE, 0, "x",
 		    "{}");
 	CHECK_EQ_INT(parse_ev("{\"type\":\"log\",\"job\":\"j\",\"rank\":0,\"message\":\"x\","
 			      "\"fields\":{ \n }}"),
 		     0);
-	CHECK_EVENT(0, STO_EV_LOG, STO_LEVEL_INFO, "j", 0, 0, DEFAULT_TS, STO_STEP_NONE, 0, "x",
+	CHECK_EVENT(0, MDL_EV_LOG, MDL_LEVEL_INFO, "j", 0, 0, DEFAULT_TS, MDL_STEP_NONE, 0, "x",
 		    "{}");
 	/* Levels and their aliases, any case. */
 	static const struct {
 		const char *s;
 		uint8_t level;
-	} levels[] = {{"debug", STO_LEVEL_DEBUG},    {"INFO", STO_LEVEL_INFO},
-		      {"warn", STO_LEVEL_WARN},	     {"Warning", STO_LEVEL_WARN},
-		      {"error", STO_LEVEL_ERROR},    {"err", STO_LEVEL_ERROR},
-		      {"fatal", STO_LEVEL_FATAL},    {"critical", STO_LEVEL_FATAL},
-		      {"w\\u0061rn", STO_LEVEL_WARN}};
+	} levels[] = {{"debug", MDL_LEVEL_DEBUG},    {"INFO", MDL_LEVEL_INFO},
+		      {"warn", MDL_LEVEL_WARN},	     {"Warning", MDL_LEVEL_WARN},
+		      {"error", MDL_LEVEL_ERROR},    {"err", MDL_LEVEL_ERROR},
+		      {"fatal", MDL_LEVEL_FATAL},    {"critical", MDL_LEVEL_FATAL},
+		      {"w\\u0061rn", MDL_LEVEL_WARN}};
 	for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
 		char b[256];
 		snprintf(b, sizeof(b),
@@ -748,14 +748,14 @@ static void test_log_record(void)
 			 "\"level\":\"%s\"}",
 			 levels[i].s);
 		CHECK_EQ_INT(parse_ev(b), 0);
-		const struct sto_event *e = sto_events_at(events, 0);
+		const struct mdl_event *e = mdl_events_at(events, 0);
 		CHECK(e && e->level == levels[i].level);
 	}
 	/* A raw NUL-free message with every escape. */
 	CHECK_EQ_INT(parse_ev("{\"type\":\"log\",\"job\":\"j\",\"rank\":0,"
 			      "\"message\":\"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u0000end\"}"),
 		     0);
-	const struct sto_event *e = sto_events_at(events, 0);
+	const struct mdl_event *e = mdl_events_at(events, 0);
 	CHECK(e && e->text_len == 12 && memcmp(e->text, "\"\\/\b\f\n\r\t\0end", 12) == 0);
 }
 
@@ -818,15 +818,15 @@ static void test_span_record(void)
 			      "\"name\":\"step_time.forward\",\"start\":-5,\"duration_ns\":"
 			      "9223372036854775807,\"attempt\":4294967295}"),
 		     0);
-	CHECK_EQ_INT(sto_events_count(events), 1);
-	CHECK_EVENT(0, STO_EV_SPAN, 0, "run-1", 3, UINT32_MAX, -5, 12, INT64_MAX,
+	CHECK_EQ_INT(mdl_events_count(events), 1);
+	CHECK_EVENT(0, MDL_EV_SPAN, 0, "run-1", 3, UINT32_MAX, -5, 12, INT64_MAX,
 		    "step_time.forward", "");
 	/* Keys in any order; escaped name; rank "job"; zero duration and step. */
 	CHECK_EQ_INT(parse_ev("{\"duration_ns\":0,\"start\":1700000000000000000,\"name\":"
 			      "\"\\u0062wd\",\"step\":0,\"rank\":\"job\",\"job\":\"j\",\"type\":"
 			      "\"span\"}"),
 		     0);
-	CHECK_EVENT(0, STO_EV_SPAN, 0, "j", STO_RANK_JOB, 0, 1700000000000000000LL, 0, 0, "bwd",
+	CHECK_EVENT(0, MDL_EV_SPAN, 0, "j", MDL_RANK_JOB, 0, 1700000000000000000LL, 0, 0, "bwd",
 		    "");
 	char body[1024], name[300];
 	memset(name, 'n', 256);
@@ -867,13 +867,13 @@ static void test_mixed(void)
 		n += (size_t)snprintf(body + n, sizeof(body) - n, "%s", form ? "\n" : "\n]");
 		CHECK_EQ_INT(parse_ev(body), 0);
 		CHECK_EQ_INT(nrec, 5);
-		CHECK_EQ_INT(sto_batch_points(batch), 2);
+		CHECK_EQ_INT(mdl_batch_points(batch), 2);
 		CHECK(find("j", 0, "loss") != NULL && find("j", 1, "loss") != NULL);
-		CHECK_EQ_INT(sto_events_count(events), 3);
-		CHECK_EVENT(0, STO_EV_LOG, STO_LEVEL_WARN, "j", 0, 0, DEFAULT_TS, 1, 0, "slow",
+		CHECK_EQ_INT(mdl_events_count(events), 3);
+		CHECK_EVENT(0, MDL_EV_LOG, MDL_LEVEL_WARN, "j", 0, 0, DEFAULT_TS, 1, 0, "slow",
 			    "{\"ms\":12}");
-		CHECK_EVENT(1, STO_EV_SPAN, 0, "j", 0, 0, 100, 1, 50, "fwd", "");
-		CHECK_EVENT(2, STO_EV_LOG, STO_LEVEL_INFO, "k", 2, 0, DEFAULT_TS, STO_STEP_NONE, 0,
+		CHECK_EVENT(1, MDL_EV_SPAN, 0, "j", 0, 0, 100, 1, 50, "fwd", "");
+		CHECK_EVENT(2, MDL_EV_LOG, MDL_LEVEL_INFO, "k", 2, 0, DEFAULT_TS, MDL_STEP_NONE, 0,
 			    "done", "{}");
 		/* An error in the last record names it (record 4, line 5 or 6). */
 		char bad[2048];
@@ -1005,7 +1005,7 @@ static void test_utf8(void)
 			fprintf(stderr, "  good utf-8 #%zu refused: %s\n", i, err.msg);
 	}
 	CHECK_EQ_INT(message_of("\\udbff\\udfff"), 0);
-	const struct sto_event *e = sto_events_at(events, 0);
+	const struct mdl_event *e = mdl_events_at(events, 0);
 	CHECK(e && mem_is(e->text, e->text_len, "\xf4\x8f\xbf\xbf"));
 	static const struct {
 		const char *s;
@@ -1054,12 +1054,12 @@ static void test_utf8(void)
 /* Message and fields size bounds, the events batch bounds, max_records. */
 static void test_event_limits(void)
 {
-	size_t max = STO_EVENT_TEXT_MAX;
+	size_t max = MDL_EVENT_TEXT_MAX;
 	char *msg = malloc(4 * max + 16);
 	memset(msg, 'm', max);
 	msg[max] = 0;
 	CHECK_EQ_INT(message_of(msg), 0);
-	CHECK(sto_events_at(events, 0)->text_len == max);
+	CHECK(mdl_events_at(events, 0)->text_len == max);
 	msg[max] = 'm';
 	msg[max + 1] = 0;
 	CHECK_EQ_INT(message_of(msg), RDB_EINVAL);
@@ -1069,7 +1069,7 @@ static void test_event_limits(void)
 	memcpy(msg, "\\n", 2);
 	msg[max + 1] = 0;
 	CHECK_EQ_INT(message_of(msg), 0);
-	const struct sto_event *e = sto_events_at(events, 0);
+	const struct mdl_event *e = mdl_events_at(events, 0);
 	CHECK(e && e->text_len == max && e->text[0] == '\n' && e->text[max - 1] == 'm');
 	msg[max + 1] = 'm';
 	msg[max + 2] = 0;
@@ -1084,8 +1084,8 @@ static void test_event_limits(void)
 	CHECK(strstr(err.msg, "longer than") != NULL);
 	free(msg);
 
-	/* fields: exactly STO_EVENT_FIELDS_MAX bytes of text, then one more. */
-	size_t fmax = STO_EVENT_FIELDS_MAX;
+	/* fields: exactly MDL_EVENT_FIELDS_MAX bytes of text, then one more. */
+	size_t fmax = MDL_EVENT_FIELDS_MAX;
 	size_t cap = 4 * fmax;
 	char *body = malloc(cap);
 	size_t pre =
@@ -1096,7 +1096,7 @@ static void test_event_limits(void)
 	memset(body + pre, 'v', fill);
 	strcpy(body + pre + fill, "\"}}");
 	CHECK_EQ_INT(parse_ev(body), 0);
-	e = sto_events_at(events, 0);
+	e = mdl_events_at(events, 0);
 	CHECK(e && e->fields_len == fmax);
 	body[pre + fill] = 'v';
 	strcpy(body + pre + fill + 1, "\"}}");
@@ -1128,7 +1128,7 @@ static void test_event_limits(void)
 		n += (size_t)snprintf(body + n, cap - n, "%s\"k%d\":%d", i ? "," : "", i, i);
 	strcpy(body + n, "}}");
 	CHECK_EQ_INT(parse_ev(body), 0);
-	e = sto_events_at(events, 0);
+	e = mdl_events_at(events, 0);
 	CHECK(e && e->fields_len == n - p2 + 2 &&
 	      strncmp(e->fields, "{\"k0\":0,\"k1\":1,", 15) == 0);
 	strcpy(body + n, ",\"k3210\":1}}");
@@ -1137,8 +1137,8 @@ static void test_event_limits(void)
 	free(body);
 
 	/* The events batch bounds: count and bytes. */
-	struct sto_events *small;
-	CHECK_EQ_INT(sto_events_new(2, 1 << 20, &small), 0);
+	struct mdl_events *small;
+	CHECK_EQ_INT(mdl_events_new(2, 1 << 20, &small), 0);
 	const char *three = "{\"type\":\"log\",\"job\":\"j\",\"rank\":0,\"message\":\"a\"}\n"
 			    "{\"type\":\"span\",\"job\":\"j\",\"rank\":0,\"step\":1,\"name\":\"f\","
 			    "\"start\":1,\"duration_ns\":1}\n"
@@ -1146,12 +1146,12 @@ static void test_event_limits(void)
 	CHECK_EQ_INT(ing_json_parse_all(three, strlen(three), &lim, 0, batch, small, &err, NULL),
 		     RDB_ELIMIT);
 	CHECK(err.record == 2 && err.line == 3 && strstr(err.msg, "too many log and span") != NULL);
-	sto_events_free(small);
-	CHECK_EQ_INT(sto_events_new(100, 5, &small), 0); /* the first log takes 4 bytes */
+	mdl_events_free(small);
+	CHECK_EQ_INT(mdl_events_new(100, 5, &small), 0); /* the first log takes 4 bytes */
 	CHECK_EQ_INT(ing_json_parse_all(three, strlen(three), &lim, 0, batch, small, &err, NULL),
 		     RDB_ELIMIT);
 	CHECK(err.record == 1 && err.line == 2);
-	sto_events_free(small);
+	mdl_events_free(small);
 	/* max_records counts every kind of record. */
 	struct ing_limits saved = lim;
 	lim.max_records = 2;
@@ -1184,11 +1184,11 @@ static void test_event_truncation(void)
 	}
 	CHECK_EQ_INT(successes, 0);
 	CHECK_EQ_INT(parse_ev(bodies[0]), 0);
-	CHECK_EQ_INT(sto_events_count(events), 2);
-	CHECK_EVENT(0, STO_EV_LOG, STO_LEVEL_WARN, "r", 1, 0, 3, 2, 0,
+	CHECK_EQ_INT(mdl_events_count(events), 2);
+	CHECK_EVENT(0, MDL_EV_LOG, MDL_LEVEL_WARN, "r", 1, 0, 3, 2, 0,
 		    "a\xc3\xa9\xf0\x9f\x98\x80\xc3\xa9\n",
 		    "{\"k\\t\":\"v\\u0001\",\"n\":-1.5e3,\"b\":true,\"z\":null}");
-	CHECK_EVENT(1, STO_EV_SPAN, 0, "r", STO_RANK_JOB, 0, -1, 0, 7, "fwd", "");
+	CHECK_EVENT(1, MDL_EV_SPAN, 0, "r", MDL_RANK_JOB, 0, -1, 0, 7, "fwd", "");
 }
 
 int main(void)
@@ -1196,8 +1196,8 @@ int main(void)
 	ing_limits_default(&lim);
 	CHECK_EQ_INT(lim.max_records, 100000);
 	CHECK_EQ_INT(lim.max_metrics_per_record, 1024);
-	if (sto_batch_new(1000000, 100000, &batch) != 0 ||
-	    sto_events_new(100000, 64u << 20, &events) != 0)
+	if (mdl_batch_new(1000000, 100000, &batch) != 0 ||
+	    mdl_events_new(100000, 64u << 20, &events) != 0)
 		return 1;
 	RUN(test_array);
 	RUN(test_ndjson);
@@ -1220,7 +1220,7 @@ int main(void)
 	RUN(test_utf8);
 	RUN(test_event_limits);
 	RUN(test_event_truncation);
-	sto_events_free(events);
-	sto_batch_free(batch);
+	mdl_events_free(events);
+	mdl_batch_free(batch);
 	return check_summary("json_write");
 }

@@ -17,8 +17,8 @@
 
 #define DEFAULT_TS 777
 
-static struct sto_batch *batch;
-static struct sto_events *events;
+static struct mdl_batch *batch;
+static struct mdl_events *events;
 static struct ing_lp_options opt;
 static struct ing_lp_result res;
 
@@ -28,8 +28,8 @@ static int parse_n(const char *s, size_t n)
 	char *copy = malloc(n ? n : 1);
 	if (n)
 		memcpy(copy, s, n);
-	sto_batch_reset(batch);
-	sto_events_reset(events);
+	mdl_batch_reset(batch);
+	mdl_events_reset(events);
 	int rc = ing_lp_parse(copy, n, &opt, batch, events, &res);
 	free(copy);
 	return rc;
@@ -40,10 +40,10 @@ static int parse(const char *s)
 	return parse_n(s, strlen(s));
 }
 
-static const struct sto_batch_series *find(const char *job, uint32_t rank, const char *metric)
+static const struct mdl_batch_series *find(const char *job, uint32_t rank, const char *metric)
 {
-	for (size_t i = 0; i < sto_batch_nseries(batch); i++) {
-		const struct sto_batch_series *s = sto_batch_series_at(batch, i);
+	for (size_t i = 0; i < mdl_batch_nseries(batch); i++) {
+		const struct mdl_batch_series *s = mdl_batch_series_at(batch, i);
 		if (s && s->key.rank == rank && strcmp(s->key.job, job) == 0 &&
 		    strcmp(s->key.metric, metric) == 0)
 			return s;
@@ -73,7 +73,7 @@ static uint64_t value_of(const char *text, bool *ok)
 	char body[2048];
 	snprintf(body, sizeof(body), "m,job=j,rank=0 v=%s", text);
 	*ok = parse(body) == 0 && res.lines_ok == 1 && res.points == 1;
-	const struct sto_batch_series *s = find("j", 0, "m.v");
+	const struct mdl_batch_series *s = find("j", 0, "m.v");
 	return s && *ok ? s->pts.value[0] : 0;
 }
 
@@ -124,8 +124,8 @@ static void test_basic(void)
 	CHECK_EQ_INT(res.lines_ok, 1);
 	CHECK_EQ_INT(res.lines_bad, 0);
 	CHECK_EQ_INT(res.points, 2);
-	CHECK_EQ_INT(sto_batch_points(batch), 2);
-	const struct sto_batch_series *s = find("run-1", 3, "train.loss");
+	CHECK_EQ_INT(mdl_batch_points(batch), 2);
+	const struct mdl_batch_series *s = find("run-1", 3, "train.loss");
 	CHECK(s && s->pts.n == 1);
 	if (s) {
 		CHECK_EQ_INT(s->pts.ts_ns[0], 1700000000000000000LL);
@@ -223,7 +223,7 @@ static void test_strings(void)
 	CHECK_EQ_INT(res.lines_ok, 1);
 	CHECK_EQ_INT(res.points, 1);
 	CHECK_EQ_INT(res.string_fields_skipped, 2);
-	CHECK(find("j", STO_RANK_JOB, "m.x") != NULL);
+	CHECK(find("j", MDL_RANK_JOB, "m.x") != NULL);
 	EXPECT_ERR("m,job=j s=\"abc", "s", "unterminated");
 	EXPECT_ERR("m,job=j s=\"abc\\\"", "s", "unterminated");
 	EXPECT_ERR("m,job=j s=\"abc\"x", "s", "after a string");
@@ -238,24 +238,24 @@ static void test_escapes(void)
 {
 	CHECK_EQ_INT(parse("my\\ meas\\,x,job=j,a\\ b\\=c\\,d=v\\ 1\\,2\\=3 f\\ 1\\=2\\,3=1\n"), 0);
 	CHECK_EQ_INT(res.lines_ok, 1);
-	CHECK(find("j", STO_RANK_JOB, "my%20meas%2Cx.f%201%3D2%2C3;a%20b%3Dc%2Cd=v%201%2C2%3D3"));
+	CHECK(find("j", MDL_RANK_JOB, "my%20meas%2Cx.f%201%3D2%2C3;a%20b%3Dc%2Cd=v%201%2C2%3D3"));
 	/* other backslashes stay (both bytes), and "\\" does not escape */
 	CHECK_EQ_INT(parse("m\\x,job=j v\\q=1\n"), 0);
-	CHECK(find("j", STO_RANK_JOB, "m%5Cx.v%5Cq"));
+	CHECK(find("j", MDL_RANK_JOB, "m%5Cx.v%5Cq"));
 	CHECK_EQ_INT(parse("m\\\\,job=j v=1\n"), 0);
-	CHECK(find("j", STO_RANK_JOB, "m%5C%5C.v"));
+	CHECK(find("j", MDL_RANK_JOB, "m%5C%5C.v"));
 	/* '=' is literal in a measurement; "\=" keeps its backslash there */
 	CHECK_EQ_INT(parse("a=b,job=j v=1\nc\\=d,job=j v=1\n"), 0);
-	CHECK(find("j", STO_RANK_JOB, "a%3Db.v"));
-	CHECK(find("j", STO_RANK_JOB, "c%5C%3Dd.v"));
+	CHECK(find("j", MDL_RANK_JOB, "a%3Db.v"));
+	CHECK(find("j", MDL_RANK_JOB, "c%5C%3Dd.v"));
 	/* escaped job tag value is unescaped before validation */
 	CHECK_EQ_INT(parse("m,j\\ob=x,job=run\\=1 v=1\n"), 0);
 	CHECK_EQ_INT(res.lines_bad, 1);
 	CHECK_EQ_INT(parse("m,jo\\b=x,job=run-1 v=1\n"), 0);
-	CHECK(find("run-1", STO_RANK_JOB, "m.v;jo%5Cb=x"));
+	CHECK(find("run-1", MDL_RANK_JOB, "m.v;jo%5Cb=x"));
 	/* percent-encoding of ; = % and non-ASCII */
 	CHECK_EQ_INT(parse("m%;x,job=j,t=a;b\\=c%\xc3\xa9 v=1\n"), 0);
-	CHECK(find("j", STO_RANK_JOB, "m%25%3Bx.v;t=a%3Bb%3Dc%25%C3%A9"));
+	CHECK(find("j", MDL_RANK_JOB, "m%25%3Bx.v;t=a%3Bb%3Dc%25%C3%A9"));
 	/* errors */
 	EXPECT_ERR("m,job=j,t=a=b v=1", "t", "unescaped '='");
 	EXPECT_ERR("m,job=j,t= v=1", "t", "empty tag value");
@@ -294,7 +294,7 @@ static void test_timestamps(void)
 		CHECK_EQ_INT(ns, p[i].ns);
 		opt.precision_ns = ns;
 		CHECK_EQ_INT(parse("m,job=j v=1 -17\n"), 0);
-		const struct sto_batch_series *s = find("j", STO_RANK_JOB, "m.v");
+		const struct mdl_batch_series *s = find("j", MDL_RANK_JOB, "m.v");
 		CHECK(s && s->pts.ts_ns[0] == -17 * ns);
 	}
 	int64_t keep = 42;
@@ -308,12 +308,12 @@ static void test_timestamps(void)
 	CHECK_EQ_INT(res.lines_ok, 1);
 	opt.precision_ns = 1;
 	CHECK_EQ_INT(parse("m,job=j v=1 -9223372036854775808\n"), 0);
-	CHECK_EQ_INT(find("j", STO_RANK_JOB, "m.v")->pts.ts_ns[0], INT64_MIN);
+	CHECK_EQ_INT(find("j", MDL_RANK_JOB, "m.v")->pts.ts_ns[0], INT64_MIN);
 	EXPECT_ERR("m,job=j v=1 9223372036854775808", "", "overflows");
 	/* missing timestamp: default_ts_ns, unscaled */
 	opt.precision_ns = 1000;
 	CHECK_EQ_INT(parse("m,job=j v=1\nm,job=j v=2   \t\n"), 0);
-	const struct sto_batch_series *s = find("j", STO_RANK_JOB, "m.v");
+	const struct mdl_batch_series *s = find("j", MDL_RANK_JOB, "m.v");
 	CHECK(s && s->pts.n == 2 && s->pts.ts_ns[0] == DEFAULT_TS && s->pts.ts_ns[1] == DEFAULT_TS);
 	opt.precision_ns = 1;
 	/* trailing garbage and bad timestamps */
@@ -326,7 +326,7 @@ static void test_timestamps(void)
 	CHECK_EQ_INT(parse("  m,job=j   v=1  \t 5  \r\nm,job=j v=2 6\r\n\r\nm,job=j v=3 7"), 0);
 	CHECK_EQ_INT(res.lines_ok, 3);
 	CHECK_EQ_INT(res.lines_bad, 0);
-	s = find("j", STO_RANK_JOB, "m.v");
+	s = find("j", MDL_RANK_JOB, "m.v");
 	CHECK(s && s->pts.n == 3 && s->pts.ts_ns[2] == 7);
 }
 
@@ -334,13 +334,13 @@ static void test_duplicates(void)
 {
 	CHECK_EQ_INT(parse("m,job=j a=1,b=2,a=3,step=1i,step=2i\n"), 0);
 	CHECK_EQ_INT(res.points, 2);
-	const struct sto_batch_series *s = find("j", STO_RANK_JOB, "m.a");
+	const struct mdl_batch_series *s = find("j", MDL_RANK_JOB, "m.a");
 	CHECK(s && s->pts.n == 1 && s->pts.value[0] == dbits(3.0) && s->pts.step[0] == 2);
 	/* last wins also when the earlier one was a string or the later one is */
 	CHECK_EQ_INT(parse("m,job=j a=\"x\",a=4\n"), 0);
 	CHECK(res.points == 1 && res.string_fields_skipped == 0);
 	CHECK_EQ_INT(parse("m,job=j a=4,a=\"x\",b=1\n"), 0);
-	CHECK(res.points == 1 && res.string_fields_skipped == 1 && !find("j", STO_RANK_JOB, "m.a"));
+	CHECK(res.points == 1 && res.string_fields_skipped == 1 && !find("j", MDL_RANK_JOB, "m.a"));
 	/* many fields: the sorted path */
 	char body[8192];
 	size_t o = (size_t)snprintf(body, sizeof(body), "m,job=j ");
@@ -350,9 +350,9 @@ static void test_duplicates(void)
 	body[o] = 0;
 	CHECK_EQ_INT(parse(body), 0);
 	CHECK_EQ_INT(res.points, 150);
-	s = find("j", STO_RANK_JOB, "m.f10");
+	s = find("j", MDL_RANK_JOB, "m.f10");
 	CHECK(s && s->pts.value[0] == dbits(160.0));
-	s = find("j", STO_RANK_JOB, "m.f149");
+	s = find("j", MDL_RANK_JOB, "m.f149");
 	CHECK(s && s->pts.value[0] == dbits(149.0));
 	EXPECT_ERR("m,job=j,a=1,a=2 v=1", "a", "duplicate tag");
 	EXPECT_ERR("m,job=j,job=k v=1", "job", "duplicate tag");
@@ -369,19 +369,19 @@ static void test_mapping(void)
 	CHECK_EQ_INT(parse("m,job=j,host=a;b\\=c x=1\nm,job=j,host=a,b=c x=2\n"
 			   "m,job=j,host=a%3Bb%3Dc x=3\nm,job=j,host=b x=4\n"),
 		     0);
-	CHECK_EQ_INT(sto_batch_nseries(batch), 4);
-	CHECK(find("j", STO_RANK_JOB, "m.x;host=a%3Bb%3Dc"));
-	CHECK(find("j", STO_RANK_JOB, "m.x;b=c;host=a"));
-	CHECK(find("j", STO_RANK_JOB, "m.x;host=a%253Bb%253Dc"));
+	CHECK_EQ_INT(mdl_batch_nseries(batch), 4);
+	CHECK(find("j", MDL_RANK_JOB, "m.x;host=a%3Bb%3Dc"));
+	CHECK(find("j", MDL_RANK_JOB, "m.x;b=c;host=a"));
+	CHECK(find("j", MDL_RANK_JOB, "m.x;host=a%253Bb%253Dc"));
 	/* a field literally named "x;host=b" cannot collide with tag host=b */
 	CHECK_EQ_INT(parse("m,job=j x;host\\=b=1\n"), 0);
-	CHECK(find("j", STO_RANK_JOB, "m.x%3Bhost%3Db"));
+	CHECK(find("j", MDL_RANK_JOB, "m.x%3Bhost%3Db"));
 	/* step and attempt forms */
 	CHECK_EQ_INT(parse("m,job=j,rank=0 v=1,step=12i,attempt=2i\nm,job=j,rank=0 v=2,step=13,"
 			   "attempt=3u\nm,job=j,rank=0 v=3,step=14u,attempt=4.0\n"),
 		     0);
 	CHECK_EQ_INT(res.lines_ok, 3);
-	const struct sto_batch_series *s = find("j", 0, "m.v");
+	const struct mdl_batch_series *s = find("j", 0, "m.v");
 	CHECK(s && s->pts.n == 3);
 	if (s && s->pts.n == 3) {
 		CHECK(s->pts.step[0] == 12 && s->pts.step[1] == 13 && s->pts.step[2] == 14);
@@ -401,9 +401,9 @@ static void test_mapping(void)
 	EXPECT_ERR("m v=1", "", "missing tag job");
 	opt.default_job = "dflt";
 	CHECK_EQ_INT(parse("m v=1\nm,rank=job v=2\nm,rank=0 v=3\nm,rank=2147483647 v=4\n"), 0);
-	s = find("dflt", STO_RANK_JOB, "m.v");
+	s = find("dflt", MDL_RANK_JOB, "m.v");
 	CHECK(s && s->pts.n == 2);
-	CHECK(find("dflt", 0, "m.v") && find("dflt", STO_RANK_MAX, "m.v"));
+	CHECK(find("dflt", 0, "m.v") && find("dflt", MDL_RANK_MAX, "m.v"));
 	opt.default_job = NULL;
 	EXPECT_ERR("m,job=a/b v=1", "job", "[A-Za-z0-9._-]");
 	const char *ranks[] = {"01", "-1", "2147483648", "x", "1.0", "99999999999", "JOB", "+1"};
@@ -427,10 +427,10 @@ static void test_mapping(void)
 	CHECK_EQ_INT(res.points, 1);
 	/* a bad line adds nothing, even when only its last field is bad */
 	CHECK_EQ_INT(parse("m,job=j a=1,b=2,c=zz\n"), 0);
-	CHECK_EQ_INT(sto_batch_points(batch), 0);
+	CHECK_EQ_INT(mdl_batch_points(batch), 0);
 	snprintf(body, sizeof(body), "m,job=j a=1,f%0260d=1", 0);
 	CHECK_EQ_INT(parse(body), 0);
-	CHECK_EQ_INT(sto_batch_points(batch), 0);
+	CHECK_EQ_INT(mdl_batch_points(batch), 0);
 }
 
 static void test_logs(void)
@@ -442,15 +442,15 @@ static void test_logs(void)
 	    0);
 	CHECK_EQ_INT(res.lines_ok, 1);
 	CHECK_EQ_INT(res.events, 1);
-	CHECK_EQ_INT(sto_events_count(events), 1);
-	const struct sto_event *e = sto_events_at(events, 0);
+	CHECK_EQ_INT(mdl_events_count(events), 1);
+	const struct mdl_event *e = mdl_events_at(events, 0);
 	CHECK(e != NULL);
 	if (e) {
 		const char *f =
 		    "{\"big\":18446744073709551615,\"code\":3,\"half\":0.5,\"host\":\"h\","
 		    "\"lat\":1.5,\"note\":\"x\\\\ty\",\"ok\":true}";
-		CHECK_EQ_INT(e->kind, STO_EV_LOG);
-		CHECK_EQ_INT(e->level, STO_LEVEL_WARN);
+		CHECK_EQ_INT(e->kind, MDL_EV_LOG);
+		CHECK_EQ_INT(e->level, MDL_LEVEL_WARN);
 		CHECK_EQ_INT(e->rank, 2);
 		CHECK_EQ_INT(e->step, 5);
 		CHECK_EQ_INT(e->attempt, 1);
@@ -462,10 +462,10 @@ static void test_logs(void)
 		CHECK(e->job_len == 1 && e->job[0] == 'j');
 	}
 	CHECK_EQ_INT(parse("rankdb_log,job=j message=\"caf\xc3\xa9\"\n"), 0);
-	e = sto_events_at(events, 0);
-	CHECK(e && e->level == STO_LEVEL_INFO && e->rank == STO_RANK_JOB &&
-	      e->step == STO_STEP_NONE && e->fields_len == 2 && e->ts_ns == DEFAULT_TS);
-	CHECK_EQ_INT(sto_batch_points(batch), 0);
+	e = mdl_events_at(events, 0);
+	CHECK(e && e->level == MDL_LEVEL_INFO && e->rank == MDL_RANK_JOB &&
+	      e->step == MDL_STEP_NONE && e->fields_len == 2 && e->ts_ns == DEFAULT_TS);
+	CHECK_EQ_INT(mdl_batch_points(batch), 0);
 	EXPECT_ERR("rankdb_log,job=j msg=\"x\"", "message", "needs a string field message");
 	EXPECT_ERR("rankdb_log,job=j message=1", "message", "needs a string field message");
 	EXPECT_ERR("rankdb_log,job=j,level=loud message=\"x\"", "level", "unknown level");
@@ -481,12 +481,12 @@ static void test_spans(void)
 			   "12345i,attempt=2i 5000\n"),
 		     0);
 	CHECK_EQ_INT(res.events, 1);
-	const struct sto_event *e = sto_events_at(events, 0);
-	CHECK(e && e->kind == STO_EV_SPAN && e->rank == 1 && e->step == 10 &&
+	const struct mdl_event *e = mdl_events_at(events, 0);
+	CHECK(e && e->kind == MDL_EV_SPAN && e->rank == 1 && e->step == 10 &&
 	      e->duration_ns == 12345 && e->ts_ns == 5000 && e->attempt == 2 && e->text_len == 7 &&
 	      memcmp(e->text, "forward", 7) == 0 && e->fields_len == 0);
 	CHECK_EQ_INT(parse("rankdb_span,job=j,name=all\\ reduce step=1,duration_ns=0\n"), 0);
-	e = sto_events_at(events, 0);
+	e = mdl_events_at(events, 0);
 	CHECK(e && e->text_len == 10 && memcmp(e->text, "all reduce", 10) == 0);
 	EXPECT_ERR("rankdb_span,job=j step=1i,duration_ns=1i", "name", "needs a tag name");
 	EXPECT_ERR("rankdb_span,job=j,name=f step=1i", "duration_ns", "needs an integer");
@@ -495,7 +495,7 @@ static void test_spans(void)
 		   "needs an integer field step");
 	EXPECT_ERR("rankdb_span,job=j,name=f step=1i,duration_ns=1i,x=1", "x", "takes only");
 	/* events are refused when the caller gives no event batch */
-	sto_batch_reset(batch);
+	mdl_batch_reset(batch);
 	CHECK_EQ_INT(ing_lp_parse("rankdb_span,job=j,name=f step=1i,duration_ns=1i", 47, &opt,
 				  batch, NULL, &res),
 		     0);
@@ -510,7 +510,7 @@ static void test_partial(void)
 	CHECK_EQ_INT(res.lines_ok, 3);
 	CHECK_EQ_INT(res.lines_bad, 2);
 	CHECK_EQ_INT(res.points, 3);
-	CHECK_EQ_INT(sto_batch_points(batch), 3);
+	CHECK_EQ_INT(mdl_batch_points(batch), 3);
 	CHECK_EQ_INT(res.nerrors, 2);
 	CHECK(res.errors[0].record == 1 && res.errors[0].line == 4 &&
 	      strcmp(res.errors[0].field, "v") == 0 && strstr(res.errors[0].msg, "oops"));
@@ -560,15 +560,15 @@ static void test_limits(void)
 	snprintf(body + o, sizeof(body) - o, " v=1");
 	EXPECT_ERR(body, "tb", "duplicate tag");
 	/* a full batch stops the parse with RDB_ELIMIT */
-	struct sto_batch *small;
-	CHECK_EQ_INT(sto_batch_new(3, 10, &small), 0);
+	struct mdl_batch *small;
+	CHECK_EQ_INT(mdl_batch_new(3, 10, &small), 0);
 	const char *b3 = "m,job=j a=1\nm,job=j a=2,b=3\nm,job=j c=4\nm,job=j d=5\n";
 	CHECK_EQ_INT(ing_lp_parse(b3, strlen(b3), &opt, small, events, &res), RDB_ELIMIT);
 	CHECK_EQ_INT(res.lines_ok, 2);
 	CHECK_EQ_INT(res.points, 3);
-	CHECK_EQ_INT(sto_batch_points(small), 3);
+	CHECK_EQ_INT(mdl_batch_points(small), 3);
 	CHECK(res.nerrors == 1 && res.errors[0].line == 3 && strstr(res.errors[0].msg, "split"));
-	sto_batch_free(small);
+	mdl_batch_free(small);
 }
 
 /* Every prefix of a valid body parses without crashing, and the counts add up. */
@@ -585,8 +585,8 @@ static void test_prefixes(void)
 	for (size_t i = 0; i <= n; i++) {
 		int rc = parse_n(body, i);
 		CHECK_EQ_INT(rc, 0);
-		if (rc != 0 || res.points != sto_batch_points(batch) ||
-		    res.events != sto_events_count(events) || res.nerrors > res.lines_bad) {
+		if (rc != 0 || res.points != mdl_batch_points(batch) ||
+		    res.events != mdl_events_count(events) || res.nerrors > res.lines_bad) {
 			CHECK(false);
 			fprintf(stderr, "  prefix %zu\n", i);
 			break;
@@ -623,12 +623,12 @@ static void test_throughput(void)
 					      1700000000000000000LL + s * 1000000000LL + r);
 		}
 	}
-	struct sto_batch *big;
-	CHECK_EQ_INT(sto_batch_new((size_t)RANKS * METRICS * STEPS, RANKS * METRICS, &big), 0);
+	struct mdl_batch *big;
+	CHECK_EQ_INT(mdl_batch_new((size_t)RANKS * METRICS * STEPS, RANKS * METRICS, &big), 0);
 	int reps = 5;
 	double best = 1e9;
 	for (int i = 0; i < reps; i++) {
-		sto_batch_reset(big);
+		mdl_batch_reset(big);
 		double t0 = now_s();
 		int rc = ing_lp_parse(body, o, &opt, big, events, &res);
 		double dt = now_s() - t0;
@@ -639,17 +639,17 @@ static void test_throughput(void)
 	CHECK_EQ_INT(res.points, RANKS * METRICS * STEPS);
 	fprintf(stderr,
 		"throughput: %zu bytes, %d lines, %d points in %.2f ms: %.2f M lines/s, "
-		"%.1f M points/s, %.0f MB/s (parse + sto_batch_add)\n",
+		"%.1f M points/s, %.0f MB/s (parse + mdl_batch_add)\n",
 		o, RANKS * STEPS, RANKS * METRICS * STEPS, best * 1e3, RANKS * STEPS / best / 1e6,
 		RANKS * METRICS * STEPS / best / 1e6, (double)o / best / 1e6);
-	sto_batch_free(big);
+	mdl_batch_free(big);
 	free(body);
 }
 
 int main(void)
 {
-	if (sto_batch_new(100000, 10000, &batch) != 0 ||
-	    sto_events_new(1000, 1 << 20, &events) != 0)
+	if (mdl_batch_new(100000, 10000, &batch) != 0 ||
+	    mdl_events_new(1000, 1 << 20, &events) != 0)
 		return 1;
 	ing_lp_options_default(&opt);
 	opt.default_ts_ns = DEFAULT_TS;
@@ -666,7 +666,7 @@ int main(void)
 	RUN(test_limits);
 	RUN(test_prefixes);
 	RUN(test_throughput);
-	sto_batch_free(batch);
-	sto_events_free(events);
+	mdl_batch_free(batch);
+	mdl_events_free(events);
 	return check_summary("lineproto");
 }

@@ -54,9 +54,9 @@ static uint64_t random_value(void)
 {
 	uint64_t r = rnd() % 100;
 	if (r < 5)
-		return STO_VALUE_NAN_BITS;
+		return MDL_VALUE_NAN_BITS;
 	if (r < 7)
-		return STO_VALUE_NULL_BITS;
+		return MDL_VALUE_NULL_BITS;
 	return rdb_f64_bits((double)((int64_t)(rnd() % 4001) - 2000) * 0.25);
 }
 
@@ -73,19 +73,19 @@ static void remember(uint32_t rank, int metric, int64_t ts, int64_t step, uint32
 /* Writes all[from..to) in the order given by idx, in batches of 97. */
 static int write_range(struct sto *s, size_t from, size_t to, const size_t *idx)
 {
-	struct sto_batch *b;
-	int rc = sto_batch_new(1 << 16, 64, &b);
+	struct mdl_batch *b;
+	int rc = mdl_batch_new(1 << 16, 64, &b);
 	for (size_t i = from; rc == 0 && i < to; i++) {
 		const struct rp *p = &all[idx ? idx[i - from] : i];
 		const char *m = metric_names[p->metric];
-		rc = sto_batch_add(b, "jq", 2, p->rank, m, strlen(m), p->ts, p->step, p->attempt,
+		rc = mdl_batch_add(b, "jq", 2, p->rank, m, strlen(m), p->ts, p->step, p->attempt,
 				   p->bits);
-		if (rc == 0 && (sto_batch_points(b) == 97 || i + 1 == to)) {
+		if (rc == 0 && (mdl_batch_points(b) == 97 || i + 1 == to)) {
 			rc = sto_write(s, b);
-			sto_batch_reset(b);
+			mdl_batch_reset(b);
 		}
 	}
-	sto_batch_free(b);
+	mdl_batch_free(b);
 	return rc;
 }
 
@@ -101,7 +101,7 @@ static int fill(struct sto *s)
 				remember(r, M_LOSS, T0 + st * 1000 + r, st, 0, random_value());
 	for (uint32_t r = 0; r < NRANKS; r++)
 		for (int64_t i = 0; i < 150; i++)
-			remember(r, M_GPU, T0 + i * 997 + r, STO_STEP_NONE, 0, random_value());
+			remember(r, M_GPU, T0 + i * 997 + r, MDL_STEP_NONE, 0, random_value());
 	size_t phase1 = nall;
 	for (uint32_t r = 0; r < NRANKS; r++)
 		for (int64_t st = 120; st <= 160; st++)
@@ -110,7 +110,7 @@ static int fill(struct sto *s)
 					 random_value());
 	for (uint32_t r = 0; r < NRANKS; r++)
 		for (int64_t i = 150; i < 300; i++)
-			remember(r, M_GPU, T0 + i * 997 + r, STO_STEP_NONE, 0, random_value());
+			remember(r, M_GPU, T0 + i * 997 + r, MDL_STEP_NONE, 0, random_value());
 	size_t n2 = nall - phase1, *idx = malloc(n2 * sizeof(*idx));
 	for (size_t i = 0; i < n2; i++)
 		idx[i] = phase1 + i;
@@ -147,7 +147,7 @@ static bool selected(const struct rp *p, uint32_t rank, int metric, const struct
 	const struct sto_range *r = &bk->range;
 	if (p->rank != rank || p->metric != metric || p->ts < r->from_ns || p->ts > r->to_ns)
 		return false;
-	if ((r->by_step || bk->axis == QRY_AXIS_STEP) && p->step == STO_STEP_NONE)
+	if ((r->by_step || bk->axis == QRY_AXIS_STEP) && p->step == MDL_STEP_NONE)
 		return false;
 	if (r->by_step && (p->step < r->step_from || p->step > r->step_to))
 		return false;
@@ -234,7 +234,7 @@ static void check_bucket(const struct qry_buckets *got, size_t bi, const struct 
 
 static uint64_t sid(struct sto *s, uint32_t rank, const char *metric)
 {
-	struct sto_series_key k = {.rank = rank};
+	struct mdl_series_key k = {.rank = rank};
 	snprintf(k.job, sizeof(k.job), "jq");
 	snprintf(k.metric, sizeof(k.metric), "%s", metric);
 	uint64_t id = 0;
@@ -365,7 +365,7 @@ static void test_point_bound(void)
 	qry_scan_init(&sc, store, 50);
 	CHECK_EQ_INT(qry_agg_series(&sc, sid(store, 0, "loss"), &bk, &b), RDB_ELIMIT);
 	struct qry_error err;
-	qry_agg_read_error(&err, RDB_ELIMIT, &(struct sto_series_key){.job = "jq"}, &sc);
+	qry_agg_read_error(&err, RDB_ELIMIT, &(struct mdl_series_key){.job = "jq"}, &sc);
 	CHECK_EQ_INT(err.status, 422);
 	qry_buckets_free(&b);
 	qry_scan_free(&sc);
@@ -540,7 +540,7 @@ static void test_json_numbers(void)
 	}
 	struct rdb_buf out;
 	rdb_buf_init(&out, 1 << 16);
-	int64_t ints[] = {0, -1, 1700000000343437568ll, INT64_MIN, INT64_MAX, STO_STEP_NONE};
+	int64_t ints[] = {0, -1, 1700000000343437568ll, INT64_MIN, INT64_MAX, MDL_STEP_NONE};
 	CHECK_EQ_INT(qry_json_i64s(&out, ints, 5), 0);
 	CHECK_EQ_INT(qry_json_steps(&out, ints + 4, 2), 0);
 	const char *want = "0,-1,1700000000343437568,-9223372036854775808,9223372036854775807"
@@ -552,14 +552,14 @@ static void test_json_numbers(void)
 static void test_outliers_and_errors(void)
 {
 	struct sto *s = open_store("outliers", 8);
-	struct sto_batch *b;
-	CHECK_EQ_INT(sto_batch_new(1 << 16, 64, &b), 0);
+	struct mdl_batch *b;
+	CHECK_EQ_INT(mdl_batch_new(1 << 16, 64, &b), 0);
 	for (uint32_t r = 0; r < 8; r++)
 		for (int64_t st = 0; st < 40; st++)
-			sto_batch_add(b, "jo", 2, r, "step_time", 9, T0 + st * 100 + r, st, 0,
+			mdl_batch_add(b, "jo", 2, r, "step_time", 9, T0 + st * 100 + r, st, 0,
 				      rdb_f64_bits(r == 3 ? 2.0 : 1.0 + 0.01 * r));
 	CHECK_EQ_INT(sto_write(s, b), 0);
-	sto_batch_free(b);
+	mdl_batch_free(b);
 	struct rdb_buf out;
 	rdb_buf_init(&out, 1 << 20);
 	struct qry_error err;

@@ -39,23 +39,23 @@ static void opts(struct sto_options *o, const char *dir, uint32_t chunk_max)
 static int write_points(struct sto *s, const char *job, uint32_t rank, const char *metric,
 			int64_t t0, size_t n, size_t per)
 {
-	struct sto_batch *b;
-	int rc = sto_batch_new(1 << 20, 1024, &b);
+	struct mdl_batch *b;
+	int rc = mdl_batch_new(1 << 20, 1024, &b);
 	for (size_t i = 0; rc == 0 && i < n; i++) {
-		rc = sto_batch_add(b, job, strlen(job), rank, metric, strlen(metric),
+		rc = mdl_batch_add(b, job, strlen(job), rank, metric, strlen(metric),
 				   t0 + (int64_t)i, (int64_t)i, 0, rdb_f64_bits((double)i * 0.5));
-		if (rc == 0 && (sto_batch_points(b) == per || i + 1 == n)) {
+		if (rc == 0 && (mdl_batch_points(b) == per || i + 1 == n)) {
 			rc = sto_write(s, b);
-			sto_batch_reset(b);
+			mdl_batch_reset(b);
 		}
 	}
-	sto_batch_free(b);
+	mdl_batch_free(b);
 	return rc;
 }
 
 static uint64_t series_id(struct sto *s, const char *job, uint32_t rank, const char *metric)
 {
-	struct sto_series_key k = {0};
+	struct mdl_series_key k = {0};
 	snprintf(k.job, sizeof(k.job), "%s", job);
 	k.rank = rank;
 	snprintf(k.metric, sizeof(k.metric), "%s", metric);
@@ -72,7 +72,7 @@ static void check_series(struct sto *s, const char *job, uint32_t rank, const ch
 	uint64_t id = series_id(s, job, rank, metric);
 	CHECK(id != 0);
 	struct sto_range r = {INT64_MIN, INT64_MAX, false, 0, 0};
-	struct sto_cols c = STO_COLS_INIT;
+	struct mdl_cols c = MDL_COLS_INIT;
 	struct sto_read_error err;
 	int rc = sto_read(s, id, &r, 10000000, &c, &err);
 	CHECK_EQ_INT(rc, 0);
@@ -82,7 +82,7 @@ static void check_series(struct sto *s, const char *job, uint32_t rank, const ch
 		bad += c.ts_ns[i] != t0 + (int64_t)i || c.step[i] != (int64_t)i ||
 		       c.value[i] != rdb_f64_bits((double)i * 0.5);
 	CHECK_EQ_INT(bad, 0);
-	sto_cols_free(&c);
+	mdl_cols_free(&c);
 }
 
 static void test_head_and_chunks(void)
@@ -104,7 +104,7 @@ static void test_head_and_chunks(void)
 
 	/* step and time ranges are inclusive */
 	uint64_t id = series_id(s, "j1", 0, "loss");
-	struct sto_cols c = STO_COLS_INIT;
+	struct mdl_cols c = MDL_COLS_INIT;
 	struct sto_read_error err;
 	struct sto_range r = {INT64_MIN, INT64_MAX, true, 99, 201};
 	CHECK_EQ_INT(sto_read(s, id, &r, 1000, &c, &err), 0);
@@ -116,7 +116,7 @@ static void test_head_and_chunks(void)
 	/* the point bound is enforced */
 	struct sto_range all = {INT64_MIN, INT64_MAX, false, 0, 0};
 	CHECK_EQ_INT(sto_read(s, id, &all, 1000, &c, &err), RDB_ELIMIT);
-	sto_cols_free(&c);
+	mdl_cols_free(&c);
 	sto_close(s);
 
 	CHECK_EQ_INT(sto_open(&o, &s), 0);
@@ -133,18 +133,18 @@ static void test_out_of_order(void)
 	struct sto *s;
 	CHECK_EQ_INT(sto_open(&o, &s), 0);
 	/* second half first, then first half: reads come back sorted */
-	struct sto_batch *b;
-	CHECK_EQ_INT(sto_batch_new(10000, 10, &b), 0);
+	struct mdl_batch *b;
+	CHECK_EQ_INT(mdl_batch_new(10000, 10, &b), 0);
 	for (int half = 1; half >= 0; half--) {
 		for (int i = half * 150; i < (half + 1) * 150; i++)
-			sto_batch_add(b, "j", 1, 3, "m", 1, 1000 + i, i, 0,
+			mdl_batch_add(b, "j", 1, 3, "m", 1, 1000 + i, i, 0,
 				      rdb_f64_bits((double)i * 0.5));
 		CHECK_EQ_INT(sto_write(s, b), 0);
-		sto_batch_reset(b);
+		mdl_batch_reset(b);
 		if (half == 1)
 			CHECK_EQ_INT(sto_checkpoint(s), 0);
 	}
-	sto_batch_free(b);
+	mdl_batch_free(b);
 	check_series(s, "j", 3, "m", 1000, 300);
 	sto_close(s);
 }
@@ -230,48 +230,48 @@ static void test_special_values_and_series_limit(void)
 	o.max_series = 3;
 	struct sto *s;
 	CHECK_EQ_INT(sto_open(&o, &s), 0);
-	uint64_t vals[] = {STO_VALUE_NULL_BITS, STO_VALUE_NAN_BITS, 0x7ff0000000000001ull,
+	uint64_t vals[] = {MDL_VALUE_NULL_BITS, MDL_VALUE_NAN_BITS, 0x7ff0000000000001ull,
 			   rdb_f64_bits(-0.0), rdb_f64_bits(INFINITY), rdb_f64_bits(-INFINITY), 1};
-	struct sto_batch *b;
-	CHECK_EQ_INT(sto_batch_new(100, 10, &b), 0);
+	struct mdl_batch *b;
+	CHECK_EQ_INT(mdl_batch_new(100, 10, &b), 0);
 	for (int i = 0; i < 7; i++)
-		sto_batch_add(b, "v", 1, STO_RANK_JOB, "x", 1, i, STO_STEP_NONE, 2, vals[i]);
+		mdl_batch_add(b, "v", 1, MDL_RANK_JOB, "x", 1, i, MDL_STEP_NONE, 2, vals[i]);
 	CHECK_EQ_INT(sto_write(s, b), 0);
 	CHECK_EQ_INT(sto_checkpoint(s), 0);
 	struct sto_range all = {INT64_MIN, INT64_MAX, false, 0, 0};
-	struct sto_cols c = STO_COLS_INIT;
+	struct mdl_cols c = MDL_COLS_INIT;
 	struct sto_read_error err;
-	CHECK_EQ_INT(sto_read(s, series_id(s, "v", STO_RANK_JOB, "x"), &all, 100, &c, &err), 0);
+	CHECK_EQ_INT(sto_read(s, series_id(s, "v", MDL_RANK_JOB, "x"), &all, 100, &c, &err), 0);
 	CHECK_EQ_INT(c.n, 7);
 	for (size_t i = 0; i < c.n; i++) {
 		CHECK(c.value[i] == vals[i]);
-		CHECK(c.step[i] == STO_STEP_NONE);
+		CHECK(c.step[i] == MDL_STEP_NONE);
 		CHECK_EQ_INT(c.attempt[i], 2);
 	}
 	/* step range selects no step-less points */
 	struct sto_range st = {INT64_MIN, INT64_MAX, true, 0, INT64_MAX};
-	CHECK_EQ_INT(sto_read(s, series_id(s, "v", STO_RANK_JOB, "x"), &st, 100, &c, &err), 0);
+	CHECK_EQ_INT(sto_read(s, series_id(s, "v", MDL_RANK_JOB, "x"), &st, 100, &c, &err), 0);
 	CHECK_EQ_INT(c.n, 0);
-	sto_cols_free(&c);
+	mdl_cols_free(&c);
 	/* max_series = 3: two more series are fine, a fourth is refused whole */
-	sto_batch_reset(b);
-	sto_batch_add(b, "v", 1, 0, "y", 1, 1, 1, 0, 1);
-	sto_batch_add(b, "v", 1, 0, "z", 1, 1, 1, 0, 1);
+	mdl_batch_reset(b);
+	mdl_batch_add(b, "v", 1, 0, "y", 1, 1, 1, 0, 1);
+	mdl_batch_add(b, "v", 1, 0, "z", 1, 1, 1, 0, 1);
 	CHECK_EQ_INT(sto_write(s, b), 0);
-	sto_batch_reset(b);
-	sto_batch_add(b, "v", 1, 0, "w", 1, 1, 1, 0, 1);
+	mdl_batch_reset(b);
+	mdl_batch_add(b, "v", 1, 0, "w", 1, 1, 1, 0, 1);
 	CHECK_EQ_INT(sto_write(s, b), RDB_ELIMIT);
-	sto_batch_free(b);
+	mdl_batch_free(b);
 	sto_close(s);
 }
 
-static int add_log(struct sto_events *ev, const char *job, uint32_t rank, int64_t ts,
+static int add_log(struct mdl_events *ev, const char *job, uint32_t rank, int64_t ts,
 		   uint8_t level, const char *msg, const char *fields)
 {
-	struct sto_event e = {.kind = STO_EV_LOG, .level = level, .rank = rank, .ts_ns = ts,
+	struct mdl_event e = {.kind = MDL_EV_LOG, .level = level, .rank = rank, .ts_ns = ts,
 			      .step = ts / 10, .job = job, .job_len = strlen(job), .text = msg,
 			      .text_len = strlen(msg), .fields = fields, .fields_len = strlen(fields)};
-	return sto_events_add(ev, &e);
+	return mdl_events_add(ev, &e);
 }
 
 struct ev_seen {
@@ -280,7 +280,7 @@ struct ev_seen {
 	char text[64][64];
 };
 
-static int ev_cb(void *arg, const struct sto_event *e)
+static int ev_cb(void *arg, const struct mdl_event *e)
 {
 	struct ev_seen *v = arg;
 	if (v->n < 64) {
@@ -294,7 +294,7 @@ static int ev_cb(void *arg, const struct sto_event *e)
 static int count_events(struct sto *s, const char *job, const char *text, uint8_t min_level,
 			struct ev_seen *v)
 {
-	struct sto_ev_filter f = {.job = job, .kinds = 1u << STO_EV_LOG, .min_level = min_level,
+	struct sto_ev_filter f = {.job = job, .kinds = 1u << MDL_EV_LOG, .min_level = min_level,
 				  .from_ns = INT64_MIN, .to_ns = INT64_MAX, .text = text,
 				  .attempt = -1};
 	struct sto_read_error err;
@@ -314,11 +314,11 @@ static void test_events_and_batch_ids(void)
 	opts(&o, dir, 100);
 	struct sto *s;
 	CHECK_EQ_INT(sto_open(&o, &s), 0);
-	struct sto_events *ev;
-	CHECK_EQ_INT(sto_events_new(100, 1 << 20, &ev), 0);
-	add_log(ev, "jl", 0, 100, STO_LEVEL_INFO, "loading shard 7", "{\"shard\":7}");
-	add_log(ev, "jl", 3, 300, STO_LEVEL_ERROR, "NCCL timeout in allreduce", "{\"op\":\"ar\"}");
-	add_log(ev, "jl", 1, 200, STO_LEVEL_WARN, "slow dataloader", "{}");
+	struct mdl_events *ev;
+	CHECK_EQ_INT(mdl_events_new(100, 1 << 20, &ev), 0);
+	add_log(ev, "jl", 0, 100, MDL_LEVEL_INFO, "loading shard 7", "{\"shard\":7}");
+	add_log(ev, "jl", 3, 300, MDL_LEVEL_ERROR, "NCCL timeout in allreduce", "{\"op\":\"ar\"}");
+	add_log(ev, "jl", 1, 200, MDL_LEVEL_WARN, "slow dataloader", "{}");
 	struct sto_write_req req = {.events = ev, .batch_id = "b-1", .batch_id_len = 3};
 	struct sto_write_result res;
 	CHECK_EQ_INT(sto_write_req(s, &req, &res), 0);
@@ -334,10 +334,10 @@ static void test_events_and_batch_ids(void)
 	CHECK_EQ_INT(count_events(s, "jl", "nccl TIMEOUT", 0, &v), 1);
 	CHECK(strcmp(v.text[0], "NCCL timeout in allreduce") == 0);
 	CHECK_EQ_INT(count_events(s, "jl", "timeo", 0, &v), 0); /* whole words only */
-	CHECK_EQ_INT(count_events(s, "jl", NULL, STO_LEVEL_WARN, &v), 2);
+	CHECK_EQ_INT(count_events(s, "jl", NULL, MDL_LEVEL_WARN, &v), 2);
 	CHECK_EQ_INT(count_events(s, "jl", "7", 0, &v), 1); /* field values are words too */
 	CHECK_EQ_INT(count_events(s, "other", NULL, 0, &v), 0);
-	struct sto_ev_filter f = {.job = "jl", .kinds = 1u << STO_EV_LOG, .from_ns = INT64_MIN,
+	struct sto_ev_filter f = {.job = "jl", .kinds = 1u << MDL_EV_LOG, .from_ns = INT64_MIN,
 				  .to_ns = INT64_MAX, .attempt = -1};
 	const char *keys[] = {"op"}, *vals[] = {"ar"};
 	f.field_keys = keys;
@@ -357,8 +357,8 @@ static void test_events_and_batch_ids(void)
 	if (pid == 0) {
 		if (sto_open(&o, &s))
 			_exit(3);
-		sto_events_reset(ev);
-		add_log(ev, "jl", 2, 400, STO_LEVEL_FATAL, "rank 2 died", "{}");
+		mdl_events_reset(ev);
+		add_log(ev, "jl", 2, 400, MDL_LEVEL_FATAL, "rank 2 died", "{}");
 		struct sto_write_req r2 = {.events = ev, .batch_id = "b-2", .batch_id_len = 3};
 		struct sto_write_result res2;
 		_exit(sto_write_req(s, &r2, &res2) == 0 && !res2.duplicate ? 0 : 4);
@@ -369,13 +369,13 @@ static void test_events_and_batch_ids(void)
 	CHECK_EQ_INT(sto_open(&o, &s), 0);
 	CHECK_EQ_INT(count_events(s, "jl", NULL, 0, &v), 4);
 	CHECK_EQ_INT(v.ts[0], 400);
-	sto_events_reset(ev);
-	add_log(ev, "jl", 2, 400, STO_LEVEL_FATAL, "rank 2 died", "{}");
+	mdl_events_reset(ev);
+	add_log(ev, "jl", 2, 400, MDL_LEVEL_FATAL, "rank 2 died", "{}");
 	struct sto_write_req r3 = {.events = ev, .batch_id = "b-2", .batch_id_len = 3};
 	CHECK_EQ_INT(sto_write_req(s, &r3, &res), 0);
 	CHECK(res.duplicate); /* replayed from the WAL: still known */
 	CHECK_EQ_INT(count_events(s, "jl", NULL, 0, &v), 4);
-	sto_events_free(ev);
+	mdl_events_free(ev);
 	sto_close(s);
 }
 
@@ -390,27 +390,27 @@ static void test_series_per_job_limit(void)
 	o.max_series_per_job = 2;
 	struct sto *s;
 	CHECK_EQ_INT(sto_open(&o, &s), 0);
-	struct sto_batch *b;
-	CHECK_EQ_INT(sto_batch_new(100, 10, &b), 0);
-	sto_batch_add(b, "a", 1, 0, "x", 1, 1, 1, 0, 1);
-	sto_batch_add(b, "a", 1, 0, "y", 1, 1, 1, 0, 1);
+	struct mdl_batch *b;
+	CHECK_EQ_INT(mdl_batch_new(100, 10, &b), 0);
+	mdl_batch_add(b, "a", 1, 0, "x", 1, 1, 1, 0, 1);
+	mdl_batch_add(b, "a", 1, 0, "y", 1, 1, 1, 0, 1);
 	CHECK_EQ_INT(sto_write(s, b), 0);
-	sto_batch_reset(b);
-	sto_batch_add(b, "b", 1, 0, "x", 1, 1, 1, 0, 1); /* another job: fine */
-	sto_batch_add(b, "a", 1, 0, "x", 1, 2, 2, 0, 1); /* existing series: fine */
+	mdl_batch_reset(b);
+	mdl_batch_add(b, "b", 1, 0, "x", 1, 1, 1, 0, 1); /* another job: fine */
+	mdl_batch_add(b, "a", 1, 0, "x", 1, 2, 2, 0, 1); /* existing series: fine */
 	CHECK_EQ_INT(sto_write(s, b), 0);
-	sto_batch_reset(b);
-	sto_batch_add(b, "b", 1, 0, "y", 1, 1, 1, 0, 1);
-	sto_batch_add(b, "a", 1, 1, "x", 1, 1, 1, 0, 1); /* a third series of a */
+	mdl_batch_reset(b);
+	mdl_batch_add(b, "b", 1, 0, "y", 1, 1, 1, 0, 1);
+	mdl_batch_add(b, "a", 1, 1, "x", 1, 1, 1, 0, 1); /* a third series of a */
 	CHECK_EQ_INT(sto_write(s, b), RDB_ELIMIT);     /* refused whole */
 	sto_close(s);
 	CHECK_EQ_INT(sto_open(&o, &s), 0);
 	CHECK_EQ_INT(sto_write(s, b), RDB_ELIMIT);
 	CHECK(series_id(s, "b", 0, "y") == 0);
-	sto_batch_reset(b);
-	sto_batch_add(b, "b", 1, 0, "y", 1, 1, 1, 0, 1);
+	mdl_batch_reset(b);
+	mdl_batch_add(b, "b", 1, 0, "y", 1, 1, 1, 0, 1);
 	CHECK_EQ_INT(sto_write(s, b), 0);
-	sto_batch_free(b);
+	mdl_batch_free(b);
 	sto_close(s);
 }
 
@@ -420,14 +420,14 @@ static int write_tiny_chunks(struct sto *s, const char *metric, size_t from, siz
 {
 	int rc = 0;
 	for (size_t i = from; rc == 0 && i < n; i += per) {
-		struct sto_batch *b;
-		rc = sto_batch_new(1 << 20, 1024, &b);
+		struct mdl_batch *b;
+		rc = mdl_batch_new(1 << 20, 1024, &b);
 		for (size_t k = i; rc == 0 && k < i + per && k < n; k++)
-			rc = sto_batch_add(b, "sup", 3, 0, metric, strlen(metric), 1000 + (int64_t)k,
+			rc = mdl_batch_add(b, "sup", 3, 0, metric, strlen(metric), 1000 + (int64_t)k,
 					   (int64_t)k, 0, rdb_f64_bits((double)k * 0.5));
 		if (rc == 0)
 			rc = sto_write(s, b);
-		sto_batch_free(b);
+		mdl_batch_free(b);
 		if (rc == 0)
 			rc = sto_checkpoint(s);
 	}
@@ -551,7 +551,7 @@ static void test_view_survives_merge(void)
 	CHECK_EQ_INT(sto_compact(s, 1.0, &cr), 0); /* merge, then rewrite every segment */
 	CHECK(cr.merged_from == 8 && cr.segments >= 1);
 	struct rdb_buf rec;
-	struct sto_cols c = STO_COLS_INIT;
+	struct mdl_cols c = MDL_COLS_INIT;
 	struct sto_read_error err;
 	size_t points = 0;
 	rdb_buf_init(&rec, 1u << 24);
@@ -562,7 +562,7 @@ static void test_view_survives_merge(void)
 	}
 	CHECK_EQ_INT(points, 24);
 	rdb_buf_free(&rec);
-	sto_cols_free(&c);
+	mdl_cols_free(&c);
 	sto_view_free(&v);
 	check_series(s, "sup", 0, "v", 1000, 24);
 	sto_close(s);

@@ -2,15 +2,15 @@
  *
  * Points are appended to flat columns tagged with a series slot; series
  * keys are interned in an open-addressing hash table (XXH3 of the key).
- * sto_batch_series_at groups the points by series (a stable counting sort)
+ * mdl_batch_series_at groups the points by series (a stable counting sort)
  * on first use after an add, so adding stays O(1) per point and a record of
  * 32 metrics does not cost 32 allocations.
  *
  * Bounds: max_points and max_series set at creation; RDB_ELIMIT beyond.
- * Single owner; not thread-safe. sto_batch_decode treats its input as
- * hostile (it replays WAL payloads).
+ * Single owner; not thread-safe. The WAL encoding of a batch lives in
+ * storage (storage/wal_codec.c).
  */
-#include "storage/batch.h"
+#include "model/batch.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
@@ -20,28 +20,28 @@
 #include <string.h>
 
 struct series_slot {
-	struct sto_batch_series s;
+	struct mdl_batch_series s;
 	uint64_t hash;
 	size_t count; /* points of this series */
 	size_t start; /* first index in the grouped columns */
 };
 
-struct sto_batch {
+struct mdl_batch {
 	size_t max_points, max_series;
 	struct series_slot *series; /* [nseries] */
 	size_t nseries, series_cap;
 	uint32_t *table; /* hash table of series index + 1; 0 = empty */
 	size_t table_cap;  /* power of two */
-	struct sto_cols pts;    /* arrival order */
+	struct mdl_cols pts;    /* arrival order */
 	uint32_t *pt_series;    /* [pts.n] series index per point */
 	size_t pt_series_cap;
-	struct sto_cols grouped; /* points grouped by series */
+	struct mdl_cols grouped; /* points grouped by series */
 	bool dirty;              /* grouped is stale */
 };
 
-int sto_batch_new(size_t max_points, size_t max_series, struct sto_batch **out)
+int mdl_batch_new(size_t max_points, size_t max_series, struct mdl_batch **out)
 {
-	struct sto_batch *b = calloc(1, sizeof(*b));
+	struct mdl_batch *b = calloc(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;
 	b->max_points = max_points;
@@ -50,19 +50,19 @@ int sto_batch_new(size_t max_points, size_t max_series, struct sto_batch **out)
 	return 0;
 }
 
-void sto_batch_free(struct sto_batch *b)
+void mdl_batch_free(struct mdl_batch *b)
 {
 	if (!b)
 		return;
 	free(b->series);
 	free(b->table);
 	free(b->pt_series);
-	sto_cols_free(&b->pts);
-	sto_cols_free(&b->grouped);
+	mdl_cols_free(&b->pts);
+	mdl_cols_free(&b->grouped);
 	free(b);
 }
 
-void sto_batch_reset(struct sto_batch *b)
+void mdl_batch_reset(struct mdl_batch *b)
 {
 	b->nseries = 0;
 	b->pts.n = 0;
@@ -74,7 +74,7 @@ void sto_batch_reset(struct sto_batch *b)
 
 static uint64_t key_hash(const char *job, size_t jl, uint32_t rank, const char *metric, size_t ml)
 {
-	uint8_t buf[STO_JOB_MAX + 4 + STO_METRIC_MAX + 1];
+	uint8_t buf[MDL_JOB_MAX + 4 + MDL_METRIC_MAX + 1];
 	memcpy(buf, job, jl);
 	buf[jl] = 0;
 	rdb_put_le32(buf + jl + 1, rank);
@@ -90,7 +90,7 @@ static bool slot_matches(const struct series_slot *s, uint64_t h, const char *jo
 	       s->s.key.metric[ml] == 0;
 }
 
-static int table_grow(struct sto_batch *b)
+static int table_grow(struct mdl_batch *b)
 {
 	size_t cap = b->table_cap ? b->table_cap * 2 : 64;
 	uint32_t *t = calloc(cap, sizeof(*t));
@@ -109,10 +109,10 @@ static int table_grow(struct sto_batch *b)
 }
 
 /* Finds or adds the series; *idx gets its index. */
-static int intern(struct sto_batch *b, const char *job, size_t jl, uint32_t rank,
+static int intern(struct mdl_batch *b, const char *job, size_t jl, uint32_t rank,
 		  const char *metric, size_t ml, uint32_t *idx)
 {
-	if (jl > STO_JOB_MAX || ml > STO_METRIC_MAX)
+	if (jl > MDL_JOB_MAX || ml > MDL_METRIC_MAX)
 		return RDB_EINVAL;
 	if ((b->nseries + 1) * 2 > b->table_cap) {
 		int rc = table_grow(b);
@@ -151,7 +151,7 @@ static int intern(struct sto_batch *b, const char *job, size_t jl, uint32_t rank
 	return 0;
 }
 
-int sto_batch_add(struct sto_batch *b, const char *job, size_t job_len, uint32_t rank,
+int mdl_batch_add(struct mdl_batch *b, const char *job, size_t job_len, uint32_t rank,
 		  const char *metric, size_t metric_len, int64_t ts_ns, int64_t step,
 		  uint32_t attempt, uint64_t value_bits)
 {
@@ -169,7 +169,7 @@ int sto_batch_add(struct sto_batch *b, const char *job, size_t job_len, uint32_t
 		b->pt_series = p;
 		b->pt_series_cap = cap;
 	}
-	rc = sto_cols_push(&b->pts, ts_ns, step, attempt, value_bits);
+	rc = mdl_cols_push(&b->pts, ts_ns, step, attempt, value_bits);
 	if (rc)
 		return rc;
 	b->pt_series[b->pts.n - 1] = idx;
@@ -178,20 +178,20 @@ int sto_batch_add(struct sto_batch *b, const char *job, size_t job_len, uint32_t
 	return 0;
 }
 
-size_t sto_batch_points(const struct sto_batch *b)
+size_t mdl_batch_points(const struct mdl_batch *b)
 {
 	return b->pts.n;
 }
 
-size_t sto_batch_nseries(const struct sto_batch *b)
+size_t mdl_batch_nseries(const struct mdl_batch *b)
 {
 	return b->nseries;
 }
 
 /* Groups points by series (stable) and points each series' view at them. */
-static int regroup(struct sto_batch *b)
+static int regroup(struct mdl_batch *b)
 {
-	int rc = sto_cols_reserve(&b->grouped, b->pts.n);
+	int rc = mdl_cols_reserve(&b->grouped, b->pts.n);
 	if (rc)
 		return rc;
 	size_t off = 0;
@@ -200,7 +200,7 @@ static int regroup(struct sto_batch *b)
 		off += b->series[i].count;
 		b->series[i].count = 0;
 	}
-	struct sto_cols *g = &b->grouped;
+	struct mdl_cols *g = &b->grouped;
 	for (size_t p = 0; p < b->pts.n; p++) {
 		struct series_slot *s = &b->series[b->pt_series[p]];
 		size_t at = s->start + s->count++;
@@ -223,89 +223,11 @@ static int regroup(struct sto_batch *b)
 	return 0;
 }
 
-const struct sto_batch_series *sto_batch_series_at(const struct sto_batch *b, size_t i)
+const struct mdl_batch_series *mdl_batch_series_at(const struct mdl_batch *b, size_t i)
 {
 	if (i >= b->nseries)
 		return NULL;
-	if (b->dirty && regroup((struct sto_batch *)b) != 0)
+	if (b->dirty && regroup((struct mdl_batch *)b) != 0)
 		return NULL;
 	return &b->series[i].s;
-}
-
-int sto_batch_encode(const struct sto_batch *b, struct rdb_buf *out)
-{
-	size_t need = 4 + b->nseries * (1 + 4 + 2 + 4) + b->pts.n * STO_WAL_POINT_SIZE;
-	for (size_t i = 0; i < b->nseries; i++)
-		need += strlen(b->series[i].s.key.job) + strlen(b->series[i].s.key.metric);
-	size_t start = out->len;
-	int rc = rdb_buf_reserve(out, need);
-	if (rc)
-		return rc;
-	uint8_t *p = out->data + out->len;
-	rdb_put_le32(p, (uint32_t)b->nseries);
-	p += 4;
-	for (size_t i = 0; i < b->nseries; i++) {
-		const struct sto_batch_series *s = sto_batch_series_at(b, i);
-		if (!s)
-			return -ENOMEM;
-		size_t jl = strlen(s->key.job), ml = strlen(s->key.metric);
-		*p++ = (uint8_t)jl;
-		memcpy(p, s->key.job, jl);
-		p += jl;
-		rdb_put_le32(p, s->key.rank);
-		p += 4;
-		rdb_put_le16(p, (uint16_t)ml);
-		p += 2;
-		memcpy(p, s->key.metric, ml);
-		p += ml;
-		rdb_put_le32(p, (uint32_t)s->pts.n);
-		p += 4;
-		for (size_t k = 0; k < s->pts.n; k++) {
-			rdb_put_le64(p, (uint64_t)s->pts.ts_ns[k]);
-			rdb_put_le64(p + 8, (uint64_t)s->pts.step[k]);
-			rdb_put_le32(p + 16, s->pts.attempt[k]);
-			rdb_put_le64(p + 20, s->pts.value[k]);
-			p += STO_WAL_POINT_SIZE;
-		}
-	}
-	out->len = start + (size_t)(p - (out->data + start));
-	return 0;
-}
-
-int sto_batch_decode(struct sto_batch *b, const uint8_t *p, size_t len)
-{
-	sto_batch_reset(b);
-	const uint8_t *end = p + len;
-	if (len < 4)
-		return RDB_ECORRUPT;
-	uint32_t nseries = rdb_get_le32(p);
-	p += 4;
-	for (uint32_t i = 0; i < nseries; i++) {
-		if (end - p < 1)
-			return RDB_ECORRUPT;
-		size_t jl = *p++;
-		if ((size_t)(end - p) < jl + 4 + 2 || !sto_job_valid((const char *)p, jl))
-			return RDB_ECORRUPT;
-		const char *job = (const char *)p;
-		p += jl;
-		uint32_t rank = rdb_get_le32(p);
-		size_t ml = rdb_get_le16(p + 4);
-		p += 6;
-		if ((size_t)(end - p) < ml + 4 || !sto_metric_valid((const char *)p, ml))
-			return RDB_ECORRUPT;
-		const char *metric = (const char *)p;
-		p += ml;
-		uint32_t n = rdb_get_le32(p);
-		p += 4;
-		if ((size_t)(end - p) / STO_WAL_POINT_SIZE < n)
-			return RDB_ECORRUPT;
-		for (uint32_t k = 0; k < n; k++, p += STO_WAL_POINT_SIZE) {
-			int rc = sto_batch_add(b, job, jl, rank, metric, ml,
-					       (int64_t)rdb_get_le64(p), (int64_t)rdb_get_le64(p + 8),
-					       rdb_get_le32(p + 16), rdb_get_le64(p + 20));
-			if (rc)
-				return rc;
-		}
-	}
-	return p == end ? 0 : RDB_ECORRUPT;
 }

@@ -1,13 +1,13 @@
 /* cols.c - growable point columns. Single owner, not thread-safe.
  * Growth doubles capacity; callers bound the total through their own limits
  * (chunk_max_points, batch bounds, query max_points). */
-#include "storage/cols.h"
+#include "model/cols.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-int sto_cols_reserve(struct sto_cols *c, size_t want)
+int mdl_cols_reserve(struct mdl_cols *c, size_t want)
 {
 	if (want <= c->cap)
 		return 0;
@@ -34,11 +34,11 @@ int sto_cols_reserve(struct sto_cols *c, size_t want)
 	return 0;
 }
 
-int sto_cols_push(struct sto_cols *c, int64_t ts_ns, int64_t step, uint32_t attempt,
+int mdl_cols_push(struct mdl_cols *c, int64_t ts_ns, int64_t step, uint32_t attempt,
 		  uint64_t value)
 {
 	if (c->n == c->cap) {
-		int rc = sto_cols_reserve(c, c->n + 1);
+		int rc = mdl_cols_reserve(c, c->n + 1);
 		if (rc)
 			return rc;
 	}
@@ -50,7 +50,7 @@ int sto_cols_push(struct sto_cols *c, int64_t ts_ns, int64_t step, uint32_t atte
 	return 0;
 }
 
-void sto_cols_free(struct sto_cols *c)
+void mdl_cols_free(struct mdl_cols *c)
 {
 	if (!c)
 		return;
@@ -61,7 +61,7 @@ void sto_cols_free(struct sto_cols *c)
 	memset(c, 0, sizeof(*c));
 }
 
-static int cmp_point(const struct sto_cols *c, size_t a, size_t b)
+static int cmp_point(const struct mdl_cols *c, size_t a, size_t b)
 {
 	if (c->ts_ns[a] != c->ts_ns[b])
 		return c->ts_ns[a] < c->ts_ns[b] ? -1 : 1;
@@ -73,7 +73,7 @@ static int cmp_point(const struct sto_cols *c, size_t a, size_t b)
 }
 
 /* Stable merge sort of the permutation idx[0..n) using tmp as scratch. */
-static void msort(const struct sto_cols *c, uint32_t *idx, uint32_t *tmp, size_t n)
+static void msort(const struct mdl_cols *c, uint32_t *idx, uint32_t *tmp, size_t n)
 {
 	if (n < 2)
 		return;
@@ -100,7 +100,7 @@ static void msort(const struct sto_cols *c, uint32_t *idx, uint32_t *tmp, size_t
 		memcpy((arr), dst_, c->n * sizeof(type));                                  \
 	} while (0)
 
-int sto_cols_sort_by_time(struct sto_cols *c)
+int mdl_cols_sort_by_time(struct mdl_cols *c)
 {
 	size_t i;
 	for (i = 1; i < c->n; i++)
@@ -129,7 +129,7 @@ out:
 	return rc;
 }
 
-bool sto_cols_same_time(const struct sto_cols *a, const struct sto_cols *b)
+bool mdl_cols_same_time(const struct mdl_cols *a, const struct mdl_cols *b)
 {
 	return a->n == b->n && memcmp(a->ts_ns, b->ts_ns, a->n * sizeof(int64_t)) == 0 &&
 	       memcmp(a->step, b->step, a->n * sizeof(int64_t)) == 0 &&

@@ -1,0 +1,42 @@
+/* batch.h - a write batch: points grouped by series key, built by ingest,
+ * applied atomically by the engine (one WAL record).
+ *
+ * Not thread-safe: one builder. Bounded: mdl_batch_new takes the maximum
+ * number of points and series; mdl_batch_add beyond them returns RDB_ELIMIT.
+ */
+#ifndef MDL_BATCH_H
+#define MDL_BATCH_H
+
+#include "common/rdb_buf.h"
+#include "model/cols.h"
+#include "model/series.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct mdl_batch;
+
+struct mdl_batch_series {
+	struct mdl_series_key key;
+	struct mdl_cols pts; /* a non-owning view (cap 0) of this series' points,
+			      * in arrival order */
+};
+
+int mdl_batch_new(size_t max_points, size_t max_series, struct mdl_batch **out);
+void mdl_batch_free(struct mdl_batch *b); /* NULL ok */
+/* Empties the batch, keeping its bounds and memory. */
+void mdl_batch_reset(struct mdl_batch *b);
+
+/* Adds one point to series (job, rank, metric). The names must already be
+ * validated (mdl_job_valid/mdl_metric_valid). 0, -ENOMEM, RDB_ELIMIT. */
+int mdl_batch_add(struct mdl_batch *b, const char *job, size_t job_len, uint32_t rank,
+		  const char *metric, size_t metric_len, int64_t ts_ns, int64_t step,
+		  uint32_t attempt, uint64_t value_bits);
+
+size_t mdl_batch_points(const struct mdl_batch *b);
+size_t mdl_batch_nseries(const struct mdl_batch *b);
+/* i < mdl_batch_nseries(b); pointer valid until the next add/reset/free. */
+const struct mdl_batch_series *mdl_batch_series_at(const struct mdl_batch *b, size_t i);
+
+
+#endif
