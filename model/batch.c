@@ -231,3 +231,47 @@ const struct mdl_batch_series *mdl_batch_series_at(const struct mdl_batch *b, si
 		return NULL;
 	return &b->series[i].s;
 }
+
+/* Drops the points (and series) added after the first n points. */
+static void truncate_points(struct mdl_batch *b, size_t n, size_t nseries)
+{
+	if (b->pts.n == n && b->nseries == nseries)
+		return;
+	b->pts.n = n;
+	if (b->nseries > nseries) {
+		/* rebuild the table from the series kept (linear probing has no
+		 * tombstones) */
+		b->nseries = nseries;
+		memset(b->table, 0, b->table_cap * sizeof(*b->table));
+		for (size_t i = 0; i < nseries; i++) {
+			size_t pos = b->series[i].hash & (b->table_cap - 1);
+			while (b->table[pos])
+				pos = (pos + 1) & (b->table_cap - 1);
+			b->table[pos] = (uint32_t)(i + 1);
+		}
+	}
+	for (size_t i = 0; i < b->nseries; i++)
+		b->series[i].count = 0;
+	for (size_t k = 0; k < n; k++)
+		b->series[b->pt_series[k]].count++;
+	b->dirty = true;
+}
+
+int mdl_batch_append(struct mdl_batch *dst, const struct mdl_batch *src)
+{
+	size_t n0 = dst->pts.n, s0 = dst->nseries;
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < mdl_batch_nseries(src); i++) {
+		const struct mdl_batch_series *s = mdl_batch_series_at(src, i);
+		if (!s)
+			return -ENOMEM;
+		size_t jl = strlen(s->key.job), ml = strlen(s->key.metric);
+		for (size_t j = 0; rc == 0 && j < s->pts.n; j++)
+			rc = mdl_batch_add(dst, s->key.job, jl, s->key.rank, s->key.metric, ml,
+					   s->pts.ts_ns[j], s->pts.step[j], s->pts.attempt[j],
+					   s->pts.value[j]);
+	}
+	if (rc)
+		truncate_points(dst, n0, s0);
+	return rc;
+}

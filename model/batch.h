@@ -38,5 +38,8 @@ size_t mdl_batch_nseries(const struct mdl_batch *b);
 /* i < mdl_batch_nseries(b); pointer valid until the next add/reset/free. */
 const struct mdl_batch_series *mdl_batch_series_at(const struct mdl_batch *b, size_t i);
 
+/* Adds every point of src to dst (src unchanged). All or nothing: on
+ * failure (-ENOMEM, RDB_ELIMIT) dst holds what it held before. */
+int mdl_batch_append(struct mdl_batch *dst, const struct mdl_batch *src);
 
 #endif

@@ -81,6 +81,19 @@ int mdl_events_add(struct mdl_events *b, const struct mdl_event *ev)
 	return 0;
 }
 
+int mdl_events_append(struct mdl_events *dst, const struct mdl_events *src)
+{
+	size_t n0 = dst->n, bytes0 = dst->arena.len;
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < src->n; i++)
+		rc = mdl_events_add(dst, mdl_events_at(src, i));
+	if (rc) {
+		dst->n = n0;
+		dst->arena.len = bytes0;
+	}
+	return rc;
+}
+
 size_t mdl_events_count(const struct mdl_events *b)
 {
 	return b->n;

@@ -58,6 +58,10 @@ void mdl_events_reset(struct mdl_events *b);
  * text). 0, -ENOMEM, RDB_ELIMIT, RDB_EINVAL (lengths over the maxima). */
 int mdl_events_add(struct mdl_events *b, const struct mdl_event *ev);
 
+/* Adds every event of src to dst (src unchanged). All or nothing: on
+ * failure (RDB_ELIMIT, -ENOMEM) dst holds what it held before. */
+int mdl_events_append(struct mdl_events *dst, const struct mdl_events *src);
+
 size_t mdl_events_count(const struct mdl_events *b);
 /* i < count; pointer valid until the next add/reset/free. */
 const struct mdl_event *mdl_events_at(const struct mdl_events *b, size_t i);

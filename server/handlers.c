@@ -27,6 +27,7 @@
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
 #include "common/rdb_time.h"
+#include "ingest/protocol.h"
 #include "query/qry.h"
 
 #include <errno.h>
@@ -107,19 +108,89 @@ int srv_req_batch_id(const struct srv_req *req, const char **id, size_t *len, ch
 	return 0;
 }
 
+void srv_count_outcome(struct srv_ctx *ctx, const struct ing_outcome *o)
+{
+	struct srv_counters *c = &ctx->counters;
+	switch (o->reason) {
+	case ING_OK:
+		break;
+	case ING_BUSY:
+	case ING_SHUTDOWN:
+		atomic_fetch_add(&c->write_rejected_busy, 1);
+		break;
+	case ING_LIMIT:
+		atomic_fetch_add(&c->write_rejected_limit, 1);
+		break;
+	case ING_INVALID:
+		atomic_fetch_add(&c->write_rejected_invalid, 1);
+		break;
+	case ING_NOSPACE:
+		atomic_fetch_add(&c->write_rejected_nospace, 1);
+		break;
+	default:
+		atomic_fetch_add(&c->write_failed, 1);
+		break;
+	}
+}
+
+/* Parses a JSON body into b / ev; answers and returns non-zero on failure. */
+static int parse_json_body(struct srv_req *req, struct srv_resp *resp, struct mdl_batch *b,
+			   struct mdl_events *ev, struct ing_parse_result *res)
+{
+	struct srv_ctx *ctx = req->ctx;
+	struct rdb_buf inflated;
+	const uint8_t *body;
+	size_t len;
+	int status = 0;
+	char why[512];
+	int rc = srv_req_body(req, &inflated, &body, &len, &status, why, sizeof(why));
+	if (rc) {
+		atomic_fetch_add(status == 413 ? &ctx->counters.write_rejected_too_large
+					       : &ctx->counters.write_rejected_invalid,
+				 1);
+		srv_error(resp, status, "%s", why);
+		rdb_buf_free(&inflated);
+		return rc;
+	}
+	struct ing_parse_opts po = {.lim = &ctx->limits};
+	ing_lp_options_default(&po.lp);
+	po.lp.default_ts_ns = rdb_now_ns();
+	rc = ing_proto_json.parse(body, len, &po, b, ev, res);
+	rdb_buf_free(&inflated);
+	if (rc == RDB_ENOTFOUND)
+		return 0; /* an empty array: nothing to store, acknowledged */
+	if (rc == RDB_EINVAL || rc == RDB_ELIMIT) {
+		const struct ing_error *e = &res->errors[0];
+		atomic_fetch_add(rc == RDB_ELIMIT ? &ctx->counters.write_rejected_too_large
+						  : &ctx->counters.write_rejected_invalid,
+				 1);
+		resp->status = rc == RDB_ELIMIT ? 413 : 400;
+		write_error(resp, e);
+		static struct rdb_log_ratelimit rl;
+		rdb_log_limited(&rl, 10, RDB_LOG_INFO, "write",
+				"refused a write (%d): record %ld line %ld field '%s': %s",
+				resp->status, e->record, e->line, e->field, e->msg);
+		return rc;
+	}
+	if (rc) {
+		atomic_fetch_add(&ctx->counters.write_failed, 1);
+		srv_error(resp, 500, "parsing the body failed: %s", rdb_strerror(rc));
+	}
+	return rc;
+}
+
 static void handle_write(struct srv_req *req, struct srv_resp *resp)
 {
 	struct srv_ctx *ctx = req->ctx;
 	atomic_fetch_add(&ctx->counters.write_requests, 1);
 	struct mdl_batch *b = NULL;
 	struct mdl_events *ev = NULL;
-	struct ing_error e = {0};
-	struct sto_write_req wr = {0};
-	struct sto_write_result wres = {0};
+	struct ing_parse_result res = {0};
+	struct ing_write w = {.source = ING_SRC_HTTP_JSON};
+	struct ing_outcome o;
 	char why[256];
-	size_t nrec = 0;
 	size_t max_points = ctx->cfg->max_records_per_request * ctx->cfg->max_metrics_per_record;
-	if (srv_req_batch_id(req, &wr.batch_id, &wr.batch_id_len, why, sizeof(why))) {
+	if (srv_req_batch_id(req, &w.batch_id, &w.batch_id_len, why, sizeof(why))) {
 		atomic_fetch_add(&ctx->counters.write_rejected_invalid, 1);
 		srv_error(resp, 400, "%s", why);
 		return;
@@ -128,51 +199,26 @@ static void handle_write(struct srv_req *req, struct srv_resp *resp)
 	if (rc == 0)
 		rc = mdl_events_new(ctx->cfg->max_records_per_request, ctx->cfg->max_body_bytes * 2,
 				    &ev);
-	if (rc == 0)
-		rc = ing_json_parse_all((const char *)req->body, req->body_len, &ctx->limits,
-					rdb_now_ns(), b, ev, &e, &nrec);
-	if (rc == RDB_EINVAL || rc == RDB_ELIMIT) {
-		atomic_fetch_add(&ctx->counters.write_rejected_invalid, 1);
-		resp->status = rc == RDB_ELIMIT ? 413 : 400;
-		write_error(resp, &e);
-		static struct rdb_log_ratelimit rl;
-		rdb_log_limited(&rl, 10, RDB_LOG_INFO, "write", "refused a write (%d): record %ld "
-				"line %ld field '%s': %s", resp->status, e.record, e.line, e.field,
-				e.msg);
+	if (rc) {
+		atomic_fetch_add(&ctx->counters.write_failed, 1);
+		srv_error(resp, 500, "out of memory; nothing of this request was stored");
 		goto out;
 	}
-	wr.points = b;
-	wr.events = ev;
-	if (rc == 0)
-		rc = sto_write_req(ctx->sto, &wr, &wres);
-	if (rc == 0) {
-		atomic_fetch_add(&ctx->counters.write_records, nrec);
-		ok_json(resp);
+	if (parse_json_body(req, resp, b, ev, &res))
+		goto out;
+	w.points = b;
+	w.events = ev;
+	if (ing_submit(ctx->pipe, &w, &o) == 0) {
+		atomic_fetch_add(&ctx->counters.write_records, res.records_ok);
+		resp->status = 200;
 		rdb_buf_printf(&resp->body,
 			       "{\"accepted_points\":%zu,\"accepted_events\":%zu,\"records\":%zu%s}",
-			       mdl_batch_points(b), mdl_events_count(ev), nrec,
-			       wres.duplicate ? ",\"duplicate\":true" : "");
-	} else if (rc == RDB_EBUSY || rc == -ESHUTDOWN) {
-		atomic_fetch_add(&ctx->counters.write_rejected_busy, 1);
-		srv_error(resp, 503, rc == RDB_EBUSY ?
-			  "busy: ingest is saturated (in-memory head over head_max_bytes while "
-			  "chunks are being sealed) or a request with the same batch id is being "
-			  "written; nothing of this request was stored, retry after the "
-			  "Retry-After delay" : "server is shutting down; nothing of this "
-			  "request was stored, retry against the restarted server");
-		resp->retry_after = "1";
-	} else if (rc == RDB_ELIMIT) {
-		atomic_fetch_add(&ctx->counters.write_rejected_limit, 1);
-		srv_error(resp, 422, "this request would create more series than max_series "
-			  "(%llu) or max_series_per_job (%llu) allows; nothing of it was "
-			  "stored",
-			  (unsigned long long)ctx->cfg->max_series,
-			  (unsigned long long)ctx->cfg->max_series_per_job);
+			       mdl_batch_points(b), mdl_events_count(ev), res.records_ok,
+			       o.duplicate ? ",\"duplicate\":true" : "");
 	} else {
-		atomic_fetch_add(&ctx->counters.write_failed, 1);
-		srv_error(resp, 500, "storing the batch failed: %s; nothing of this request was "
-			  "acknowledged, retry later", rdb_strerror(rc));
-		resp->retry_after = "5";
+		srv_count_outcome(ctx, &o);
+		srv_error(resp, o.status, "%s", o.msg);
+		resp->retry_after = o.retry_after;
 	}
 out:
 	mdl_events_free(ev);
@@ -444,6 +490,31 @@ static void metrics_ingest(struct rdb_buf *b, struct srv_counters *c)
 	       atomic_load(&c->udp_points));
 }
 
+static void subscriber_metric(void *arg, const struct ing_subscriber_stats *st)
+{
+	struct rdb_buf *b = arg;
+	rdb_buf_printf(b,
+		       "rankdb_subscriber_delivered_total{subscriber=\"%s\"} %llu\n"
+		       "rankdb_subscriber_dropped_total{subscriber=\"%s\"} %llu\n"
+		       "rankdb_subscriber_queue_writes{subscriber=\"%s\"} %llu\n",
+		       st->name, (unsigned long long)st->delivered, st->name,
+		       (unsigned long long)st->dropped, st->name, (unsigned long long)st->queued);
+}
+
+/* The pipeline's subscribers (detection, ...): writes handed over, writes
+ * they missed because their queue was full, and their backlog. */
+static void metrics_subscribers(struct rdb_buf *b, struct ing_pipeline *p)
+{
+	rdb_buf_puts(b, "# HELP rankdb_subscriber_delivered_total Acknowledged writes handed to a "
+			"subscriber.\n# TYPE rankdb_subscriber_delivered_total counter\n"
+			"# HELP rankdb_subscriber_dropped_total Acknowledged writes a subscriber "
+			"missed (its queue was full; the writes are stored).\n"
+			"# TYPE rankdb_subscriber_dropped_total counter\n"
+			"# HELP rankdb_subscriber_queue_writes Writes waiting for a subscriber.\n"
+			"# TYPE rankdb_subscriber_queue_writes gauge\n");
+	ing_pipeline_stats(p, subscriber_metric, b);
+}
+
 static void handle_metrics(struct srv_req *req, struct srv_resp *resp)
 {
 	struct srv_ctx *ctx = req->ctx;
@@ -465,8 +536,13 @@ static void handle_metrics(struct srv_req *req, struct srv_resp *resp)
 		       (unsigned long long)atomic_load(&c->write_rejected_busy));
 	rdb_buf_printf(b, "rankdb_write_rejected_total{reason=\"series_limit\"} %llu\n",
 		       (unsigned long long)atomic_load(&c->write_rejected_limit));
+	rdb_buf_printf(b, "rankdb_write_rejected_total{reason=\"too_large\"} %llu\n",
+		       (unsigned long long)atomic_load(&c->write_rejected_too_large));
+	rdb_buf_printf(b, "rankdb_write_rejected_total{reason=\"disk_full\"} %llu\n",
+		       (unsigned long long)atomic_load(&c->write_rejected_nospace));
 	rdb_buf_printf(b, "rankdb_write_rejected_total{reason=\"error\"} %llu\n",
 		       (unsigned long long)atomic_load(&c->write_failed));
+	metrics_subscribers(b, ctx->pipe);
 	metric(b, "rankdb_series", "gauge", "Series ever created.", st.series);
 	metric(b, "rankdb_head_points", "gauge", "Points in the in-memory head.", st.head_points);
 	metric(b, "rankdb_head_bytes", "gauge", "Memory held by the head.", st.head_bytes);

@@ -10,7 +10,7 @@
  * (ingest/lp.h has the mapping onto job / rank / metric), plain or
  * Content-Encoding: gzip; the inflated body is bounded by max_body_bytes
  * (413 past it, so a gzip bomb costs at most that much memory and work).
- * A request becomes one sto_write_req (points and events, one WAL record),
+ * A request becomes one pipeline write (points and events, one WAL record),
  * with the client batch id of header X-Rankdb-Batch-Id or ?batch_id= so a
  * retried request is stored once.
  *
@@ -27,7 +27,9 @@
  * The error body is {"error": "..."} on /write and {"code": "...",
  * "message": "..."} on /api/v2/write, plus the fields above.
  *
- * The only file that includes zlib.h. Threading: runs on the HTTP worker
+ * Bodies are read through srv_req_body (server/body.c: gzip) and stored
+ * through the ingest pipeline (ingest/pipeline.h), whose outcome gives the
+ * status. Threading: runs on the HTTP worker
  * threads; each request's memory (struct lp_req) is freed in one place.
  */
 #include "server/srv.h"
@@ -35,6 +37,7 @@
 #include "common/rdb_log.h"
 #include "common/rdb_time.h"
 #include "ingest/lp.h"
+#include "ingest/protocol.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -42,9 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <zlib.h>
 
-#define INFLATE_CHUNK (64u * 1024u) /* zlib output is appended this much at a time */
 #define MSG_BAD_LINES 5		    /* bad lines named in the message text */
 
 enum api { API_V1, API_V2 };
@@ -60,7 +61,7 @@ struct lp_req {
 	struct rdb_buf inflated;
 	struct mdl_batch *b;
 	struct mdl_events *ev;
-	struct ing_lp_result res;
+	struct ing_parse_result res;
 	char why[512];
 };
 
@@ -130,7 +131,7 @@ static void lp_error(struct srv_resp *resp, enum api api, int status, const char
 }
 
 /* "line 3: reason; line 7: reason" for the first bad lines. */
-static void bad_lines_text(const struct ing_lp_result *res, char *out, size_t outlen)
+static void bad_lines_text(const struct ing_parse_result *res, char *out, size_t outlen)
 {
 	size_t used = 0;
 	out[0] = 0;
@@ -139,28 +140,28 @@ static void bad_lines_text(const struct ing_lp_result *res, char *out, size_t ou
 				 res->errors[i].line, res->errors[i].msg);
 		used += n > 0 ? (size_t)n : 0;
 	}
-	if (res->lines_bad > MSG_BAD_LINES && used < outlen)
-		snprintf(out + used, outlen - used, "; ... (%zu bad lines in all)", res->lines_bad);
+	if (res->records_bad > MSG_BAD_LINES && used < outlen)
+		snprintf(out + used, outlen - used, "; ... (%zu bad lines in all)", res->records_bad);
 }
 
 /* 400 for bad lines: partial write (good lines stored) or nothing stored. */
 static void bad_lines_answer(struct srv_resp *resp, const struct lp_req *r, bool duplicate)
 {
-	const struct ing_lp_result *res = &r->res;
+	const struct ing_parse_result *res = &r->res;
 	char lines[3000], msg[3500];
 	bad_lines_text(res, lines, sizeof(lines));
-	if (res->lines_ok)
+	if (res->records_ok)
 		snprintf(msg, sizeof(msg),
 			 "partial write: %zu of %zu lines bad and not stored, "
 			 "the other %zu stored: %s",
-			 res->lines_bad, res->lines_ok + res->lines_bad, res->lines_ok, lines);
+			 res->records_bad, res->records_ok + res->records_bad, res->records_ok, lines);
 	else
 		snprintf(msg, sizeof(msg), "unable to parse: every line is bad, nothing stored: %s",
 			 lines);
 	open_error(resp, r->api, 400, msg);
 	struct rdb_buf *b = &resp->body;
-	rdb_buf_printf(b, ",\"lines_ok\":%zu,\"lines_bad\":%zu,\"errors\":[", res->lines_ok,
-		       res->lines_bad);
+	rdb_buf_printf(b, ",\"lines_ok\":%zu,\"lines_bad\":%zu,\"errors\":[", res->records_ok,
+		       res->records_bad);
 	for (size_t i = 0; i < res->nerrors; i++) {
 		const struct ing_error *e = &res->errors[i];
 		rdb_buf_printf(b, "%s{\"line\":%ld,\"field\":", i ? "," : "", e->line);
@@ -175,44 +176,17 @@ static void bad_lines_answer(struct srv_resp *resp, const struct lp_req *r, bool
 	rdb_log_limited(&rl, 10, RDB_LOG_INFO, "ingest",
 			"line protocol: %zu bad lines (%zu "
 			"stored), first: line %ld: %s",
-			res->lines_bad, res->lines_ok, res->nerrors ? res->errors[0].line : 0L,
+			res->records_bad, res->records_ok, res->nerrors ? res->errors[0].line : 0L,
 			res->nerrors ? res->errors[0].msg : "");
 }
 
-/* Translates a storage refusal into the answer; nothing was stored. */
-static void store_failed(struct srv_ctx *ctx, struct srv_resp *resp, enum api api, int rc)
+/* Translates a refused write into the answer; nothing was stored. */
+static void store_failed(struct srv_ctx *ctx, struct srv_resp *resp, enum api api,
+			 const struct ing_outcome *o)
 {
-	struct srv_counters *c = &ctx->counters;
-	if (rc == RDB_EBUSY || rc == -ESHUTDOWN) {
-		atomic_fetch_add(&c->write_rejected_busy, 1);
-		lp_error(resp, api, 503,
-			 "%s; nothing of this request was stored, retry after the "
-			 "Retry-After delay",
-			 rc == RDB_EBUSY ? "ingest is saturated (in-memory head "
-					   "full while chunks are sealed)"
-					 : "server is shutting down");
-		resp->retry_after = "1";
-	} else if (rc == RDB_ELIMIT) {
-		atomic_fetch_add(&c->write_rejected_limit, 1);
-		lp_error(resp, api, 422,
-			 "this request would create more series than max_series "
-			 "(%llu) or max_series_per_job (%llu) allows; nothing of it was "
-			 "stored",
-			 (unsigned long long)ctx->cfg->max_series,
-			 (unsigned long long)ctx->cfg->max_series_per_job);
-	} else if (rc == RDB_EINVAL) {
-		atomic_fetch_add(&c->write_rejected_invalid, 1);
-		lp_error(resp, api, 400,
-			 "the storage engine refused this batch (log or span lines "
-			 "it cannot store yet?); nothing of it was stored");
-	} else {
-		atomic_fetch_add(&c->write_failed, 1);
-		lp_error(resp, api, 500,
-			 "storing the batch failed: %s; nothing of this request "
-			 "was acknowledged, retry later",
-			 rdb_strerror(rc));
-		resp->retry_after = "5";
-	}
+	srv_count_outcome(ctx, o);
+	lp_error(resp, api, o->status, "%s", o->msg);
+	resp->retry_after = o->retry_after;
 }
 
 /* ---- parameters and body -------------------------------------------------------- */
@@ -263,81 +237,17 @@ static int parse_params(const struct srv_req *req, struct lp_req *r)
 	return srv_req_batch_id(req, &r->batch_id, &r->batch_id_len, r->why, sizeof(r->why));
 }
 
-/* Inflates gzip data (one or more members) into out, bounded by out->max.
- * 0; RDB_ELIMIT past the bound; RDB_EINVAL (why says what) for data that
- * is not gzip, corrupt or truncated; -ENOMEM. */
-static int gunzip(const uint8_t *in, size_t len, struct rdb_buf *out, char *why, size_t whylen)
-{
-	z_stream z;
-	memset(&z, 0, sizeof(z));
-	uint8_t *chunk = malloc(INFLATE_CHUNK);
-	if (!chunk || inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
-		free(chunk);
-		return -ENOMEM;
-	}
-	z.next_in = (Bytef *)in;
-	z.avail_in = (uInt)len; /* len <= max_body_bytes <= 1G */
-	int result = 0;
-	for (;;) {
-		z.next_out = chunk;
-		z.avail_out = INFLATE_CHUNK;
-		int zr = inflate(&z, Z_NO_FLUSH);
-		result = rdb_buf_append(out, chunk, INFLATE_CHUNK - z.avail_out);
-		if (result)
-			break;
-		if (zr == Z_STREAM_END && z.avail_in == 0)
-			break;
-		if (zr == Z_STREAM_END) /* another gzip member follows */
-			zr = inflateReset(&z);
-		if (zr == Z_OK)
-			continue;
-		if (zr == Z_MEM_ERROR) {
-			result = -ENOMEM;
-		} else {
-			snprintf(why, whylen, "the gzip body is %s (%s) at compressed byte %llu",
-				 zr == Z_BUF_ERROR ? "truncated" : "corrupt",
-				 z.msg ? z.msg : "no more input",
-				 (unsigned long long)(len - z.avail_in));
-			result = RDB_EINVAL;
-		}
-		break;
-	}
-	inflateEnd(&z);
-	free(chunk);
-	return result;
-}
-
 /* Sets r->body: the request body, or its inflated form. Answers on failure. */
 static int take_body(const struct srv_req *req, struct lp_req *r, struct srv_resp *resp)
 {
-	const char *enc = srv_req_header(req, "Content-Encoding");
-	uint64_t max = req->ctx->cfg->max_body_bytes;
-	r->body = (const char *)req->body;
-	r->len = req->body_len;
-	if (!enc || !*enc || strcasecmp(enc, "identity") == 0)
-		return 0;
-	if (strcasecmp(enc, "gzip") != 0 && strcasecmp(enc, "x-gzip") != 0) {
-		lp_error(resp, r->api, 415,
-			 "Content-Encoding '%.32s' is not supported (use gzip, "
-			 "or none)",
-			 enc);
-		return RDB_EINVAL;
-	}
-	rdb_buf_init(&r->inflated, max);
-	int rc = gunzip(req->body, req->body_len, &r->inflated, r->why, sizeof(r->why));
-	if (rc == RDB_ELIMIT)
-		lp_error(resp, r->api, 413,
-			 "the gzip body inflates to more than max_body_bytes "
-			 "(%llu bytes); send smaller batches",
-			 (unsigned long long)max);
-	else if (rc == RDB_EINVAL)
-		lp_error(resp, r->api, 400, "%s", r->why);
-	else if (rc)
-		lp_error(resp, r->api, 500, "inflating the gzip body failed: %s", rdb_strerror(rc));
-	if (rc)
+	int status = 0;
+	const uint8_t *body;
+	int rc = srv_req_body(req, &r->inflated, &body, &r->len, &status, r->why, sizeof(r->why));
+	if (rc) {
+		lp_error(resp, r->api, status, "%s", r->why);
 		return rc;
-	r->body = (const char *)r->inflated.data;
-	r->len = r->inflated.len;
+	}
+	r->body = (const char *)body;
 	return 0;
 }
 
@@ -347,14 +257,15 @@ static int take_body(const struct srv_req *req, struct lp_req *r, struct srv_res
 static int parse_body(struct srv_ctx *ctx, struct lp_req *r, struct srv_resp *resp)
 {
 	const struct srv_config *cfg = ctx->cfg;
-	struct ing_lp_options o;
-	ing_lp_options_default(&o);
-	o.precision_ns = r->precision_ns;
-	o.default_ts_ns = rdb_now_ns();
-	o.default_job = cfg->lp_default_job[0] ? cfg->lp_default_job : NULL;
-	o.max_line_bytes = cfg->max_line_bytes;
-	o.max_fields_per_line = cfg->max_fields_per_line;
-	o.max_tags_per_line = cfg->max_tags_per_line;
+	struct ing_parse_opts po = {.lim = &ctx->limits};
+	struct ing_lp_options *o = &po.lp;
+	ing_lp_options_default(o);
+	o->precision_ns = r->precision_ns;
+	o->default_ts_ns = rdb_now_ns();
+	o->default_job = cfg->lp_default_job[0] ? cfg->lp_default_job : NULL;
+	o->max_line_bytes = cfg->max_line_bytes;
+	o->max_fields_per_line = cfg->max_fields_per_line;
+	o->max_tags_per_line = cfg->max_tags_per_line;
 	/* A point takes at least 4 body bytes ("a=1,"), an event at least 8, and
 	 * an event's stored text at most 6 bytes per body byte (JSON escapes). */
 	size_t max_points = r->len / 2 + 64;
@@ -362,7 +273,10 @@ static int parse_body(struct srv_ctx *ctx, struct lp_req *r, struct srv_resp *re
 	if (rc == 0)
 		rc = mdl_events_new(r->len / 4 + 16, 6 * r->len + 65536, &r->ev);
 	if (rc == 0)
-		rc = ing_lp_parse(r->body, r->len, &o, r->b, r->ev, &r->res);
+		rc = ing_proto_lp.parse((const uint8_t *)r->body, r->len, &po, r->b, r->ev,
+					&r->res);
+	if (rc == RDB_EINVAL || rc == RDB_ENOTFOUND)
+		rc = 0; /* bad or blank lines: answered from r->res */
 	if (rc == RDB_ELIMIT) {
 		atomic_fetch_add(&ctx->counters.write_rejected_too_large, 1);
 		lp_error(resp, r->api, 413,
@@ -378,15 +292,16 @@ static int parse_body(struct srv_ctx *ctx, struct lp_req *r, struct srv_resp *re
 static void write_lines(struct srv_ctx *ctx, struct lp_req *r, struct srv_resp *resp)
 {
 	struct srv_counters *c = &ctx->counters;
-	const struct ing_lp_result *res = &r->res;
-	struct sto_write_req wr = {.points = r->b,
-				   .events = r->ev,
-				   .batch_id = r->batch_id,
-				   .batch_id_len = r->batch_id_len};
-	struct sto_write_result wres = {0};
-	atomic_fetch_add(&c->lp_lines_bad, res->lines_bad);
+	const struct ing_parse_result *res = &r->res;
+	struct ing_write w = {.points = r->b,
+			      .events = r->ev,
+			      .batch_id = r->batch_id,
+			      .batch_id_len = r->batch_id_len,
+			      .source = ING_SRC_HTTP_LP};
+	struct ing_outcome o;
+	atomic_fetch_add(&c->lp_lines_bad, res->records_bad);
 	if (res->points + res->events == 0) {
-		if (res->lines_bad) {
+		if (res->records_bad) {
 			atomic_fetch_add(&c->write_rejected_invalid, 1);
 			bad_lines_answer(resp, r, false);
 		} else {
@@ -394,16 +309,15 @@ static void write_lines(struct srv_ctx *ctx, struct lp_req *r, struct srv_resp *
 		}
 		return;
 	}
-	int rc = sto_write_req(ctx->sto, &wr, &wres);
-	if (rc) {
-		store_failed(ctx, resp, r->api, rc);
+	if (ing_submit(ctx->pipe, &w, &o)) {
+		store_failed(ctx, resp, r->api, &o);
 		return;
 	}
-	atomic_fetch_add(&c->write_records, res->lines_ok);
-	atomic_fetch_add(&c->lp_lines_ok, res->lines_ok);
+	atomic_fetch_add(&c->write_records, res->records_ok);
+	atomic_fetch_add(&c->lp_lines_ok, res->records_ok);
 	atomic_fetch_add(&c->lp_string_fields_skipped, res->string_fields_skipped);
-	if (res->lines_bad)
-		bad_lines_answer(resp, r, wres.duplicate);
+	if (res->records_bad)
+		bad_lines_answer(resp, r, o.duplicate);
 	else
 		resp->status = 204;
 }

@@ -112,11 +112,21 @@ int main(int argc, char **argv)
 			  rdb_strerror(rc));
 		return 1;
 	}
+	struct ing_pipeline_options po = {.max_series = cfg.max_series,
+					  .max_series_per_job = cfg.max_series_per_job};
+	rc = ing_pipeline_new(ctx.sto, &po, &ctx.pipe);
+	if (rc) {
+		rdb_error("main", "cannot create the ingest pipeline: %s; exiting",
+			  rdb_strerror(rc));
+		sto_close(ctx.sto);
+		return 1;
+	}
 	srv_admin_init(&ctx); /* retention / compaction settings, audit log */
 	size_t djl = strlen(cfg.lp_default_job);
 	if (djl && !mdl_job_valid(cfg.lp_default_job, djl)) {
 		rdb_error("main", "lp_default_job '%s' is not a job id ([A-Za-z0-9._-], 1..128 "
 			  "bytes); exiting", cfg.lp_default_job);
+		ing_pipeline_free(ctx.pipe);
 		sto_close(ctx.sto);
 		return 1;
 	}
@@ -135,6 +145,7 @@ int main(int argc, char **argv)
 	if (rc) {
 		srv_http_stop(http);
 		srv_udp_stop(udp);
+		ing_pipeline_free(ctx.pipe);
 		sto_close(ctx.sto);
 		return 1;
 	}
@@ -146,6 +157,7 @@ int main(int argc, char **argv)
 		 sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	srv_http_stop(http);
 	srv_udp_stop(udp);
+	ing_pipeline_free(ctx.pipe); /* after the last write: no submit is in flight */
 	sto_close(ctx.sto);
 	rdb_info("main", "stopped cleanly");
 	return 0;

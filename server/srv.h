@@ -7,6 +7,7 @@
 
 #include "common/rdb_buf.h"
 #include "ingest/ing.h"
+#include "ingest/pipeline.h"
 #include "server/config.h"
 #include "storage/sto.h"
 
@@ -30,6 +31,7 @@ struct srv_counters {
 	_Atomic uint64_t write_rejected_busy;     /* 503 */
 	_Atomic uint64_t write_rejected_limit;    /* series limit etc. */
 	_Atomic uint64_t write_failed;            /* 500 */
+	_Atomic uint64_t write_rejected_nospace;  /* 503: disk full */
 	_Atomic uint64_t queries;
 	_Atomic uint64_t query_errors;
 	_Atomic uint64_t query_ns_total;
@@ -55,6 +57,7 @@ struct srv_counters {
 struct srv_ctx {
 	const struct srv_config *cfg;
 	struct sto *sto;
+	struct ing_pipeline *pipe; /* every write goes through it (ingest/pipeline.h) */
 	struct ing_limits limits;
 	struct srv_counters counters;
 	int64_t started_ns;
@@ -107,6 +110,20 @@ int srv_req_batch_id(const struct srv_req *req, const char **id, size_t *len, ch
 /* Routes a complete request to its handler. Never fails: errors become a
  * JSON error response. */
 void srv_dispatch(struct srv_req *req, struct srv_resp *resp);
+
+/* Counts a write's outcome in ctx->counters (one place for every front
+ * end): rejected_busy, rejected_limit, rejected_invalid, failed. */
+void srv_count_outcome(struct srv_ctx *ctx, const struct ing_outcome *o);
+
+/* The request body with its Content-Encoding undone (gzip, x-gzip or
+ * identity), bounded by max_body_bytes. On success *body / *len point at
+ * the request body or at inflated (which the caller frees with
+ * rdb_buf_free, also on failure). On failure *status is 413 (inflates past
+ * the bound), 415 (another encoding) or 400 / 500, why says what, and the
+ * return value is RDB_ELIMIT / RDB_EINVAL / -ENOMEM. server/body.c, the
+ * only zlib user. */
+int srv_req_body(const struct srv_req *req, struct rdb_buf *inflated, const uint8_t **body,
+		 size_t *len, int *status, char *why, size_t whylen);
 
 /* Parses a whole decimal int64 query parameter. 0 or -EINVAL. */
 int srv_parse_i64(const char *s, int64_t *out);

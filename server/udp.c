@@ -15,7 +15,7 @@
  *             queued datagrams, parse each into a scratch batch (first
  *             non-space byte '{' or '[': JSON records, ing_json_parse; else
  *             line protocol, ing_lp_parse), merge the good ones into one
- *             combined batch and store it with one sto_write_req, so many
+ *             combined batch and store it with one pipeline write, so many
  *             small datagrams share one WAL record and one fsync.
  * Invariants: the queue never passes its two bounds; a datagram is either
  * stored, or counted as dropped exactly once (one of only blank or comment
@@ -33,7 +33,7 @@
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
 #include "common/rdb_time.h"
-#include "ingest/datagram.h"
+#include "ingest/protocol.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -65,7 +65,7 @@ struct udp_worker {
 	pthread_t thread;
 	struct mdl_batch *scratch, *all;
 	struct mdl_events *scratch_ev, *all_ev;
-	struct ing_lp_result res;
+	struct ing_parse_result res;
 	size_t all_dgrams, all_lines_ok, all_strings; /* what `all` holds */
 	struct dgram taken[COALESCE_DGRAMS];
 	size_t ntaken;
@@ -241,52 +241,40 @@ static int parse_one(struct udp_worker *w, const struct dgram *d)
 	struct srv_ctx *ctx = w->u->ctx;
 	struct srv_counters *c = &ctx->counters;
 	const struct srv_config *cfg = ctx->cfg;
-	struct ing_datagram_result res;
-	struct ing_lp_options o;
+	struct ing_parse_opts po = {.lim = &ctx->limits};
+	struct ing_lp_options *o = &po.lp;
 	mdl_batch_reset(w->scratch);
 	mdl_events_reset(w->scratch_ev);
-	ing_lp_options_default(&o);
-	o.default_ts_ns = d->recv_ns;
-	o.default_job = cfg->lp_default_job[0] ? cfg->lp_default_job : NULL;
-	o.max_line_bytes = cfg->max_line_bytes;
-	o.max_fields_per_line = cfg->max_fields_per_line;
-	o.max_tags_per_line = cfg->max_tags_per_line;
-	int rc = ing_datagram_parse(d->data, d->len, &ctx->limits, &o, w->scratch, w->scratch_ev,
-				    &res);
-	w->res = res.lp;
-	if (!res.json)
-		atomic_fetch_add(&c->lp_lines_bad, res.lp.lines_bad);
+	ing_lp_options_default(o);
+	o->default_ts_ns = d->recv_ns;
+	o->default_job = cfg->lp_default_job[0] ? cfg->lp_default_job : NULL;
+	o->max_line_bytes = cfg->max_line_bytes;
+	o->max_fields_per_line = cfg->max_fields_per_line;
+	o->max_tags_per_line = cfg->max_tags_per_line;
+	const struct ing_protocol *proto = ing_protocol_probe(d->data, d->len);
+	bool lp = proto == &ing_proto_lp;
+	int rc = proto->parse(d->data, d->len, &po, w->scratch, w->scratch_ev, &w->res);
+	if (lp)
+		atomic_fetch_add(&c->lp_lines_bad, w->res.records_bad);
 	if (rc == 0) {
-		if (!res.json)
-			atomic_fetch_add(&c->udp_lines_bad, res.lp.lines_bad);
+		if (lp)
+			atomic_fetch_add(&c->udp_lines_bad, w->res.records_bad);
 		return 0;
 	}
 	if (rc == RDB_ENOTFOUND)
 		return RDB_EINVAL; /* only blank or comment lines: nothing to store or drop */
-	if (res.json)
-		log_bad("JSON", res.json_err.line, res.json_err.msg);
-	else
-		log_bad("line-protocol", res.lp.nerrors ? res.lp.errors[0].line : 0,
-			res.lp.nerrors ? res.lp.errors[0].msg : rdb_strerror(rc));
+	log_bad(proto->name, w->res.nerrors ? w->res.errors[0].line : 0,
+		w->res.nerrors ? w->res.errors[0].msg : rdb_strerror(rc));
 	atomic_fetch_add(&c->udp_dropped_parse_error, 1);
 	return RDB_EINVAL;
 }
 
-/* Copies the scratch batch into the combined one. 0, -ENOMEM, RDB_ELIMIT. */
+/* Copies the scratch batch into the combined one. 0, -ENOMEM, RDB_ELIMIT
+ * (the combined batch may then hold part of it: the caller drops both). */
 static int merge(struct udp_worker *w)
 {
-	int rc = 0;
-	for (size_t i = 0; rc == 0 && i < mdl_batch_nseries(w->scratch); i++) {
-		const struct mdl_batch_series *s = mdl_batch_series_at(w->scratch, i);
-		const struct mdl_cols *p = &s->pts;
-		for (size_t j = 0; rc == 0 && j < p->n; j++)
-			rc = mdl_batch_add(w->all, s->key.job, strlen(s->key.job), s->key.rank,
-					   s->key.metric, strlen(s->key.metric), p->ts_ns[j],
-					   p->step[j], p->attempt[j], p->value[j]);
-	}
-	for (size_t i = 0; rc == 0 && i < mdl_events_count(w->scratch_ev); i++)
-		rc = mdl_events_add(w->all_ev, mdl_events_at(w->scratch_ev, i));
-	return rc;
+	int rc = mdl_batch_append(w->all, w->scratch);
+	return rc ? rc : mdl_events_append(w->all_ev, w->scratch_ev);
 }
 
 static void sleep_ms(long ms)
@@ -301,13 +289,13 @@ static void flush(struct udp_worker *w)
 {
 	struct srv_ctx *ctx = w->u->ctx;
 	struct srv_counters *c = &ctx->counters;
-	struct sto_write_req wr = {.points = w->all, .events = w->all_ev};
-	struct sto_write_result res;
+	struct ing_write wr = {.points = w->all, .events = w->all_ev, .source = ING_SRC_UDP};
+	struct ing_outcome res;
 	int rc = 0;
 	if (w->all_dgrams == 0)
 		return;
 	for (long waited_ms = 0, step_ms = 5;; waited_ms += step_ms, step_ms *= 2) {
-		rc = sto_write_req(ctx->sto, &wr, &res);
+		rc = ing_submit(ctx->pipe, &wr, &res);
 		if (rc != RDB_EBUSY || waited_ms >= BUSY_RETRY_MS)
 			break;
 		step_ms = step_ms > 200 ? 200 : step_ms;
@@ -344,7 +332,7 @@ static void process(struct udp_worker *w)
 		if (parse_one(w, d) == 0) {
 			if (merge(w) == 0) {
 				w->all_dgrams++;
-				w->all_lines_ok += w->res.lines_ok;
+				w->all_lines_ok += w->res.records_ok;
 				w->all_strings += w->res.string_fields_skipped;
 			} else {
 				/* out of memory: the combined batch may hold part of d */

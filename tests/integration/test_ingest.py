@@ -502,3 +502,26 @@ def test_gzip_bomb_413():
     assert [j["job"] for j in obj["jobs"]] == ["bomb"], obj
     assert s.get("/healthz")[0] == 200
     s.stop()
+
+
+def test_json_write_gzip_and_unknown_encoding():
+    """The JSON write endpoint takes gzip bodies like the line-protocol ones
+    (the SDKs compress), and refuses an encoding it cannot read with 415,
+    storing nothing."""
+    s = Server().start()
+    recs = [{"job": "gz", "rank": r, "step": 1, "timestamp": 1700000000000000000 + r,
+             "metrics": {"loss": 1.5 + r}} for r in range(4)]
+    body = gzip.compress("".join(json.dumps(r) + "\n" for r in recs).encode())
+    st, obj = s.post_json("/api/v1/write", body, content_type="application/x-ndjson",
+                          headers={"Content-Encoding": "gzip"})
+    assert st == 200 and obj["accepted_points"] == 4, (st, obj)
+    st, obj = s.post_json("/api/v1/write", json.dumps(recs).encode(),
+                          headers={"Content-Encoding": "br"})
+    assert st == 415, (st, obj)
+    assert "Content-Encoding" in obj["error"], obj
+    st, obj = s.post_json("/api/v1/write", b"\x1f\x8b garbage",
+                          headers={"Content-Encoding": "gzip"})
+    assert st == 400, (st, obj)
+    q = s.query_ok(job="gz", metric="loss")
+    assert sum(len(x["values"]) for x in q["series"]) == 4, q
+    s.stop()

@@ -1,0 +1,367 @@
+/* pipeline.c - parse results to durable writes to subscribers (pipeline.h).
+ *
+ * Publishing: after sto_write_req succeeded (the write is durable and
+ * acknowledged by the caller's answer), the write is encoded with the WAL
+ * codec (storage/batch_codec.h) into one heap blob per subscriber queue.
+ * Each subscriber has a ring bounded in entries (QUEUE_SLOTS) and bytes
+ * (queue_bytes); a write that does not fit is dropped for that subscriber
+ * and counted, never waited for. Its thread decodes blobs into its own
+ * batches and calls deliver(), or tick() when the wait times out.
+ *
+ * Failure: an encoding or allocation failure while publishing drops the
+ * copy (counted) and never changes the write's outcome. Threading: one
+ * mutex + condition variable per subscriber; submit holds a subscriber's
+ * mutex only to push a pointer.
+ */
+#include "ingest/pipeline.h"
+#include "common/rdb_buf.h"
+#include "common/rdb_err.h"
+#include "common/rdb_le.h"
+#include "common/rdb_log.h"
+#include "common/rdb_time.h"
+#include "storage/batch_codec.h"
+#include "storage/sto.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_SUBSCRIBERS 8
+#define QUEUE_SLOTS 4096                        /* writes waiting per subscriber */
+#define DEFAULT_QUEUE_BYTES (64ull * 1024 * 1024) /* bytes waiting per subscriber */
+
+struct blob {
+	uint8_t *data; /* u32 P, P bytes points payload, u32 E, E bytes events payload */
+	size_t len;
+	int64_t ack_ns;
+	uint8_t source;
+};
+
+struct sub {
+	struct ing_subscriber s;
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct blob ring[QUEUE_SLOTS];
+	size_t head, count, bytes, max_bytes;
+	bool stop;
+	_Atomic uint64_t delivered, dropped;
+	struct mdl_batch *b; /* decode targets, owned by the thread */
+	struct mdl_events *ev;
+};
+
+struct ing_pipeline {
+	struct sto *sto;
+	struct ing_pipeline_options opt;
+	struct sub *subs[MAX_SUBSCRIBERS];
+	size_t nsubs;
+};
+
+int ing_pipeline_new(struct sto *sto, const struct ing_pipeline_options *o,
+		     struct ing_pipeline **out)
+{
+	struct ing_pipeline *p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->sto = sto;
+	if (o)
+		p->opt = *o;
+	*out = p;
+	return 0;
+}
+
+/* ---- subscriber threads ---------------------------------------------------- */
+
+static void deliver_blob(struct sub *u, const struct blob *bl)
+{
+	const uint8_t *p = bl->data;
+	uint32_t plen = rdb_get_le32(p);
+	uint32_t elen = rdb_get_le32(p + 4 + plen);
+	mdl_batch_reset(u->b);
+	mdl_events_reset(u->ev);
+	int rc = plen ? sto_batch_decode(u->b, p + 4, plen) : 0;
+	if (rc == 0 && elen)
+		rc = sto_events_decode(u->ev, p + 8 + plen, elen);
+	if (rc) {
+		/* our own encoding: only memory can fail here */
+		atomic_fetch_add(&u->dropped, 1);
+		return;
+	}
+	struct ing_ack ack = {
+	    .points = u->b, .events = u->ev, .ack_ns = bl->ack_ns, .source = bl->source};
+	u->s.deliver(u->s.arg, &ack);
+	atomic_fetch_add(&u->delivered, 1);
+}
+
+static void deadline_in(struct timespec *ts, uint32_t ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += ms / 1000;
+	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
+static void *sub_main(void *arg)
+{
+	struct sub *u = arg;
+	int64_t next_tick = rdb_now_mono_ns();
+	pthread_mutex_lock(&u->mu);
+	while (!u->stop) {
+		if (u->count == 0) {
+			if (u->s.tick_ms && u->s.tick) {
+				struct timespec ts;
+				deadline_in(&ts, u->s.tick_ms);
+				pthread_cond_timedwait(&u->cv, &u->mu, &ts);
+			} else {
+				pthread_cond_wait(&u->cv, &u->mu);
+			}
+		}
+		struct blob bl = {0};
+		if (u->count && !u->stop) {
+			bl = u->ring[u->head];
+			u->head = (u->head + 1) % QUEUE_SLOTS;
+			u->count--;
+			u->bytes -= bl.len;
+		}
+		pthread_mutex_unlock(&u->mu);
+		if (bl.data) {
+			deliver_blob(u, &bl);
+			free(bl.data);
+		}
+		int64_t now_mono = rdb_now_mono_ns();
+		if (u->s.tick && u->s.tick_ms && now_mono >= next_tick) {
+			u->s.tick(u->s.arg, rdb_now_ns());
+			next_tick = now_mono + (int64_t)u->s.tick_ms * 1000000;
+		}
+		pthread_mutex_lock(&u->mu);
+	}
+	pthread_mutex_unlock(&u->mu);
+	return NULL;
+}
+
+int ing_pipeline_subscribe(struct ing_pipeline *p, const struct ing_subscriber *s)
+{
+	if (p->nsubs == MAX_SUBSCRIBERS)
+		return RDB_ELIMIT;
+	struct sub *u = calloc(1, sizeof(*u));
+	if (!u)
+		return -ENOMEM;
+	u->s = *s;
+	u->max_bytes = s->queue_bytes ? s->queue_bytes : DEFAULT_QUEUE_BYTES;
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_mutex_init(&u->mu, NULL);
+	pthread_cond_init(&u->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	/* decoding our own encoding: the bounds only guard memory, the queue
+	 * bytes bound the size of any one write */
+	int rc = mdl_batch_new(SIZE_MAX / 64, SIZE_MAX / 64, &u->b);
+	if (rc == 0)
+		rc = mdl_events_new(SIZE_MAX / 64, SIZE_MAX / 64, &u->ev);
+	if (rc == 0) {
+		rc = -pthread_create(&u->thread, NULL, sub_main, u);
+		u->started = rc == 0;
+	}
+	if (rc) {
+		mdl_batch_free(u->b);
+		mdl_events_free(u->ev);
+		pthread_cond_destroy(&u->cv);
+		pthread_mutex_destroy(&u->mu);
+		free(u);
+		return rc;
+	}
+	p->subs[p->nsubs++] = u;
+	return 0;
+}
+
+/* ---- publishing --------------------------------------------------------------- */
+
+static int encode(const struct ing_write *w, struct rdb_buf *out)
+{
+	int rc = rdb_buf_append(out, "\0\0\0\0", 4);
+	if (rc == 0 && w->points && mdl_batch_nseries(w->points))
+		rc = sto_batch_encode(w->points, out);
+	if (rc)
+		return rc;
+	rdb_put_le32(out->data, (uint32_t)(out->len - 4));
+	size_t at = out->len;
+	rc = rdb_buf_append(out, "\0\0\0\0", 4);
+	if (rc == 0 && w->events && mdl_events_count(w->events))
+		rc = sto_events_encode(w->events, out);
+	if (rc == 0)
+		rdb_put_le32(out->data + at, (uint32_t)(out->len - at - 4));
+	return rc;
+}
+
+/* Hands a copy of blob (len bytes) to u, or counts it dropped. */
+static void push(struct sub *u, const uint8_t *data, size_t len, int64_t ack_ns, uint8_t source)
+{
+	pthread_mutex_lock(&u->mu);
+	bool fits = u->count < QUEUE_SLOTS && u->bytes + len <= u->max_bytes;
+	size_t waiting = u->count, waiting_bytes = u->bytes;
+	pthread_mutex_unlock(&u->mu);
+	uint8_t *copy = fits ? malloc(len) : NULL;
+	if (!copy) {
+		atomic_fetch_add(&u->dropped, 1);
+		static struct rdb_log_ratelimit rl;
+		rdb_log_limited(&rl, 10, RDB_LOG_WARN, "pipeline",
+				"subscriber '%s' is behind (queue full: %zu writes, %zu bytes "
+				"waiting); an acknowledged write was not handed to it (it is "
+				"stored; the subscriber misses it)",
+				u->s.name, waiting, waiting_bytes);
+		return;
+	}
+	memcpy(copy, data, len);
+	pthread_mutex_lock(&u->mu);
+	if (u->count < QUEUE_SLOTS && u->bytes + len <= u->max_bytes) {
+		u->ring[(u->head + u->count) % QUEUE_SLOTS] =
+		    (struct blob){.data = copy, .len = len, .ack_ns = ack_ns, .source = source};
+		u->count++;
+		u->bytes += len;
+		copy = NULL;
+		pthread_cond_signal(&u->cv);
+	}
+	pthread_mutex_unlock(&u->mu);
+	if (copy) {
+		free(copy);
+		atomic_fetch_add(&u->dropped, 1);
+	}
+}
+
+static void publish(struct ing_pipeline *p, const struct ing_write *w)
+{
+	if (p->nsubs == 0)
+		return;
+	struct rdb_buf buf;
+	rdb_buf_init(&buf, DEFAULT_QUEUE_BYTES * 4);
+	int64_t now = rdb_now_ns();
+	if (encode(w, &buf) == 0) {
+		for (size_t i = 0; i < p->nsubs; i++)
+			push(p->subs[i], buf.data, buf.len, now, w->source);
+	} else {
+		for (size_t i = 0; i < p->nsubs; i++)
+			atomic_fetch_add(&p->subs[i]->dropped, 1);
+	}
+	rdb_buf_free(&buf);
+}
+
+/* ---- submit ---------------------------------------------------------------------- */
+
+static void outcome_set(const struct ing_pipeline *p, struct ing_outcome *o, int rc)
+{
+	o->rc = rc;
+	o->retry_after = NULL;
+	o->msg[0] = 0;
+	if (rc == 0) {
+		o->reason = ING_OK;
+		o->status = 200;
+	} else if (rc == RDB_EBUSY) {
+		o->reason = ING_BUSY;
+		o->status = 503;
+		o->retry_after = "1";
+		snprintf(o->msg, sizeof(o->msg),
+			 "busy: ingest is saturated (in-memory head over head_max_bytes while "
+			 "chunks are being sealed) or a request with the same batch id is being "
+			 "written; nothing of this request was stored, retry after the "
+			 "Retry-After delay");
+	} else if (rc == -ESHUTDOWN) {
+		o->reason = ING_SHUTDOWN;
+		o->status = 503;
+		o->retry_after = "1";
+		snprintf(o->msg, sizeof(o->msg),
+			 "server is shutting down; nothing of this request was stored, retry "
+			 "against the restarted server");
+	} else if (rc == RDB_ELIMIT) {
+		o->reason = ING_LIMIT;
+		o->status = 422;
+		snprintf(o->msg, sizeof(o->msg),
+			 "this request would create more series than max_series (%llu) or "
+			 "max_series_per_job (%llu) allows; nothing of it was stored",
+			 (unsigned long long)p->opt.max_series,
+			 (unsigned long long)p->opt.max_series_per_job);
+	} else if (rc == RDB_EINVAL) {
+		o->reason = ING_INVALID;
+		o->status = 400;
+		snprintf(o->msg, sizeof(o->msg),
+			 "the storage engine refused this batch as malformed; nothing of it was "
+			 "stored");
+	} else if (rc == -ENOSPC || rc == -EDQUOT) {
+		o->reason = ING_NOSPACE;
+		o->status = 503;
+		o->retry_after = "10";
+		snprintf(o->msg, sizeof(o->msg),
+			 "the server's disk is full; nothing of this request was stored, retry "
+			 "after the Retry-After delay (the operator must free space)");
+	} else {
+		o->reason = ING_IO;
+		o->status = 500;
+		o->retry_after = "5";
+		snprintf(o->msg, sizeof(o->msg),
+			 "storing the batch failed: %s; nothing of this request was stored, retry "
+			 "later",
+			 rdb_strerror(rc));
+	}
+}
+
+int ing_submit(struct ing_pipeline *p, const struct ing_write *w, struct ing_outcome *out)
+{
+	struct sto_write_req req = {.points = w->points,
+				    .events = w->events,
+				    .batch_id = w->batch_id,
+				    .batch_id_len = w->batch_id_len};
+	struct sto_write_result res = {0};
+	int rc = sto_write_req(p->sto, &req, &res);
+	outcome_set(p, out, rc);
+	out->duplicate = rc == 0 && res.duplicate;
+	if (rc == 0 && !res.duplicate)
+		publish(p, w);
+	return rc;
+}
+
+void ing_pipeline_stats(struct ing_pipeline *p,
+			void (*fn)(void *arg, const struct ing_subscriber_stats *st), void *arg)
+{
+	for (size_t i = 0; i < p->nsubs; i++) {
+		struct sub *u = p->subs[i];
+		struct ing_subscriber_stats st = {.name = u->s.name,
+						  .delivered = atomic_load(&u->delivered),
+						  .dropped = atomic_load(&u->dropped)};
+		pthread_mutex_lock(&u->mu);
+		st.queued = u->count;
+		st.queued_bytes = u->bytes;
+		pthread_mutex_unlock(&u->mu);
+		fn(arg, &st);
+	}
+}
+
+void ing_pipeline_free(struct ing_pipeline *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; i < p->nsubs; i++) {
+		struct sub *u = p->subs[i];
+		pthread_mutex_lock(&u->mu);
+		u->stop = true;
+		pthread_cond_signal(&u->cv);
+		pthread_mutex_unlock(&u->mu);
+		if (u->started)
+			pthread_join(u->thread, NULL);
+		for (; u->count; u->count--, u->head = (u->head + 1) % QUEUE_SLOTS)
+			free(u->ring[u->head].data);
+		mdl_batch_free(u->b);
+		mdl_events_free(u->ev);
+		pthread_cond_destroy(&u->cv);
+		pthread_mutex_destroy(&u->mu);
+		free(u);
+	}
+	free(p);
+}
