@@ -96,53 +96,102 @@ static struct ev_job *job_get_or_add(struct ev_head *h, const char *job, size_t 
 	return j;
 }
 
-int evh_apply(struct ev_head *h, const struct mdl_events *b, uint64_t *bytes_added)
+/* Makes room in j's record array for `more` records beyond those in it and
+ * those already reserved; *grown gets the bytes it added. */
+static int job_room(struct ev_job *j, size_t more, uint64_t *grown)
+{
+	size_t want = j->n + j->reserved + more;
+	if (want <= j->cap)
+		return 0;
+	size_t cap = j->cap ? j->cap : 64;
+	while (cap < want)
+		cap *= 2;
+	struct ev_rec **p = realloc(j->recs, cap * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	*grown += (cap - j->cap) * sizeof(*p);
+	j->recs = p;
+	j->cap = cap;
+	return 0;
+}
+
+static struct ev_rec *rec_new(const struct mdl_event *e)
+{
+	struct ev_rec *r = malloc(sizeof(struct ev_rec) + e->text_len + e->fields_len);
+	if (!r)
+		return NULL;
+	r->kind = e->kind;
+	r->level = e->level;
+	r->rank = e->rank;
+	r->attempt = e->attempt;
+	r->ts_ns = e->ts_ns;
+	r->step = e->step;
+	r->duration_ns = e->duration_ns;
+	r->text_len = (uint32_t)e->text_len;
+	r->fields_len = (uint32_t)e->fields_len;
+	memcpy(r->data, e->text, e->text_len);
+	memcpy(r->data + e->text_len, e->fields, e->fields_len);
+	return r;
+}
+
+static uint64_t rec_bytes(const struct ev_rec *r)
+{
+	return sizeof(struct ev_rec) + r->text_len + r->fields_len;
+}
+
+void evh_unprepare(struct ev_head *h, size_t n, struct ev_job **jobs, struct ev_rec **recs,
+		   uint64_t *bytes_released)
+{
+	uint64_t freed = 0;
+	for (size_t i = 0; i < n; i++) {
+		freed += rec_bytes(recs[i]);
+		free(recs[i]);
+		recs[i] = NULL;
+		jobs[i]->reserved--;
+	}
+	h->bytes -= freed;
+	*bytes_released = freed;
+}
+
+int evh_prepare(struct ev_head *h, const struct mdl_events *b, struct ev_job **jobs,
+		struct ev_rec **recs, uint64_t *bytes_added)
 {
 	uint64_t added = 0;
+	size_t n = mdl_events_count(b), done = 0;
 	int rc = 0;
-	for (size_t i = 0; i < mdl_events_count(b); i++) {
-		const struct mdl_event *e = mdl_events_at(b, i);
+	for (; done < n; done++) {
+		const struct mdl_event *e = mdl_events_at(b, done);
 		struct ev_job *j = job_get_or_add(h, e->job, e->job_len);
-		if (!j) {
+		rc = j ? job_room(j, 1, &added) : -ENOMEM;
+		recs[done] = rc == 0 ? rec_new(e) : NULL;
+		if (!recs[done]) {
 			rc = -ENOMEM;
 			break;
 		}
-		if (j->n == j->cap) {
-			size_t cap = j->cap ? j->cap * 2 : 64;
-			struct ev_rec **p = realloc(j->recs, cap * sizeof(*p));
-			if (!p) {
-				rc = -ENOMEM;
-				break;
-			}
-			added += (cap - j->cap) * sizeof(*p);
-			j->recs = p;
-			j->cap = cap;
-		}
-		size_t sz = sizeof(struct ev_rec) + e->text_len + e->fields_len;
-		struct ev_rec *r = malloc(sz);
-		if (!r) {
-			rc = -ENOMEM;
-			break;
-		}
-		r->kind = e->kind;
-		r->level = e->level;
-		r->rank = e->rank;
-		r->attempt = e->attempt;
-		r->ts_ns = e->ts_ns;
-		r->step = e->step;
-		r->duration_ns = e->duration_ns;
-		r->text_len = (uint32_t)e->text_len;
-		r->fields_len = (uint32_t)e->fields_len;
-		memcpy(r->data, e->text, e->text_len);
-		memcpy(r->data + e->text_len, e->fields, e->fields_len);
-		j->recs[j->n++] = r;
-		j->bytes += sz;
-		added += sz;
-		h->events++;
+		jobs[done] = j;
+		j->reserved++;
+		added += rec_bytes(recs[done]);
 	}
 	h->bytes += added;
 	*bytes_added = added;
+	if (rc) {
+		uint64_t released;
+		evh_unprepare(h, done, jobs, recs, &released);
+		*bytes_added -= released;
+	}
 	return rc;
+}
+
+void evh_commit(struct ev_head *h, size_t n, struct ev_job **jobs, struct ev_rec **recs)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct ev_job *j = jobs[i];
+		j->recs[j->n++] = recs[i];
+		j->reserved--;
+		j->bytes += rec_bytes(recs[i]);
+		h->events++;
+		recs[i] = NULL;
+	}
 }
 
 int evh_each(struct ev_head *h, int (*fn)(void *arg, struct ev_job *j), void *arg)
@@ -182,10 +231,12 @@ void evh_drop(struct ev_head *h, struct ev_job *j)
 uint64_t evh_consume(struct ev_head *h, struct ev_job *j, size_t k)
 {
 	uint64_t before = h->bytes;
-	if (k >= j->n) {
+	if (k >= j->n && j->reserved == 0) {
 		evh_drop(h, j);
 		return before - h->bytes;
 	}
+	if (k > j->n)
+		k = j->n; /* a write has room reserved here: keep the job */
 	uint64_t freed = 0;
 	for (size_t i = 0; i < k; i++) {
 		freed += sizeof(struct ev_rec) + j->recs[i]->text_len + j->recs[i]->fields_len;

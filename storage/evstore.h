@@ -30,6 +30,7 @@ struct ev_job {
 	char job[MDL_JOB_MAX + 1];
 	struct ev_rec **recs;
 	size_t n, cap;
+	size_t reserved; /* slots of recs[n..cap) promised to prepared writes */
 	uint64_t bytes;
 };
 
@@ -41,8 +42,19 @@ struct ev_head {
 
 struct ev_head *evh_new(void);
 void evh_free(struct ev_head *h); /* NULL ok */
-/* Copies every event of b into h; *bytes_added gets the memory it took. */
-int evh_apply(struct ev_head *h, const struct mdl_events *b, uint64_t *bytes_added);
+/* Two-phase apply, so that a write whose WAL record is durable can always
+ * be applied: evh_prepare allocates every record of b (jobs[i], recs[i] per
+ * event i; arrays of mdl_events_count(b)) and reserves a slot for it in
+ * its job; *bytes_added (added to h->bytes) says what that costs. On
+ * failure (-ENOMEM) nothing is reserved or kept. evh_commit then links the
+ * records (cannot fail); evh_unprepare instead frees them and releases the
+ * slots (*bytes_released is taken off h->bytes). A job with reserved slots
+ * is never dropped. Caller holds the head's lock. */
+int evh_prepare(struct ev_head *h, const struct mdl_events *b, struct ev_job **jobs,
+		struct ev_rec **recs, uint64_t *bytes_added);
+void evh_commit(struct ev_head *h, size_t n, struct ev_job **jobs, struct ev_rec **recs);
+void evh_unprepare(struct ev_head *h, size_t n, struct ev_job **jobs, struct ev_rec **recs,
+		   uint64_t *bytes_released);
 /* The job's events, or NULL. */
 struct ev_job *evh_job(struct ev_head *h, const char *job);
 /* Calls fn for every job of h (stable while h is not modified). */

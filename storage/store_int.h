@@ -40,6 +40,8 @@ struct series_ent {
 struct head_series {
 	struct series_ent *ent;
 	struct mdl_cols pts; /* append-only until sealed; unsorted */
+	size_t reserved;     /* capacity past pts.n promised to prepared writes
+			      * (sti_prepare_request); never dropped while > 0 */
 	bool queued;         /* in the size-seal queue */
 };
 
@@ -119,6 +121,7 @@ struct sto {
 	int64_t trash_due_mono_ns; /* 0, or when the compacted-away segments go */
 
 	_Atomic bool closing;
+	_Atomic uint32_t fault_prepare, fault_wal_append; /* sto_fault_inject */
 	_Atomic uint64_t st_points_written, st_batches_written, st_write_busy;
 	_Atomic uint64_t st_chunks, st_points_sealed, st_chunk_bytes, st_checkpoints;
 	_Atomic uint64_t st_events_written, st_event_chunks, st_batch_dups;
@@ -169,9 +172,37 @@ void sti_job_counts_reset(struct sto *s);
 void sti_cache_free(struct sto *s);
 /* Resolves (creating if needed) the series of every key in b into ents[]. */
 int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_ent **ents);
-/* Applies a durable request to head h. Caller holds write_lock shared and head_lock. */
+/* Applies a durable request to head h (WAL replay): prepare + commit.
+ * Caller holds write_lock shared and head_lock. 0 or -ENOMEM (nothing
+ * applied). */
 int sti_apply_request(struct sto *s, struct head *h, const struct mdl_batch *pts,
 		      struct series_ent **ents, const struct mdl_events *ev, bool queue_full);
+
+/* A write's room in a head, made before its WAL append (see
+ * sti_prepare_request). */
+struct sti_prep {
+	const struct mdl_batch *points;  /* borrowed from the request */
+	const struct mdl_events *events;
+	struct head_series **hs; /* [nseries] where each batch series goes */
+	struct ev_job **jobs;    /* [nev] */
+	struct ev_rec **recs;    /* [nev] records allocated, not yet linked */
+	size_t nseries, nev;
+};
+/* Makes room in h for every point and event of the request (creates head
+ * series and event jobs, grows their arrays, allocates event records) and
+ * reserves it, so that sti_commit_request cannot fail. 0, or -ENOMEM with
+ * nothing reserved. Caller holds head_lock (and write_lock shared, so h
+ * stays the active head until commit or unprepare). */
+int sti_prepare_request(struct sto *s, struct head *h, const struct mdl_batch *pts,
+			struct series_ent **ents, const struct mdl_events *ev,
+			struct sti_prep *pp);
+/* Applies the prepared request (cannot fail) and frees pp. Caller holds
+ * head_lock. */
+void sti_commit_request(struct sto *s, struct head *h, struct sti_prep *pp, bool queue_full);
+/* Releases the room of a request that was not written (WAL append failed)
+ * and frees pp. Caller holds head_lock. */
+void sti_unprepare_request(struct sto *s, struct head *h, struct sti_prep *pp);
+void sti_prep_free(struct sti_prep *pp);
 /* Hash of a client batch id (never 0). */
 uint64_t sti_batch_hash(const char *id, size_t len);
 /* The entry of batch id, or NULL. Caller holds batch_lock. */

@@ -259,7 +259,7 @@ static void head_consume(struct sto *s, struct head *h, struct head_series *hs, 
 	hs->pts.n = rest;
 	h->points -= taken;
 	hs->queued = false;
-	if (rest == 0 && drop_empty) {
+	if (rest == 0 && drop_empty && hs->reserved == 0) {
 		uint64_t freed = sti_cols_bytes(&hs->pts) + HEAD_SERIES_OVERHEAD;
 		rdb_map_del(&h->series, hs->ent->id);
 		mdl_cols_free(&hs->pts);

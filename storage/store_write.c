@@ -282,11 +282,18 @@ uint64_t sti_cols_bytes(const struct mdl_cols *c)
 }
 
 /* Appends b's points to head h. Caller holds head_lock. */
-static int head_apply(struct sto *s, struct head *h, const struct mdl_batch *b,
-		      struct series_ent **ents, bool queue_full)
+/* Makes room in h for every point of b (series ents[i] for batch series
+ * i): creates missing head series, grows their columns past the points in
+ * them and those already reserved by other in-flight writes, and reserves
+ * b's points. hs[i] gets series i's head series. On failure the series
+ * reserved so far are released (*done says how many were) and -ENOMEM is
+ * returned. Caller holds head_lock. */
+static int head_prepare(struct sto *s, struct head *h, const struct mdl_batch *b,
+			struct series_ent **ents, struct head_series **hs_out, size_t *done)
 {
 	size_t n = mdl_batch_nseries(b);
-	for (size_t i = 0; i < n; i++) {
+	for (*done = 0; *done < n; (*done)++) {
+		size_t i = *done;
 		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
 		struct head_series *hs = rdb_map_get(&h->series, ents[i]->id);
 		if (!hs) {
@@ -300,35 +307,63 @@ static int head_apply(struct sto *s, struct head *h, const struct mdl_batch *b,
 			atomic_fetch_add(&s->head_bytes, HEAD_SERIES_OVERHEAD);
 		}
 		uint64_t before = sti_cols_bytes(&hs->pts);
-		int rc = mdl_cols_reserve(&hs->pts, hs->pts.n + bs->pts.n);
-		if (rc)
-			return rc;
-		size_t at = hs->pts.n;
-		memcpy(hs->pts.ts_ns + at, bs->pts.ts_ns, bs->pts.n * sizeof(int64_t));
-		memcpy(hs->pts.step + at, bs->pts.step, bs->pts.n * sizeof(int64_t));
-		memcpy(hs->pts.attempt + at, bs->pts.attempt, bs->pts.n * sizeof(uint32_t));
-		memcpy(hs->pts.value + at, bs->pts.value, bs->pts.n * sizeof(uint64_t));
-		hs->pts.n += bs->pts.n;
-		h->points += bs->pts.n;
+		if (mdl_cols_reserve(&hs->pts, hs->pts.n + hs->reserved + bs->pts.n))
+			return -ENOMEM;
 		uint64_t grown = sti_cols_bytes(&hs->pts) - before;
 		h->bytes += grown;
 		atomic_fetch_add(&s->head_bytes, grown);
-		if (queue_full && !hs->queued && hs->pts.n >= s->opt.chunk_max_points) {
-			if (s->seal_queue_n == s->seal_queue_cap) {
-				size_t cap = s->seal_queue_cap ? s->seal_queue_cap * 2 : 64;
-				uint64_t *q = realloc(s->seal_queue, cap * sizeof(*q));
-				if (!q)
-					continue; /* sealed at the next checkpoint instead */
-				s->seal_queue = q;
-				s->seal_queue_cap = cap;
-			}
-			s->seal_queue[s->seal_queue_n++] = ents[i]->id;
-			hs->queued = true;
-		}
+		hs->reserved += bs->pts.n;
+		hs_out[i] = hs;
+	}
+	return 0;
+}
+
+/* Releases the reservations of the first n series of b. */
+static void head_unprepare(const struct mdl_batch *b, struct head_series **hs, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		hs[i]->reserved -= mdl_batch_series_at(b, i)->pts.n;
+}
+
+/* Queues hs for a size seal once it holds chunk_max_points. */
+static void queue_seal(struct sto *s, struct head_series *hs)
+{
+	if (hs->queued || hs->pts.n < s->opt.chunk_max_points)
+		return;
+	if (s->seal_queue_n == s->seal_queue_cap) {
+		size_t cap = s->seal_queue_cap ? s->seal_queue_cap * 2 : 64;
+		uint64_t *q = realloc(s->seal_queue, cap * sizeof(*q));
+		if (!q)
+			return; /* sealed at the next checkpoint instead */
+		s->seal_queue = q;
+		s->seal_queue_cap = cap;
+	}
+	s->seal_queue[s->seal_queue_n++] = hs->ent->id;
+	hs->queued = true;
+}
+
+/* Copies b's points into the room head_prepare made. Cannot fail. Caller
+ * holds head_lock. */
+static void head_commit(struct sto *s, struct head *h, const struct mdl_batch *b,
+			struct head_series **hs_of, bool queue_full)
+{
+	size_t n = mdl_batch_nseries(b);
+	for (size_t i = 0; i < n; i++) {
+		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
+		struct head_series *hs = hs_of[i];
+		size_t at = hs->pts.n, k = bs->pts.n;
+		memcpy(hs->pts.ts_ns + at, bs->pts.ts_ns, k * sizeof(int64_t));
+		memcpy(hs->pts.step + at, bs->pts.step, k * sizeof(int64_t));
+		memcpy(hs->pts.attempt + at, bs->pts.attempt, k * sizeof(uint32_t));
+		memcpy(hs->pts.value + at, bs->pts.value, k * sizeof(uint64_t));
+		hs->pts.n += k;
+		hs->reserved -= k;
+		h->points += k;
+		if (queue_full)
+			queue_seal(s, hs);
 	}
 	if (h->first_mono_ns == 0 && h->points)
 		h->first_mono_ns = rdb_now_mono_ns();
-	return 0;
 }
 
 static void wake_flusher(struct sto *s)
@@ -524,22 +559,92 @@ static int encode_request(const struct sto_write_req *req, struct rdb_buf *rec, 
 	return rc;
 }
 
-/* Applies a durable request to the active head. Caller holds write_lock
- * shared and head_lock. */
+/* Whether an injected fault is due (and uses it up). */
+static bool take_fault(_Atomic uint32_t *f)
+{
+	uint32_t v = atomic_load(f);
+	while (v && !atomic_compare_exchange_weak(f, &v, v - 1))
+		;
+	return v != 0;
+}
+
+void sto_fault_inject(struct sto *s, enum sto_fault f, uint32_t count)
+{
+	atomic_store(f == STO_FAULT_PREPARE ? &s->fault_prepare : &s->fault_wal_append, count);
+}
+
+int sti_prepare_request(struct sto *s, struct head *h, const struct mdl_batch *pts,
+			struct series_ent **ents, const struct mdl_events *ev,
+			struct sti_prep *pp)
+{
+	memset(pp, 0, sizeof(*pp));
+	if (take_fault(&s->fault_prepare))
+		return -ENOMEM;
+	size_t n = pts ? mdl_batch_nseries(pts) : 0;
+	size_t nev = ev ? mdl_events_count(ev) : 0;
+	pp->hs = calloc(n ? n : 1, sizeof(*pp->hs));
+	pp->jobs = calloc(nev ? nev : 1, sizeof(*pp->jobs));
+	pp->recs = calloc(nev ? nev : 1, sizeof(*pp->recs));
+	if (!pp->hs || !pp->jobs || !pp->recs) {
+		sti_prep_free(pp);
+		return -ENOMEM;
+	}
+	size_t done = 0;
+	int rc = n ? head_prepare(s, h, pts, ents, pp->hs, &done) : 0;
+	if (rc == 0 && nev) {
+		uint64_t added = 0;
+		rc = evh_prepare(h->ev, ev, pp->jobs, pp->recs, &added);
+		atomic_fetch_add(&s->head_bytes, added);
+		if (rc == 0 && h->first_mono_ns == 0)
+			h->first_mono_ns = rdb_now_mono_ns();
+	}
+	if (rc) {
+		head_unprepare(pts, pp->hs, done);
+		sti_prep_free(pp);
+		return rc;
+	}
+	pp->points = pts;
+	pp->events = ev;
+	pp->nseries = n;
+	pp->nev = nev;
+	return 0;
+}
+
+void sti_commit_request(struct sto *s, struct head *h, struct sti_prep *pp, bool queue_full)
+{
+	if (pp->nseries)
+		head_commit(s, h, pp->points, pp->hs, queue_full);
+	if (pp->nev)
+		evh_commit(h->ev, pp->nev, pp->jobs, pp->recs);
+	sti_prep_free(pp);
+}
+
+void sti_unprepare_request(struct sto *s, struct head *h, struct sti_prep *pp)
+{
+	head_unprepare(pp->points, pp->hs, pp->nseries);
+	if (pp->nev) {
+		uint64_t released = 0;
+		evh_unprepare(h->ev, pp->nev, pp->jobs, pp->recs, &released);
+		atomic_fetch_sub(&s->head_bytes, released);
+	}
+	sti_prep_free(pp);
+}
+
+void sti_prep_free(struct sti_prep *pp)
+{
+	free(pp->hs);
+	free(pp->jobs);
+	free(pp->recs);
+	memset(pp, 0, sizeof(*pp));
+}
+
 int sti_apply_request(struct sto *s, struct head *h, const struct mdl_batch *pts,
 		      struct series_ent **ents, const struct mdl_events *ev, bool queue_full)
 {
-	int rc = 0;
-	if (pts && mdl_batch_nseries(pts))
-		rc = head_apply(s, h, pts, ents, queue_full);
-	if (rc == 0 && ev && mdl_events_count(ev)) {
-		uint64_t added = 0;
-		rc = evh_apply(h->ev, ev, &added);
-		h->bytes += added;
-		atomic_fetch_add(&s->head_bytes, added);
-		if (h->first_mono_ns == 0)
-			h->first_mono_ns = rdb_now_mono_ns();
-	}
+	struct sti_prep pp;
+	int rc = sti_prepare_request(s, h, pts, ents, ev, &pp);
+	if (rc == 0)
+		sti_commit_request(s, h, &pp, queue_full);
 	return rc;
 }
 
@@ -601,21 +706,37 @@ int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_wri
 			rc = sti_resolve_series(s, req->points, ents);
 			pthread_rwlock_rdlock(&s->write_lock);
 		}
-		if (rc == 0)
-			rc = sto_wal_append(s->wal, type, rec.data, rec.len);
+		/* Room in the head is made before the WAL append: once the record
+		 * is durable, applying it cannot fail, so an answer is never
+		 * "failed" for a write that restart would replay. The active head
+		 * cannot change until the write lock is released. */
+		struct head *h = NULL;
+		struct sti_prep pp;
 		if (rc == 0) {
 			pthread_mutex_lock(&s->head_lock);
-			gen = s->active->gen;
-			rc = sti_apply_request(s, s->active, req->points, ents, req->events, true);
-			wake = s->seal_queue_n > 0;
+			h = s->active;
+			rc = sti_prepare_request(s, h, req->points, ents, req->events, &pp);
 			pthread_mutex_unlock(&s->head_lock);
-			if (rc)
-				rdb_error("store", "out of memory applying an acknowledged batch to the "
-					  "head; it is in the WAL and will be recovered at restart");
+		}
+		if (rc == 0) {
+			int arc = take_fault(&s->fault_wal_append)
+				      ? -EIO
+				      : sto_wal_append(s->wal, type, rec.data, rec.len);
+			pthread_mutex_lock(&s->head_lock);
+			if (arc == 0) {
+				gen = h->gen;
+				sti_commit_request(s, h, &pp, true);
+				wake = s->seal_queue_n > 0;
+			} else {
+				sti_unprepare_request(s, h, &pp);
+			}
+			pthread_mutex_unlock(&s->head_lock);
+			rc = arc;
 			/* Marked inside the write lock: a rotation sees it done. */
-			if (bent)
+			if (rc == 0 && bent) {
 				batch_finish(s, bent, true, gen);
-			bent = NULL;
+				bent = NULL;
+			}
 		}
 		pthread_rwlock_unlock(&s->write_lock);
 	}
