@@ -2,6 +2,7 @@
  * different threads never interleave. Rate limiting uses a mutex per process
  * (rare path: only reached by lines that repeat). */
 #include "common/rdb_log.h"
+#include "common/rdb_err.h"
 #include "common/rdb_time.h"
 
 #include <pthread.h>
@@ -28,7 +29,7 @@ int rdb_log_parse_level(const char *s, enum rdb_log_level *out)
 			return 0;
 		}
 	}
-	return -22;
+	return RDB_EINVAL;
 }
 
 static void vlog(enum rdb_log_level lvl, const char *subsys, const char *suffix, const char *fmt,

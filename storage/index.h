@@ -41,7 +41,7 @@ int sto_txn_begin(struct sto_index *ix, bool write, struct sto_txn **out);
 int sto_txn_commit(struct sto_txn *t);
 void sto_txn_abort(struct sto_txn *t); /* frees; NULL ok */
 
-/* meta: -ENOENT (RDB_ENOTFOUND) if the key is absent. */
+/* meta: RDB_ENOTFOUND if the key is absent. */
 int sto_meta_get(struct sto_txn *t, const char *key, uint64_t *out);
 int sto_meta_put(struct sto_txn *t, const char *key, uint64_t val);
 /* Returns the current value of a counter (0 if absent) in *out and stores
