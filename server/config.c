@@ -61,6 +61,7 @@ struct opt {
 	.offset = offsetof(struct srv_config, f), .size = sizeof(((struct srv_config *)0)->f)
 
 static const char *const sync_values[] = {"fdatasync", "none", NULL};
+static const char *const onoff_values[] = {"on", "off", NULL};
 static const char *const log_values[] = {"debug", "info", "warn", "error", NULL};
 
 static const struct opt opts[] = {
@@ -447,6 +448,17 @@ static const struct opt opts[] = {
      .doc = "Largest UDP datagram rankdbd takes (65507 is the most IPv4 can carry). A larger "
 	    "datagram is dropped whole and counted as reason=\"oversize\"; senders should "
 	    "keep datagrams under the path MTU anyway."},
+    {.name = "io_uring",
+     .type = OPT_ENUM,
+     .def = "on",
+     .values = onoff_values,
+     FIELD(io_uring),
+     .help = "write the WAL and segments through io_uring (on/off)",
+     .doc = "File writes (WAL group commits, segment appends) go through io_uring when the "
+	    "kernel allows it, and fall back to pwritev + fdatasync by themselves when it "
+	    "does not. off forces the fallback, for kernels or container sandboxes (seccomp) "
+	    "that forbid io_uring; the environment variable RANKDB_IO_URING=off does the "
+	    "same. Both paths are equally durable; io_uring is faster."},
 };
 
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))

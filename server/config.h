@@ -62,6 +62,7 @@ struct srv_config {
 	uint32_t udp_queue_datagrams;	/* datagrams waiting to be parsed; beyond: dropped */
 	uint64_t udp_queue_bytes;	/* bytes of datagrams waiting; beyond: dropped */
 	uint64_t udp_max_datagram_bytes; /* larger datagrams are dropped (oversize) */
+	char io_uring[4];		/* "on" or "off": off forces pwritev+fdatasync */
 };
 
 /* Fills *c with the default of every option. Cannot fail. */

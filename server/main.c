@@ -38,6 +38,8 @@ static int storage_options(const struct srv_config *cfg, struct sto_options *o)
 {
 	sto_options_default(o);
 	o->data_dir = cfg->data_dir;
+	if (strcmp(cfg->io_uring, "off") == 0)
+		o->io_uring = false;
 	if (strcmp(cfg->sync_policy, "none") == 0)
 		o->sync = STO_SYNC_NONE;
 	else

@@ -39,6 +39,9 @@ struct sto_options {
 	uint64_t max_series;           /* bound on distinct series; beyond: RDB_ELIMIT */
 	uint64_t max_series_per_job;   /* bound on one job's series; beyond: RDB_ELIMIT */
 	uint32_t batch_id_ttl_s;       /* client batch ids are remembered this long */
+	bool io_uring;                 /* false: pwritev/fdatasync instead of io_uring
+				        * (process-wide); default true unless the
+				        * environment has RANKDB_IO_URING=off */
 };
 
 /* Sane defaults for every option (data_dir "./data"). */

@@ -35,6 +35,7 @@
 #include "storage/codec.h"
 #include "storage/evstore.h"
 #include "storage/segment.h"
+#include "storage/uring.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -64,6 +65,8 @@ void sto_options_default(struct sto_options *o)
 	o->max_series = 10000000;
 	o->max_series_per_job = 1000000;
 	o->batch_id_ttl_s = 7 * 86400;
+	const char *u = getenv("RANKDB_IO_URING");
+	o->io_uring = !(u && strcmp(u, "off") == 0);
 }
 
 static int remove_wal_upto(struct sto *s, uint64_t gen)
@@ -732,6 +735,7 @@ int sto_open(const struct sto_options *opt, struct sto **out)
 	if (!s)
 		return -ENOMEM;
 	s->opt = *opt;
+	sto_ring_set_fallback(!opt->io_uring); /* before any ring (WAL, segments) opens */
 	s->lock_fd = -1;
 	init_locks(s);
 	snprintf(s->dir, sizeof(s->dir), "%s", opt->data_dir);

@@ -660,6 +660,59 @@ static bool over_memory(struct sto *s)
 	return true;
 }
 
+/* The locked part of a write: makes room in the active head, appends the
+ * record to the WAL (group commit), then applies it, all under the write
+ * lock held shared so the active head cannot rotate in between. Room is
+ * made before the append: once the record is durable, applying it cannot
+ * fail, so an answer is never "failed" for a write that restart would
+ * replay. On success *bent is finished (and set to NULL) inside the lock,
+ * so a rotation sees the batch id done; *wake says a size seal is queued. */
+static int append_and_apply(struct sto *s, const struct sto_write_req *req,
+			    struct series_ent **ents, const struct rdb_buf *rec, uint8_t type,
+			    struct batch_ent **bent, bool *wake)
+{
+	size_t n = req->points ? mdl_batch_nseries(req->points) : 0;
+	uint64_t epoch = atomic_load(&s->del_epoch);
+	int rc = 0;
+	pthread_rwlock_rdlock(&s->write_lock);
+	/* A job deleted since we resolved our series ids: resolve again so that
+	 * no point goes to a deleted series id. */
+	while (rc == 0 && n && epoch != atomic_load(&s->del_epoch)) {
+		pthread_rwlock_unlock(&s->write_lock);
+		epoch = atomic_load(&s->del_epoch);
+		rc = sti_resolve_series(s, req->points, ents);
+		pthread_rwlock_rdlock(&s->write_lock);
+	}
+	struct head *h = NULL;
+	struct sti_prep pp;
+	if (rc == 0) {
+		pthread_mutex_lock(&s->head_lock);
+		h = s->active;
+		rc = sti_prepare_request(s, h, req->points, ents, req->events, &pp);
+		pthread_mutex_unlock(&s->head_lock);
+	}
+	if (rc == 0) {
+		rc = take_fault(&s->fault_wal_append) ? -EIO
+						      : sto_wal_append(s->wal, type, rec->data,
+								       rec->len);
+		pthread_mutex_lock(&s->head_lock);
+		uint64_t gen = h->gen;
+		if (rc == 0) {
+			sti_commit_request(s, h, &pp, true);
+			*wake = s->seal_queue_n > 0;
+		} else {
+			sti_unprepare_request(s, h, &pp);
+		}
+		pthread_mutex_unlock(&s->head_lock);
+		if (rc == 0 && *bent) {
+			batch_finish(s, *bent, true, gen);
+			*bent = NULL;
+		}
+	}
+	pthread_rwlock_unlock(&s->write_lock);
+	return rc;
+}
+
 int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_write_result *res)
 {
 	res->duplicate = false;
@@ -687,7 +740,6 @@ int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_wri
 	struct rdb_buf rec;
 	rdb_buf_init(&rec, STO_WAL_MAX_PAYLOAD);
 	uint8_t type = 0;
-	uint64_t gen = 0;
 	struct series_ent **ents = malloc((n ? n : 1) * sizeof(*ents));
 	int rc = ents ? 0 : -ENOMEM;
 	if (rc == 0 && n)
@@ -695,51 +747,8 @@ int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_wri
 	if (rc == 0)
 		rc = encode_request(req, &rec, &type);
 	bool wake = false;
-	uint64_t epoch = atomic_load(&s->del_epoch);
-	if (rc == 0) {
-		pthread_rwlock_rdlock(&s->write_lock);
-		/* A job deleted since we resolved our series ids: resolve again so
-		 * that no point goes to a deleted series id. */
-		while (rc == 0 && n && epoch != atomic_load(&s->del_epoch)) {
-			pthread_rwlock_unlock(&s->write_lock);
-			epoch = atomic_load(&s->del_epoch);
-			rc = sti_resolve_series(s, req->points, ents);
-			pthread_rwlock_rdlock(&s->write_lock);
-		}
-		/* Room in the head is made before the WAL append: once the record
-		 * is durable, applying it cannot fail, so an answer is never
-		 * "failed" for a write that restart would replay. The active head
-		 * cannot change until the write lock is released. */
-		struct head *h = NULL;
-		struct sti_prep pp;
-		if (rc == 0) {
-			pthread_mutex_lock(&s->head_lock);
-			h = s->active;
-			rc = sti_prepare_request(s, h, req->points, ents, req->events, &pp);
-			pthread_mutex_unlock(&s->head_lock);
-		}
-		if (rc == 0) {
-			int arc = take_fault(&s->fault_wal_append)
-				      ? -EIO
-				      : sto_wal_append(s->wal, type, rec.data, rec.len);
-			pthread_mutex_lock(&s->head_lock);
-			if (arc == 0) {
-				gen = h->gen;
-				sti_commit_request(s, h, &pp, true);
-				wake = s->seal_queue_n > 0;
-			} else {
-				sti_unprepare_request(s, h, &pp);
-			}
-			pthread_mutex_unlock(&s->head_lock);
-			rc = arc;
-			/* Marked inside the write lock: a rotation sees it done. */
-			if (rc == 0 && bent) {
-				batch_finish(s, bent, true, gen);
-				bent = NULL;
-			}
-		}
-		pthread_rwlock_unlock(&s->write_lock);
-	}
+	if (rc == 0)
+		rc = append_and_apply(s, req, ents, &rec, type, &bent, &wake);
 	if (bent)
 		batch_finish(s, bent, false, 0);
 	if (rc == 0) {

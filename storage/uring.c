@@ -53,6 +53,12 @@ struct window_result {
 };
 
 static atomic_bool fallback_logged;
+static atomic_bool uring_off; /* sto_ring_set_fallback */
+
+void sto_ring_set_fallback(bool fallback)
+{
+	atomic_store(&uring_off, fallback);
+}
 
 int sto_ring_open(unsigned depth, struct sto_ring **out)
 {
@@ -61,6 +67,13 @@ int sto_ring_open(unsigned depth, struct sto_ring **out)
 		return -ENOMEM;
 	if (depth < 2)
 		depth = 2; /* a write and its linked fsync */
+	if (atomic_load(&uring_off)) {
+		if (!atomic_exchange(&fallback_logged, true))
+			rdb_info(SUBSYS, "io_uring is off (io_uring = off or RANKDB_IO_URING=off); "
+				 "file writes use pwritev+fdatasync");
+		*out = r;
+		return 0;
+	}
 	int rc = io_uring_queue_init(depth, &r->ring, 0);
 	if (rc == 0) {
 		r->uring = true;

@@ -19,6 +19,10 @@ struct sto_ring;
 /* Creates a ring of `depth` entries; falls back to synchronous syscalls if
  * io_uring is unavailable (logged once). 0 or -errno. */
 int sto_ring_open(unsigned depth, struct sto_ring **out);
+/* Makes every ring opened from now on use the synchronous fallback (for
+ * kernels or sandboxes that forbid io_uring, and for the CI pass that tests
+ * the fallback). Process-wide. */
+void sto_ring_set_fallback(bool fallback);
 void sto_ring_close(struct sto_ring *r); /* NULL ok */
 bool sto_ring_is_uring(const struct sto_ring *r);
 

@@ -6,6 +6,9 @@
 #
 #   tests/run.sh            everything
 #   RDB_SKIP_SAN=1 tests/run.sh   skip the sanitizer build (quick local runs)
+#
+# The release-like build also runs the unit tests and the durability suite a
+# second time with io_uring off (the pwritev/fdatasync fallback).
 set -u
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -52,7 +55,30 @@ run_build() { # name, meson args...
 	count_integration "$RDB_TEST_TMP/$dir-integration.log"
 }
 
-run_build build
+# The pwritev/fdatasync fallback of storage/uring.c (what runs where io_uring
+# is forbidden): the unit tests and the durability suite again with it.
+run_fallback() {
+	echo "=== io_uring fallback pass (RANKDB_IO_URING=off): unit tests, durability suite"
+	RANKDB_IO_URING=off meson test -C build --suite unit --print-errorlogs --num-processes 2
+	count_meson build
+	RANKDB_IO_URING=off python3 tests/integration/run.py --bin "$root/build/server/rankdbd" \
+		-j 2 -k test_durability 2>&1 | tee "$RDB_TEST_TMP/fallback-integration.log"
+	count_integration "$RDB_TEST_TMP/fallback-integration.log"
+}
+
+# Source rules (tools/checksrc.sh: banned functions, symbol prefixes, size
+# report) and docs generated from code (the configuration reference).
+run_checks() {
+	echo "=== source checks"
+	if tools/checksrc.sh build; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+	if python3 tools/gen-config-doc.py --check; then
+		passed=$((passed + 1))
+	else
+		failed=$((failed + 1))
+	fi
+}
+
+run_build build && run_fallback && run_checks
 if [ -z "${RDB_SKIP_SAN:-}" ]; then
 	export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 	export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
