@@ -889,42 +889,58 @@ static bool end_line(char *line, FILE *f)
 	return false;
 }
 
-int srv_config_load_file(struct srv_config *c, const char *path, char *err, size_t errlen)
+/* Applies the lines of f (named name in errors) on top of *c, all or
+ * nothing. */
+static int load_stream(struct srv_config *c, FILE *f, const char *name, char *err, size_t errlen)
 {
 	struct srv_config tmp = *c;
 	unsigned seen[NOPTS] = {0};
 	char line[LINE_MAX_BYTES], why[WHY_BYTES];
 	unsigned lineno = 0;
-	int result = 0;
-	FILE *f = fopen(path, "r");
-
-	if (!f) {
-		result = -errno;
-		errf(err, errlen, "%s: cannot open config file: %s", path, rdb_strerror(result));
-		return result;
-	}
 	errno = 0;
 	while (fgets(line, sizeof(line), f)) {
 		lineno++;
 		if (!end_line(line, f)) {
-			errf(err, errlen, "%s:%u: line longer than %d bytes", path, lineno,
+			errf(err, errlen, "%s:%u: line longer than %d bytes", name, lineno,
 			     LINE_MAX_BYTES - 2);
-			result = RDB_EINVAL;
-			goto out;
+			return RDB_EINVAL;
 		}
 		if (load_line(&tmp, line, lineno, seen, why, sizeof(why)) != 0) {
-			errf(err, errlen, "%s:%u: %s", path, lineno, why);
-			result = RDB_EINVAL;
-			goto out;
+			errf(err, errlen, "%s:%u: %s", name, lineno, why);
+			return RDB_EINVAL;
 		}
 	}
 	if (ferror(f)) {
-		result = errno ? -errno : -EIO;
-		errf(err, errlen, "%s: cannot read config file: %s", path, rdb_strerror(result));
-		goto out;
+		int result = errno ? -errno : -EIO;
+		errf(err, errlen, "%s: cannot read config file: %s", name, rdb_strerror(result));
+		return result;
 	}
 	*c = tmp;
-out:
+	return 0;
+}
+
+int srv_config_load_file(struct srv_config *c, const char *path, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		int result = -errno;
+		errf(err, errlen, "%s: cannot open config file: %s", path, rdb_strerror(result));
+		return result;
+	}
+	int result = load_stream(c, f, path, err, errlen);
+	fclose(f);
+	return result;
+}
+
+int srv_config_load_text(struct srv_config *c, const char *text, size_t len, const char *name,
+			 char *err, size_t errlen)
+{
+	if (len == 0)
+		return 0;
+	FILE *f = fmemopen((void *)text, len, "r");
+	if (!f)
+		return -errno;
+	int result = load_stream(c, f, name, err, errlen);
 	fclose(f);
 	return result;
 }

@@ -74,6 +74,11 @@ void srv_config_default(struct srv_config *c);
  * twice. Returns 0, -errno if the file cannot be read, or RDB_EINVAL. */
 int srv_config_load_file(struct srv_config *c, const char *path, char *err, size_t errlen);
 
+/* As srv_config_load_file for a file's text held in memory (len bytes, not
+ * NUL-terminated), named name in errors. */
+int srv_config_load_text(struct srv_config *c, const char *text, size_t len, const char *name,
+			 char *err, size_t errlen);
+
 /* Sets one option by its snake_case name from its text form. Returns 0, or
  * RDB_EINVAL (unknown name, bad or out-of-range value). */
 int srv_config_set(struct srv_config *c, const char *name, const char *value, char *err,

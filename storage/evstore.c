@@ -577,7 +577,9 @@ int evc_decode(const uint8_t *payload, size_t len, const char *job, struct ev_de
 		e->text_len = rdb_get_le32(tl + 4 * i);
 		e->job = job;
 		e->job_len = jl;
-		if ((size_t)(end - str) < e->text_len)
+		/* what no writer produces is damage, never served */
+		if ((e->kind != MDL_EV_LOG && e->kind != MDL_EV_SPAN) || e->level > MDL_LEVEL_FATAL ||
+		    e->duration_ns < 0 || (size_t)(end - str) < e->text_len)
 			return RDB_ECORRUPT;
 		e->text = (const char *)str;
 		str += e->text_len;
