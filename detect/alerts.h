@@ -68,9 +68,12 @@ void det_alerts_free(struct det_alerts *a);
  *     moves to the recently-resolved ring (the oldest there is forgotten);
  *   - a pending alert absent from the set is dropped silently: no callback,
  *     never sent (counted in pending_dropped_total).
- * Conditions with the same identity in one set count as one. A new identity
- * past max_active is refused (counted, logged rate-limited); the rest of the
- * set is still applied. A firing transition counts as sent at now_ns for the
+ * Conditions with the same identity in one set count as one (the last one's
+ * annotations win). Order: active identities are updated first, then absent
+ * ones resolve, then new identities are created, so room freed by this
+ * evaluation's resolutions is available to its new alerts; a new identity
+ * past max_active is refused (counted, logged rate-limited) and the rest of
+ * the set is still applied. A firing transition counts as sent at now_ns for the
  * periodic re-send (det_alerts_due): the caller is expected to deliver it.
  * fn (may be NULL) is called once per transition with the alert after the
  * change and the state before it; it runs with the registry's lock held, so
