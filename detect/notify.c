@@ -57,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #define MS 1000000LL
 
@@ -116,6 +117,7 @@ struct det_notify {
 	struct curl_slist *headers;
 	uint64_t rng;
 	struct rdb_log_ratelimit refused_rl;
+	struct rdb_log_ratelimit dropped_rl;
 };
 
 static bool global_ready;
@@ -334,7 +336,7 @@ static int make_room(struct det_notify *n)
 	if (!old)
 		return RDB_ELIMIT;
 	n->st.dropped_full[old->r->kind]++;
-	rdb_log_limited(&old->r->rl, 60, RDB_LOG_WARN, "notify",
+	rdb_log_limited(&n->dropped_rl, 60, RDB_LOG_WARN, "notify",
 			"delivery queue full (%u): oldest alert for %s dropped to make room "
 			"(%llu dropped in total for this kind of receiver)", n->o.max_queue,
 			old->r->url, (unsigned long long)n->st.dropped_full[old->r->kind]);
@@ -765,8 +767,11 @@ static void *sender_main(void *arg)
 		curl_multi_perform(n->multi, &running);
 		/* A finished request changes what to start and when: loop at once
 		 * rather than sleep on a timeout computed before it. */
-		if (collect_done(n) == 0)
-			curl_multi_poll(n->multi, NULL, 0, timeout_ms, NULL);
+		if (collect_done(n) == 0 &&
+		    curl_multi_poll(n->multi, NULL, 0, timeout_ms, NULL) != CURLM_OK) {
+			struct timespec ts = {0, 10 * 1000000L}; /* never spin on a broken poll */
+			nanosleep(&ts, NULL);
+		}
 		pthread_mutex_lock(&n->mu);
 	}
 	abort_all(n);
