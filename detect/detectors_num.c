@@ -222,17 +222,19 @@ struct agg {
 static void describe(const struct deti_job *j, const struct agg *a, const struct deti_hit *h,
 		     char *buf, size_t n)
 {
-	const struct deti_rank *r = h->rank == DET_JOB_RANK ? j->jrank : deti_rank_at(j, h->rank);
-	const char *phase = r && r->last_phase[0] ? r->last_phase : "none reported";
+	const struct deti_rank *r = h->rank == DET_JOB_RANK ? NULL : deti_rank_at(j, h->rank);
+	char phase[DET_NAME_MAX + 16] = "";
+	if (r)
+		snprintf(phase, sizeof(phase), "; last phase %s",
+			 r->last_phase[0] ? r->last_phase : "none reported");
 	switch (a->kind) {
 	case K_NF:
-		snprintf(buf, n, "%s = %g at step %lld (first non-finite point); last phase %s",
+		snprintf(buf, n, "%s = %g at step %lld (first non-finite point)%s",
 			 a->metric, h->value, (long long)h->step, phase);
 		break;
 	case K_SPIKE:
 		snprintf(buf, n,
-			 "%s = %.6g at step %lld, %.0f %% above the rank's recent median %.6g; last "
-			 "phase %s",
+			 "%s = %.6g at step %lld, %.0f %% above the rank's recent median %.6g%s",
 			 a->metric, h->value, (long long)h->step,
 			 h->base != 0 ? 100.0 * (h->value - h->base) / fabs(h->base) : 0.0, h->base,
 			 phase);

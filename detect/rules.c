@@ -401,6 +401,7 @@ static int parse_section(struct parser *p, const char *s, size_t n)
 	s++;
 	n -= 2;
 	trim(&s, &n);
+	p->secname[0] = 0; /* errors in a header are not the previous section's */
 	p->job = NULL;
 	p->rule = -1;
 	if (n == 7 && memcmp(s, "aliases", 7) == 0) {

@@ -5,6 +5,35 @@
 #include "check.h"
 #include "detect_gen.h"
 
+#include "detect/engine_int.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* The engine's quickselect median against sorting, with many duplicates. */
+static void test_median(void)
+{
+	uint64_t seed = 99;
+	for (int round = 0; round < 2000; round++) {
+		double v[40], s[40];
+		size_t n = 1 + (size_t)(round % 40);
+		for (size_t i = 0; i < n; i++) {
+			seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+			v[i] = s[i] = (double)((seed >> 33) % (round % 3 ? 7 : 1000));
+		}
+		qsort(s, n, sizeof(*s), cmp_double);
+		double want = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+		double got = deti_median(v, n);
+		CHECK(got == want);
+		if (got != want)
+			break;
+	}
+	CHECK(isnan(deti_median(NULL, 0)));
+}
+
 /* A clean run of 16 ranks raises nothing, warm-up and fast early loss
  * decrease included. */
 static void test_clean_run(void)
@@ -319,6 +348,7 @@ static void test_job_rank_series(void)
 
 int main(void)
 {
+	RUN(test_median);
 	RUN(test_clean_run);
 	RUN(test_nan_one_rank);
 	RUN(test_inf_all_ranks_job_level);

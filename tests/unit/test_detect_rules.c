@@ -144,7 +144,7 @@ static void test_errors(void)
 		{"[rule Straggler]\nwebhook = http://a/1\nwebhook = http://a/2\nwebhook = "
 		 "http://a/3\nwebhook = http://a/4\nwebhook = http://a/5\n",
 		 "r.conf:6:", "more than 4 webhooks"},
-		{"[job \"a b\"]\n", "r.conf:1:", "bad job pattern"},
+		{"[rule Straggler]\n[job \"a b\"]\n", "r.conf:2: bad job pattern 'a b'", "wildcards"},
 		{"[job \"x\"]\nk = 1\n", "r.conf:2:", "Rule.option"},
 		{"[job \"x\"]\nStraggler.zz = 1\n", "r.conf:2:", "unknown option 'zz'"},
 		{"[aliases]\nfoo = bar\n", "r.conf:2:", "not a canonical metric name"},
