@@ -8,8 +8,8 @@
  *
  * One fault, one alert: when every rank is silent only JobDown is raised; a
  * hang is not raised while some rank has been silent for more than half the
- * hang window (a crashed rank stalls its peers in the collective; RankDown
- * names it at silence_s); ThroughputDrop is not raised while a rank is
+ * time the step has not moved (a crashed rank stalls its peers in the
+ * collective; RankDown names it at silence_s); ThroughputDrop is not raised while a rank is
  * down, the job hangs, or a straggler explains the slowdown.
  *
  * Straggler: each step that every live rank has finished (the step before
@@ -260,8 +260,8 @@ static bool eval_hang(struct det_engine *e, struct deti_emit *em, const struct l
 		struct deti_rank *r = j->ranks[i];
 		if (!r || deti_rank_retired(j, r))
 			continue;
-		if ((double)(now_ns - r->last_seen_ns) / 1e9 > window / 2)
-			return false; /* a quiet rank: RankDown's to name, not a hang */
+		if ((double)(now_ns - r->last_seen_ns) / 1e9 > idle / 2)
+			return false; /* quiet since about the stall: RankDown's to name */
 		h[n++] = (struct deti_hit){r->rank, 0, 0, r->last_step, 0, r->last_phase};
 	}
 	j->hung = true;
@@ -377,6 +377,7 @@ static void judge_step(struct det_engine *e, struct deti_job *j, int64_t s)
 		bool slow = work[i] > thr_w || (!isnan(dl[i]) && !isnan(thr_dl) && dl[i] > thr_dl);
 		r->slow_bits = (r->slow_bits << 1) | (slow ? 1u : 0u);
 		r->judged++;
+		r->slow_w = r->slow_w * (float)keep + (slow ? 1.0f : 0.0f);
 		r->work_last = work[i];
 		r->work_med_last = med_w;
 		for (int p = DET_PH_DATALOADER; p <= DET_PH_CHECKPOINT; p++) {
@@ -460,11 +461,12 @@ static uint32_t eval_straggler(struct det_engine *e, struct deti_emit *em, const
 		snprintf(desc, sizeof(desc),
 			 "rank %u was slower than its peers in %u of the last %u judged steps (up to "
 			 "step %lld); latest own work %.4g s vs peers' median %.4g s (%+.0f %%); "
-			 "slowest phase %s (%+.3g s over the peers' median, decayed sum)",
+			 "slowest phase %s (%+.3g s over the peers' median per slow step)",
 			 r->rank, slow, window < r->judged ? window : r->judged,
 			 (long long)j->judged_step, r->work_last, r->work_med_last,
 			 r->work_med_last > 0 ? 100 * (r->work_last / r->work_med_last - 1) : 0.0,
-			 phase, ph == DET_PH_STEP ? 0.0 : (double)r->excess[ph]);
+			 phase,
+			 ph == DET_PH_STEP || r->slow_w <= 0 ? 0.0 : (double)(r->excess[ph] / r->slow_w));
 		struct deti_cond_in in = {DET_R_STRAGGLER, r->rank, phase, NULL, r->work_last,
 					  r->work_med_last, j->judged_step};
 		deti_emit(em, &in, summary, desc);

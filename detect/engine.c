@@ -499,6 +499,7 @@ static void rank_restart(struct deti_job *j, struct deti_rank *r, int64_t now_ns
 	r->judged = 0;
 	r->straggling = false;
 	memset(r->excess, 0, sizeof(r->excess));
+	r->slow_w = 0;
 	r->ecc_seen = r->xid_seen = false;
 	r->ecc_ns = r->xid_ns = 0;
 	r->step_moved_ns = now_ns;
@@ -863,6 +864,8 @@ static void forget_silent(struct det_engine *e, int64_t now_ns)
 	struct deti_job *j = e->lru_tail;
 	while (j) {
 		struct deti_job *prev = j->lru_prev;
+		if (j->last_seen_ns == 0)
+			j->last_seen_ns = now_ns; /* metadata set before any clock was seen */
 		if (now_ns - j->last_seen_ns > limit_ns) {
 			rdb_info("detect", "job %s: silent for %u s, detection state dropped",
 				 j->name, e->lim.job_forget_s);
@@ -943,7 +946,7 @@ static void job_summary(struct det_engine *e, struct deti_job *j, int64_t now_ns
 {
 	memset(h, 0, sizeof(*h));
 	snprintf(h->job, sizeof(h->job), "%s", j->name);
-	h->state = j->first_seen_ns ? job_state(j) : DET_JOB_OK;
+	h->state = job_state(j);
 	h->step = j->max_step;
 	h->mfu = deti_job_mfu(j, now_ns);
 	h->checkpoint_age_s = j->ckpt_seen ? (double)(now_ns - j->ckpt_ns) / 1e9 : NAN;

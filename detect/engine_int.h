@@ -124,6 +124,7 @@ struct deti_rank {
 	uint32_t judged;
 	bool straggling;
 	float excess[DET_PH_COUNT]; /* decayed excess over the peers' phase medians */
+	float slow_w;               /* decayed count of slow steps (same decay) */
 	double work_last, work_med_last;
 	/* last evaluation */
 	uint8_t state; /* DET_RANK_* */

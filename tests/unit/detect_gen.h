@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GEN_MAXR 64
+#define GEN_MAXR 512
 #define GEN_NS 1000000000LL
 
 struct gen_cond {

@@ -116,6 +116,16 @@ static void test_config_meta(void)
 {
 	struct gen g;
 	gen_init(&g, 4, 45);
+	/* metadata set before any data or evaluation survives the first one */
+	struct det_job_meta m0 = {.world_size = 4, .flops_per_token = NAN, .params = NAN,
+				  .gpu_peak_flops = NAN, .status = DET_STATUS_FINISHED};
+	CHECK_EQ_INT(det_engine_set_meta(g.e, "early", &m0), 0);
+	gen_eval(&g);
+	struct det_job_health h;
+	CHECK_EQ_INT(det_engine_health(g.e, "early", g.now_ns, &h), 0);
+	CHECK_EQ_INT(h.state, DET_JOB_FINISHED);
+	CHECK_EQ_INT(h.world_size, 4);
+	det_job_health_free(&h);
 	struct det_job_meta m = {.world_size = 6, .global_batch = 100, .micro_batch = 4,
 				 .grad_accum = 4, .flops_per_token = NAN, .params = NAN,
 				 .gpu_peak_flops = NAN, .status = DET_STATUS_RUNNING};
