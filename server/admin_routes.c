@@ -11,6 +11,7 @@
  *   POST   /api/v1/admin/verify[?quarantine=1]  check every checksum
  *   POST   /api/v1/admin/backup?dir=PATH        consistent backup (server-side path)
  *   POST   /api/v1/admin/checkpoint             seal and checkpoint now
+ *   POST   /api/v1/admin/rules/reload           re-read the detector rules file
  *
  * Protection: admin_token empty -> every admin request 403 (disabled);
  * no "Authorization: Bearer" -> 401; a wrong token -> 403. Tokens are
@@ -400,6 +401,26 @@ static bool is(const struct srv_req *req, const char *m)
 	return strcmp(req->method, m) == 0;
 }
 
+/* Re-reads the detector rules file; a bad file is refused (422) and the
+ * rules in force stay. */
+static void do_rules_reload(struct srv_req *req, struct srv_resp *resp)
+{
+	char msg[1024];
+	int rc = srv_detect_reload(req->ctx, msg, sizeof(msg));
+	if (rc == RDB_ENOTFOUND) {
+		srv_error(resp, 409, "%s", msg);
+		return;
+	}
+	if (rc) {
+		srv_error(resp, 422, "rules file refused, the rules in force stay: %s", msg);
+		return;
+	}
+	resp->status = 200;
+	rdb_buf_puts(&resp->body, "{\"reloaded\":true,\"message\":");
+	rdb_buf_json_str(&resp->body, msg, strlen(msg));
+	rdb_buf_putc(&resp->body, '}');
+}
+
 /* Routes an authorized request; *action names it for the audit log. */
 static void route(struct srv_req *req, struct srv_resp *resp, const char *rest,
 		  const char **action, const char **target, char *job, size_t jlen)
@@ -440,6 +461,9 @@ static void route(struct srv_req *req, struct srv_resp *resp, const char *rest,
 	} else if (strcmp(rest, "checkpoint") == 0 && is(req, "POST")) {
 		*action = "checkpoint";
 		do_checkpoint(req, resp);
+	} else if (strcmp(rest, "rules/reload") == 0 && is(req, "POST")) {
+		*action = "rules_reload";
+		do_rules_reload(req, resp);
 	} else {
 		*action = "unknown";
 		*target = rest;

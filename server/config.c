@@ -459,6 +459,86 @@ static const struct opt opts[] = {
 	    "does not. off forces the fallback, for kernels or container sandboxes (seccomp) "
 	    "that forbid io_uring; the environment variable RANKDB_IO_URING=off does the "
 	    "same. Both paths are equally durable; io_uring is faster."},
+    {.name = "detect",
+     .type = OPT_ENUM,
+     .def = "on",
+     .values = onoff_values,
+     FIELD(detect),
+     .help = "watch every run with the built-in detectors (on/off)",
+     .doc = "Whether rankdbd watches every run as data arrives: the built-in detectors "
+	    "(LossNonFinite, Straggler, TrainingHang, RankDown, GpuOverheat, ConfigMismatch "
+	    "...) raise alerts with no rule to write, GET /api/v1/alerts lists them and GET "
+	    "/api/v1/jobs/<job>/health shows each run at a glance. Detection runs beside "
+	    "ingest on its own thread and never slows or blocks a write. docs/OPERATIONS.md, "
+	    "\"Detection\", lists every detector."},
+    {.name = "rules_file",
+     .type = OPT_STRING,
+     .def = "",
+     FIELD(rules_file),
+     .help = "operator rules file on top of the built-in detector defaults (\"\" = none)",
+     .doc = "Path of a rules file that changes the built-in detectors' thresholds, for "
+	    "durations, severities and webhooks, per job-name pattern, and adds metric "
+	    "aliases (conf/rules.example has every rule with its default). A bad file keeps "
+	    "rankdbd from starting, naming the line; on SIGHUP or POST "
+	    "/api/v1/admin/rules/reload it is read again, and a bad file is refused while "
+	    "the rules in force stay. Check a file with `rankctl rules check FILE`."},
+    {.name = "alertmanager_url",
+     .type = OPT_STRING,
+     .def = "",
+     FIELD(alertmanager_url),
+     .help = "Alertmanager base URL(s), comma-separated, e.g. http://127.0.0.1:9093",
+     .doc = "Where alerts go: one or more Alertmanagers (comma-separated base URLs; rankdbd "
+	    "posts to <url>/api/v2/alerts), re-sending firing alerts every "
+	    "alert_resend_interval_s and sending resolved ones with endsAt so they clear at "
+	    "once. Empty: alerts are still computed, listed at /api/v1/alerts and written "
+	    "into each job's logs. A receiver that is down never slows ingest; failed "
+	    "deliveries are retried with backoff and counted in /metrics."},
+    {.name = "alert_resend_interval_s",
+     .type = OPT_DURATION,
+     .def = "60",
+     .min = 1,
+     .max = 86400,
+     FIELD(alert_resend_interval_s),
+     .help = "how often firing alerts are re-sent to Alertmanager",
+     .doc = "Firing alerts are re-sent to Alertmanager this often, each with endsAt four "
+	    "intervals ahead: Alertmanager keeps them active through a few missed re-sends "
+	    "and resolves them by itself if rankdbd goes away for good."},
+    {.name = "detect_eval_interval_ms",
+     .type = OPT_UINT,
+     .def = "250",
+     .min = 50,
+     .max = 10000,
+     FIELD(detect_eval_interval_ms),
+     .help = "how often the detectors evaluate every job (ms)",
+     .doc = "The detectors judge every job at least this often (and at most this often "
+	    "while data streams in). Lower reacts faster and costs more CPU on the "
+	    "detection thread."},
+    {.name = "detect_max_jobs",
+     .type = OPT_UINT,
+     .def = "1024",
+     .min = 1,
+     .max = 1000000,
+     FIELD(detect_max_jobs),
+     .help = "jobs the detector keeps state for",
+     .doc = "The detector keeps state for at most this many jobs; past it the job silent "
+	    "longest is dropped (counted in rankdb_detect_jobs_evicted_total)."},
+    {.name = "detect_max_bytes",
+     .type = OPT_SIZE,
+     .def = "512M",
+     .min = 1048576,
+     .max = 1099511627776ull,
+     FIELD(detect_max_bytes),
+     .help = "memory bound of the detector's state",
+     .doc = "Memory the detector's per-job and per-rank state may take; past it the jobs "
+	    "silent longest are dropped (counted)."},
+    {.name = "public_url",
+     .type = OPT_STRING,
+     .def = "",
+     FIELD(public_url),
+     .help = "rankdbd's URL as users reach it, for links in alerts (\"\" = http://http_addr:port)",
+     .doc = "Base URL under which people reach this rankdbd (for example behind a proxy); "
+	    "alerts carry generatorURL = <public_url>/api/v1/alerts?job=... so Alertmanager "
+	    "and its notifications link back. Empty: http://<http_addr>:<http_port>."},
 };
 
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))

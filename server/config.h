@@ -63,6 +63,14 @@ struct srv_config {
 	uint64_t udp_queue_bytes;	/* bytes of datagrams waiting; beyond: dropped */
 	uint64_t udp_max_datagram_bytes; /* larger datagrams are dropped (oversize) */
 	char io_uring[4];		/* "on" or "off": off forces pwritev+fdatasync */
+	char detect[4];			/* "on" or "off": built-in detectors */
+	char rules_file[4096];		/* operator rules file; "" = built-in defaults */
+	char alertmanager_url[2048];	/* comma-separated Alertmanager base URLs */
+	uint32_t alert_resend_interval_s; /* firing alerts re-sent this often */
+	uint32_t detect_eval_interval_ms; /* detectors evaluate this often */
+	uint32_t detect_max_jobs;	/* jobs with detector state */
+	uint64_t detect_max_bytes;	/* memory bound of detector state */
+	char public_url[512];		/* base URL for links in alerts; "" = http://addr:port */
 };
 
 /* Fills *c with the default of every option. Cannot fail. */

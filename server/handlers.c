@@ -573,6 +573,7 @@ static void handle_metrics(struct srv_req *req, struct srv_resp *resp)
 			  "rankdb_query_seconds_total %.6f\n",
 		       (double)atomic_load(&c->query_ns_total) / 1e9);
 	metrics_ingest(b, c);
+	srv_detect_metrics(ctx, b);
 	rdb_buf_puts(b, "# HELP rankdb_http_responses_total HTTP responses by status class.\n"
 			"# TYPE rankdb_http_responses_total counter\n");
 	for (int i = 1; i <= 5; i++)
@@ -617,7 +618,8 @@ void srv_dispatch(struct srv_req *req, struct srv_resp *resp)
 		return;
 	}
 	if (srv_ingest_route(req, resp) || srv_grafana_route(req, resp) ||
-	    srv_admin_route(req, resp) || srv_events_route(req, resp))
+	    srv_admin_route(req, resp) || srv_events_route(req, resp) ||
+	    srv_detect_route(req, resp))
 		return;
 	int64_t t0 = rdb_now_mono_ns();
 	if (srv_query_route(req, resp)) {

@@ -13,6 +13,7 @@
 #include "server/config.h"
 #include "server/srv.h"
 #include "server/udp.h"
+#include "detect/service.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -55,16 +56,25 @@ static int storage_options(const struct srv_config *cfg, struct sto_options *o)
 	return 0;
 }
 
-static int wait_for_signal(void)
+/* Waits for SIGTERM or SIGINT; SIGHUP in the meantime reloads the
+ * detector rules (a bad file is refused and logged; the old rules stay). */
+static int wait_for_signal(struct srv_ctx *ctx)
 {
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
-	int sig = 0;
-	while (sigwait(&set, &sig) != 0)
-		;
-	return sig;
+	sigaddset(&set, SIGHUP);
+	for (;;) {
+		int sig = 0;
+		if (sigwait(&set, &sig) != 0)
+			continue;
+		if (sig != SIGHUP)
+			return sig;
+		char msg[1024];
+		rdb_info("main", "received SIGHUP: reloading the detector rules");
+		srv_detect_reload(ctx, msg, sizeof(msg));
+	}
 }
 
 int main(int argc, char **argv)
@@ -94,10 +104,15 @@ int main(int argc, char **argv)
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP); /* rules reload, handled in wait_for_signal */
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
 	rdb_info("main", "rankdbd starting (config %s)", config_path ? config_path : "defaults");
+	if (det_notify_global_init() != 0) { /* libcurl, before any thread starts */
+		rdb_error("main", "cannot initialise libcurl for alert delivery; exiting");
+		return 1;
+	}
 	srv_config_log(&cfg);
 	static struct srv_ctx ctx;
 	ctx.cfg = &cfg;
@@ -123,12 +138,21 @@ int main(int argc, char **argv)
 		sto_close(ctx.sto);
 		return 1;
 	}
+	rc = srv_detect_start(&ctx, (uint16_t)cfg.http_port, err, sizeof(err));
+	if (rc) {
+		rdb_error("main", "cannot start detection: %s; exiting (fix the file, or set "
+			  "detect = off)", err);
+		ing_pipeline_free(ctx.pipe);
+		sto_close(ctx.sto);
+		return 1;
+	}
 	srv_admin_init(&ctx); /* retention / compaction settings, audit log */
 	size_t djl = strlen(cfg.lp_default_job);
 	if (djl && !mdl_job_valid(cfg.lp_default_job, djl)) {
 		rdb_error("main", "lp_default_job '%s' is not a job id ([A-Za-z0-9._-], 1..128 "
 			  "bytes); exiting", cfg.lp_default_job);
 		ing_pipeline_free(ctx.pipe);
+		det_service_stop(ctx.detect);
 		sto_close(ctx.sto);
 		return 1;
 	}
@@ -148,19 +172,22 @@ int main(int argc, char **argv)
 		srv_http_stop(http);
 		srv_udp_stop(udp);
 		ing_pipeline_free(ctx.pipe);
+		det_service_stop(ctx.detect);
 		sto_close(ctx.sto);
 		return 1;
 	}
 	rdb_info("main", "listening on http://%s:%u (data in %s)", cfg.http_addr, port,
 		 cfg.data_dir);
-	int sig = wait_for_signal();
+	int sig = wait_for_signal(&ctx);
 	rdb_info("main", "received %s: stopping the HTTP server and UDP listener, then sealing "
 		 "and checkpointing",
 		 sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	srv_http_stop(http);
 	srv_udp_stop(udp);
 	ing_pipeline_free(ctx.pipe); /* after the last write: no submit is in flight */
+	det_service_stop(ctx.detect); /* its subscriber thread is gone with the pipeline */
 	sto_close(ctx.sto);
+	det_notify_global_cleanup();
 	rdb_info("main", "stopped cleanly");
 	return 0;
 }

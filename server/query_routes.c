@@ -452,6 +452,8 @@ static void handle_meta(struct srv_req *req, struct srv_resp *resp, const char *
 	if (strcmp(req->method, "PUT") == 0) {
 		rc = qry_meta_put(dir, job, req->body, req->body_len, e);
 		if (rc == 0)
+			srv_detect_meta_changed(req->ctx, job);
+		if (rc == 0)
 			rdb_buf_printf(&resp->body, "{\"job\":\"%s\",\"bytes\":%zu}", job,
 				       req->body_len);
 	} else {

@@ -54,10 +54,13 @@ struct srv_counters {
 };
 
 /* Shared by every request; read-only after start except the counters. */
+struct det_service;
+
 struct srv_ctx {
 	const struct srv_config *cfg;
 	struct sto *sto;
 	struct ing_pipeline *pipe; /* every write goes through it (ingest/pipeline.h) */
+	struct det_service *detect; /* detection (detect/service.h); NULL when off */
 	struct ing_limits limits;
 	struct srv_counters counters;
 	int64_t started_ns;
@@ -98,6 +101,17 @@ bool srv_admin_route(struct srv_req *req, struct srv_resp *resp);   /* admin_rou
  * once after sto_open. admin_routes.c */
 void srv_admin_init(struct srv_ctx *ctx);
 bool srv_events_route(struct srv_req *req, struct srv_resp *resp);  /* events_routes.c */
+bool srv_detect_route(struct srv_req *req, struct srv_resp *resp);  /* detect_routes.c */
+/* Reloads the detector rules (SIGHUP, POST /api/v1/admin/rules/reload): 0
+ * with msg a summary, or an error with msg saying why (the old rules stay). */
+int srv_detect_reload(struct srv_ctx *ctx, char *msg, size_t msglen);
+/* Appends the detection metrics to /metrics (nothing when off). */
+void srv_detect_metrics(struct srv_ctx *ctx, struct rdb_buf *b);
+/* Starts detection per ctx->cfg (ctx->detect stays NULL when detect = off).
+ * 0, or an error with err saying why (a bad rules file names its line). */
+int srv_detect_start(struct srv_ctx *ctx, uint16_t http_port, char *err, size_t errlen);
+/* A job's metadata document was written: detection re-reads it. */
+void srv_detect_meta_changed(struct srv_ctx *ctx, const char *job);
 
 /* The request's client batch id (header X-Rankdb-Batch-Id, or query
  * parameter batch_id): *id = NULL when none was sent. RDB_EINVAL with the

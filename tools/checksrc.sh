@@ -8,7 +8,8 @@
 #      carries its module prefix, or one of the module's internal sub-prefixes
 #      for symbols shared between its own files (hidden outside the library):
 #      storage sti_ (engine internals), evh_/evc_/eve_/evf_/ev_rec_ (events);
-#      ingest ijs_ (JSON lexer), ilp_ (line protocol); server gf_ (Grafana)
+#      ingest ijs_ (JSON lexer), ilp_ (line protocol); detect deti_ (engine
+#      internals); server gf_ (Grafana)
 #      (nm on the built libraries);
 #   3. clang-format: with --format, every C file is formatted as .clang-format
 #      says (clang-format --dry-run -Werror);
@@ -55,7 +56,8 @@ check_lib "$build/storage/librdb_storage.a" 'sto_|sti_|evh_|evc_|eve_|evf_|ev_re
 check_lib "$build/ingest/librdb_ingest.a" 'ing_|ijs_|ilp_'
 check_lib "$build/ingest/librdb_pipeline.a" 'ing_'
 check_lib "$build/query/librdb_query.a" 'qry_'
-check_lib "$build/detect/librdb_detect.a" 'det_'
+check_lib "$build/detect/librdb_detect.a" 'det_|deti_'
+check_lib "$build/detect/librdb_detect_service.a" 'det_'
 check_lib "$build/server/librdb_server.a" 'srv_|gf_'
 
 if [ "${2:-}" = "--format" ]; then
