@@ -945,7 +945,8 @@ int det_rules_sample(struct rdb_buf *out)
 		"table (detect/rules_table.c): every detector with its defaults, so this file "
 		"as shipped changes nothing. Point the option rules_file at a copy, edit it, "
 		"check it with 'rankctl rules check FILE', and reload with SIGHUP or POST "
-		"/admin/rules/reload (a bad file is refused and the old rules stay).";
+		"/api/v1/admin/rules/reload or rankctl rules reload (a bad file is refused and the "
+		"old rules stay).";
 	static const char fmt[] =
 		"Format: '# comment'; [rule NAME] sections with 'key = value' lines: enabled "
 		"(true|false), for (pending time before firing: 30s, 5m, 2h, 1d), severity "

@@ -23,6 +23,7 @@
 #include "common/rdb_buf.h"
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
+#include "detect/rules.h"
 #include "query/qry.h"
 #include "storage/admin.h"
 #include "storage/rebuild.h"
@@ -63,6 +64,9 @@ static void usage(void)
 		"  backup DIR              (with --url: DIR is on the server's machine)\n"
 		"  restore BACKUP DIR      (offline: DIR must not exist)\n"
 		"  checkpoint\n"
+		"  rules check FILE        (no server needed: validates a detector rules file)\n"
+		"  rules sample            (prints every built-in rule with its defaults)\n"
+		"  rules reload            (--url: the server re-reads its rules_file)\n"
 		"  rebuild-index           (--data-dir only, server stopped: recreate index/\n"
 		"                          from the segment files; the old index is kept as\n"
 		"                          index.old-<ns>; see docs/OPERATIONS.md for what is lost)\n"
@@ -492,6 +496,8 @@ static int url_cmd(const struct opts *o)
 		url_escape(&p, a1);
 	} else if (strcmp(c, "checkpoint") == 0) {
 		rdb_buf_puts(&p, "checkpoint");
+	} else if (strcmp(c, "rules") == 0 && a1 && strcmp(a1, "reload") == 0) {
+		rdb_buf_puts(&p, "rules/reload");
 	} else {
 		rdb_buf_free(&p);
 		usage();
@@ -718,9 +724,43 @@ static int dir_rebuild(const struct opts *o)
 	return 0;
 }
 
+/* rules check FILE / rules sample: detect/rules.h, no server involved. */
+static int rules_offline(const struct opts *o)
+{
+	if (o->npos == 2 && strcmp(o->pos[1], "sample") == 0) {
+		struct rdb_buf b;
+		rdb_buf_init(&b, 4u << 20);
+		int rc = det_rules_sample(&b);
+		if (rc == 0)
+			fwrite(b.data, 1, b.len, stdout);
+		rdb_buf_free(&b);
+		return rc ? 1 : 0;
+	}
+	if (o->npos != 3 || strcmp(o->pos[1], "check") != 0) {
+		usage();
+		return 2;
+	}
+	struct det_rules *r = NULL;
+	char err[1024] = "";
+	int rc = det_rules_load_file(o->pos[2], &r, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "rankctl: %s\n", err[0] ? err : rdb_strerror(rc));
+		return 1;
+	}
+	size_t jobs = 0, aliases = 0;
+	det_rules_counts(r, &jobs, &aliases);
+	printf("{\"file\":\"%s\",\"valid\":true,\"job_sections\":%zu,\"aliases\":%zu}\n",
+	       o->pos[2], jobs, aliases);
+	det_rules_free(r);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o = {0};
+	if (parse_opts(argc, argv, &o) == 0 && o.npos >= 2 && strcmp(o.pos[0], "rules") == 0 &&
+	    strcmp(o.pos[1], "reload") != 0)
+		return rules_offline(&o);
 	if (parse_opts(argc, argv, &o) != 0 || (!o.url == !o.data_dir &&
 						 strcmp(o.npos ? o.pos[0] : "", "restore") != 0)) {
 		usage();
