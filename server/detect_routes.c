@@ -34,10 +34,20 @@
 
 /* ---- JSON ------------------------------------------------------------------ */
 
+/* A value as stored or observed: exact (17 significant digits). */
 static void json_num_or_null(struct rdb_buf *b, double v)
 {
 	if (isfinite(v))
 		rdb_buf_printf(b, "%.17g", v);
+	else
+		rdb_buf_puts(b, "null");
+}
+
+/* A derived rate, age or ratio: 6 significant digits say all it knows. */
+static void json_stat_or_null(struct rdb_buf *b, double v)
+{
+	if (isfinite(v))
+		rdb_buf_printf(b, "%.6g", v);
 	else
 		rdb_buf_puts(b, "null");
 }
@@ -224,13 +234,13 @@ static void rank_json(struct rdb_buf *b, const struct det_rank_health *r, int64_
 		      const struct job_alerts *a)
 {
 	rdb_buf_printf(b, "{\"rank\":%u,\"last_seen_age_s\":", r->rank);
-	json_num_or_null(b, r->last_seen_ns ? (double)(now_ns - r->last_seen_ns) / 1e9 : NAN);
+	json_stat_or_null(b, r->last_seen_ns ? (double)(now_ns - r->last_seen_ns) / 1e9 : NAN);
 	if (r->last_step != DET_STEP_NONE)
 		rdb_buf_printf(b, ",\"last_step\":%lld", (long long)r->last_step);
 	else
 		rdb_buf_puts(b, ",\"last_step\":null");
 	rdb_buf_puts(b, ",\"steps_per_s\":");
-	json_num_or_null(b, r->steps_per_s);
+	json_stat_or_null(b, r->steps_per_s);
 	rdb_buf_printf(b, ",\"state\":\"%s\",\"attempt\":%u,", rank_state_name(r->state),
 		       r->attempt);
 	json_key_str(b, "last_phase", r->last_phase);
@@ -257,11 +267,11 @@ static void health_json(struct rdb_buf *b, const struct det_job_health *h, int64
 	else
 		rdb_buf_puts(b, "null");
 	rdb_buf_puts(b, ",\"steps_per_s\":");
-	json_num_or_null(b, h->steps_per_s);
+	json_stat_or_null(b, h->steps_per_s);
 	rdb_buf_puts(b, ",\"mfu\":");
-	json_num_or_null(b, h->mfu);
+	json_stat_or_null(b, h->mfu);
 	rdb_buf_puts(b, ",\"checkpoint_age_s\":");
-	json_num_or_null(b, h->checkpoint_age_s);
+	json_stat_or_null(b, h->checkpoint_age_s);
 	rdb_buf_printf(b, ",\"ranks_seen\":%u,\"ranks_alive\":%u,\"world_size\":", h->ranks_seen,
 		       h->ranks_alive);
 	if (h->world_size)
@@ -269,7 +279,7 @@ static void health_json(struct rdb_buf *b, const struct det_job_health *h, int64
 	else
 		rdb_buf_puts(b, "null");
 	rdb_buf_puts(b, ",\"median_step_time_s\":");
-	json_num_or_null(b, h->median_step_time_s);
+	json_stat_or_null(b, h->median_step_time_s);
 	rdb_buf_printf(b, ",\"first_seen\":%lld,\"last_seen\":%lld,\"alerts\":[",
 		       (long long)h->first_seen_ns, (long long)h->last_seen_ns);
 	for (size_t i = 0; i < a->n; i++) {
