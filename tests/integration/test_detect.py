@@ -331,3 +331,46 @@ def test_rules_reload_refuses_bad_file_and_keeps_rules():
     # a bad rules file keeps the server from starting, naming the line
     rc, text = s.start_expect_failure()
     assert "rules.conf:1" in text, text[-2000:]
+
+
+def test_alertmanager_e2e_fire_resolve_and_restart():
+    """A real Alertmanager gets rankdbd's alerts with their labels, sees them
+    resolve when the fault clears, and holds one alert (not two) across a
+    rankdbd restart."""
+    from alertmanager import Alertmanager
+    am = Alertmanager().start()
+    s = Server(name="am")
+    path = rules_file(s, "[rule LossNonFinite]\nclear_steps = 3\n"
+                         "[rule Straggler]\nfor = 0s\n")
+    s.flags += ["--rules-file", path, "--alertmanager-url", am.url(),
+                "--alert-resend-interval-s", "1"]
+    s.start()
+    run = Run(s, "amjob", range(6))
+    run.next(25)
+    run.next(1, nan_rank=4)
+    got = am.wait_alert({"alertname": "LossNonFinite", "job": "amjob", "rank": "4",
+                         "metric": "loss", "severity": "critical"})
+    assert got["annotations"].get("summary"), got
+    assert "step" in got["annotations"], got
+    # a straggler: its rank and phase reach Alertmanager as labels
+    run.kw["slow_rank"] = 2
+    for _ in range(60):
+        run.next(1)
+        if am.find({"alertname": "Straggler"}):
+            break
+    am.wait_alert({"alertname": "Straggler", "job": "amjob", "rank": "2", "phase": "forward"})
+    # rankdbd restarts: the alerts stay one each in Alertmanager
+    s.stop()
+    s.start()
+    run.next(2)
+    time.sleep(2.5)  # past two re-send intervals: a duplicate would show now
+    am.wait_alert({"alertname": "Straggler", "job": "amjob", "rank": "2"}, count=1)
+    # the fault clears: resolved at once in Alertmanager (endsAt in the past)
+    run.kw["slow_rank"] = None
+    am.wait_gone({"alertname": "LossNonFinite", "job": "amjob"})
+    st, _, body = s.get("/metrics")
+    sent = [l for l in body.decode().splitlines()
+            if l.startswith('rankdb_alert_deliveries_total{receiver="alertmanager",result="sent"}')]
+    assert sent and float(sent[0].split()[-1]) >= 2, sent
+    s.stop()
+    am.stop()
