@@ -115,8 +115,10 @@ static void test_job_down_and_finished(void)
 	CHECK_EQ_INT(h.ranks_alive, 0);
 	det_job_health_free(&h);
 	/* once the metadata says finished, nothing about progress is judged */
-	struct det_job_meta m = {.status = DET_STATUS_FINISHED, .flops_per_token = NAN,
-				 .params = NAN, .gpu_peak_flops = NAN};
+	struct det_job_meta m = {.status = DET_STATUS_FINISHED,
+				 .flops_per_token = NAN,
+				 .params = NAN,
+				 .gpu_peak_flops = NAN};
 	CHECK_EQ_INT(det_engine_set_meta(g.e, "job-a", &m), 0);
 	gen_eval(&g);
 	CHECK_EQ_INT(g.nconds, 0);
