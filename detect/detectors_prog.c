@@ -241,6 +241,29 @@ static int64_t hang_culprits(struct deti_hit *h, size_t n, char *buf, size_t len
 	return best == 0 ? h[n - 1].rank : h[0].rank;
 }
 
+/* Seconds a pause may last longer because a checkpoint is due now: the
+ * run's checkpoints come every I steps (the distance between the last two,
+ * or from the run's first step to the first one), or every I seconds
+ * without steps, and the stall is at the next one (within 2 steps, or 20 %
+ * of I); the pause allowed is 1.5 x the last checkpoint's duration. */
+static double checkpoint_allowance(const struct deti_job *j)
+{
+	if (!j->ckpt_seen || !(j->ckpt_dur_s > 0))
+		return 0;
+	int64_t prev_step = j->ckpt_prev ? j->ckpt_prev_step : j->first_step;
+	if (j->ckpt_step != DET_STEP_NONE && prev_step != DET_STEP_NONE) {
+		int64_t every = j->ckpt_step - prev_step, due = j->ckpt_step + every;
+		if (every > 0 && j->max_step != DET_STEP_NONE && j->max_step >= due - 2 &&
+		    j->max_step <= due + 2)
+			return 1.5 * j->ckpt_dur_s;
+		return 0;
+	}
+	int64_t prev_ns = j->ckpt_prev ? j->ckpt_prev_ns : j->first_seen_ns;
+	double every = (double)(j->ckpt_first_ns - prev_ns);
+	double since = (double)(j->progress_ns - j->ckpt_first_ns);
+	return every > 0 && since >= 0.8 * every && since <= 1.2 * every ? 1.5 * j->ckpt_dur_s : 0;
+}
+
 static bool eval_hang(struct det_engine *e, struct deti_emit *em, const struct live *l,
 		      int64_t now_ns)
 {
@@ -252,6 +275,8 @@ static bool eval_hang(struct det_engine *e, struct deti_emit *em, const struct l
 	double window = eff->p[DET_P_HG_MIN_S];
 	if (!isnan(st))
 		window = fmax(window, eff->p[DET_P_HG_STEP_MULT] * st);
+	double allow = checkpoint_allowance(j);
+	window += allow;
 	double idle = (double)(now_ns - j->progress_ns) / 1e9;
 	if (idle < window)
 		return false;
@@ -282,9 +307,9 @@ static bool eval_hang(struct det_engine *e, struct deti_emit *em, const struct l
 			 "%s: no step progress for %.0f s with ranks alive", j->name, idle);
 	snprintf(desc, sizeof(desc),
 		 "step %lld has not moved for %.0f s (window %.0f s = max(%g s, %g x median step "
-		 "time %.3g s)); %u of %u ranks alive; %s",
+		 "time %.3g s) + %.0f s for a due checkpoint); %u of %u ranks alive; %s",
 		 (long long)j->max_step, idle, window, eff->p[DET_P_HG_MIN_S],
-		 eff->p[DET_P_HG_STEP_MULT], st, l->alive, l->seen, who);
+		 eff->p[DET_P_HG_STEP_MULT], st, allow, l->alive, l->seen, who);
 	struct deti_cond_in in = {DET_R_TRAINING_HANG, rank, NULL, NULL, idle, window, j->max_step};
 	deti_emit(em, &in, summary, desc);
 	return true;

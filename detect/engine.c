@@ -371,6 +371,7 @@ static struct deti_job *job_get(struct det_engine *e, const char *job, size_t le
 	j->bytes = sizeof(*j);
 	e->bytes += sizeof(*j);
 	j->max_step = DET_STEP_NONE;
+	j->first_step = DET_STEP_NONE;
 	j->judged_step = DET_STEP_NONE;
 	j->last_seen_ns = now_ns ? now_ns : e->last_now_ns; /* a metadata-only job ages out */
 	for (int i = 0; i < DETI_STEPS_RING; i++)
@@ -523,6 +524,8 @@ static void rank_advance(struct deti_job *j, struct deti_rank *r, int64_t step, 
 	if (r == j->jrank)
 		return;
 	j->progress_ns = now_ns;
+	if (j->first_step == DET_STEP_NONE)
+		j->first_step = step;
 	if (j->max_step != DET_STEP_NONE && step <= j->max_step)
 		return;
 	/* Several advances at one receive time (a client that batches steps) are
@@ -621,6 +624,31 @@ static void feed_phase(struct det_engine *e, struct deti_job *j, struct deti_ran
 		deti_steprec_set(r, step, phase, v, false);
 }
 
+/* Every rank may report its part of one checkpoint: points with the same
+ * step (or, without steps, close in time) are one checkpoint. The interval
+ * and duration of checkpoints let the hang detector expect the pause. */
+static void feed_checkpoint(struct deti_job *j, double v, int64_t step, int64_t now_ns)
+{
+	double dur = isfinite(v) && v > 0 ? v : 0;
+	bool same = j->ckpt_seen && (step != DET_STEP_NONE ? step == j->ckpt_step
+							   : (double)(now_ns - j->ckpt_ns) <
+								 (2 * j->ckpt_dur_s + 10) * 1e9);
+	if (same) {
+		j->ckpt_dur_s = fmax(j->ckpt_dur_s, dur);
+	} else {
+		if (j->ckpt_seen) {
+			j->ckpt_prev = true;
+			j->ckpt_prev_step = j->ckpt_step;
+			j->ckpt_prev_ns = j->ckpt_first_ns;
+		}
+		j->ckpt_first_ns = now_ns;
+		j->ckpt_dur_s = dur;
+	}
+	j->ckpt_seen = true;
+	j->ckpt_ns = now_ns;
+	j->ckpt_step = step;
+}
+
 static void feed_value(struct det_engine *e, struct deti_job *j, struct deti_rank *r,
 		       struct det_metric_id id, uint64_t bits, int64_t step, int64_t now_ns,
 		       bool warmup)
@@ -672,9 +700,7 @@ static void feed_value(struct det_engine *e, struct deti_job *j, struct deti_ran
 			deti_ecc_feed(r, id.metric == DET_MET_GPU_XID, v, step, now_ns, warmup);
 		break;
 	case DET_MET_CHECKPOINT_DURATION:
-		j->ckpt_seen = true;
-		j->ckpt_ns = now_ns;
-		j->ckpt_step = step;
+		feed_checkpoint(j, v, step, now_ns);
 		break;
 	case DET_MET_CONFIG_HASH:
 		r->config_hash = bits;

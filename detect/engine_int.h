@@ -148,6 +148,7 @@ struct deti_job {
 	uint32_t max_attempt;
 	/* progress */
 	int64_t max_step;
+	int64_t first_step;  /* the first step any rank reported */
 	int64_t progress_ns; /* any rank's step advanced or a rank restarted */
 	int64_t last_move_ns;
 	uint64_t moves; /* advances of max_step */
@@ -155,7 +156,11 @@ struct deti_job {
 	uint16_t ngaps, ghead;
 	/* checkpoint */
 	bool ckpt_seen;
-	int64_t ckpt_ns, ckpt_step;
+	int64_t ckpt_ns, ckpt_step;	      /* latest checkpoint.duration point */
+	int64_t ckpt_first_ns;		      /* first point of the latest checkpoint */
+	double ckpt_dur_s;		      /* its longest reported duration */
+	bool ckpt_prev;			      /* an earlier checkpoint is known: */
+	int64_t ckpt_prev_step, ckpt_prev_ns; /* its step and first arrival */
 	/* throughput */
 	double tp[DETI_TP_MAX];
 	uint16_t ntp, tphead;

@@ -129,7 +129,10 @@ static const struct det_rule_spec specs[DET_RULE_COUNT] = {
 	 "Ranks are alive (heartbeat or any data within RankDown's silence_s) but the job's "
 	 "step has not moved for max(min_s, step_mult x the run's recent step time). Names "
 	 "the rank(s) whose last activity (step and last reported phase) differs from the "
-	 "rest; the rank label is set when exactly one rank differs.",
+	 "rest; the rank label is set when exactly one rank differs. When the run's "
+	 "checkpoints (checkpoint.duration points) come every N steps (learned from the last "
+	 "two, or the run's first step and the first checkpoint) and the stall is at the next "
+	 "one, the window grows by 1.5 x the last checkpoint's duration.",
 	 3,
 	 {P("min_s", 10, 1, 86400, false, "Shortest hang window, seconds."),
 	  P("step_mult", 10, 1, 10000, false,
