@@ -32,8 +32,8 @@ static bool gpu_busy(const struct deti_job *j, const struct deti_gpu *g, int64_t
 	       g->util >= deti_rule_p(j, DET_R_GPU_OVERHEAT, DET_P_GO_UTIL_MIN);
 }
 
-void deti_gpu_feed(struct deti_job *j, struct deti_gpu *g, unsigned metric, double v,
-		   int64_t step, int64_t now_ns)
+void deti_gpu_feed(struct deti_job *j, struct deti_gpu *g, unsigned metric, double v, int64_t step,
+		   int64_t now_ns)
 {
 	if (step != DET_STEP_NONE)
 		g->step = step;
@@ -253,8 +253,9 @@ static void eval_vote(struct det_engine *e, struct deti_emit *em, bool hash)
 		snprintf(desc, sizeof(desc),
 			 "no majority: the most common %s is shared by %zu of %zu ranks", metric,
 			 count, n);
-		struct deti_cond_in in = {DET_R_CONFIG_MISMATCH, DET_RANK_NONE, NULL, metric,
-					  (double)count, (double)n, DET_STEP_NONE};
+		struct deti_cond_in in = {
+		    DET_R_CONFIG_MISMATCH, DET_RANK_NONE, NULL,		metric,
+		    (double)count,	   (double)n,	  DET_STEP_NONE};
 		deti_emit(em, &in, summary, desc);
 		return;
 	}
@@ -270,11 +271,13 @@ static void eval_vote(struct det_engine *e, struct deti_emit *em, bool hash)
 		char summary[DET_SUMMARY_MAX], desc[DET_DESC_MAX];
 		snprintf(summary, sizeof(summary), "%s: rank %u has a different %s", j->name,
 			 h[i].rank, metric);
-		snprintf(desc, sizeof(desc), "rank %u reports %s %.17g; %s %.17g", h[i].rank, metric,
-			 h[i].value, declared ? "the metadata declares" : "the majority of ranks report",
+		snprintf(desc, sizeof(desc), "rank %u reports %s %.17g; %s %.17g", h[i].rank,
+			 metric, h[i].value,
+			 declared ? "the metadata declares" : "the majority of ranks report",
 			 ref_v);
-		struct deti_cond_in in = {DET_R_CONFIG_MISMATCH, h[i].rank, NULL, metric, h[i].value,
-					  ref_v, DET_STEP_NONE};
+		struct deti_cond_in in = {
+		    DET_R_CONFIG_MISMATCH, h[i].rank, NULL, metric, h[i].value, ref_v,
+		    DET_STEP_NONE};
 		deti_emit(em, &in, summary, desc);
 	}
 }
@@ -298,9 +301,11 @@ static void eval_batch(struct deti_emit *em)
 		 "metadata: world_size %u x micro_batch %llu x grad_accum %llu = %.17g, but "
 		 "global_batch is %llu",
 		 m->world_size, (unsigned long long)m->micro_batch,
-		 (unsigned long long)m->grad_accum, (double)prod, (unsigned long long)m->global_batch);
-	struct deti_cond_in in = {DET_R_CONFIG_MISMATCH, DET_RANK_NONE, NULL, "global_batch",
-				  (double)prod, (double)m->global_batch, DET_STEP_NONE};
+		 (unsigned long long)m->grad_accum, (double)prod,
+		 (unsigned long long)m->global_batch);
+	struct deti_cond_in in = {DET_R_CONFIG_MISMATCH, DET_RANK_NONE, NULL,
+				  "global_batch",	 (double)prod,	(double)m->global_batch,
+				  DET_STEP_NONE};
 	deti_emit(em, &in, summary, desc);
 }
 
@@ -333,8 +338,8 @@ static void eval_missing(struct deti_emit *em, int64_t now_ns)
 		 "the metadata declares world_size %u but only %u ranks sent data within %.0f s of "
 		 "the job's start; missing: %s%s",
 		 ws, present, grace, missing, ws - present > shown ? ",..." : "");
-	struct deti_cond_in in = {DET_R_CONFIG_MISMATCH, DET_RANK_NONE, NULL, "ranks",
-				  (double)present, (double)ws, DET_STEP_NONE};
+	struct deti_cond_in in = {DET_R_CONFIG_MISMATCH, DET_RANK_NONE, NULL,	      "ranks",
+				  (double)present,	 (double)ws,	DET_STEP_NONE};
 	deti_emit(em, &in, summary, desc);
 }
 
@@ -366,8 +371,9 @@ static void eval_checkpoint(struct deti_emit *em, int64_t now_ns)
 			 "no checkpoint.duration point in %.0f s since the job's first data; limit "
 			 "%.0f s",
 			 age, eff->p[DET_P_CK_MAX_AGE_S]);
-	struct deti_cond_in in = {DET_R_CHECKPOINT_STALE, DET_RANK_NONE, NULL, "checkpoint.age",
-				  age, eff->p[DET_P_CK_MAX_AGE_S], j->max_step};
+	struct deti_cond_in in = {
+	    DET_R_CHECKPOINT_STALE,	DET_RANK_NONE, NULL, "checkpoint.age", age,
+	    eff->p[DET_P_CK_MAX_AGE_S], j->max_step};
 	deti_emit(em, &in, summary, desc);
 }
 
@@ -399,13 +405,14 @@ static void eval_mfu(struct deti_emit *em, int64_t now_ns)
 	    j->mfu >= eff->p[DET_P_MF_FLOOR])
 		return;
 	char summary[DET_SUMMARY_MAX], desc[DET_DESC_MAX];
-	snprintf(summary, sizeof(summary), "%s: MFU %.1f %% below the floor", j->name, 100 * j->mfu);
+	snprintf(summary, sizeof(summary), "%s: MFU %.1f %% below the floor", j->name,
+		 100 * j->mfu);
 	snprintf(desc, sizeof(desc),
 		 "MFU %.3f (tokens/s summed over live ranks x FLOPs per token / (world size x GPU "
 		 "peak %.4g FLOP/s)) is below the floor %.3f",
 		 j->mfu, j->meta.gpu_peak_flops, eff->p[DET_P_MF_FLOOR]);
-	struct deti_cond_in in = {DET_R_MFU_LOW, DET_RANK_NONE, NULL, "mfu", j->mfu,
-				  eff->p[DET_P_MF_FLOOR], j->max_step};
+	struct deti_cond_in in = {DET_R_MFU_LOW, DET_RANK_NONE,		 NULL,	     "mfu",
+				  j->mfu,	 eff->p[DET_P_MF_FLOOR], j->max_step};
 	deti_emit(em, &in, summary, desc);
 }
 

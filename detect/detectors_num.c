@@ -29,8 +29,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAD_SCALE      1.4826 /* MAD -> standard deviation for normal noise */
-#define REFRESH_EVERY  8      /* values between baseline recomputations */
+#define MAD_SCALE     1.4826 /* MAD -> standard deviation for normal noise */
+#define REFRESH_EVERY 8	     /* values between baseline recomputations */
 
 /* ---- feeding ---------------------------------------------------------------------------- */
 
@@ -57,7 +57,8 @@ static void num_add(struct deti_num *n, double v)
 
 static double spike_gap(const struct deti_num *n, const struct det_rule_eff *sp)
 {
-	double gap = fmax(sp->p[DET_P_SP_K] * MAD_SCALE * n->mad, sp->p[DET_P_SP_REL] * fabs(n->med));
+	double gap =
+	    fmax(sp->p[DET_P_SP_K] * MAD_SCALE * n->mad, sp->p[DET_P_SP_REL] * fabs(n->med));
 	return gap > 1e-9 ? gap : 1e-9;
 }
 
@@ -144,12 +145,11 @@ static void div_feed(struct deti_num *n, const struct det_rule_eff *dv, double v
 	div_judge(n, dv, step, now_ns);
 }
 
-void deti_num_feed(struct deti_job *j, struct deti_rank *r, struct deti_num *n, int which,
-		   double v, int64_t step, int64_t now_ns, bool warmup)
+void deti_num_feed(struct deti_job *j, struct deti_num *n, int which, double v, int64_t step,
+		   int64_t now_ns, bool warmup)
 {
-	(void)r;
 	const struct det_rule_eff *sp =
-		&j->eff[which == DETI_NUM_LOSS ? DET_R_LOSS_SPIKE : DET_R_GRAD_NORM_SPIKE];
+	    &j->eff[which == DETI_NUM_LOSS ? DET_R_LOSS_SPIKE : DET_R_GRAD_NORM_SPIKE];
 	if (step != DET_STEP_NONE && (n->last_step == DET_STEP_NONE || step > n->last_step))
 		n->last_step = step;
 	n->last_ns = now_ns;
@@ -175,8 +175,7 @@ void deti_num_feed(struct deti_job *j, struct deti_rank *r, struct deti_num *n, 
 		div_feed(n, &j->eff[DET_R_LOSS_DIVERGENCE], v, step, now_ns);
 }
 
-void deti_ls_feed(struct deti_job *j, struct deti_lscale *ls, bool skipped, double v,
-		  int64_t step)
+void deti_ls_feed(struct deti_job *j, struct deti_lscale *ls, bool skipped, double v, int64_t step)
 {
 	if (!skipped) {
 		if (!isnan(ls->last) && v > 0 && v <= 0.75 * ls->last && step != DET_STEP_NONE) {
@@ -215,7 +214,7 @@ struct agg {
 	const char *metric; /* label */
 	const char *what;   /* "loss is not finite" */
 	double frac, settle_s;
-	size_t total;     /* ranks reporting the metric */
+	size_t total;	  /* ranks reporting the metric */
 	int64_t min_step; /* lowest latest step among live ranks reporting it */
 };
 
@@ -229,8 +228,8 @@ static void describe(const struct deti_job *j, const struct agg *a, const struct
 			 r->last_phase[0] ? r->last_phase : "none reported");
 	switch (a->kind) {
 	case K_NF:
-		snprintf(buf, n, "%s = %g at step %lld (first non-finite point)%s",
-			 a->metric, h->value, (long long)h->step, phase);
+		snprintf(buf, n, "%s = %g at step %lld (first non-finite point)%s", a->metric,
+			 h->value, (long long)h->step, phase);
 		break;
 	case K_SPIKE:
 		snprintf(buf, n,
@@ -240,11 +239,12 @@ static void describe(const struct deti_job *j, const struct agg *a, const struct
 			 phase);
 		break;
 	case K_DIV:
-		snprintf(buf, n,
-			 "%s block median %.6g at step %lld is %.0f %% above the lowest recent block "
-			 "median %.6g and still rising",
-			 a->metric, h->value, (long long)h->step,
-			 h->base != 0 ? 100.0 * (h->value - h->base) / fabs(h->base) : 0.0, h->base);
+		snprintf(
+		    buf, n,
+		    "%s block median %.6g at step %lld is %.0f %% above the lowest recent block "
+		    "median %.6g and still rising",
+		    a->metric, h->value, (long long)h->step,
+		    h->base != 0 ? 100.0 * (h->value - h->base) / fabs(h->base) : 0.0, h->base);
 		break;
 	case K_LS_SCALE:
 	case K_LS_SKIP:
@@ -284,8 +284,8 @@ static void emit_hits(struct det_engine *e, struct deti_emit *em, const struct a
 			if (h[i].step < agg.step)
 				agg.step = h[i].step;
 			if (i < 16)
-				snprintf(ranks + strlen(ranks), sizeof(ranks) - strlen(ranks), "%s%u",
-					 i ? "," : "", h[i].rank);
+				snprintf(ranks + strlen(ranks), sizeof(ranks) - strlen(ranks),
+					 "%s%u", i ? "," : "", h[i].rank);
 		}
 		if (a->kind != K_NF)
 			agg.value = deti_median(vals, nh);
@@ -297,8 +297,8 @@ static void emit_hits(struct det_engine *e, struct deti_emit *em, const struct a
 		describe(em->job, a, &agg, one, sizeof(one));
 		snprintf(desc, sizeof(desc), "%zu of %zu ranks (%s%s); median over them: %s", nh,
 			 a->total, ranks, nh > 16 ? ",..." : "", one);
-		struct deti_cond_in in = {a->rule, DET_RANK_NONE, NULL, a->metric, agg.value,
-					  agg.base, agg.step};
+		struct deti_cond_in in = {a->rule,   DET_RANK_NONE, NULL,    a->metric,
+					  agg.value, agg.base,	    agg.step};
 		deti_emit(em, &in, summary, desc);
 		return;
 	}
@@ -328,11 +328,13 @@ static bool num_hit(const struct deti_job *j, struct deti_num *n, enum kind kind
 	}
 	if (kind == K_SPIKE) {
 		unsigned rule = which == DETI_NUM_LOSS ? DET_R_LOSS_SPIKE : DET_R_GRAD_NORM_SPIKE;
-		if (n->sp_active && !deti_fresh(n->sp_last_ns, now_ns, j->eff[rule].p[DET_P_SP_HOLD_S]))
+		if (n->sp_active &&
+		    !deti_fresh(n->sp_last_ns, now_ns, j->eff[rule].p[DET_P_SP_HOLD_S]))
 			n->sp_active = false;
 		if (!n->sp_active)
 			return false;
-		*out = (struct deti_hit){0, n->sp_value, n->sp_base, n->sp_step, n->sp_first_ns, NULL};
+		*out =
+		    (struct deti_hit){0, n->sp_value, n->sp_base, n->sp_step, n->sp_first_ns, NULL};
 		return true;
 	}
 	if (!n->dv_active)
@@ -346,24 +348,30 @@ static void eval_num(struct det_engine *e, struct deti_emit *em, enum kind kind,
 {
 	struct deti_job *j = em->job;
 	static const unsigned rules[3][2] = {
-		{DET_R_LOSS_NON_FINITE, DET_R_LOSS_NON_FINITE},
-		{DET_R_LOSS_SPIKE, DET_R_GRAD_NORM_SPIKE},
-		{DET_R_LOSS_DIVERGENCE, DET_R_LOSS_DIVERGENCE},
+	    {DET_R_LOSS_NON_FINITE, DET_R_LOSS_NON_FINITE},
+	    {DET_R_LOSS_SPIKE, DET_R_GRAD_NORM_SPIKE},
+	    {DET_R_LOSS_DIVERGENCE, DET_R_LOSS_DIVERGENCE},
 	};
 	static const char *const what[3][2] = {
-		{"loss is not finite", "grad_norm is not finite"},
-		{"loss spike", "grad_norm spike"},
-		{"loss diverging", "grad_norm diverging"},
+	    {"loss is not finite", "grad_norm is not finite"},
+	    {"loss spike", "grad_norm spike"},
+	    {"loss diverging", "grad_norm diverging"},
 	};
-	struct agg a = {kind, rules[kind][which], which == DETI_NUM_LOSS ? "loss" : "grad_norm",
-			what[kind][which], 0, 0, 0, DET_STEP_NONE};
+	struct agg a = {kind,
+			rules[kind][which],
+			which == DETI_NUM_LOSS ? "loss" : "grad_norm",
+			what[kind][which],
+			0,
+			0,
+			0,
+			DET_STEP_NONE};
 	const struct det_rule_eff *eff = &j->eff[a.rule];
 	if (!eff->enabled)
 		return;
-	a.frac = kind == K_NF ? eff->p[DET_P_NF_JOB_FRACTION]
+	a.frac = kind == K_NF	   ? eff->p[DET_P_NF_JOB_FRACTION]
 		 : kind == K_SPIKE ? eff->p[DET_P_SP_JOB_FRACTION]
 				   : eff->p[DET_P_DV_JOB_FRACTION];
-	a.settle_s = kind == K_NF ? eff->p[DET_P_NF_SETTLE_S]
+	a.settle_s = kind == K_NF      ? eff->p[DET_P_NF_SETTLE_S]
 		     : kind == K_SPIKE ? eff->p[DET_P_SP_SETTLE_S]
 				       : 0;
 	double silence = deti_rule_p(j, DET_R_RANK_DOWN, DET_P_RD_SILENCE_S);
@@ -401,8 +409,8 @@ static void ls_hits(const struct det_rule_eff *eff, const struct deti_lscale *ls
 	double floor_v = eff->p[DET_P_LS_FLOOR], window = eff->p[DET_P_LS_WINDOW_STEPS];
 	*has_scale = *has_skip = false;
 	if (!isnan(ls->last) && floor_v > 0 && ls->last < floor_v) {
-		*scale = (struct deti_hit){0, ls->last, floor_v, ls->last_step, 0,
-					   "loss_scale fell below the floor"};
+		*scale = (struct deti_hit){
+		    0, ls->last, floor_v, ls->last_step, 0, "loss_scale fell below the floor"};
 		*has_scale = true;
 	} else if (ls->last_step != DET_STEP_NONE) {
 		uint32_t c = 0;
@@ -410,8 +418,11 @@ static void ls_hits(const struct det_rule_eff *eff, const struct deti_lscale *ls
 			if ((double)ls->halv[i] > (double)ls->last_step - window)
 				c++;
 		if (c >= (uint32_t)eff->p[DET_P_LS_HALVINGS]) {
-			*scale = (struct deti_hit){0, (double)c, eff->p[DET_P_LS_HALVINGS],
-						   ls->last_step, 0,
+			*scale = (struct deti_hit){0,
+						   (double)c,
+						   eff->p[DET_P_LS_HALVINGS],
+						   ls->last_step,
+						   0,
 						   "loss_scale halvings within the window"};
 			*has_scale = true;
 		}
@@ -429,7 +440,11 @@ static void ls_hits(const struct det_rule_eff *eff, const struct deti_lscale *ls
 	}
 	double inc = ls->skip_last - base;
 	if (!isnan(base) && inc >= eff->p[DET_P_LS_SKIPPED]) {
-		*skip = (struct deti_hit){0, inc, eff->p[DET_P_LS_SKIPPED], ls->skip_last_step, 0,
+		*skip = (struct deti_hit){0,
+					  inc,
+					  eff->p[DET_P_LS_SKIPPED],
+					  ls->skip_last_step,
+					  0,
 					  "skipped steps within the window"};
 		*has_skip = true;
 	}
@@ -457,8 +472,14 @@ static void eval_loss_scale(struct det_engine *e, struct deti_emit *em)
 		if (b)
 			h[half + nskip++].rank = r->rank;
 	}
-	struct agg a = {K_LS_SCALE, DET_R_LOSS_SCALE_COLLAPSE, "loss_scale", "loss scale collapse",
-			eff->p[DET_P_LS_JOB_FRACTION], 0, total, DET_STEP_NONE};
+	struct agg a = {K_LS_SCALE,
+			DET_R_LOSS_SCALE_COLLAPSE,
+			"loss_scale",
+			"loss scale collapse",
+			eff->p[DET_P_LS_JOB_FRACTION],
+			0,
+			total,
+			DET_STEP_NONE};
 	struct deti_hit js, jk;
 	bool hs = false, hk = false;
 	if (j->jrank && j->jrank->ls) {

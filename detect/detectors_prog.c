@@ -40,8 +40,7 @@ static size_t ring_at(int64_t step)
 	return (size_t)(m < 0 ? m + DETI_STEPS_RING : m);
 }
 
-void deti_steprec_set(struct deti_rank *r, int64_t step, unsigned phase, double seconds,
-		      bool add)
+void deti_steprec_set(struct deti_rank *r, int64_t step, unsigned phase, double seconds, bool add)
 {
 	struct deti_steprec *s = &r->steps[ring_at(step)];
 	if (s->step != step) {
@@ -76,7 +75,8 @@ double deti_job_step_time(struct det_engine *e, struct deti_job *j, int64_t now_
 		size_t n = 0;
 		for (uint32_t i = 0; i < j->rcap; i++) {
 			struct deti_rank *r = j->ranks[i];
-			if (r && !isnan(r->step_time) && deti_fresh(r->last_seen_ns, now_ns, silence))
+			if (r && !isnan(r->step_time) &&
+			    deti_fresh(r->last_seen_ns, now_ns, silence))
 				e->scratch[n++] = r->step_time;
 		}
 		st = deti_median(e->scratch, n);
@@ -142,8 +142,9 @@ static bool eval_job_down(struct deti_emit *em, const struct live *l, int64_t no
 		 "none of the %u ranks sent data for %.0f s (limit %.0f s); last step %lld; "
 		 "metadata status is not finished or failed",
 		 l->seen, silent_s, eff->p[DET_P_JD_SILENCE_S], (long long)j->max_step);
-	struct deti_cond_in in = {DET_R_JOB_DOWN, DET_RANK_NONE, NULL, NULL, silent_s,
-				  eff->p[DET_P_JD_SILENCE_S], j->max_step};
+	struct deti_cond_in in = {DET_R_JOB_DOWN, DET_RANK_NONE, NULL,
+				  NULL,		  silent_s,	 eff->p[DET_P_JD_SILENCE_S],
+				  j->max_step};
 	deti_emit(em, &in, summary, desc);
 	return true;
 }
@@ -156,7 +157,8 @@ static uint32_t eval_rank_down(struct deti_emit *em, const struct live *l, int64
 		return 0;
 	for (uint32_t i = 0; i < j->rcap; i++) {
 		struct deti_rank *r = j->ranks[i];
-		if (!r || deti_rank_retired(j, r) || deti_fresh(r->last_seen_ns, now_ns, l->silence_s))
+		if (!r || deti_rank_retired(j, r) ||
+		    deti_fresh(r->last_seen_ns, now_ns, l->silence_s))
 			continue;
 		down++;
 		r->state = DET_RANK_DOWN;
@@ -164,13 +166,14 @@ static uint32_t eval_rank_down(struct deti_emit *em, const struct live *l, int64
 		char summary[DET_SUMMARY_MAX], desc[DET_DESC_MAX];
 		snprintf(summary, sizeof(summary), "%s: rank %u silent for %.0f s", j->name,
 			 r->rank, silent_s);
-		snprintf(desc, sizeof(desc),
-			 "rank %u sent nothing for %.0f s (limit %.0f s) while %u of %u ranks still "
-			 "send; its last step %lld, last phase %s, attempt %u",
-			 r->rank, silent_s, l->silence_s, l->alive, l->seen, (long long)r->last_step,
-			 r->last_phase[0] ? r->last_phase : "none reported", r->attempt);
-		struct deti_cond_in in = {DET_R_RANK_DOWN, r->rank, NULL, NULL, silent_s,
-					  l->silence_s, r->last_step};
+		snprintf(
+		    desc, sizeof(desc),
+		    "rank %u sent nothing for %.0f s (limit %.0f s) while %u of %u ranks still "
+		    "send; its last step %lld, last phase %s, attempt %u",
+		    r->rank, silent_s, l->silence_s, l->alive, l->seen, (long long)r->last_step,
+		    r->last_phase[0] ? r->last_phase : "none reported", r->attempt);
+		struct deti_cond_in in = {DET_R_RANK_DOWN, r->rank,	 NULL,	      NULL,
+					  silent_s,	   l->silence_s, r->last_step};
 		deti_emit(em, &in, summary, desc);
 	}
 	return down;
@@ -224,9 +227,9 @@ static int64_t hang_culprits(struct deti_hit *h, size_t n, char *buf, size_t len
 	for (size_t i = 0, shown = 0; i < n && shown < 8; i++) {
 		if (i >= best && i < best + best_n)
 			continue;
-		off += (size_t)snprintf(buf + off, off < len ? len - off : 0, "%srank %u last reported %s at step %lld",
-				shown ? "; " : "", h[i].rank, phase_or(h[i].note),
-				(long long)h[i].step);
+		off += (size_t)snprintf(
+		    buf + off, off < len ? len - off : 0, "%srank %u last reported %s at step %lld",
+		    shown ? "; " : "", h[i].rank, phase_or(h[i].note), (long long)h[i].step);
 		shown++;
 		if (off >= len)
 			return DET_RANK_NONE;
@@ -236,6 +239,29 @@ static int64_t hang_culprits(struct deti_hit *h, size_t n, char *buf, size_t len
 	if (ndiff != 1 || best_n < 2)
 		return DET_RANK_NONE;
 	return best == 0 ? h[n - 1].rank : h[0].rank;
+}
+
+/* Seconds a pause may last longer because a checkpoint is due now: the
+ * run's checkpoints come every I steps (the distance between the last two,
+ * or from the run's first step to the first one), or every I seconds
+ * without steps, and the stall is at the next one (within 2 steps, or 20 %
+ * of I); the pause allowed is 1.5 x the last checkpoint's duration. */
+static double checkpoint_allowance(const struct deti_job *j)
+{
+	if (!j->ckpt_seen || !(j->ckpt_dur_s > 0))
+		return 0;
+	int64_t prev_step = j->ckpt_prev ? j->ckpt_prev_step : j->first_step;
+	if (j->ckpt_step != DET_STEP_NONE && prev_step != DET_STEP_NONE) {
+		int64_t every = j->ckpt_step - prev_step, due = j->ckpt_step + every;
+		if (every > 0 && j->max_step != DET_STEP_NONE && j->max_step >= due - 2 &&
+		    j->max_step <= due + 2)
+			return 1.5 * j->ckpt_dur_s;
+		return 0;
+	}
+	int64_t prev_ns = j->ckpt_prev ? j->ckpt_prev_ns : j->first_seen_ns;
+	double every = (double)(j->ckpt_first_ns - prev_ns);
+	double since = (double)(j->progress_ns - j->ckpt_first_ns);
+	return every > 0 && since >= 0.8 * every && since <= 1.2 * every ? 1.5 * j->ckpt_dur_s : 0;
 }
 
 static bool eval_hang(struct det_engine *e, struct deti_emit *em, const struct live *l,
@@ -249,6 +275,8 @@ static bool eval_hang(struct det_engine *e, struct deti_emit *em, const struct l
 	double window = eff->p[DET_P_HG_MIN_S];
 	if (!isnan(st))
 		window = fmax(window, eff->p[DET_P_HG_STEP_MULT] * st);
+	double allow = checkpoint_allowance(j);
+	window += allow;
 	double idle = (double)(now_ns - j->progress_ns) / 1e9;
 	if (idle < window)
 		return false;
@@ -271,16 +299,17 @@ static bool eval_hang(struct det_engine *e, struct deti_emit *em, const struct l
 	char who[700], summary[DET_SUMMARY_MAX], desc[DET_DESC_MAX];
 	int64_t rank = hang_culprits(h, n, who, sizeof(who));
 	if (rank != DET_RANK_NONE)
-		snprintf(summary, sizeof(summary), "%s: no step progress for %.0f s; rank %lld differs",
-			 j->name, idle, (long long)rank);
+		snprintf(summary, sizeof(summary),
+			 "%s: no step progress for %.0f s; rank %lld differs", j->name, idle,
+			 (long long)rank);
 	else
-		snprintf(summary, sizeof(summary), "%s: no step progress for %.0f s with ranks alive",
-			 j->name, idle);
+		snprintf(summary, sizeof(summary),
+			 "%s: no step progress for %.0f s with ranks alive", j->name, idle);
 	snprintf(desc, sizeof(desc),
 		 "step %lld has not moved for %.0f s (window %.0f s = max(%g s, %g x median step "
-		 "time %.3g s)); %u of %u ranks alive; %s",
+		 "time %.3g s) + %.0f s for a due checkpoint); %u of %u ranks alive; %s",
 		 (long long)j->max_step, idle, window, eff->p[DET_P_HG_MIN_S],
-		 eff->p[DET_P_HG_STEP_MULT], st, l->alive, l->seen, who);
+		 eff->p[DET_P_HG_STEP_MULT], st, allow, l->alive, l->seen, who);
 	struct deti_cond_in in = {DET_R_TRAINING_HANG, rank, NULL, NULL, idle, window, j->max_step};
 	deti_emit(em, &in, summary, desc);
 	return true;
@@ -321,8 +350,7 @@ static double robust_thr(double *v, size_t n, size_t min, double k, double rel_a
 }
 
 /* Phase medians of step s over the judged ranks; stored for the label. */
-static void phase_medians(struct det_engine *e, struct deti_job *j, int64_t s, size_t n,
-			  size_t min)
+static void phase_medians(struct det_engine *e, struct deti_job *j, int64_t s, size_t n, size_t min)
 {
 	const uint32_t *rk = e->scratch_ranks;
 	double *v = e->scratch + 3 * e->scratch_n;
@@ -343,7 +371,8 @@ static void judge_step(struct det_engine *e, struct deti_job *j, int64_t s)
 {
 	const struct det_rule_eff *eff = &j->eff[DET_R_STRAGGLER];
 	size_t min = (size_t)eff->p[DET_P_ST_MIN_RANKS], slot = ring_at(s), n = 0;
-	double *work = e->scratch, *dl = e->scratch + e->scratch_n, *tmp = e->scratch + 2 * e->scratch_n;
+	double *work = e->scratch, *dl = e->scratch + e->scratch_n,
+	       *tmp = e->scratch + 2 * e->scratch_n;
 	for (uint32_t i = 0; i < j->rcap; i++) {
 		struct deti_rank *r = j->ranks[i];
 		if (!r || !r->steps || r->steps[slot].step != s || deti_rank_retired(j, r) ||
@@ -368,8 +397,8 @@ static void judge_step(struct det_engine *e, struct deti_job *j, int64_t s)
 	for (size_t i = 0; i < n; i++)
 		if (!isnan(dl[i]))
 			tmp[m++] = dl[i];
-	double thr_dl = robust_thr(tmp, m, min, eff->p[DET_P_ST_K], eff->p[DET_P_ST_REL] * med_w,
-				   &med_dl);
+	double thr_dl =
+	    robust_thr(tmp, m, min, eff->p[DET_P_ST_K], eff->p[DET_P_ST_REL] * med_w, &med_dl);
 	phase_medians(e, j, s, n, min);
 	double keep = 1.0 - 1.0 / eff->p[DET_P_ST_WINDOW];
 	for (size_t i = 0; i < n; i++) {
@@ -458,17 +487,18 @@ static uint32_t eval_straggler(struct det_engine *e, struct deti_emit *em, const
 		char summary[DET_SUMMARY_MAX], desc[DET_DESC_MAX];
 		snprintf(summary, sizeof(summary), "%s: rank %u is a straggler (%s)", j->name,
 			 r->rank, phase);
-		snprintf(desc, sizeof(desc),
-			 "rank %u was slower than its peers in %u of the last %u judged steps (up to "
-			 "step %lld); latest own work %.4g s vs peers' median %.4g s (%+.0f %%); "
-			 "slowest phase %s (%+.3g s over the peers' median per slow step)",
-			 r->rank, slow, window < r->judged ? window : r->judged,
-			 (long long)j->judged_step, r->work_last, r->work_med_last,
-			 r->work_med_last > 0 ? 100 * (r->work_last / r->work_med_last - 1) : 0.0,
-			 phase,
-			 ph == DET_PH_STEP || r->slow_w <= 0 ? 0.0 : (double)(r->excess[ph] / r->slow_w));
-		struct deti_cond_in in = {DET_R_STRAGGLER, r->rank, phase, NULL, r->work_last,
-					  r->work_med_last, j->judged_step};
+		snprintf(
+		    desc, sizeof(desc),
+		    "rank %u was slower than its peers in %u of the last %u judged steps (up to "
+		    "step %lld); latest own work %.4g s vs peers' median %.4g s (%+.0f %%); "
+		    "slowest phase %s (%+.3g s over the peers' median per slow step)",
+		    r->rank, slow, window < r->judged ? window : r->judged,
+		    (long long)j->judged_step, r->work_last, r->work_med_last,
+		    r->work_med_last > 0 ? 100 * (r->work_last / r->work_med_last - 1) : 0.0, phase,
+		    ph == DET_PH_STEP || r->slow_w <= 0 ? 0.0
+							: (double)(r->excess[ph] / r->slow_w));
+		struct deti_cond_in in = {DET_R_STRAGGLER, r->rank,	     phase,	    NULL,
+					  r->work_last,	   r->work_med_last, j->judged_step};
 		deti_emit(em, &in, summary, desc);
 	}
 	return count;
@@ -487,7 +517,8 @@ double deti_sum_rate(const struct deti_job *j, bool tokens, int64_t now_ns, uint
 		if (!r || deti_rank_retired(j, r))
 			continue;
 		double v = tokens ? r->tokens_ps : r->samples_ps;
-		if (!isnan(v) && deti_fresh(tokens ? r->tokens_ns : r->samples_ns, now_ns, silence)) {
+		if (!isnan(v) &&
+		    deti_fresh(tokens ? r->tokens_ns : r->samples_ns, now_ns, silence)) {
 			sum += v;
 			(*nranks)++;
 		}
@@ -551,7 +582,8 @@ static void eval_throughput(struct det_engine *e, struct deti_emit *em, bool sup
 	j->throughput_low = low;
 	/* The baseline learns only from normal samples: a drop must not become
 	 * the new normal while it lasts. */
-	if (!low && !suppressed && (j->tp_last_ns == 0 || now_ns - j->tp_last_ns >= (int64_t)(sample_s * 1e9))) {
+	if (!low && !suppressed &&
+	    (j->tp_last_ns == 0 || now_ns - j->tp_last_ns >= (int64_t)(sample_s * 1e9))) {
 		j->tp[j->tphead] = cur;
 		j->tphead = (uint16_t)((j->tphead + 1) % DETI_TP_MAX);
 		if (j->ntp < DETI_TP_MAX)
@@ -570,8 +602,8 @@ static void eval_throughput(struct det_engine *e, struct deti_emit *em, bool sup
 		 "samples); drop limit %.0f %%; step %lld",
 		 cur, unit[kind], base, unit[kind], have, 100 * eff->p[DET_P_TP_DROP],
 		 (long long)j->max_step);
-	struct deti_cond_in in = {DET_R_THROUGHPUT_DROP, DET_RANK_NONE, NULL, metric[kind], cur, base,
-				  j->max_step};
+	struct deti_cond_in in = {
+	    DET_R_THROUGHPUT_DROP, DET_RANK_NONE, NULL, metric[kind], cur, base, j->max_step};
 	deti_emit(em, &in, summary, desc);
 }
 

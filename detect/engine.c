@@ -22,6 +22,8 @@
  * jobs first (never the job being fed); if that is not enough the
  * allocation is skipped and the data only keeps the rank alive.
  *
+ * Health, derived series and counters are in engine_health.c.
+ *
  * Threading: one mutex per engine, held for each whole public call.
  * Failure: out of memory never fails a feed; the job/rank is skipped and
  * counted. No function blocks on I/O.
@@ -318,7 +320,7 @@ static uint64_t job_hash(const char *job, size_t len)
 	return h ? h : 1;
 }
 
-static struct deti_job *job_find(struct det_engine *e, const char *job, size_t len)
+struct deti_job *deti_job_find(struct det_engine *e, const char *job, size_t len)
 {
 	struct deti_job *c = e->last_job;
 	if (c && c->name_len == len && memcmp(c->name, job, len) == 0)
@@ -329,7 +331,7 @@ static struct deti_job *job_find(struct det_engine *e, const char *job, size_t l
 	return NULL;
 }
 
-static void job_rules(struct det_engine *e, struct deti_job *j)
+void deti_job_rules(struct det_engine *e, struct deti_job *j)
 {
 	if (j->eff_gen == e->rules_gen)
 		return;
@@ -339,7 +341,7 @@ static void job_rules(struct det_engine *e, struct deti_job *j)
 
 static struct deti_job *job_get(struct det_engine *e, const char *job, size_t len, int64_t now_ns)
 {
-	struct deti_job *j = job_find(e, job, len);
+	struct deti_job *j = deti_job_find(e, job, len);
 	if (j)
 		return j;
 	if (len == 0 || len >= DET_JOB_MAX)
@@ -369,6 +371,7 @@ static struct deti_job *job_get(struct det_engine *e, const char *job, size_t le
 	j->bytes = sizeof(*j);
 	e->bytes += sizeof(*j);
 	j->max_step = DET_STEP_NONE;
+	j->first_step = DET_STEP_NONE;
 	j->judged_step = DET_STEP_NONE;
 	j->last_seen_ns = now_ns ? now_ns : e->last_now_ns; /* a metadata-only job ages out */
 	for (int i = 0; i < DETI_STEPS_RING; i++)
@@ -377,7 +380,7 @@ static struct deti_job *job_get(struct det_engine *e, const char *job, size_t le
 	j->median_step_s = NAN;
 	lru_push_front(e, j);
 	e->njobs++;
-	job_rules(e, j);
+	deti_job_rules(e, j);
 	return j;
 }
 
@@ -521,6 +524,8 @@ static void rank_advance(struct deti_job *j, struct deti_rank *r, int64_t step, 
 	if (r == j->jrank)
 		return;
 	j->progress_ns = now_ns;
+	if (j->first_step == DET_STEP_NONE)
+		j->first_step = step;
 	if (j->max_step != DET_STEP_NONE && step <= j->max_step)
 		return;
 	/* Several advances at one receive time (a client that batches steps) are
@@ -619,6 +624,31 @@ static void feed_phase(struct det_engine *e, struct deti_job *j, struct deti_ran
 		deti_steprec_set(r, step, phase, v, false);
 }
 
+/* Every rank may report its part of one checkpoint: points with the same
+ * step (or, without steps, close in time) are one checkpoint. The interval
+ * and duration of checkpoints let the hang detector expect the pause. */
+static void feed_checkpoint(struct deti_job *j, double v, int64_t step, int64_t now_ns)
+{
+	double dur = isfinite(v) && v > 0 ? v : 0;
+	bool same = j->ckpt_seen && (step != DET_STEP_NONE ? step == j->ckpt_step
+							   : (double)(now_ns - j->ckpt_ns) <
+								 (2 * j->ckpt_dur_s + 10) * 1e9);
+	if (same) {
+		j->ckpt_dur_s = fmax(j->ckpt_dur_s, dur);
+	} else {
+		if (j->ckpt_seen) {
+			j->ckpt_prev = true;
+			j->ckpt_prev_step = j->ckpt_step;
+			j->ckpt_prev_ns = j->ckpt_first_ns;
+		}
+		j->ckpt_first_ns = now_ns;
+		j->ckpt_dur_s = dur;
+	}
+	j->ckpt_seen = true;
+	j->ckpt_ns = now_ns;
+	j->ckpt_step = step;
+}
+
 static void feed_value(struct det_engine *e, struct deti_job *j, struct deti_rank *r,
 		       struct det_metric_id id, uint64_t bits, int64_t step, int64_t now_ns,
 		       bool warmup)
@@ -631,7 +661,7 @@ static void feed_value(struct det_engine *e, struct deti_job *j, struct deti_ran
 		int which = id.metric == DET_MET_LOSS ? DETI_NUM_LOSS : DETI_NUM_GRAD;
 		struct deti_num *n = rank_num(e, j, r, which);
 		if (n)
-			deti_num_feed(j, r, n, which, v, step, now_ns, warmup);
+			deti_num_feed(j, n, which, v, step, now_ns, warmup);
 		break;
 	}
 	case DET_MET_LOSS_SCALE:
@@ -670,9 +700,7 @@ static void feed_value(struct det_engine *e, struct deti_job *j, struct deti_ran
 			deti_ecc_feed(r, id.metric == DET_MET_GPU_XID, v, step, now_ns, warmup);
 		break;
 	case DET_MET_CHECKPOINT_DURATION:
-		j->ckpt_seen = true;
-		j->ckpt_ns = now_ns;
-		j->ckpt_step = step;
+		feed_checkpoint(j, v, step, now_ns);
 		break;
 	case DET_MET_CONFIG_HASH:
 		r->config_hash = bits;
@@ -689,7 +717,6 @@ static void feed_value(struct det_engine *e, struct deti_job *j, struct deti_ran
 	}
 }
 
-
 /* The job and rank a call feeds, with liveness updated; NULL if refused. */
 static struct deti_rank *feed_target(struct det_engine *e, const char *job, size_t job_len,
 				     uint32_t rank, int64_t now_ns, struct deti_job **jout)
@@ -704,7 +731,7 @@ static struct deti_rank *feed_target(struct det_engine *e, const char *job, size
 		lru_unlink(e, j);
 		lru_push_front(e, j);
 	}
-	job_rules(e, j);
+	deti_job_rules(e, j);
 	struct deti_rank *r = rank_get(e, j, rank, now_ns);
 	if (!r)
 		return NULL;
@@ -852,7 +879,7 @@ void det_engine_set_rules(struct det_engine *e, const struct det_rules *rules)
 	e->rules = rules;
 	e->rules_gen++;
 	for (struct deti_job *j = e->lru_head; j; j = j->lru_next)
-		job_rules(e, j); /* no job may keep pointers into the old set */
+		deti_job_rules(e, j); /* no job may keep pointers into the old set */
 	pthread_mutex_unlock(&e->mu);
 }
 
@@ -876,7 +903,7 @@ static void forget_silent(struct det_engine *e, int64_t now_ns)
 	}
 }
 
-static uint8_t job_state(const struct deti_job *j)
+uint8_t deti_job_state(const struct deti_job *j)
 {
 	if (j->has_meta && j->meta.status == DET_STATUS_FINISHED)
 		return DET_JOB_FINISHED;
@@ -901,154 +928,16 @@ int det_engine_eval(struct det_engine *e, int64_t now_ns,
 	for (struct deti_job *j = e->lru_head; j && rc == 0; j = j->lru_next) {
 		if (j->first_seen_ns == 0)
 			continue; /* metadata only: nothing to judge yet */
-		job_rules(e, j);
+		deti_job_rules(e, j);
 		struct deti_emit em = {fn, arg, j, 0, 0};
 		deti_eval_progress(e, &em, now_ns);
 		deti_eval_numerics(e, &em, now_ns);
 		deti_eval_hardware(e, &em, now_ns);
 		deti_eval_invariants(e, &em, now_ns);
 		j->nconds = em.count;
-		j->state = job_state(j);
+		j->state = deti_job_state(j);
 		rc = em.rc;
 	}
 	pthread_mutex_unlock(&e->mu);
 	return rc;
-}
-
-int det_engine_derived(struct det_engine *e, int64_t now_ns,
-		       int (*fn)(void *arg, const char *job, const char *metric, int64_t ts_ns,
-				 int64_t step, double value),
-		       void *arg)
-{
-	pthread_mutex_lock(&e->mu);
-	int rc = 0;
-	int64_t every_ns = (int64_t)e->lim.derived_interval_s * DETI_NS;
-	for (struct deti_job *j = e->lru_head; j && rc == 0; j = j->lru_next) {
-		if (j->first_seen_ns == 0 || (j->derived_ns && now_ns - j->derived_ns < every_ns))
-			continue;
-		j->derived_ns = now_ns;
-		job_rules(e, j);
-		double mfu = deti_job_mfu(j, now_ns);
-		if (!isnan(mfu))
-			rc = fn(arg, j->name, "mfu", now_ns, j->max_step, mfu);
-		if (rc == 0 && j->ckpt_seen)
-			rc = fn(arg, j->name, "checkpoint.age", now_ns, j->max_step,
-				(double)(now_ns - j->ckpt_ns) / 1e9);
-	}
-	pthread_mutex_unlock(&e->mu);
-	return rc;
-}
-
-/* ---- health ------------------------------------------------------------------------------- */
-
-static void job_summary(struct det_engine *e, struct deti_job *j, int64_t now_ns,
-			struct det_job_health *h)
-{
-	memset(h, 0, sizeof(*h));
-	snprintf(h->job, sizeof(h->job), "%s", j->name);
-	h->state = job_state(j);
-	h->step = j->max_step;
-	h->mfu = deti_job_mfu(j, now_ns);
-	h->checkpoint_age_s = j->ckpt_seen ? (double)(now_ns - j->ckpt_ns) / 1e9 : NAN;
-	h->world_size = j->has_meta ? j->meta.world_size : 0;
-	h->first_seen_ns = j->first_seen_ns;
-	h->last_seen_ns = j->first_seen_ns ? j->last_seen_ns : 0;
-	h->median_step_time_s = deti_job_step_time(e, j, now_ns);
-	h->nconditions = j->nconds;
-	double silence = deti_rule_p(j, DET_R_RANK_DOWN, DET_P_RD_SILENCE_S);
-	double rates = 0;
-	uint32_t nrates = 0;
-	for (uint32_t i = 0; i < j->rcap; i++) {
-		struct deti_rank *r = j->ranks[i];
-		if (!r)
-			continue;
-		h->ranks_seen++;
-		if (deti_fresh(r->last_seen_ns, now_ns, silence)) {
-			h->ranks_alive++;
-			double rate = deti_rank_rate(r, now_ns);
-			if (rate > 0) {
-				rates += rate;
-				nrates++;
-			}
-		}
-	}
-	h->steps_per_s = nrates ? rates / nrates : 0;
-}
-
-static void rank_health(const struct deti_rank *r, int64_t now_ns, double silence_s,
-			struct det_rank_health *o)
-{
-	memset(o, 0, sizeof(*o));
-	o->rank = r->rank;
-	o->last_seen_ns = r->last_seen_ns;
-	o->last_step = r->last_step;
-	o->steps_per_s = deti_rank_rate(r, now_ns);
-	o->state = r->state;
-	if (!deti_fresh(r->last_seen_ns, now_ns, silence_s))
-		o->state = DET_RANK_DOWN;
-	o->attempt = r->attempt;
-	snprintf(o->last_phase, sizeof(o->last_phase), "%s", r->last_phase);
-}
-
-int det_engine_health(struct det_engine *e, const char *job, int64_t now_ns,
-		      struct det_job_health *out)
-{
-	pthread_mutex_lock(&e->mu);
-	int rc = RDB_ENOTFOUND;
-	struct deti_job *j = job_find(e, job, strlen(job));
-	if (!j)
-		goto out;
-	job_rules(e, j);
-	struct det_job_health h;
-	job_summary(e, j, now_ns, &h);
-	rc = 0;
-	if (j->nranks) {
-		h.ranks = calloc(j->nranks, sizeof(*h.ranks));
-		if (!h.ranks) {
-			rc = -ENOMEM;
-			goto out;
-		}
-	}
-	double silence = deti_rule_p(j, DET_R_RANK_DOWN, DET_P_RD_SILENCE_S);
-	for (uint32_t i = 0; i < j->rcap && h.nranks < j->nranks; i++)
-		if (j->ranks[i])
-			rank_health(j->ranks[i], now_ns, silence, &h.ranks[h.nranks++]);
-	*out = h;
-out:
-	pthread_mutex_unlock(&e->mu);
-	return rc;
-}
-
-void det_job_health_free(struct det_job_health *h)
-{
-	if (!h)
-		return;
-	free(h->ranks);
-	h->ranks = NULL;
-	h->nranks = 0;
-}
-
-int det_engine_jobs(struct det_engine *e, int64_t now_ns,
-		    int (*fn)(void *arg, const struct det_job_health *summary), void *arg)
-{
-	pthread_mutex_lock(&e->mu);
-	int rc = 0;
-	for (struct deti_job *j = e->lru_head; j && rc == 0; j = j->lru_next) {
-		struct det_job_health h;
-		job_rules(e, j);
-		job_summary(e, j, now_ns, &h);
-		rc = fn(arg, &h);
-	}
-	pthread_mutex_unlock(&e->mu);
-	return rc;
-}
-
-void det_engine_stats(struct det_engine *e, struct det_engine_stats *out)
-{
-	pthread_mutex_lock(&e->mu);
-	*out = e->st;
-	out->jobs = e->njobs;
-	out->ranks = e->nranks;
-	out->bytes = e->bytes;
-	pthread_mutex_unlock(&e->mu);
 }

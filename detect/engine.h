@@ -34,15 +34,15 @@
 struct det_rules;
 
 #define DET_JOB_RANK  UINT32_MAX /* the job-level pseudo-rank (= STO_RANK_JOB) */
-#define DET_STEP_NONE INT64_MIN  /* "this point has no step" (= STO_STEP_NONE) */
+#define DET_STEP_NONE INT64_MIN	 /* "this point has no step" (= STO_STEP_NONE) */
 
 /* Memory bounds and cadence. Zero fields take the defaults of
  * det_limits_default. */
 struct det_limits {
-	uint32_t max_jobs;          /* jobs with state (default 1024) */
-	uint32_t max_ranks_per_job; /* real ranks 0..max-1 get state (default 16384) */
-	uint64_t max_bytes;         /* all state of all jobs (default 512 MiB) */
-	uint32_t job_forget_s;      /* a job silent this long is dropped (default 2 days) */
+	uint32_t max_jobs;	     /* jobs with state (default 1024) */
+	uint32_t max_ranks_per_job;  /* real ranks 0..max-1 get state (default 16384) */
+	uint64_t max_bytes;	     /* all state of all jobs (default 512 MiB) */
+	uint32_t job_forget_s;	     /* a job silent this long is dropped (default 2 days) */
 	uint32_t derived_interval_s; /* det_engine_derived cadence per job (default 10) */
 };
 
@@ -62,9 +62,9 @@ struct det_job_meta {
 	uint32_t world_size;
 	uint64_t global_batch, micro_batch, grad_accum;
 	double flops_per_token; /* NAN absent */
-	double params;          /* NAN absent; flops_per_token = 6 x params if that is absent */
-	double gpu_peak_flops;  /* per GPU, FLOP/s; NAN absent */
-	uint8_t status;         /* enum det_job_status */
+	double params;		/* NAN absent; flops_per_token = 6 x params if that is absent */
+	double gpu_peak_flops;	/* per GPU, FLOP/s; NAN absent */
+	uint8_t status;		/* enum det_job_status */
 };
 
 /* Health states. */
@@ -83,33 +83,33 @@ struct det_rank_health {
 	int64_t last_seen_ns; /* server receive time of its latest data */
 	int64_t last_step;    /* DET_STEP_NONE if it never sent a step */
 	double steps_per_s;   /* recent progress rate; 0 when not moving */
-	uint8_t state;        /* DET_RANK_* */
+	uint8_t state;	      /* DET_RANK_* */
 	uint32_t attempt;
 	char last_phase[DET_NAME_MAX]; /* latest phase it reported, "" if none */
 };
 
 struct det_job_health {
 	char job[DET_JOB_MAX];
-	uint8_t state;     /* DET_JOB_* */
-	int64_t step;      /* highest step of any rank; DET_STEP_NONE if none */
+	uint8_t state; /* DET_JOB_* */
+	int64_t step;  /* highest step of any rank; DET_STEP_NONE if none */
 	double steps_per_s;
-	double mfu;              /* NAN unknown */
-	double checkpoint_age_s; /* NAN unknown */
+	double mfu;				      /* NAN unknown */
+	double checkpoint_age_s;		      /* NAN unknown */
 	uint32_t ranks_seen, ranks_alive, world_size; /* world_size 0 = not declared */
 	int64_t first_seen_ns, last_seen_ns;
-	double median_step_time_s; /* NAN unknown */
-	uint32_t nconditions;      /* conditions of the job at the last evaluation */
+	double median_step_time_s;     /* NAN unknown */
+	uint32_t nconditions;	       /* conditions of the job at the last evaluation */
 	struct det_rank_health *ranks; /* malloc'd by det_engine_health, sorted by rank */
 	size_t nranks;
 };
 
 struct det_engine_stats {
-	uint64_t jobs, ranks;     /* with state now */
-	uint64_t bytes;           /* state held */
-	uint64_t jobs_evicted;    /* for max_jobs / max_bytes */
-	uint64_t jobs_forgotten;  /* silent longer than job_forget_s */
-	uint64_t ranks_refused;   /* rank number past max_ranks_per_job */
-	uint64_t points, spans;   /* fed */
+	uint64_t jobs, ranks;	 /* with state now */
+	uint64_t bytes;		 /* state held */
+	uint64_t jobs_evicted;	 /* for max_jobs / max_bytes */
+	uint64_t jobs_forgotten; /* silent longer than job_forget_s */
+	uint64_t ranks_refused;	 /* rank number past max_ranks_per_job */
+	uint64_t points, spans;	 /* fed */
 	uint64_t evaluations;
 };
 
@@ -141,7 +141,8 @@ void det_engine_feed(struct det_engine *e, const char *job, size_t job_len, uint
 
 /* One span (a timed phase of a step on a rank). name is the phase ("forward",
  * "dataloader", common spellings accepted; other names only count as the
- * rank's activity and last phase). */
+ * rank's activity and last phase). warmup is accepted for symmetry with
+ * det_engine_feed: no single span raises anything. */
 void det_engine_feed_span(struct det_engine *e, const char *job, size_t job_len, uint32_t rank,
 			  int64_t step, const char *name, size_t name_len, int64_t start_ns,
 			  int64_t duration_ns, uint32_t attempt, int64_t now_ns, bool warmup);

@@ -18,31 +18,31 @@
 
 #include <pthread.h>
 
-#define DETI_WIN_MAX    64 /* spike baseline window (LossSpike.window max) */
-#define DETI_BLOCK_MAX  64 /* LossDivergence.block max */
-#define DETI_BLKS_MAX   16 /* LossDivergence blocks kept (min_blocks max) */
-#define DETI_STEPS_RING 64 /* per-rank step records, indexed by step % ring */
-#define DETI_MOVES      8  /* per-rank (step, time) samples of step advances */
-#define DETI_GAPS       32 /* job: intervals between advances of its highest step */
-#define DETI_TP_MAX     128 /* throughput baseline samples */
-#define DETI_CLK_WIN    32 /* sm clock baseline samples */
-#define DETI_LS_HALV    64 /* loss-scale halving steps kept */
-#define DETI_LS_SKIP    32 /* skipped_steps (step, value) samples */
-#define DETI_NS         1000000000LL
+#define DETI_WIN_MAX	64  /* spike baseline window (LossSpike.window max) */
+#define DETI_BLOCK_MAX	64  /* LossDivergence.block max */
+#define DETI_BLKS_MAX	16  /* LossDivergence blocks kept (min_blocks max) */
+#define DETI_STEPS_RING 64  /* per-rank step records, indexed by step % ring */
+#define DETI_MOVES	8   /* per-rank (step, time) samples of step advances */
+#define DETI_GAPS	32  /* job: intervals between advances of its highest step */
+#define DETI_TP_MAX	128 /* throughput baseline samples */
+#define DETI_CLK_WIN	32  /* sm clock baseline samples */
+#define DETI_LS_HALV	64  /* loss-scale halving steps kept */
+#define DETI_LS_SKIP	32  /* skipped_steps (step, value) samples */
+#define DETI_NS		1000000000LL
 
 /* Watched numeric series of one rank (loss, grad_norm). */
 enum { DETI_NUM_LOSS = 0, DETI_NUM_GRAD = 1, DETI_NUM_COUNT };
 
 struct deti_num {
 	float win[DETI_WIN_MAX]; /* ring of recent finite values */
-	uint16_t wn, whead;      /* values held, next slot */
-	uint16_t since_refresh;  /* values added since med/mad were computed */
+	uint16_t wn, whead;	 /* values held, next slot */
+	uint16_t since_refresh;	 /* values added since med/mad were computed */
 	bool base_ok;
-	double med, mad;         /* cached baseline of win */
-	double prev;             /* previous finite value, NAN if none */
-	uint64_t npoints;        /* finite values since start or restart */
-	int64_t last_step;       /* step of the latest point (any value) */
-	int64_t last_ns;         /* server time of the latest point */
+	double med, mad;   /* cached baseline of win */
+	double prev;	   /* previous finite value, NAN if none */
+	uint64_t npoints;  /* finite values since start or restart */
+	int64_t last_step; /* step of the latest point (any value) */
+	int64_t last_ns;   /* server time of the latest point */
 	/* non-finite */
 	bool nf_active;
 	double nf_value;
@@ -79,7 +79,7 @@ struct deti_gpu {
 };
 
 struct deti_lscale {
-	double last;        /* latest loss_scale, NAN none */
+	double last; /* latest loss_scale, NAN none */
 	int64_t last_step;
 	int64_t halv[DETI_LS_HALV]; /* steps where loss_scale halved */
 	uint16_t nh, hh;
@@ -91,14 +91,14 @@ struct deti_lscale {
 };
 
 struct deti_rank {
-	uint32_t rank;    /* DET_JOB_RANK for the job-level pseudo-rank */
+	uint32_t rank; /* DET_JOB_RANK for the job-level pseudo-rank */
 	uint32_t attempt;
 	bool attempt_known;
 	int64_t first_seen_ns, last_seen_ns; /* server receive times */
-	int64_t last_step;     /* highest step since start/restart, DET_STEP_NONE */
-	int64_t last_ts_ns;    /* client time of the newest point with a step */
-	int64_t step_moved_ns; /* server time last_step last advanced */
-	int64_t start_step;    /* first step after start/restart */
+	int64_t last_step;		     /* highest step since start/restart, DET_STEP_NONE */
+	int64_t last_ts_ns;		     /* client time of the newest point with a step */
+	int64_t step_moved_ns;		     /* server time last_step last advanced */
+	int64_t start_step;		     /* first step after start/restart */
 	int64_t mv_step[DETI_MOVES], mv_ns[DETI_MOVES];
 	uint8_t nmv, mvhead;
 	char last_phase[DET_NAME_MAX];
@@ -107,8 +107,8 @@ struct deti_rank {
 	struct deti_steprec *steps; /* DETI_STEPS_RING records, or NULL */
 	struct deti_gpu *gpu;
 	struct deti_lscale *ls;
-	double step_time;               /* latest step_time, NAN none */
-	double samples_ps, tokens_ps;   /* latest, NAN none */
+	double step_time;	      /* latest step_time, NAN none */
+	double samples_ps, tokens_ps; /* latest, NAN none */
 	int64_t samples_ns, tokens_ns;
 	uint64_t config_hash;
 	bool has_config, has_ws;
@@ -124,7 +124,7 @@ struct deti_rank {
 	uint32_t judged;
 	bool straggling;
 	float excess[DET_PH_COUNT]; /* decayed excess over the peers' phase medians */
-	float slow_w;               /* decayed count of slow steps (same decay) */
+	float slow_w;		    /* decayed count of slow steps (same decay) */
 	double work_last, work_med_last;
 	/* last evaluation */
 	uint8_t state; /* DET_RANK_* */
@@ -132,7 +132,7 @@ struct deti_rank {
 
 struct deti_job {
 	struct deti_job *lru_prev, *lru_next; /* most recently fed first */
-	struct deti_job *hnext;               /* same-hash chain */
+	struct deti_job *hnext;		      /* same-hash chain */
 	uint64_t hash;
 	char name[DET_JOB_MAX];
 	size_t name_len;
@@ -148,14 +148,19 @@ struct deti_job {
 	uint32_t max_attempt;
 	/* progress */
 	int64_t max_step;
+	int64_t first_step;  /* the first step any rank reported */
 	int64_t progress_ns; /* any rank's step advanced or a rank restarted */
 	int64_t last_move_ns;
-	uint64_t moves;      /* advances of max_step */
+	uint64_t moves; /* advances of max_step */
 	float gaps[DETI_GAPS];
 	uint16_t ngaps, ghead;
 	/* checkpoint */
 	bool ckpt_seen;
-	int64_t ckpt_ns, ckpt_step;
+	int64_t ckpt_ns, ckpt_step;	      /* latest checkpoint.duration point */
+	int64_t ckpt_first_ns;		      /* first point of the latest checkpoint */
+	double ckpt_dur_s;		      /* its longest reported duration */
+	bool ckpt_prev;			      /* an earlier checkpoint is known: */
+	int64_t ckpt_prev_step, ckpt_prev_ns; /* its step and first arrival */
 	/* throughput */
 	double tp[DETI_TP_MAX];
 	uint16_t ntp, tphead;
@@ -183,10 +188,10 @@ struct det_engine {
 	struct deti_job *lru_head, *lru_tail;
 	uint64_t njobs, nranks, bytes;
 	struct deti_job *last_job; /* feed cache */
-	int64_t last_now_ns;       /* newest now_ns of any call (metadata has none) */
-	struct deti_hit *hits;     /* per-evaluation list of ranks at fault */
+	int64_t last_now_ns;	   /* newest now_ns of any call (metadata has none) */
+	struct deti_hit *hits;	   /* per-evaluation list of ranks at fault */
 	size_t hits_n;
-	double *scratch;           /* cross-rank work arrays, 4 x scratch_n */
+	double *scratch; /* cross-rank work arrays, 4 x scratch_n */
 	uint32_t *scratch_ranks;
 	size_t scratch_n;
 	struct det_engine_stats st;
@@ -205,7 +210,7 @@ struct deti_emit {
 	int (*fn)(void *arg, const struct det_cond *c);
 	void *arg;
 	struct deti_job *job;
-	int rc;         /* first non-zero fn return */
+	int rc;		/* first non-zero fn return */
 	uint32_t count; /* conditions emitted for the job */
 };
 
@@ -221,23 +226,25 @@ struct deti_cond_in {
 /* engine.c */
 void deti_emit(struct deti_emit *em, const struct deti_cond_in *in, const char *summary,
 	       const char *desc);
-double deti_median(double *v, size_t n); /* reorders v; NAN if n == 0 */
+double deti_median(double *v, size_t n);	  /* reorders v; NAN if n == 0 */
 double deti_mad(double *v, size_t n, double med); /* overwrites v */
 bool deti_fresh(int64_t then_ns, int64_t now_ns, double within_s);
 double deti_rule_p(const struct deti_job *j, unsigned rule, unsigned param);
 /* Scratch arrays of at least n entries (4 double arrays and one rank array),
  * or false (-ENOMEM). */
 bool deti_scratch(struct det_engine *e, size_t n);
-struct deti_hit *deti_hits(struct det_engine *e, size_t n); /* >= n entries or NULL */
+struct deti_hit *deti_hits(struct det_engine *e, size_t n);	      /* >= n entries or NULL */
 struct deti_rank *deti_rank_at(const struct deti_job *j, uint32_t i); /* NULL if none */
 bool deti_rank_retired(const struct deti_job *j, const struct deti_rank *r);
-bool deti_job_judged(const struct deti_job *j); /* not finished/failed */
+bool deti_job_judged(const struct deti_job *j);	  /* not finished/failed */
+uint8_t deti_job_state(const struct deti_job *j); /* DET_JOB_* after the last evaluation */
+struct deti_job *deti_job_find(struct det_engine *e, const char *job, size_t len); /* or NULL */
+void deti_job_rules(struct det_engine *e, struct deti_job *j); /* re-resolve if the set changed */
 
 /* detectors_num.c */
-void deti_num_feed(struct deti_job *j, struct deti_rank *r, struct deti_num *n, int which,
-		   double v, int64_t step, int64_t now_ns, bool warmup);
-void deti_ls_feed(struct deti_job *j, struct deti_lscale *ls, bool skipped, double v,
-		  int64_t step);
+void deti_num_feed(struct deti_job *j, struct deti_num *n, int which, double v, int64_t step,
+		   int64_t now_ns, bool warmup);
+void deti_ls_feed(struct deti_job *j, struct deti_lscale *ls, bool skipped, double v, int64_t step);
 void deti_eval_numerics(struct det_engine *e, struct deti_emit *em, int64_t now_ns);
 
 /* detectors_prog.c */
@@ -246,12 +253,11 @@ double deti_job_step_time(struct det_engine *e, struct deti_job *j, int64_t now_
 double deti_rank_rate(const struct deti_rank *r, int64_t now_ns);
 /* Records a phase time of a step (add: spans of one phase in one step add
  * up, e.g. per micro-batch; metrics replace). */
-void deti_steprec_set(struct deti_rank *r, int64_t step, unsigned phase, double seconds,
-		      bool add);
+void deti_steprec_set(struct deti_rank *r, int64_t step, unsigned phase, double seconds, bool add);
 
 /* detectors_hw.c */
-void deti_gpu_feed(struct deti_job *j, struct deti_gpu *g, unsigned metric, double v,
-		   int64_t step, int64_t now_ns);
+void deti_gpu_feed(struct deti_job *j, struct deti_gpu *g, unsigned metric, double v, int64_t step,
+		   int64_t now_ns);
 void deti_ecc_feed(struct deti_rank *r, bool xid, double v, int64_t step, int64_t now_ns,
 		   bool warmup);
 void deti_eval_hardware(struct det_engine *e, struct deti_emit *em, int64_t now_ns);

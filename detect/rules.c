@@ -35,8 +35,8 @@
 
 /* Override bits of one rule in one section. */
 #define OV_ENABLED  (1u << 0)
-#define OV_FOR      (1u << 1)
-#define OV_SEV      (1u << 2)
+#define OV_FOR	    (1u << 1)
+#define OV_SEV	    (1u << 2)
 #define OV_HOOKS    (1u << 3)
 #define OV_PARAM(i) (1u << (4 + (i)))
 
@@ -69,7 +69,8 @@ struct det_rules {
 	size_t nstrs, capstrs;
 };
 
-static void errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void errf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void errf(char *err, size_t errlen, const char *fmt, ...)
 {
 	if (!err || errlen == 0)
@@ -303,9 +304,9 @@ struct parser {
 	const char *name; /* file name for messages */
 	uint32_t line;
 	enum sec_kind sec;
-	int rule;                  /* SEC_RULE: its id */
-	struct job_section *job;   /* SEC_JOB */
-	char secname[SEC_NAME_BYTES]; /* "[rule X]" for messages */
+	int rule;			    /* SEC_RULE: its id */
+	struct job_section *job;	    /* SEC_JOB */
+	char secname[SEC_NAME_BYTES];	    /* "[rule X]" for messages */
 	uint32_t rule_seen[DET_RULE_COUNT]; /* line of each [rule] section, 0 = none */
 	uint32_t base_set[DET_RULE_COUNT];  /* OV_* bits set by [rule] sections */
 	bool aliases_seen;
@@ -436,8 +437,8 @@ static int parse_section(struct parser *p, const char *s, size_t n)
 			return RDB_EINVAL;
 		}
 		if (p->rule_seen[id]) {
-			errf(p->why, sizeof(p->why), "[rule %s] given twice (first on line %u)", name,
-			     p->rule_seen[id]);
+			errf(p->why, sizeof(p->why), "[rule %s] given twice (first on line %u)",
+			     name, p->rule_seen[id]);
 			return RDB_EINVAL;
 		}
 		p->rule_seen[id] = p->line;
@@ -467,7 +468,7 @@ static int parse_section(struct parser *p, const char *s, size_t n)
 			return RDB_ELIMIT;
 		}
 		struct job_section *v =
-			realloc(p->r->jobs, (p->r->njobs + 1) * sizeof(*p->r->jobs));
+		    realloc(p->r->jobs, (p->r->njobs + 1) * sizeof(*p->r->jobs));
 		if (!v)
 			return -ENOMEM;
 		p->r->jobs = v;
@@ -639,13 +640,16 @@ bad_value:;
 	if (bit == OV_ENABLED)
 		snprintf(allowed, sizeof(allowed), "true or false");
 	else if (bit == OV_FOR)
-		snprintf(allowed, sizeof(allowed), "whole seconds with an optional s, m, h or d "
-						   "suffix, at most 7d");
+		snprintf(allowed, sizeof(allowed),
+			 "whole seconds with an optional s, m, h or d "
+			 "suffix, at most 7d");
 	else if (bit == OV_SEV)
 		snprintf(allowed, sizeof(allowed), "warning or critical");
 	else if (bit == OV_HOOKS)
-		snprintf(allowed, sizeof(allowed), "an http:// or https:// URL without spaces, "
-						   "shorter than %d bytes", DET_URL_MAX);
+		snprintf(allowed, sizeof(allowed),
+			 "an http:// or https:// URL without spaces, "
+			 "shorter than %d bytes",
+			 DET_URL_MAX);
 	else
 		snprintf(allowed, sizeof(allowed), "%s %g..%g%s",
 			 spec->params[pi].integer ? "a whole number" : "a number",
@@ -925,8 +929,9 @@ static int put_rule(struct rdb_buf *b, const struct det_rule_spec *s)
 	rc = rc ? rc : put_comment(b, s->doc);
 	rc = rc ? rc : rdb_buf_printf(b, "enabled = %s\n", s->enabled ? "true" : "false");
 	rc = rc ? rc : rdb_buf_printf(b, "for = %us\n", s->for_s);
-	rc = rc ? rc : rdb_buf_printf(b, "severity = %s\n",
-				      s->severity == DET_SEV_CRITICAL ? "critical" : "warning");
+	rc = rc ? rc
+		: rdb_buf_printf(b, "severity = %s\n",
+				 s->severity == DET_SEV_CRITICAL ? "critical" : "warning");
 	for (uint32_t i = 0; rc == 0 && i < s->nparams; i++) {
 		const struct det_param_spec *p = &s->params[i];
 		char doc[512];
@@ -941,33 +946,35 @@ static int put_rule(struct rdb_buf *b, const struct det_rule_spec *s)
 int det_rules_sample(struct rdb_buf *out)
 {
 	static const char head[] =
-		"rules.example - detection rules of rankdbd. Generated from the built-in rule "
-		"table (detect/rules_table.c): every detector with its defaults, so this file "
-		"as shipped changes nothing. Point the option rules_file at a copy, edit it, "
-		"check it with 'rankctl rules check FILE', and reload with SIGHUP or POST "
-		"/api/v1/admin/rules/reload or rankctl rules reload (a bad file is refused and the "
-		"old rules stay).";
+	    "rules.example - detection rules of rankdbd. Generated from the built-in rule "
+	    "table (detect/rules_table.c): every detector with its defaults, so this file "
+	    "as shipped changes nothing. Point the option rules_file at a copy, edit it, "
+	    "check it with 'rankctl rules check FILE', and reload with SIGHUP, POST "
+	    "/api/v1/admin/rules/reload or rankctl rules reload (a bad file is refused and the "
+	    "old rules stay).";
 	static const char fmt[] =
-		"Format: '# comment'; [rule NAME] sections with 'key = value' lines: enabled "
-		"(true|false), for (pending time before firing: 30s, 5m, 2h, 1d), severity "
-		"(warning|critical), webhook (an http(s) URL that gets every alert of the rule as "
-		"JSON; up to 4 lines) and the detector's parameters. [job \"team-a-*\"] sections "
-		"override rules for matching jobs (globs with * and ?), as Rule.key = value "
-		"lines, e.g. Straggler.enabled = false; every matching section applies, in file "
-		"order. [aliases] maps other metric names onto the vocabulary: name = canonical. "
-		"Parameters whose name ends in _s take seconds or a duration (90s, 5m, 2h).";
+	    "Format: '# comment'; [rule NAME] sections with 'key = value' lines: enabled "
+	    "(true|false), for (pending time before firing: 30s, 5m, 2h, 1d), severity "
+	    "(warning|critical), webhook (an http(s) URL that gets every alert of the rule as "
+	    "JSON; up to 4 lines) and the detector's parameters. [job \"team-a-*\"] sections "
+	    "override rules for matching jobs (globs with * and ?), as Rule.key = value "
+	    "lines, e.g. Straggler.enabled = false; every matching section applies, in file "
+	    "order. [aliases] maps other metric names onto the vocabulary: name = canonical. "
+	    "Parameters whose name ends in _s take seconds or a duration (90s, 5m, 2h).";
 	int rc = put_comment(out, head);
 	rc = rc ? rc : rdb_buf_puts(out, "#\n");
 	rc = rc ? rc : put_comment(out, fmt);
 	for (unsigned i = 0; rc == 0 && i < DET_RULE_COUNT; i++)
 		rc = put_rule(out, det_rule_spec(i));
-	rc = rc ? rc : rdb_buf_puts(out, "\n# An override for some jobs:\n"
-					 "# [job \"sweep-*\"]\n"
-					 "# LossSpike.enabled = false\n"
-					 "# Straggler.rel = 0.25\n"
-					 "\n[aliases]\n");
-	rc = rc ? rc : put_comment(out, "Built in (need not be listed): metric name = the "
-					 "canonical name it stands for.");
+	rc = rc ? rc
+		: rdb_buf_puts(out, "\n# An override for some jobs:\n"
+				    "# [job \"sweep-*\"]\n"
+				    "# LossSpike.enabled = false\n"
+				    "# Straggler.rel = 0.25\n"
+				    "\n[aliases]\n");
+	rc = rc ? rc
+		: put_comment(out, "Built in (need not be listed): metric name = the "
+				   "canonical name it stands for.");
 	const char *canon, *alias;
 	for (size_t i = 0; rc == 0 && (alias = det_vocab_builtin_alias(i, &canon)) != NULL; i++)
 		rc = rdb_buf_printf(out, "# %s = %s\n", alias, canon);

@@ -43,9 +43,9 @@
 struct rdb_buf;
 
 #define DET_RULES_FILE_MAX  (1u << 20) /* largest rules file, bytes */
-#define DET_RULES_JOBS_MAX  256        /* [job] sections */
+#define DET_RULES_JOBS_MAX  256	       /* [job] sections */
 #define DET_RULES_ALIAS_MAX 1024       /* [aliases] entries */
-#define DET_PARAMS_MAX      8          /* parameters of one rule */
+#define DET_PARAMS_MAX	    8	       /* parameters of one rule */
 
 /* The built-in detectors; the value indexes det_rule_spec() and the
  * resolved table. */
@@ -109,17 +109,17 @@ enum { DET_P_MF_FLOOR, DET_P_MF_WARMUP_S };
 
 /* One named numeric parameter of a detector. */
 struct det_param_spec {
-	const char *name;   /* key in the rules file */
+	const char *name;     /* key in the rules file */
 	double def, min, max; /* default and inclusive bounds */
-	bool integer;       /* whole numbers only */
-	const char *doc;    /* one or two sentences, with the unit */
+	bool integer;	      /* whole numbers only */
+	const char *doc;      /* one or two sentences, with the unit */
 };
 
 /* One built-in detector. */
 struct det_rule_spec {
 	const char *alertname; /* fixed name, e.g. "Straggler" */
-	bool enabled;          /* default on/off */
-	uint32_t for_s;        /* default `for` */
+	bool enabled;	       /* default on/off */
+	uint32_t for_s;	       /* default `for` */
 	uint8_t severity;      /* default, enum det_severity */
 	const char *doc;       /* what it detects, for the sample file and docs */
 	uint32_t nparams;
@@ -131,7 +131,7 @@ struct det_rule_spec {
  * was resolved from and live as long as it. */
 struct det_rule_eff {
 	bool enabled;
-	uint8_t severity;  /* enum det_severity */
+	uint8_t severity; /* enum det_severity */
 	uint32_t for_s;
 	double p[DET_PARAMS_MAX];
 	uint32_t nwebhooks;

@@ -12,44 +12,39 @@
 #include <string.h>
 
 static const char *const metric_names[DET_MET_COUNT] = {
-	[DET_MET_NONE] = "",
-	[DET_MET_LOSS] = "loss",
-	[DET_MET_GRAD_NORM] = "grad_norm",
-	[DET_MET_LR] = "lr",
-	[DET_MET_LOSS_SCALE] = "loss_scale",
-	[DET_MET_SKIPPED_STEPS] = "skipped_steps",
-	[DET_MET_PHASE] = "step_time",
-	[DET_MET_SAMPLES_PER_SEC] = "samples_per_sec",
-	[DET_MET_TOKENS_PER_SEC] = "tokens_per_sec",
-	[DET_MET_GPU_TEMP] = "gpu.temp",
-	[DET_MET_GPU_POWER] = "gpu.power",
-	[DET_MET_GPU_UTIL] = "gpu.util",
-	[DET_MET_GPU_SM_CLOCK] = "gpu.sm_clock",
-	[DET_MET_GPU_MEM_USED] = "gpu.mem.used",
-	[DET_MET_GPU_ECC_CORRECTABLE] = "gpu.ecc.correctable",
-	[DET_MET_GPU_ECC_UNCORRECTABLE] = "gpu.ecc.uncorrectable",
-	[DET_MET_GPU_XID] = "gpu.xid",
-	[DET_MET_COLLECTIVE_FAILURES] = "collective.failures",
-	[DET_MET_RESTARTS] = "restarts",
-	[DET_MET_CHECKPOINT_DURATION] = "checkpoint.duration",
-	[DET_MET_CONFIG_HASH] = "config_hash",
-	[DET_MET_WORLD_SIZE] = "world_size",
-	[DET_MET_HEARTBEAT] = "heartbeat",
+    [DET_MET_NONE] = "",
+    [DET_MET_LOSS] = "loss",
+    [DET_MET_GRAD_NORM] = "grad_norm",
+    [DET_MET_LR] = "lr",
+    [DET_MET_LOSS_SCALE] = "loss_scale",
+    [DET_MET_SKIPPED_STEPS] = "skipped_steps",
+    [DET_MET_PHASE] = "step_time",
+    [DET_MET_SAMPLES_PER_SEC] = "samples_per_sec",
+    [DET_MET_TOKENS_PER_SEC] = "tokens_per_sec",
+    [DET_MET_GPU_TEMP] = "gpu.temp",
+    [DET_MET_GPU_POWER] = "gpu.power",
+    [DET_MET_GPU_UTIL] = "gpu.util",
+    [DET_MET_GPU_SM_CLOCK] = "gpu.sm_clock",
+    [DET_MET_GPU_MEM_USED] = "gpu.mem.used",
+    [DET_MET_GPU_ECC_CORRECTABLE] = "gpu.ecc.correctable",
+    [DET_MET_GPU_ECC_UNCORRECTABLE] = "gpu.ecc.uncorrectable",
+    [DET_MET_GPU_XID] = "gpu.xid",
+    [DET_MET_COLLECTIVE_FAILURES] = "collective.failures",
+    [DET_MET_RESTARTS] = "restarts",
+    [DET_MET_CHECKPOINT_DURATION] = "checkpoint.duration",
+    [DET_MET_CONFIG_HASH] = "config_hash",
+    [DET_MET_WORLD_SIZE] = "world_size",
+    [DET_MET_HEARTBEAT] = "heartbeat",
 };
 
 /* step_time.<phase>, indexed by phase (DET_PH_STEP is plain step_time). */
 static const char *const phase_metric_names[DET_PH_COUNT] = {
-	"step_time",
-	"step_time.dataloader",
-	"step_time.forward",
-	"step_time.backward",
-	"step_time.optimizer",
-	"step_time.checkpoint",
-	"step_time.collective",
+    "step_time",	   "step_time.dataloader", "step_time.forward",	   "step_time.backward",
+    "step_time.optimizer", "step_time.checkpoint", "step_time.collective",
 };
 
 static const char *const phase_names[DET_PH_COUNT] = {
-	"step", "dataloader", "forward", "backward", "optimizer", "checkpoint", "collective",
+    "step", "dataloader", "forward", "backward", "optimizer", "checkpoint", "collective",
 };
 
 /* Other spellings of phases, as span names or after "step_time.". */
@@ -57,14 +52,21 @@ static const struct {
 	const char *word;
 	uint8_t phase;
 } phase_words[] = {
-	{"data", DET_PH_DATALOADER},	     {"data_loader", DET_PH_DATALOADER},
-	{"dataloader_wait", DET_PH_DATALOADER}, {"data_wait", DET_PH_DATALOADER},
-	{"fwd", DET_PH_FORWARD},	     {"bwd", DET_PH_BACKWARD},
-	{"optim", DET_PH_OPTIMIZER},	     {"optimizer_step", DET_PH_OPTIMIZER},
-	{"opt_step", DET_PH_OPTIMIZER},	     {"ckpt", DET_PH_CHECKPOINT},
-	{"allreduce", DET_PH_COLLECTIVE},     {"all_reduce", DET_PH_COLLECTIVE},
-	{"comm", DET_PH_COLLECTIVE},	     {"nccl", DET_PH_COLLECTIVE},
-	{"step_time", DET_PH_STEP},
+    {"data", DET_PH_DATALOADER},
+    {"data_loader", DET_PH_DATALOADER},
+    {"dataloader_wait", DET_PH_DATALOADER},
+    {"data_wait", DET_PH_DATALOADER},
+    {"fwd", DET_PH_FORWARD},
+    {"bwd", DET_PH_BACKWARD},
+    {"optim", DET_PH_OPTIMIZER},
+    {"optimizer_step", DET_PH_OPTIMIZER},
+    {"opt_step", DET_PH_OPTIMIZER},
+    {"ckpt", DET_PH_CHECKPOINT},
+    {"allreduce", DET_PH_COLLECTIVE},
+    {"all_reduce", DET_PH_COLLECTIVE},
+    {"comm", DET_PH_COLLECTIVE},
+    {"nccl", DET_PH_COLLECTIVE},
+    {"step_time", DET_PH_STEP},
 };
 
 /* Built-in metric aliases. DCGM_FI_DEV_FB_USED is MiB while gpu.mem.used is
@@ -75,22 +77,22 @@ static const struct {
 static const struct {
 	const char *alias, *canonical;
 } builtin_aliases[] = {
-	{"train.loss", "loss"},
-	{"train.grad_norm", "grad_norm"},
-	{"train.lr", "lr"},
-	{"train.loss_scale", "loss_scale"},
-	{"train.step_time", "step_time"},
-	{"samples_per_second", "samples_per_sec"},
-	{"tokens_per_second", "tokens_per_sec"},
-	{"gpu.temp_c", "gpu.temp"},
-	{"DCGM_FI_DEV_GPU_TEMP", "gpu.temp"},
-	{"DCGM_FI_DEV_POWER_USAGE", "gpu.power"},
-	{"DCGM_FI_DEV_SM_CLOCK", "gpu.sm_clock"},
-	{"DCGM_FI_DEV_GPU_UTIL", "gpu.util"},
-	{"DCGM_FI_DEV_FB_USED", "gpu.mem.used"},
-	{"DCGM_FI_DEV_XID_ERRORS", "gpu.xid"},
-	{"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "gpu.ecc.uncorrectable"},
-	{"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "gpu.ecc.correctable"},
+    {"train.loss", "loss"},
+    {"train.grad_norm", "grad_norm"},
+    {"train.lr", "lr"},
+    {"train.loss_scale", "loss_scale"},
+    {"train.step_time", "step_time"},
+    {"samples_per_second", "samples_per_sec"},
+    {"tokens_per_second", "tokens_per_sec"},
+    {"gpu.temp_c", "gpu.temp"},
+    {"DCGM_FI_DEV_GPU_TEMP", "gpu.temp"},
+    {"DCGM_FI_DEV_POWER_USAGE", "gpu.power"},
+    {"DCGM_FI_DEV_SM_CLOCK", "gpu.sm_clock"},
+    {"DCGM_FI_DEV_GPU_UTIL", "gpu.util"},
+    {"DCGM_FI_DEV_FB_USED", "gpu.mem.used"},
+    {"DCGM_FI_DEV_XID_ERRORS", "gpu.xid"},
+    {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "gpu.ecc.uncorrectable"},
+    {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "gpu.ecc.correctable"},
 };
 
 const char *det_vocab_metric_name(struct det_metric_id id)

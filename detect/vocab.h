@@ -59,7 +59,7 @@ enum det_phase {
 /* A resolved metric name. */
 struct det_metric_id {
 	uint8_t metric; /* enum det_metric */
-	uint8_t phase;  /* enum det_phase when metric == DET_MET_PHASE, else 0 */
+	uint8_t phase;	/* enum det_phase when metric == DET_MET_PHASE, else 0 */
 };
 
 /* The canonical name of a watched metric ("loss", "step_time.forward").

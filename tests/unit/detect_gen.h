@@ -26,7 +26,7 @@
 #include <string.h>
 
 #define GEN_MAXR 512
-#define GEN_NS 1000000000LL
+#define GEN_NS	 1000000000LL
 
 struct gen_cond {
 	struct det_cond c;
@@ -42,17 +42,17 @@ struct gen {
 	uint32_t attempt[GEN_MAXR];
 	uint64_t rng;
 	/* fault hooks */
-	bool silent[GEN_MAXR];     /* sends nothing */
-	bool stalled;              /* no rank advances; heartbeats only */
-	bool spans;                /* phases as spans instead of step_time.<phase> */
-	bool phases;               /* send phase metrics/spans at all (default true) */
+	bool silent[GEN_MAXR]; /* sends nothing */
+	bool stalled;	       /* no rank advances; heartbeats only */
+	bool spans;	       /* phases as spans instead of step_time.<phase> */
+	bool phases;	       /* send phase metrics/spans at all (default true) */
 	double fwd_scale[GEN_MAXR], bwd_scale[GEN_MAXR], dl_extra[GEN_MAXR];
-	double shared;             /* multiplies every phase of every rank */
+	double shared;		    /* multiplies every phase of every rank */
 	double loss_next[GEN_MAXR]; /* override of the next loss value (NAN = none) */
 	bool loss_next_set[GEN_MAXR];
 	double grad_next[GEN_MAXR];
 	bool grad_next_set[GEN_MAXR];
-	double loss_mult;          /* multiplies every rank's loss */
+	double loss_mult; /* multiplies every rank's loss */
 	double temp[GEN_MAXR], clock[GEN_MAXR];
 	double last_step_s;
 	/* conditions of the last evaluation */
@@ -92,8 +92,8 @@ static inline int gen_collect(void *arg, const struct det_cond *c)
 }
 
 /* lim may be NULL; rules NULL = built-in. */
-static inline void gen_init_lim(struct gen *g, uint32_t nranks, uint64_t seed, const struct det_limits *lim,
-			 const char *rules_text)
+static inline void gen_init_lim(struct gen *g, uint32_t nranks, uint64_t seed,
+				const struct det_limits *lim, const char *rules_text)
 {
 	memset(g, 0, sizeof(*g));
 	snprintf(g->job, sizeof(g->job), "job-a");
@@ -109,8 +109,8 @@ static inline void gen_init_lim(struct gen *g, uint32_t nranks, uint64_t seed, c
 		g->clock[r] = 1410;
 	}
 	char err[512] = "";
-	int rc = rules_text ? det_rules_parse_text(rules_text, strlen(rules_text), "test", &g->rules,
-						   err, sizeof(err))
+	int rc = rules_text ? det_rules_parse_text(rules_text, strlen(rules_text), "test",
+						   &g->rules, err, sizeof(err))
 			    : det_rules_default(&g->rules);
 	if (rc != 0) {
 		fprintf(stderr, "gen: rules: %s\n", err);
@@ -132,18 +132,19 @@ static inline void gen_free(struct gen *g)
 	free(g->conds);
 }
 
-static inline void gen_point(struct gen *g, uint32_t rank, const char *metric, int64_t step, double v)
+static inline void gen_point(struct gen *g, uint32_t rank, const char *metric, int64_t step,
+			     double v)
 {
 	int64_t ts = g->now_ns;
 	uint32_t att = rank < GEN_MAXR ? g->attempt[rank] : 0;
 	uint64_t bits;
 	memcpy(&bits, &v, sizeof(bits));
-	det_engine_feed(g->e, g->job, strlen(g->job), rank, metric, strlen(metric), &ts, &step, &att,
-			&bits, 1, g->now_ns, false);
+	det_engine_feed(g->e, g->job, strlen(g->job), rank, metric, strlen(metric), &ts, &step,
+			&att, &bits, 1, g->now_ns, false);
 }
 
 static inline void gen_phase(struct gen *g, uint32_t r, const char *name, int64_t step, double s,
-		      int64_t start_ns)
+			     int64_t start_ns)
 {
 	if (!g->phases)
 		return;
@@ -174,7 +175,7 @@ static inline void gen_idle(struct gen *g, double dt)
 }
 
 static inline void gen_rank_step(struct gen *g, uint32_t r, const double *ph, double step_s,
-			  double coll)
+				 double coll)
 {
 	int64_t s = g->step[r];
 	double base = 2 + 6 * exp(-(double)s / 200);
@@ -257,7 +258,8 @@ static inline int gen_run(struct gen *g, int n)
 
 /* The condition named alertname with this rank (DET_RANK_NONE for
  * job-level, -2 any), or NULL. */
-static inline const struct det_cond *gen_find(const struct gen *g, const char *alertname, int64_t rank)
+static inline const struct det_cond *gen_find(const struct gen *g, const char *alertname,
+					      int64_t rank)
 {
 	for (size_t i = 0; i < g->nconds; i++)
 		if (strcmp(g->conds[i].alertname, alertname) == 0 &&

@@ -117,8 +117,11 @@ static void test_config_meta(void)
 	struct gen g;
 	gen_init(&g, 4, 45);
 	/* metadata set before any data or evaluation survives the first one */
-	struct det_job_meta m0 = {.world_size = 4, .flops_per_token = NAN, .params = NAN,
-				  .gpu_peak_flops = NAN, .status = DET_STATUS_FINISHED};
+	struct det_job_meta m0 = {.world_size = 4,
+				  .flops_per_token = NAN,
+				  .params = NAN,
+				  .gpu_peak_flops = NAN,
+				  .status = DET_STATUS_FINISHED};
 	CHECK_EQ_INT(det_engine_set_meta(g.e, "early", &m0), 0);
 	gen_eval(&g);
 	struct det_job_health h;
@@ -126,9 +129,14 @@ static void test_config_meta(void)
 	CHECK_EQ_INT(h.state, DET_JOB_FINISHED);
 	CHECK_EQ_INT(h.world_size, 4);
 	det_job_health_free(&h);
-	struct det_job_meta m = {.world_size = 6, .global_batch = 100, .micro_batch = 4,
-				 .grad_accum = 4, .flops_per_token = NAN, .params = NAN,
-				 .gpu_peak_flops = NAN, .status = DET_STATUS_RUNNING};
+	struct det_job_meta m = {.world_size = 6,
+				 .global_batch = 100,
+				 .micro_batch = 4,
+				 .grad_accum = 4,
+				 .flops_per_token = NAN,
+				 .params = NAN,
+				 .gpu_peak_flops = NAN,
+				 .status = DET_STATUS_RUNNING};
 	CHECK_EQ_INT(det_engine_set_meta(g.e, "job-a", &m), 0);
 	CHECK_EQ_INT(det_engine_set_meta(g.e, "bad job", &m), RDB_EINVAL);
 	CHECK_EQ_INT(gen_run(&g, 20), 20); /* batch arithmetic: 6 x 4 x 4 != 100 */
@@ -183,8 +191,11 @@ static void test_mfu_and_checkpoint(void)
 	static const char rules[] = "[rule CheckpointStale]\nmax_age_s = 2m\n";
 	struct gen g;
 	gen_init_lim(&g, 8, 46, NULL, rules);
-	struct det_job_meta m = {.world_size = 8, .flops_per_token = NAN, .params = 1e9,
-				 .gpu_peak_flops = 1e15, .status = DET_STATUS_RUNNING};
+	struct det_job_meta m = {.world_size = 8,
+				 .flops_per_token = NAN,
+				 .params = 1e9,
+				 .gpu_peak_flops = 1e15,
+				 .status = DET_STATUS_RUNNING};
 	CHECK_EQ_INT(det_engine_set_meta(g.e, "job-a", &m), 0);
 	gen_point(&g, DET_JOB_RANK, "checkpoint.duration", 0, 12.5);
 	CHECK_EQ_INT(gen_run(&g, 280), 0); /* ~118 s */
@@ -237,8 +248,8 @@ static int count_jobs(void *arg, const struct det_job_health *h)
  * forgotten. */
 static void test_memory_bound(void)
 {
-	struct det_limits lim = {.max_jobs = 40, .max_ranks_per_job = 16,
-				 .max_bytes = 400 * 1024, .job_forget_s = 3600};
+	struct det_limits lim = {
+	    .max_jobs = 40, .max_ranks_per_job = 16, .max_bytes = 400 * 1024, .job_forget_s = 3600};
 	struct gen g;
 	gen_init_lim(&g, 8, 47, &lim, NULL);
 	struct det_engine_stats st;

@@ -193,8 +193,8 @@ static void test_noise_and_warmup(void)
 	CHECK_EQ_INT(gen_count(&g, "LossSpike"), 0);
 	for (int i = 0; i < 400; i++) {
 		for (uint32_t r = 0; r < 4; r++) {
-			g.loss_next[r] = (2 + 6 * exp(-(double)g.step[r] / 200)) *
-					 (1 + 0.05 * gen_normal(&g));
+			g.loss_next[r] =
+			    (2 + 6 * exp(-(double)g.step[r] / 200)) * (1 + 0.05 * gen_normal(&g));
 			g.loss_next_set[r] = true;
 		}
 		gen_step(&g);

@@ -58,6 +58,37 @@ static void test_hang_names_rank(void)
 	gen_free(&g);
 }
 
+/* Checkpoints every 100 steps pause the run for 20 s: once one has been
+ * seen, the next pause at the expected step is not a hang; a stall
+ * elsewhere still is. */
+static void test_checkpoint_pause_not_hang(void)
+{
+	struct gen g;
+	gen_init(&g, 4, 31);
+	CHECK_EQ_INT(gen_run(&g, 100), 0);
+	for (int c = 0; c < 3; c++) {
+		g.stalled = true;
+		for (int i = 0; i < 20; i++) {
+			gen_step(&g);
+			gen_eval(&g);
+			if (c > 0)
+				CHECK_EQ_INT(g.nconds, 0);
+		}
+		for (uint32_t r = 0; r < 4; r++)
+			gen_point(&g, r, "checkpoint.duration", g.step[r] - 1, 19.5);
+		g.stalled = false;
+		CHECK_EQ_INT(gen_run(&g, 100), 0);
+	}
+	/* a stall 50 steps after a checkpoint is a hang at 10 s */
+	CHECK_EQ_INT(gen_run(&g, 50), 0);
+	g.stalled = true;
+	for (int i = 0; i < 12; i++)
+		gen_step(&g);
+	gen_eval(&g);
+	CHECK(gen_find(&g, "TrainingHang", DET_RANK_NONE) != NULL);
+	gen_free(&g);
+}
+
 /* Rank 6 crashes: its peers stall in the collective but keep their
  * heartbeats. That is RankDown for rank 6 at 30 s, not a hang, and nothing
  * else. */
@@ -115,8 +146,10 @@ static void test_job_down_and_finished(void)
 	CHECK_EQ_INT(h.ranks_alive, 0);
 	det_job_health_free(&h);
 	/* once the metadata says finished, nothing about progress is judged */
-	struct det_job_meta m = {.status = DET_STATUS_FINISHED, .flops_per_token = NAN,
-				 .params = NAN, .gpu_peak_flops = NAN};
+	struct det_job_meta m = {.status = DET_STATUS_FINISHED,
+				 .flops_per_token = NAN,
+				 .params = NAN,
+				 .gpu_peak_flops = NAN};
 	CHECK_EQ_INT(det_engine_set_meta(g.e, "job-a", &m), 0);
 	gen_eval(&g);
 	CHECK_EQ_INT(g.nconds, 0);
@@ -277,6 +310,7 @@ static void test_health_basics(void)
 int main(void)
 {
 	RUN(test_hang_names_rank);
+	RUN(test_checkpoint_pause_not_hang);
 	RUN(test_rank_down_not_hang);
 	RUN(test_rank_down_peers_go_on);
 	RUN(test_job_down_and_finished);

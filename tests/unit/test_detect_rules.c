@@ -32,7 +32,8 @@ static void test_defaults(void)
 		CHECK_EQ_INT(det_rule_by_name(s->alertname), i);
 		for (uint32_t k = 0; k < s->nparams; k++) {
 			CHECK(eff[i].p[k] == s->params[k].def);
-			CHECK(s->params[k].def >= s->params[k].min && s->params[k].def <= s->params[k].max);
+			CHECK(s->params[k].def >= s->params[k].min &&
+			      s->params[k].def <= s->params[k].max);
 		}
 	}
 	CHECK(eff[DET_R_STRAGGLER].p[DET_P_ST_REL] == 0.1);
@@ -59,29 +60,28 @@ static void test_defaults(void)
 
 static void test_full_file(void)
 {
-	static const char text[] =
-		"# operator rules\n"
-		"\n"
-		"[rule Straggler]\n"
-		"rel = 0.25   # a comment after a value\n"
-		"for = 2m\n"
-		"severity = critical\n"
-		"webhook = http://127.0.0.1:9/a\n"
-		"webhook = \"https://ctl.example/b#frag\"\n"
-		"[rule CheckpointStale]\n"
-		"max_age_s = 2h\n"
-		"always = 1\n"
-		"[rule LossSpike]\n"
-		"enabled = false\n"
-		"[job \"team-a-*\"]\n"
-		"LossSpike.enabled = true\n"
-		"Straggler.webhook = http://127.0.0.1:9/team-a\n"
-		"[job team-a-big?]\n"
-		"Straggler.rel = 0.5\n"
-		"[aliases]\n"
-		"my_loss = loss\n"
-		"DCGM_FI_DEV_ECC_DBE_AGG_TOTAL = gpu.ecc.uncorrectable\n"
-		"train.loss = grad_norm\n";
+	static const char text[] = "# operator rules\n"
+				   "\n"
+				   "[rule Straggler]\n"
+				   "rel = 0.25   # a comment after a value\n"
+				   "for = 2m\n"
+				   "severity = critical\n"
+				   "webhook = http://127.0.0.1:9/a\n"
+				   "webhook = \"https://ctl.example/b#frag\"\n"
+				   "[rule CheckpointStale]\n"
+				   "max_age_s = 2h\n"
+				   "always = 1\n"
+				   "[rule LossSpike]\n"
+				   "enabled = false\n"
+				   "[job \"team-a-*\"]\n"
+				   "LossSpike.enabled = true\n"
+				   "Straggler.webhook = http://127.0.0.1:9/team-a\n"
+				   "[job team-a-big?]\n"
+				   "Straggler.rel = 0.5\n"
+				   "[aliases]\n"
+				   "my_loss = loss\n"
+				   "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL = gpu.ecc.uncorrectable\n"
+				   "train.loss = grad_norm\n";
 	struct det_rules *r;
 	char err[512] = "";
 	CHECK_EQ_INT(parse(text, &r, err, sizeof(err)), 0);
@@ -128,44 +128,44 @@ static void test_errors(void)
 	static const struct {
 		const char *text, *want1, *want2;
 	} cases[] = {
-		{"k = 1\n", "r.conf:1:", "outside a section"},
-		{"[rule Nope]\n", "r.conf:1:", "allowed: LossNonFinite"},
-		{"\n[rule Straggler]\nnope = 1\n", "r.conf:3: [rule Straggler] unknown option 'nope'",
-		 "hits"},
-		{"[rule Straggler]\nk = -1\n", "r.conf:2:", "allowed: a number 0..1000"},
-		{"[rule Straggler]\nhits = 2.5\n", "r.conf:2:", "a whole number"},
-		{"[rule Straggler]\nk = 1\nk = 2\n", "r.conf:3:", "set twice"},
-		{"[rule Straggler]\n[rule Straggler]\n", "r.conf:2:", "first on line 1"},
-		{"[rule Straggler]\nseverity = high\n", "r.conf:2:", "warning or critical"},
-		{"[rule Straggler]\nfor = 5x\n", "r.conf:2:", "suffix"},
-		{"[rule Straggler]\nfor = 8d\n", "r.conf:2:", "at most 7d"},
-		{"[rule Straggler]\nenabled = yes\n", "r.conf:2:", "true or false"},
-		{"[rule Straggler]\nwebhook = ftp://x\n", "r.conf:2:", "http://"},
-		{"[rule Straggler]\nwebhook = http://a/1\nwebhook = http://a/2\nwebhook = "
-		 "http://a/3\nwebhook = http://a/4\nwebhook = http://a/5\n",
-		 "r.conf:6:", "more than 4 webhooks"},
-		{"[rule Straggler]\n[job \"a b\"]\n", "r.conf:2: bad job pattern 'a b'", "wildcards"},
-		{"[job \"x\"]\nk = 1\n", "r.conf:2:", "Rule.option"},
-		{"[job \"x\"]\nStraggler.zz = 1\n", "r.conf:2:", "unknown option 'zz'"},
-		{"[aliases]\nfoo = bar\n", "r.conf:2:", "not a canonical metric name"},
-		{"[aliases]\nloss = grad_norm\n", "r.conf:2:", "canonical name"},
-		{"[aliases]\n[aliases]\n", "r.conf:2:", "twice"},
-		{"[rule Straggler]\nhits = 40\n", "r.conf:", "must not exceed window"},
-		{"[job \"j*\"]\nStraggler.window = 10\n", "r.conf:1: [job \"j*\"]",
-		 "must not exceed window"},
-		{"[rule Straggler]\nk = \"1\n", "r.conf:2:", "unterminated"},
-		{"[rule Straggler\n", "r.conf:1:", "must end with ']'"},
-		{"[weird]\n", "r.conf:1:", "unknown section"},
-		{"[rule Straggler]\nk =\n", "r.conf:2:", "key and a value"},
-		{"[rule Straggler]\nk = 1e999\n", "r.conf:2:", "bad value"},
-		{"[rule RankDown]\nsilence_s = 0.5\n", "r.conf:2:", "1..86400"},
-		{"[rule Straggler]\nk = nan\n", "r.conf:2:", "bad value"},
+	    {"k = 1\n", "r.conf:1:", "outside a section"},
+	    {"[rule Nope]\n", "r.conf:1:", "allowed: LossNonFinite"},
+	    {"\n[rule Straggler]\nnope = 1\n", "r.conf:3: [rule Straggler] unknown option 'nope'",
+	     "hits"},
+	    {"[rule Straggler]\nk = -1\n", "r.conf:2:", "allowed: a number 0..1000"},
+	    {"[rule Straggler]\nhits = 2.5\n", "r.conf:2:", "a whole number"},
+	    {"[rule Straggler]\nk = 1\nk = 2\n", "r.conf:3:", "set twice"},
+	    {"[rule Straggler]\n[rule Straggler]\n", "r.conf:2:", "first on line 1"},
+	    {"[rule Straggler]\nseverity = high\n", "r.conf:2:", "warning or critical"},
+	    {"[rule Straggler]\nfor = 5x\n", "r.conf:2:", "suffix"},
+	    {"[rule Straggler]\nfor = 8d\n", "r.conf:2:", "at most 7d"},
+	    {"[rule Straggler]\nenabled = yes\n", "r.conf:2:", "true or false"},
+	    {"[rule Straggler]\nwebhook = ftp://x\n", "r.conf:2:", "http://"},
+	    {"[rule Straggler]\nwebhook = http://a/1\nwebhook = http://a/2\nwebhook = "
+	     "http://a/3\nwebhook = http://a/4\nwebhook = http://a/5\n",
+	     "r.conf:6:", "more than 4 webhooks"},
+	    {"[rule Straggler]\n[job \"a b\"]\n", "r.conf:2: bad job pattern 'a b'", "wildcards"},
+	    {"[job \"x\"]\nk = 1\n", "r.conf:2:", "Rule.option"},
+	    {"[job \"x\"]\nStraggler.zz = 1\n", "r.conf:2:", "unknown option 'zz'"},
+	    {"[aliases]\nfoo = bar\n", "r.conf:2:", "not a canonical metric name"},
+	    {"[aliases]\nloss = grad_norm\n", "r.conf:2:", "canonical name"},
+	    {"[aliases]\n[aliases]\n", "r.conf:2:", "twice"},
+	    {"[rule Straggler]\nhits = 40\n", "r.conf:", "must not exceed window"},
+	    {"[job \"j*\"]\nStraggler.window = 10\n", "r.conf:1: [job \"j*\"]",
+	     "must not exceed window"},
+	    {"[rule Straggler]\nk = \"1\n", "r.conf:2:", "unterminated"},
+	    {"[rule Straggler\n", "r.conf:1:", "must end with ']'"},
+	    {"[weird]\n", "r.conf:1:", "unknown section"},
+	    {"[rule Straggler]\nk =\n", "r.conf:2:", "key and a value"},
+	    {"[rule Straggler]\nk = 1e999\n", "r.conf:2:", "bad value"},
+	    {"[rule RankDown]\nsilence_s = 0.5\n", "r.conf:2:", "1..86400"},
+	    {"[rule Straggler]\nk = nan\n", "r.conf:2:", "bad value"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct det_rules *r = (struct det_rules *)&r;
 		char err[512] = "";
-		int rc = det_rules_parse_text(cases[i].text, strlen(cases[i].text), "r.conf", &r, err,
-					      sizeof(err));
+		int rc = det_rules_parse_text(cases[i].text, strlen(cases[i].text), "r.conf", &r,
+					      err, sizeof(err));
 		CHECK(rc == RDB_EINVAL);
 		CHECK(r == (struct det_rules *)&r); /* untouched */
 		bool ok = strstr(err, cases[i].want1) && strstr(err, cases[i].want2);
