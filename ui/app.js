@@ -133,7 +133,7 @@ RDB.showLogs = async function (p) {
 			try {
 				const r = await RDB.api("/api/v1/logs/around", {job: p.job, rank: p.rank, step: p.step, before: 50, after: 50});
 				list = r.logs;
-				note = r.mode === "time" ? "the 50 logs before and after the rank's first record at step " + p.step : null;
+				note = r.mode === "time" ? "the rank's 50 logs before and 50 from step " + p.step + " on (by time; records of that step highlighted)" : null;
 			} catch (e) {
 				if (e.status !== 404) throw e;
 				const r = await RDB.api("/api/v1/logs", {job: p.job, rank: p.rank, step_from: p.step, step_to: p.stepEnd !== undefined ? p.stepEnd : p.step, limit: 100});

@@ -4,13 +4,17 @@
  * agg=avg. The answer holds ranks x columns buckets of ~35 bytes each, so
  * the column count shrinks as ranks grow (400 columns up to 250 ranks, 195
  * at 512, 100 at 1,000) to keep it near 3.5 MB.
+ * Colour, by default "deviation": each cell's robust z against the other
+ * ranks of its column, (value - column median) / (1.4826 column MAD), on a
+ * blue-white-red scale saturating at 8, so the trend of the metric over the
+ * run drops out and what stands out is the rank that differs from its peers
+ * (a straggler is a red line however noisy the metric). Mode "value" shows
+ * the values themselves over their 1st..99th percentile (viridis-like).
  * Drawing: one pixel row per rank while the ranks fit; past that a pixel
  * row stands for several ranks and shows, per column, the one of them
  * farthest from the column's median, so a single slow rank among 1,000
- * stays visible. Colours run over the 1st..99th percentile of all cells
- * (viridis-like), so one extreme cell does not wash out the rest. Hover
- * names rank, steps and value; a click opens that rank's logs at the
- * bucket's first step. */
+ * stays visible. Hover names rank, steps, value and z; a click opens that
+ * rank's logs at the bucket's first step. */
 "use strict";
 (function () {
 const RDB = window.RDB;
@@ -26,6 +30,16 @@ function color(t) {
 	return [a[0] + (b[0] - a[0]) * r, a[1] + (b[1] - a[1]) * r, a[2] + (b[2] - a[2]) * r];
 }
 
+/* diverging, for deviations: blue (below the median rank) - white - red (above) */
+const BLUE = [33, 102, 172], WHITE = [247, 247, 247], RED = [178, 24, 43];
+function diverging(t) {
+	if (!(t === t)) t = 0;
+	t = Math.max(-1, Math.min(1, t));
+	const to = t < 0 ? BLUE : RED, a = Math.abs(t);
+	return [WHITE[0] + (to[0] - WHITE[0]) * a, WHITE[1] + (to[1] - WHITE[1]) * a, WHITE[2] + (to[2] - WHITE[2]) * a];
+}
+const Z_CLAMP = 8; /* robust z at which the colour saturates */
+
 function quantileSorted(s, q) {
 	if (!s.length) return NaN;
 	const p = q * (s.length - 1), i = Math.floor(p);
@@ -40,6 +54,7 @@ class Heatmap {
 		this.container = container;
 		this.opts = opts;
 		this.seq = 0;
+		this.mode = opts.mode === "value" ? "value" : "deviation";
 		this.canvas = RDB.el("canvas", {class: "heat-canvas"});
 		this.tip = RDB.el("div", {class: "heat-tip", hidden: true});
 		this.legend = RDB.el("div", {class: "heat-legend"});
@@ -110,7 +125,7 @@ class Heatmap {
 			ctx0.clearRect(0, 0, this.canvas.width, this.canvas.height);
 			return;
 		}
-		/* colour range: 1st..99th percentile of the cells */
+		/* colour range of "value": 1st..99th percentile of the cells */
 		const vals = [];
 		const step = Math.max(1, Math.floor(g.grid.length / 50000));
 		for (let i = 0; i < g.grid.length; i += step) if (!isNaN(g.grid[i])) vals.push(g.grid[i]);
@@ -121,22 +136,26 @@ class Heatmap {
 			vhi = vals[vals.length - 1];
 		}
 		if (!(vhi > vlo)) vhi = vlo + 1;
-		/* column medians, for folding several ranks into one pixel row */
+		/* per column: median and robust scale across ranks */
 		const maxRows = 600;
 		const rows = Math.min(g.nr, maxRows);
-		const med = new Float64Array(g.nc);
-		if (rows < g.nr) {
-			const col = new Float64Array(g.nr);
-			for (let c = 0; c < g.nc; c++) {
-				let k = 0;
-				for (let r = 0; r < g.nr; r++) {
-					const v = g.grid[r * g.nc + c];
-					if (!isNaN(v)) col[k++] = v;
-				}
-				const s = col.subarray(0, k).sort();
-				med[c] = k ? s[k >> 1] : NaN;
+		const med = new Float64Array(g.nc), scale = new Float64Array(g.nc);
+		const col = new Float64Array(g.nr), dev = new Float64Array(g.nr);
+		for (let c = 0; c < g.nc; c++) {
+			let k = 0;
+			for (let r = 0; r < g.nr; r++) {
+				const v = g.grid[r * g.nc + c];
+				if (!isNaN(v)) col[k++] = v;
 			}
+			const sv = col.subarray(0, k).sort();
+			const m = k ? quantileSorted(sv, 0.5) : NaN;
+			for (let i = 0; i < k; i++) dev[i] = Math.abs(sv[i] - m);
+			const mad = k ? quantileSorted(dev.subarray(0, k).sort(), 0.5) : NaN;
+			med[c] = m;
+			scale[c] = mad > 0 ? 1.4826 * mad : Math.max(Math.abs(m) * 1e-9, 1e-300);
 		}
+		this.colStats = {med, scale};
+		const byDev = this.mode === "deviation";
 		const img = new ImageData(g.nc, rows);
 		this.rowRanks = [];
 		for (let pr = 0; pr < rows; pr++) {
@@ -147,7 +166,7 @@ class Heatmap {
 				for (let r = r0; r < r1; r++) {
 					const v = g.grid[r * g.nc + c];
 					if (isNaN(v)) continue;
-					const d = rows < g.nr ? Math.abs(v - med[c]) : 0;
+					const d = Math.abs(v - med[c]);
 					if (d > dist) {
 						dist = d;
 						best = v;
@@ -157,7 +176,7 @@ class Heatmap {
 				if (isNaN(best)) {
 					img.data[o] = img.data[o + 1] = img.data[o + 2] = 235;
 				} else {
-					const rgb = color((best - vlo) / (vhi - vlo));
+					const rgb = byDev ? diverging((best - med[c]) / scale[c] / Z_CLAMP) : color((best - vlo) / (vhi - vlo));
 					img.data[o] = rgb[0];
 					img.data[o + 1] = rgb[1];
 					img.data[o + 2] = rgb[2];
@@ -219,16 +238,24 @@ class Heatmap {
 
 	drawLegend() {
 		const [vlo, vhi] = this.vrange;
+		const byDev = this.mode === "deviation";
 		const bar = RDB.el("canvas", {class: "heat-bar", width: 200, height: 10});
 		const ctx = bar.getContext("2d");
 		for (let x = 0; x < 200; x++) {
-			const rgb = color(x / 199);
+			const rgb = byDev ? diverging(x / 99.5 - 1) : color(x / 199);
 			ctx.fillStyle = "rgb(" + rgb.map(Math.round).join(",") + ")";
 			ctx.fillRect(x, 0, 1, 10);
 		}
+		const modeSel = RDB.el("select", {class: "heat-mode", onchange: (e) => {
+			this.mode = e.target.value;
+			this.draw();
+		}}, RDB.el("option", {value: "deviation", selected: byDev}, "deviation from the median rank"),
+		RDB.el("option", {value: "value", selected: !byDev}, "value"));
 		RDB.clear(this.legend);
-		RDB.append(this.legend, [RDB.fmt(vlo) + " ", bar, " " + RDB.fmt(vhi),
-			RDB.el("span", {class: "muted"}, "  (1st–99th percentile; " + this.g.nr + " ranks × " + this.g.nc + " buckets of " +
+		RDB.append(this.legend, [modeSel, " ", byDev ? "−" + Z_CLAMP + "σ " : RDB.fmt(vlo) + " ", bar,
+			byDev ? " +" + Z_CLAMP + "σ" : " " + RDB.fmt(vhi),
+			RDB.el("span", {class: "muted"}, "  (" + (byDev ? "robust z vs the other ranks of each column" : "1st–99th percentile") +
+				"; " + this.g.nr + " ranks × " + this.g.nc + " buckets of " +
 				(this.g.axis === "time" ? RDB.fmt(this.g.width / 1e9) + " s" : this.g.width + " steps") + ")")]);
 	}
 
@@ -266,8 +293,10 @@ class Heatmap {
 			return;
 		}
 		const where = this.g.axis === "time" ? RDB.fmtTime(c.from) : "steps " + RDB.fmtInt(c.from) + "–" + RDB.fmtInt(c.to);
+		const z = this.colStats && !isNaN(c.value) ? (c.value - this.colStats.med[c.col]) / this.colStats.scale[c.col] : null;
 		this.tip.textContent = "rank " + c.rank + (c.rows > 1 ? " (of " + c.rows + " in this row)" : "") + " · " + where +
-			" · " + this.metric + " " + RDB.fmt(isNaN(c.value) ? null : c.value) + " · click for logs";
+			" · " + this.metric + " " + RDB.fmt(isNaN(c.value) ? null : c.value) + (z !== null ? " (z " + RDB.fmt(z, 2) + ")" : "") +
+			" · click for logs";
 		this.tip.hidden = false;
 		const rect = this.canvas.getBoundingClientRect();
 		this.tip.style.left = Math.min(rect.width - 260, e.clientX - rect.left + 12) + "px";

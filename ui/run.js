@@ -26,6 +26,10 @@ const CHARTS = [
 	{key: "step_time", label: "step time (s)"},
 ];
 const STRAGGLER_WINDOW = 500; /* steps, when the view is the whole run */
+/* A rank is flagged when its robust score is high (>= 3.5, the usual MAD
+ * outlier cut) and it is materially slower (>= 5 % more own work than the
+ * median rank): with 500 ranks and tiny jitter, a score alone flags noise. */
+const STRAGGLER_SCORE = 3.5, STRAGGLER_EXCESS = 0.05;
 /* Points one cross-rank query may read for the first view of a run: ranks x
  * steps past it open on the most recent steps that fit (what is happening
  * now), with the whole run one click away. The server reads every point of
@@ -357,8 +361,9 @@ class RunPage {
 					attr = best + " +" + RDB.fmt(excess * 1000, 3) + " ms" + (m > 0 ? " (+" + (100 * excess / m).toFixed(1) + " %)" : "");
 				}
 			}
-			const score = RDB.num(o.score);
-			const slow = score !== null && score >= 3.5;
+			const score = RDB.num(o.score), value = RDB.num(o.value), median = RDB.num(r.median);
+			const slow = score !== null && score >= STRAGGLER_SCORE && value !== null && median > 0 &&
+				(value - median) / median >= STRAGGLER_EXCESS;
 			const tr = el("tr", {class: slow ? "slow" : null, dataset: {rank: o.rank}, title: "click: logs of rank " + o.rank,
 				onclick: () => this.pickRankLatest(o.rank)},
 				el("td", {class: "num"}, String(o.rank)),
@@ -374,7 +379,8 @@ class RunPage {
 		RDB.append(RDB.clear(body), [
 			el("table", {class: "strag", id: "straggler-table"}, el("thead", null, el("tr", null, head.map((h) => el("th", null, h)))),
 				el("tbody", null, rows)),
-			el("p", {class: "muted small"}, r.ranks_scored + " of " + r.ranks + " ranks scored; score = (x − median) / (1.4826 · MAD), ≥ 3.5 flagged")]);
+			el("p", {class: "muted small"}, r.ranks_scored + " of " + r.ranks + " ranks scored; score = (x − median) / (1.4826 · MAD); flagged at score ≥ " +
+				STRAGGLER_SCORE + " and ≥ " + 100 * STRAGGLER_EXCESS + " % slower than the median")]);
 		body.dataset.state = "drawn";
 		body.dataset.top = top.length ? String(top[0].rank) : "";
 	}
@@ -529,7 +535,7 @@ class RunPage {
 	/* What the page shows, for tests and the benchmark (RDB.debug). */
 	info() {
 		return {job: this.job, view: Object.assign({}, this.view), charts: this.charts.map((c) => c.info()),
-			heat: this.heat && this.heat.g ? {metric: this.heat.metric, ranks: this.heat.g.nr, columns: this.heat.g.nc,
+			heat: this.heat && this.heat.g ? {metric: this.heat.metric, mode: this.heat.mode, ranks: this.heat.g.nr, columns: this.heat.g.nc,
 				range: this.heat.vrange, plot: this.heat.plot} : null,
 			compare: this.compare ? this.compare.info() : null};
 	}

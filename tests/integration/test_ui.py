@@ -213,7 +213,7 @@ def test_ui_browser_jobs_run_logs():
         assert strag[0][-1] == "straggler" and strag[0][4].startswith("backward +"), strag[0]
         assert all(r[-1] == "" for r in strag[1:]), "only the injected straggler is flagged: %r" % strag
 
-        # heatmap of step_time.backward: every rank, the straggler's row at the top of the colour scale
+        # heatmap of step_time.backward: every rank; the straggler's row saturated red (far above its peers)
         heat = info["heat"]
         assert heat["metric"] == "step_time.backward" and heat["ranks"] == RANKS, heat
         p = heat["plot"]
@@ -221,9 +221,10 @@ def test_ui_browser_jobs_run_logs():
             return b.eval("(() => { const c = document.querySelector('.heat-canvas'); const dpr = c.width / c.clientWidth;"
                           " const px = c.getContext('2d').getImageData(Math.round((%f) * dpr), Math.round((%f) * dpr), 1, 1).data;"
                           " return [px[0], px[1], px[2]]; })()" % (p["x"] + p["w"] / 2, p["y"] + (rank + 0.5) * p["h"] / RANKS))
+        assert heat["mode"] == "deviation"
         hot, cold = row_rgb(STRAGGLER), row_rgb(0)
-        assert hot[0] > 200 and hot[1] > 200 and hot[2] < 100, "straggler row should be yellow: %r" % hot
-        assert cold[0] < 120, "a normal row should be dark: %r" % cold
+        assert hot[0] > 150 and hot[1] < 80 and hot[2] < 80, "the straggler's row should be red: %r" % hot
+        assert cold[1] > 150, "a normal rank's row should be near white: %r" % cold
 
         # metadata and (until detection lands: says so) health and alerts
         meta = json.loads(b.eval("document.getElementById('meta-doc').textContent"))
