@@ -11,14 +11,15 @@
 #include <stddef.h>
 
 struct srv_ui_asset {
-	const char *name;          /* path under /ui/: "index.html", "app.js", "app.<hash>.js" */
+	const char *name;	   /* path under /ui/: "index.html", "app.js", "app.<hash>.js" */
 	const char *content_type;  /* with charset for text */
 	const unsigned char *data; /* the file's bytes */
-	size_t len;                /* bytes of data */
+	size_t len;		   /* bytes of data */
 	const unsigned char *gz;   /* gzip of data, or NULL when that is not smaller */
-	size_t gz_len;             /* bytes of gz (0 when gz is NULL) */
-	const char *etag;          /* strong ETag with its quotes: "\"<16 hex of sha256>\"" */
-	bool immutable;            /* the name carries the content hash: cacheable forever */
+	size_t gz_len;		   /* bytes of gz (0 when gz is NULL) */
+	const char *etag;	   /* strong ETag with its quotes: "\"<16 hex of sha256>\"" */
+	const char *etag_gz;	   /* the gzip representation's: "\"<16 hex>-gz\"" */
+	bool immutable;		   /* the name carries the content hash: cacheable forever */
 };
 
 /* Sorted by name (strcmp order), names unique. */

@@ -11,8 +11,9 @@
  * is "public, max-age=31536000, immutable"; index.html and the unhashed
  * names are "no-cache" with a strong ETag, and a matching If-None-Match is
  * a 304 without a body. A client that accepts gzip gets the stored gzip
- * copy (Vary: Accept-Encoding). HTML carries a Content-Security-Policy that
- * allows scripts from this origin only.
+ * copy (Vary: Accept-Encoding) under its own ETag ("<hash>-gz"). HTML
+ * carries a Content-Security-Policy that allows scripts from this origin
+ * only.
  *
  * Threading: the asset table is constant; a request only reads it and its
  * own request/response, so any number of HTTP threads may call in. Failure:
@@ -28,9 +29,9 @@
 #include <strings.h>
 
 #define IMMUTABLE "public, max-age=31536000, immutable"
-#define CSP                                                                                   \
-	"default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "            \
-	"img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "       \
+#define CSP                                                                                        \
+	"default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "                \
+	"img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "           \
 	"frame-ancestors 'none'"
 
 static int cmp_name(const void *key, const void *elem)
@@ -94,8 +95,10 @@ static void redirect(struct srv_resp *resp, int status, const char *to)
 
 static void serve(const struct srv_req *req, struct srv_resp *resp, const struct srv_ui_asset *a)
 {
+	const char *ae = srv_req_header(req, "Accept-Encoding");
+	bool gz = a->gz && ae && list_has(ae, "gzip");
 	resp->content_type = a->content_type;
-	srv_resp_header(resp, "ETag", a->etag);
+	srv_resp_header(resp, "ETag", gz ? a->etag_gz : a->etag);
 	srv_resp_header(resp, "Cache-Control", a->immutable ? IMMUTABLE : "no-cache");
 	srv_resp_header(resp, "Vary", "Accept-Encoding");
 	srv_resp_header(resp, "X-Content-Type-Options", "nosniff");
@@ -103,18 +106,19 @@ static void serve(const struct srv_req *req, struct srv_resp *resp, const struct
 		srv_resp_header(resp, "Content-Security-Policy", CSP);
 		srv_resp_header(resp, "Referrer-Policy", "no-referrer");
 	}
+	/* a cached copy of either representation is still good */
 	const char *inm = srv_req_header(req, "If-None-Match");
-	if (inm && etag_matches(inm, a->etag)) {
+	if (inm && (etag_matches(inm, a->etag) || (a->gz && etag_matches(inm, a->etag_gz)))) {
 		resp->status = 304;
 		return;
 	}
-	const char *ae = srv_req_header(req, "Accept-Encoding");
-	bool gz = a->gz && ae && list_has(ae, "gzip");
 	if (rdb_buf_append(&resp->body, gz ? a->gz : a->data, gz ? a->gz_len : a->len)) {
 		resp->content_type = NULL;
 		resp->nheaders = 0;
-		srv_error(resp, 500, "dashboard file %s (%zu bytes) does not fit in "
-			  "max_response_bytes; raise the option", a->name, gz ? a->gz_len : a->len);
+		srv_error(resp, 500,
+			  "dashboard file %s (%zu bytes) does not fit in "
+			  "max_response_bytes; raise the option",
+			  a->name, gz ? a->gz_len : a->len);
 		return;
 	}
 	if (gz)

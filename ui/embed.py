@@ -6,7 +6,8 @@
 Each FILE (a path under --root) becomes one entry of srv_ui_assets[]
 (server/ui_assets.h): its bytes, a gzip copy when that is smaller, its
 content type (from the extension; an unknown extension is an error) and a
-strong ETag, the first 16 hex digits of its SHA-256. Every file except
+strong ETag, the first 16 hex digits of its SHA-256 (with "-gz" appended
+for the gzip representation, which is a different byte sequence). Every file except
 index.html is also listed under a hashed name (app.js -> app.<hash>.js)
 that never changes content and may be cached forever; index.html's
 references ="app.js" are rewritten to the hashed names before index.html is
@@ -113,8 +114,8 @@ def main():
     for name, idx, ctype, h, immutable in entries:
         data, gzlen = blobs[idx]
         gz = ("blob%d_gz, %d" % (idx, gzlen)) if gzlen else "0, 0"
-        lines.append('\t{"%s", "%s", blob%d, %d, %s, "\\"%s\\"", %s},'
-                     % (name, ctype, idx, len(data), gz, h, "true" if immutable else "false"))
+        lines.append('\t{"%s", "%s", blob%d, %d, %s, "\\"%s\\"", "\\"%s-gz\\"", %s},'
+                     % (name, ctype, idx, len(data), gz, h, h, "true" if immutable else "false"))
     lines.append("};")
     lines.append("const size_t srv_ui_assets_count = %d;" % len(entries))
     text = "\n".join(lines) + "\n"

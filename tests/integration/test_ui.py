@@ -113,11 +113,15 @@ def test_ui_assets_http():
     # gzip only when asked for, and it inflates to the same bytes
     js = [r for r in refs if "uPlot" in r and r.endswith(".js")][0]
     st, h, plain = srv.get("/ui/" + js)
+    h2_etag = h["etag"]
     assert "content-encoding" not in h and h["vary"] == "Accept-Encoding"
     assert b"uPlot" in plain[:200]
     st, h, gz = srv.get("/ui/" + js, headers={"Accept-Encoding": "gzip, deflate"})
     import gzip
     assert h.get("content-encoding") == "gzip" and gzip.decompress(gz) == plain and len(gz) < len(plain)
+    assert h["etag"] == h2_etag[:-1] + '-gz"', (h["etag"], h2_etag)  # another representation, another tag
+    st, _, _ = srv.get("/ui/" + js, headers={"Accept-Encoding": "gzip", "If-None-Match": h["etag"]})
+    assert st == 304
     st, h, _ = srv.get("/ui/" + js, headers={"Accept-Encoding": "gzip;q=0"})
     assert "content-encoding" not in h
     # the licence of the bundled charting library ships inside the binary
