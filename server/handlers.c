@@ -17,6 +17,7 @@
  *   events_routes.c  GET /api/v1/logs, /api/v1/logs/around, /api/v1/spans
  *   query_routes.c   GET /api/v1/query/downsample|crossrank|outliers,
  *                    PUT/GET /api/v1/jobs/<job>/meta
+ *   ui_routes.c      GET /, /ui, /ui/... (the built-in dashboard)
  *
  * Errors are JSON {"error": "..."} with the status that says whose fault it
  * is: 4xx for the client (with what to change), 5xx for the server, 503 +
@@ -619,7 +620,7 @@ void srv_dispatch(struct srv_req *req, struct srv_resp *resp)
 	}
 	if (srv_ingest_route(req, resp) || srv_grafana_route(req, resp) ||
 	    srv_admin_route(req, resp) || srv_events_route(req, resp) ||
-	    srv_detect_route(req, resp))
+	    srv_detect_route(req, resp) || srv_ui_route(req, resp))
 		return;
 	int64_t t0 = rdb_now_mono_ns();
 	if (srv_query_route(req, resp)) {

@@ -64,6 +64,8 @@ static enum MHD_Result send_resp(struct MHD_Connection *conn, struct srv_ctx *ct
 		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, resp->retry_after);
 	if (resp->allow)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, resp->allow);
+	for (int i = 0; i < resp->nheaders; i++)
+		MHD_add_response_header(r, resp->headers[i].name, resp->headers[i].value);
 	int cls = resp->status / 100;
 	if (cls >= 1 && cls <= 5)
 		atomic_fetch_add(&ctx->counters.requests[cls], 1);
@@ -168,6 +170,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	enum MHD_Result ok = send_resp(conn, ctx, &resp);
 	rdb_buf_free(&resp.body);
 	return ok;
+}
+
+void srv_resp_header(struct srv_resp *resp, const char *name, const char *value)
+{
+	if (resp->nheaders == SRV_MAX_RESP_HEADERS) {
+		rdb_error("http", "response header %s dropped: more than %d extra headers "
+			  "(raise SRV_MAX_RESP_HEADERS)", name, SRV_MAX_RESP_HEADERS);
+		return;
+	}
+	resp->headers[resp->nheaders].name = name;
+	resp->headers[resp->nheaders].value = value;
+	resp->nheaders++;
 }
 
 const char *srv_req_header(const struct srv_req *req, const char *name)

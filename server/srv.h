@@ -83,13 +83,28 @@ struct srv_req {
  * the request's life. */
 const char *srv_req_header(const struct srv_req *req, const char *name);
 
+#define SRV_MAX_RESP_HEADERS 8
+
+/* A further response header; both strings are static or outlive the
+ * request's dispatch (they are copied when the response is queued). */
+struct srv_header {
+	const char *name, *value;
+};
+
 struct srv_resp {
 	int status;
 	const char *content_type; /* default application/json */
 	const char *retry_after;  /* Retry-After header, or NULL */
 	const char *allow;        /* Allow header (405), or NULL */
 	struct rdb_buf body;      /* owned; handed to the HTTP library */
+	struct srv_header headers[SRV_MAX_RESP_HEADERS]; /* further headers (srv_resp_header) */
+	int nheaders;
 };
+
+/* Adds a response header (name and value must outlive the dispatch; see
+ * struct srv_header). Past SRV_MAX_RESP_HEADERS it is dropped: a
+ * programming error, logged. */
+void srv_resp_header(struct srv_resp *resp, const char *name, const char *value);
 
 /* Route hooks of the feature modules: each returns true when it handled
  * the request (resp filled), false when the path is not its own. */
@@ -112,6 +127,7 @@ void srv_detect_metrics(struct srv_ctx *ctx, struct rdb_buf *b);
 int srv_detect_start(struct srv_ctx *ctx, uint16_t http_port, char *err, size_t errlen);
 /* A job's metadata document was written: detection re-reads it. */
 void srv_detect_meta_changed(struct srv_ctx *ctx, const char *job);
+bool srv_ui_route(struct srv_req *req, struct srv_resp *resp);      /* ui_routes.c */
 
 /* The request's client batch id (header X-Rankdb-Batch-Id, or query
  * parameter batch_id): *id = NULL when none was sent. RDB_EINVAL with the

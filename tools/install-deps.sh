@@ -5,7 +5,8 @@ set -euo pipefail
 pkgs=(build-essential meson ninja-build pkg-config
       liblmdb-dev liburing-dev libzstd-dev libmicrohttpd-dev libjansson-dev libxxhash-dev
       zlib1g-dev libcurl4-gnutls-dev python3 curl
-      prometheus-alertmanager)
+      prometheus-alertmanager
+      chromium fonts-dejavu-core) # the dashboard's browser tests (tests/integration/test_ui.py)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
