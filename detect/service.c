@@ -45,9 +45,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_CONDS 65536          /* conditions one evaluation may hold */
+#define MAX_CONDS 16384          /* conditions one evaluation may hold */
 #define MAX_TRANSITIONS 4096     /* transitions handled per evaluation */
 #define KNOWN_JOBS_MAX 100000    /* jobs whose metadata was read; then reset */
+#define META_REFRESH_S 60        /* metadata re-read while a job sends */
 #define RESTORE_MAX_EVENTS 20000 /* alert records read back per job at start */
 #define RESTORE_WINDOW_NS (7LL * 24 * 3600 * 1000000000LL)
 #define WARM_MAX_POINTS 100000   /* points replayed per series at start */
@@ -70,7 +71,7 @@ struct det_service {
 	size_t nconds, conds_cap;
 	struct det_alert *trans; /* transitions of one evaluation */
 	size_t ntrans;
-	struct rdb_map known_jobs; /* hash of job -> (void *)1: metadata read */
+	struct rdb_map known_jobs; /* hash of job -> (void *)(second it was read) */
 	struct mdl_batch *derived;
 	struct mdl_events *events;
 	/* counters */
@@ -89,17 +90,22 @@ static void load_meta(struct det_service *d, const char *job)
 		det_engine_set_meta(d->engine, job, &m);
 }
 
-/* Reads a job's metadata the first time the thread sees the job. */
-static void note_job(struct det_service *d, const char *job)
+/* Reads a job's metadata the first time the thread sees the job, and
+ * again every META_REFRESH_S while it sends (the engine may have evicted
+ * the job's state, metadata included, to stay within its memory bound; a
+ * PUT of the document is seen at once through det_service_meta_changed). */
+static void note_job(struct det_service *d, const char *job, int64_t now_ns)
 {
 	uint64_t h = rdb_hash64(job, strlen(job), 0x6a6f62);
-	if (rdb_map_get(&d->known_jobs, h))
+	uintptr_t now_s = (uintptr_t)(now_ns / 1000000000LL);
+	uintptr_t loaded_s = (uintptr_t)rdb_map_get(&d->known_jobs, h);
+	if (loaded_s && now_s - loaded_s < META_REFRESH_S)
 		return;
-	if (d->known_jobs.n >= KNOWN_JOBS_MAX) {
+	if (!loaded_s && d->known_jobs.n >= KNOWN_JOBS_MAX) {
 		rdb_map_free(&d->known_jobs);
 		memset(&d->known_jobs, 0, sizeof(d->known_jobs));
 	}
-	if (rdb_map_put(&d->known_jobs, h, (void *)1) == 0)
+	if (rdb_map_put(&d->known_jobs, h, (void *)(now_s ? now_s : 1)) == 0)
 		load_meta(d, job);
 }
 
@@ -456,7 +462,7 @@ static void warm_job(struct det_service *d, const char *job, int64_t now_ns, siz
 	struct sto_read_error err;
 	sto_events_read(d->o.sto, &f, WARM_MAX_SPANS, warm_span, &w, &err);
 	if (w.series)
-		note_job(d, job);
+		note_job(d, job, now_ns);
 	*series += w.series;
 	*points += w.points;
 }
@@ -516,7 +522,7 @@ static void on_ack(void *arg, const struct ing_ack *ack)
 		const struct mdl_batch_series *s = mdl_batch_series_at(ack->points, i);
 		if (!s)
 			break;
-		note_job(d, s->key.job);
+		note_job(d, s->key.job, ack->ack_ns);
 		det_engine_feed(d->engine, s->key.job, strlen(s->key.job), s->key.rank,
 				s->key.metric, strlen(s->key.metric), s->pts.ts_ns, s->pts.step,
 				s->pts.attempt, s->pts.value, s->pts.n, ack->ack_ns, false);
