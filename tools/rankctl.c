@@ -758,10 +758,11 @@ static int rules_offline(const struct opts *o)
 int main(int argc, char **argv)
 {
 	struct opts o = {0};
-	if (parse_opts(argc, argv, &o) == 0 && o.npos >= 2 && strcmp(o.pos[0], "rules") == 0 &&
+	int prc = parse_opts(argc, argv, &o);
+	if (prc == 0 && o.npos >= 2 && strcmp(o.pos[0], "rules") == 0 &&
 	    strcmp(o.pos[1], "reload") != 0)
 		return rules_offline(&o);
-	if (parse_opts(argc, argv, &o) != 0 || (!o.url == !o.data_dir &&
+	if (prc != 0 || (!o.url == !o.data_dir &&
 						 strcmp(o.npos ? o.pos[0] : "", "restore") != 0)) {
 		usage();
 		return 2;

@@ -374,3 +374,23 @@ def test_alertmanager_e2e_fire_resolve_and_restart():
     assert sent and float(sent[0].split()[-1]) >= 2, sent
     s.stop()
     am.stop()
+
+
+def test_rankctl_rules_check_sample_and_reload():
+    from test_admin import rankctl
+    s = Server(name="rankctl-rules", flags=["--admin-token", "tk"])
+    sample = rankctl("rules", "sample").stdout
+    assert "[rule Straggler]" in sample and "[rule LossNonFinite]" in sample, sample[:500]
+    path = rules_file(s, sample + "\n[job \"team-a-*\"]\nStraggler.enabled = false\n")
+    out = json.loads(rankctl("rules", "check", path).stdout)
+    assert out == {"file": path, "valid": True, "job_sections": 1, "aliases": 0}, out
+    bad = rules_file(s, "[rule Straggler]\nrel = -3\n")
+    p = rankctl("rules", "check", bad, check=False)
+    assert p.returncode == 1 and "rules.conf:2" in p.stderr and "rel" in p.stderr, p.stderr
+    s.flags += ["--rules-file", path]
+    with open(path, "w") as f:
+        f.write(sample)
+    s.start()
+    p = rankctl("--url", "http://127.0.0.1:%d" % s.port, "--token", "tk", "rules", "reload")
+    assert '"reloaded":true' in p.stdout, p.stdout
+    s.stop()
