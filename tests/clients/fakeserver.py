@@ -31,6 +31,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
+    def setup(self):
+        super().setup()
+        with self.server.fake.lock:
+            self.server.fake.conns.add(self.connection)
+
+    def finish(self):
+        try:
+            super().finish()
+        finally:
+            with self.server.fake.lock:
+                self.server.fake.conns.discard(self.connection)
+
     def _answer(self, status, obj, headers=()):
         body = json.dumps(obj).encode()
         self.send_response(status)
@@ -102,6 +114,9 @@ class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
+    def handle_error(self, request, client_address):
+        pass  # clients that time out and go away are part of the tests
+
 
 class FakeServer:
     def __init__(self, port=0):
@@ -116,6 +131,7 @@ class FakeServer:
         self.requests = 0
         self.duplicates = 0
         self.meta = {}
+        self.conns = set()  # open client connections
         self.port = port
         self.srv = None
         self.listen()
@@ -133,10 +149,18 @@ class FakeServer:
         self.thread.start()
 
     def stop_listening(self):
-        """Closes the listening socket: new connections are refused."""
+        """Closes the listening socket and every open connection: the server
+        is gone, connections are refused."""
         self.srv.shutdown()
         self.srv.server_close()
         self.srv = None
+        with self.lock:
+            conns = list(self.conns)
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def release(self):
         self.unblock.set()

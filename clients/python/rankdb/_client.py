@@ -97,6 +97,7 @@ class Client:
                  heartbeat_s=5.0, flush_interval_s=1.0, batch_max_bytes=1 << 20,
                  batch_max_records=5000, queue_max_records=100000,
                  spool_max_bytes=256 << 20, mem_max_bytes=16 << 20, http_timeout_s=10.0,
+                 backoff_max_s=30.0,
                  gpu=True, capture_logging=True, finish_timeout_s=10.0, env=None):
         env = os.environ if env is None else env
         d = _env.settings_from_env(env)
@@ -147,7 +148,7 @@ class Client:
         self.spool = _spool.Spool(spool_dir or d["spool_dir"], self.job, self.rank, self.session,
                                   spool_max_bytes, self.warn)
         self.sender = _sender.Sender(self.url, self.spool, self.warn, timeout_s=http_timeout_s,
-                                     mem_max_bytes=mem_max_bytes)
+                                     mem_max_bytes=mem_max_bytes, backoff_max_s=backoff_max_s)
         self.gpu = None
         if gpu:
             try:

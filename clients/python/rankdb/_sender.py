@@ -162,7 +162,8 @@ class Sender:
 
     def pending(self):
         with self.cv:
-            return len(self.mem) + len(self.spool) + (1 if self.meta else 0)
+            return len(self.mem) + len(self.spool) + (1 if self.meta else 0) + \
+                (1 if self.inflight is not None else 0)
 
     def _wait(self, timeout):
         with self.cv:
@@ -198,16 +199,10 @@ class Sender:
                 left = min(left, self.deadline - now)
             self._wait(left)
             return not (self.stopping and self.deadline is None)
-        with self.cv:
-            meta = self.meta
-        if meta is not None:
-            if self._put_meta(meta):
-                with self.cv:
-                    if self.meta is meta:
-                        self.meta = None
-            return True
         item = self.spool.oldest()
         if item is not None:
+            if self.mem:  # the spool goes first: what waits behind it waits on disk
+                self._spill()
             entry, body = item
             res = self._post(Batch(entry.batch_id, body, entry.records))
             if res != "retry":
@@ -218,27 +213,37 @@ class Sender:
             return True
         with self.cv:
             b = self.mem.popleft() if self.mem else None
+            meta = self.meta
             if b is not None:
                 self.mem_bytes -= len(b.body)
-            elif self.stopping:
-                return False
-            else:
+                self.inflight = b
+            elif meta is None:
+                if self.stopping:
+                    return False
                 self.cv.wait(0.5)
                 return True
-            self.inflight = b
+        if b is None:  # the job metadata, when no batch waits
+            if self._put_meta(meta):
+                with self.cv:
+                    if self.meta is meta:
+                        self.meta = None
+            return True
         res = self._post(b)
         with self.cv:
             self.inflight = None
         if res == "retry":
-            # from now on everything goes through the spool, oldest first
-            with self.cv:
-                self.spool_mode = True
-                rest = list(self.mem)
-                self.mem.clear()
-                self.mem_bytes = 0
-            for x in [b] + rest:
-                self._to_spool(x)
+            self._spill(b)
         return True
+
+    def _spill(self, first=None):
+        """From now on everything goes through the spool, oldest first."""
+        with self.cv:
+            self.spool_mode = True
+            rest = list(self.mem)
+            self.mem.clear()
+            self.mem_bytes = 0
+        for x in ([first] if first is not None else []) + rest:
+            self._to_spool(x)
 
     def _backoff(self, retry_after):
         self.failures += 1
