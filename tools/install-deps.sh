@@ -4,7 +4,8 @@
 set -euo pipefail
 pkgs=(build-essential meson ninja-build pkg-config
       liblmdb-dev liburing-dev libzstd-dev libmicrohttpd-dev libjansson-dev libxxhash-dev
-      zlib1g-dev python3 curl)
+      zlib1g-dev python3 curl
+      libcurl4-gnutls-dev python3-venv python3-torch)  # clients/c; clients/python tests and the DDP proof
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

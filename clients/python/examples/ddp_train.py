@@ -17,6 +17,7 @@ then names, with its slow phase.
 """
 
 import argparse
+import json
 import logging
 import os
 import socket
@@ -82,11 +83,14 @@ def train(args):
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
             opt.step()
         rankdb.log({"loss": loss.item(), "grad_norm": norm, "lr": args.lr}, step=step)
-        rankdb.step_done(step, samples=args.batch)
         if step % args.log_every == 0:
-            log.info("step %d loss %.4f", step, loss.item())
+            log.info("step %d loss %.4f", step, loss.item())  # sent with rank and step
+        rankdb.step_done(step, samples=args.batch)
     log.info("training done after %d steps", args.steps)
     ok = rankdb.finish("finished")
+    if args.stats_dir:  # the client's counters: sent, retried, spooled, dropped
+        with open(os.path.join(args.stats_dir, "rank%d.json" % rank), "w") as f:
+            json.dump(rankdb.stats(), f)
     if rank == 0:
         print("rankdb: everything delivered" if ok else "rankdb: some batches left in the spool",
               flush=True)
@@ -111,6 +115,7 @@ def main():
     ap.add_argument("--slow-rank", type=int, default=-1)
     ap.add_argument("--slow-ms", type=float, default=30.0)
     ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--stats-dir", default=None, help="write each rank's client counters here")
     args = ap.parse_args()
     if args.procs:
         with socket.socket() as s:  # a free port for the gloo rendezvous
