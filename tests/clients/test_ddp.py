@@ -177,3 +177,32 @@ def test_ddp_survives_rankdbd_kill9_and_restart():
         print("rank %d median step_time: before the kill %.4f s, after the restart %.4f s"
               % (s["rank"], statistics.median(before), statistics.median(after)))
     srv.stop()
+
+
+TORCH_HELPERS = r"""
+import torch, rankdb, rankdb.torch as rt
+m = torch.nn.Linear(8, 3)
+m(torch.randn(4, 8)).pow(2).sum().backward()
+g = rt.grad_norm(m)
+assert g.dim() == 0
+want = float(torch.nn.utils.clip_grad_norm_(m.parameters(), 1e9))
+assert abs(float(g) - want) <= 1e-5 * want, (float(g), want)
+assert rt.grad_norm([torch.nn.Parameter(torch.ones(2))]) is None
+ids = torch.tensor([[5, 6, 0, 0], [7, 0, 0, 0]])
+assert rt.count_tokens(ids) == 8 and rt.count_tokens(ids, pad_id=0) == 3
+class FakeScaler:  # GradScaler's interface; a real one needs CUDA
+    def __init__(self): self.s = [65536.0, 65536.0, 32768.0, 32768.0, 65536.0]
+    def is_enabled(self): return True
+    def get_scale(self): return self.s.pop(0)
+w = rt.ScalerWatch(FakeScaler())
+got = [w.metrics() for _ in range(5)]
+assert [x["skipped_steps"] for x in got] == [0, 0, 1, 1, 1], got
+assert got[2]["loss_scale"] == 32768.0
+print("ok")
+"""
+
+
+def test_torch_helpers():
+    r = subprocess.run([common.torch_python(), "-c", TORCH_HELPERS], capture_output=True, text=True,
+                       env=common.client_env(), timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

@@ -6,7 +6,6 @@ the encoder against the real rankdbd, NVML through a fake libnvidia-ml,
 and `pip install` of the package offline."""
 
 import collections
-import json
 import logging
 import os
 import subprocess

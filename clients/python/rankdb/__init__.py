@@ -21,11 +21,11 @@ Standard library only; rankdb.torch has the PyTorch helpers.
 import threading
 
 from ._client import Client, LogHandler, config_hash  # noqa: F401
-from ._env import settings_from_env  # noqa: F401
+from ._env import settings_from_env  # noqa: F401  (public: the launcher defaults)
 
 __version__ = "0.1.0"
 __all__ = ["init", "log", "phase", "step_done", "checkpoint", "log_message", "finish",
-           "flush", "stats", "client", "Client", "LogHandler", "config_hash"]
+           "flush", "stats", "client", "Client", "LogHandler", "config_hash", "settings_from_env"]
 
 _client = None
 _lock = threading.Lock()
