@@ -199,7 +199,9 @@ CRASHER = textwrap.dedent("""
                       backoff_max_s=0.2)
     for s in range(%(n)d):
         c.log({"loss": float(s)}, step=s)
-    c._q.append(("f", __import__("threading").Event()))
+    ev = __import__("threading").Event()
+    c._q.append(("f", ev))  # the batcher seals and hands over everything before this
+    assert ev.wait(30)
     deadline = time.time() + 30
     while time.time() < deadline:
         st = c.stats()
