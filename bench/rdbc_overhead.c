@@ -60,10 +60,10 @@ int main(int argc, char **argv)
 	rdbc_close(c, "finished", 5000, &st);
 	qsort(t, n, sizeof(*t), cmp);
 	printf("{\"calls\":%zu,\"median_ns\":%" PRId64 ",\"p90_ns\":%" PRId64 ",\"p99_ns\":%" PRId64
-	       ",\"max_ns\":%" PRId64 ",\"dropped_queue_full\":%" PRIu64 ",\"records_sent\":%" PRIu64
-	       ",\"spool_batches\":%" PRIu64 "}\n",
-	       n, t[n / 2], t[n * 9 / 10], t[n * 99 / 100], t[n - 1], st.dropped_queue_full, st.records_sent,
-	       st.spool_batches);
+	       ",\"max_ns\":%" PRId64 ",\"dropped_queue_full\":%" PRIu64
+	       ",\"records_sent\":%" PRIu64 ",\"spool_batches\":%" PRIu64 "}\n",
+	       n, t[n / 2], t[n * 9 / 10], t[n * 99 / 100], t[n - 1], st.dropped_queue_full,
+	       st.records_sent, st.spool_batches);
 	free(t);
 	return 0;
 }

@@ -38,12 +38,12 @@ enum { ITEM_METRICS, ITEM_LOG, ITEM_SPAN, ITEM_FLUSH };
 struct item {
 	uint8_t kind;
 	uint8_t level;
-	uint32_t n;      /* metrics: values; log/span: text bytes */
-	int64_t ts_ns;   /* metrics/log; span: start */
-	int64_t step;    /* RDBC_NO_STEP: none */
-	int64_t dur_ns;  /* span */
+	uint32_t n;	/* metrics: values; log/span: text bytes */
+	int64_t ts_ns;	/* metrics/log; span: start */
+	int64_t step;	/* RDBC_NO_STEP: none */
+	int64_t dur_ns; /* span */
 	uint64_t flush_seq;
-	char data[];     /* metrics: n doubles then n NUL-terminated names; else the text + NUL */
+	char data[]; /* metrics: n doubles then n NUL-terminated names; else the text + NUL */
 };
 
 struct phase_open {
@@ -131,7 +131,8 @@ void rdbc_warn(const char *key, const char *fmt, ...)
 	bool say = true;
 	pthread_mutex_lock(&warn_lock);
 	unsigned slot = k % 64;
-	if (warn_seen[slot].key == k && warn_seen[slot].last_ns && now - warn_seen[slot].last_ns < 60000000000)
+	if (warn_seen[slot].key == k && warn_seen[slot].last_ns &&
+	    now - warn_seen[slot].last_ns < 60000000000)
 		say = false;
 	else
 		warn_seen[slot].key = k, warn_seen[slot].last_ns = now;
@@ -162,11 +163,14 @@ static int env_int(const char *const *names, int def)
 void rdbc_opts_default(struct rdbc_opts *o)
 {
 	static const char *const rank[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", NULL};
-	static const char *const world[] = {"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", NULL};
+	static const char *const world[] = {"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE",
+					    NULL};
 	static const char *const local[] = {"LOCAL_RANK", "SLURM_LOCALID", NULL};
-	static const char *const attempt[] = {"TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT", NULL};
+	static const char *const attempt[] = {"TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT",
+					      NULL};
 	memset(o, 0, sizeof(*o));
-	o->url = getenv("RANKDB_URL") && *getenv("RANKDB_URL") ? getenv("RANKDB_URL") : "http://127.0.0.1:7461";
+	o->url = getenv("RANKDB_URL") && *getenv("RANKDB_URL") ? getenv("RANKDB_URL")
+							       : "http://127.0.0.1:7461";
 	o->job = getenv("RANKDB_JOB");
 	if (!o->job || !*o->job) {
 		const char *r = getenv("TORCHELASTIC_RUN_ID");
@@ -192,8 +196,8 @@ static bool name_ok(const char *s, size_t *len)
 	size_t n = 0;
 	for (; s[n]; n++) {
 		unsigned char ch = (unsigned char)s[n];
-		if (ch < 0x21 || ch > 0x7e || ch == '"' || ch == ',' || ch == '\\' || ch == '{' || ch == '}' ||
-		    n >= RDBC_NAME_MAX)
+		if (ch < 0x21 || ch > 0x7e || ch == '"' || ch == ',' || ch == '\\' || ch == '{' ||
+		    ch == '}' || n >= RDBC_NAME_MAX)
 			return false;
 	}
 	*len = n;
@@ -236,7 +240,8 @@ int rdbc_log(struct rdbc *c, int64_t step, const struct rdbc_kv *kv, size_t n)
 	it->kind = ITEM_METRICS;
 	it->n = (uint32_t)n;
 	it->ts_ns = rdbc_now_ns();
-	it->step = step == RDBC_NO_STEP ? atomic_load_explicit(&c->step, memory_order_relaxed) : step;
+	it->step =
+	    step == RDBC_NO_STEP ? atomic_load_explicit(&c->step, memory_order_relaxed) : step;
 	char *p = it->data + n * sizeof(double);
 	for (size_t i = 0; i < n; i++) {
 		memcpy(it->data + i * sizeof(double), &kv[i].value, sizeof(double));
@@ -287,7 +292,8 @@ int rdbc_message(struct rdbc *c, enum rdbc_level level, int64_t step, const char
 int rdbc_phase_begin(struct rdbc *c, const char *name)
 {
 	size_t l;
-	if (!c || !name || c->depth >= RDBC_PHASE_DEPTH || !name_ok(name, &l) || l > RDBC_PHASE_NAME_MAX)
+	if (!c || !name || c->depth >= RDBC_PHASE_DEPTH || !name_ok(name, &l) ||
+	    l > RDBC_PHASE_NAME_MAX)
 		return -EINVAL;
 	struct phase_open *p = &c->open[c->depth++];
 	memcpy(p->name, name, l + 1);
@@ -314,8 +320,8 @@ int rdbc_phase_end(struct rdbc *c)
 	}
 	if (i < c->ntotals)
 		c->totals[i].total_ns += dur;
-	return put_text(c, ITEM_SPAN, 0, atomic_load_explicit(&c->step, memory_order_relaxed), p->t0_wall,
-			dur, p->name);
+	return put_text(c, ITEM_SPAN, 0, atomic_load_explicit(&c->step, memory_order_relaxed),
+			p->t0_wall, dur, p->name);
 }
 
 int rdbc_step_done(struct rdbc *c, int64_t step, double tokens)
@@ -391,8 +397,8 @@ static size_t utf8_len(const unsigned char *s, size_t left)
 	for (size_t i = 1; i < n; i++)
 		if ((s[i] & 0xc0) != 0x80)
 			return 0;
-	if ((ch == 0xe0 && s[1] < 0xa0) || (ch == 0xed && s[1] >= 0xa0) || (ch == 0xf0 && s[1] < 0x90) ||
-	    (ch == 0xf4 && s[1] >= 0x90))
+	if ((ch == 0xe0 && s[1] < 0xa0) || (ch == 0xed && s[1] >= 0xa0) ||
+	    (ch == 0xf0 && s[1] < 0x90) || (ch == 0xf4 && s[1] >= 0x90))
 		return 0; /* overlong, surrogate, beyond U+10FFFF */
 	return n;
 }
@@ -465,8 +471,11 @@ static void encode_metrics(struct rdbc *c, const struct item *it)
 		name += strlen(name) + 1;
 		if (!name_ok(nm, &l)) {
 			atomic_fetch_add(&c->dropped_invalid, 1);
-			rdbc_warn(nm, "rankdb: metric name \"%.64s\" is not 1..256 printable ASCII characters "
-				  "without space, quote, comma, backslash or braces; dropped", nm);
+			rdbc_warn(nm,
+				  "rankdb: metric name \"%.64s\" is not 1..256 printable ASCII "
+				  "characters "
+				  "without space, quote, comma, backslash or braces; dropped",
+				  nm);
 			continue;
 		}
 		if (in_rec == RDBC_METRICS_PER_RECORD) {
@@ -512,7 +521,8 @@ static void encode(struct rdbc *c, const struct item *it)
 			atomic_fetch_add(&c->dropped_invalid, 1);
 			return;
 		}
-		put(c, "%s,\"type\":\"span\",\"step\":%" PRId64 ",\"name\":", c->rec_prefix, it->step);
+		put(c, "%s,\"type\":\"span\",\"step\":%" PRId64 ",\"name\":", c->rec_prefix,
+		    it->step);
 		put_str(c, it->data, l);
 		put(c, ",\"start\":%" PRId64 ",\"duration_ns\":%" PRId64 "}\n", it->ts_ns,
 		    it->dur_ns > 0 ? it->dur_ns : 0);
@@ -527,7 +537,8 @@ static void seal(struct rdbc *c)
 		return;
 	struct rdbc_batch *b = malloc(sizeof(*b) + c->blen + 1);
 	if (!b) {
-		rdbc_warn("oom", "rankdb: out of memory sealing a batch of %zu records; dropped", c->brec);
+		rdbc_warn("oom", "rankdb: out of memory sealing a batch of %zu records; dropped",
+			  c->brec);
 		atomic_fetch_add(&c->dropped_invalid, c->brec);
 	} else {
 		c->seq++;
@@ -558,7 +569,8 @@ static void *batcher(void *arg)
 {
 	struct rdbc *c = arg;
 	struct item *items[TAKE_MAX];
-	int64_t hb_ns = (int64_t)c->heartbeat_ms * 1000000, flush_ns = (int64_t)c->flush_interval_ms * 1000000;
+	int64_t hb_ns = (int64_t)c->heartbeat_ms * 1000000,
+		flush_ns = (int64_t)c->flush_interval_ms * 1000000;
 	int64_t next_hb = rdbc_mono_ns() + hb_ns;
 	for (;;) {
 		size_t n = 0;
@@ -567,7 +579,8 @@ static void *batcher(void *arg)
 		if (c->qlen == 0 && !c->stop) {
 			struct timespec ts;
 			clock_gettime(CLOCK_REALTIME, &ts);
-			int64_t abs_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + flush_ns / 2 + 1000000;
+			int64_t abs_ns =
+			    (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + flush_ns / 2 + 1000000;
 			ts.tv_sec = abs_ns / 1000000000;
 			ts.tv_nsec = abs_ns % 1000000000;
 			pthread_cond_timedwait(&c->qcond, &c->qlock, &ts);
@@ -610,7 +623,8 @@ static void *batcher(void *arg)
 static char *sanitize_job(const char *job)
 {
 	if (!job || !*job) {
-		rdbc_warn("job", "rankdb: no job id (set RANKDB_JOB or opts.job); using \"default\"");
+		rdbc_warn("job",
+			  "rankdb: no job id (set RANKDB_JOB or opts.job); using \"default\"");
 		job = "default";
 	}
 	size_t l = strlen(job) > 128 ? 128 : strlen(job);
@@ -620,21 +634,27 @@ static char *sanitize_job(const char *job)
 		if (!isalnum((unsigned char)s[i]) && s[i] != '.' && s[i] != '_' && s[i] != '-')
 			s[i] = '_', changed = true;
 	if (changed)
-		rdbc_warn("job", "rankdb: job id \"%s\" has characters rankdb does not allow; using \"%s\"", job, s);
+		rdbc_warn(
+		    "job",
+		    "rankdb: job id \"%s\" has characters rankdb does not allow; using \"%s\"", job,
+		    s);
 	return s;
 }
 
 static void send_meta(struct rdbc *c, const char *status)
 {
 	char path[200], doc[600];
-	int n = snprintf(doc, sizeof(doc),
-			 "{\"world_size\":%d,\"status\":\"%s\",\"attempt\":%d,\"start_time_ns\":%" PRId64
-			 ",\"client\":\"rankdb-c " RDBC_VERSION "\"",
-			 c->world_size, status, c->attempt, c->start_wall_ns);
+	int n = snprintf(
+	    doc, sizeof(doc),
+	    "{\"world_size\":%d,\"status\":\"%s\",\"attempt\":%d,\"start_time_ns\":%" PRId64
+	    ",\"client\":\"rankdb-c " RDBC_VERSION "\"",
+	    c->world_size, status, c->attempt, c->start_wall_ns);
 	if (c->config_hash)
-		n += snprintf(doc + n, sizeof(doc) - (size_t)n, ",\"config_hash\":%" PRIu64, c->config_hash);
+		n += snprintf(doc + n, sizeof(doc) - (size_t)n, ",\"config_hash\":%" PRIu64,
+			      c->config_hash);
 	if (strcmp(status, "running") != 0)
-		n += snprintf(doc + n, sizeof(doc) - (size_t)n, ",\"end_time_ns\":%" PRId64, rdbc_now_ns());
+		n += snprintf(doc + n, sizeof(doc) - (size_t)n, ",\"end_time_ns\":%" PRId64,
+			      rdbc_now_ns());
 	snprintf(doc + n, sizeof(doc) - (size_t)n, "}");
 	snprintf(path, sizeof(path), "/api/v1/jobs/%s/meta", c->job);
 	rdbc_sender_put_meta(c->sender, path, doc);
@@ -663,7 +683,8 @@ static void queue_start_records(struct rdbc *c)
 				{"config_hash", (double)(c->config_hash & ((1ull << 52) - 1))}};
 	rdbc_log(c, -1, kv, c->config_hash ? 2 : 1); /* -1: the run's view, no step */
 	gethostname(host, sizeof(host) - 1);
-	snprintf(msg, sizeof(msg), "rankdb: rank %d of %d on %s (local rank %d, pid %d, attempt %d, C client)",
+	snprintf(msg, sizeof(msg),
+		 "rankdb: rank %d of %d on %s (local rank %d, pid %d, attempt %d, C client)",
 		 c->rank, c->world_size, host, c->local_rank, (int)getpid(), c->attempt);
 	put_text(c, ITEM_LOG, RDBC_INFO, -1, rdbc_now_ns(), 0, msg);
 }
@@ -706,18 +727,20 @@ int rdbc_open(const struct rdbc_opts *o, struct rdbc **out)
 	if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
 		rnd = (uint32_t)rdbc_now_ns() ^ (uint32_t)getpid();
 	snprintf(c->session, sizeof(c->session), "%" PRIx64 "%08x", rdbc_now_ns() / 1000000, rnd);
-	snprintf(c->id_prefix, sizeof(c->id_prefix), "c1.%08x.r%d.a%d.%s", fnv1a(c->job, strlen(c->job)),
-		 c->rank, c->attempt, c->session);
-	snprintf(c->rec_prefix, sizeof(c->rec_prefix), "{\"job\":\"%s\",\"rank\":%d,\"attempt\":%d", c->job,
-		 c->rank, c->attempt);
+	snprintf(c->id_prefix, sizeof(c->id_prefix), "c1.%08x.r%d.a%d.%s",
+		 fnv1a(c->job, strlen(c->job)), c->rank, c->attempt, c->session);
+	snprintf(c->rec_prefix, sizeof(c->rec_prefix), "{\"job\":\"%s\",\"rank\":%d,\"attempt\":%d",
+		 c->job, c->rank, c->attempt);
 	if (c->spool_dir && !c->udp_addr)
 		c->spool = rdbc_spool_open(c->spool_dir, c->job, c->rank, c->session,
 					   o->spool_max_bytes ? o->spool_max_bytes : 256ull << 20);
-	struct rdbc_sender_opts so = {.url = c->url, .udp_addr = c->udp_addr,
-				      .timeout_ms = o->http_timeout_ms ? o->http_timeout_ms : 10000,
-				      .backoff_max_ms = o->backoff_max_ms ? o->backoff_max_ms : 30000,
-				      .mem_max_bytes = o->mem_max_bytes ? o->mem_max_bytes : 16u << 20,
-				      .spool = c->spool};
+	struct rdbc_sender_opts so = {
+	    .url = c->url,
+	    .udp_addr = c->udp_addr,
+	    .timeout_ms = o->http_timeout_ms ? o->http_timeout_ms : 10000,
+	    .backoff_max_ms = o->backoff_max_ms ? o->backoff_max_ms : 30000,
+	    .mem_max_bytes = o->mem_max_bytes ? o->mem_max_bytes : 16u << 20,
+	    .spool = c->spool};
 	rc = rdbc_sender_start(&so, &c->sender);
 	if (rc != 0)
 		goto fail;
@@ -779,7 +802,8 @@ int rdbc_flush(struct rdbc *c, uint32_t timeout_ms)
 	return 0;
 }
 
-int rdbc_close(struct rdbc *c, const char *status, uint32_t timeout_ms, struct rdbc_stats *final_stats)
+int rdbc_close(struct rdbc *c, const char *status, uint32_t timeout_ms,
+	       struct rdbc_stats *final_stats)
 {
 	if (!c)
 		return 0;

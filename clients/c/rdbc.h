@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 #define RDBC_VERSION "0.1.0"
-#define RDBC_API __attribute__((visibility("default")))
+#define RDBC_API     __attribute__((visibility("default")))
 #define RDBC_NO_STEP INT64_MIN /* "no step" for step arguments */
 
 struct rdbc;
@@ -45,23 +45,23 @@ struct rdbc;
  * defaults; change what you need before rdbc_open(). Strings are borrowed
  * until rdbc_open() returns (it copies them). */
 struct rdbc_opts {
-	const char *url;          /* "http://127.0.0.1:7461" */
-	const char *job;          /* job id, [A-Za-z0-9._-]{1,128}; others become '_' */
-	int rank;                 /* >= 0 */
-	int world_size;           /* >= 1 */
+	const char *url; /* "http://127.0.0.1:7461" */
+	const char *job; /* job id, [A-Za-z0-9._-]{1,128}; others become '_' */
+	int rank;	 /* >= 0 */
+	int world_size;	 /* >= 1 */
 	int local_rank;
-	int attempt;              /* the job's restart count */
-	uint64_t config_hash;     /* sent as config_hash when != 0 (52 bits kept) */
-	const char *spool_dir;    /* root of the spool; NULL or "" = no spool */
-	const char *udp_addr;     /* "host:port": send over UDP instead of HTTP */
-	size_t queue_max_records; /* records waiting for the batcher (100000) */
-	size_t batch_max_bytes;   /* a batch is sealed at this size (1 MiB) */
-	uint32_t flush_interval_ms;   /* ... or this old (1000) */
-	uint32_t heartbeat_ms;        /* 0 = no heartbeat (5000) */
-	uint32_t http_timeout_ms;     /* one request, connect included (10000) */
-	uint32_t backoff_max_ms;      /* longest wait between retries (30000) */
-	uint64_t spool_max_bytes;     /* on-disk bound; oldest dropped (256 MiB) */
-	size_t mem_max_bytes;         /* sealed batches held in memory (16 MiB) */
+	int attempt;		    /* the job's restart count */
+	uint64_t config_hash;	    /* sent as config_hash when != 0 (52 bits kept) */
+	const char *spool_dir;	    /* root of the spool; NULL or "" = no spool */
+	const char *udp_addr;	    /* "host:port": send over UDP instead of HTTP */
+	size_t queue_max_records;   /* records waiting for the batcher (100000) */
+	size_t batch_max_bytes;	    /* a batch is sealed at this size (1 MiB) */
+	uint32_t flush_interval_ms; /* ... or this old (1000) */
+	uint32_t heartbeat_ms;	    /* 0 = no heartbeat (5000) */
+	uint32_t http_timeout_ms;   /* one request, connect included (10000) */
+	uint32_t backoff_max_ms;    /* longest wait between retries (30000) */
+	uint64_t spool_max_bytes;   /* on-disk bound; oldest dropped (256 MiB) */
+	size_t mem_max_bytes;	    /* sealed batches held in memory (16 MiB) */
 };
 
 struct rdbc_kv {
@@ -132,7 +132,7 @@ RDBC_API int rdbc_flush(struct rdbc *c, uint32_t timeout_ms);
  * be NULL) receives the last counters. 0 if everything was delivered,
  * -ETIMEDOUT if not. Accepts NULL. */
 RDBC_API int rdbc_close(struct rdbc *c, const char *status, uint32_t timeout_ms,
-	       struct rdbc_stats *final_stats);
+			struct rdbc_stats *final_stats);
 
 /* Snapshot of the counters. */
 RDBC_API void rdbc_get_stats(struct rdbc *c, struct rdbc_stats *st);

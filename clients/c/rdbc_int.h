@@ -11,12 +11,12 @@
 
 #include "rdbc.h"
 
-#define RDBC_ID_MAX 128u          /* server limit on batch ids */
-#define RDBC_NAME_MAX 256u        /* metric names */
-#define RDBC_PHASE_NAME_MAX 64u
-#define RDBC_PHASE_DEPTH 8u
-#define RDBC_PHASES_MAX 32u       /* distinct phases per step */
-#define RDBC_MSG_MAX 60000u       /* log message bytes (server: 64 KiB) */
+#define RDBC_ID_MAX		128u /* server limit on batch ids */
+#define RDBC_NAME_MAX		256u /* metric names */
+#define RDBC_PHASE_NAME_MAX	64u
+#define RDBC_PHASE_DEPTH	8u
+#define RDBC_PHASES_MAX		32u    /* distinct phases per step */
+#define RDBC_MSG_MAX		60000u /* log message bytes (server: 64 KiB) */
 #define RDBC_METRICS_PER_RECORD 1000u
 
 /* One sealed batch: body is NDJSON, id its batch id. */
@@ -34,8 +34,8 @@ struct rdbc_spool;
 
 /* Creates <root>/<job>/r<rank>/<session>/ and locks it. NULL when the
  * directory cannot be used (the client then keeps batches in memory). */
-struct rdbc_spool *rdbc_spool_open(const char *root, const char *job, int rank,
-				   const char *session, uint64_t max_bytes);
+struct rdbc_spool *rdbc_spool_open(const char *root, const char *job, int rank, const char *session,
+				   uint64_t max_bytes);
 /* Takes over the session directories of dead processes of the same job and
  * rank (their lock is free); returns the number of batches adopted. */
 size_t rdbc_spool_adopt(struct rdbc_spool *s);
@@ -57,8 +57,8 @@ void rdbc_spool_close(struct rdbc_spool *s);
 struct rdbc_sender;
 
 struct rdbc_sender_opts {
-	const char *url;       /* base URL */
-	const char *udp_addr;  /* non-NULL: UDP transport */
+	const char *url;      /* base URL */
+	const char *udp_addr; /* non-NULL: UDP transport */
 	uint32_t timeout_ms, backoff_max_ms;
 	size_t mem_max_bytes;
 	struct rdbc_spool *spool; /* may be NULL; owned by the caller */
@@ -82,8 +82,8 @@ void rdbc_sender_stats(struct rdbc_sender *s, struct rdbc_stats *st);
 
 /* ---- shared helpers (rdbc.c) ------------------------------------------------- */
 
-int64_t rdbc_now_ns(void);       /* CLOCK_REALTIME */
-int64_t rdbc_mono_ns(void);      /* CLOCK_MONOTONIC */
+int64_t rdbc_now_ns(void);  /* CLOCK_REALTIME */
+int64_t rdbc_mono_ns(void); /* CLOCK_MONOTONIC */
 /* Rate-limited warning on stderr: each key at most once a minute. */
 void rdbc_warn(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

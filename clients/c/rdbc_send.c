@@ -32,15 +32,15 @@
 #include "rdbc_int.h"
 
 #define RETRY_AFTER_MAX_MS 60000u
-#define BACKOFF_MIN_MS 200u
-#define UDP_DATAGRAM_MAX 60000u
-#define ANSWER_MAX 4096u
+#define BACKOFF_MIN_MS	   200u
+#define UDP_DATAGRAM_MAX   60000u
+#define ANSWER_MAX	   4096u
 
 struct rdbc_sender {
 	pthread_t thread;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	char *url_write;  /* <url>/api/v1/write */
+	char *url_write; /* <url>/api/v1/write */
 	char *url_base;
 	struct rdbc_spool *spool;
 	uint32_t timeout_ms, backoff_max_ms;
@@ -166,8 +166,9 @@ static void to_spool(struct rdbc_sender *s, struct rdbc_batch *b)
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (b) {
-		rdbc_warn("lost", "rankdb: no spool and memory full: batch %s (%zu records) dropped",
-			  b->id, b->nrec);
+		rdbc_warn("lost",
+			  "rankdb: no spool and memory full: batch %s (%zu records) dropped", b->id,
+			  b->nrec);
 		free(b);
 	}
 }
@@ -271,7 +272,8 @@ static long http(struct rdbc_sender *s, const char *method, const char *url, con
 	if (rc == CURLE_OK)
 		curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &status);
 	else
-		rdbc_warn("unreachable", "rankdb: server %s unreachable (%s); batches are kept and retried",
+		rdbc_warn("unreachable",
+			  "rankdb: server %s unreachable (%s); batches are kept and retried",
 			  s->url_base, curl_easy_strerror(rc));
 	curl_easy_setopt(s->curl, CURLOPT_HTTPHEADER, NULL);
 	curl_slist_free_all(h);
@@ -292,7 +294,8 @@ static enum post_result post_http(struct rdbc_sender *s, const struct rdbc_batch
 	}
 	if (st == 0 || st == 429 || st >= 500) {
 		if (st)
-			rdbc_warn("busy", "rankdb: server answered %ld to batch %s; retrying later", st, b->id);
+			rdbc_warn("busy", "rankdb: server answered %ld to batch %s; retrying later",
+				  st, b->id);
 		backoff(s);
 		return POST_RETRY;
 	}
@@ -300,8 +303,9 @@ static enum post_result post_http(struct rdbc_sender *s, const struct rdbc_batch
 	s->refused_batches++;
 	s->refused_records += b->nrec;
 	pthread_mutex_unlock(&s->lock);
-	rdbc_warn("refused", "rankdb: server refused batch %s (%zu records) with %ld: %.300s; dropped",
-		  b->id, b->nrec, st, s->answer);
+	rdbc_warn("refused",
+		  "rankdb: server refused batch %s (%zu records) with %ld: %.300s; dropped", b->id,
+		  b->nrec, st, s->answer);
 	return POST_REFUSED;
 }
 
@@ -317,8 +321,8 @@ static enum post_result post_udp(struct rdbc_sender *s, const struct rdbc_batch 
 				break;
 			cut = end = next;
 		}
-		ssize_t w = sendto(s->udp_fd, b->body + off, cut - off, 0, (struct sockaddr *)&s->udp_sa,
-				   s->udp_salen);
+		ssize_t w = sendto(s->udp_fd, b->body + off, cut - off, 0,
+				   (struct sockaddr *)&s->udp_sa, s->udp_salen);
 		pthread_mutex_lock(&s->lock);
 		if (w < 0)
 			s->udp_errors++;
@@ -351,7 +355,8 @@ static bool put_meta(struct rdbc_sender *s, const char *path, const char *json)
 		return false;
 	}
 	if (st < 200 || st >= 300)
-		rdbc_warn("meta", "rankdb: server refused the job metadata with %ld: %.300s", st, s->answer);
+		rdbc_warn("meta", "rankdb: server refused the job metadata with %ld: %.300s", st,
+			  s->answer);
 	return true;
 }
 
@@ -458,8 +463,10 @@ static void *run(void *arg)
 			pthread_mutex_lock(&s->lock);
 			s->spool_mode = true;
 			pthread_mutex_unlock(&s->lock);
-			rdbc_warn("adopted", "rankdb: replaying %zu batches a previous process of this rank "
-				  "left in the spool", n);
+			rdbc_warn("adopted",
+				  "rankdb: replaying %zu batches a previous process of this rank "
+				  "left in the spool",
+				  n);
 		}
 	}
 	while (step(s))

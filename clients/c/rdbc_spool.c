@@ -30,7 +30,7 @@
 
 #include "rdbc_int.h"
 
-#define SPOOL_HEADER "#rankdb-batch "
+#define SPOOL_HEADER   "#rankdb-batch "
 #define SPOOL_DIRS_MAX 64u /* session directories held (own + adopted) */
 
 struct entry {
@@ -93,8 +93,8 @@ static int take_lock(const char *dir)
 	return fd;
 }
 
-struct rdbc_spool *rdbc_spool_open(const char *root, const char *job, int rank,
-				   const char *session, uint64_t max_bytes)
+struct rdbc_spool *rdbc_spool_open(const char *root, const char *job, int rank, const char *session,
+				   uint64_t max_bytes)
 {
 	struct rdbc_spool *s = calloc(1, sizeof(*s));
 	if (!s)
@@ -103,10 +103,13 @@ struct rdbc_spool *rdbc_spool_open(const char *root, const char *job, int rank,
 	s->max_bytes = max_bytes;
 	int n = snprintf(s->rank_dir, sizeof(s->rank_dir), "%s/%s/r%d", root, job, rank);
 	int m = snprintf(s->dirs[0].path, sizeof(s->dirs[0].path), "%s/%s", s->rank_dir, session);
-	if (n < 0 || (size_t)n >= sizeof(s->rank_dir) || m < 0 || (size_t)m >= sizeof(s->dirs[0].path) ||
-	    mkdirs(s->dirs[0].path) != 0 || (s->dirs[0].lock_fd = take_lock(s->dirs[0].path)) < 0) {
-		rdbc_warn("spool", "rankdb: spool directory %s/%s/r%d is not usable: batches the "
-			  "server does not take are kept in memory only", root, job, rank);
+	if (n < 0 || (size_t)n >= sizeof(s->rank_dir) || m < 0 ||
+	    (size_t)m >= sizeof(s->dirs[0].path) || mkdirs(s->dirs[0].path) != 0 ||
+	    (s->dirs[0].lock_fd = take_lock(s->dirs[0].path)) < 0) {
+		rdbc_warn("spool",
+			  "rankdb: spool directory %s/%s/r%d is not usable: batches the "
+			  "server does not take are kept in memory only",
+			  root, job, rank);
 		pthread_mutex_destroy(&s->lock);
 		free(s);
 		return NULL;
@@ -148,9 +151,11 @@ static void drop_oldest(struct rdbc_spool *s)
 	s->bytes -= e->size_bytes;
 	s->dropped_batches++;
 	s->dropped_records += e->nrec;
-	rdbc_warn("spool-full", "rankdb: spool %s is full (%" PRIu64 " bytes): dropped the oldest batch "
+	rdbc_warn("spool-full",
+		  "rankdb: spool %s is full (%" PRIu64 " bytes): dropped the oldest batch "
 		  "%s (%zu records); %" PRIu64 " batches (%" PRIu64 " records) dropped so far",
-		  s->rank_dir, s->max_bytes, e->id, e->nrec, s->dropped_batches, s->dropped_records);
+		  s->rank_dir, s->max_bytes, e->id, e->nrec, s->dropped_batches,
+		  s->dropped_records);
 	s->head++;
 	s->n--;
 }
@@ -209,7 +214,8 @@ out:
 		close(fd);
 	if (rc != 0) {
 		unlink(tmp);
-		rdbc_warn("spool-write", "rankdb: cannot write spool file %s: %s", e.path, strerror(-rc));
+		rdbc_warn("spool-write", "rankdb: cannot write spool file %s: %s", e.path,
+			  strerror(-rc));
 	}
 	pthread_mutex_unlock(&s->lock);
 	return rc;
@@ -224,8 +230,8 @@ static int read_header(const char *path, struct entry *e)
 	int rc = -EINVAL;
 	if (!f)
 		return -errno;
-	if (fgets(line, sizeof(line), f) && strncmp(line, SPOOL_HEADER, strlen(SPOOL_HEADER)) == 0 &&
-	    fstat(fileno(f), &st) == 0) {
+	if (fgets(line, sizeof(line), f) &&
+	    strncmp(line, SPOOL_HEADER, strlen(SPOOL_HEADER)) == 0 && fstat(fileno(f), &st) == 0) {
 		char *id = line + strlen(SPOOL_HEADER), *sp = strchr(id, ' ');
 		if (sp && (size_t)(sp - id) <= RDBC_ID_MAX && sp > id) {
 			char *end;
@@ -289,7 +295,8 @@ static void free_list(char **v, size_t n)
 }
 
 /* Caller holds the lock. Adds the batches of dirs[di] at the front. */
-static size_t adopt_dir(struct rdbc_spool *s, unsigned di, struct entry **acc, size_t *nacc, size_t *cap)
+static size_t adopt_dir(struct rdbc_spool *s, unsigned di, struct entry **acc, size_t *nacc,
+			size_t *cap)
 {
 	char **names;
 	size_t n = list_dir(s->dirs[di].path, "", false, &names), got = 0;
@@ -311,7 +318,8 @@ static size_t adopt_dir(struct rdbc_spool *s, unsigned di, struct entry **acc, s
 			continue;
 		}
 		if (*nacc == *cap) {
-			struct entry *na = realloc(*acc, (*cap = *cap ? *cap * 2 : 64) * sizeof(**acc));
+			struct entry *na =
+			    realloc(*acc, (*cap = *cap ? *cap * 2 : 64) * sizeof(**acc));
 			if (!na)
 				break;
 			*acc = na;
@@ -383,10 +391,11 @@ struct rdbc_batch *rdbc_spool_oldest(struct rdbc_spool *s, uint64_t *token)
 	while (s->n && !b) {
 		struct entry *e = &s->ents[s->head];
 		FILE *f = fopen(e->path, "rbe");
-		size_t hl = strlen(SPOOL_HEADER) + strlen(e->id) + 1 + (size_t)snprintf(NULL, 0, "%zu", e->nrec) + 1;
+		size_t hl = strlen(SPOOL_HEADER) + strlen(e->id) + 1 +
+			    (size_t)snprintf(NULL, 0, "%zu", e->nrec) + 1;
 		size_t len = e->size_bytes > hl ? (size_t)(e->size_bytes - hl) : 0;
-		if (f && (b = malloc(sizeof(*b) + len + 1)) != NULL && fseek(f, (long)hl, SEEK_SET) == 0 &&
-		    fread(b->body, 1, len, f) == len) {
+		if (f && (b = malloc(sizeof(*b) + len + 1)) != NULL &&
+		    fseek(f, (long)hl, SEEK_SET) == 0 && fread(b->body, 1, len, f) == len) {
 			b->next = NULL;
 			b->len = len;
 			b->body[len] = 0;
@@ -394,7 +403,8 @@ struct rdbc_batch *rdbc_spool_oldest(struct rdbc_spool *s, uint64_t *token)
 			memcpy(b->id, e->id, sizeof(b->id));
 			*token = e->token;
 		} else {
-			rdbc_warn("spool-read", "rankdb: spool file %s unreadable; skipped", e->path);
+			rdbc_warn("spool-read", "rankdb: spool file %s unreadable; skipped",
+				  e->path);
 			free(b);
 			b = NULL;
 			s->bytes -= e->size_bytes;

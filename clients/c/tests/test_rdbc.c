@@ -28,7 +28,7 @@
 #include "rdbc.h"
 
 #define MAX_STEPS 200000
-#define MAX_IDS 20000
+#define MAX_IDS	  20000
 
 enum mode { M_OK, M_503, M_DELAY, M_BLOCK, M_DROP_BEFORE, M_DROP_AFTER };
 
@@ -119,8 +119,10 @@ static void apply(const char *id, char *body, size_t len)
 static void answer(int fd, int status, const char *extra, const char *body)
 {
 	char buf[512];
-	int n = snprintf(buf, sizeof(buf), "HTTP/1.1 %d X\r\nContent-Type: application/json\r\n%s"
-			 "Content-Length: %zu\r\n\r\n%s", status, extra, strlen(body), body);
+	int n = snprintf(buf, sizeof(buf),
+			 "HTTP/1.1 %d X\r\nContent-Type: application/json\r\n%s"
+			 "Content-Length: %zu\r\n\r\n%s",
+			 status, extra, strlen(body), body);
 	if (send(fd, buf, (size_t)n, MSG_NOSIGNAL) < 0)
 		return; /* the client gave up on this request */
 }
@@ -172,7 +174,8 @@ static void serve_conn(int fd)
 			if (mode == M_DELAY)
 				usleep((useconds_t)F.delay_ms * 1000);
 			pthread_mutex_lock(&F.lock);
-			while (mode == M_BLOCK && !atomic_load(&F.released) && !atomic_load(&F.stop))
+			while (mode == M_BLOCK && !atomic_load(&F.released) &&
+			       !atomic_load(&F.stop))
 				pthread_cond_wait(&F.cond, &F.lock);
 			pthread_mutex_unlock(&F.lock);
 			if (put) {
@@ -187,7 +190,8 @@ static void serve_conn(int fd)
 				buf[hlen + clen] = save;
 				if (mode == M_DROP_AFTER)
 					goto out;
-				answer(fd, 200, "", F.duplicates != before ? "{\"duplicate\":true}" : "{}");
+				answer(fd, 200, "",
+				       F.duplicates != before ? "{\"duplicate\":true}" : "{}");
 			}
 		}
 		memmove(buf, buf + hlen + clen, have - hlen - clen);
@@ -289,7 +293,8 @@ static struct rdbc *client(const char *job, int rank, struct rdbc_opts *extra)
 static void log_steps(struct rdbc *c, int from, int to)
 {
 	for (int s = from; s < to; s++) {
-		struct rdbc_kv kv[4] = {{"loss", 1.0 / (s + 1)}, {"lr", 3e-4}, {"grad_norm", 0.5}, {"m.x", s}};
+		struct rdbc_kv kv[4] = {
+		    {"loss", 1.0 / (s + 1)}, {"lr", 3e-4}, {"grad_norm", 0.5}, {"m.x", s}};
 		rdbc_log(c, s, kv, 4);
 	}
 }
@@ -303,7 +308,8 @@ static const char *exactly(int from, int to, unsigned times)
 	for (int s = 0; s < MAX_STEPS && !why[0]; s++) {
 		unsigned want = s >= from && s < to ? times : 0;
 		if (F.steps[s] != want)
-			snprintf(why, sizeof(why), "step %d arrived %u times, expected %u", s, F.steps[s], want);
+			snprintf(why, sizeof(why), "step %d arrived %u times, expected %u", s,
+				 F.steps[s], want);
 	}
 	pthread_mutex_unlock(&F.lock);
 	return why[0] ? why : NULL;
@@ -332,7 +338,8 @@ static bool spooled(struct rdbc *c)
 {
 	struct rdbc_stats st;
 	rdbc_get_stats(c, &st);
-	return st.queued == 0 && st.spool_batches > 0 && st.spool_batches >= st.batches_sealed - st.batches_sent;
+	return st.queued == 0 && st.spool_batches > 0 &&
+	       st.spool_batches >= st.batches_sealed - st.batches_sent;
 }
 
 static bool spool_dropped(struct rdbc *c)
@@ -376,7 +383,8 @@ static void test_roundtrip(void)
 	CHECK(F.spans == 1000, "spans %lu", F.spans);
 	CHECK(F.logs == 501, "logs %lu", F.logs);
 	CHECK(F.heartbeats >= 2, "heartbeats %lu", F.heartbeats);
-	CHECK(strstr(F.meta, "\"status\":\"finished\"") && strstr(F.meta, "\"world_size\":4"), "meta %s", F.meta);
+	CHECK(strstr(F.meta, "\"status\":\"finished\"") && strstr(F.meta, "\"world_size\":4"),
+	      "meta %s", F.meta);
 	CHECK(st.records_sent > 2000 && st.dropped_invalid == 0 && st.retries == 0, "stats");
 	CHECK(F.requests < 200, "%lu requests: not batched", F.requests);
 }
@@ -476,7 +484,8 @@ static void test_log_never_blocks(void)
 	CHECK(worst < 5.0, "one rdbc_log call took %.3f s", worst); /* generous: it must not wait */
 	struct rdbc_stats st;
 	rdbc_get_stats(c, &st);
-	CHECK(st.dropped_queue_full == 0, "dropped %llu", (unsigned long long)st.dropped_queue_full);
+	CHECK(st.dropped_queue_full == 0, "dropped %llu",
+	      (unsigned long long)st.dropped_queue_full);
 	fake_release();
 	atomic_store(&F.mode, M_OK);
 	CHECK(rdbc_flush(c, 60000) == 0, "flush");
@@ -556,7 +565,8 @@ static void test_spool_bound(void)
 		got += F.steps[s] == 1, dup += F.steps[s] > 1;
 	pthread_mutex_unlock(&F.lock);
 	/* every record is stored once or counted as dropped (+2: start record and log line) */
-	CHECK(dup == 0 && st.records_sent + st.spool_dropped_records == 20002 && got > 0 && got < 20000,
+	CHECK(dup == 0 && st.records_sent + st.spool_dropped_records == 20002 && got > 0 &&
+		  got < 20000,
 	      "got %u dup %u sent %llu dropped %llu", got, dup, (unsigned long long)st.records_sent,
 	      (unsigned long long)st.spool_dropped_records);
 	rdbc_close(c, NULL, 5000, NULL);
@@ -594,8 +604,8 @@ static void test_udp(void)
 			loss++;
 	}
 	close(fd);
-	CHECK(datagrams == st.udp_datagrams && st.udp_errors == 0 && datagrams > 1, "datagrams %u stats %llu",
-	      datagrams, (unsigned long long)st.udp_datagrams);
+	CHECK(datagrams == st.udp_datagrams && st.udp_errors == 0 && datagrams > 1,
+	      "datagrams %u stats %llu", datagrams, (unsigned long long)st.udp_datagrams);
 	CHECK(loss == 2000, "loss records over UDP: %u", loss);
 }
 
@@ -610,7 +620,8 @@ static void test_env_defaults(void)
 	setenv("RANKDB_URL", "http://h:1", 1);
 	rdbc_opts_default(&o);
 	CHECK(o.rank == 3 && o.world_size == 8 && o.local_rank == 1 && o.attempt == 2 &&
-	      strcmp(o.job, "run42") == 0 && strcmp(o.url, "http://h:1") == 0, "torchrun env");
+		  strcmp(o.job, "run42") == 0 && strcmp(o.url, "http://h:1") == 0,
+	      "torchrun env");
 	unsetenv("RANK");
 	unsetenv("WORLD_SIZE");
 	unsetenv("LOCAL_RANK");
@@ -625,13 +636,14 @@ static void test_env_defaults(void)
 	unsetenv("SLURM_PROCID");
 	unsetenv("SLURM_NTASKS");
 	unsetenv("SLURM_JOB_ID");
-	CHECK(rdbc_log1(NULL, 0, "x", 1) == -EINVAL && rdbc_close(NULL, NULL, 0, NULL) == 0, "NULL handle");
+	CHECK(rdbc_log1(NULL, 0, "x", 1) == -EINVAL && rdbc_close(NULL, NULL, 0, NULL) == 0,
+	      "NULL handle");
 }
 
 int main(void)
 {
-	snprintf(spool_root, sizeof(spool_root), "%s/rdbc-test-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-		 (int)getpid());
+	snprintf(spool_root, sizeof(spool_root), "%s/rdbc-test-%d",
+		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
 	mkdir(spool_root, 0755);
 	setenv("RDBC_QUIET", "1", 1);
 	fake_start();
@@ -655,7 +667,8 @@ int main(void)
 		int before = failures;
 		double t = now_s();
 		tests[i].fn();
-		printf("%s %s (%.1f s)\n", failures == before ? "ok  " : "FAIL", tests[i].name, now_s() - t);
+		printf("%s %s (%.1f s)\n", failures == before ? "ok  " : "FAIL", tests[i].name,
+		       now_s() - t);
 		fflush(stdout);
 	}
 	atomic_store(&F.stop, true);
