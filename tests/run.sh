@@ -13,6 +13,7 @@ root=$(pwd)
 passed=0
 failed=0
 export RDB_TEST_TMP=${RDB_TEST_TMP:-$(mktemp -d /tmp/rankdb-tests.XXXXXX)}
+mkdir -p "$RDB_TEST_TMP" # a given RDB_TEST_TMP may not exist yet: tee needs it
 
 count_meson() { # build dir -> adds its meson test results to the totals
 	local log="$1/meson-logs/testlog.json"
