@@ -2,7 +2,8 @@
 # Builds rankdb twice (release-like, and with AddressSanitizer +
 # UndefinedBehaviorSanitizer) and runs every test against both builds:
 # unit tests and fuzz-corpus replays (meson test), then the integration
-# suite against the real rankdbd. Ends with the line "N passed, N failed".
+# suite against the real rankdbd, and the client tests (tests/clients). Ends
+# with the line "N passed, N failed".
 #
 #   tests/run.sh            everything
 #   RDB_SKIP_SAN=1 tests/run.sh   skip the sanitizer build (quick local runs)
@@ -15,6 +16,7 @@ root=$(pwd)
 passed=0
 failed=0
 export RDB_TEST_TMP=${RDB_TEST_TMP:-$(mktemp -d /tmp/rankdb-tests.XXXXXX)}
+mkdir -p "$RDB_TEST_TMP" # a given RDB_TEST_TMP may not exist yet: tee needs it
 
 count_meson() { # build dir -> adds its meson test results to the totals
 	local log="$1/meson-logs/testlog.json"
@@ -79,6 +81,14 @@ run_checks() {
 }
 
 run_build build && run_fallback && run_checks
+
+# Client tests (clients/python against a fake server, and the PyTorch DDP
+# proof against the real rankdbd), once, with the normal build. The C
+# client's tests are meson tests and run above with each build.
+echo "=== client tests (tests/clients)"
+python3 tests/clients/run.py --bin "$root/build/server/rankdbd" -j 2 \
+	2>&1 | tee "$RDB_TEST_TMP/clients.log"
+count_integration "$RDB_TEST_TMP/clients.log"
 if [ -z "${RDB_SKIP_SAN:-}" ]; then
 	export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 	export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}

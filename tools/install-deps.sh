@@ -6,7 +6,8 @@ pkgs=(build-essential meson ninja-build pkg-config
       liblmdb-dev liburing-dev libzstd-dev libmicrohttpd-dev libjansson-dev libxxhash-dev
       zlib1g-dev libcurl4-gnutls-dev python3 curl
       prometheus-alertmanager
-      chromium fonts-dejavu-core) # the dashboard's browser tests (tests/integration/test_ui.py)
+      chromium fonts-dejavu-core # the dashboard's browser tests (tests/integration/test_ui.py)
+      python3-venv python3-torch) # clients/python tests and the DDP proof
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -133,8 +133,9 @@ class ServerError(AssertionError):
 class Server:
     """One rankdbd instance on one data directory (which survives restarts)."""
 
-    def __init__(self, flags=(), data_dir=None, name="rankdbd", binary=None):
+    def __init__(self, flags=(), data_dir=None, name="rankdbd", binary=None, http_port=0):
         c = ctx()
+        self.http_port = http_port  # 0: a free port at each start; keep_port() pins it
         self.name = name
         self.workdir = c.mkdir(name)
         self.data_dir = data_dir or os.path.join(self.workdir, "data")
@@ -162,7 +163,7 @@ class Server:
         self.starts += 1
         self.port_file = os.path.join(self.workdir, "port.%d" % self.starts)
         argv = [self.binary, "--data-dir", self.data_dir, "--http-addr", "127.0.0.1",
-                "--http-port", "0", "--port-file", self.port_file]
+                "--http-port", str(self.http_port), "--port-file", self.port_file]
         argv += self.flags + list(extra_flags)
         log = open(self.log_path, "ab")
         log.write(("\n==== start #%d: %s\n" % (self.starts, " ".join(argv))).encode())
@@ -280,6 +281,11 @@ class Server:
             self.proc.wait()
         if self.proc is not None:
             self.last_rc = self.proc.returncode
+
+    def keep_port(self):
+        """Later starts reuse the current port (clients keep their URL)."""
+        self.http_port = self.port
+        return self
 
     def restart(self, extra_flags=()):
         """Clean stop (if running) and start again on the same data dir."""
