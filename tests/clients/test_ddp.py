@@ -90,7 +90,7 @@ def assert_clean_stats(stats):
 
 def test_ddp_straggler_named_and_every_step_once():
     srv = harness.Server().start()
-    job, steps, slow = "ddp-straggler", 40, 2
+    job, steps, slow = "ddp-straggler", 120, 2
     proc, out = start_training(srv, job, steps, ["--slow-rank", str(slow), "--slow-ms", "40"])
     text, stats = finish_training(proc, out)
     assert "rankdb: everything delivered" in text, text[-2000:]
@@ -112,11 +112,18 @@ def test_ddp_straggler_named_and_every_step_once():
     # the peers wait for it in all-reduce: measured as step_time.collective
     assert all(e["phases"]["collective"] > top["phases"]["collective"] for e in others), o
 
-    # --- STRAGGLER ALERT CHECK: to be added when the detector lands -----------
-    # When GET /api/v1/alerts exists (the lead's straggler detector), assert
-    # here that a firing alert with alertname Straggler names rank `slow` and
-    # phase "forward" for this job. Deliberately not faked before then.
-    # ---------------------------------------------------------------------------
+    # ... and the built-in Straggler detector raised it while training ran,
+    # naming the rank and the phase (firing, or resolved once the run ended)
+    deadline = time.monotonic() + 30
+    while True:
+        st, al = srv.get_json("/api/v1/alerts?job=%s&alertname=Straggler" % job)
+        assert st == 200, al
+        if al["alerts"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert [(a["rank"], a["phase"]) for a in al["alerts"]] == [(slow, "forward")], al
+    st, al = srv.get_json("/api/v1/alerts?job=%s" % job)
+    assert {a["alertname"] for a in al["alerts"]} <= {"Straggler", "JobDown"}, al
 
     # cross-rank loss: every step has all ranks
     st, cr = srv.get_json("/api/v1/query/crossrank?job=%s&metric=loss&agg=count" % job)
