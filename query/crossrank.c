@@ -82,8 +82,8 @@ static int add_means(struct rm_list *l, uint32_t rank, const struct qry_buckets 
 	}
 	for (size_t i = 0; i < bs->n; i++) {
 		const struct qry_bucket *b = &bs->b[i];
-		if (b->count)
-			l->v[l->n++] = (struct rank_mean){b->key, rank, b->sum / (double)b->count};
+		if (b->a.count)
+			l->v[l->n++] = (struct rank_mean){b->key, rank, b->a.sum / (double)b->a.count};
 	}
 	return 0;
 }

@@ -184,8 +184,8 @@ static int mean_fn(void *arg, unsigned part, size_t i, const struct qry_buckets 
 	const struct qry_series *se = &o->m.v[i];
 	(void)part;
 	int p = o->req->phases_mode ? phase_index(o, suffix(o, se->key.metric)) : 0;
-	if (bs->n && bs->b[0].count)
-		row_of(o, se->key.rank)->phase[p] = bs->b[0].sum / (double)bs->b[0].count;
+	if (bs->n && bs->b[0].a.count)
+		row_of(o, se->key.rank)->phase[p] = bs->b[0].a.sum / (double)bs->b[0].a.count;
 	return 0;
 }
 

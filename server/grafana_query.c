@@ -526,22 +526,22 @@ static bool bucket_value(const struct qry_buckets *bs, size_t i, enum agg a, dou
 	static const double q[] = {[AG_P50] = 0.5, [AG_P90] = 0.9, [AG_P99] = 0.99};
 	const struct qry_bucket *b = &bs->b[i];
 	switch (a) {
-	case AG_AVG: *v = b->sum / (double)b->count; break;
-	case AG_MIN: *v = b->min; break;
-	case AG_MAX: *v = b->max; break;
-	case AG_SUM: *v = b->sum; break;
-	case AG_COUNT: *v = (double)b->count; return true;
-	case AG_FIRST: *v = rdb_bits_f64(b->first_bits); return true;
-	case AG_LAST: *v = rdb_bits_f64(b->last_bits); return true;
+	case AG_AVG: *v = b->a.sum / (double)b->a.count; break;
+	case AG_MIN: *v = b->a.min; break;
+	case AG_MAX: *v = b->a.max; break;
+	case AG_SUM: *v = b->a.sum; break;
+	case AG_COUNT: *v = (double)b->a.count; return true;
+	case AG_FIRST: *v = rdb_bits_f64(b->a.first_bits); return true;
+	case AG_LAST: *v = rdb_bits_f64(b->a.last_bits); return true;
 	case AG_P50:
 	case AG_P90:
 	case AG_P99:
-		if (b->count)
-			*v = qry_quantile_sorted(bs->vals + b->vals_off, b->count, q[a]);
+		if (b->a.count)
+			*v = qry_quantile_sorted(bs->vals + b->vals_off, b->a.count, q[a]);
 		break;
 	default: return false;
 	}
-	return b->count > 0;
+	return b->a.count > 0;
 }
 
 static int emit_buckets(struct wr *w, const struct qry_series *s, const struct qry_buckets *bs,
@@ -614,9 +614,9 @@ static int xr_add(struct xr *x, const struct qry_buckets *bs)
 		x->cap = cap;
 	}
 	for (size_t i = 0; i < bs->n; i++)
-		if (bs->b[i].count)
+		if (bs->b[i].a.count)
 			x->v[x->n++] = (struct km){bs->b[i].key,
-						   bs->b[i].sum / (double)bs->b[i].count};
+						   bs->b[i].a.sum / (double)bs->b[i].a.count};
 	return 0;
 }
 

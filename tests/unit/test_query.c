@@ -214,10 +214,10 @@ static void check_bucket(const struct qry_buckets *got, size_t bi, const struct 
 		sum += v;
 		vals[count++] = v;
 	}
-	bool ok = g->key == ref_key(&p[0], bk) && g->count == count && g->nan_count == nan &&
-		  g->first_bits == p[0].bits && g->last_bits == p[n - 1].bits;
+	bool ok = g->key == ref_key(&p[0], bk) && g->a.count == count && g->a.nan_count == nan &&
+		  g->a.first_bits == p[0].bits && g->a.last_bits == p[n - 1].bits;
 	if (count)
-		ok = ok && g->min == min && g->max == max && g->sum == sum;
+		ok = ok && g->a.min == min && g->a.max == max && g->a.sum == sum;
 	if (count && bk->need_values) {
 		qsort(vals, count, sizeof(double), cmp_dbl);
 		for (size_t i = 0; i < count; i++)
@@ -226,7 +226,7 @@ static void check_bucket(const struct qry_buckets *got, size_t bi, const struct 
 	if (!ok && bucket_mismatches++ < 5)
 		fprintf(stderr, "bucket key %lld: got count %llu nan %llu sum %g, want key %lld "
 			"count %llu nan %llu sum %g\n", (long long)g->key,
-			(unsigned long long)g->count, (unsigned long long)g->nan_count, g->sum,
+			(unsigned long long)g->a.count, (unsigned long long)g->a.nan_count, g->a.sum,
 			(long long)ref_key(&p[0], bk), (unsigned long long)count,
 			(unsigned long long)nan, sum);
 	CHECK(ok);
@@ -368,6 +368,47 @@ static void test_point_bound(void)
 	qry_agg_read_error(&err, RDB_ELIMIT, &(struct mdl_series_key){.job = "jq"}, &sc);
 	CHECK_EQ_INT(err.status, 422);
 	qry_buckets_free(&b);
+	qry_scan_free(&sc);
+}
+
+/* Buckets are mergeable: a series read in two time halves (as two nodes
+ * holding one part each would), merged with qry_buckets_merge, equals the
+ * series read whole, values for quantiles included. */
+static void test_buckets_merge(void)
+{
+	struct qry_scan sc;
+	qry_scan_init(&sc, store, 10000000);
+	for (int axis = 0; axis < 2; axis++)
+		for (uint32_t r = 0; r < NRANKS; r += 5) {
+			struct qry_bucketing bk = {
+				.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
+				.axis = axis ? QRY_AXIS_TIME : QRY_AXIS_STEP,
+				.width = axis ? 64000 : 7, .attempt = QRY_ATTEMPT_ALL,
+				.need_values = r == 0};
+			uint64_t id = sid(store, r, axis ? "gpu" : "loss");
+			struct qry_buckets whole = {0}, lo = {0}, hi = {0};
+			CHECK_EQ_INT(qry_agg_series(&sc, id, &bk, &whole), 0);
+			bk.range.to_ns = T0 + 100000;
+			CHECK_EQ_INT(qry_agg_series(&sc, id, &bk, &lo), 0);
+			bk.range.from_ns = T0 + 100001;
+			bk.range.to_ns = INT64_MAX;
+			CHECK_EQ_INT(qry_agg_series(&sc, id, &bk, &hi), 0);
+			CHECK_EQ_INT(qry_buckets_merge(&hi, &lo), 0);
+			CHECK_EQ_INT(hi.n, whole.n);
+			CHECK_EQ_INT(hi.nvals, whole.nvals);
+			for (size_t i = 0; i < hi.n && i < whole.n; i++) {
+				const struct mdl_agg *x = &hi.b[i].a, *y = &whole.b[i].a;
+				CHECK(hi.b[i].key == whole.b[i].key && x->count == y->count &&
+				      x->nan_count == y->nan_count && x->sum == y->sum &&
+				      x->first_bits == y->first_bits && x->last_bits == y->last_bits);
+				CHECK(!x->count || (x->min == y->min && x->max == y->max));
+			}
+			for (size_t i = 0; i < hi.nvals && i < whole.nvals; i++)
+				CHECK(hi.vals[i] == whole.vals[i]);
+			qry_buckets_free(&whole);
+			qry_buckets_free(&lo);
+			qry_buckets_free(&hi);
+		}
 	qry_scan_free(&sc);
 }
 
@@ -648,6 +689,7 @@ int main(void)
 	RUN(test_downsample_step_axis);
 	RUN(test_downsample_time_axis);
 	RUN(test_point_bound);
+	RUN(test_buckets_merge);
 	RUN(test_crossrank);
 	RUN(test_json_numbers);
 	RUN(test_outliers_and_errors);

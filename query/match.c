@@ -1,0 +1,163 @@
+/* match.c - the series of one job selected by metric (exact names or a
+ * prefix) and rank, sorted by (rank, metric): exact keys are looked up one
+ * by one (at most LOOKUP_MAX), anything else lists the job once. Unknown
+ * job or metric is told apart for the error message. Threading: reentrant.
+ */
+#include "query/bucket.h"
+#include "common/rdb_err.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool rank_wanted(const struct qry_match_req *req, uint32_t rank)
+{
+	if (req->skip_job_level && rank == MDL_RANK_JOB)
+		return false;
+	if (req->nranks == 0)
+		return true;
+	for (size_t i = 0; i < req->nranks; i++)
+		if (req->ranks[i] == rank)
+			return true;
+	return false;
+}
+
+static bool metric_wanted(const struct qry_match_req *req, const char *metric)
+{
+	if (req->prefix) {
+		size_t n = strlen(req->prefix);
+		return strncmp(metric, req->prefix, n) == 0 && metric[n] != 0;
+	}
+	for (size_t i = 0; i < req->nmetrics; i++)
+		if (strcmp(req->metrics[i], metric) == 0)
+			return true;
+	return false;
+}
+
+struct match_ctx {
+	const struct qry_match_req *req;
+	struct qry_match *m;
+};
+
+static int match_cb(void *arg, const struct mdl_series_key *k, uint64_t id)
+{
+	struct match_ctx *c = arg;
+	struct qry_match *m = c->m;
+	m->job_seen = true;
+	if (!metric_wanted(c->req, k->metric))
+		return 0;
+	m->metric_seen = true;
+	if (!rank_wanted(c->req, k->rank))
+		return 0;
+	if (m->n == m->cap) {
+		size_t cap = m->cap ? m->cap * 2 : 32;
+		struct qry_series *v = realloc(m->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		m->v = v;
+		m->cap = cap;
+	}
+	m->v[m->n].key = *k;
+	m->v[m->n++].id = id;
+	return 0;
+}
+
+static int cmp_series(const void *a, const void *b)
+{
+	const struct qry_series *x = a, *y = b;
+	if (x->key.rank != y->key.rank)
+		return x->key.rank < y->key.rank ? -1 : 1;
+	return strcmp(x->key.metric, y->key.metric);
+}
+
+#define LOOKUP_MAX 64 /* series looked up one by one; more: one listing */
+
+static bool fill_key(struct mdl_series_key *k, const char *job, uint32_t rank, const char *metric)
+{
+	size_t jl = strlen(job), ml = strlen(metric);
+	if (jl == 0 || jl > MDL_JOB_MAX || ml == 0 || ml > MDL_METRIC_MAX)
+		return false;
+	memset(k, 0, sizeof(*k));
+	memcpy(k->job, job, jl);
+	memcpy(k->metric, metric, ml);
+	k->rank = rank;
+	return true;
+}
+
+/* Exact metrics and ranks: looks each series up by its key instead of
+ * listing the whole job. True when every wanted series exists (m then
+ * holds them, sorted, as the listing would); false (m empty) means list
+ * the job, which also tells an unknown job, metric or rank apart. */
+static bool match_by_lookup(struct sto *s, const struct qry_match_req *req, struct qry_match *m)
+{
+	if (req->prefix || req->nranks == 0 || req->nmetrics == 0 || req->nmetrics > LOOKUP_MAX ||
+	    req->nranks > LOOKUP_MAX || req->nmetrics * req->nranks > LOOKUP_MAX)
+		return false;
+	size_t cap = req->nmetrics * req->nranks;
+	if (!(m->v = malloc(cap * sizeof(*m->v))))
+		return false;
+	m->cap = cap;
+	for (size_t i = 0; i < req->nmetrics; i++) {
+		for (size_t j = 0; j < req->nranks; j++) {
+			struct qry_series *e = &m->v[m->n];
+			if (req->skip_job_level && req->ranks[j] == MDL_RANK_JOB)
+				continue;
+			if (!fill_key(&e->key, req->job, req->ranks[j], req->metrics[i]) ||
+			    sto_lookup_series(s, &e->key, &e->id) != 0)
+				goto no;
+			m->n++;
+		}
+	}
+	if (m->n == 0)
+		goto no;
+	qsort(m->v, m->n, sizeof(*m->v), cmp_series);
+	size_t w = 1;
+	for (size_t i = 1; i < m->n; i++)
+		if (cmp_series(&m->v[w - 1], &m->v[i]) != 0)
+			m->v[w++] = m->v[i];
+	m->n = w;
+	m->job_seen = m->metric_seen = true;
+	return true;
+no:
+	qry_match_free(m);
+	return false;
+}
+
+int qry_match(struct sto *s, const struct qry_match_req *req, struct qry_match *m,
+	      struct qry_error *err)
+{
+	struct match_ctx c = {req, m};
+	memset(m, 0, sizeof(*m));
+	if (match_by_lookup(s, req, m))
+		return 0;
+	int rc = sto_list_series(s, req->job, match_cb, &c);
+	if (rc) {
+		err->status = 500;
+		snprintf(err->msg, sizeof(err->msg), "listing series: %s", rdb_strerror(rc));
+		return rc;
+	}
+	if (!m->job_seen || !m->metric_seen) {
+		err->status = 404;
+		if (!m->job_seen)
+			snprintf(err->msg, sizeof(err->msg), "unknown job '%.128s' (GET /api/v1/jobs "
+				 "lists the jobs)", req->job);
+		else
+			snprintf(err->msg, sizeof(err->msg), "job '%.128s' has no metric %s'%.256s' "
+				 "(GET /api/v1/jobs/%.128s/metrics lists them)", req->job,
+				 req->prefix ? "starting with " : "",
+				 req->prefix ? req->prefix : req->metrics[0], req->job);
+		return RDB_ENOTFOUND;
+	}
+	qsort(m->v, m->n, sizeof(*m->v), cmp_series);
+	return 0;
+}
+
+void qry_match_free(struct qry_match *m)
+{
+	if (!m)
+		return;
+	free(m->v);
+	memset(m, 0, sizeof(*m));
+}
+
