@@ -188,16 +188,17 @@ int qry_agg_resolve(struct qry_scan *sc, const struct qry_match *m,
 		    const struct qry_bucket_spec *spec, struct qry_bucketing *out,
 		    struct qry_error *err);
 
-/* Fills err for a failed read of series k (422 for RDB_ELIMIT, with advice). */
+/* Fills err for a failed read of series k: QRY_E_LIMIT for RDB_ELIMIT
+ * (with advice), QRY_E_UNSUPPORTED for a read the data cannot answer
+ * (sc->re says why), else QRY_E_INTERNAL. Returns rc. */
 int qry_agg_read_error(struct qry_error *err, int rc, const struct mdl_series_key *k,
 		       const struct qry_scan *sc);
-/* Fills err for a failed response write (413 for RDB_ELIMIT). */
-int qry_agg_out_error(struct qry_error *err, int rc);
-/* Writes ,"points_read":N,"chunks_from_stats":N,"chunks_decoded":N} */
-int qry_write_scan_totals(struct rdb_buf *out, const struct qry_scan *sc);
-/* Writes "job":..,"rank":..,"metric":.. (no braces). */
-int qry_write_key(struct rdb_buf *out, const struct mdl_series_key *k);
-/* Writes v as a JSON value (qry_json_value), or null when !defined. */
-int qry_json_f64(struct rdb_buf *out, double v, bool defined);
+
+/* The stored points of series id in r (head and chunks merged, verified),
+ * at most max_points (RDB_ELIMIT beyond), into out (replacing its
+ * contents); sc->re says why a read failed. 0, RDB_ELIMIT, RDB_ECORRUPT or
+ * -errno. Blocks on chunk reads. */
+int qry_read_series(struct qry_scan *sc, uint64_t id, const struct sto_range *r,
+		    size_t max_points, struct mdl_cols *out);
 
 #endif

@@ -1,6 +1,9 @@
-/* catalog.c - listings of jobs, and of a job's metrics and ranks.
- * Each call runs one LMDB read transaction through the storage API; output
- * is bounded by the caller's buffer (RDB_ELIMIT -> 413). */
+/* catalog.c - listings of jobs, and of a job's metrics and ranks, as typed
+ * results (qry.h); the listing primitives the Grafana datasource selects
+ * with. Each call runs one LMDB read transaction through the storage API;
+ * results are bounded (series listed per job, metadata bytes per listing).
+ * Threading: reentrant.
+ */
 #include "query/qry.h"
 #include "common/rdb_err.h"
 #include "query/agg.h"
@@ -10,61 +13,95 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(struct qry_error *err, int status, int rc, const char *what)
+#define SERIES_MAX 1000000u /* series one listing of a job may hold */
+
+static int fail(struct qry_error *err, int rc, const char *what)
 {
-	err->status = status;
-	if (rc == RDB_ELIMIT && status == 413)
-		snprintf(err->msg, sizeof(err->msg), "response would exceed max_response_bytes; "
-			 "%s", what);
-	else
-		snprintf(err->msg, sizeof(err->msg), "%s: %s", what, rdb_strerror(rc));
-	return rc;
+	if (rc == RDB_ELIMIT)
+		return qry_fail(err, QRY_E_TOO_LARGE, rc, "response would exceed "
+				"max_response_bytes; %s", what);
+	return qry_fail(err, QRY_E_INTERNAL, rc, "%s: %s", what, rdb_strerror(rc));
+}
+
+int qry_list_jobs(struct sto *s, int (*fn)(void *arg, const char *job, uint64_t nseries),
+		  void *arg)
+{
+	return sto_list_jobs(s, fn, arg);
+}
+
+int qry_list_series(struct sto *s, const char *job,
+		    int (*fn)(void *arg, const struct mdl_series_key *k, uint64_t id), void *arg)
+{
+	return sto_list_series(s, job, fn, arg);
+}
+
+/* ---- jobs ------------------------------------------------------------------------ */
+
+void qry_jobs_free(struct qry_jobs *j)
+{
+	if (!j)
+		return;
+	for (size_t i = 0; i < j->n; i++)
+		free(j->v[i].meta);
+	free(j->v);
+	memset(j, 0, sizeof(*j));
 }
 
 struct jobs_ctx {
-	struct rdb_buf *out;
+	struct qry_jobs *out;
 	const char *data_dir; /* for job metadata documents; NULL: none */
-	int n;
+	size_t max_meta_bytes;
 };
+
+/* The job's metadata document (PUT /api/v1/jobs/{job}/meta) into jb, if any. */
+static int job_meta(struct jobs_ctx *c, struct qry_job *jb)
+{
+	struct qry_error e;
+	struct rdb_buf doc;
+	rdb_buf_init(&doc, c->max_meta_bytes - c->out->meta_bytes);
+	int rc = qry_meta_get(c->data_dir, jb->job, &doc, &e);
+	if (rc == 0) {
+		jb->meta_len = doc.len;
+		jb->meta = (char *)rdb_buf_steal(&doc);
+		c->out->meta_bytes += jb->meta_len;
+	}
+	rdb_buf_free(&doc);
+	return rc == RDB_ENOTFOUND ? 0 : rc;
+}
 
 static int job_cb(void *arg, const char *job, uint64_t nseries)
 {
 	struct jobs_ctx *c = arg;
-	int rc = rdb_buf_puts(c->out, c->n++ ? ",{\"job\":" : "{\"job\":");
-	if (rc == 0)
-		rc = rdb_buf_json_str(c->out, job, strlen(job));
-	if (rc == 0)
-		rc = rdb_buf_printf(c->out, ",\"series\":%llu", (unsigned long long)nseries);
-	if (rc == 0 && c->data_dir) {
-		/* the job's metadata document (PUT /api/v1/jobs/{job}/meta), if any */
-		struct qry_error e;
-		size_t at = c->out->len;
-		rc = rdb_buf_puts(c->out, ",\"meta\":");
-		int mr = rc ? rc : qry_meta_get(c->data_dir, job, c->out, &e);
-		if (mr == RDB_ENOTFOUND) {
-			c->out->len = at;
-			rc = 0;
-		} else {
-			rc = mr;
-		}
+	struct qry_jobs *j = c->out;
+	if (j->n == j->cap) {
+		size_t cap = j->cap ? j->cap * 2 : 16;
+		struct qry_job *v = realloc(j->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		j->v = v;
+		j->cap = cap;
 	}
-	if (rc == 0)
-		rc = rdb_buf_putc(c->out, '}');
-	return rc;
+	struct qry_job *jb = &j->v[j->n++];
+	memset(jb, 0, sizeof(*jb));
+	snprintf(jb->job, sizeof(jb->job), "%s", job);
+	jb->nseries = nseries;
+	return c->data_dir ? job_meta(c, jb) : 0;
 }
 
-int qry_jobs(struct sto *s, const char *data_dir, struct rdb_buf *out, struct qry_error *err)
+int qry_jobs(struct sto *s, const char *data_dir, size_t max_meta_bytes, struct qry_jobs *out,
+	     struct qry_error *err)
 {
-	struct jobs_ctx c = {out, data_dir, 0};
-	int rc = rdb_buf_puts(out, "{\"jobs\":[");
-	if (rc == 0)
-		rc = sto_list_jobs(s, job_cb, &c);
-	if (rc == 0)
-		rc = rdb_buf_puts(out, "]}");
-	if (rc)
-		return fail(err, rc == RDB_ELIMIT ? 413 : 500, rc, "listing jobs");
+	struct jobs_ctx c = {out, data_dir, max_meta_bytes};
+	memset(out, 0, sizeof(*out));
+	int rc = sto_list_jobs(s, job_cb, &c);
+	if (rc) {
+		qry_jobs_free(out);
+		return fail(err, rc, "listing jobs");
+	}
 	return 0;
 }
+
+/* ---- a job's series ---------------------------------------------------------------- */
 
 struct series_list {
 	struct mdl_series_key *keys;
@@ -95,79 +132,80 @@ static int cmp_metric(const void *a, const void *b)
 		      ((const struct mdl_series_key *)b)->metric);
 }
 
-/* Lists the job's series (key order: rank, metric). 404 if none. */
+/* Lists the job's series (key order: rank, metric). QRY_E_NOT_FOUND if none. */
 static int job_series(struct sto *s, const char *job, struct series_list *l,
 		      struct qry_error *err)
 {
-	l->max = 1000000;
+	l->max = SERIES_MAX;
 	int rc = sto_list_series(s, job, collect_cb, l);
 	if (rc)
-		return fail(err, rc == RDB_ELIMIT ? 413 : 500, rc, "listing the job's series");
-	if (l->n == 0) {
-		err->status = 404;
-		snprintf(err->msg, sizeof(err->msg), "unknown job '%.128s' (GET /api/v1/jobs "
-			 "lists the jobs)", job);
-		return RDB_ENOTFOUND;
-	}
+		return fail(err, rc, "listing the job's series");
+	if (l->n == 0)
+		return qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND, "unknown job '%.128s' (GET "
+				"/api/v1/jobs lists the jobs)", job);
 	return 0;
 }
 
-int qry_job_metrics(struct sto *s, const char *job, struct rdb_buf *out, struct qry_error *err)
+void qry_metrics_free(struct qry_metrics *m)
+{
+	if (!m)
+		return;
+	free(m->v);
+	memset(m, 0, sizeof(*m));
+}
+
+int qry_job_metrics(struct sto *s, const char *job, struct qry_metrics *out,
+		    struct qry_error *err)
 {
 	struct series_list l = {0};
+	memset(out, 0, sizeof(*out));
 	int rc = job_series(s, job, &l, err);
 	if (rc)
 		goto out;
 	qsort(l.keys, l.n, sizeof(*l.keys), cmp_metric);
-	rc = rdb_buf_puts(out, "{\"job\":");
-	if (rc == 0)
-		rc = rdb_buf_json_str(out, job, strlen(job));
-	if (rc == 0)
-		rc = rdb_buf_puts(out, ",\"metrics\":[");
-	for (size_t i = 0, n = 0; rc == 0 && i < l.n; i++) {
-		if (i && strcmp(l.keys[i].metric, l.keys[i - 1].metric) == 0)
-			continue;
-		if (n++)
-			rc = rdb_buf_putc(out, ',');
-		if (rc == 0)
-			rc = rdb_buf_json_str(out, l.keys[i].metric, strlen(l.keys[i].metric));
+	out->v = malloc(l.n * sizeof(*out->v));
+	if (!out->v) {
+		rc = fail(err, -ENOMEM, "listing metrics");
+		goto out;
 	}
-	if (rc == 0)
-		rc = rdb_buf_puts(out, "]}");
-	if (rc)
-		fail(err, rc == RDB_ELIMIT ? 413 : 500, rc, "listing metrics");
+	snprintf(out->job, sizeof(out->job), "%s", job);
+	for (size_t i = 0; i < l.n; i++)
+		if (i == 0 || strcmp(l.keys[i].metric, l.keys[i - 1].metric) != 0)
+			memcpy(out->v[out->n++], l.keys[i].metric, sizeof(out->v[0]));
 out:
 	free(l.keys);
 	return rc;
 }
 
-int qry_job_ranks(struct sto *s, const char *job, struct rdb_buf *out, struct qry_error *err)
+void qry_ranks_free(struct qry_ranks *r)
+{
+	if (!r)
+		return;
+	free(r->v);
+	memset(r, 0, sizeof(*r));
+}
+
+int qry_job_ranks(struct sto *s, const char *job, struct qry_ranks *out, struct qry_error *err)
 {
 	struct series_list l = {0};
+	memset(out, 0, sizeof(*out));
 	int rc = job_series(s, job, &l, err);
 	if (rc)
 		goto out;
-	bool job_level = false;
-	rc = rdb_buf_puts(out, "{\"job\":");
-	if (rc == 0)
-		rc = rdb_buf_json_str(out, job, strlen(job));
-	if (rc == 0)
-		rc = rdb_buf_puts(out, ",\"ranks\":[");
-	/* Keys come sorted by rank; the job-level pseudo-rank sorts last. */
-	for (size_t i = 0, n = 0; rc == 0 && i < l.n; i++) {
-		uint32_t r = l.keys[i].rank;
-		if (r == MDL_RANK_JOB) {
-			job_level = true;
-			continue;
-		}
-		if (i && l.keys[i - 1].rank == r)
-			continue;
-		rc = rdb_buf_printf(out, n++ ? ",%u" : "%u", r);
+	out->v = malloc(l.n * sizeof(*out->v));
+	if (!out->v) {
+		rc = fail(err, -ENOMEM, "listing ranks");
+		goto out;
 	}
-	if (rc == 0)
-		rc = rdb_buf_printf(out, "],\"job_level\":%s}", job_level ? "true" : "false");
-	if (rc)
-		fail(err, rc == RDB_ELIMIT ? 413 : 500, rc, "listing ranks");
+	snprintf(out->job, sizeof(out->job), "%s", job);
+	/* Keys come sorted by rank; the job-level pseudo-rank sorts last. */
+	for (size_t i = 0; i < l.n; i++) {
+		uint32_t r = l.keys[i].rank;
+		if (r == MDL_RANK_JOB)
+			out->job_level = true;
+		else if (i == 0 || l.keys[i - 1].rank != r)
+			out->v[out->n++] = r;
+	}
 out:
 	free(l.keys);
 	return rc;

@@ -107,43 +107,22 @@ int qry_agg_each(struct qry_scan *sc, const struct qry_match *m, const struct qr
 int qry_agg_read_error(struct qry_error *err, int rc, const struct mdl_series_key *k,
 		       const struct qry_scan *sc)
 {
-	if (rc == RDB_ELIMIT) {
-		err->status = 422;
-		snprintf(err->msg, sizeof(err->msg),
-			 "the query would read more than max_query_points (%zu) points; chunks "
-			 "that lie inside one bucket are answered from their statistics and cost "
-			 "nothing, so use wider buckets (step_width, time_width_ns or fewer "
-			 "points), drop quantile aggregates (they need every point), narrow the "
-			 "range (from/to, step_from/step_to) or select fewer ranks or metrics",
-			 sc->max_points);
-		return rc;
-	}
-	if (rc == RDB_EINVAL && sc->re.msg[0]) {
-		err->status = 422;
-		snprintf(err->msg, sizeof(err->msg), "%s", sc->re.msg);
-		return rc;
-	}
-	err->status = 500;
-	if (k->rank == MDL_RANK_JOB)
-		snprintf(err->msg, sizeof(err->msg), "series job=%s rank=job metric=%s: %s",
-			 k->job, k->metric, sc->re.msg[0] ? sc->re.msg : rdb_strerror(rc));
-	else
-		snprintf(err->msg, sizeof(err->msg), "series job=%s rank=%u metric=%s: %s", k->job,
-			 k->rank, k->metric, sc->re.msg[0] ? sc->re.msg : rdb_strerror(rc));
-	return rc;
-}
-
-int qry_agg_out_error(struct qry_error *err, int rc)
-{
-	err->status = rc == RDB_ELIMIT ? 413 : 500;
+	const char *why = sc->re.msg[0] ? sc->re.msg : rdb_strerror(rc);
 	if (rc == RDB_ELIMIT)
-		snprintf(err->msg, sizeof(err->msg), "the response would exceed "
-			 "max_response_bytes; use wider buckets or fewer points, narrow the "
-			 "range, or select fewer ranks or metrics");
-	else
-		snprintf(err->msg, sizeof(err->msg), "writing the response: %s",
-			 rdb_strerror(rc));
-	return rc;
+		return qry_fail(err, QRY_E_LIMIT, rc, "the query would read more than "
+				"max_query_points (%zu) points; chunks that lie inside one bucket "
+				"are answered from their statistics and cost nothing, so use wider "
+				"buckets (step_width, time_width_ns or fewer points), drop quantile "
+				"aggregates (they need every point), narrow the range (from/to, "
+				"step_from/step_to) or select fewer ranks or metrics",
+				sc->max_points);
+	if (rc == RDB_EINVAL && sc->re.msg[0])
+		return qry_fail(err, QRY_E_UNSUPPORTED, rc, "%s", sc->re.msg);
+	if (k->rank == MDL_RANK_JOB)
+		return qry_fail(err, QRY_E_INTERNAL, rc, "series job=%s rank=job metric=%s: %s",
+				k->job, k->metric, why);
+	return qry_fail(err, QRY_E_INTERNAL, rc, "series job=%s rank=%u metric=%s: %s", k->job,
+			k->rank, k->metric, why);
 }
 
 int qry_agg_resolve(struct qry_scan *sc, const struct qry_match *m,
@@ -161,3 +140,10 @@ int qry_agg_resolve(struct qry_scan *sc, const struct qry_match *m,
 	return 0;
 }
 
+
+int qry_read_series(struct qry_scan *sc, uint64_t id, const struct sto_range *r,
+		    size_t max_points, struct mdl_cols *out)
+{
+	sc->re.msg[0] = 0;
+	return sto_read(sc->s, id, r, max_points, out, &sc->re);
+}

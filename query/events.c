@@ -20,8 +20,9 @@
  * xxh3 check over the key and the query's filter, so a cursor that was
  * altered, or comes from another query, is refused (400).
  *
+ * Results are typed (events.h): owned event copies, each naming its job.
  * Threading: reentrant; the storage API does the locking. Errors fill
- * struct qry_error with the HTTP status and what to change.
+ * struct qry_error with a code and what to change.
  */
 #include "query/events.h"
 #include "common/rdb_err.h"
@@ -41,16 +42,11 @@
 
 /* ---- owned copies of events -------------------------------------------------- */
 
-struct evc {
-	struct mdl_event ev; /* text and fields point into data; job is the query's */
-	uint64_t hash;       /* content hash: tie-break of equal (ts, rank) */
-	char data[];
-};
-
+/* A list being built: the events, and the job name every copy gets. */
 struct evl {
-	struct evc **v;
+	struct qry_event **v;
 	size_t n, cap;
-	const char *job; /* the job every copy names */
+	const char *job;
 };
 
 static void evl_clear(struct evl *l)
@@ -66,6 +62,26 @@ static void evl_free(struct evl *l)
 	free(l->v);
 	l->v = NULL;
 	l->cap = 0;
+}
+
+/* Moves the events of l into out (l becomes empty). */
+static void evl_give(struct evl *l, struct qry_events *out)
+{
+	out->v = l->v;
+	out->n = l->n;
+	out->cap = l->cap;
+	l->v = NULL;
+	l->n = l->cap = 0;
+}
+
+void qry_events_free(struct qry_events *l)
+{
+	if (!l)
+		return;
+	for (size_t i = 0; i < l->n; i++)
+		free(l->v[i]);
+	free(l->v);
+	memset(l, 0, sizeof(*l));
 }
 
 static uint64_t content_hash(const struct mdl_event *e)
@@ -84,27 +100,33 @@ static uint64_t content_hash(const struct mdl_event *e)
 }
 
 /* sto_ev_fn: appends a copy of e. */
+/* sto_ev_fn: appends a copy of e naming l->job (or e's own job). */
 static int evl_add(void *arg, const struct mdl_event *e)
 {
 	struct evl *l = arg;
+	const char *job = l->job ? l->job : e->job;
+	size_t jl = l->job ? strlen(l->job) : e->job_len;
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? l->cap * 2 : 64;
-		struct evc **p = realloc(l->v, cap * sizeof(*p));
+		struct qry_event **p = realloc(l->v, cap * sizeof(*p));
 		if (!p)
 			return -ENOMEM;
 		l->v = p;
 		l->cap = cap;
 	}
-	struct evc *c = malloc(sizeof(*c) + e->text_len + e->fields_len + 1);
+	struct qry_event *c = malloc(sizeof(*c) + e->text_len + e->fields_len + jl + 2);
 	if (!c)
 		return -ENOMEM;
 	c->ev = *e;
 	memcpy(c->data, e->text, e->text_len);
 	memcpy(c->data + e->text_len, e->fields, e->fields_len);
 	c->data[e->text_len + e->fields_len] = 0;
+	memcpy(c->data + e->text_len + e->fields_len + 1, job, jl);
+	c->data[e->text_len + e->fields_len + 1 + jl] = 0;
 	c->ev.text = c->data;
 	c->ev.fields = c->data + e->text_len;
-	c->ev.job = l->job;
+	c->ev.job = c->data + e->text_len + e->fields_len + 1;
+	c->ev.job_len = jl;
 	c->hash = content_hash(e);
 	l->v[l->n++] = c;
 	return 0;
@@ -182,72 +204,24 @@ static int read_window(struct sto *s, const struct sto_ev_filter *f, size_t max,
 	return rc;
 }
 
-/* ---- errors and output ---------------------------------------------------------- */
-
-static int fail(struct qry_error *err, int status, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int fail(struct qry_error *err, int status, int rc, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-	va_end(ap);
-	err->status = status;
-	return rc;
-}
+/* ---- errors ------------------------------------------------------------------------ */
 
 /* A failed storage read as an answer. */
 static int read_failed(struct qry_error *err, int rc, const struct sto_read_error *re,
 		       size_t max, const char *narrow)
 {
 	if (rc == RDB_ELIMIT)
-		return fail(err, 422, rc, "the query selects more than %zu events; narrow it (%s)",
-			    max, narrow);
-	return fail(err, 500, rc, "reading events: %s", re->msg[0] ? re->msg : rdb_strerror(rc));
+		return qry_fail(err, QRY_E_LIMIT, rc, "the query selects more than %zu events; "
+				"narrow it (%s)", max, narrow);
+	return qry_fail(err, QRY_E_INTERNAL, rc, "reading events: %s",
+			re && re->msg[0] ? re->msg : rdb_strerror(rc));
 }
 
-static int output_failed(struct qry_error *err, int rc)
+int qry_events_scan(struct sto *s, const struct sto_ev_filter *f, size_t max_events,
+		    int (*fn)(void *arg, const struct mdl_event *e), void *arg,
+		    struct sto_read_error *re)
 {
-	if (rc == RDB_ELIMIT)
-		return fail(err, 413, rc, "the response would exceed max_response_bytes; narrow "
-			    "the query or lower limit");
-	return fail(err, 500, rc, "writing the response: %s", rdb_strerror(rc));
-}
-
-static int json_i64_or_null(struct rdb_buf *out, int64_t v)
-{
-	if (v == MDL_STEP_NONE)
-		return rdb_buf_puts(out, "null");
-	return rdb_buf_printf(out, "%lld", (long long)v);
-}
-
-/* One log record; at_step < 0: no at_step member. */
-static int write_log(struct rdb_buf *out, const struct mdl_event *e, bool comma, int at_step)
-{
-	int rc = rdb_buf_printf(out, "%s{\"ts\":%lld,\"rank\":", comma ? "," : "",
-				(long long)e->ts_ns);
-	if (rc == 0)
-		rc = qry_json_rank(out, e->rank);
-	if (rc == 0)
-		rc = rdb_buf_printf(out, ",\"level\":\"%s\",\"step\":", mdl_level_name(e->level));
-	if (rc == 0)
-		rc = json_i64_or_null(out, e->step);
-	if (rc == 0)
-		rc = rdb_buf_printf(out, ",\"attempt\":%u,\"message\":", e->attempt);
-	if (rc == 0)
-		rc = rdb_buf_json_str(out, e->text, e->text_len);
-	if (rc == 0)
-		rc = rdb_buf_puts(out, ",\"fields\":");
-	if (rc == 0 && e->fields_len)
-		rc = rdb_buf_append(out, e->fields, e->fields_len);
-	else if (rc == 0)
-		rc = rdb_buf_puts(out, "{}");
-	if (rc == 0 && at_step >= 0)
-		rc = rdb_buf_puts(out, at_step ? ",\"at_step\":true" : ",\"at_step\":false");
-	if (rc == 0)
-		rc = rdb_buf_putc(out, '}');
-	return rc;
+	return sto_events_read(s, f, max_events, fn, arg, re);
 }
 
 /* ---- unknown jobs ------------------------------------------------------------------ */
@@ -282,11 +256,11 @@ static int check_job(struct sto *s, const char *job, struct qry_error *err)
 	if (rc == 1 || rc == RDB_ELIMIT)
 		rc = 0; /* found something */
 	else if (rc == 0)
-		rc = fail(err, 404, RDB_ENOTFOUND, "unknown job '%.128s' (it has no series, logs "
-			  "or spans; GET /api/v1/jobs lists the jobs)", job);
+		rc = qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND, "unknown job '%.128s' (it has "
+			      "no series, logs or spans; GET /api/v1/jobs lists the jobs)", job);
 	else
-		fail(err, 500, rc, "looking up job '%.128s': %s", job,
-		     re && re->msg[0] ? re->msg : rdb_strerror(rc));
+		qry_fail(err, QRY_E_INTERNAL, rc, "looking up job '%.128s': %s", job,
+			 re && re->msg[0] ? re->msg : rdb_strerror(rc));
 	free(re);
 	return rc;
 }
@@ -381,7 +355,8 @@ static int cmp_key(int64_t ts, uint32_t rank, uint64_t hash, const struct cursor
 
 static int cmp_page(const void *a, const void *b)
 {
-	const struct evc *x = *(struct evc *const *)a, *y = *(struct evc *const *)b;
+	const struct qry_event *x = *(struct qry_event *const *)a;
+	const struct qry_event *y = *(struct qry_event *const *)b;
 	struct cursor k = {y->ev.ts_ns, y->ev.rank, y->hash, 0};
 	return cmp_key(x->ev.ts_ns, x->ev.rank, x->hash, &k);
 }
@@ -402,7 +377,7 @@ static void pick_page(const struct evl *l, size_t limit, bool narrowed, struct p
 	size_t i = 0;
 	uint32_t seen_equal = 0;
 	for (; p->after && i < l->n; i++) {
-		const struct evc *e = l->v[i];
+		const struct qry_event *e = l->v[i];
 		int c = cmp_key(e->ev.ts_ns, e->ev.rank, e->hash, p->after);
 		if (c > 0 || (c == 0 && seen_equal == p->after->dup))
 			break;
@@ -413,7 +388,7 @@ static void pick_page(const struct evl *l, size_t limit, bool narrowed, struct p
 	p->more = narrowed || p->first + p->n < l->n;
 	if (p->n == 0)
 		return;
-	const struct evc *last = l->v[p->first + p->n - 1];
+	const struct qry_event *last = l->v[p->first + p->n - 1];
 	p->next = (struct cursor){last->ev.ts_ns, last->ev.rank, last->hash, 0};
 	for (size_t k = p->first + p->n; k-- > p->first;) {
 		if (cmp_key(l->v[k]->ev.ts_ns, l->v[k]->ev.rank, l->v[k]->hash, &p->next))
@@ -424,30 +399,31 @@ static void pick_page(const struct evl *l, size_t limit, bool narrowed, struct p
 		p->next.dup += p->after->dup;
 }
 
-static int write_page(struct rdb_buf *out, const struct qry_logs_req *req, const struct evl *l,
-		      const struct page *p, uint64_t fhash)
+/* Moves the page's events out of l into out, with the next cursor. */
+static void take_page(struct evl *l, const struct page *p, uint64_t fhash,
+		      struct qry_log_page *out)
 {
-	int rc = rdb_buf_puts(out, "{\"job\":");
-	if (rc == 0)
-		rc = rdb_buf_json_str(out, req->filter.job, strlen(req->filter.job));
-	if (rc == 0)
-		rc = rdb_buf_puts(out, ",\"logs\":[");
-	for (size_t i = 0; rc == 0 && i < p->n; i++)
-		rc = write_log(out, &l->v[p->first + i]->ev, i > 0, -1);
-	if (rc == 0 && p->more && p->n) {
-		char text[QRY_CURSOR_MAX];
-		cursor_encode(&p->next, fhash, text);
-		rc = rdb_buf_printf(out, "],\"next_cursor\":\"%s\"}", text);
-	} else if (rc == 0) {
-		rc = rdb_buf_puts(out, "],\"next_cursor\":null}");
-	}
-	return rc;
+	for (size_t i = 0; i < p->first; i++)
+		free(l->v[i]);
+	for (size_t i = p->first + p->n; i < l->n; i++)
+		free(l->v[i]);
+	memmove(l->v, l->v + p->first, p->n * sizeof(*l->v));
+	l->n = p->n;
+	evl_give(l, &out->logs);
+	if (p->more && p->n)
+		cursor_encode(&p->next, fhash, out->next_cursor);
+}
+
+void qry_log_page_free(struct qry_log_page *p)
+{
+	if (p)
+		qry_events_free(&p->logs);
 }
 
 static const char *const LOGS_NARROW = "a time range from/to, a step range, fewer ranks, a "
 				       "higher level, or words q";
 
-int qry_logs(struct sto *s, const struct qry_logs_req *req, struct rdb_buf *out,
+int qry_logs(struct sto *s, const struct qry_logs_req *req, struct qry_log_page *out,
 	     struct qry_error *err)
 {
 	struct sto_ev_filter f = req->filter;
@@ -457,13 +433,15 @@ int qry_logs(struct sto *s, const struct qry_logs_req *req, struct rdb_buf *out,
 	bool narrowed = false;
 	uint64_t fhash = filter_hash(&req->filter);
 	struct sto_read_error *re = malloc(sizeof(*re));
-	int rc = re ? 0 : fail(err, 500, -ENOMEM, "out of memory");
+	int rc = re ? 0 : qry_fail(err, QRY_E_INTERNAL, -ENOMEM, "out of memory");
+	memset(out, 0, sizeof(*out));
 	f.kinds = 1u << MDL_EV_LOG;
 	if (rc == 0 && req->cursor) {
 		rc = cursor_decode(req->cursor, fhash, &after);
 		if (rc) {
-			fail(err, 400, rc, "parameter cursor is not a next_cursor of this query "
-			     "(altered, or the filter parameters changed); start again without it");
+			qry_fail(err, QRY_E_INVALID, rc, "parameter cursor is not a next_cursor of "
+				 "this query (altered, or the filter parameters changed); start "
+				 "again without it");
 			goto out;
 		}
 		p.after = &after;
@@ -479,15 +457,15 @@ int qry_logs(struct sto *s, const struct qry_logs_req *req, struct rdb_buf *out,
 	sort_evl(&l, cmp_page);
 	pick_page(&l, req->limit, narrowed, &p);
 	if (p.n == 0 && narrowed) {
-		rc = fail(err, 422, RDB_ELIMIT, "more than %zu log records share one timestamp "
-			  "here; narrow the query (%s)", req->max_events, LOGS_NARROW);
+		rc = qry_fail(err, QRY_E_LIMIT, RDB_ELIMIT, "more than %zu log records share one "
+			      "timestamp here; narrow the query (%s)", req->max_events,
+			      LOGS_NARROW);
 		goto out;
 	}
 	if (p.n == 0 && !req->cursor && (rc = check_job(s, f.job, err)))
 		goto out;
-	rc = write_page(out, req, &l, &p, fhash);
-	if (rc)
-		output_failed(err, rc);
+	snprintf(out->job, sizeof(out->job), "%s", req->filter.job);
+	take_page(&l, &p, fhash, out);
 out:
 	evl_free(&l);
 	free(re);
@@ -619,37 +597,20 @@ static int read_steps(struct sto *s, const struct qry_around_req *req, struct ev
 	return rc;
 }
 
-static int write_around(struct rdb_buf *out, const struct qry_around_req *req, int64_t anchor,
-			const struct evl *l)
+void qry_around_free(struct qry_around *a)
 {
-	int rc = rdb_buf_puts(out, "{\"job\":");
-	if (rc == 0)
-		rc = rdb_buf_json_str(out, req->job, strlen(req->job));
-	if (rc == 0)
-		rc = rdb_buf_puts(out, ",\"rank\":");
-	if (rc == 0)
-		rc = qry_json_rank(out, req->rank);
-	if (rc == 0)
-		rc = rdb_buf_printf(out, ",\"step\":%lld,\"mode\":\"%s\",\"anchor_ts\":",
-				    (long long)req->step, req->window_steps >= 0 ? "steps" : "time");
-	if (rc == 0)
-		rc = json_i64_or_null(out, anchor == INT64_MAX ? MDL_STEP_NONE : anchor);
-	if (rc == 0)
-		rc = rdb_buf_puts(out, ",\"logs\":[");
-	for (size_t i = 0; rc == 0 && i < l->n; i++)
-		rc = write_log(out, &l->v[i]->ev, i > 0, l->v[i]->ev.step == req->step);
-	if (rc == 0)
-		rc = rdb_buf_puts(out, "]}");
-	return rc;
+	if (a)
+		qry_events_free(&a->logs);
 }
 
-int qry_logs_around(struct sto *s, const struct qry_around_req *req, struct rdb_buf *out,
+int qry_logs_around(struct sto *s, const struct qry_around_req *req, struct qry_around *out,
 		    struct qry_error *err)
 {
 	struct evl l = {.job = req->job};
 	int64_t anchor = INT64_MAX;
 	struct sto_read_error *re = malloc(sizeof(*re));
-	int rc = re ? 0 : fail(err, 500, -ENOMEM, "out of memory");
+	int rc = re ? 0 : qry_fail(err, QRY_E_INTERNAL, -ENOMEM, "out of memory");
+	memset(out, 0, sizeof(*out));
 	if (rc == 0 && req->window_steps >= 0)
 		rc = read_steps(s, req, &l, re, err);
 	else if (rc == 0)
@@ -659,16 +620,19 @@ int qry_logs_around(struct sto *s, const struct qry_around_req *req, struct rdb_
 	if (rc == 0 && l.n == 0)
 		rc = check_job(s, req->job, err);
 	if (rc == 0 && req->window_steps < 0 && anchor == INT64_MAX)
-		rc = fail(err, 404, RDB_ENOTFOUND, "rank %u of job '%.128s' has no log and no "
-			  "point at step %lld; pick another step, or use window_steps to look at "
-			  "the logs of neighbouring steps", req->rank, req->job,
-			  (long long)req->step);
+		rc = qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND, "rank %u of job '%.128s' has "
+			      "no log and no point at step %lld; pick another step, or use "
+			      "window_steps to look at the logs of neighbouring steps", req->rank,
+			      req->job, (long long)req->step);
 	if (rc)
 		goto out;
 	sort_evl(&l, cmp_oldest);
-	rc = write_around(out, req, anchor, &l);
-	if (rc)
-		output_failed(err, rc);
+	snprintf(out->job, sizeof(out->job), "%s", req->job);
+	out->rank = req->rank;
+	out->step = req->step;
+	out->steps_mode = req->window_steps >= 0;
+	out->anchor_ts_ns = anchor;
+	evl_give(&l, &out->logs);
 out:
 	evl_free(&l);
 	free(re);
@@ -679,8 +643,8 @@ out:
 
 static int cmp_span(const void *a, const void *b)
 {
-	const struct mdl_event *x = &(*(struct evc *const *)a)->ev;
-	const struct mdl_event *y = &(*(struct evc *const *)b)->ev;
+	const struct mdl_event *x = &(*(struct qry_event *const *)a)->ev;
+	const struct mdl_event *y = &(*(struct qry_event *const *)b)->ev;
 	if (x->step != y->step)
 		return x->step < y->step ? -1 : 1;
 	if (x->rank != y->rank)
@@ -701,60 +665,44 @@ static bool same_group(const struct mdl_event *a, const struct mdl_event *b)
 	return a->step == b->step && a->rank == b->rank;
 }
 
-/* One rank of one step: spans [from, to) of one attempt. */
-static int write_rank_spans(struct rdb_buf *out, struct evc *const *v, size_t from, size_t to,
-			    bool comma)
+void qry_spans_free(struct qry_spans *sp)
 {
-	int64_t total = 0;
-	int rc = rdb_buf_puts(out, comma ? ",{\"rank\":" : "{\"rank\":");
-	if (rc == 0)
-		rc = qry_json_rank(out, v[from]->ev.rank);
-	if (rc == 0)
-		rc = rdb_buf_printf(out, ",\"attempt\":%u,\"spans\":[", v[from]->ev.attempt);
-	for (size_t i = from; rc == 0 && i < to; i++) {
-		const struct mdl_event *e = &v[i]->ev;
-		rc = rdb_buf_puts(out, i > from ? ",{\"name\":" : "{\"name\":");
-		if (rc == 0)
-			rc = rdb_buf_json_str(out, e->text, e->text_len);
-		if (rc == 0)
-			rc = rdb_buf_printf(out, ",\"start\":%lld,\"duration_ns\":%lld,\"end\":%lld}",
-					    (long long)e->ts_ns, (long long)e->duration_ns,
-					    (long long)(e->ts_ns + e->duration_ns));
-		total += e->duration_ns;
-	}
-	if (rc == 0)
-		rc = rdb_buf_printf(out, "],\"total_ns\":%lld}", (long long)total);
-	return rc;
+	if (!sp)
+		return;
+	qry_events_free(&sp->spans);
+	free(sp->g);
+	memset(sp, 0, sizeof(*sp));
 }
 
-static int write_spans(struct rdb_buf *out, const char *job, const struct evl *l, bool latest)
+/* Groups the sorted spans by (step, rank); with latest, a group keeps only
+ * its highest attempt (the others are dropped from l). */
+static int group_spans(struct evl *l, bool latest, struct qry_spans *out)
 {
-	int rc = rdb_buf_puts(out, "{\"job\":");
-	if (rc == 0)
-		rc = rdb_buf_json_str(out, job, strlen(job));
-	if (rc == 0)
-		rc = rdb_buf_puts(out, ",\"steps\":[");
-	for (size_t i = 0, end; rc == 0 && i < l->n; i = end) {
+	size_t w = 0;
+	out->g = malloc((l->n ? l->n : 1) * sizeof(*out->g));
+	if (!out->g)
+		return -ENOMEM;
+	for (size_t i = 0, end; i < l->n; i = end) {
 		const struct mdl_event *e = &l->v[i]->ev;
-		bool new_step = i == 0 || l->v[i - 1]->ev.step != e->step;
 		end = i + 1;
 		while (end < l->n && same_group(&l->v[end]->ev, e))
 			end++;
 		size_t from = i;
-		while (latest && l->v[from]->ev.attempt != l->v[end - 1]->ev.attempt)
-			from++;
-		if (new_step)
-			rc = rdb_buf_printf(out, "%s{\"step\":%lld,\"ranks\":[", i ? "]}," : "",
-					    (long long)e->step);
-		if (rc == 0)
-			rc = write_rank_spans(out, l->v, from, end, !new_step);
+		for (; latest && l->v[from]->ev.attempt != l->v[end - 1]->ev.attempt; from++)
+			free(l->v[from]);
+		struct qry_span_group *g = &out->g[out->ng++];
+		*g = (struct qry_span_group){e->step, e->rank, l->v[end - 1]->ev.attempt, w,
+					     end - from, 0};
+		for (size_t k = from; k < end; k++) {
+			g->total_ns += l->v[k]->ev.duration_ns;
+			l->v[w++] = l->v[k];
+		}
 	}
-	if (rc == 0)
-		rc = rdb_buf_puts(out, l->n ? "]}]}" : "]}");
-	return rc;
+	l->n = w;
+	return 0;
 }
 
-int qry_spans(struct sto *s, const struct qry_spans_req *req, struct rdb_buf *out,
+int qry_spans(struct sto *s, const struct qry_spans_req *req, struct qry_spans *out,
 	      struct qry_error *err)
 {
 	struct sto_ev_filter f = {.job = req->job, .kinds = 1u << MDL_EV_SPAN,
@@ -763,6 +711,7 @@ int qry_spans(struct sto *s, const struct qry_spans_req *req, struct rdb_buf *ou
 				  .step_to = req->step_to, .attempt = req->attempt};
 	struct evl l = {.job = req->job};
 	struct sto_read_error *re = malloc(sizeof(*re));
+	memset(out, 0, sizeof(*out));
 	int rc = re ? read_all(s, &f, req->max_events, &l, re) : -ENOMEM;
 	if (rc) {
 		read_failed(err, rc, re, req->max_events, "a smaller step range, or fewer ranks");
@@ -771,9 +720,14 @@ int qry_spans(struct sto *s, const struct qry_spans_req *req, struct rdb_buf *ou
 	if (l.n == 0 && (rc = check_job(s, req->job, err)))
 		goto out;
 	sort_evl(&l, cmp_span);
-	rc = write_spans(out, req->job, &l, req->attempt < 0);
-	if (rc)
-		output_failed(err, rc);
+	rc = group_spans(&l, req->attempt < 0, out);
+	if (rc) {
+		qry_fail(err, QRY_E_INTERNAL, rc, "out of memory");
+		qry_spans_free(out);
+		goto out;
+	}
+	snprintf(out->job, sizeof(out->job), "%s", req->job);
+	evl_give(&l, &out->spans);
 out:
 	evl_free(&l);
 	free(re);
@@ -813,7 +767,7 @@ static int keep_newest(struct evl *dst, struct evl *src, size_t limit)
 	int rc = 0;
 	sort_evl(src, cmp_page);
 	if (dst->n + take > dst->cap) {
-		struct evc **p = realloc(dst->v, (dst->n + take) * sizeof(*p));
+		struct qry_event **p = realloc(dst->v, (dst->n + take) * sizeof(*p));
 		rc = p ? 0 : -ENOMEM;
 		if (p) {
 			dst->v = p;
@@ -832,29 +786,8 @@ static int keep_newest(struct evl *dst, struct evl *src, size_t limit)
 	return rc;
 }
 
-static int write_annotation(struct rdb_buf *out, const struct mdl_event *e, bool comma)
-{
-	char rank[16];
-	const char *level = mdl_level_name(e->level);
-	if (e->rank == MDL_RANK_JOB)
-		snprintf(rank, sizeof(rank), "job");
-	else
-		snprintf(rank, sizeof(rank), "%u", e->rank);
-	int rc = rdb_buf_printf(out, "%s{\"time\":%lld,\"title\":\"%s rank %s\",\"text\":",
-				comma ? "," : "", (long long)(e->ts_ns / 1000000), level, rank);
-	if (rc == 0)
-		rc = rdb_buf_json_str(out, e->text, e->text_len);
-	if (rc == 0)
-		rc = rdb_buf_puts(out, ",\"tags\":[\"job:");
-	if (rc == 0)
-		rc = rdb_buf_append(out, e->job, strlen(e->job)); /* job ids need no escaping */
-	if (rc == 0)
-		rc = rdb_buf_printf(out, "\",\"rank:%s\",\"level:%s\"]}", rank, level);
-	return rc;
-}
-
 int qry_events_annotations(struct sto *s, const char *job, int64_t from_ns, int64_t to_ns,
-			   uint8_t min_level, size_t limit, struct rdb_buf *out,
+			   uint8_t min_level, size_t limit, struct qry_events *out,
 			   struct qry_error *err)
 {
 	struct job_names jobs = {0};
@@ -866,14 +799,17 @@ int qry_events_annotations(struct sto *s, const char *job, int64_t from_ns, int6
 		rc = job_name_cb(&jobs, job, 0);
 	else if (rc == 0)
 		rc = sto_list_jobs(s, job_name_cb, &jobs);
+	memset(out, 0, sizeof(*out));
 	if (rc) {
-		fail(err, rc == RDB_ELIMIT ? 422 : 500, rc, "listing jobs: %s", rdb_strerror(rc));
+		qry_fail(err, rc == RDB_ELIMIT ? QRY_E_LIMIT : QRY_E_INTERNAL, rc, "listing jobs: %s",
+			 rdb_strerror(rc));
 		goto out;
 	}
 	for (size_t i = 0; rc == 0 && i < jobs.n && from_ns <= to_ns && limit; i++) {
 		struct sto_ev_filter f = {.job = jobs.names[i], .kinds = 1u << MDL_EV_LOG,
 					  .min_level = min_level, .from_ns = from_ns,
 					  .to_ns = to_ns, .attempt = -1};
+		one.job = jobs.names[i];
 		rc = read_window(s, &f, QRY_EV_SCAN_MAX, true, &one, &narrowed, re);
 		if (rc == 0)
 			rc = keep_newest(&all, &one, limit);
@@ -883,13 +819,7 @@ int qry_events_annotations(struct sto *s, const char *job, int64_t from_ns, int6
 	}
 	if (rc)
 		goto out;
-	rc = rdb_buf_putc(out, '[');
-	for (size_t i = 0; rc == 0 && i < all.n; i++)
-		rc = write_annotation(out, &all.v[i]->ev, i > 0);
-	if (rc == 0)
-		rc = rdb_buf_putc(out, ']');
-	if (rc)
-		output_failed(err, rc);
+	evl_give(&all, out);
 out:
 	evl_free(&all);
 	evl_free(&one);

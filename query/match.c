@@ -132,23 +132,16 @@ int qry_match(struct sto *s, const struct qry_match_req *req, struct qry_match *
 	if (match_by_lookup(s, req, m))
 		return 0;
 	int rc = sto_list_series(s, req->job, match_cb, &c);
-	if (rc) {
-		err->status = 500;
-		snprintf(err->msg, sizeof(err->msg), "listing series: %s", rdb_strerror(rc));
-		return rc;
-	}
-	if (!m->job_seen || !m->metric_seen) {
-		err->status = 404;
-		if (!m->job_seen)
-			snprintf(err->msg, sizeof(err->msg), "unknown job '%.128s' (GET /api/v1/jobs "
-				 "lists the jobs)", req->job);
-		else
-			snprintf(err->msg, sizeof(err->msg), "job '%.128s' has no metric %s'%.256s' "
-				 "(GET /api/v1/jobs/%.128s/metrics lists them)", req->job,
-				 req->prefix ? "starting with " : "",
-				 req->prefix ? req->prefix : req->metrics[0], req->job);
-		return RDB_ENOTFOUND;
-	}
+	if (rc)
+		return qry_fail(err, QRY_E_INTERNAL, rc, "listing series: %s", rdb_strerror(rc));
+	if (!m->job_seen)
+		return qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND, "unknown job '%.128s' (GET "
+				"/api/v1/jobs lists the jobs)", req->job);
+	if (!m->metric_seen)
+		return qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND, "job '%.128s' has no metric "
+				"%s'%.256s' (GET /api/v1/jobs/%.128s/metrics lists them)", req->job,
+				req->prefix ? "starting with " : "",
+				req->prefix ? req->prefix : req->metrics[0], req->job);
 	qsort(m->v, m->n, sizeof(*m->v), cmp_series);
 	return 0;
 }

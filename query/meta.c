@@ -17,46 +17,32 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int fail(struct qry_error *err, int status, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int fail(struct qry_error *err, int status, int rc, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	err->status = status;
-	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-	va_end(ap);
-	return rc;
-}
-
 static int validate(const char *job, const void *doc, size_t len, struct qry_error *err)
 {
 	if (!mdl_job_valid(job, strlen(job)))
-		return fail(err, 400, RDB_EINVAL, "job id '%.128s' is invalid: %s", job,
+		return qry_fail(err, QRY_E_INVALID, RDB_EINVAL, "job id '%.128s' is invalid: %s", job,
 			    "[A-Za-z0-9._-]{1,128}");
 	if (len > QRY_META_MAX_BYTES)
-		return fail(err, 413, RDB_ELIMIT, "the metadata document exceeds %u bytes (1 MiB)",
+		return qry_fail(err, QRY_E_TOO_LARGE, RDB_ELIMIT, "the metadata document exceeds %u bytes (1 MiB)",
 			    QRY_META_MAX_BYTES);
 	json_error_t je;
 	json_t *v = json_loadb(doc, len, JSON_REJECT_DUPLICATES, &je);
 	if (!v) {
 		char where[64];
 		snprintf(where, sizeof(where), " (line %d, column %d)", je.line, je.column);
-		return fail(err, 400, RDB_EINVAL, "the metadata document is not valid JSON: "
+		return qry_fail(err, QRY_E_INVALID, RDB_EINVAL, "the metadata document is not valid JSON: "
 			    "%.200s%s", je.text, where);
 	}
 	bool obj = json_is_object(v);
 	json_decref(v);
 	if (!obj)
-		return fail(err, 400, RDB_EINVAL, "the metadata document must be a JSON object");
+		return qry_fail(err, QRY_E_INVALID, RDB_EINVAL, "the metadata document must be a JSON object");
 	return 0;
 }
 
@@ -128,7 +114,7 @@ int qry_meta_put(const char *data_dir, const char *job, const void *doc, size_t 
 		return rc;
 	rc = store(data_dir, job, doc, len);
 	if (rc)
-		return fail(err, 500, rc, "storing the metadata of job %.128s: %s; the previous "
+		return qry_fail(err, QRY_E_INTERNAL, rc, "storing the metadata of job %.128s: %s; the previous "
 			    "document (if any) is unchanged", job, rdb_strerror(rc));
 	return 0;
 }
@@ -155,22 +141,22 @@ int qry_meta_get(const char *data_dir, const char *job, struct rdb_buf *out,
 {
 	char path[4400];
 	if (!mdl_job_valid(job, strlen(job)))
-		return fail(err, 400, RDB_EINVAL, "job id '%.128s' is invalid: %s", job,
+		return qry_fail(err, QRY_E_INVALID, RDB_EINVAL, "job id '%.128s' is invalid: %s", job,
 			    "[A-Za-z0-9._-]{1,128}");
 	snprintf(path, sizeof(path), "%s/meta/%s.json", data_dir, job);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT)
-		return fail(err, 404, RDB_ENOTFOUND, "job %.128s has no metadata document "
+		return qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND, "job %.128s has no metadata document "
 			    "(store one with PUT /api/v1/jobs/<job>/meta)", job);
 	if (fd < 0)
-		return fail(err, 500, -errno, "reading the metadata of job %.128s: %s", job,
+		return qry_fail(err, QRY_E_INTERNAL, -errno, "reading the metadata of job %.128s: %s", job,
 			    rdb_strerror(-errno));
 	size_t before = out->len;
 	int rc = read_into(fd, out);
 	close(fd);
 	if (rc) {
 		out->len = before;
-		return fail(err, rc == RDB_ELIMIT ? 413 : 500, rc, "reading the metadata of job "
+		return qry_fail(err, rc == RDB_ELIMIT ? QRY_E_TOO_LARGE : QRY_E_INTERNAL, rc, "reading the metadata of job "
 			    "%.128s: %s", job, rdb_strerror(rc));
 	}
 	return 0;

@@ -26,29 +26,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_PHASES 64
+#define MAX_PHASES QRY_MAX_PHASES
 
-struct orow {
-	uint32_t rank;
-	bool ok;       /* has a value (all non-wait phases in phase mode) */
-	double value;  /* window mean, or own work */
-	double total;  /* phase mode: sum of every phase's mean */
-	double score;
-	double *phase; /* phase mode: nphases means, NAN where absent */
-};
-
+/* The query's state; rows, means and the figures live in the result. */
 struct ostate {
 	const struct qry_out_req *req;
 	struct qry_match m;
 	struct qry_bucketing bk;
-	const char *phases[MAX_PHASES]; /* names of the phases (suffixes) */
+	const char *phases[MAX_PHASES]; /* names of the phases (suffixes, into m) */
 	bool wait[MAX_PHASES];
 	size_t nphases;
-	struct orow *rows;
-	size_t nrows;
-	double *means; /* nrows * nphases (or nrows in value mode) */
-	double median, mad, scale;
-	bool mad_zero;
+	struct qry_out_result *r;
 };
 
 static int cmp_double(const void *a, const void *b)
@@ -57,11 +45,9 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static int fail(struct qry_error *err, int status, int rc, const char *msg)
+static int fail(struct qry_error *err, enum qry_code code, int rc, const char *msg)
 {
-	err->status = status;
-	snprintf(err->msg, sizeof(err->msg), "%s", msg);
-	return rc;
+	return qry_fail(err, code, rc, "%s", msg);
 }
 
 /* The phase a matched metric belongs to (its suffix after "<metric>."). */
@@ -108,7 +94,7 @@ static int select_series(struct sto *s, struct ostate *o, struct qry_error *err)
 	} else {
 		names = malloc(req->nphases * sizeof(*names));
 		if (!names)
-			return fail(err, 500, -ENOMEM, "out of memory");
+			return fail(err, QRY_E_INTERNAL, -ENOMEM, "out of memory");
 		for (size_t i = 0; i < req->nphases; i++) {
 			snprintf(names[i], sizeof(names[i]), "%s.%s", req->metric, req->phases[i]);
 			ptr[i] = names[i];
@@ -130,50 +116,51 @@ static int collect_phases(struct ostate *o, struct qry_error *err)
 		if (phase_index(o, p) >= 0)
 			continue;
 		if (o->nphases == MAX_PHASES)
-			return fail(err, 400, RDB_EINVAL, "phases: at most 64 phases");
+			return fail(err, QRY_E_INVALID, RDB_EINVAL, "phases: at most 64 phases");
 		o->wait[o->nphases] = is_wait(o->req, p);
 		any_work |= !o->wait[o->nphases];
 		o->phases[o->nphases++] = p;
 	}
 	if (o->m.n && !any_work)
-		return fail(err, 400, RDB_EINVAL, "phases: every phase found is a wait phase; "
+		return fail(err, QRY_E_INVALID, RDB_EINVAL, "phases: every phase found is a wait phase; "
 			    "name the compute phases with phases= or change wait_phases=");
 	return 0;
 }
 
 static int alloc_rows(struct ostate *o)
 {
+	struct qry_out_result *res = o->r;
 	size_t nph = o->req->phases_mode ? o->nphases : 1;
-	o->rows = calloc(o->m.n ? o->m.n : 1, sizeof(*o->rows));
-	o->means = malloc((o->m.n ? o->m.n : 1) * nph * sizeof(double));
-	if (!o->rows || !o->means)
+	res->rows = calloc(o->m.n ? o->m.n : 1, sizeof(*res->rows));
+	res->means = malloc((o->m.n ? o->m.n : 1) * nph * sizeof(double));
+	if (!res->rows || !res->means)
 		return -ENOMEM;
 	for (size_t i = 0; i < o->m.n; i++) {
 		uint32_t rank = o->m.v[i].key.rank;
-		if (o->nrows && o->rows[o->nrows - 1].rank == rank)
+		if (res->nrows && res->rows[res->nrows - 1].rank == rank)
 			continue;
-		struct orow *r = &o->rows[o->nrows];
+		struct qry_out_row *r = &res->rows[res->nrows];
 		r->rank = rank;
-		r->phase = o->means + o->nrows * nph;
+		r->phase = res->means + res->nrows * nph;
 		for (size_t p = 0; p < nph; p++)
 			r->phase[p] = NAN;
-		o->nrows++;
+		res->nrows++;
 	}
 	return 0;
 }
 
 /* The row of a rank: rows are in ascending rank order (from the match). */
-static struct orow *row_of(struct ostate *o, uint32_t rank)
+static struct qry_out_row *row_of(struct ostate *o, uint32_t rank)
 {
-	size_t lo = 0, hi = o->nrows;
+	size_t lo = 0, hi = o->r->nrows;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		if (o->rows[mid].rank < rank)
+		if (o->r->rows[mid].rank < rank)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	return &o->rows[lo];
+	return &o->r->rows[lo];
 }
 
 /* Each series writes its own cell (rank row, phase): the parts of
@@ -193,9 +180,9 @@ static void mean_reset(void *arg)
 {
 	struct ostate *o = arg;
 	size_t nph = o->req->phases_mode ? o->nphases : 1;
-	for (size_t r = 0; r < o->nrows; r++)
+	for (size_t r = 0; r < o->r->nrows; r++)
 		for (size_t p = 0; p < nph; p++)
-			o->rows[r].phase[p] = NAN;
+			o->r->rows[r].phase[p] = NAN;
 }
 
 /* Reads every selected series' window mean into its row. */
@@ -211,8 +198,8 @@ static int read_means(struct qry_scan *sc, struct ostate *o, struct qry_error *e
 
 static void row_values(struct ostate *o)
 {
-	for (size_t i = 0; i < o->nrows; i++) {
-		struct orow *r = &o->rows[i];
+	for (size_t i = 0; i < o->r->nrows; i++) {
+		struct qry_out_row *r = &o->r->rows[i];
 		if (!o->req->phases_mode) {
 			r->value = r->phase[0];
 			r->ok = !isnan(r->value);
@@ -231,7 +218,7 @@ static void row_values(struct ostate *o)
 	}
 }
 
-static int robust_scores(struct ostate *o)
+static int robust_scores(struct qry_out_result *o)
 {
 	double *v = malloc((o->nrows ? o->nrows : 1) * sizeof(*v));
 	size_t n = 0;
@@ -255,11 +242,12 @@ static int robust_scores(struct ostate *o)
 	}
 	for (size_t i = 0; i < o->nrows; i++)
 		o->rows[i].score = (o->rows[i].value - o->median) / o->scale;
+	o->nscored = n;
 	free(v);
 	return 0;
 }
 
-static double order_key(const struct orow *r, enum qry_direction d)
+static double order_key(const struct qry_out_row *r, enum qry_direction d)
 {
 	if (!r->ok)
 		return -INFINITY;
@@ -268,7 +256,7 @@ static double order_key(const struct orow *r, enum qry_direction d)
 
 static int cmp_rows(const void *a, const void *b, void *arg)
 {
-	const struct orow *x = a, *y = b;
+	const struct qry_out_row *x = a, *y = b;
 	enum qry_direction d = *(const enum qry_direction *)arg;
 	double kx = order_key(x, d), ky = order_key(y, d);
 	if (kx != ky)
@@ -276,112 +264,29 @@ static int cmp_rows(const void *a, const void *b, void *arg)
 	return (x->rank > y->rank) - (x->rank < y->rank);
 }
 
-static int write_row(struct rdb_buf *out, const struct ostate *o, const struct orow *r,
-		     bool first)
+/* Orders the rows by the direction's score and fills the result's head. */
+static int finish(struct ostate *o)
 {
-	int rc = rdb_buf_printf(out, "%s{\"rank\":%u,\"value\":", first ? "" : ",", r->rank);
-	if (rc == 0)
-		rc = qry_json_f64(out, r->value, true);
-	if (rc == 0)
-		rc = rdb_buf_puts(out, ",\"median\":");
-	if (rc == 0)
-		rc = qry_json_f64(out, o->median, true);
-	if (rc == 0)
-		rc = rdb_buf_puts(out, ",\"score\":");
-	if (rc == 0)
-		rc = qry_json_f64(out, r->score, true);
-	if (rc == 0 && o->req->phases_mode) {
-		rc = rdb_buf_puts(out, ",\"total\":");
-		if (rc == 0)
-			rc = qry_json_f64(out, r->total, true);
-		if (rc == 0)
-			rc = rdb_buf_puts(out, ",\"phases\":{");
-		for (size_t p = 0; rc == 0 && p < o->nphases; p++) {
-			rc = rdb_buf_puts(out, p ? "," : "");
-			if (rc == 0)
-				rc = rdb_buf_json_str(out, o->phases[p], strlen(o->phases[p]));
-			if (rc == 0)
-				rc = rdb_buf_putc(out, ':');
-			if (rc == 0)
-				rc = qry_json_f64(out, r->phase[p], !isnan(r->phase[p]));
-		}
-		if (rc == 0)
-			rc = rdb_buf_putc(out, '}');
-	}
-	return rc ? rc : rdb_buf_putc(out, '}');
-}
-
-static int write_names(struct rdb_buf *out, const struct ostate *o, const char *key, bool wait)
-{
-	int rc = rdb_buf_printf(out, ",\"%s\":[", key);
-	bool first = true;
-	for (size_t p = 0; rc == 0 && p < o->nphases; p++) {
-		if (o->wait[p] != wait)
-			continue;
-		rc = rdb_buf_puts(out, first ? "" : ",");
-		first = false;
-		if (rc == 0)
-			rc = rdb_buf_json_str(out, o->phases[p], strlen(o->phases[p]));
-	}
-	return rc ? rc : rdb_buf_putc(out, ']');
-}
-
-static int write_head(struct rdb_buf *out, const struct ostate *o, size_t scored)
-{
-	static const char *const dirs[] = {"both", "high", "low"};
-	const struct qry_out_req *req = o->req;
-	const struct sto_range *r = &o->bk.range;
-	int rc = rdb_buf_puts(out, "{\"job\":");
-	if (rc == 0)
-		rc = rdb_buf_json_str(out, req->job, strlen(req->job));
-	if (rc == 0)
-		rc = rdb_buf_puts(out, ",\"metric\":");
-	if (rc == 0)
-		rc = rdb_buf_json_str(out, req->metric, strlen(req->metric));
-	if (rc == 0)
-		rc = rdb_buf_printf(out, ",\"mode\":\"%s\",\"direction\":\"%s\",\"window\":",
-				    req->phases_mode ? "phases" : "value", dirs[req->direction]);
-	if (rc == 0 && r->by_step)
-		rc = rdb_buf_printf(out, "{\"step_from\":%lld,\"step_to\":%lld}",
-				    (long long)r->step_from, (long long)r->step_to);
-	else if (rc == 0)
-		rc = rdb_buf_printf(out, "{\"from\":%lld,\"to\":%lld}", (long long)r->from_ns,
-				    (long long)r->to_ns);
-	if (rc == 0 && req->phases_mode)
-		rc = write_names(out, o, "phases", false);
-	if (rc == 0 && req->phases_mode)
-		rc = write_names(out, o, "wait_phases", true);
-	if (rc == 0)
-		rc = rdb_buf_printf(out, ",\"ranks\":%zu,\"ranks_scored\":%zu,\"median\":", o->nrows,
-				    scored);
-	if (rc == 0)
-		rc = qry_json_f64(out, o->median, scored > 0);
-	if (rc == 0)
-		rc = rdb_buf_puts(out, ",\"mad\":");
-	if (rc == 0)
-		rc = qry_json_f64(out, o->mad, scored > 0);
-	if (rc == 0)
-		rc = rdb_buf_puts(out, ",\"scale\":");
-	if (rc == 0)
-		rc = qry_json_f64(out, o->scale, scored > 0);
-	if (rc == 0)
-		rc = rdb_buf_printf(out, ",\"mad_zero\":%s,\"outliers\":[",
-				    o->mad_zero ? "true" : "false");
-	return rc;
-}
-
-static int write_report(struct rdb_buf *out, struct ostate *o)
-{
+	struct qry_out_result *r = o->r;
 	enum qry_direction d = o->req->direction;
-	size_t scored = 0;
-	for (size_t i = 0; i < o->nrows; i++)
-		scored += o->rows[i].ok;
-	qsort_r(o->rows, o->nrows, sizeof(*o->rows), cmp_rows, &d);
-	int rc = write_head(out, o, scored);
-	size_t n = scored < o->req->limit ? scored : o->req->limit;
-	for (size_t i = 0; rc == 0 && i < n; i++)
-		rc = write_row(out, o, &o->rows[i], i == 0);
-	return rc ? rc : rdb_buf_putc(out, ']');
+	qsort_r(r->rows, r->nrows, sizeof(*r->rows), cmp_rows, &d);
+	r->nlisted = r->nscored < o->req->limit ? r->nscored : o->req->limit;
+	snprintf(r->job, sizeof(r->job), "%s", o->req->job);
+	snprintf(r->metric, sizeof(r->metric), "%s", o->req->metric);
+	r->phases_mode = o->req->phases_mode;
+	r->direction = d;
+	r->window = o->bk.range;
+	r->nphases = o->nphases;
+	if (!o->nphases)
+		return 0;
+	r->phases = malloc(o->nphases * sizeof(*r->phases));
+	if (!r->phases)
+		return -ENOMEM;
+	for (size_t p = 0; p < o->nphases; p++) {
+		snprintf(r->phases[p], sizeof(r->phases[p]), "%s", o->phases[p]);
+		r->wait[p] = o->wait[p];
+	}
+	return 0;
 }
 
 /* Resolves the window: step or time range, or the last N steps of the data. */
@@ -397,7 +302,7 @@ static int resolve_window(struct qry_scan *sc, struct ostate *o, struct qry_erro
 				return qry_agg_read_error(err, rc, &o->m.v[i].key, sc);
 		}
 		if (!e.has_steps)
-			return fail(err, 400, RDB_EINVAL, "last_steps: the metric has no points "
+			return fail(err, QRY_E_INVALID, RDB_EINVAL, "last_steps: the metric has no points "
 				    "with a step in the range; use from/to instead");
 		spec.range.by_step = true;
 		spec.range.step_to = e.max_step;
@@ -411,8 +316,7 @@ static int resolve_window(struct qry_scan *sc, struct ostate *o, struct qry_erro
 	return 0;
 }
 
-static int run(struct sto *s, struct qry_scan *sc, struct ostate *o, struct rdb_buf *out,
-	       struct qry_error *err)
+static int run(struct sto *s, struct qry_scan *sc, struct ostate *o, struct qry_error *err)
 {
 	int rc = select_series(s, o, err);
 	if (rc == 0 && o->req->phases_mode)
@@ -423,39 +327,49 @@ static int run(struct sto *s, struct qry_scan *sc, struct ostate *o, struct rdb_
 		return rc;
 	rc = alloc_rows(o);
 	if (rc)
-		return fail(err, 500, rc, "out of memory");
+		return fail(err, QRY_E_INTERNAL, rc, "out of memory");
 	rc = read_means(sc, o, err);
 	if (rc)
 		return rc;
 	row_values(o);
-	rc = robust_scores(o);
+	rc = robust_scores(o->r);
 	if (rc == 0)
-		rc = write_report(out, o);
-	if (rc == 0)
-		rc = qry_write_scan_totals(out, sc);
-	return rc ? qry_agg_out_error(err, rc) : 0;
+		rc = finish(o);
+	qry_totals_of(sc, &o->r->totals);
+	return rc ? fail(err, QRY_E_INTERNAL, rc, "out of memory") : 0;
 }
 
-int qry_outliers(struct sto *s, const struct qry_out_req *req, struct rdb_buf *out,
+void qry_out_result_free(struct qry_out_result *r)
+{
+	if (!r)
+		return;
+	free(r->rows);
+	free(r->means);
+	free(r->phases);
+	memset(r, 0, sizeof(*r));
+}
+
+int qry_outliers(struct sto *s, const struct qry_out_req *req, struct qry_out_result *out,
 		 struct qry_error *err)
 {
 	struct ostate *o = calloc(1, sizeof(*o));
 	struct qry_scan *sc = malloc(sizeof(*sc));
 	int rc;
+	memset(out, 0, sizeof(*out));
 	if (!o || !sc) {
-		rc = fail(err, 500, -ENOMEM, "out of memory");
+		rc = fail(err, QRY_E_INTERNAL, -ENOMEM, "out of memory");
 		goto out;
 	}
 	o->req = req;
+	o->r = out;
 	qry_scan_init(sc, s, req->max_points);
-	rc = run(s, sc, o, out, err);
+	rc = run(s, sc, o, err);
 	qry_scan_free(sc);
 out:
-	if (o) {
+	if (rc)
+		qry_out_result_free(out);
+	if (o)
 		qry_match_free(&o->m);
-		free(o->rows);
-		free(o->means);
-	}
 	free(o);
 	free(sc);
 	return rc;

@@ -2,9 +2,9 @@
  * match a metric set and a rank set, by time and/or step range.
  *
  * The points of every selected series are read (storage merges head and
- * chunks, verified) and written as columnar JSON. The total is bounded by
- * max_points (422, telling how to narrow the query) and the response by the
- * output buffer's bound (413).
+ * chunks, verified) into a struct qry_points the caller owns. The total is
+ * bounded by max_points (QRY_E_LIMIT, telling how to narrow the query).
+ * Threading: reentrant.
  */
 #include "query/qry.h"
 #include "common/rdb_err.h"
@@ -124,41 +124,6 @@ no:
 	return false;
 }
 
-static int write_series(struct rdb_buf *out, const struct mdl_series_key *k,
-			const struct mdl_cols *p, bool first)
-{
-	int rc = rdb_buf_puts(out, first ? "{\"job\":" : ",{\"job\":");
-	if (rc == 0)
-		rc = rdb_buf_json_str(out, k->job, strlen(k->job));
-	if (rc == 0)
-		rc = rdb_buf_puts(out, ",\"rank\":");
-	if (rc == 0)
-		rc = qry_json_rank(out, k->rank);
-	if (rc == 0)
-		rc = rdb_buf_puts(out, ",\"metric\":");
-	if (rc == 0)
-		rc = rdb_buf_json_str(out, k->metric, strlen(k->metric));
-	if (rc == 0)
-		rc = rdb_buf_puts(out, ",\"timestamps\":[");
-	if (rc == 0)
-		rc = qry_json_i64s(out, p->ts_ns, p->n);
-	if (rc == 0)
-		rc = rdb_buf_puts(out, "],\"steps\":[");
-	if (rc == 0)
-		rc = qry_json_steps(out, p->step, p->n);
-	if (rc == 0)
-		rc = rdb_buf_puts(out, "],\"attempts\":[");
-	if (rc == 0)
-		rc = qry_json_u32s(out, p->attempt, p->n);
-	if (rc == 0)
-		rc = rdb_buf_puts(out, "],\"values\":[");
-	if (rc == 0)
-		rc = qry_json_values(out, p->value, p->n);
-	if (rc == 0)
-		rc = rdb_buf_puts(out, "]}");
-	return rc;
-}
-
 static void key_text(const struct mdl_series_key *k, char *buf, size_t len)
 {
 	if (k->rank == MDL_RANK_JOB)
@@ -172,65 +137,79 @@ static int read_error(struct qry_error *err, int rc, const struct mdl_series_key
 {
 	char key[512];
 	key_text(k, key, sizeof(key));
-	if (rc == RDB_ELIMIT) {
-		err->status = 422;
-		snprintf(err->msg, sizeof(err->msg),
-			 "the query selects more than max_query_points (%zu) points; narrow the "
-			 "time range (from/to) or step range (step_from/step_to), select fewer "
-			 "ranks or metrics, or use a downsampling query", max_points);
+	if (rc == RDB_ELIMIT)
+		return qry_fail(err, QRY_E_LIMIT, rc, "the query selects more than "
+				"max_query_points (%zu) points; narrow the time range (from/to) "
+				"or step range (step_from/step_to), select fewer ranks or "
+				"metrics, or use a downsampling query", max_points);
+	return qry_fail(err, QRY_E_INTERNAL, rc, "series %s: %s", key,
+			re->msg[0] ? re->msg : rdb_strerror(rc));
+}
+
+void qry_points_free(struct qry_points *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; i < p->n; i++)
+		mdl_cols_free(&p->v[i].pts);
+	free(p->v);
+	memset(p, 0, sizeof(*p));
+}
+
+/* Reads series i of m into out (kept only when it has points). */
+static int read_one(struct sto *s, const struct qry_range_req *req, const struct match_ctx *m,
+		    size_t i, struct qry_points *out, struct sto_read_error *re)
+{
+	if (out->n == out->cap) {
+		size_t cap = out->cap ? out->cap * 2 : 16;
+		struct qry_series_points *v = realloc(out->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		out->v = v;
+		out->cap = cap;
+	}
+	struct qry_series_points *sp = &out->v[out->n];
+	sp->key = m->keys[i];
+	sp->pts = (struct mdl_cols)MDL_COLS_INIT;
+	int rc = sto_read(s, m->ids[i], &req->range, req->max_points - out->total, &sp->pts, re);
+	if (rc == 0 && sp->pts.n) {
+		out->total += sp->pts.n;
+		out->n++;
 	} else {
-		err->status = 500;
-		snprintf(err->msg, sizeof(err->msg), "series %s: %s", key,
-			 re->msg[0] ? re->msg : rdb_strerror(rc));
+		mdl_cols_free(&sp->pts);
 	}
 	return rc;
 }
 
-int qry_range(struct sto *s, const struct qry_range_req *req, struct rdb_buf *out,
+int qry_range(struct sto *s, const struct qry_range_req *req, struct qry_points *out,
 	      struct qry_error *err)
 {
 	struct match_ctx m = {.req = req};
-	struct mdl_cols pts = MDL_COLS_INIT;
 	struct sto_read_error *re = malloc(sizeof(*re));
-	size_t total = 0, nonempty = 0;
 	int rc = re ? 0 : -ENOMEM;
+	memset(out, 0, sizeof(*out));
 	if (rc == 0 && !match_by_lookup(s, req, &m))
 		rc = sto_list_series(s, req->job, match_cb, &m);
 	if (rc) {
-		err->status = 500;
-		snprintf(err->msg, sizeof(err->msg), "listing series: %s", rdb_strerror(rc));
+		qry_fail(err, QRY_E_INTERNAL, rc, "listing series: %s", rdb_strerror(rc));
 		goto out;
 	}
 	if (!m.job_seen) {
-		err->status = 404;
-		snprintf(err->msg, sizeof(err->msg), "unknown job '%.128s' (GET /api/v1/jobs "
-			 "lists the jobs)", req->job);
-		rc = RDB_ENOTFOUND;
+		rc = qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND, "unknown job '%.128s' (GET "
+			      "/api/v1/jobs lists the jobs)", req->job);
 		goto out;
 	}
-	rc = rdb_buf_puts(out, "{\"series\":[");
 	for (size_t i = 0; rc == 0 && i < m.n; i++) {
-		rc = sto_read(s, m.ids[i], &req->range, req->max_points - total, &pts, re);
-		if (rc) {
+		re->msg[0] = 0;
+		rc = read_one(s, req, &m, i, out, re);
+		if (rc)
 			read_error(err, rc, &m.keys[i], re, req->max_points);
-			goto out;
-		}
-		total += pts.n;
-		if (pts.n)
-			rc = write_series(out, &m.keys[i], &pts, nonempty++ == 0);
-	}
-	if (rc == 0)
-		rc = rdb_buf_printf(out, "],\"points\":%zu}", total);
-	if (rc) {
-		err->status = rc == RDB_ELIMIT ? 413 : 500;
-		snprintf(err->msg, sizeof(err->msg), rc == RDB_ELIMIT ?
-			 "the response would exceed max_response_bytes; narrow the query" :
-			 "writing the response: %s", rdb_strerror(rc));
 	}
 out:
+	if (rc)
+		qry_points_free(out);
 	free(m.keys);
 	free(m.ids);
 	free(re);
-	mdl_cols_free(&pts);
 	return rc;
 }

@@ -6,13 +6,15 @@
  *
  * Parameters come from one table of names; each endpoint accepts a subset
  * (plus field.KEY=VALUE on /logs), anything else is a 400 naming it. The
- * work is done by query/events.h, whose errors carry the status (400 bad
- * cursor, 404 unknown job, 422 too many events, 413 response too large,
- * 500 corrupt data). Every other path returns false.
+ * work is done by query/events.h, whose typed results server/events_json.c
+ * writes as JSON; error codes become statuses there (400 bad cursor, 404
+ * unknown job, 422 too many events, 413 response too large, 500 corrupt
+ * data). Every other path returns false.
  */
 #include "common/rdb_err.h"
 #include "common/rdb_time.h"
 #include "query/events.h"
+#include "server/json_out.h"
 #include "server/srv.h"
 
 #include <ctype.h>
@@ -261,35 +263,63 @@ static size_t scan_bound(const struct srv_ctx *ctx, size_t extra)
 	return (size_t)(b < ctx->cfg->max_query_points ? b : ctx->cfg->max_query_points);
 }
 
-static int run(struct srv_ctx *ctx, enum endpoint ep, const struct evparams *p,
-	       struct rdb_buf *out, struct qry_error *e)
+static int run_logs(struct srv_ctx *ctx, const struct evparams *p, struct rdb_buf *out,
+		    struct qry_error *e)
 {
-	if (ep == EP_LOGS) {
-		bool by_step = p->seen & (BIT(P_STEP_FROM) | BIT(P_STEP_TO));
-		struct qry_logs_req q = {
-			.filter = {.job = p->job, .min_level = p->min_level, .ranks = p->ranks,
-				   .nranks = p->nranks, .from_ns = p->num[P_FROM],
-				   .to_ns = p->num[P_TO], .by_step = by_step,
-				   .step_from = by_step ? p->num[P_STEP_FROM] : 0,
-				   .step_to = p->num[P_STEP_TO], .text = p->text,
-				   .field_keys = p->fkeys, .field_vals = p->fvals,
-				   .nfields = p->nfields, .attempt = p->num[P_ATTEMPT]},
-			.limit = (size_t)p->num[P_LIMIT], .cursor = p->cursor,
-			.max_events = scan_bound(ctx, (size_t)p->num[P_LIMIT])};
-		return qry_logs(ctx->sto, &q, out, e);
-	}
-	if (ep == EP_AROUND) {
-		struct qry_around_req q = {
-			.job = p->job, .rank = p->ranks[0], .step = p->num[P_STEP],
-			.min_level = p->min_level, .window_steps = p->num[P_WINDOW],
-			.before = (size_t)p->num[P_BEFORE], .after = (size_t)p->num[P_AFTER],
-			.max_events = scan_bound(ctx, 0)};
-		return qry_logs_around(ctx->sto, &q, out, e);
-	}
+	bool by_step = p->seen & (BIT(P_STEP_FROM) | BIT(P_STEP_TO));
+	struct qry_logs_req q = {
+		.filter = {.job = p->job, .min_level = p->min_level, .ranks = p->ranks,
+			   .nranks = p->nranks, .from_ns = p->num[P_FROM], .to_ns = p->num[P_TO],
+			   .by_step = by_step, .step_from = by_step ? p->num[P_STEP_FROM] : 0,
+			   .step_to = p->num[P_STEP_TO], .text = p->text, .field_keys = p->fkeys,
+			   .field_vals = p->fvals, .nfields = p->nfields,
+			   .attempt = p->num[P_ATTEMPT]},
+		.limit = (size_t)p->num[P_LIMIT], .cursor = p->cursor,
+		.max_events = scan_bound(ctx, (size_t)p->num[P_LIMIT])};
+	struct qry_log_page r;
+	int rc = qry_logs(ctx->sto, &q, &r, e);
+	if (rc == 0)
+		rc = srv_write_log_page(out, &r, e);
+	qry_log_page_free(&r);
+	return rc;
+}
+
+static int run_around(struct srv_ctx *ctx, const struct evparams *p, struct rdb_buf *out,
+		      struct qry_error *e)
+{
+	struct qry_around_req q = {
+		.job = p->job, .rank = p->ranks[0], .step = p->num[P_STEP],
+		.min_level = p->min_level, .window_steps = p->num[P_WINDOW],
+		.before = (size_t)p->num[P_BEFORE], .after = (size_t)p->num[P_AFTER],
+		.max_events = scan_bound(ctx, 0)};
+	struct qry_around r;
+	int rc = qry_logs_around(ctx->sto, &q, &r, e);
+	if (rc == 0)
+		rc = srv_write_around(out, &r, e);
+	qry_around_free(&r);
+	return rc;
+}
+
+static int run_spans(struct srv_ctx *ctx, const struct evparams *p, struct rdb_buf *out,
+		     struct qry_error *e)
+{
 	struct qry_spans_req q = {.job = p->job, .ranks = p->ranks, .nranks = p->nranks,
 				  .step_from = p->num[P_STEP_FROM], .step_to = p->num[P_STEP_TO],
 				  .attempt = p->num[P_ATTEMPT], .max_events = scan_bound(ctx, 0)};
-	return qry_spans(ctx->sto, &q, out, e);
+	struct qry_spans r;
+	int rc = qry_spans(ctx->sto, &q, &r, e);
+	if (rc == 0)
+		rc = srv_write_spans(out, &r, e);
+	qry_spans_free(&r);
+	return rc;
+}
+
+static int run(struct srv_ctx *ctx, enum endpoint ep, const struct evparams *p,
+	       struct rdb_buf *out, struct qry_error *e)
+{
+	if (ep == EP_LOGS)
+		return run_logs(ctx, p, out, e);
+	return ep == EP_AROUND ? run_around(ctx, p, out, e) : run_spans(ctx, p, out, e);
 }
 
 static void handle(struct srv_req *req, struct srv_resp *resp, enum endpoint ep)
@@ -303,7 +333,7 @@ static void handle(struct srv_req *req, struct srv_resp *resp, enum endpoint ep)
 	else if (parse_params(req, ep, p))
 		srv_error(resp, status = 400, "%s", p->why);
 	else if (run(ctx, ep, p, &resp->body, e))
-		srv_error(resp, status = e->status ? e->status : 500, "%s", e->msg);
+		srv_error(resp, status = srv_qry_status(e->code), "%s", e->msg);
 	else
 		resp->status = 200;
 	if (status != 200)

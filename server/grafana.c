@@ -44,6 +44,7 @@
 #include "common/rdb_le.h"
 #include "common/rdb_time.h"
 #include "query/agg.h"
+#include "server/json_out.h"
 
 #include <errno.h>
 #include <math.h>
@@ -96,7 +97,7 @@ int gf_put_num(struct rdb_buf *b, double v, bool defined)
 {
 	if (!defined || !isfinite(v))
 		return rdb_buf_puts(b, "null");
-	return qry_json_value(b, rdb_f64_bits(v));
+	return srv_json_value(b, rdb_f64_bits(v));
 }
 
 int64_t gf_floor_div(int64_t x, int64_t w)

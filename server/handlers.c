@@ -30,6 +30,7 @@
 #include "common/rdb_time.h"
 #include "ingest/protocol.h"
 #include "query/qry.h"
+#include "server/json_out.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -361,10 +362,10 @@ static int parse_range(const struct srv_req *req, struct range_params *p, char *
 	return 0;
 }
 
-static void query_failed(struct srv_ctx *ctx, struct srv_resp *resp, const struct qry_error *e)
+void srv_query_failed(struct srv_ctx *ctx, struct srv_resp *resp, const struct qry_error *e)
 {
 	atomic_fetch_add(&ctx->counters.query_errors, 1);
-	srv_error(resp, e->status, "%s", e->msg);
+	srv_error(resp, srv_qry_status(e->code), "%s", e->msg);
 }
 
 static void handle_range(struct srv_req *req, struct srv_resp *resp)
@@ -384,10 +385,12 @@ static void handle_range(struct srv_req *req, struct srv_resp *resp)
 	struct qry_range_req q = {.job = p->job, .metrics = p->metrics, .nmetrics = p->nmetrics,
 				  .ranks = p->ranks, .nranks = p->nranks, .range = p->range,
 				  .max_points = ctx->cfg->max_query_points};
-	if (qry_range(ctx->sto, &q, &resp->body, e))
-		query_failed(ctx, resp, e);
+	struct qry_points r;
+	if (qry_range(ctx->sto, &q, &r, e) || srv_write_points(&resp->body, &r, e))
+		srv_query_failed(ctx, resp, e);
 	else
 		ok_json(resp);
+	qry_points_free(&r);
 out:
 	if (p)
 		range_params_free(p);
@@ -414,17 +417,23 @@ static void handle_job(struct srv_req *req, struct srv_resp *resp, const char *r
 		return;
 	}
 	int rc;
-	if (strcmp(slash, "/metrics") == 0)
-		rc = qry_job_metrics(req->ctx->sto, job, &resp->body, e);
-	else if (strcmp(slash, "/ranks") == 0)
-		rc = qry_job_ranks(req->ctx->sto, job, &resp->body, e);
-	else {
+	if (strcmp(slash, "/metrics") == 0) {
+		struct qry_metrics r;
+		rc = qry_job_metrics(req->ctx->sto, job, &r, e);
+		rc = rc ? rc : srv_write_metrics(&resp->body, &r, e);
+		qry_metrics_free(&r);
+	} else if (strcmp(slash, "/ranks") == 0) {
+		struct qry_ranks r;
+		rc = qry_job_ranks(req->ctx->sto, job, &r, e);
+		rc = rc ? rc : srv_write_ranks(&resp->body, &r, e);
+		qry_ranks_free(&r);
+	} else {
 		srv_error(resp, 404, "no such endpoint: %.200s", req->path);
 		free(e);
 		return;
 	}
 	if (rc)
-		query_failed(req->ctx, resp, e);
+		srv_query_failed(req->ctx, resp, e);
 	else
 		ok_json(resp);
 	free(e);
@@ -437,10 +446,14 @@ static void handle_jobs(struct srv_req *req, struct srv_resp *resp)
 		srv_error(resp, 500, "out of memory");
 		return;
 	}
-	if (qry_jobs(req->ctx->sto, req->ctx->cfg->data_dir, &resp->body, e))
-		query_failed(req->ctx, resp, e);
+	struct qry_jobs r;
+	if (qry_jobs(req->ctx->sto, req->ctx->cfg->data_dir, req->ctx->cfg->max_response_bytes, &r,
+		     e) ||
+	    srv_write_jobs(&resp->body, &r, e))
+		srv_query_failed(req->ctx, resp, e);
 	else
 		ok_json(resp);
+	qry_jobs_free(&r);
 	free(e);
 }
 

@@ -7,12 +7,14 @@
  *
  * Parameters are parsed here from one table of names; each endpoint accepts
  * a subset, and anything else is a 400 naming the parameter. The work is
- * done by query/agg.h; its errors carry the status (404 unknown job/metric,
- * 422 too many points, 413 response too large, 500 corrupt data). Every
- * other path returns false so the built-in routes see it.
+ * done by query/agg.h, whose typed results server/query_json.c writes as
+ * JSON; error codes become statuses there (404 unknown job/metric, 422 too
+ * many points, 413 response too large, 500 corrupt data). Every other path
+ * returns false so the built-in routes see it.
  */
 #include "common/rdb_err.h"
 #include "query/agg.h"
+#include "server/json_out.h"
 #include "server/srv.h"
 
 #include <errno.h>
@@ -385,35 +387,66 @@ static void free_params(struct qparams *p)
 	free(p);
 }
 
-static int run(struct srv_ctx *ctx, enum endpoint ep, const struct qparams *p,
-	       struct rdb_buf *out, struct qry_error *e)
+static int run_downsample(struct srv_ctx *ctx, const struct qparams *p, struct rdb_buf *out,
+			  struct qry_error *e)
 {
-	size_t maxp = ctx->cfg->max_query_points;
-	if (ep == EP_DOWNSAMPLE) {
-		struct qry_ds_req q = {.job = p->job, .metrics = p->metrics, .nmetrics = p->nmetrics,
-				       .ranks = p->ranks, .nranks = p->nranks, .spec = p->spec,
-				       .aggs = p->aggs, .nq = p->nq, .max_points = maxp};
-		if (!p->aggs && !p->nq)
-			q.aggs = QRY_AGG_MIN | QRY_AGG_MAX;
-		memcpy(q.q, p->q, sizeof(q.q));
-		return qry_downsample(ctx->sto, &q, out, e);
-	}
-	if (ep == EP_CROSSRANK) {
-		struct qry_xr_req q = {.job = p->job, .metric = p->metrics[0], .ranks = p->ranks,
-				       .nranks = p->nranks, .spec = p->spec, .nq = p->nq,
-				       .cols = p->xr_cols, .max_points = maxp};
-		if (p->xr_cols && p->nq)
-			q.cols |= QRY_XR_QUANTILES; /* quantiles= asks for them too */
-		memcpy(q.q, p->q, sizeof(q.q));
-		return qry_crossrank(ctx->sto, &q, out, e);
-	}
+	struct qry_ds_req q = {.job = p->job, .metrics = p->metrics, .nmetrics = p->nmetrics,
+			       .ranks = p->ranks, .nranks = p->nranks, .spec = p->spec,
+			       .aggs = p->aggs, .nq = p->nq,
+			       .max_points = ctx->cfg->max_query_points};
+	struct qry_ds_result r;
+	if (!p->aggs && !p->nq)
+		q.aggs = QRY_AGG_MIN | QRY_AGG_MAX;
+	memcpy(q.q, p->q, sizeof(q.q));
+	int rc = qry_downsample(ctx->sto, &q, &r, e);
+	if (rc == 0)
+		rc = srv_write_downsample(out, &r, e);
+	qry_ds_result_free(&r);
+	return rc;
+}
+
+static int run_crossrank(struct srv_ctx *ctx, const struct qparams *p, struct rdb_buf *out,
+			 struct qry_error *e)
+{
+	struct qry_xr_req q = {.job = p->job, .metric = p->metrics[0], .ranks = p->ranks,
+			       .nranks = p->nranks, .spec = p->spec, .nq = p->nq,
+			       .cols = p->xr_cols, .max_points = ctx->cfg->max_query_points};
+	struct qry_xr_result r;
+	if (p->xr_cols && p->nq)
+		q.cols |= QRY_XR_QUANTILES; /* quantiles= asks for them too */
+	memcpy(q.q, p->q, sizeof(q.q));
+	int rc = qry_crossrank(ctx->sto, &q, &r, e);
+	if (rc == 0)
+		rc = srv_write_crossrank(out, &r, e);
+	qry_xr_result_free(&r);
+	return rc;
+}
+
+static int run_outliers(struct srv_ctx *ctx, const struct qparams *p, struct rdb_buf *out,
+			struct qry_error *e)
+{
 	struct qry_out_req q = {.job = p->job, .metric = p->metrics[0], .ranks = p->ranks,
 				.nranks = p->nranks, .spec = p->spec, .last_steps = p->last_steps,
 				.limit = (size_t)p->limit, .direction = p->direction,
 				.phases_mode = p->phases_mode, .phases = p->phases,
 				.nphases = p->nphases, .wait_phases = p->waits, .nwait = p->nwaits,
-				.max_points = maxp};
-	return qry_outliers(ctx->sto, &q, out, e);
+				.max_points = ctx->cfg->max_query_points};
+	struct qry_out_result r;
+	int rc = qry_outliers(ctx->sto, &q, &r, e);
+	if (rc == 0)
+		rc = srv_write_outliers(out, &r, e);
+	qry_out_result_free(&r);
+	return rc;
+}
+
+static int run(struct srv_ctx *ctx, enum endpoint ep, const struct qparams *p,
+	       struct rdb_buf *out, struct qry_error *e)
+{
+	if (ep == EP_DOWNSAMPLE)
+		return run_downsample(ctx, p, out, e);
+	if (ep == EP_CROSSRANK)
+		return run_crossrank(ctx, p, out, e);
+	return run_outliers(ctx, p, out, e);
 }
 
 static void failed(struct srv_ctx *ctx, struct srv_resp *resp, int status, const char *msg)
@@ -431,7 +464,7 @@ static void handle_query(struct srv_req *req, struct srv_resp *resp, enum endpoi
 	else if (parse_params(req, ep, p))
 		failed(req->ctx, resp, 400, p->why);
 	else if (run(req->ctx, ep, p, &resp->body, e))
-		failed(req->ctx, resp, e->status, e->msg);
+		srv_query_failed(req->ctx, resp, e);
 	else
 		resp->status = 200;
 	free_params(p);
@@ -460,7 +493,7 @@ static void handle_meta(struct srv_req *req, struct srv_resp *resp, const char *
 		rc = qry_meta_get(dir, job, &resp->body, e);
 	}
 	if (rc)
-		failed(req->ctx, resp, e->status, e->msg);
+		srv_query_failed(req->ctx, resp, e);
 	else
 		resp->status = 200;
 	free(e);

@@ -158,6 +158,11 @@ int srv_req_body(const struct srv_req *req, struct rdb_buf *inflated, const uint
 /* Parses a whole decimal int64 query parameter. 0 or -EINVAL. */
 int srv_parse_i64(const char *s, int64_t *out);
 
+struct qry_error;
+/* Answers a failed query: the status of its code (srv_qry_status), body
+ * {"error": msg}, counted in query_errors. handlers.c */
+void srv_query_failed(struct srv_ctx *ctx, struct srv_resp *resp, const struct qry_error *e);
+
 /* Sets resp to status with body {"error": msg}. */
 void srv_error(struct srv_resp *resp, int status, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -22,6 +22,7 @@
  */
 #include "common/rdb_buf.h"
 #include "common/rdb_err.h"
+#include "common/rdb_le.h"
 #include "common/rdb_log.h"
 #include "detect/rules.h"
 #include "query/qry.h"
@@ -32,6 +33,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -260,18 +262,11 @@ static void emit_value(FILE *f, json_t *v, bool csv)
 	free(s);
 }
 
-/* Writes the points of a range response as NDJSON or CSV rows. */
-static int emit_range(const char *text, bool csv)
+/* Writes the points of a parsed range response as NDJSON or CSV rows. */
+static void emit_series(json_t *doc, bool csv)
 {
-	json_error_t jerr;
-	json_t *doc = json_loads(text, 0, &jerr), *series = json_object_get(doc, "series");
+	json_t *series = json_object_get(doc, "series"), *sr;
 	size_t i;
-	json_t *sr;
-	if (!json_is_array(series)) {
-		fprintf(stderr, "rankctl: unexpected query response: %s\n", jerr.text);
-		json_decref(doc);
-		return 1;
-	}
 	json_array_foreach(series, i, sr) {
 		json_t *ts = json_object_get(sr, "timestamps"), *st = json_object_get(sr, "steps");
 		json_t *at = json_object_get(sr, "attempts"), *va = json_object_get(sr, "values");
@@ -300,6 +295,19 @@ static int emit_range(const char *text, bool csv)
 			printf(csv ? "\n" : "}\n");
 		}
 	}
+}
+
+/* Writes the points of a range response's text as NDJSON or CSV rows. */
+static int emit_range(const char *text, bool csv)
+{
+	json_error_t jerr;
+	json_t *doc = json_loads(text, 0, &jerr);
+	if (!json_is_array(json_object_get(doc, "series"))) {
+		fprintf(stderr, "rankctl: unexpected query response: %s\n", jerr.text);
+		json_decref(doc);
+		return 1;
+	}
+	emit_series(doc, csv);
 	json_decref(doc);
 	return 0;
 }
@@ -325,6 +333,16 @@ static int metric_list(const char *text, char ***out, size_t *n)
 		if (*out && json_is_string(v))
 			(*out)[(*n)++] = strdup(json_string_value(v));
 	json_decref(doc);
+	return *out ? 0 : -1;
+}
+
+/* The names of an offline metric listing as a malloc'd string array. */
+static int metric_names(const struct qry_metrics *ml, char ***out, size_t *n)
+{
+	*n = 0;
+	*out = calloc(ml->n + 1, sizeof(char *));
+	for (size_t i = 0; *out && i < ml->n; i++)
+		(*out)[(*n)++] = strdup(ml->v[i]);
 	return *out ? 0 : -1;
 }
 
@@ -361,12 +379,64 @@ static int export_url(const struct opts *o, char **metrics, size_t nm, bool csv)
 	return rc ? 1 : 0;
 }
 
+/* A stored value as the JSON value the range endpoint's text of it parses
+ * to (server/json_out.c writes it): integral values below 1e15 and 0 as
+ * integers, other numbers as reals, null, "NaN", "+Inf"/"-Inf" and other
+ * NaN payloads as strings; so offline and HTTP exports print alike. */
+static json_t *value_json(uint64_t bits)
+{
+	double v = rdb_bits_f64(bits);
+	char hex[24];
+	if (bits == MDL_VALUE_NULL_BITS)
+		return json_null();
+	if (bits == MDL_VALUE_NAN_BITS)
+		return json_string("NaN");
+	if (isinf(v))
+		return json_string(v > 0 ? "+Inf" : "-Inf");
+	if (isnan(v)) {
+		snprintf(hex, sizeof(hex), "0x%016llx", (unsigned long long)bits);
+		return json_string(hex);
+	}
+	if (v == (double)(int64_t)v && fabs(v) < 1e15 && !(v == 0 && signbit(v)))
+		return json_integer((json_int_t)v);
+	return json_real(v);
+}
+
+/* The points of a range result as NDJSON or CSV rows (as emit_range). */
+static void emit_points(const struct qry_points *r, bool csv)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		const struct mdl_series_key *k = &r->v[i].key;
+		const struct mdl_cols *p = &r->v[i].pts;
+		json_t *doc = json_object();
+		json_object_set_new(doc, "rank", k->rank == MDL_RANK_JOB ? json_string("job") :
+						     json_integer(k->rank));
+		json_object_set_new(doc, "metric", json_string(k->metric));
+		json_object_set_new(doc, "job", json_string(k->job));
+		json_t *ts = json_array(), *st = json_array(), *at = json_array(), *va = json_array();
+		for (size_t n = 0; n < p->n; n++) {
+			json_array_append_new(ts, json_integer(p->ts_ns[n]));
+			json_array_append_new(st, p->step[n] == MDL_STEP_NONE ? json_null() :
+							 json_integer(p->step[n]));
+			json_array_append_new(at, json_integer(p->attempt[n]));
+			json_array_append_new(va, value_json(p->value[n]));
+		}
+		json_object_set_new(doc, "timestamps", ts);
+		json_object_set_new(doc, "steps", st);
+		json_object_set_new(doc, "attempts", at);
+		json_object_set_new(doc, "values", va);
+		json_t *series = json_array(), *top = json_object();
+		json_array_append_new(series, doc);
+		json_object_set_new(top, "series", series);
+		emit_series(top, csv);
+		json_decref(top);
+	}
+}
+
 static int export_dir(struct sto *s, const struct opts *o, char **metrics, size_t nm, bool csv)
 {
-	struct rdb_buf out;
 	struct qry_error err;
 	int rc = 0;
-	rdb_buf_init(&out, RESP_MAX);
 	struct qry_range_req r = {.job = o->job, .nmetrics = 1, .max_points = 1000000000};
 	r.range.from_ns = INT64_MIN;
 	r.range.to_ns = INT64_MAX;
@@ -382,15 +452,15 @@ static int export_dir(struct sto *s, const struct opts *o, char **metrics, size_
 	r.range.by_step = o->step_from || o->step_to;
 	for (size_t i = 0; rc == 0 && i < nm; i++) {
 		const char *m = metrics[i];
+		struct qry_points pts;
 		r.metrics = &m;
-		out.len = 0;
-		rc = qry_range(s, &r, &out, &err);
+		rc = qry_range(s, &r, &pts, &err);
 		if (rc)
 			fprintf(stderr, "rankctl: export of %s: %s\n", m, err.msg);
-		else if (rdb_buf_putc(&out, 0) == 0)
-			rc = emit_range((char *)out.data, csv);
+		else
+			emit_points(&pts, csv);
+		qry_points_free(&pts);
 	}
-	rdb_buf_free(&out);
 	return rc ? 1 : 0;
 }
 
@@ -428,12 +498,16 @@ static int cmd_export(const struct opts *o, struct sto *s)
 		url_escape(&path, o->job);
 		rdb_buf_puts(&path, "/metrics");
 		rdb_buf_putc(&path, 0);
-		rc = s ? qry_job_metrics(s, o->job, &body, &err) :
+		struct qry_metrics ml = {0};
+		rc = s ? qry_job_metrics(s, o->job, &ml, &err) :
 			 http_do(o, "GET", (char *)path.data, &status, &body);
-		if (rc == 0 && status == 200 && rdb_buf_putc(&body, 0) == 0)
+		if (rc == 0 && s)
+			rc = metric_names(&ml, &metrics, &nm);
+		else if (rc == 0 && status == 200 && rdb_buf_putc(&body, 0) == 0)
 			rc = metric_list((char *)body.data, &metrics, &nm);
 		else
 			fprintf(stderr, "rankctl: cannot list the metrics of job %s\n", o->job);
+		qry_metrics_free(&ml);
 		rc = rc || status != 200;
 		rdb_buf_free(&body);
 		rdb_buf_free(&path);

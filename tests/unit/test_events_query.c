@@ -119,17 +119,50 @@ static struct sto *open_store(void)
 
 /* ---- helpers ------------------------------------------------------------------ */
 
+/* The HTTP status a query error code stands for (as server/query_json.c). */
+static int status_of(enum qry_code c)
+{
+	return c == QRY_E_INVALID ? 400 : c == QRY_E_NOT_FOUND ? 404 : c == QRY_E_TOO_LARGE ? 413 :
+	       c == QRY_E_LIMIT ? 422 : 500;
+}
+
+/* The typed results as JSON trees with the API's member names, so the checks
+ * below read them as a client would. */
+static json_t *log_json(const struct mdl_event *e, int at_step)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "ts", json_integer(e->ts_ns));
+	json_object_set_new(o, "rank", json_integer(e->rank));
+	json_object_set_new(o, "message", json_stringn(e->text, e->text_len));
+	json_t *f = e->fields_len ? json_loadb(e->fields, e->fields_len, 0, NULL) : json_object();
+	json_object_set_new(o, "fields", f ? f : json_null());
+	if (at_step >= 0)
+		json_object_set_new(o, "at_step", json_boolean(at_step));
+	return o;
+}
+
+static json_t *logs_json(const struct qry_events *l, int64_t step, bool at)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; i < l->n; i++)
+		json_array_append_new(a, log_json(&l->v[i]->ev, at ? l->v[i]->ev.step == step : -1));
+	return a;
+}
+
 static json_t *run_logs(struct sto *s, struct qry_logs_req *q, int *status)
 {
-	struct rdb_buf out;
+	struct qry_log_page page;
 	struct qry_error err = {0};
-	rdb_buf_init(&out, 16 << 20);
 	q->filter.job = q->filter.job ? q->filter.job : "ev";
-	int rc = qry_logs(s, q, &out, &err);
-	*status = rc ? err.status : 200;
-	json_t *j = rc ? NULL : json_loadb((const char *)out.data, out.len, 0, NULL);
-	CHECK(rc || j);
-	rdb_buf_free(&out);
+	int rc = qry_logs(s, q, &page, &err);
+	*status = rc ? status_of(err.code) : 200;
+	if (rc)
+		return NULL;
+	json_t *j = json_object();
+	json_object_set_new(j, "logs", logs_json(&page.logs, 0, false));
+	json_object_set_new(j, "next_cursor", page.next_cursor[0] ?
+						 json_string(page.next_cursor) : json_null());
+	qry_log_page_free(&page);
 	return j;
 }
 
@@ -355,13 +388,48 @@ static void test_unknown_job(void)
 
 static json_t *run_around(struct qry_around_req *q, int *status)
 {
-	struct rdb_buf out;
+	struct qry_around a;
 	struct qry_error err = {0};
-	rdb_buf_init(&out, 16 << 20);
-	int rc = qry_logs_around(store, q, &out, &err);
-	*status = rc ? err.status : 200;
-	json_t *j = rc ? NULL : json_loadb((const char *)out.data, out.len, 0, NULL);
-	rdb_buf_free(&out);
+	int rc = qry_logs_around(store, q, &a, &err);
+	*status = rc ? status_of(err.code) : 200;
+	if (rc)
+		return NULL;
+	json_t *j = json_object();
+	json_object_set_new(j, "anchor_ts", a.anchor_ts_ns == INT64_MAX ? json_null() :
+					     json_integer(a.anchor_ts_ns));
+	json_object_set_new(j, "logs", logs_json(&a.logs, a.step, true));
+	qry_around_free(&a);
+	return j;
+}
+
+static json_t *spans_json(const struct qry_spans *r)
+{
+	json_t *steps = json_array(), *ranks = NULL;
+	for (size_t k = 0; k < r->ng; k++) {
+		const struct qry_span_group *g = &r->g[k];
+		if (k == 0 || r->g[k - 1].step != g->step) {
+			json_t *st = json_object();
+			json_object_set_new(st, "step", json_integer(g->step));
+			ranks = json_array();
+			json_object_set_new(st, "ranks", ranks);
+			json_array_append_new(steps, st);
+		}
+		json_t *ro = json_object(), *sp = json_array();
+		json_object_set_new(ro, "rank", json_integer(g->rank));
+		json_object_set_new(ro, "attempt", json_integer(g->attempt));
+		json_object_set_new(ro, "total_ns", json_integer(g->total_ns));
+		for (size_t i = g->first; i < g->first + g->n; i++) {
+			const struct mdl_event *e = &r->spans.v[i]->ev;
+			json_t *so = json_object();
+			json_object_set_new(so, "name", json_stringn(e->text, e->text_len));
+			json_object_set_new(so, "end", json_integer(e->ts_ns + e->duration_ns));
+			json_array_append_new(sp, so);
+		}
+		json_object_set_new(ro, "spans", sp);
+		json_array_append_new(ranks, ro);
+	}
+	json_t *j = json_object();
+	json_object_set_new(j, "steps", steps);
 	return j;
 }
 
@@ -404,11 +472,11 @@ static void test_spans(void)
 {
 	struct qry_spans_req q = {.job = "ev", .step_from = 1, .step_to = 2, .attempt = -1,
 				  .max_events = 1000};
-	struct rdb_buf out;
+	struct qry_spans sr;
 	struct qry_error err = {0};
-	rdb_buf_init(&out, 1 << 20);
-	CHECK_EQ_INT(qry_spans(store, &q, &out, &err), 0);
-	json_t *j = json_loadb((const char *)out.data, out.len, 0, NULL);
+	CHECK_EQ_INT(qry_spans(store, &q, &sr, &err), 0);
+	json_t *j = spans_json(&sr);
+	qry_spans_free(&sr);
 	json_t *steps = json_object_get(j, "steps");
 	CHECK_EQ_INT(json_array_size(steps), 2);
 	json_t *s2 = json_array_get(steps, 1);
@@ -423,33 +491,26 @@ static void test_spans(void)
 	CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(sp, 1), "end")),
 		     T0 + 2 * 1000000 + 500000 + 200 + 300);
 	json_decref(j);
-	rdb_buf_free(&out);
-	rdb_buf_init(&out, 1 << 20);
 	q.job = "nosuchjob";
-	CHECK(qry_spans(store, &q, &out, &err) != 0);
-	CHECK_EQ_INT(err.status, 404);
-	rdb_buf_free(&out);
+	CHECK(qry_spans(store, &q, &sr, &err) != 0);
+	CHECK_EQ_INT(status_of(err.code), 404);
 }
 
 static void test_annotations(void)
 {
-	struct rdb_buf out;
+	struct qry_events ev;
 	struct qry_error err = {0};
-	rdb_buf_init(&out, 1 << 20);
 	CHECK_EQ_INT(qry_events_annotations(store, "ev", INT64_MIN, INT64_MAX, MDL_LEVEL_FATAL,
-					    10, &out, &err), 0);
-	json_t *j = json_loadb((const char *)out.data, out.len, 0, NULL);
-	CHECK_EQ_INT(json_array_size(j), 10);
-	json_t *a = json_array_get(j, 0);
-	CHECK_EQ_INT(json_integer_value(json_object_get(a, "time")), (T0 + 42000) / 1000000);
-	CHECK(strncmp(json_string_value(json_object_get(a, "title")), "fatal rank ", 11) == 0);
-	CHECK(json_array_size(json_object_get(a, "tags")) == 3);
-	json_decref(j);
-	out.len = 0;
-	CHECK_EQ_INT(qry_events_annotations(store, NULL, INT64_MIN, INT64_MAX, 0, 10, &out,
-					    &err), 0);
-	CHECK(out.len == 2 && memcmp(out.data, "[]", 2) == 0); /* no job has series */
-	rdb_buf_free(&out);
+					    10, &ev, &err), 0);
+	CHECK_EQ_INT(ev.n, 10);
+	const struct mdl_event *a = ev.n ? &ev.v[0]->ev : NULL;
+	CHECK(a && a->ts_ns / 1000000 == (T0 + 42000) / 1000000);
+	CHECK(a && a->level == MDL_LEVEL_FATAL && strcmp(a->job, "ev") == 0);
+	qry_events_free(&ev);
+	CHECK_EQ_INT(qry_events_annotations(store, NULL, INT64_MIN, INT64_MAX, 0, 10, &ev, &err),
+		     0);
+	CHECK_EQ_INT(ev.n, 0); /* no job has series */
+	qry_events_free(&ev);
 }
 
 int main(void)

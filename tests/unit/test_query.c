@@ -6,7 +6,9 @@
  * Every bucketing is checked with chunk statistics trusted and not trusted:
  * answers from stats and from decoding must be bit-identical (values are
  * multiples of 0.25, so sums are exact in any order). Also: cross-rank
- * columns, the outlier ranking, metadata documents. */
+ * columns, the outlier ranking, metadata documents, and that partial results
+ * (buckets, cross-rank cells) merge into the whole. Links query, storage and
+ * model only: JSON output is tested with the server (test_json_out.c). */
 #include "check.h"
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
@@ -366,7 +368,7 @@ static void test_point_bound(void)
 	CHECK_EQ_INT(qry_agg_series(&sc, sid(store, 0, "loss"), &bk, &b), RDB_ELIMIT);
 	struct qry_error err;
 	qry_agg_read_error(&err, RDB_ELIMIT, &(struct mdl_series_key){.job = "jq"}, &sc);
-	CHECK_EQ_INT(err.status, 422);
+	CHECK_EQ_INT(err.code, QRY_E_LIMIT);
 	qry_buckets_free(&b);
 	qry_scan_free(&sc);
 }
@@ -412,17 +414,22 @@ static void test_buckets_merge(void)
 	qry_scan_free(&sc);
 }
 
-/* Appends the reference JSON text of a column to want. */
-static void ref_column(struct rdb_buf *want, const char *name, const double *v,
-		       const bool *def, size_t n)
+/* True when column col of the rows holds exactly (bit for bit) v. */
+static bool same_column(const struct qry_xr_result *r, int col, const double *v, size_t n)
 {
-	rdb_buf_printf(want, "\"%s\":[", name);
-	for (size_t i = 0; i < n; i++) {
-		if (i)
-			rdb_buf_putc(want, ',');
-		qry_json_f64(want, v[i], def[i]);
+	if (r->nrows != n) {
+		fprintf(stderr, "rows %zu, want %zu\n", r->nrows, n);
+		return false;
 	}
-	rdb_buf_putc(want, ']');
+	for (size_t i = 0; i < n; i++) {
+		const struct qry_xr_row *w = &r->rows[i];
+		double got = col == 0 ? w->mean : col == 1 ? w->min : col == 2 ? w->stddev : w->max;
+		if (rdb_f64_bits(got) != rdb_f64_bits(v[i])) {
+			fprintf(stderr, "column %d row %zu: got %.17g want %.17g\n", col, i, got, v[i]);
+			return false;
+		}
+	}
+	return true;
 }
 
 static void test_crossrank(void)
@@ -466,128 +473,81 @@ static void test_crossrank(void)
 		sd[nb] = sqrt(ss / (double)cnt[b]);
 		def[nb++] = true;
 	}
-	struct rdb_buf want, out;
-	rdb_buf_init(&want, 1 << 20);
-	rdb_buf_init(&out, 1 << 20);
 	const char *metric = "loss";
 	struct qry_xr_req q = {.job = "jq", .metric = metric, .max_points = 10000000,
 			       .spec = {.range = bk.range, .axis_set = true,
 					.axis = QRY_AXIS_STEP, .width = 10,
 					.attempt = QRY_ATTEMPT_LATEST}};
 	struct qry_error err;
+	struct qry_xr_result out, sub;
 	CHECK_EQ_INT(qry_crossrank(store, &q, &out, &err), 0);
-	rdb_buf_putc(&out, 0);
-	const char *cols[] = {"mean", "min", "stddev"};
 	const double *vals[] = {mean, mn, sd};
-	for (int c = 0; c < 3; c++) {
-		want.len = 0;
-		ref_column(&want, cols[c], vals[c], def, nb);
-		rdb_buf_putc(&want, 0);
-		bool found = strstr((char *)out.data, (char *)want.data) != NULL;
-		if (!found)
-			fprintf(stderr, "want %s\n got %s\n", (char *)want.data, (char *)out.data);
-		CHECK(found);
-	}
-	CHECK(strstr((char *)out.data, "\"ranks\":[0,1,2,3,4,5,6,7,8,9,10,11]") != NULL);
+	for (int c = 0; c < 3; c++)
+		CHECK(same_column(&out, c, vals[c], nb));
+	(void)def;
+	CHECK_EQ_INT(out.nranks, NRANKS);
+	for (uint32_t r = 0; r < out.nranks; r++)
+		CHECK_EQ_INT(out.ranks[r], r);
+	CHECK_EQ_INT(out.cols, QRY_XR_ALL);
 
 	/* agg=mean,max: the same columns as the full answer, and only them */
-	struct rdb_buf sub;
-	rdb_buf_init(&sub, 1 << 20);
 	q.cols = QRY_XR_MEAN | QRY_XR_MAX;
 	CHECK_EQ_INT(qry_crossrank(store, &q, &sub, &err), 0);
-	rdb_buf_putc(&sub, 0);
-	const char *keep[] = {"\"start\":[", "\"end\":[", "\"mean\":[", "\"max\":["};
-	for (int c = 0; c < 4; c++) {
-		const char *a = strstr((char *)out.data, keep[c]), *b = strstr((char *)sub.data, keep[c]);
-		CHECK(a && b);
-		if (a && b)
-			CHECK(strncmp(a, b, (size_t)(strchr(a, ']') - a)) == 0);
-	}
-	const char *drop[] = {"\"min\"", "\"median\"", "\"p10\"", "\"stddev\"", "\"argmax\"",
-			      "\"count\""};
-	for (int c = 0; c < 6; c++)
-		CHECK(strstr((char *)sub.data, drop[c]) == NULL);
+	CHECK_EQ_INT(sub.cols, QRY_XR_MEAN | QRY_XR_MAX);
+	CHECK_EQ_INT(sub.nrows, out.nrows);
+	for (size_t i = 0; i < sub.nrows && i < out.nrows; i++)
+		CHECK(sub.rows[i].key == out.rows[i].key &&
+		      rdb_f64_bits(sub.rows[i].mean) == rdb_f64_bits(out.rows[i].mean) &&
+		      rdb_f64_bits(sub.rows[i].max) == rdb_f64_bits(out.rows[i].max));
+	qry_xr_result_free(&sub);
 
 	/* a point bound crossed with two threads fails as the plain loop does */
 	q.cols = 0;
 	q.max_points = 100;
-	sub.len = 0;
 	CHECK_EQ_INT(qry_crossrank(store, &q, &sub, &err), RDB_ELIMIT);
-	CHECK_EQ_INT(err.status, 422);
-	rdb_buf_free(&sub);
-	rdb_buf_free(&want);
-	rdb_buf_free(&out);
+	CHECK_EQ_INT(err.code, QRY_E_LIMIT);
+	qry_xr_result_free(&sub);
+	qry_xr_result_free(&out);
 	free(ref);
 }
 
-/* Numbers: the exact fast formatter against printf + strtod, on values of
- * every kind (random bits, float32-widened, short decimals, powers of two
- * and ten and their neighbours, ties). No timing. */
-static void test_json_numbers(void)
+/* Cross-rank partials are mergeable: the cells of two halves of the ranks
+ * (as two nodes would hold them), merged, give the rows of all ranks. */
+static void test_crossrank_merge(void)
 {
-	uint64_t st = 0x9e3779b97f4a7c15ull;
-	size_t bad = 0, n = 0;
-	for (int i = 0; i < 400000; i++) {
-		st ^= st << 13;
-		st ^= st >> 7;
-		st ^= st << 17;
-		uint64_t r = st, bits;
-		switch (i % 6) {
-		case 0: bits = r; break;
-		case 1: bits = (r & ((1ull << 52) - 1)) | ((1023 - 40 + (r >> 52) % 100) << 52); break;
-		case 2: {
-			uint32_t u = (uint32_t)r;
-			float f;
-			memcpy(&f, &u, 4);
-			bits = rdb_f64_bits((double)f);
-			break;
-		}
-		case 3:
-			bits = rdb_f64_bits((double)(int64_t)(r % 100000000) /
-					    pow(10, (double)((r >> 40) % 20)));
-			break;
-		case 4: bits = rdb_f64_bits(ldexp(1.0, (int)(r % 200) - 100)) + (r >> 62) - 1; break;
-		default: bits = rdb_f64_bits(pow(10, (double)((int)(r % 60) - 30))) + (r >> 62) - 1; break;
-		}
-		double v = rdb_bits_f64(bits);
-		if (isnan(v) || isinf(v) || v == 0 || (v == (double)(int64_t)v && fabs(v) < 1e15))
-			continue;
-		char a[QRY_FMT_VALUE_MAX], b[QRY_FMT_VALUE_MAX];
-		size_t na = qry_fmt_value(a, bits), nb = qry_fmt_value_slow(b, bits);
-		n++;
-		if (na != nb || memcmp(a, b, na) != 0) {
-			if (bad++ < 5)
-				fprintf(stderr, "value %016llx: %.*s, printf says %.*s\n",
-					(unsigned long long)bits, (int)na, a, (int)nb, b);
-		}
+	struct qry_bucketing bk = {.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
+				   .axis = QRY_AXIS_STEP, .width = 3,
+				   .attempt = QRY_ATTEMPT_LATEST};
+	struct qry_xr_part whole = {0}, lo = {0}, hi = {0};
+	struct qry_buckets b = {0};
+	struct qry_scan sc;
+	static const double q[] = {0.25, 0.9};
+	qry_scan_init(&sc, store, 10000000);
+	for (uint32_t r = 0; r < NRANKS; r++) {
+		CHECK_EQ_INT(qry_agg_series(&sc, sid(store, r, "loss"), &bk, &b), 0);
+		CHECK_EQ_INT(qry_xr_part_add(&whole, r, &b), 0);
+		/* the second node's part is added first: merge order must not matter */
+		CHECK_EQ_INT(qry_xr_part_add(r % 2 ? &lo : &hi, r, &b), 0);
 	}
-	CHECK(n > 300000);
-	CHECK_EQ_INT((int)bad, 0);
-	struct {
-		double v;
-		const char *text;
-	} fixed[] = {{0.1, "0.1"}, {-2.5, "-2.5"}, {1e-5, "1e-05"},
-		     {3e-4, "0.0003"}, {11.560216903686523, "11.560216903686523"},
-		     {1e15, "1e+15"}, {123456789012345.6, "123456789012345.6"},
-		     {0.30000000000000004, "0.30000000000000004"}, {1e300, "1e+300"},
-		     {5e-324, "4.94065645841247e-324"}, {-0.0, "-0.0"}, {42, "42"}};
-	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
-		char a[QRY_FMT_VALUE_MAX];
-		size_t na = qry_fmt_value(a, rdb_f64_bits(fixed[i].v));
-		bool same = na == strlen(fixed[i].text) && memcmp(a, fixed[i].text, na) == 0;
-		if (!same)
-			fprintf(stderr, "%s: got %.*s\n", fixed[i].text, (int)na, a);
-		CHECK(same);
-	}
-	struct rdb_buf out;
-	rdb_buf_init(&out, 1 << 16);
-	int64_t ints[] = {0, -1, 1700000000343437568ll, INT64_MIN, INT64_MAX, MDL_STEP_NONE};
-	CHECK_EQ_INT(qry_json_i64s(&out, ints, 5), 0);
-	CHECK_EQ_INT(qry_json_steps(&out, ints + 4, 2), 0);
-	const char *want = "0,-1,1700000000343437568,-9223372036854775808,9223372036854775807"
-			   "9223372036854775807,null";
-	CHECK(out.len == strlen(want) && memcmp(out.data, want, out.len) == 0);
-	rdb_buf_free(&out);
+	CHECK_EQ_INT(qry_xr_part_merge(&hi, &lo), 0);
+	struct qry_xr_row *a = NULL, *m = NULL;
+	size_t na = 0, nm = 0;
+	CHECK_EQ_INT(qry_xr_rows(&whole, QRY_XR_ALL, q, 2, &a, &na), 0);
+	CHECK_EQ_INT(qry_xr_rows(&hi, QRY_XR_ALL, q, 2, &m, &nm), 0);
+	CHECK_EQ_INT(na, nm);
+	for (size_t i = 0; i < na && i < nm; i++)
+		CHECK(a[i].key == m[i].key && a[i].count == m[i].count && a[i].min == m[i].min &&
+		      a[i].max == m[i].max && a[i].median == m[i].median &&
+		      a[i].q[0] == m[i].q[0] && a[i].q[1] == m[i].q[1] &&
+		      a[i].argmin == m[i].argmin && a[i].argmax == m[i].argmax &&
+		      a[i].mean == m[i].mean);
+	free(a);
+	free(m);
+	qry_xr_part_free(&whole);
+	qry_xr_part_free(&lo);
+	qry_xr_part_free(&hi);
+	qry_buckets_free(&b);
+	qry_scan_free(&sc);
 }
 
 static void test_outliers_and_errors(void)
@@ -601,38 +561,24 @@ static void test_outliers_and_errors(void)
 				      rdb_f64_bits(r == 3 ? 2.0 : 1.0 + 0.01 * r));
 	CHECK_EQ_INT(sto_write(s, b), 0);
 	mdl_batch_free(b);
-	struct rdb_buf out;
-	rdb_buf_init(&out, 1 << 20);
 	struct qry_error err;
+	struct qry_out_result out;
 	struct qry_out_req q = {.job = "jo", .metric = "step_time", .limit = 2,
 				.max_points = 1000000, .last_steps = 10,
 				.spec = {.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
 					 .attempt = QRY_ATTEMPT_LATEST}};
 	CHECK_EQ_INT(qry_outliers(s, &q, &out, &err), 0);
-	rdb_buf_putc(&out, 0);
-	CHECK(strstr((char *)out.data, "\"outliers\":[{\"rank\":3,\"value\":2,") != NULL);
-	CHECK(strstr((char *)out.data, "\"window\":{\"step_from\":30,\"step_to\":39}") != NULL);
+	CHECK(out.nlisted >= 1 && out.rows[0].rank == 3 && out.rows[0].value == 2.0);
+	CHECK(out.window.by_step && out.window.step_from == 30 && out.window.step_to == 39);
+	qry_out_result_free(&out);
 	q.job = "nope";
-	out.len = 0;
 	CHECK_EQ_INT(qry_outliers(s, &q, &out, &err), RDB_ENOTFOUND);
-	CHECK_EQ_INT(err.status, 404);
+	CHECK_EQ_INT(err.code, QRY_E_NOT_FOUND);
 	q.job = "jo";
 	q.metric = "nope";
 	CHECK_EQ_INT(qry_outliers(s, &q, &out, &err), RDB_ENOTFOUND);
-	CHECK_EQ_INT(err.status, 404);
-	/* a response over the bound is a 413 */
-	struct rdb_buf small;
-	rdb_buf_init(&small, 64);
-	const char *m[] = {"step_time"};
-	struct qry_ds_req d = {.job = "jo", .metrics = m, .nmetrics = 1, .aggs = QRY_AGG_AVG,
-			       .max_points = 1000000, .spec = q.spec};
-	d.spec.axis_set = true;
-	d.spec.axis = QRY_AXIS_STEP;
-	d.spec.width = 1;
-	CHECK_EQ_INT(qry_downsample(s, &d, &small, &err), RDB_ELIMIT);
-	CHECK_EQ_INT(err.status, 413);
-	rdb_buf_free(&small);
-	rdb_buf_free(&out);
+	CHECK_EQ_INT(err.code, QRY_E_NOT_FOUND);
+	/* (a response over max_response_bytes is a 413: tests/unit/test_json_out.c) */
 	sto_close(s);
 }
 
@@ -645,14 +591,14 @@ static void test_meta(void)
 	struct rdb_buf out;
 	rdb_buf_init(&out, 1 << 21);
 	CHECK_EQ_INT(qry_meta_get(dir, "j1", &out, &err), RDB_ENOTFOUND);
-	CHECK_EQ_INT(err.status, 404);
+	CHECK_EQ_INT(err.code, QRY_E_NOT_FOUND);
 	const char *doc = "{\"world_size\": 8, \"lr\": 3e-4}";
 	CHECK_EQ_INT(qry_meta_put(dir, "j1", doc, strlen(doc), &err), 0);
 	CHECK_EQ_INT(qry_meta_get(dir, "j1", &out, &err), 0);
 	CHECK(out.len == strlen(doc) && memcmp(out.data, doc, out.len) == 0);
 	CHECK_EQ_INT(qry_meta_put(dir, "j1", "[1,2]", 5, &err), RDB_EINVAL);
 	CHECK_EQ_INT(qry_meta_put(dir, "j1", "{\"a\":", 5, &err), RDB_EINVAL);
-	CHECK_EQ_INT(err.status, 400);
+	CHECK_EQ_INT(err.code, QRY_E_INVALID);
 	CHECK_EQ_INT(qry_meta_put(dir, "../x", "{}", 2, &err), RDB_EINVAL);
 	size_t big = QRY_META_MAX_BYTES + 1;
 	char *huge = malloc(big);
@@ -660,7 +606,7 @@ static void test_meta(void)
 	huge[0] = '{';
 	huge[big - 1] = '}';
 	CHECK_EQ_INT(qry_meta_put(dir, "j1", huge, big, &err), RDB_ELIMIT);
-	CHECK_EQ_INT(err.status, 413);
+	CHECK_EQ_INT(err.code, QRY_E_TOO_LARGE);
 	free(huge);
 	out.len = 0;
 	CHECK_EQ_INT(qry_meta_get(dir, "j1", &out, &err), 0); /* the old one is intact */
@@ -691,7 +637,7 @@ int main(void)
 	RUN(test_point_bound);
 	RUN(test_buckets_merge);
 	RUN(test_crossrank);
-	RUN(test_json_numbers);
+	RUN(test_crossrank_merge);
 	RUN(test_outliers_and_errors);
 	RUN(test_meta);
 	sto_close(store);

@@ -22,10 +22,10 @@
  *   lower neighbour is half an ulp away: 4 * delta <= 10^s there.
  *
  * Everything else (subnormals, |v| < ~1e-6, integral values >= 2^53) goes
- * through snprintf + strtod as before. tests/unit/test_query.c compares
+ * through snprintf + strtod as before. tests/unit/test_json_out.c compares
  * both paths on millions of values.
  */
-#include "query/qry.h"
+#include "server/json_out.h"
 #include "common/rdb_le.h"
 
 #include <math.h>
@@ -95,12 +95,12 @@ static size_t fmt_u64(char *p, uint64_t v)
 	return sizeof(tmp) - n;
 }
 
-size_t qry_fmt_u64(char *p, uint64_t v)
+size_t srv_fmt_u64(char *p, uint64_t v)
 {
 	return fmt_u64(p, v);
 }
 
-size_t qry_fmt_i64(char *p, int64_t v)
+size_t srv_fmt_i64(char *p, int64_t v)
 {
 	if (v >= 0)
 		return fmt_u64(p, (uint64_t)v);
@@ -214,7 +214,7 @@ static size_t fmt_shortest_fast(char *p, uint64_t bits)
 	return 0;
 }
 
-size_t qry_fmt_value(char *p, uint64_t bits)
+size_t srv_fmt_value(char *p, uint64_t bits)
 {
 	double v = rdb_bits_f64(bits);
 	if (bits == MDL_VALUE_NULL_BITS) {
@@ -230,7 +230,7 @@ size_t qry_fmt_value(char *p, uint64_t bits)
 		return 6;
 	}
 	if (isnan(v))
-		return (size_t)snprintf(p, QRY_FMT_VALUE_MAX, "\"0x%016llx\"",
+		return (size_t)snprintf(p, SRV_FMT_VALUE_MAX, "\"0x%016llx\"",
 					(unsigned long long)bits);
 	if (v == 0) {
 		if (signbit(v)) {
@@ -241,14 +241,14 @@ size_t qry_fmt_value(char *p, uint64_t bits)
 		return 1;
 	}
 	if (v == (double)(int64_t)v && fabs(v) < 1e15)
-		return qry_fmt_i64(p, (int64_t)v);
+		return srv_fmt_i64(p, (int64_t)v);
 	size_t n = fmt_shortest_fast(p, bits);
 	if (n)
 		return n;
-	return qry_fmt_value_slow(p, bits);
+	return srv_fmt_value_slow(p, bits);
 }
 
-size_t qry_fmt_value_slow(char *p, uint64_t bits)
+size_t srv_fmt_value_slow(char *p, uint64_t bits)
 {
 	double v = rdb_bits_f64(bits);
 	char tmp[40];
@@ -262,29 +262,29 @@ size_t qry_fmt_value_slow(char *p, uint64_t bits)
 	return n;
 }
 
-int qry_json_value(struct rdb_buf *out, uint64_t bits)
+int srv_json_value(struct rdb_buf *out, uint64_t bits)
 {
-	char tmp[QRY_FMT_VALUE_MAX];
-	return rdb_buf_append(out, tmp, qry_fmt_value(tmp, bits));
+	char tmp[SRV_FMT_VALUE_MAX];
+	return rdb_buf_append(out, tmp, srv_fmt_value(tmp, bits));
 }
 
-int qry_json_i64(struct rdb_buf *out, int64_t v)
-{
-	char tmp[24];
-	return rdb_buf_append(out, tmp, qry_fmt_i64(tmp, v));
-}
-
-int qry_json_u64(struct rdb_buf *out, uint64_t v)
+int srv_json_i64(struct rdb_buf *out, int64_t v)
 {
 	char tmp[24];
-	return rdb_buf_append(out, tmp, qry_fmt_u64(tmp, v));
+	return rdb_buf_append(out, tmp, srv_fmt_i64(tmp, v));
 }
 
-int qry_json_rank(struct rdb_buf *out, uint32_t rank)
+int srv_json_u64(struct rdb_buf *out, uint64_t v)
+{
+	char tmp[24];
+	return rdb_buf_append(out, tmp, srv_fmt_u64(tmp, v));
+}
+
+int srv_json_rank(struct rdb_buf *out, uint32_t rank)
 {
 	if (rank == MDL_RANK_JOB)
 		return rdb_buf_append(out, "\"job\"", 5);
-	return qry_json_u64(out, rank);
+	return srv_json_u64(out, rank);
 }
 
 /* ---- arrays ---------------------------------------------------------------- */
@@ -306,7 +306,7 @@ static int block_room(struct rdb_buf *out, struct block *k, size_t need)
 	return rc;
 }
 
-int qry_json_i64s(struct rdb_buf *out, const int64_t *v, size_t n)
+int srv_json_i64s(struct rdb_buf *out, const int64_t *v, size_t n)
 {
 	struct block k;
 	k.n = 0;
@@ -316,12 +316,12 @@ int qry_json_i64s(struct rdb_buf *out, const int64_t *v, size_t n)
 			return rc;
 		if (i)
 			k.b[k.n++] = ',';
-		k.n += qry_fmt_i64(k.b + k.n, v[i]);
+		k.n += srv_fmt_i64(k.b + k.n, v[i]);
 	}
 	return rdb_buf_append(out, k.b, k.n);
 }
 
-int qry_json_steps(struct rdb_buf *out, const int64_t *v, size_t n)
+int srv_json_steps(struct rdb_buf *out, const int64_t *v, size_t n)
 {
 	struct block k;
 	k.n = 0;
@@ -335,13 +335,13 @@ int qry_json_steps(struct rdb_buf *out, const int64_t *v, size_t n)
 			memcpy(k.b + k.n, "null", 4);
 			k.n += 4;
 		} else {
-			k.n += qry_fmt_i64(k.b + k.n, v[i]);
+			k.n += srv_fmt_i64(k.b + k.n, v[i]);
 		}
 	}
 	return rdb_buf_append(out, k.b, k.n);
 }
 
-int qry_json_u32s(struct rdb_buf *out, const uint32_t *v, size_t n)
+int srv_json_u32s(struct rdb_buf *out, const uint32_t *v, size_t n)
 {
 	struct block k;
 	k.n = 0;
@@ -351,22 +351,29 @@ int qry_json_u32s(struct rdb_buf *out, const uint32_t *v, size_t n)
 			return rc;
 		if (i)
 			k.b[k.n++] = ',';
-		k.n += qry_fmt_u64(k.b + k.n, v[i]);
+		k.n += srv_fmt_u64(k.b + k.n, v[i]);
 	}
 	return rdb_buf_append(out, k.b, k.n);
 }
 
-int qry_json_values(struct rdb_buf *out, const uint64_t *bits, size_t n)
+int srv_json_values(struct rdb_buf *out, const uint64_t *bits, size_t n)
 {
 	struct block k;
 	k.n = 0;
 	for (size_t i = 0; i < n; i++) {
-		int rc = block_room(out, &k, QRY_FMT_VALUE_MAX + 1);
+		int rc = block_room(out, &k, SRV_FMT_VALUE_MAX + 1);
 		if (rc)
 			return rc;
 		if (i)
 			k.b[k.n++] = ',';
-		k.n += qry_fmt_value(k.b + k.n, bits[i]);
+		k.n += srv_fmt_value(k.b + k.n, bits[i]);
 	}
 	return rdb_buf_append(out, k.b, k.n);
+}
+
+int srv_json_f64(struct rdb_buf *out, double v, bool defined)
+{
+	if (!defined)
+		return rdb_buf_append(out, "null", 4);
+	return srv_json_value(out, rdb_f64_bits(v));
 }

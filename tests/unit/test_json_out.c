@@ -1,0 +1,189 @@
+/* test_json_out.c - the JSON text of the HTTP API (server/json_out.h): the
+ * exact number formatter against printf + strtod, the mapping of query error
+ * codes to statuses, and the endpoint serialisers over real query results
+ * (a response over its bound is a 413; crossrank writes only the columns
+ * asked for). */
+#include "check.h"
+#include "common/rdb_err.h"
+#include "common/rdb_le.h"
+#include "server/json_out.h"
+#include "storage/sto.h"
+
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define T0 1700000000000000000ll
+
+static char base[4096];
+
+/* Numbers: the exact fast formatter against printf + strtod, on values of
+ * every kind (random bits, float32-widened, short decimals, powers of two
+ * and ten and their neighbours, ties). No timing. */
+static void test_json_numbers(void)
+{
+	uint64_t st = 0x9e3779b97f4a7c15ull;
+	size_t bad = 0, n = 0;
+	for (int i = 0; i < 400000; i++) {
+		st ^= st << 13;
+		st ^= st >> 7;
+		st ^= st << 17;
+		uint64_t r = st, bits;
+		switch (i % 6) {
+		case 0: bits = r; break;
+		case 1: bits = (r & ((1ull << 52) - 1)) | ((1023 - 40 + (r >> 52) % 100) << 52); break;
+		case 2: {
+			uint32_t u = (uint32_t)r;
+			float f;
+			memcpy(&f, &u, 4);
+			bits = rdb_f64_bits((double)f);
+			break;
+		}
+		case 3:
+			bits = rdb_f64_bits((double)(int64_t)(r % 100000000) /
+					    pow(10, (double)((r >> 40) % 20)));
+			break;
+		case 4: bits = rdb_f64_bits(ldexp(1.0, (int)(r % 200) - 100)) + (r >> 62) - 1; break;
+		default: bits = rdb_f64_bits(pow(10, (double)((int)(r % 60) - 30))) + (r >> 62) - 1; break;
+		}
+		double v = rdb_bits_f64(bits);
+		if (isnan(v) || isinf(v) || v == 0 || (v == (double)(int64_t)v && fabs(v) < 1e15))
+			continue;
+		char a[SRV_FMT_VALUE_MAX], b[SRV_FMT_VALUE_MAX];
+		size_t na = srv_fmt_value(a, bits), nb = srv_fmt_value_slow(b, bits);
+		n++;
+		if (na != nb || memcmp(a, b, na) != 0) {
+			if (bad++ < 5)
+				fprintf(stderr, "value %016llx: %.*s, printf says %.*s\n",
+					(unsigned long long)bits, (int)na, a, (int)nb, b);
+		}
+	}
+	CHECK(n > 300000);
+	CHECK_EQ_INT((int)bad, 0);
+	struct {
+		double v;
+		const char *text;
+	} fixed[] = {{0.1, "0.1"}, {-2.5, "-2.5"}, {1e-5, "1e-05"},
+		     {3e-4, "0.0003"}, {11.560216903686523, "11.560216903686523"},
+		     {1e15, "1e+15"}, {123456789012345.6, "123456789012345.6"},
+		     {0.30000000000000004, "0.30000000000000004"}, {1e300, "1e+300"},
+		     {5e-324, "4.94065645841247e-324"}, {-0.0, "-0.0"}, {42, "42"}};
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
+		char a[SRV_FMT_VALUE_MAX];
+		size_t na = srv_fmt_value(a, rdb_f64_bits(fixed[i].v));
+		bool same = na == strlen(fixed[i].text) && memcmp(a, fixed[i].text, na) == 0;
+		if (!same)
+			fprintf(stderr, "%s: got %.*s\n", fixed[i].text, (int)na, a);
+		CHECK(same);
+	}
+	struct rdb_buf out;
+	rdb_buf_init(&out, 1 << 16);
+	int64_t ints[] = {0, -1, 1700000000343437568ll, INT64_MIN, INT64_MAX, MDL_STEP_NONE};
+	CHECK_EQ_INT(srv_json_i64s(&out, ints, 5), 0);
+	CHECK_EQ_INT(srv_json_steps(&out, ints + 4, 2), 0);
+	const char *want = "0,-1,1700000000343437568,-9223372036854775808,9223372036854775807"
+			   "9223372036854775807,null";
+	CHECK(out.len == strlen(want) && memcmp(out.data, want, out.len) == 0);
+	rdb_buf_free(&out);
+}
+
+static void test_statuses(void)
+{
+	CHECK_EQ_INT(srv_qry_status(QRY_E_INVALID), 400);
+	CHECK_EQ_INT(srv_qry_status(QRY_E_NOT_FOUND), 404);
+	CHECK_EQ_INT(srv_qry_status(QRY_E_TOO_LARGE), 413);
+	CHECK_EQ_INT(srv_qry_status(QRY_E_LIMIT), 422);
+	CHECK_EQ_INT(srv_qry_status(QRY_E_UNSUPPORTED), 422);
+	CHECK_EQ_INT(srv_qry_status(QRY_E_INTERNAL), 500);
+}
+
+static struct sto *open_store(void)
+{
+	char dir[4300];
+	snprintf(dir, sizeof(dir), "%s/store", base);
+	struct sto_options o;
+	sto_options_default(&o);
+	o.data_dir = dir;
+	o.chunk_max_points = 8;
+	o.sync = STO_SYNC_NONE;
+	o.index_map_bytes = 64ull << 20;
+	struct sto *s = NULL;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	return s;
+}
+
+static void test_serialisers(void)
+{
+	struct sto *s = open_store();
+	struct mdl_batch *b;
+	CHECK_EQ_INT(mdl_batch_new(1 << 16, 64, &b), 0);
+	for (uint32_t r = 0; r < 8; r++)
+		for (int64_t st = 0; st < 40; st++)
+			mdl_batch_add(b, "jo", 2, r, "step_time", 9, T0 + st * 100 + r, st, 0,
+				      rdb_f64_bits(r == 3 ? 2.0 : 1.0 + 0.01 * r));
+	CHECK_EQ_INT(sto_write(s, b), 0);
+	mdl_batch_free(b);
+	struct qry_error err;
+	const char *m[] = {"step_time"};
+	struct qry_ds_req d = {.job = "jo", .metrics = m, .nmetrics = 1, .aggs = QRY_AGG_AVG,
+			       .max_points = 1000000,
+			       .spec = {.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
+					.attempt = QRY_ATTEMPT_LATEST, .axis_set = true,
+					.axis = QRY_AXIS_STEP, .width = 1}};
+	struct qry_ds_result ds;
+	CHECK_EQ_INT(qry_downsample(s, &d, &ds, &err), 0);
+	/* a response over the bound is a 413 */
+	struct rdb_buf small, out;
+	rdb_buf_init(&small, 64);
+	CHECK_EQ_INT(srv_write_downsample(&small, &ds, &err), RDB_ELIMIT);
+	CHECK_EQ_INT(srv_qry_status(err.code), 413);
+	rdb_buf_free(&small);
+	qry_ds_result_free(&ds);
+	/* crossrank agg=mean,max: start, end and those columns only */
+	struct qry_xr_req q = {.job = "jo", .metric = "step_time", .max_points = 1000000,
+			       .cols = QRY_XR_MEAN | QRY_XR_MAX, .spec = d.spec};
+	struct qry_xr_result xr;
+	CHECK_EQ_INT(qry_crossrank(s, &q, &xr, &err), 0);
+	rdb_buf_init(&out, 1 << 20);
+	CHECK_EQ_INT(srv_write_crossrank(&out, &xr, &err), 0);
+	rdb_buf_putc(&out, 0);
+	const char *keep[] = {"\"start\":[0,1,", "\"end\":[0,1,", "\"mean\":[", "\"max\":[2,2,",
+			      "\"ranks\":[0,1,2,3,4,5,6,7]"};
+	for (int c = 0; c < 5; c++)
+		CHECK(strstr((char *)out.data, keep[c]) != NULL);
+	const char *drop[] = {"\"min\"", "\"median\"", "\"p10\"", "\"stddev\"", "\"argmax\"",
+			      "\"count\""};
+	for (int c = 0; c < 6; c++)
+		CHECK(strstr((char *)out.data, drop[c]) == NULL);
+	rdb_buf_free(&out);
+	qry_xr_result_free(&xr);
+	sto_close(s);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+int main(void)
+{
+	const char *tmp = getenv("RDB_TEST_TMP");
+	snprintf(base, sizeof(base), "%s/test_json_out.XXXXXX", tmp ? tmp : "/tmp");
+	if (!mkdtemp(base)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	RUN(test_json_numbers);
+	RUN(test_statuses);
+	RUN(test_serialisers);
+	int rc = check_summary("json_out");
+	if (rc == 0)
+		nftw(base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	return rc;
+}
