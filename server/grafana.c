@@ -18,10 +18,12 @@
  * Each series is cut into time buckets of
  *   width = max(intervalMs, ceil((to - from) / maxDataPoints))
  * (widened when epoch alignment would give one bucket too many) by the bucket
- * engine (query/agg.h), and each bucket gives one point per aggregate (avg by
- * default; payload agg picks others, crossrank-* adds one series per (job,
- * metric) aggregated across ranks). Targets "logs" and "annotations" (and
- * every target of refId "Anno") read log records instead.
+ * engine (query/bucket.h), and each bucket gives one point per aggregate (avg
+ * by default; payload agg picks others, crossrank-* adds one series per (job,
+ * metric) aggregated across ranks by query/crossrank.c, the values GET
+ * /api/v1/query/crossrank gives). Targets "logs" and "annotations" (and
+ * every target of refId "Anno") read log records instead. Every read goes
+ * through query/ (listings, buckets, raw points, events), never storage.
  *
  * Output is JSON written into the bounded response buffer: times are integer
  * ms, values non-finite -> null, tag values strings, refId echoed when sent.
@@ -495,7 +497,7 @@ int gf_list_jobs(struct gf *g, const struct gf_set *want, const struct gf_filter
 {
 	struct names all = {0};
 	struct list_ctx c = {.out = &all, .fs = fs};
-	int rc = sto_list_jobs(g->sto, job_cb, &c);
+	int rc = qry_list_jobs(g->sto, job_cb, &c);
 	for (size_t i = 0; rc == 0 && i < all.n; i++)
 		if (!want || gf_set_has(want, all.v[i]))
 			rc = gf_names_add(out, all.v[i], strlen(all.v[i]));
@@ -523,7 +525,7 @@ static int list_values(struct gf *g, enum kind kind, const struct gf_set *jobs,
 	}
 	for (size_t i = 0; rc == 0 && i < js.n; i++) {
 		struct list_ctx c = {.out = out, .kind = kind, .metric = metric, .fs = fs};
-		rc = sto_list_series(g->sto, js.v[i], series_cb, &c);
+		rc = qry_list_series(g->sto, js.v[i], series_cb, &c);
 		if (rc == 1)
 			rc = 0;
 		if (rc == 0 && kind == K_JOBS && c.found)

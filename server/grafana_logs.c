@@ -7,6 +7,7 @@
  */
 #include "server/grafana_int.h"
 #include "common/rdb_err.h"
+#include "query/events.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -145,7 +146,7 @@ static int ev_read_job(struct gf *g, struct sto_ev_filter *f, struct evlist *l)
 	if (!re)
 		return gf_chk(g, -ENOMEM);
 	l->taken = 0;
-	int rc = sto_events_read(g->sto, f, GF_EVENTS_SCAN, ev_cb, l, re);
+	int rc = qry_events_scan(g->sto, f, GF_EVENTS_SCAN, ev_cb, l, re);
 	if (rc == 1)
 		rc = 0;
 	if (rc == RDB_ELIMIT)

@@ -2,8 +2,12 @@
  * request's time range and bucket width, target parsing, series selection
  * (exact name, else anchored regex), timeseries and table output, agg=raw,
  * and cross-rank series; log targets go to grafana_logs.c. The mapping and
- * bounds are specified at the top of grafana.c. Internal to the Grafana
- * module (grafana_int.h). Threading: per request, no shared state.
+ * bounds are specified at the top of grafana.c. Every read goes through
+ * query/: the bucket engine for per-rank aggregates, its raw read for
+ * agg=raw, and query/crossrank.c's partial and rows for the crossrank-*
+ * series (the one cross-rank implementation, as GET /api/v1/query/crossrank
+ * computes it). Internal to the Grafana module (grafana_int.h). Threading:
+ * per request, no shared state.
  */
 #include "server/grafana_int.h"
 #include "common/rdb_err.h"
@@ -369,7 +373,7 @@ static int select_series(struct gf *g, const struct gf_filters *fs, const struct
 	if (rc == 0)
 		rc = gf_list_jobs(g, &t->jobs, fs, &jobs);
 	for (size_t i = 0; rc == 0 && i < jobs.n; i++) {
-		rc = sto_list_series(g->sto, jobs.v[i], sel_cb, s);
+		rc = qry_list_series(g->sto, jobs.v[i], sel_cb, s);
 		if (rc && rc != -ENOMEM)
 			rc = gf_fail(g, 500, "listing the series of job %s: %s", jobs.v[i],
 				     rdb_strerror(rc));
@@ -576,7 +580,7 @@ static int emit_raw(struct wr *w, struct qry_scan *sc, const struct qry_series *
 		    const struct qry_buckets *bs)
 {
 	char rank[16];
-	int rc = sto_read(sc->s, s->id, range, (size_t)r->max_points, &sc->tmp, &sc->re);
+	int rc = qry_read_series(sc, s->id, range, (size_t)r->max_points, &sc->tmp);
 	if (rc == RDB_ELIMIT)
 		return emit_buckets(w, s, bs, AG_RAW, r->width_ms);
 	if (rc)
@@ -591,79 +595,39 @@ static int emit_raw(struct wr *w, struct qry_scan *sc, const struct qry_series *
 
 /* ---- cross-rank series ------------------------------------------------------------- */
 
-struct km {
-	int64_t key;
-	double v; /* one rank's mean in the bucket */
-};
+#define XR_COLS (QRY_XR_MEAN | QRY_XR_MIN | QRY_XR_MAX | QRY_XR_MEDIAN)
 
-struct xr {
-	struct km *v;
-	size_t n, cap;
-};
-
-static int xr_add(struct xr *x, const struct qry_buckets *bs)
+/* A cross-rank row's value for agg a. */
+static double xr_value(const struct qry_xr_row *r, enum agg a)
 {
-	if (x->n + bs->n > x->cap) {
-		size_t cap = x->cap ? x->cap : 256;
-		while (cap < x->n + bs->n)
-			cap *= 2;
-		struct km *v = realloc(x->v, cap * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		x->v = v;
-		x->cap = cap;
+	switch (a) {
+	case AG_XMIN: return r->min;
+	case AG_XMAX: return r->max;
+	case AG_XMEDIAN: return r->median;
+	default: return r->mean;
 	}
-	for (size_t i = 0; i < bs->n; i++)
-		if (bs->b[i].a.count)
-			x->v[x->n++] = (struct km){bs->b[i].key,
-						   bs->b[i].a.sum / (double)bs->b[i].a.count};
-	return 0;
 }
 
-static int cmp_km(const void *a, const void *b)
+/* Writes the requested cross-rank series of one (job, metric) from the
+ * ranks' partial x, then empties x. */
+static int xr_flush(struct wr *w, struct qry_xr_part *x, const struct mdl_series_key *k,
+		    uint32_t aggs, int64_t width_ms)
 {
-	const struct km *x = a, *y = b;
-	if (x->key != y->key)
-		return x->key < y->key ? -1 : 1;
-	return (x->v > y->v) - (x->v < y->v);
-}
-
-/* v[0..n) sorted ascending: the cross-rank aggregate a. */
-static double xr_value(const struct km *v, size_t n, enum agg a)
-{
-	double sum = 0;
-	if (a == AG_XMIN)
-		return v[0].v;
-	if (a == AG_XMAX)
-		return v[n - 1].v;
-	if (a == AG_XMEDIAN)
-		return n % 2 ? v[n / 2].v : (v[n / 2 - 1].v + v[n / 2].v) / 2;
-	for (size_t i = 0; i < n; i++)
-		sum += v[i].v;
-	return sum / (double)n;
-}
-
-/* Writes the requested cross-rank series of one (job, metric), then empties x. */
-static int xr_flush(struct wr *w, struct xr *x, const struct mdl_series_key *k, uint32_t aggs,
-		    int64_t width_ms)
-{
-	int rc = 0;
-	if (x->n > 1)
-		qsort(x->v, x->n, sizeof(*x->v), cmp_km);
-	for (int a = AG_XMEAN; x->n && rc == 0 && a <= AG_XMEDIAN; a++) {
+	struct qry_xr_row *rows = NULL;
+	size_t n = 0;
+	int rc = x->n ? qry_xr_rows(x, XR_COLS, NULL, 0, &rows, &n) : 0;
+	for (int a = AG_XMEAN; n && rc == 0 && a <= AG_XMEDIAN; a++) {
 		if (!(aggs & BIT(a)))
 			continue;
 		rc = wr_begin(w, k->job, "", k->metric, (enum agg)a);
-		for (size_t i = 0, j; rc == 0 && i < x->n; i = j) {
-			for (j = i; j < x->n && x->v[j].key == x->v[i].key; j++)
-				;
-			rc = wr_point(w, x->v[i].key * width_ms, xr_value(x->v + i, j - i,
-									   (enum agg)a), true);
-		}
+		for (size_t i = 0; rc == 0 && i < n; i++)
+			rc = wr_point(w, rows[i].key * width_ms, xr_value(&rows[i], (enum agg)a),
+				      true);
 		if (rc == 0)
 			rc = wr_end(w);
 	}
-	x->n = 0;
+	free(rows);
+	qry_xr_part_free(x);
 	return rc;
 }
 
@@ -686,7 +650,7 @@ static int emit_series(struct wr *w, struct qry_scan *sc, const struct qry_serie
 static int metric_loop(struct gf *g, struct wr *w, const struct sel *s, const struct gf_range *r)
 {
 	struct qry_buckets bs = {0};
-	struct xr xr = {0};
+	struct qry_xr_part xr = {0};
 	uint32_t aggs = w->t->aggs;
 	struct qry_bucketing bk = {
 		.range = {r->from_ms * 1000000, r->to_ms * 1000000 + 999999, false, 0, INT64_MAX},
@@ -705,14 +669,14 @@ static int metric_loop(struct gf *g, struct wr *w, const struct sel *s, const st
 		if (rc == 0 && bs.n)
 			rc = emit_series(w, sc, se, &bk, r, &bs);
 		if (rc == 0 && bs.n && (aggs & XR_MASK) && se->key.rank != MDL_RANK_JOB)
-			rc = xr_add(&xr, &bs);
+			rc = qry_xr_part_add(&xr, se->key.rank, &bs);
 	}
 	if (rc == 0 && s->n)
 		rc = xr_flush(w, &xr, &s->v[s->n - 1].key, aggs, r->width_ms);
 	qry_scan_free(sc);
 	free(sc);
 	qry_buckets_free(&bs);
-	free(xr.v);
+	qry_xr_part_free(&xr);
 	return gf_chk(g, rc);
 }
 
