@@ -13,6 +13,7 @@
  * so. Threading: HTTP pool threads; the service's lists are copied out
  * under its locks.
  */
+#include "server/route.h"
 #include "server/srv.h"
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
@@ -329,38 +330,39 @@ static void handle_health(struct srv_req *req, struct srv_resp *resp, const char
 
 /* ---- routing, reload, metrics ----------------------------------------------------- */
 
-bool srv_detect_route(struct srv_req *req, struct srv_resp *resp)
+static void h_alerts(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
+{
+	(void)r;
+	if (detection_on(req, resp))
+		handle_alerts(req, resp);
+}
+
+/* /api/v1/jobs/<job>/health: the job is whatever lies between (400 when it
+ * is not a job id). */
+static void h_health(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
 {
 	static const char jobs[] = "/api/v1/jobs/", suffix[] = "/health";
 	const char *p = req->path;
-	bool alerts = strcmp(p, "/api/v1/alerts") == 0;
 	size_t len = strlen(p), sl = sizeof(suffix) - 1, jl = sizeof(jobs) - 1;
-	bool health = !alerts && strncmp(p, jobs, jl) == 0 && len > jl + sl &&
-		      strcmp(p + len - sl, suffix) == 0;
-	if (!alerts && !health)
-		return false;
-	if (strcmp(req->method, "GET") != 0) {
-		resp->allow = "GET";
-		srv_error(resp, 405, "%s %s is not supported; use GET", req->method, p);
-		return true;
-	}
+	(void)r;
 	if (!detection_on(req, resp))
-		return true;
-	if (alerts) {
-		handle_alerts(req, resp);
-		return true;
-	}
+		return;
 	char job[MDL_JOB_MAX + 1];
 	size_t n = len - jl - sl;
 	if (n > MDL_JOB_MAX || !mdl_job_valid(p + jl, n)) {
 		srv_error(resp, 400, "job id in the path is invalid: [A-Za-z0-9._-]{1,128}");
-		return true;
+		return;
 	}
 	memcpy(job, p + jl, n);
 	job[n] = 0;
 	handle_health(req, resp, job);
-	return true;
 }
+
+static const struct srv_route rows[] = {
+	{SRV_GET, "/api/v1/alerts", SRV_SCOPE_READ, h_alerts, 0, 0, NULL, NULL, NULL},
+	{SRV_GET, "/api/v1/jobs/*/health", SRV_SCOPE_READ, h_health, 0, 0, NULL, NULL, NULL},
+};
+const struct srv_route_table srv_detect_routes = {rows, sizeof(rows) / sizeof(rows[0])};
 
 int srv_detect_reload(struct srv_ctx *ctx, char *msg, size_t msglen)
 {

@@ -1,4 +1,4 @@
-/* events_routes.c - route hook of the log and span queries:
+/* events_routes.c - routes of the log and span queries:
  *
  *   GET /api/v1/logs          filtered logs, newest first, paginated by cursor
  *   GET /api/v1/logs/around   the logs of one rank around one step, oldest first
@@ -9,12 +9,13 @@
  * work is done by query/events.h, whose typed results server/events_json.c
  * writes as JSON; error codes become statuses there (400 bad cursor, 404
  * unknown job, 422 too many events, 413 response too large, 500 corrupt
- * data). Every other path returns false.
+ * data). The rows are in srv_events_routes (route.h).
  */
 #include "common/rdb_err.h"
 #include "common/rdb_time.h"
 #include "query/events.h"
 #include "server/json_out.h"
+#include "server/route.h"
 #include "server/srv.h"
 
 #include <ctype.h>
@@ -344,25 +345,17 @@ static void handle(struct srv_req *req, struct srv_resp *resp, enum endpoint ep)
 	free(e);
 }
 
-bool srv_events_route(struct srv_req *req, struct srv_resp *resp)
+static void h_events(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
 {
-	enum endpoint ep;
-	if (strcmp(req->path, "/api/v1/logs") == 0)
-		ep = EP_LOGS;
-	else if (strcmp(req->path, "/api/v1/logs/around") == 0)
-		ep = EP_AROUND;
-	else if (strcmp(req->path, "/api/v1/spans") == 0)
-		ep = EP_SPANS;
-	else
-		return false;
-	if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "HEAD") != 0) {
-		resp->allow = "GET";
-		srv_error(resp, 405, "%s %s is not supported; use GET", req->method, req->path);
-		return true;
-	}
-	int64_t t0 = rdb_now_mono_ns();
-	handle(req, resp, ep);
-	atomic_fetch_add(&req->ctx->counters.queries, 1);
-	atomic_fetch_add(&req->ctx->counters.query_ns_total, (uint64_t)(rdb_now_mono_ns() - t0));
-	return true;
+	handle(req, resp, (enum endpoint)r->arg);
 }
+
+static const struct srv_route rows[] = {
+	{SRV_READ_METHODS, "/api/v1/logs", SRV_SCOPE_READ, h_events, EP_LOGS, SRV_ROUTE_QUERY,
+	 NULL, NULL, NULL},
+	{SRV_READ_METHODS, "/api/v1/logs/around", SRV_SCOPE_READ, h_events, EP_AROUND,
+	 SRV_ROUTE_QUERY, NULL, NULL, NULL},
+	{SRV_READ_METHODS, "/api/v1/spans", SRV_SCOPE_READ, h_events, EP_SPANS, SRV_ROUTE_QUERY,
+	 NULL, NULL, NULL},
+};
+const struct srv_route_table srv_events_routes = {rows, sizeof(rows) / sizeof(rows[0])};

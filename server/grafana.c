@@ -47,6 +47,7 @@
 #include "common/rdb_time.h"
 #include "query/agg.h"
 #include "server/json_out.h"
+#include "server/route.h"
 
 #include <errno.h>
 #include <math.h>
@@ -831,7 +832,6 @@ static void respond(struct srv_req *req, struct srv_resp *resp, int (*fn)(struct
 {
 	struct srv_ctx *ctx = req->ctx;
 	struct gf *g = calloc(1, sizeof(*g));
-	int64_t t0 = rdb_now_mono_ns();
 	if (!g) {
 		srv_error(resp, 500, "out of memory");
 		return;
@@ -849,47 +849,43 @@ static void respond(struct srv_req *req, struct srv_resp *resp, int (*fn)(struct
 			resp->body.len = 0;
 		atomic_fetch_add(&ctx->counters.query_errors, 1);
 	}
-	atomic_fetch_add(&ctx->counters.queries, 1);
-	atomic_fetch_add(&ctx->counters.query_ns_total, (uint64_t)(rdb_now_mono_ns() - t0));
 	json_decref(g->body);
 	free(g);
 }
 
-static bool method_ok(struct srv_req *req, struct srv_resp *resp, const char *allow)
+static void h_root(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
 {
-	const char *m = req->method;
-	if (!strcmp(m, "POST") || !strcmp(m, "GET") || (!strcmp(m, "HEAD") && allow[0] == 'G'))
-		return true;
-	resp->allow = allow;
-	srv_error(resp, 405, "%s %s is not supported; use %s", m, req->path, allow);
-	return false;
+	(void)req;
+	(void)r;
+	resp->status = 200;
+	rdb_buf_puts(&resp->body, "{\"status\":\"ok\",\"datasource\":\"rankdb\"}");
 }
 
-bool srv_grafana_route(struct srv_req *req, struct srv_resp *resp)
+static void h_endpoint(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
 {
-	const char *p = req->path;
-	char ep[40];
-	if (strncmp(p, "/grafana", 8) || (p[8] && p[8] != '/'))
-		return false;
-	snprintf(ep, sizeof(ep), "%s", p[8] ? p + 9 : "");
-	if (*ep && ep[strlen(ep) - 1] == '/')
-		ep[strlen(ep) - 1] = 0;
-	if (!*ep) {
-		if (method_ok(req, resp, "GET, HEAD, POST")) {
-			resp->status = 200;
-			rdb_buf_puts(&resp->body, "{\"status\":\"ok\",\"datasource\":\"rankdb\"}");
-		}
-		return true;
-	}
-	for (size_t i = 0; i < sizeof(endpoints) / sizeof(endpoints[0]); i++) {
-		if (strcmp(ep, endpoints[i].name))
-			continue;
-		if (method_ok(req, resp, "POST"))
-			respond(req, resp, endpoints[i].fn, endpoints[i].fn == gf_h_query);
-		return true;
-	}
-	srv_error(resp, 404, "no such Grafana endpoint: %.200s (known: /grafana, /grafana/metrics, "
-		  "/metric-payload-options, /query, /variable, /tag-keys, /tag-values, /search, "
-		  "/annotations)", p);
-	return true;
+	respond(req, resp, endpoints[r->arg].fn, endpoints[r->arg].fn == gf_h_query);
 }
+
+/* Every endpoint takes POST (what the datasource sends) and GET; a trailing
+ * slash is tolerated. */
+#define GF_ROW(path, i)                                                                     \
+	{SRV_GET | SRV_POST, "/grafana/" path "/?", SRV_SCOPE_READ, h_endpoint, i,          \
+	 SRV_ROUTE_QUERY, "POST", NULL, NULL}
+
+static const struct srv_route rows[] = {
+	{SRV_READ_METHODS | SRV_POST, "/grafana/?", SRV_SCOPE_READ, h_root, 0, 0,
+	 "GET, HEAD, POST", NULL, NULL},
+	GF_ROW("metrics", 0),
+	GF_ROW("metric-payload-options", 1),
+	GF_ROW("query", 2),
+	GF_ROW("variable", 3),
+	GF_ROW("tag-keys", 4),
+	GF_ROW("tag-values", 5),
+	GF_ROW("search", 6),
+	GF_ROW("annotations", 7),
+	{SRV_ANY, "/grafana/*", SRV_SCOPE_READ, NULL, 0, 0, NULL,
+	 "no such Grafana endpoint: %.200s (known: /grafana, /grafana/metrics, "
+	 "/metric-payload-options, /query, /variable, /tag-keys, /tag-values, /search, "
+	 "/annotations)", NULL},
+};
+const struct srv_route_table srv_grafana_routes = {rows, sizeof(rows) / sizeof(rows[0])};

@@ -1,7 +1,7 @@
 /* grafana_int.h - internal to the Grafana module (server/grafana*.c): the
  * request state, shared value types and helpers of the JSON datasource.
  * Nothing outside server/grafana*.c includes it; the public face is
- * srv_grafana_route in server/srv.h. grafana.c's top comment is the design.
+ * srv_grafana_routes (server/route.h). grafana.c's top comment is the design.
  *
  *   grafana.c        routing, errors, name lists, value sets, ad hoc filters,
  *                    catalog listings, /metrics, /variable, /search, /tag-*

@@ -1,23 +1,48 @@
-/* handlers.c - the HTTP endpoints of rankdbd: routing, parameter parsing,
- * and the translation of storage/ingest/query results into status codes.
+/* handlers.c - the HTTP endpoints of rankdbd's core (health, metrics, JSON
+ * write, raw range, catalog), the order of the route table, and the
+ * translation of storage/ingest/query results into status codes.
  *
- *   GET  /healthz                      liveness
- *   GET  /metrics                      Prometheus text exposition
- *   POST /api/v1/write                 JSON array / NDJSON metric records (client
- *                                      batch id: X-Rankdb-Batch-Id or ?batch_id=)
- *   GET  /api/v1/jobs                  job listing
- *   GET  /api/v1/jobs/<job>/metrics    a job's metric names
- *   GET  /api/v1/jobs/<job>/ranks      a job's ranks
- *   GET  /api/v1/query/range           raw points by time and/or step range
- *
- * and, through the feature modules' route hooks (tried first, in order):
- *   ingest_routes.c  POST /write, /api/v2/write (InfluxDB line protocol)
- *   grafana.c        /grafana/... (Grafana JSON datasource)
- *   admin_routes.c   /api/v1/admin/... (token-protected, audited)
- *   events_routes.c  GET /api/v1/logs, /api/v1/logs/around, /api/v1/spans
- *   query_routes.c   GET /api/v1/query/downsample|crossrank|outliers,
- *                    PUT/GET /api/v1/jobs/<job>/meta
- *   ui_routes.c      GET /, /ui, /ui/... (the built-in dashboard)
+ * Every route, by table (route.h; tried in this order, first match wins):
+ *   core (here)
+ *     GET  /healthz                      liveness
+ *     GET  /metrics                      Prometheus text exposition
+ *     POST /api/v1/write                 JSON array / NDJSON records (client batch
+ *                                        id: X-Rankdb-Batch-Id or ?batch_id=)
+ *   ingest_routes.c
+ *     POST /write                        InfluxDB 1.x line protocol
+ *     POST /api/v2/write                 InfluxDB 2.x line protocol
+ *   grafana.c (Grafana JSON datasource; a trailing slash is tolerated)
+ *     GET|POST /grafana                  datasource test
+ *     POST /grafana/metrics, /metric-payload-options, /query, /variable,
+ *          /tag-keys, /tag-values, /search, /annotations
+ *   admin_routes.c (token-protected, audited; routes its own endpoints)
+ *     *    /api/v1/admin/...             stats, jobs/<job>/delete, retention,
+ *                                        compact, verify, backup, checkpoint,
+ *                                        rules/reload
+ *   events_routes.c
+ *     GET  /api/v1/logs                  filtered logs, newest first, by cursor
+ *     GET  /api/v1/logs/around           one rank's logs around a step
+ *     GET  /api/v1/spans                 per-rank phase timeline of steps
+ *   detect_routes.c (503 when detection is off)
+ *     GET  /api/v1/alerts                active and recently resolved alerts
+ *     GET  /api/v1/jobs/<job>/health     the run at a glance, per rank
+ *   ui_routes.c (the built-in dashboard, compiled in)
+ *     GET  /                             302 to /ui/
+ *     GET  /ui                           301 to /ui/
+ *     GET  /ui/, /ui/<name>              the dashboard's files
+ *   query_routes.c
+ *     GET  /api/v1/query/downsample      buckets by step or time
+ *     GET  /api/v1/query/crossrank       per bucket across ranks
+ *     GET  /api/v1/query/outliers        robust straggler report
+ *     GET|PUT /api/v1/jobs/<job>/meta    the job's metadata document
+ *   catalog (here)
+ *     GET  /api/v1/query/range           raw points by time and/or step range
+ *     GET  /api/v1/jobs                  job listing
+ *     GET  /api/v1/jobs/<job>/metrics    a job's metric names
+ *     GET  /api/v1/jobs/<job>/ranks      a job's ranks
+ * GET routes answer HEAD too (not /api/v1/alerts and /health, nor the
+ * Grafana endpoints). 404 (no route) and 405 (route, not that
+ * method; with Allow) are answered in route.c.
  *
  * Errors are JSON {"error": "..."} with the status that says whose fault it
  * is: 4xx for the client (with what to change), 5xx for the server, 503 +
@@ -31,6 +56,7 @@
 #include "ingest/protocol.h"
 #include "query/qry.h"
 #include "server/json_out.h"
+#include "server/route.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -398,39 +424,27 @@ out:
 	free(e);
 }
 
-/* /api/v1/jobs/<job>/<what> */
-static void handle_job(struct srv_req *req, struct srv_resp *resp, const char *rest)
+enum { JOB_METRICS, JOB_RANKS };
+
+/* /api/v1/jobs/{job}/metrics and /ranks */
+static void handle_job(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
 {
-	const char *slash = strchr(rest, '/');
-	char job[MDL_JOB_MAX + 1];
-	size_t jl = slash ? (size_t)(slash - rest) : strlen(rest);
-	if (!slash || !mdl_job_valid(rest, jl)) {
-		srv_error(resp, 404, "no such endpoint: %.200s (try /api/v1/jobs/<job>/metrics "
-			  "or /ranks)", req->path);
-		return;
-	}
-	memcpy(job, rest, jl);
-	job[jl] = 0;
 	struct qry_error *e = calloc(1, sizeof(*e));
+	int rc;
 	if (!e) {
 		srv_error(resp, 500, "out of memory");
 		return;
 	}
-	int rc;
-	if (strcmp(slash, "/metrics") == 0) {
-		struct qry_metrics r;
-		rc = qry_job_metrics(req->ctx->sto, job, &r, e);
-		rc = rc ? rc : srv_write_metrics(&resp->body, &r, e);
-		qry_metrics_free(&r);
-	} else if (strcmp(slash, "/ranks") == 0) {
-		struct qry_ranks r;
-		rc = qry_job_ranks(req->ctx->sto, job, &r, e);
-		rc = rc ? rc : srv_write_ranks(&resp->body, &r, e);
-		qry_ranks_free(&r);
+	if (r->arg == JOB_METRICS) {
+		struct qry_metrics m;
+		rc = qry_job_metrics(req->ctx->sto, req->param, &m, e);
+		rc = rc ? rc : srv_write_metrics(&resp->body, &m, e);
+		qry_metrics_free(&m);
 	} else {
-		srv_error(resp, 404, "no such endpoint: %.200s", req->path);
-		free(e);
-		return;
+		struct qry_ranks k;
+		rc = qry_job_ranks(req->ctx->sto, req->param, &k, e);
+		rc = rc ? rc : srv_write_ranks(&resp->body, &k, e);
+		qry_ranks_free(&k);
 	}
 	if (rc)
 		srv_query_failed(req->ctx, resp, e);
@@ -597,65 +611,70 @@ static void handle_metrics(struct srv_req *req, struct srv_resp *resp)
 	resp->content_type = "text/plain; version=0.0.4";
 }
 
-/* ---- routing -------------------------------------------------------------------- */
+/* ---- routes ------------------------------------------------------------------------ */
 
-static bool method_is(const struct srv_req *req, const char *m, struct srv_resp *resp)
+static void h_health(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
 {
-	if (strcmp(req->method, m) == 0)
-		return true;
-	if (strcmp(m, "GET") == 0 && strcmp(req->method, "HEAD") == 0)
-		return true;
-	resp->allow = m;
-	srv_error(resp, 405, "%s %s is not supported; use %s", req->method, req->path, m);
-	return false;
+	(void)req;
+	(void)r;
+	resp->status = 200;
+	rdb_buf_puts(&resp->body, "{\"status\":\"ok\"}");
 }
+
+static void h_metrics(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
+{
+	(void)r;
+	handle_metrics(req, resp);
+}
+
+static void h_write(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
+{
+	(void)r;
+	handle_write(req, resp);
+}
+
+static void h_range(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
+{
+	(void)r;
+	handle_range(req, resp);
+}
+
+static void h_jobs(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
+{
+	(void)r;
+	handle_jobs(req, resp);
+}
+
+static const struct srv_route core_rows[] = {
+	{SRV_READ_METHODS, "/healthz", SRV_SCOPE_PUBLIC, h_health, 0, 0, NULL, NULL, NULL},
+	{SRV_READ_METHODS, "/metrics", SRV_SCOPE_PUBLIC, h_metrics, 0, 0, NULL, NULL, NULL},
+	{SRV_POST, "/api/v1/write", SRV_SCOPE_WRITE, h_write, 0, 0, NULL, NULL, NULL},
+};
+const struct srv_route_table srv_core_routes = {core_rows, sizeof(core_rows) / sizeof(core_rows[0])};
+
+/* After the query module's rows: /api/v1/jobs/{name}/meta is theirs. */
+static const struct srv_route catalog_rows[] = {
+	{SRV_READ_METHODS, "/api/v1/query/range", SRV_SCOPE_READ, h_range, 0, SRV_ROUTE_QUERY,
+	 NULL, NULL, NULL},
+	{SRV_READ_METHODS, "/api/v1/jobs/?", SRV_SCOPE_READ, h_jobs, 0, SRV_ROUTE_QUERY, NULL,
+	 NULL, NULL},
+	{SRV_READ_METHODS, "/api/v1/jobs/{job}/metrics", SRV_SCOPE_READ, handle_job, JOB_METRICS,
+	 SRV_ROUTE_QUERY, NULL, NULL, NULL},
+	{SRV_READ_METHODS, "/api/v1/jobs/{job}/ranks", SRV_SCOPE_READ, handle_job, JOB_RANKS,
+	 SRV_ROUTE_QUERY, NULL, NULL, NULL},
+	{SRV_READ_METHODS, "/api/v1/jobs/{job}/*", SRV_SCOPE_READ, NULL, 0, 0, NULL,
+	 "no such endpoint: %.200s", NULL},
+	{SRV_READ_METHODS, "/api/v1/jobs/*", SRV_SCOPE_READ, NULL, 0, 0, NULL,
+	 "no such endpoint: %.200s (try /api/v1/jobs/<job>/metrics or /ranks)", NULL},
+};
+const struct srv_route_table srv_catalog_routes = {catalog_rows,
+						   sizeof(catalog_rows) / sizeof(catalog_rows[0])};
 
 void srv_dispatch(struct srv_req *req, struct srv_resp *resp)
 {
-	struct srv_ctx *ctx = req->ctx;
-	const char *p = req->path;
-	if (strcmp(p, "/healthz") == 0) {
-		if (method_is(req, "GET", resp)) {
-			resp->status = 200;
-			rdb_buf_puts(&resp->body, "{\"status\":\"ok\"}");
-		}
-		return;
-	}
-	if (strcmp(p, "/metrics") == 0) {
-		if (method_is(req, "GET", resp))
-			handle_metrics(req, resp);
-		return;
-	}
-	if (strcmp(p, "/api/v1/write") == 0) {
-		if (method_is(req, "POST", resp))
-			handle_write(req, resp);
-		return;
-	}
-	if (srv_ingest_route(req, resp) || srv_grafana_route(req, resp) ||
-	    srv_admin_route(req, resp) || srv_events_route(req, resp) ||
-	    srv_detect_route(req, resp) || srv_ui_route(req, resp))
-		return;
-	int64_t t0 = rdb_now_mono_ns();
-	if (srv_query_route(req, resp)) {
-		atomic_fetch_add(&ctx->counters.queries, 1);
-		atomic_fetch_add(&ctx->counters.query_ns_total, (uint64_t)(rdb_now_mono_ns() - t0));
-		return;
-	}
-	bool is_query = strncmp(p, "/api/v1/jobs", 12) == 0 || strcmp(p, "/api/v1/query/range") == 0;
-	if (!is_query) {
-		srv_error(resp, 404, "no such endpoint: %.200s (see docs/API.md)", p);
-		return;
-	}
-	if (!method_is(req, "GET", resp))
-		return;
-	if (strcmp(p, "/api/v1/query/range") == 0)
-		handle_range(req, resp);
-	else if (strcmp(p, "/api/v1/jobs") == 0 || strcmp(p, "/api/v1/jobs/") == 0)
-		handle_jobs(req, resp);
-	else if (p[12] == '/')
-		handle_job(req, resp, p + 13);
-	else
-		srv_error(resp, 404, "no such endpoint: %.200s (see docs/API.md)", p);
-	atomic_fetch_add(&ctx->counters.queries, 1);
-	atomic_fetch_add(&ctx->counters.query_ns_total, (uint64_t)(rdb_now_mono_ns() - t0));
+	static const struct srv_route_table *const tables[] = {
+		&srv_core_routes,   &srv_ingest_routes, &srv_grafana_routes, &srv_admin_routes,
+		&srv_events_routes, &srv_detect_routes, &srv_ui_routes,	    &srv_query_routes,
+		&srv_catalog_routes};
+	srv_route_dispatch(tables, sizeof(tables) / sizeof(tables[0]), req, resp);
 }

@@ -32,6 +32,7 @@
  * status. Threading: runs on the HTTP worker
  * threads; each request's memory (struct lp_req) is freed in one place.
  */
+#include "server/route.h"
 #include "server/srv.h"
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
@@ -350,21 +351,19 @@ out:
 	lp_req_free(r);
 }
 
-bool srv_ingest_route(struct srv_req *req, struct srv_resp *resp)
+static void h_write(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
 {
-	enum api api;
-	if (strcmp(req->path, "/write") == 0)
-		api = API_V1;
-	else if (strcmp(req->path, "/api/v2/write") == 0)
-		api = API_V2;
-	else
-		return false;
-	if (strcmp(req->method, "POST") != 0) {
-		resp->allow = "POST";
-		lp_error(resp, api, 405, "%s %s is not supported; use POST", req->method,
-			 req->path);
-		return true;
-	}
-	handle_lp_write(req, resp, api);
-	return true;
+	handle_lp_write(req, resp, (enum api)r->arg);
 }
+
+/* A refused method in the body shape of the route's API. */
+static void refuse(struct srv_resp *resp, const struct srv_route *r, int status, const char *msg)
+{
+	lp_error(resp, (enum api)r->arg, status, "%s", msg);
+}
+
+static const struct srv_route rows[] = {
+	{SRV_POST, "/write", SRV_SCOPE_WRITE, h_write, API_V1, 0, NULL, NULL, refuse},
+	{SRV_POST, "/api/v2/write", SRV_SCOPE_WRITE, h_write, API_V2, 0, NULL, NULL, refuse},
+};
+const struct srv_route_table srv_ingest_routes = {rows, sizeof(rows) / sizeof(rows[0])};

@@ -1,4 +1,4 @@
-/* query_routes.c - route hook of the aggregating queries and job metadata:
+/* query_routes.c - routes of the aggregating queries and job metadata:
  *
  *   GET     /api/v1/query/downsample   buckets by step or time, aggregates
  *   GET     /api/v1/query/crossrank    per step (or time bucket) across ranks
@@ -9,12 +9,13 @@
  * a subset, and anything else is a 400 naming the parameter. The work is
  * done by query/agg.h, whose typed results server/query_json.c writes as
  * JSON; error codes become statuses there (404 unknown job/metric, 422 too
- * many points, 413 response too large, 500 corrupt data). Every other path
- * returns false so the built-in routes see it.
+ * many points, 413 response too large, 500 corrupt data). The rows are in
+ * srv_query_routes (route.h).
  */
 #include "common/rdb_err.h"
 #include "query/agg.h"
 #include "server/json_out.h"
+#include "server/route.h"
 #include "server/srv.h"
 
 #include <errno.h>
@@ -499,50 +500,27 @@ static void handle_meta(struct srv_req *req, struct srv_resp *resp, const char *
 	free(e);
 }
 
-/* /api/v1/jobs/<job>/meta -> job (false for other paths). */
-static bool meta_path(const char *path, char *job, size_t len)
+static void h_query(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
 {
-	static const char pre[] = "/api/v1/jobs/", suf[] = "/meta";
-	size_t n = strlen(path), pl = sizeof(pre) - 1, sl = sizeof(suf) - 1;
-	if (n <= pl + sl || strncmp(path, pre, pl) || strcmp(path + n - sl, suf))
-		return false;
-	size_t jl = n - pl - sl;
-	if (jl >= len || memchr(path + pl, '/', jl))
-		return false;
-	memcpy(job, path + pl, jl);
-	job[jl] = 0;
-	return true;
+	handle_query(req, resp, (enum endpoint)r->arg);
 }
 
-static bool method_ok(struct srv_req *req, struct srv_resp *resp, bool put)
+static void h_meta(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
 {
-	const char *m = req->method;
-	if (strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0 || (put && strcmp(m, "PUT") == 0))
-		return true;
-	resp->allow = put ? "GET, PUT" : "GET";
-	srv_error(resp, 405, "%s %s is not supported; use %s", m, req->path, resp->allow);
-	return false;
+	(void)r;
+	handle_meta(req, resp, req->param);
 }
 
-bool srv_query_route(struct srv_req *req, struct srv_resp *resp)
-{
-	static const struct {
-		const char *path;
-		enum endpoint ep;
-	} routes[] = {{"/api/v1/query/downsample", EP_DOWNSAMPLE},
-		      {"/api/v1/query/crossrank", EP_CROSSRANK},
-		      {"/api/v1/query/outliers", EP_OUTLIERS}};
-	char job[MDL_JOB_MAX + 2];
-	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-		if (strcmp(req->path, routes[i].path))
-			continue;
-		if (method_ok(req, resp, false))
-			handle_query(req, resp, routes[i].ep);
-		return true;
-	}
-	if (!meta_path(req->path, job, sizeof(job)))
-		return false;
-	if (method_ok(req, resp, true))
-		handle_meta(req, resp, job);
-	return true;
-}
+static const struct srv_route rows[] = {
+	{SRV_READ_METHODS, "/api/v1/query/downsample", SRV_SCOPE_READ, h_query, EP_DOWNSAMPLE,
+	 SRV_ROUTE_QUERY, NULL, NULL, NULL},
+	{SRV_READ_METHODS, "/api/v1/query/crossrank", SRV_SCOPE_READ, h_query, EP_CROSSRANK,
+	 SRV_ROUTE_QUERY, NULL, NULL, NULL},
+	{SRV_READ_METHODS, "/api/v1/query/outliers", SRV_SCOPE_READ, h_query, EP_OUTLIERS,
+	 SRV_ROUTE_QUERY, NULL, NULL, NULL},
+	{SRV_READ_METHODS, "/api/v1/jobs/{name}/meta", SRV_SCOPE_READ, h_meta, 0,
+	 SRV_ROUTE_QUERY, "GET, PUT", NULL, NULL},
+	{SRV_PUT, "/api/v1/jobs/{name}/meta", SRV_SCOPE_WRITE, h_meta, 0, SRV_ROUTE_QUERY,
+	 "GET, PUT", NULL, NULL},
+};
+const struct srv_route_table srv_query_routes = {rows, sizeof(rows) / sizeof(rows[0])};

@@ -76,6 +76,7 @@ struct srv_req {
 	const uint8_t *body;
 	size_t body_len;
 	void *conn; /* the HTTP library's connection, for srv_req_header */
+	const char *param; /* the {job}/{name} segment of the matched route (route.h), or NULL */
 	const char *peer; /* client address "ip:port" ("?" if unknown); request's life */
 };
 
@@ -106,17 +107,11 @@ struct srv_resp {
  * programming error, logged. */
 void srv_resp_header(struct srv_resp *resp, const char *name, const char *value);
 
-/* Route hooks of the feature modules: each returns true when it handled
- * the request (resp filled), false when the path is not its own. */
-bool srv_ingest_route(struct srv_req *req, struct srv_resp *resp);  /* ingest_routes.c */
-bool srv_query_route(struct srv_req *req, struct srv_resp *resp);   /* query_routes.c */
-bool srv_grafana_route(struct srv_req *req, struct srv_resp *resp); /* grafana.c */
-bool srv_admin_route(struct srv_req *req, struct srv_resp *resp);   /* admin_routes.c */
+/* (The feature modules export their rows of the route table: route.h.) */
+
 /* Applies the lifecycle options (retention, compaction) to ctx->sto. Call
  * once after sto_open. admin_routes.c */
 void srv_admin_init(struct srv_ctx *ctx);
-bool srv_events_route(struct srv_req *req, struct srv_resp *resp);  /* events_routes.c */
-bool srv_detect_route(struct srv_req *req, struct srv_resp *resp);  /* detect_routes.c */
 /* Reloads the detector rules (SIGHUP, POST /api/v1/admin/rules/reload): 0
  * with msg a summary, or an error with msg saying why (the old rules stay). */
 int srv_detect_reload(struct srv_ctx *ctx, char *msg, size_t msglen);
@@ -127,7 +122,6 @@ void srv_detect_metrics(struct srv_ctx *ctx, struct rdb_buf *b);
 int srv_detect_start(struct srv_ctx *ctx, uint16_t http_port, char *err, size_t errlen);
 /* A job's metadata document was written: detection re-reads it. */
 void srv_detect_meta_changed(struct srv_ctx *ctx, const char *job);
-bool srv_ui_route(struct srv_req *req, struct srv_resp *resp);      /* ui_routes.c */
 
 /* The request's client batch id (header X-Rankdb-Batch-Id, or query
  * parameter batch_id): *id = NULL when none was sent. RDB_EINVAL with the
@@ -137,7 +131,8 @@ bool srv_ui_route(struct srv_req *req, struct srv_resp *resp);      /* ui_routes
 int srv_req_batch_id(const struct srv_req *req, const char **id, size_t *len, char *why,
 		     size_t whylen);
 
-/* Routes a complete request to its handler. Never fails: errors become a
+/* Routes a complete request to its handler through the route table
+ * (route.h; handlers.c lists the tables). Never fails: errors become a
  * JSON error response. */
 void srv_dispatch(struct srv_req *req, struct srv_resp *resp);
 

@@ -1,4 +1,4 @@
-/* ui_routes.c - route hook of the built-in dashboard:
+/* ui_routes.c - routes of the built-in dashboard:
  *
  *   GET /             302 to /ui/
  *   GET /ui           301 to /ui/
@@ -19,8 +19,9 @@
  * own request/response, so any number of HTTP threads may call in. Failure:
  * an unknown name is a 404 and another method a 405; copying an asset into
  * the response body can only fail past max_response_bytes (a 500 naming
- * the option). Every other path returns false.
+ * the option). The rows are in srv_ui_routes (route.h).
  */
+#include "server/route.h"
 #include "server/srv.h"
 #include "server/ui_assets.h"
 
@@ -126,27 +127,27 @@ static void serve(const struct srv_req *req, struct srv_resp *resp, const struct
 	resp->status = 200;
 }
 
-bool srv_ui_route(struct srv_req *req, struct srv_resp *resp)
+enum { UI_ROOT, UI_BARE, UI_FILE };
+
+static void h_ui(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
 {
+	if (r->arg != UI_FILE) {
+		redirect(resp, r->arg == UI_ROOT ? 302 : 301, "/ui/");
+		return;
+	}
 	const char *p = req->path;
-	bool root = strcmp(p, "/") == 0, bare = strcmp(p, "/ui") == 0;
-	if (!root && !bare && strncmp(p, "/ui/", 4) != 0)
-		return false;
-	if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "HEAD") != 0) {
-		resp->allow = "GET";
-		srv_error(resp, 405, "%s %s is not supported; use GET", req->method, p);
-		return true;
-	}
-	if (root || bare) {
-		redirect(resp, root ? 302 : 301, "/ui/");
-		return true;
-	}
 	const char *name = p[4] ? p + 4 : "index.html";
 	const struct srv_ui_asset *a = find_asset(name);
 	if (!a) {
 		srv_error(resp, 404, "no dashboard file %.200s (the dashboard is at /ui/)", p);
-		return true;
+		return;
 	}
 	serve(req, resp, a);
-	return true;
 }
+
+static const struct srv_route rows[] = {
+	{SRV_READ_METHODS, "/", SRV_SCOPE_PUBLIC, h_ui, UI_ROOT, 0, NULL, NULL, NULL},
+	{SRV_READ_METHODS, "/ui", SRV_SCOPE_PUBLIC, h_ui, UI_BARE, 0, NULL, NULL, NULL},
+	{SRV_READ_METHODS, "/ui/*", SRV_SCOPE_PUBLIC, h_ui, UI_FILE, 0, NULL, NULL, NULL},
+};
+const struct srv_route_table srv_ui_routes = {rows, sizeof(rows) / sizeof(rows[0])};
