@@ -21,12 +21,12 @@
 #include <string.h>
 
 struct mdl_agg {
-	uint64_t count;       /* non-NaN values (null and NaN are not counted) */
-	uint64_t nan_count;   /* NaN and null values */
-	double min, max, sum; /* over the non-NaN values; meaningful when count > 0 */
+	uint64_t count;			 /* non-NaN values (null and NaN are not counted) */
+	uint64_t nan_count;		 /* NaN and null values */
+	double min, max, sum;		 /* over the non-NaN values; meaningful when count > 0 */
 	int64_t first_ts_ns, first_step; /* the point with the smallest (ts, step) */
-	int64_t last_ts_ns, last_step;   /* the point with the largest (ts, step) */
-	uint64_t first_bits, last_bits;  /* their values (IEEE-754 bits), NaN included */
+	int64_t last_ts_ns, last_step;	 /* the point with the largest (ts, step) */
+	uint64_t first_bits, last_bits;	 /* their values (IEEE-754 bits), NaN included */
 };
 
 /* True when a holds no point (count + nan_count == 0); first/last are then

@@ -19,10 +19,10 @@
 
 /* What a query read: the scan counters of struct qry_scan. */
 struct qry_totals {
-	uint64_t points_read;    /* head points, decoded chunk points, rollup records */
-	uint64_t chunks_stats;   /* chunks answered from their index statistics */
+	uint64_t points_read;  /* head points, decoded chunk points, rollup records */
+	uint64_t chunks_stats; /* chunks answered from their index statistics */
 	uint64_t chunks_decoded;
-	uint64_t from_rollups;   /* rollup records merged into buckets */
+	uint64_t from_rollups; /* rollup records merged into buckets */
 };
 
 /* The counters of sc as totals. */
@@ -44,10 +44,10 @@ struct qry_ds_req {
 	const char *job;
 	const char *const *metrics; /* nmetrics >= 1 */
 	size_t nmetrics;
-	const uint32_t *ranks;      /* nranks == 0: every rank */
+	const uint32_t *ranks; /* nranks == 0: every rank */
 	size_t nranks;
 	struct qry_bucket_spec spec;
-	uint32_t aggs;              /* QRY_AGG_* bits */
+	uint32_t aggs;		     /* QRY_AGG_* bits */
 	double q[QRY_MAX_QUANTILES]; /* quantiles in 0..1, written as "p<100q>" */
 	size_t nq;
 	size_t max_points;
@@ -62,13 +62,13 @@ struct qry_ds_series {
 struct qry_ds_result {
 	char job[MDL_JOB_MAX + 1];
 	enum qry_axis axis;
-	int64_t width;               /* bucket k covers [k * width, (k + 1) * width - 1] */
-	uint32_t aggs;               /* QRY_AGG_* asked for (the answer's columns) */
+	int64_t width;		     /* bucket k covers [k * width, (k + 1) * width - 1] */
+	uint32_t aggs;		     /* QRY_AGG_* asked for (the answer's columns) */
 	double q[QRY_MAX_QUANTILES]; /* quantiles asked for; b.vals holds the values */
 	size_t nq;
-	struct qry_ds_series *v;     /* series with buckets, in (rank, metric) order */
+	struct qry_ds_series *v; /* series with buckets, in (rank, metric) order */
 	size_t n;
-	size_t nbuckets;             /* over all series */
+	size_t nbuckets; /* over all series */
 	struct qry_totals totals;
 };
 void qry_ds_result_free(struct qry_ds_result *r); /* NULL ok; r becomes empty */
@@ -101,7 +101,7 @@ enum qry_xr_col {
 struct qry_xr_req {
 	const char *job;
 	const char *metric;
-	const uint32_t *ranks;      /* nranks == 0: every rank (never the job level) */
+	const uint32_t *ranks; /* nranks == 0: every rank (never the job level) */
 	size_t nranks;
 	struct qry_bucket_spec spec; /* default: step width 1, or points on time */
 	double q[QRY_MAX_QUANTILES]; /* nq == 0: 0.1 and 0.9 (when cols is 0) */
@@ -116,11 +116,11 @@ struct qry_xr_req {
  * mean of its non-NaN values in the bucket). Only the columns asked for
  * are computed; min/max ties go to the lowest rank. */
 struct qry_xr_row {
-	int64_t key;                 /* bucket index (as struct qry_bucket) */
-	size_t count;                /* ranks with a value */
+	int64_t key;			       /* bucket index (as struct qry_bucket) */
+	size_t count;			       /* ranks with a value */
 	double mean, min, max, median, stddev; /* stddev: population */
-	double q[QRY_MAX_QUANTILES]; /* the quantiles asked for */
-	uint32_t argmin, argmax;     /* the ranks holding min and max */
+	double q[QRY_MAX_QUANTILES];	       /* the quantiles asked for */
+	uint32_t argmin, argmax;	       /* the ranks holding min and max */
 };
 
 /* The mergeable partial of a cross-rank aggregate: per (bucket, rank) the
@@ -158,12 +158,12 @@ struct qry_xr_result {
 	char metric[MDL_METRIC_MAX + 1];
 	enum qry_axis axis;
 	int64_t width;
-	uint32_t *ranks;             /* the ranks compared (selected series), ascending */
+	uint32_t *ranks; /* the ranks compared (selected series), ascending */
 	size_t nranks;
-	uint32_t cols;               /* QRY_XR_* computed (the answer's columns) */
+	uint32_t cols;		     /* QRY_XR_* computed (the answer's columns) */
 	double q[QRY_MAX_QUANTILES]; /* quantile columns (when cols has QRY_XR_QUANTILES) */
 	size_t nq;
-	struct qry_xr_row *rows;     /* ascending by key */
+	struct qry_xr_row *rows; /* ascending by key */
 	size_t nrows;
 	struct qry_totals totals;
 };
@@ -185,11 +185,11 @@ struct qry_out_req {
 	const uint32_t *ranks; /* nranks == 0: every rank */
 	size_t nranks;
 	struct qry_bucket_spec spec; /* range and attempt; the width is ignored */
-	int64_t last_steps;          /* > 0: the window is the last N steps */
-	size_t limit;                /* ranks listed */
+	int64_t last_steps;	     /* > 0: the window is the last N steps */
+	size_t limit;		     /* ranks listed */
 	enum qry_direction direction;
 	bool phases_mode;
-	const char *const *phases;   /* nphases == 0: every <metric>.<phase> of the job */
+	const char *const *phases; /* nphases == 0: every <metric>.<phase> of the job */
 	size_t nphases;
 	const char *const *wait_phases; /* phases that are waiting, not own work */
 	size_t nwait;
@@ -201,11 +201,11 @@ struct qry_out_req {
 /* One rank of the report. */
 struct qry_out_row {
 	uint32_t rank;
-	bool ok;        /* has a value (all non-wait phases in phase mode): scored */
-	double value;   /* window mean, or own work (sum of the non-wait phase means) */
-	double total;   /* phase mode: sum of every phase's mean */
-	double score;   /* (value - median) / scale */
-	double *phase;  /* phase mode: nphases means, NaN where absent (into means) */
+	bool ok;       /* has a value (all non-wait phases in phase mode): scored */
+	double value;  /* window mean, or own work (sum of the non-wait phase means) */
+	double total;  /* phase mode: sum of every phase's mean */
+	double score;  /* (value - median) / scale */
+	double *phase; /* phase mode: nphases means, NaN where absent (into means) */
 };
 
 struct qry_out_result {
@@ -213,17 +213,17 @@ struct qry_out_result {
 	char metric[MDL_METRIC_MAX + 1];
 	bool phases_mode;
 	enum qry_direction direction;
-	struct sto_range window;        /* by_step: step_from..step_to, else from..to */
+	struct sto_range window;	    /* by_step: step_from..step_to, else from..to */
 	char (*phases)[MDL_METRIC_MAX + 1]; /* phase mode: the phase names found */
-	bool wait[QRY_MAX_PHASES];      /* phases[i] is a wait phase */
+	bool wait[QRY_MAX_PHASES];	    /* phases[i] is a wait phase */
 	size_t nphases;
-	size_t nscored;                 /* rows with ok */
-	double median, mad, scale;      /* over the scored ranks; defined when nscored */
-	bool mad_zero;                  /* MAD was 0: scores are only an ordering */
-	struct qry_out_row *rows;       /* every rank, ordered by the direction's score */
+	size_t nscored;		   /* rows with ok */
+	double median, mad, scale; /* over the scored ranks; defined when nscored */
+	bool mad_zero;		   /* MAD was 0: scores are only an ordering */
+	struct qry_out_row *rows;  /* every rank, ordered by the direction's score */
 	size_t nrows;
-	size_t nlisted;                 /* rows to report: min(nscored, limit) */
-	double *means;                  /* backing of the rows' phase arrays */
+	size_t nlisted; /* rows to report: min(nscored, limit) */
+	double *means;	/* backing of the rows' phase arrays */
 	struct qry_totals totals;
 };
 void qry_out_result_free(struct qry_out_result *r); /* NULL ok; r becomes empty */
@@ -251,7 +251,6 @@ int qry_meta_put(const char *data_dir, const char *job, const void *doc, size_t 
  * (QRY_E_NOT_FOUND) when there is none; RDB_ELIMIT (QRY_E_TOO_LARGE) past
  * out's bound (out unchanged); RDB_EINVAL for a bad job id; -errno
  * (QRY_E_INTERNAL). */
-int qry_meta_get(const char *data_dir, const char *job, struct rdb_buf *out,
-		 struct qry_error *err);
+int qry_meta_get(const char *data_dir, const char *job, struct rdb_buf *out, struct qry_error *err);
 
 #endif

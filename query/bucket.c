@@ -215,8 +215,6 @@ static bool stepped(const struct sto_chunk_stats *st)
 	return st->min_step != MDL_STEP_NONE;
 }
 
-
-
 /* A point taken from the head or a decoded chunk. */
 struct pt {
 	int64_t key, ts, step;
@@ -236,7 +234,10 @@ struct pt_vec {
 	bool ordered;
 	int64_t lo, hi, key; /* the last bucket found: key covers [lo, hi] */
 };
-#define PT_VEC_INIT {.ordered = true, .lo = 1, .hi = 0}
+#define PT_VEC_INIT                                                                                \
+	{                                                                                          \
+		.ordered = true, .lo = 1, .hi = 0                                                  \
+	}
 
 static int cmp_chunk_step(const void *a, const void *b, void *arg)
 {
@@ -291,7 +292,8 @@ static int head_conflicts(const struct sto_series_view *v, bool *conflict)
 		return -ENOMEM;
 	for (size_t i = 0; i < v->head.n; i++)
 		if (v->head.step[i] != MDL_STEP_NONE)
-			h[n++] = (struct pt){.step = v->head.step[i], .attempt = v->head.attempt[i]};
+			h[n++] =
+			    (struct pt){.step = v->head.step[i], .attempt = v->head.attempt[i]};
 	qsort(h, n, sizeof(*h), cmp_pt_step);
 	for (size_t c = 0; c < v->nchunks && n; c++) {
 		const struct sto_chunk_stats *st = &v->chunks[c].stats;
@@ -333,8 +335,8 @@ static int find_conflicts(const struct sto_series_view *v, const struct qry_buck
 
 static bool attempt_excluded(const struct sto_chunk_stats *st, int64_t attempt)
 {
-	return attempt >= 0 && ((uint64_t)attempt < st->min_attempt ||
-				(uint64_t)attempt > st->max_attempt);
+	return attempt >= 0 &&
+	       ((uint64_t)attempt < st->min_attempt || (uint64_t)attempt > st->max_attempt);
 }
 
 static int plan_chunk(const struct sto_chunk_stats *st, const struct qry_bucketing *bk,
@@ -421,8 +423,11 @@ static int take_points(struct pt_vec *pv, const struct mdl_cols *c, const struct
 		if (bk->attempt >= 0 && c->attempt[i] != (uint64_t)bk->attempt)
 			continue;
 		struct pt *p = &pv->p[pv->n];
-		*p = (struct pt){.key = key_of(pv, bk, step_axis ? step : ts), .ts = ts,
-				 .step = step, .attempt = c->attempt[i], .bits = c->value[i]};
+		*p = (struct pt){.key = key_of(pv, bk, step_axis ? step : ts),
+				 .ts = ts,
+				 .step = step,
+				 .attempt = c->attempt[i],
+				 .bits = c->value[i]};
 		if (ordered && pv->n)
 			ordered = in_order(p - 1, p, step_axis);
 		pv->n++;
@@ -507,11 +512,17 @@ static void part_from_stats(struct qry_bucket *b, const struct sto_chunk_stats *
 {
 	memset(b, 0, sizeof(*b));
 	b->key = key;
-	b->a = (struct mdl_agg){.count = st->count - st->nan_count, .nan_count = st->nan_count,
-				.min = st->min, .max = st->max, .sum = st->sum,
-				.first_ts_ns = st->min_ts_ns, .first_step = st->min_step,
-				.last_ts_ns = st->max_ts_ns, .last_step = st->max_step,
-				.first_bits = st->first, .last_bits = st->last};
+	b->a = (struct mdl_agg){.count = st->count - st->nan_count,
+				.nan_count = st->nan_count,
+				.min = st->min,
+				.max = st->max,
+				.sum = st->sum,
+				.first_ts_ns = st->min_ts_ns,
+				.first_step = st->min_step,
+				.last_ts_ns = st->max_ts_ns,
+				.last_step = st->max_step,
+				.first_bits = st->first,
+				.last_bits = st->last};
 }
 
 /* Folds sorted points and sorted stats partials into out, bucket by bucket. */
@@ -596,7 +607,8 @@ int qry_buckets_merge(struct qry_buckets *dst, const struct qry_buckets *src)
 	for (size_t i = 0, j = 0; i < dst->n || j < src->n;) {
 		bool tx = j == src->n || (i < dst->n && dst->b[i].key <= src->b[j].key);
 		bool ty = i == dst->n || (j < src->n && src->b[j].key <= dst->b[i].key);
-		const struct qry_bucket *x = tx ? &dst->b[i++] : NULL, *y = ty ? &src->b[j++] : NULL;
+		const struct qry_bucket *x = tx ? &dst->b[i++] : NULL,
+					*y = ty ? &src->b[j++] : NULL;
 		struct qry_bucket *o = &m.b[m.n++];
 		*o = x ? *x : *y;
 		o->vals_off = m.nvals;
@@ -692,10 +704,16 @@ static void part_from_rollup(struct qry_bucket *b, const struct sto_rollup *r,
 {
 	memset(b, 0, sizeof(*b));
 	b->key = floor_div(bk->axis == QRY_AXIS_STEP ? r->min_step : r->first_ts_ns, bk->width);
-	b->a = (struct mdl_agg){.count = r->count, .nan_count = r->nan_count, .min = r->min,
-				.max = r->max, .sum = r->sum, .first_ts_ns = r->first_ts_ns,
-				.first_step = r->first_step, .last_ts_ns = r->last_ts_ns,
-				.last_step = r->last_step, .first_bits = r->first_bits,
+	b->a = (struct mdl_agg){.count = r->count,
+				.nan_count = r->nan_count,
+				.min = r->min,
+				.max = r->max,
+				.sum = r->sum,
+				.first_ts_ns = r->first_ts_ns,
+				.first_step = r->first_step,
+				.last_ts_ns = r->last_ts_ns,
+				.last_step = r->last_step,
+				.first_bits = r->first_bits,
 				.last_bits = r->last_bits};
 }
 
@@ -711,7 +729,8 @@ static int read_rollups(struct qry_scan *sc, const struct sto_series_view *v,
 			snprintf(sc->re.msg, sizeof(sc->re.msg),
 				 "quantiles cannot be computed over data that retention has "
 				 "rolled up (from %lld ns); ask without q= or start the range "
-				 "after it", (long long)r->first_ts_ns);
+				 "after it",
+				 (long long)r->first_ts_ns);
 			return RDB_EINVAL;
 		}
 		part_from_rollup(&parts[(*nparts)++], r, bk);
@@ -771,4 +790,3 @@ out:
 	sto_view_free(&v);
 	return rc;
 }
-

@@ -25,20 +25,20 @@
 enum qry_axis { QRY_AXIS_TIME, QRY_AXIS_STEP };
 
 #define QRY_ATTEMPT_LATEST (-1) /* step axis: per step only the highest attempt */
-#define QRY_ATTEMPT_ALL (-2)    /* every attempt's points */
-#define QRY_MAX_QUANTILES 8
-#define QRY_MAX_BUCKETS 1000000u /* bound on points=N */
+#define QRY_ATTEMPT_ALL	   (-2) /* every attempt's points */
+#define QRY_MAX_QUANTILES  8
+#define QRY_MAX_BUCKETS	   1000000u /* bound on points=N */
 
 /* How the user asked to bucket; qry_agg_choose turns it into a bucketing. */
 struct qry_bucket_spec {
-	struct sto_range range;   /* inclusive bounds; see the *_set flags */
+	struct sto_range range; /* inclusive bounds; see the *_set flags */
 	bool from_set, to_set, step_from_set, step_to_set;
-	bool axis_set;            /* step_width or time_width_ns given */
-	enum qry_axis axis;       /* when axis_set */
-	int64_t width;            /* > 0 when axis_set */
-	uint32_t points;          /* target bucket count when !axis_set; 0: default */
-	int64_t attempt;          /* >= 0, QRY_ATTEMPT_LATEST or QRY_ATTEMPT_ALL */
-	bool force_decode;        /* see struct qry_bucketing */
+	bool axis_set;	    /* step_width or time_width_ns given */
+	enum qry_axis axis; /* when axis_set */
+	int64_t width;	    /* > 0 when axis_set */
+	uint32_t points;    /* target bucket count when !axis_set; 0: default */
+	int64_t attempt;    /* >= 0, QRY_ATTEMPT_LATEST or QRY_ATTEMPT_ALL */
+	bool force_decode;  /* see struct qry_bucketing */
 };
 
 /* A resolved bucketing. Bucket k of a series covers axis coordinates
@@ -50,7 +50,7 @@ struct qry_bucketing {
 	enum qry_axis axis;
 	int64_t width;
 	int64_t attempt;
-	bool need_values;  /* keep each bucket's non-NaN values (quantiles): no stats */
+	bool need_values; /* keep each bucket's non-NaN values (quantiles): no stats */
 	/* Decode every chunk instead of answering whole chunks from their
 	 * statistics: for tests comparing both paths (results must be equal). */
 	bool force_decode;
@@ -63,9 +63,9 @@ struct qry_bucketing {
  * points (model/agg.h; it holds at least one point, so first/last are
  * always defined). */
 struct qry_bucket {
-	int64_t key;          /* bucket index */
-	struct mdl_agg a;     /* count, nan_count, min, max, sum, first, last */
-	size_t vals_off;      /* need_values: the bucket's values are vals[vals_off..+a.count] */
+	int64_t key;	  /* bucket index */
+	struct mdl_agg a; /* count, nan_count, min, max, sum, first, last */
+	size_t vals_off;  /* need_values: the bucket's values are vals[vals_off..+a.count] */
 };
 
 /* Buckets of one series, ascending by key. Zero-initialized is empty.
@@ -90,11 +90,11 @@ int qry_buckets_merge(struct qry_buckets *dst, const struct qry_buckets *src);
  * between threads. */
 struct qry_scan {
 	struct sto *s;
-	size_t max_points;      /* bound on points read (head + decoded chunks) */
+	size_t max_points; /* bound on points read (head + decoded chunks) */
 	uint64_t points_read;
-	uint64_t chunks_stats;  /* chunks answered from their index stats */
+	uint64_t chunks_stats; /* chunks answered from their index stats */
 	uint64_t chunks_decoded;
-	uint64_t from_rollups;  /* rollup records merged into buckets */
+	uint64_t from_rollups; /* rollup records merged into buckets */
 	struct rdb_buf rec;
 	struct mdl_cols tmp;
 	struct sto_read_error re; /* why the last read failed */
@@ -145,12 +145,12 @@ struct qry_match {
 };
 struct qry_match_req {
 	const char *job;
-	const char *const *metrics;   /* exact names; nmetrics >= 1 unless prefix */
+	const char *const *metrics; /* exact names; nmetrics >= 1 unless prefix */
 	size_t nmetrics;
-	const char *prefix;           /* or: every metric starting with this */
-	const uint32_t *ranks;        /* nranks == 0: every rank */
+	const char *prefix;    /* or: every metric starting with this */
+	const uint32_t *ranks; /* nranks == 0: every rank */
 	size_t nranks;
-	bool skip_job_level;          /* leave out the job-level pseudo-rank */
+	bool skip_job_level; /* leave out the job-level pseudo-rank */
 };
 /* 0; RDB_ENOTFOUND with err 404 for an unknown job or metric; -errno (500). */
 int qry_match(struct sto *s, const struct qry_match_req *req, struct qry_match *m,
@@ -198,7 +198,7 @@ int qry_agg_read_error(struct qry_error *err, int rc, const struct mdl_series_ke
  * at most max_points (RDB_ELIMIT beyond), into out (replacing its
  * contents); sc->re says why a read failed. 0, RDB_ELIMIT, RDB_ECORRUPT or
  * -errno. Blocks on chunk reads. */
-int qry_read_series(struct qry_scan *sc, uint64_t id, const struct sto_range *r,
-		    size_t max_points, struct mdl_cols *out);
+int qry_read_series(struct qry_scan *sc, uint64_t id, const struct sto_range *r, size_t max_points,
+		    struct mdl_cols *out);
 
 #endif

@@ -18,13 +18,14 @@
 static int fail(struct qry_error *err, int rc, const char *what)
 {
 	if (rc == RDB_ELIMIT)
-		return qry_fail(err, QRY_E_TOO_LARGE, rc, "response would exceed "
-				"max_response_bytes; %s", what);
+		return qry_fail(err, QRY_E_TOO_LARGE, rc,
+				"response would exceed "
+				"max_response_bytes; %s",
+				what);
 	return qry_fail(err, QRY_E_INTERNAL, rc, "%s: %s", what, rdb_strerror(rc));
 }
 
-int qry_list_jobs(struct sto *s, int (*fn)(void *arg, const char *job, uint64_t nseries),
-		  void *arg)
+int qry_list_jobs(struct sto *s, int (*fn)(void *arg, const char *job, uint64_t nseries), void *arg)
 {
 	return sto_list_jobs(s, fn, arg);
 }
@@ -133,16 +134,17 @@ static int cmp_metric(const void *a, const void *b)
 }
 
 /* Lists the job's series (key order: rank, metric). QRY_E_NOT_FOUND if none. */
-static int job_series(struct sto *s, const char *job, struct series_list *l,
-		      struct qry_error *err)
+static int job_series(struct sto *s, const char *job, struct series_list *l, struct qry_error *err)
 {
 	l->max = SERIES_MAX;
 	int rc = sto_list_series(s, job, collect_cb, l);
 	if (rc)
 		return fail(err, rc, "listing the job's series");
 	if (l->n == 0)
-		return qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND, "unknown job '%.128s' (GET "
-				"/api/v1/jobs lists the jobs)", job);
+		return qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND,
+				"unknown job '%.128s' (GET "
+				"/api/v1/jobs lists the jobs)",
+				job);
 	return 0;
 }
 
@@ -154,8 +156,7 @@ void qry_metrics_free(struct qry_metrics *m)
 	memset(m, 0, sizeof(*m));
 }
 
-int qry_job_metrics(struct sto *s, const char *job, struct qry_metrics *out,
-		    struct qry_error *err)
+int qry_job_metrics(struct sto *s, const char *job, struct qry_metrics *out, struct qry_error *err)
 {
 	struct series_list l = {0};
 	memset(out, 0, sizeof(*out));

@@ -33,8 +33,8 @@ struct xr_state {
 	struct qry_xr_row *rows;
 	size_t nrows;
 	double *scratch; /* one bucket's means, sorted */
-	double *tmp;     /* merge sort scratch */
-	uint32_t cols;   /* QRY_XR_* computed */
+	double *tmp;	 /* merge sort scratch */
+	uint32_t cols;	 /* QRY_XR_* computed */
 };
 
 static double cell_mean(const struct qry_xr_cell *c)
@@ -348,8 +348,11 @@ int qry_crossrank(struct sto *s, const struct qry_xr_req *req, struct qry_xr_res
 	struct qry_match m = {0};
 	struct qry_bucketing bk;
 	const char *metrics[1] = {req->metric};
-	struct qry_match_req mr = {.job = req->job, .metrics = metrics, .nmetrics = 1,
-				   .ranks = req->ranks, .nranks = req->nranks,
+	struct qry_match_req mr = {.job = req->job,
+				   .metrics = metrics,
+				   .nmetrics = 1,
+				   .ranks = req->ranks,
+				   .nranks = req->nranks,
 				   .skip_job_level = true};
 	struct qry_scan *sc = malloc(sizeof(*sc));
 	memset(out, 0, sizeof(*out));

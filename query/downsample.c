@@ -58,8 +58,10 @@ int qry_downsample(struct sto *s, const struct qry_ds_req *req, struct qry_ds_re
 {
 	struct qry_match m = {0};
 	struct qry_bucketing bk;
-	struct qry_match_req mr = {.job = req->job, .metrics = req->metrics,
-				   .nmetrics = req->nmetrics, .ranks = req->ranks,
+	struct qry_match_req mr = {.job = req->job,
+				   .metrics = req->metrics,
+				   .nmetrics = req->nmetrics,
+				   .ranks = req->ranks,
 				   .nranks = req->nranks};
 	struct qry_scan *sc = malloc(sizeof(*sc));
 	memset(out, 0, sizeof(*out));

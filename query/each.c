@@ -85,8 +85,7 @@ int qry_agg_each(struct qry_scan *sc, const struct qry_match *m, const struct qr
 		pthread_join(t, NULL);
 	else
 		half_run(&h[1]);
-	bool ok = h[0].rc == 0 && h[1].rc == 0 &&
-		  h[0].sc.points_read + h[1].sc.points_read <= left;
+	bool ok = h[0].rc == 0 && h[1].rc == 0 && h[0].sc.points_read + h[1].sc.points_read <= left;
 	for (unsigned k = 0; k < 2; k++) {
 		if (ok) {
 			sc->points_read += h[k].sc.points_read;
@@ -109,13 +108,15 @@ int qry_agg_read_error(struct qry_error *err, int rc, const struct mdl_series_ke
 {
 	const char *why = sc->re.msg[0] ? sc->re.msg : rdb_strerror(rc);
 	if (rc == RDB_ELIMIT)
-		return qry_fail(err, QRY_E_LIMIT, rc, "the query would read more than "
-				"max_query_points (%zu) points; chunks that lie inside one bucket "
-				"are answered from their statistics and cost nothing, so use wider "
-				"buckets (step_width, time_width_ns or fewer points), drop quantile "
-				"aggregates (they need every point), narrow the range (from/to, "
-				"step_from/step_to) or select fewer ranks or metrics",
-				sc->max_points);
+		return qry_fail(
+		    err, QRY_E_LIMIT, rc,
+		    "the query would read more than "
+		    "max_query_points (%zu) points; chunks that lie inside one bucket "
+		    "are answered from their statistics and cost nothing, so use wider "
+		    "buckets (step_width, time_width_ns or fewer points), drop quantile "
+		    "aggregates (they need every point), narrow the range (from/to, "
+		    "step_from/step_to) or select fewer ranks or metrics",
+		    sc->max_points);
 	if (rc == RDB_EINVAL && sc->re.msg[0])
 		return qry_fail(err, QRY_E_UNSUPPORTED, rc, "%s", sc->re.msg);
 	if (k->rank == MDL_RANK_JOB)
@@ -140,9 +141,8 @@ int qry_agg_resolve(struct qry_scan *sc, const struct qry_match *m,
 	return 0;
 }
 
-
-int qry_read_series(struct qry_scan *sc, uint64_t id, const struct sto_range *r,
-		    size_t max_points, struct mdl_cols *out)
+int qry_read_series(struct qry_scan *sc, uint64_t id, const struct sto_range *r, size_t max_points,
+		    struct mdl_cols *out)
 {
 	sc->re.msg[0] = 0;
 	return sto_read(sc->s, id, r, max_points, out, &sc->re);

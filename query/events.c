@@ -35,9 +35,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CURSOR_SEED 0x72616e6b64624355ull
-#define KEY_BYTES 24u /* ts 8, rank 4, hash 8, dup 4 */
-#define MAX_ANCHOR_SERIES 65536u
+#define CURSOR_SEED	    0x72616e6b64624355ull
+#define KEY_BYTES	    24u /* ts 8, rank 4, hash 8, dup 4 */
+#define MAX_ANCHOR_SERIES   65536u
 #define MAX_ANNOTATION_JOBS 65536u
 
 /* ---- owned copies of events -------------------------------------------------- */
@@ -207,12 +207,14 @@ static int read_window(struct sto *s, const struct sto_ev_filter *f, size_t max,
 /* ---- errors ------------------------------------------------------------------------ */
 
 /* A failed storage read as an answer. */
-static int read_failed(struct qry_error *err, int rc, const struct sto_read_error *re,
-		       size_t max, const char *narrow)
+static int read_failed(struct qry_error *err, int rc, const struct sto_read_error *re, size_t max,
+		       const char *narrow)
 {
 	if (rc == RDB_ELIMIT)
-		return qry_fail(err, QRY_E_LIMIT, rc, "the query selects more than %zu events; "
-				"narrow it (%s)", max, narrow);
+		return qry_fail(err, QRY_E_LIMIT, rc,
+				"the query selects more than %zu events; "
+				"narrow it (%s)",
+				max, narrow);
 	return qry_fail(err, QRY_E_INTERNAL, rc, "reading events: %s",
 			re && re->msg[0] ? re->msg : rdb_strerror(rc));
 }
@@ -245,8 +247,11 @@ static int stop_ev_cb(void *arg, const struct mdl_event *e)
  * not, else the storage error. */
 static int check_job(struct sto *s, const char *job, struct qry_error *err)
 {
-	struct sto_ev_filter f = {.job = job, .kinds = (1u << MDL_EV_LOG) | (1u << MDL_EV_SPAN),
-				  .from_ns = INT64_MIN, .to_ns = INT64_MAX, .attempt = -1};
+	struct sto_ev_filter f = {.job = job,
+				  .kinds = (1u << MDL_EV_LOG) | (1u << MDL_EV_SPAN),
+				  .from_ns = INT64_MIN,
+				  .to_ns = INT64_MAX,
+				  .attempt = -1};
 	struct sto_read_error *re = malloc(sizeof(*re));
 	int rc = sto_list_series(s, job, stop_cb, NULL);
 	if (rc == 0 && re)
@@ -256,8 +261,10 @@ static int check_job(struct sto *s, const char *job, struct qry_error *err)
 	if (rc == 1 || rc == RDB_ELIMIT)
 		rc = 0; /* found something */
 	else if (rc == 0)
-		rc = qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND, "unknown job '%.128s' (it has "
-			      "no series, logs or spans; GET /api/v1/jobs lists the jobs)", job);
+		rc = qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND,
+			      "unknown job '%.128s' (it has "
+			      "no series, logs or spans; GET /api/v1/jobs lists the jobs)",
+			      job);
 	else
 		qry_fail(err, QRY_E_INTERNAL, rc, "looking up job '%.128s': %s", job,
 			 re && re->msg[0] ? re->msg : rdb_strerror(rc));
@@ -365,7 +372,7 @@ static int cmp_page(const void *a, const void *b)
 
 struct page {
 	const struct cursor *after; /* NULL: first page */
-	size_t first, n;            /* l->v[first .. first+n) is the page */
+	size_t first, n;	    /* l->v[first .. first+n) is the page */
 	bool more;
 	struct cursor next;
 };
@@ -400,8 +407,7 @@ static void pick_page(const struct evl *l, size_t limit, bool narrowed, struct p
 }
 
 /* Moves the page's events out of l into out, with the next cursor. */
-static void take_page(struct evl *l, const struct page *p, uint64_t fhash,
-		      struct qry_log_page *out)
+static void take_page(struct evl *l, const struct page *p, uint64_t fhash, struct qry_log_page *out)
 {
 	for (size_t i = 0; i < p->first; i++)
 		free(l->v[i]);
@@ -439,7 +445,8 @@ int qry_logs(struct sto *s, const struct qry_logs_req *req, struct qry_log_page 
 	if (rc == 0 && req->cursor) {
 		rc = cursor_decode(req->cursor, fhash, &after);
 		if (rc) {
-			qry_fail(err, QRY_E_INVALID, rc, "parameter cursor is not a next_cursor of "
+			qry_fail(err, QRY_E_INVALID, rc,
+				 "parameter cursor is not a next_cursor of "
 				 "this query (altered, or the filter parameters changed); start "
 				 "again without it");
 			goto out;
@@ -457,9 +464,10 @@ int qry_logs(struct sto *s, const struct qry_logs_req *req, struct qry_log_page 
 	sort_evl(&l, cmp_page);
 	pick_page(&l, req->limit, narrowed, &p);
 	if (p.n == 0 && narrowed) {
-		rc = qry_fail(err, QRY_E_LIMIT, RDB_ELIMIT, "more than %zu log records share one "
-			      "timestamp here; narrow the query (%s)", req->max_events,
-			      LOGS_NARROW);
+		rc = qry_fail(err, QRY_E_LIMIT, RDB_ELIMIT,
+			      "more than %zu log records share one "
+			      "timestamp here; narrow the query (%s)",
+			      req->max_events, LOGS_NARROW);
 		goto out;
 	}
 	if (p.n == 0 && !req->cursor && (rc = check_job(s, f.job, err)))
@@ -519,7 +527,8 @@ static int point_anchor(struct sto *s, const struct qry_around_req *req, int64_t
 			*ts = pts.ts_ns[k] < *ts ? pts.ts_ns[k] : *ts;
 	}
 	if (rc)
-		read_failed(err, rc, re, req->max_events, "the rank has too many metrics or "
+		read_failed(err, rc, re, req->max_events,
+			    "the rank has too many metrics or "
 			    "points at this step; use window_steps");
 	free(r.ids);
 	mdl_cols_free(&pts);
@@ -531,10 +540,16 @@ static int point_anchor(struct sto *s, const struct qry_around_req *req, int64_t
 static int find_anchor(struct sto *s, const struct qry_around_req *req, int64_t *ts,
 		       struct sto_read_error *re, struct qry_error *err)
 {
-	struct sto_ev_filter f = {.job = req->job, .kinds = 1u << MDL_EV_LOG,
-				  .ranks = &req->rank, .nranks = 1, .from_ns = INT64_MIN,
-				  .to_ns = INT64_MAX, .by_step = true, .step_from = req->step,
-				  .step_to = req->step, .attempt = -1};
+	struct sto_ev_filter f = {.job = req->job,
+				  .kinds = 1u << MDL_EV_LOG,
+				  .ranks = &req->rank,
+				  .nranks = 1,
+				  .from_ns = INT64_MIN,
+				  .to_ns = INT64_MAX,
+				  .by_step = true,
+				  .step_from = req->step,
+				  .step_to = req->step,
+				  .attempt = -1};
 	struct evl l = {0};
 	bool narrowed;
 	*ts = INT64_MAX;
@@ -554,9 +569,14 @@ static int find_anchor(struct sto *s, const struct qry_around_req *req, int64_t 
 static int read_around(struct sto *s, const struct qry_around_req *req, int64_t anchor,
 		       struct evl *l, struct sto_read_error *re, struct qry_error *err)
 {
-	struct sto_ev_filter f = {.job = req->job, .kinds = 1u << MDL_EV_LOG,
-				  .min_level = req->min_level, .ranks = &req->rank, .nranks = 1,
-				  .from_ns = INT64_MIN, .to_ns = anchor, .attempt = -1};
+	struct sto_ev_filter f = {.job = req->job,
+				  .kinds = 1u << MDL_EV_LOG,
+				  .min_level = req->min_level,
+				  .ranks = &req->rank,
+				  .nranks = 1,
+				  .from_ns = INT64_MIN,
+				  .to_ns = anchor,
+				  .attempt = -1};
 	struct evl after = {0};
 	bool narrowed;
 	int rc = 0;
@@ -584,15 +604,21 @@ static int read_steps(struct sto *s, const struct qry_around_req *req, struct ev
 		      struct sto_read_error *re, struct qry_error *err)
 {
 	int64_t k = req->window_steps;
-	struct sto_ev_filter f = {.job = req->job, .kinds = 1u << MDL_EV_LOG,
-				  .min_level = req->min_level, .ranks = &req->rank, .nranks = 1,
-				  .from_ns = INT64_MIN, .to_ns = INT64_MAX, .by_step = true,
+	struct sto_ev_filter f = {.job = req->job,
+				  .kinds = 1u << MDL_EV_LOG,
+				  .min_level = req->min_level,
+				  .ranks = &req->rank,
+				  .nranks = 1,
+				  .from_ns = INT64_MIN,
+				  .to_ns = INT64_MAX,
+				  .by_step = true,
 				  .step_from = req->step > k ? req->step - k : 0,
 				  .step_to = req->step > INT64_MAX - k ? INT64_MAX : req->step + k,
 				  .attempt = -1};
 	int rc = read_all(s, &f, req->max_events, l, re);
 	if (rc)
-		read_failed(err, rc, re, req->max_events, "a smaller window_steps or a higher "
+		read_failed(err, rc, re, req->max_events,
+			    "a smaller window_steps or a higher "
 			    "level");
 	return rc;
 }
@@ -620,10 +646,11 @@ int qry_logs_around(struct sto *s, const struct qry_around_req *req, struct qry_
 	if (rc == 0 && l.n == 0)
 		rc = check_job(s, req->job, err);
 	if (rc == 0 && req->window_steps < 0 && anchor == INT64_MAX)
-		rc = qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND, "rank %u of job '%.128s' has "
+		rc = qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND,
+			      "rank %u of job '%.128s' has "
 			      "no log and no point at step %lld; pick another step, or use "
-			      "window_steps to look at the logs of neighbouring steps", req->rank,
-			      req->job, (long long)req->step);
+			      "window_steps to look at the logs of neighbouring steps",
+			      req->rank, req->job, (long long)req->step);
 	if (rc)
 		goto out;
 	sort_evl(&l, cmp_oldest);
@@ -691,8 +718,8 @@ static int group_spans(struct evl *l, bool latest, struct qry_spans *out)
 		for (; latest && l->v[from]->ev.attempt != l->v[end - 1]->ev.attempt; from++)
 			free(l->v[from]);
 		struct qry_span_group *g = &out->g[out->ng++];
-		*g = (struct qry_span_group){e->step, e->rank, l->v[end - 1]->ev.attempt, w,
-					     end - from, 0};
+		*g = (struct qry_span_group){e->step, e->rank,	  l->v[end - 1]->ev.attempt,
+					     w,	      end - from, 0};
 		for (size_t k = from; k < end; k++) {
 			g->total_ns += l->v[k]->ev.duration_ns;
 			l->v[w++] = l->v[k];
@@ -705,10 +732,16 @@ static int group_spans(struct evl *l, bool latest, struct qry_spans *out)
 int qry_spans(struct sto *s, const struct qry_spans_req *req, struct qry_spans *out,
 	      struct qry_error *err)
 {
-	struct sto_ev_filter f = {.job = req->job, .kinds = 1u << MDL_EV_SPAN,
-				  .ranks = req->ranks, .nranks = req->nranks, .from_ns = INT64_MIN,
-				  .to_ns = INT64_MAX, .by_step = true, .step_from = req->step_from,
-				  .step_to = req->step_to, .attempt = req->attempt};
+	struct sto_ev_filter f = {.job = req->job,
+				  .kinds = 1u << MDL_EV_SPAN,
+				  .ranks = req->ranks,
+				  .nranks = req->nranks,
+				  .from_ns = INT64_MIN,
+				  .to_ns = INT64_MAX,
+				  .by_step = true,
+				  .step_from = req->step_from,
+				  .step_to = req->step_to,
+				  .attempt = req->attempt};
 	struct evl l = {.job = req->job};
 	struct sto_read_error *re = malloc(sizeof(*re));
 	memset(out, 0, sizeof(*out));
@@ -749,7 +782,7 @@ static int job_name_cb(void *arg, const char *job, uint64_t nseries)
 		return RDB_ELIMIT;
 	if (j->n == j->cap) {
 		size_t cap = j->cap ? j->cap * 2 : 16;
-		char (*p)[MDL_JOB_MAX + 1] = realloc(j->names, cap * sizeof(*p));
+		char(*p)[MDL_JOB_MAX + 1] = realloc(j->names, cap * sizeof(*p));
 		if (!p)
 			return -ENOMEM;
 		j->names = p;
@@ -801,20 +834,24 @@ int qry_events_annotations(struct sto *s, const char *job, int64_t from_ns, int6
 		rc = sto_list_jobs(s, job_name_cb, &jobs);
 	memset(out, 0, sizeof(*out));
 	if (rc) {
-		qry_fail(err, rc == RDB_ELIMIT ? QRY_E_LIMIT : QRY_E_INTERNAL, rc, "listing jobs: %s",
-			 rdb_strerror(rc));
+		qry_fail(err, rc == RDB_ELIMIT ? QRY_E_LIMIT : QRY_E_INTERNAL, rc,
+			 "listing jobs: %s", rdb_strerror(rc));
 		goto out;
 	}
 	for (size_t i = 0; rc == 0 && i < jobs.n && from_ns <= to_ns && limit; i++) {
-		struct sto_ev_filter f = {.job = jobs.names[i], .kinds = 1u << MDL_EV_LOG,
-					  .min_level = min_level, .from_ns = from_ns,
-					  .to_ns = to_ns, .attempt = -1};
+		struct sto_ev_filter f = {.job = jobs.names[i],
+					  .kinds = 1u << MDL_EV_LOG,
+					  .min_level = min_level,
+					  .from_ns = from_ns,
+					  .to_ns = to_ns,
+					  .attempt = -1};
 		one.job = jobs.names[i];
 		rc = read_window(s, &f, QRY_EV_SCAN_MAX, true, &one, &narrowed, re);
 		if (rc == 0)
 			rc = keep_newest(&all, &one, limit);
 		else
-			read_failed(err, rc, re, QRY_EV_SCAN_MAX, "a shorter time range or a "
+			read_failed(err, rc, re, QRY_EV_SCAN_MAX,
+				    "a shorter time range or a "
 				    "higher level");
 	}
 	if (rc)

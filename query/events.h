@@ -15,10 +15,10 @@
 #include <stdint.h>
 
 #define QRY_LOGS_LIMIT_DEFAULT 100u
-#define QRY_LOGS_LIMIT_MAX 10000u
-#define QRY_EV_SCAN_MAX 100000u  /* default bound on events one read may hold */
-#define QRY_CURSOR_MAX 80u       /* bytes of a cursor's text, NUL included */
-#define QRY_TEXT_WORDS_MAX 32u   /* words of a text filter */
+#define QRY_LOGS_LIMIT_MAX     10000u
+#define QRY_EV_SCAN_MAX	       100000u /* default bound on events one read may hold */
+#define QRY_CURSOR_MAX	       80u     /* bytes of a cursor's text, NUL included */
+#define QRY_TEXT_WORDS_MAX     32u     /* words of a text filter */
 
 /* An owned copy of one stored event: text, fields and job point into data. */
 struct qry_event {
@@ -45,16 +45,16 @@ int qry_events_scan(struct sto *s, const struct sto_ev_filter *f, size_t max_eve
 struct qry_logs_req {
 	struct sto_ev_filter filter; /* job, ranks, min_level, time/step range, text,
 				      * fields, attempt (-1: all) */
-	size_t limit;                /* 1..QRY_LOGS_LIMIT_MAX */
-	const char *cursor;          /* NULL: first page; else a next_cursor of the same filter */
-	size_t max_events;           /* work bound: events one storage read may hold */
+	size_t limit;		     /* 1..QRY_LOGS_LIMIT_MAX */
+	const char *cursor;	     /* NULL: first page; else a next_cursor of the same filter */
+	size_t max_events;	     /* work bound: events one storage read may hold */
 };
 
 /* One page of logs. */
 struct qry_log_page {
 	char job[MDL_JOB_MAX + 1];
-	struct qry_events logs;               /* newest first */
-	char next_cursor[QRY_CURSOR_MAX];     /* "" when this is the last page */
+	struct qry_events logs;		  /* newest first */
+	char next_cursor[QRY_CURSOR_MAX]; /* "" when this is the last page */
 };
 void qry_log_page_free(struct qry_log_page *p); /* NULL ok */
 
@@ -70,10 +70,10 @@ int qry_logs(struct sto *s, const struct qry_logs_req *req, struct qry_log_page 
 struct qry_around_req {
 	const char *job;
 	uint32_t rank;
-	int64_t step;          /* >= 0 */
+	int64_t step; /* >= 0 */
 	uint8_t min_level;
-	int64_t window_steps;  /* >= 0: step mode; -1: time mode */
-	size_t before, after;  /* time mode: records before the anchor / from it on */
+	int64_t window_steps; /* >= 0: step mode; -1: time mode */
+	size_t before, after; /* time mode: records before the anchor / from it on */
 	size_t max_events;
 };
 
@@ -81,8 +81,8 @@ struct qry_around {
 	char job[MDL_JOB_MAX + 1];
 	uint32_t rank;
 	int64_t step;
-	bool steps_mode;       /* window_steps given */
-	int64_t anchor_ts_ns;  /* time mode: the anchor; INT64_MAX: none (step mode) */
+	bool steps_mode;	/* window_steps given */
+	int64_t anchor_ts_ns;	/* time mode: the anchor; INT64_MAX: none (step mode) */
 	struct qry_events logs; /* oldest first; a log is "at step" when ev.step == step */
 };
 void qry_around_free(struct qry_around *a); /* NULL ok */
@@ -102,7 +102,7 @@ struct qry_spans_req {
 	const uint32_t *ranks; /* nranks == 0: every rank */
 	size_t nranks;
 	int64_t step_from, step_to; /* inclusive */
-	int64_t attempt;            /* -1: the latest attempt per (step, rank); else only it */
+	int64_t attempt;	    /* -1: the latest attempt per (step, rank); else only it */
 	size_t max_events;
 };
 
@@ -133,8 +133,8 @@ int qry_spans(struct sto *s, const struct qry_spans_req *req, struct qry_spans *
  * every job sto_list_jobs knows, i.e. jobs with series) in [from_ns,
  * to_ns], newest first, into out (each event names its job). An unknown
  * job gives none. */
-int qry_events_annotations(struct sto *s, const char *job /* NULL: every job */,
-			   int64_t from_ns, int64_t to_ns, uint8_t min_level, size_t limit,
-			   struct qry_events *out, struct qry_error *err);
+int qry_events_annotations(struct sto *s, const char *job /* NULL: every job */, int64_t from_ns,
+			   int64_t to_ns, uint8_t min_level, size_t limit, struct qry_events *out,
+			   struct qry_error *err);
 
 #endif

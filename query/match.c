@@ -135,12 +135,15 @@ int qry_match(struct sto *s, const struct qry_match_req *req, struct qry_match *
 	if (rc)
 		return qry_fail(err, QRY_E_INTERNAL, rc, "listing series: %s", rdb_strerror(rc));
 	if (!m->job_seen)
-		return qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND, "unknown job '%.128s' (GET "
-				"/api/v1/jobs lists the jobs)", req->job);
+		return qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND,
+				"unknown job '%.128s' (GET "
+				"/api/v1/jobs lists the jobs)",
+				req->job);
 	if (!m->metric_seen)
-		return qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND, "job '%.128s' has no metric "
-				"%s'%.256s' (GET /api/v1/jobs/%.128s/metrics lists them)", req->job,
-				req->prefix ? "starting with " : "",
+		return qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND,
+				"job '%.128s' has no metric "
+				"%s'%.256s' (GET /api/v1/jobs/%.128s/metrics lists them)",
+				req->job, req->prefix ? "starting with " : "",
 				req->prefix ? req->prefix : req->metrics[0], req->job);
 	qsort(m->v, m->n, sizeof(*m->v), cmp_series);
 	return 0;
@@ -153,4 +156,3 @@ void qry_match_free(struct qry_match *m)
 	free(m->v);
 	memset(m, 0, sizeof(*m));
 }
-

@@ -26,23 +26,27 @@
 static int validate(const char *job, const void *doc, size_t len, struct qry_error *err)
 {
 	if (!mdl_job_valid(job, strlen(job)))
-		return qry_fail(err, QRY_E_INVALID, RDB_EINVAL, "job id '%.128s' is invalid: %s", job,
-			    "[A-Za-z0-9._-]{1,128}");
+		return qry_fail(err, QRY_E_INVALID, RDB_EINVAL, "job id '%.128s' is invalid: %s",
+				job, "[A-Za-z0-9._-]{1,128}");
 	if (len > QRY_META_MAX_BYTES)
-		return qry_fail(err, QRY_E_TOO_LARGE, RDB_ELIMIT, "the metadata document exceeds %u bytes (1 MiB)",
-			    QRY_META_MAX_BYTES);
+		return qry_fail(err, QRY_E_TOO_LARGE, RDB_ELIMIT,
+				"the metadata document exceeds %u bytes (1 MiB)",
+				QRY_META_MAX_BYTES);
 	json_error_t je;
 	json_t *v = json_loadb(doc, len, JSON_REJECT_DUPLICATES, &je);
 	if (!v) {
 		char where[64];
 		snprintf(where, sizeof(where), " (line %d, column %d)", je.line, je.column);
-		return qry_fail(err, QRY_E_INVALID, RDB_EINVAL, "the metadata document is not valid JSON: "
-			    "%.200s%s", je.text, where);
+		return qry_fail(err, QRY_E_INVALID, RDB_EINVAL,
+				"the metadata document is not valid JSON: "
+				"%.200s%s",
+				je.text, where);
 	}
 	bool obj = json_is_object(v);
 	json_decref(v);
 	if (!obj)
-		return qry_fail(err, QRY_E_INVALID, RDB_EINVAL, "the metadata document must be a JSON object");
+		return qry_fail(err, QRY_E_INVALID, RDB_EINVAL,
+				"the metadata document must be a JSON object");
 	return 0;
 }
 
@@ -114,8 +118,10 @@ int qry_meta_put(const char *data_dir, const char *job, const void *doc, size_t 
 		return rc;
 	rc = store(data_dir, job, doc, len);
 	if (rc)
-		return qry_fail(err, QRY_E_INTERNAL, rc, "storing the metadata of job %.128s: %s; the previous "
-			    "document (if any) is unchanged", job, rdb_strerror(rc));
+		return qry_fail(err, QRY_E_INTERNAL, rc,
+				"storing the metadata of job %.128s: %s; the previous "
+				"document (if any) is unchanged",
+				job, rdb_strerror(rc));
 	return 0;
 }
 
@@ -136,28 +142,32 @@ static int read_into(int fd, struct rdb_buf *out)
 	}
 }
 
-int qry_meta_get(const char *data_dir, const char *job, struct rdb_buf *out,
-		 struct qry_error *err)
+int qry_meta_get(const char *data_dir, const char *job, struct rdb_buf *out, struct qry_error *err)
 {
 	char path[4400];
 	if (!mdl_job_valid(job, strlen(job)))
-		return qry_fail(err, QRY_E_INVALID, RDB_EINVAL, "job id '%.128s' is invalid: %s", job,
-			    "[A-Za-z0-9._-]{1,128}");
+		return qry_fail(err, QRY_E_INVALID, RDB_EINVAL, "job id '%.128s' is invalid: %s",
+				job, "[A-Za-z0-9._-]{1,128}");
 	snprintf(path, sizeof(path), "%s/meta/%s.json", data_dir, job);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT)
-		return qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND, "job %.128s has no metadata document "
-			    "(store one with PUT /api/v1/jobs/<job>/meta)", job);
+		return qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND,
+				"job %.128s has no metadata document "
+				"(store one with PUT /api/v1/jobs/<job>/meta)",
+				job);
 	if (fd < 0)
-		return qry_fail(err, QRY_E_INTERNAL, -errno, "reading the metadata of job %.128s: %s", job,
-			    rdb_strerror(-errno));
+		return qry_fail(err, QRY_E_INTERNAL, -errno,
+				"reading the metadata of job %.128s: %s", job,
+				rdb_strerror(-errno));
 	size_t before = out->len;
 	int rc = read_into(fd, out);
 	close(fd);
 	if (rc) {
 		out->len = before;
-		return qry_fail(err, rc == RDB_ELIMIT ? QRY_E_TOO_LARGE : QRY_E_INTERNAL, rc, "reading the metadata of job "
-			    "%.128s: %s", job, rdb_strerror(rc));
+		return qry_fail(err, rc == RDB_ELIMIT ? QRY_E_TOO_LARGE : QRY_E_INTERNAL, rc,
+				"reading the metadata of job "
+				"%.128s: %s",
+				job, rdb_strerror(rc));
 	}
 	return 0;
 }

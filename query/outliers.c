@@ -79,10 +79,10 @@ static bool is_wait(const struct qry_out_req *req, const char *phase)
 static int select_series(struct sto *s, struct ostate *o, struct qry_error *err)
 {
 	const struct qry_out_req *req = o->req;
-	char (*names)[MDL_METRIC_MAX + 1] = NULL;
+	char(*names)[MDL_METRIC_MAX + 1] = NULL;
 	const char *ptr[MAX_PHASES];
-	struct qry_match_req mr = {.job = req->job, .ranks = req->ranks, .nranks = req->nranks,
-				   .skip_job_level = true};
+	struct qry_match_req mr = {
+	    .job = req->job, .ranks = req->ranks, .nranks = req->nranks, .skip_job_level = true};
 	char prefix[MDL_METRIC_MAX + 2];
 	int rc = 0;
 	if (!req->phases_mode) {
@@ -122,7 +122,8 @@ static int collect_phases(struct ostate *o, struct qry_error *err)
 		o->phases[o->nphases++] = p;
 	}
 	if (o->m.n && !any_work)
-		return fail(err, QRY_E_INVALID, RDB_EINVAL, "phases: every phase found is a wait phase; "
+		return fail(err, QRY_E_INVALID, RDB_EINVAL,
+			    "phases: every phase found is a wait phase; "
 			    "name the compute phases with phases= or change wait_phases=");
 	return 0;
 }
@@ -302,12 +303,14 @@ static int resolve_window(struct qry_scan *sc, struct ostate *o, struct qry_erro
 				return qry_agg_read_error(err, rc, &o->m.v[i].key, sc);
 		}
 		if (!e.has_steps)
-			return fail(err, QRY_E_INVALID, RDB_EINVAL, "last_steps: the metric has no points "
+			return fail(err, QRY_E_INVALID, RDB_EINVAL,
+				    "last_steps: the metric has no points "
 				    "with a step in the range; use from/to instead");
 		spec.range.by_step = true;
 		spec.range.step_to = e.max_step;
-		spec.range.step_from = e.max_step - o->req->last_steps + 1 > e.min_step ?
-			e.max_step - o->req->last_steps + 1 : e.min_step;
+		spec.range.step_from = e.max_step - o->req->last_steps + 1 > e.min_step
+					   ? e.max_step - o->req->last_steps + 1
+					   : e.min_step;
 	}
 	spec.axis_set = true;
 	spec.axis = spec.range.by_step ? QRY_AXIS_STEP : QRY_AXIS_TIME;

@@ -36,12 +36,12 @@
 /* What kind of failure a query had; the front end picks its answer from it
  * (server/query_json.c maps each to one HTTP status). */
 enum qry_code {
-	QRY_E_INVALID = 1,   /* the request cannot be answered as asked (bad cursor, ...) */
-	QRY_E_NOT_FOUND,     /* unknown job, metric, rank at a step, metadata document */
-	QRY_E_TOO_LARGE,     /* a result or document would exceed its byte bound */
-	QRY_E_LIMIT,         /* the query would read more than its bound (points, events) */
-	QRY_E_UNSUPPORTED,   /* not computable over this data (quantiles over rollups) */
-	QRY_E_INTERNAL,      /* corrupt data, I/O error, out of memory */
+	QRY_E_INVALID = 1, /* the request cannot be answered as asked (bad cursor, ...) */
+	QRY_E_NOT_FOUND,   /* unknown job, metric, rank at a step, metadata document */
+	QRY_E_TOO_LARGE,   /* a result or document would exceed its byte bound */
+	QRY_E_LIMIT,	   /* the query would read more than its bound (points, events) */
+	QRY_E_UNSUPPORTED, /* not computable over this data (quantiles over rollups) */
+	QRY_E_INTERNAL,	   /* corrupt data, I/O error, out of memory */
 };
 
 /* Why a query failed: the kind, and a message for the user saying what to
@@ -53,14 +53,14 @@ struct qry_error {
 
 /* Fills err (printf format); returns rc, the error value to propagate. */
 int qry_fail(struct qry_error *err, enum qry_code code, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 
 /* ---- catalog --------------------------------------------------------------- */
 
 struct qry_job {
 	char job[MDL_JOB_MAX + 1];
 	uint64_t nseries;
-	char *meta;      /* the job's metadata document (JSON object text), or NULL */
+	char *meta; /* the job's metadata document (JSON object text), or NULL */
 	size_t meta_len;
 };
 
@@ -86,12 +86,11 @@ struct qry_metrics {
 void qry_metrics_free(struct qry_metrics *m); /* NULL ok */
 
 /* The job's metric names. QRY_E_NOT_FOUND for an unknown job. */
-int qry_job_metrics(struct sto *s, const char *job, struct qry_metrics *out,
-		    struct qry_error *err);
+int qry_job_metrics(struct sto *s, const char *job, struct qry_metrics *out, struct qry_error *err);
 
 struct qry_ranks {
 	char job[MDL_JOB_MAX + 1];
-	uint32_t *v;    /* distinct ranks, ascending, the job-level pseudo-rank not among them */
+	uint32_t *v; /* distinct ranks, ascending, the job-level pseudo-rank not among them */
 	size_t n;
 	bool job_level; /* the job has job-level series */
 };
@@ -116,10 +115,10 @@ struct qry_range_req {
 	const char *job;
 	const char *const *metrics; /* names; nmetrics >= 1 */
 	size_t nmetrics;
-	const uint32_t *ranks;      /* nranks == 0: every rank */
+	const uint32_t *ranks; /* nranks == 0: every rank */
 	size_t nranks;
 	struct sto_range range;
-	size_t max_points;          /* over all series */
+	size_t max_points; /* over all series */
 };
 
 /* The points of one series, in time order. */
@@ -131,7 +130,7 @@ struct qry_series_points {
 struct qry_points {
 	struct qry_series_points *v; /* series with points, in (rank, metric) order */
 	size_t n, cap;
-	size_t total;                /* points over all series */
+	size_t total; /* points over all series */
 };
 void qry_points_free(struct qry_points *p); /* NULL ok; p becomes empty */
 

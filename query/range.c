@@ -138,10 +138,12 @@ static int read_error(struct qry_error *err, int rc, const struct mdl_series_key
 	char key[512];
 	key_text(k, key, sizeof(key));
 	if (rc == RDB_ELIMIT)
-		return qry_fail(err, QRY_E_LIMIT, rc, "the query selects more than "
+		return qry_fail(err, QRY_E_LIMIT, rc,
+				"the query selects more than "
 				"max_query_points (%zu) points; narrow the time range (from/to) "
 				"or step range (step_from/step_to), select fewer ranks or "
-				"metrics, or use a downsampling query", max_points);
+				"metrics, or use a downsampling query",
+				max_points);
 	return qry_fail(err, QRY_E_INTERNAL, rc, "series %s: %s", key,
 			re->msg[0] ? re->msg : rdb_strerror(rc));
 }
@@ -195,8 +197,10 @@ int qry_range(struct sto *s, const struct qry_range_req *req, struct qry_points 
 		goto out;
 	}
 	if (!m.job_seen) {
-		rc = qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND, "unknown job '%.128s' (GET "
-			      "/api/v1/jobs lists the jobs)", req->job);
+		rc = qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND,
+			      "unknown job '%.128s' (GET "
+			      "/api/v1/jobs lists the jobs)",
+			      req->job);
 		goto out;
 	}
 	for (size_t i = 0; rc == 0 && i < m.n; i++) {

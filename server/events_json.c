@@ -13,7 +13,8 @@
 static int out_failed(struct qry_error *err, int rc)
 {
 	if (rc == RDB_ELIMIT)
-		return qry_fail(err, QRY_E_TOO_LARGE, rc, "the response would exceed "
+		return qry_fail(err, QRY_E_TOO_LARGE, rc,
+				"the response would exceed "
 				"max_response_bytes; narrow the query or lower limit");
 	return qry_fail(err, QRY_E_INTERNAL, rc, "writing the response: %s", rdb_strerror(rc));
 }
@@ -28,8 +29,8 @@ static int json_i64_or_null(struct rdb_buf *out, int64_t v)
 /* One log record; at_step < 0: no at_step member. */
 static int write_log(struct rdb_buf *out, const struct mdl_event *e, bool comma, int at_step)
 {
-	int rc = rdb_buf_printf(out, "%s{\"ts\":%lld,\"rank\":", comma ? "," : "",
-				(long long)e->ts_ns);
+	int rc =
+	    rdb_buf_printf(out, "%s{\"ts\":%lld,\"rank\":", comma ? "," : "", (long long)e->ts_ns);
 	if (rc == 0)
 		rc = srv_json_rank(out, e->rank);
 	if (rc == 0)
@@ -82,8 +83,8 @@ int srv_write_around(struct rdb_buf *out, const struct qry_around *r, struct qry
 		rc = rdb_buf_printf(out, ",\"step\":%lld,\"mode\":\"%s\",\"anchor_ts\":",
 				    (long long)r->step, r->steps_mode ? "steps" : "time");
 	if (rc == 0)
-		rc = json_i64_or_null(out, r->anchor_ts_ns == INT64_MAX ? MDL_STEP_NONE :
-									  r->anchor_ts_ns);
+		rc = json_i64_or_null(out, r->anchor_ts_ns == INT64_MAX ? MDL_STEP_NONE
+									: r->anchor_ts_ns);
 	if (rc == 0)
 		rc = rdb_buf_puts(out, ",\"logs\":[");
 	for (size_t i = 0; rc == 0 && i < r->logs.n; i++)
@@ -108,7 +109,8 @@ static int write_group(struct rdb_buf *out, const struct qry_spans *r,
 		if (rc == 0)
 			rc = rdb_buf_json_str(out, e->text, e->text_len);
 		if (rc == 0)
-			rc = rdb_buf_printf(out, ",\"start\":%lld,\"duration_ns\":%lld,\"end\":%lld}",
+			rc = rdb_buf_printf(out,
+					    ",\"start\":%lld,\"duration_ns\":%lld,\"end\":%lld}",
 					    (long long)e->ts_ns, (long long)e->duration_ns,
 					    (long long)(e->ts_ns + e->duration_ns));
 	}

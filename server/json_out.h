@@ -75,20 +75,17 @@ int srv_write_points(struct rdb_buf *out, const struct qry_points *r, struct qry
  *  "start":[..],"end":[..],"count":[..],"nan_count":[..],<agg>:[..]...}],
  *  "buckets":N,"from_rollups":N,"points_read":N,"chunks_from_stats":N,
  *  "chunks_decoded":N} */
-int srv_write_downsample(struct rdb_buf *out, const struct qry_ds_result *r,
-			 struct qry_error *err);
+int srv_write_downsample(struct rdb_buf *out, const struct qry_ds_result *r, struct qry_error *err);
 /* {"job","metric","axis","width","ranks":[..],"start":[..],"end":[..],
  *  "count":[..],"mean":[..],"min":[..],"max":[..],"median":[..],"p10":[..],
  *  "p90":[..],"stddev":[..],"argmin":[..],"argmax":[..],"buckets":N,
  *  "points_read":N,"chunks_from_stats":N,"chunks_decoded":N}; with some
  * columns asked for, start, end and those (in this order). */
-int srv_write_crossrank(struct rdb_buf *out, const struct qry_xr_result *r,
-			struct qry_error *err);
+int srv_write_crossrank(struct rdb_buf *out, const struct qry_xr_result *r, struct qry_error *err);
 /* {"job","metric","mode","direction","window":{..},["phases","wait_phases",]
  *  "ranks","ranks_scored","median","mad","scale","mad_zero","outliers":[{"rank",
  *  "value","median","score"[,"total","phases":{..}]}],"points_read",..} */
-int srv_write_outliers(struct rdb_buf *out, const struct qry_out_result *r,
-		       struct qry_error *err);
+int srv_write_outliers(struct rdb_buf *out, const struct qry_out_result *r, struct qry_error *err);
 /* {"job":J,"logs":[{"ts","rank","level","step","attempt","message","fields"}],
  *  "next_cursor":str|null} */
 int srv_write_log_page(struct rdb_buf *out, const struct qry_log_page *r, struct qry_error *err);

@@ -18,12 +18,17 @@
 int srv_qry_status(enum qry_code code)
 {
 	switch (code) {
-	case QRY_E_INVALID: return 400;
-	case QRY_E_NOT_FOUND: return 404;
-	case QRY_E_TOO_LARGE: return 413;
+	case QRY_E_INVALID:
+		return 400;
+	case QRY_E_NOT_FOUND:
+		return 404;
+	case QRY_E_TOO_LARGE:
+		return 413;
 	case QRY_E_LIMIT:
-	case QRY_E_UNSUPPORTED: return 422;
-	case QRY_E_INTERNAL: return 500;
+	case QRY_E_UNSUPPORTED:
+		return 422;
+	case QRY_E_INTERNAL:
+		return 500;
 	}
 	return 500;
 }
@@ -32,8 +37,10 @@ int srv_qry_status(enum qry_code code)
 static int out_failed(struct qry_error *err, int rc, const char *advice)
 {
 	if (rc == RDB_ELIMIT)
-		return qry_fail(err, QRY_E_TOO_LARGE, rc, "the response would exceed "
-				"max_response_bytes; %s", advice);
+		return qry_fail(err, QRY_E_TOO_LARGE, rc,
+				"the response would exceed "
+				"max_response_bytes; %s",
+				advice);
 	return qry_fail(err, QRY_E_INTERNAL, rc, "writing the response: %s", rdb_strerror(rc));
 }
 
@@ -42,8 +49,10 @@ static int out_failed(struct qry_error *err, int rc, const char *advice)
 static int listing_failed(struct qry_error *err, int rc, const char *what)
 {
 	if (rc == RDB_ELIMIT)
-		return qry_fail(err, QRY_E_TOO_LARGE, rc, "response would exceed "
-				"max_response_bytes; %s", what);
+		return qry_fail(err, QRY_E_TOO_LARGE, rc,
+				"response would exceed "
+				"max_response_bytes; %s",
+				what);
 	return qry_fail(err, QRY_E_INTERNAL, rc, "%s: %s", what, rdb_strerror(rc));
 }
 
@@ -72,8 +81,10 @@ static int write_key(struct rdb_buf *out, const struct mdl_series_key *k)
 /* ,"points_read":N,"chunks_from_stats":N,"chunks_decoded":N} */
 static int write_totals(struct rdb_buf *out, const struct qry_totals *t)
 {
-	return rdb_buf_printf(out, ",\"points_read\":%llu,\"chunks_from_stats\":%llu,"
-			      "\"chunks_decoded\":%llu}", (unsigned long long)t->points_read,
+	return rdb_buf_printf(out,
+			      ",\"points_read\":%llu,\"chunks_from_stats\":%llu,"
+			      "\"chunks_decoded\":%llu}",
+			      (unsigned long long)t->points_read,
 			      (unsigned long long)t->chunks_stats,
 			      (unsigned long long)t->chunks_decoded);
 }
@@ -89,7 +100,8 @@ int srv_write_jobs(struct rdb_buf *out, const struct qry_jobs *r, struct qry_err
 		if (rc == 0)
 			rc = put_str(out, j->job);
 		if (rc == 0)
-			rc = rdb_buf_printf(out, ",\"series\":%llu", (unsigned long long)j->nseries);
+			rc =
+			    rdb_buf_printf(out, ",\"series\":%llu", (unsigned long long)j->nseries);
 		if (rc == 0 && j->meta)
 			rc = rdb_buf_puts(out, ",\"meta\":");
 		if (rc == 0 && j->meta)
@@ -136,8 +148,7 @@ int srv_write_ranks(struct rdb_buf *out, const struct qry_ranks *r, struct qry_e
 
 /* ---- raw points ---------------------------------------------------------------------- */
 
-static int write_series_points(struct rdb_buf *out, const struct qry_series_points *sp,
-			       bool first)
+static int write_series_points(struct rdb_buf *out, const struct qry_series_points *sp, bool first)
 {
 	const struct mdl_cols *p = &sp->pts;
 	int rc = rdb_buf_puts(out, first ? "{" : ",{");
@@ -180,12 +191,21 @@ static const char ds_advice[] = "use wider buckets or fewer points, narrow the r
 				"select fewer ranks or metrics";
 
 enum col {
-	COL_START, COL_END, COL_COUNT, COL_NAN, COL_AVG, COL_MIN, COL_MAX, COL_SUM, COL_FIRST,
-	COL_LAST, COL_Q
+	COL_START,
+	COL_END,
+	COL_COUNT,
+	COL_NAN,
+	COL_AVG,
+	COL_MIN,
+	COL_MAX,
+	COL_SUM,
+	COL_FIRST,
+	COL_LAST,
+	COL_Q
 };
 
-static const char *const col_names[] = {"start", "end", "count", "nan_count", "avg", "min",
-					"max", "sum", "first", "last"};
+static const char *const col_names[] = {"start", "end", "count", "nan_count", "avg",
+					"min",	 "max", "sum",	 "first",     "last"};
 
 static int64_t sat_add(int64_t a, int64_t b)
 {
@@ -211,20 +231,30 @@ static int write_cell(struct rdb_buf *out, const struct qry_buckets *bs, size_t 
 	const struct mdl_agg *a = &b->a;
 	int64_t start = width ? sat_mul(b->key, width) : 0;
 	switch (c) {
-	case COL_START: return srv_json_i64(out, start);
-	case COL_END: return srv_json_i64(out, sat_add(start, width - 1));
-	case COL_COUNT: return srv_json_u64(out, a->count);
-	case COL_NAN: return srv_json_u64(out, a->nan_count);
-	case COL_AVG: return srv_json_f64(out, a->sum / (double)a->count, a->count > 0);
-	case COL_MIN: return srv_json_f64(out, a->min, a->count > 0);
-	case COL_MAX: return srv_json_f64(out, a->max, a->count > 0);
-	case COL_SUM: return srv_json_f64(out, a->sum, a->count > 0);
-	case COL_FIRST: return srv_json_value(out, a->first_bits);
-	case COL_LAST: return srv_json_value(out, a->last_bits);
+	case COL_START:
+		return srv_json_i64(out, start);
+	case COL_END:
+		return srv_json_i64(out, sat_add(start, width - 1));
+	case COL_COUNT:
+		return srv_json_u64(out, a->count);
+	case COL_NAN:
+		return srv_json_u64(out, a->nan_count);
+	case COL_AVG:
+		return srv_json_f64(out, a->sum / (double)a->count, a->count > 0);
+	case COL_MIN:
+		return srv_json_f64(out, a->min, a->count > 0);
+	case COL_MAX:
+		return srv_json_f64(out, a->max, a->count > 0);
+	case COL_SUM:
+		return srv_json_f64(out, a->sum, a->count > 0);
+	case COL_FIRST:
+		return srv_json_value(out, a->first_bits);
+	case COL_LAST:
+		return srv_json_value(out, a->last_bits);
 	case COL_Q:
-		return srv_json_f64(out, a->count ? qry_quantile_sorted(bs->vals + b->vals_off,
-									a->count, q) : 0,
-				    a->count > 0);
+		return srv_json_f64(
+		    out, a->count ? qry_quantile_sorted(bs->vals + b->vals_off, a->count, q) : 0,
+		    a->count > 0);
 	}
 	return 0;
 }
@@ -232,8 +262,8 @@ static int write_cell(struct rdb_buf *out, const struct qry_buckets *bs, size_t 
 static int write_col(struct rdb_buf *out, const struct qry_buckets *bs, enum col c, double q,
 		     int64_t width)
 {
-	int rc = c == COL_Q ? rdb_buf_printf(out, ",\"p%g\":[", q * 100) :
-			      rdb_buf_printf(out, ",\"%s\":[", col_names[c]);
+	int rc = c == COL_Q ? rdb_buf_printf(out, ",\"p%g\":[", q * 100)
+			    : rdb_buf_printf(out, ",\"%s\":[", col_names[c]);
 	for (size_t i = 0; rc == 0 && i < bs->n; i++) {
 		if (i)
 			rc = rdb_buf_putc(out, ',');
@@ -249,8 +279,8 @@ static int write_ds_series(struct rdb_buf *out, const struct qry_ds_result *r,
 	static const struct {
 		uint32_t bit;
 		enum col col;
-	} aggs[] = {{QRY_AGG_AVG, COL_AVG},   {QRY_AGG_MIN, COL_MIN},	  {QRY_AGG_MAX, COL_MAX},
-		    {QRY_AGG_SUM, COL_SUM},   {QRY_AGG_FIRST, COL_FIRST}, {QRY_AGG_LAST, COL_LAST}};
+	} aggs[] = {{QRY_AGG_AVG, COL_AVG}, {QRY_AGG_MIN, COL_MIN},	{QRY_AGG_MAX, COL_MAX},
+		    {QRY_AGG_SUM, COL_SUM}, {QRY_AGG_FIRST, COL_FIRST}, {QRY_AGG_LAST, COL_LAST}};
 	int rc = rdb_buf_puts(out, first ? "{" : ",{");
 	if (rc == 0)
 		rc = write_key(out, &s->key);
@@ -264,15 +294,15 @@ static int write_ds_series(struct rdb_buf *out, const struct qry_ds_result *r,
 	return rc ? rc : rdb_buf_putc(out, '}');
 }
 
-int srv_write_downsample(struct rdb_buf *out, const struct qry_ds_result *r,
-			 struct qry_error *err)
+int srv_write_downsample(struct rdb_buf *out, const struct qry_ds_result *r, struct qry_error *err)
 {
 	int rc = rdb_buf_puts(out, "{\"job\":");
 	if (rc == 0)
 		rc = put_str(out, r->job);
 	if (rc == 0)
-		rc = rdb_buf_printf(out, ",\"axis\":\"%s\",\"width\":%lld,\"series\":[",
-				    r->axis == QRY_AXIS_STEP ? "step" : "time", (long long)r->width);
+		rc =
+		    rdb_buf_printf(out, ",\"axis\":\"%s\",\"width\":%lld,\"series\":[",
+				   r->axis == QRY_AXIS_STEP ? "step" : "time", (long long)r->width);
 	for (size_t i = 0; rc == 0 && i < r->n; i++)
 		rc = write_ds_series(out, r, &r->v[i], i == 0);
 	if (rc == 0)
@@ -285,8 +315,19 @@ int srv_write_downsample(struct rdb_buf *out, const struct qry_ds_result *r,
 
 /* ---- cross-rank ------------------------------------------------------------------------ */
 
-enum xcol { X_START, X_END, X_COUNT, X_MEAN, X_MIN, X_MAX, X_MEDIAN, X_Q, X_STDDEV, X_ARGMIN,
-	    X_ARGMAX };
+enum xcol {
+	X_START,
+	X_END,
+	X_COUNT,
+	X_MEAN,
+	X_MIN,
+	X_MAX,
+	X_MEDIAN,
+	X_Q,
+	X_STDDEV,
+	X_ARGMIN,
+	X_ARGMAX
+};
 
 static int xr_cell(struct rdb_buf *out, const struct qry_xr_row *r, enum xcol c, size_t qi,
 		   int64_t width)
@@ -295,29 +336,39 @@ static int xr_cell(struct rdb_buf *out, const struct qry_xr_row *r, enum xcol c,
 	if (width && __builtin_mul_overflow(r->key, width, &start))
 		start = r->key < 0 ? INT64_MIN : INT64_MAX;
 	switch (c) {
-	case X_START: return srv_json_i64(out, start);
+	case X_START:
+		return srv_json_i64(out, start);
 	case X_END:
-		return srv_json_i64(out, start > INT64_MAX - (width - 1) ? INT64_MAX :
-									     start + width - 1);
-	case X_COUNT: return srv_json_u64(out, r->count);
-	case X_MEAN: return srv_json_f64(out, r->mean, true);
-	case X_MIN: return srv_json_f64(out, r->min, true);
-	case X_MAX: return srv_json_f64(out, r->max, true);
-	case X_MEDIAN: return srv_json_f64(out, r->median, true);
-	case X_Q: return srv_json_f64(out, r->q[qi], true);
-	case X_STDDEV: return srv_json_f64(out, r->stddev, true);
-	case X_ARGMIN: return srv_json_rank(out, r->argmin);
-	case X_ARGMAX: return srv_json_rank(out, r->argmax);
+		return srv_json_i64(out, start > INT64_MAX - (width - 1) ? INT64_MAX
+									 : start + width - 1);
+	case X_COUNT:
+		return srv_json_u64(out, r->count);
+	case X_MEAN:
+		return srv_json_f64(out, r->mean, true);
+	case X_MIN:
+		return srv_json_f64(out, r->min, true);
+	case X_MAX:
+		return srv_json_f64(out, r->max, true);
+	case X_MEDIAN:
+		return srv_json_f64(out, r->median, true);
+	case X_Q:
+		return srv_json_f64(out, r->q[qi], true);
+	case X_STDDEV:
+		return srv_json_f64(out, r->stddev, true);
+	case X_ARGMIN:
+		return srv_json_rank(out, r->argmin);
+	case X_ARGMAX:
+		return srv_json_rank(out, r->argmax);
 	}
 	return 0;
 }
 
 static int xr_col(struct rdb_buf *out, const struct qry_xr_result *r, enum xcol c, size_t qi)
 {
-	static const char *const names[] = {"start", "end",    "count", "mean", "min",  "max",
-					    "median", "",      "stddev", "argmin", "argmax"};
-	int rc = c == X_Q ? rdb_buf_printf(out, ",\"p%g\":[", r->q[qi] * 100) :
-			    rdb_buf_printf(out, ",\"%s\":[", names[c]);
+	static const char *const names[] = {"start",  "end", "count",  "mean",	 "min",	  "max",
+					    "median", "",    "stddev", "argmin", "argmax"};
+	int rc = c == X_Q ? rdb_buf_printf(out, ",\"p%g\":[", r->q[qi] * 100)
+			  : rdb_buf_printf(out, ",\"%s\":[", names[c]);
 	for (size_t i = 0; rc == 0 && i < r->nrows; i++) {
 		if (i)
 			rc = rdb_buf_putc(out, ',');
@@ -337,21 +388,21 @@ static int xr_head(struct rdb_buf *out, const struct qry_xr_result *r)
 	if (rc == 0)
 		rc = put_str(out, r->metric);
 	if (rc == 0)
-		rc = rdb_buf_printf(out, ",\"axis\":\"%s\",\"width\":%lld,\"ranks\":[",
-				    r->axis == QRY_AXIS_STEP ? "step" : "time", (long long)r->width);
+		rc =
+		    rdb_buf_printf(out, ",\"axis\":\"%s\",\"width\":%lld,\"ranks\":[",
+				   r->axis == QRY_AXIS_STEP ? "step" : "time", (long long)r->width);
 	for (size_t i = 0; rc == 0 && i < r->nranks; i++)
 		rc = rdb_buf_printf(out, i ? ",%u" : "%u", r->ranks[i]);
 	return rc ? rc : rdb_buf_putc(out, ']');
 }
 
-int srv_write_crossrank(struct rdb_buf *out, const struct qry_xr_result *r,
-			struct qry_error *err)
+int srv_write_crossrank(struct rdb_buf *out, const struct qry_xr_result *r, struct qry_error *err)
 {
 	static const uint32_t bit[] = {
-		[X_START] = QRY_XR_ALL, [X_END] = QRY_XR_ALL,	      [X_COUNT] = QRY_XR_COUNT,
-		[X_MEAN] = QRY_XR_MEAN, [X_MIN] = QRY_XR_MIN,	      [X_MAX] = QRY_XR_MAX,
-		[X_MEDIAN] = QRY_XR_MEDIAN, [X_Q] = QRY_XR_QUANTILES, [X_STDDEV] = QRY_XR_STDDEV,
-		[X_ARGMIN] = QRY_XR_ARGMIN, [X_ARGMAX] = QRY_XR_ARGMAX};
+	    [X_START] = QRY_XR_ALL,	[X_END] = QRY_XR_ALL,	   [X_COUNT] = QRY_XR_COUNT,
+	    [X_MEAN] = QRY_XR_MEAN,	[X_MIN] = QRY_XR_MIN,	   [X_MAX] = QRY_XR_MAX,
+	    [X_MEDIAN] = QRY_XR_MEDIAN, [X_Q] = QRY_XR_QUANTILES,  [X_STDDEV] = QRY_XR_STDDEV,
+	    [X_ARGMIN] = QRY_XR_ARGMIN, [X_ARGMAX] = QRY_XR_ARGMAX};
 	int rc = xr_head(out, r);
 	for (enum xcol c = X_START; rc == 0 && c <= X_MEDIAN; c++)
 		if (r->cols & bit[c])
@@ -457,8 +508,8 @@ static int write_out_head(struct rdb_buf *out, const struct qry_out_result *o)
 	if (rc == 0 && o->phases_mode)
 		rc = write_names(out, o, "wait_phases", true);
 	if (rc == 0)
-		rc = rdb_buf_printf(out, ",\"ranks\":%zu,\"ranks_scored\":%zu,\"median\":", o->nrows,
-				    o->nscored);
+		rc = rdb_buf_printf(
+		    out, ",\"ranks\":%zu,\"ranks_scored\":%zu,\"median\":", o->nrows, o->nscored);
 	if (rc == 0)
 		rc = srv_json_f64(out, o->median, scored);
 	if (rc == 0)
@@ -475,8 +526,7 @@ static int write_out_head(struct rdb_buf *out, const struct qry_out_result *o)
 	return rc;
 }
 
-int srv_write_outliers(struct rdb_buf *out, const struct qry_out_result *o,
-		       struct qry_error *err)
+int srv_write_outliers(struct rdb_buf *out, const struct qry_out_result *o, struct qry_error *err)
 {
 	int rc = write_out_head(out, o);
 	for (size_t i = 0; rc == 0 && i < o->nlisted; i++)

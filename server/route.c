@@ -16,8 +16,11 @@ static unsigned method_bit(const char *m)
 	static const struct {
 		const char *name;
 		unsigned bit;
-	} known[] = {{"GET", SRV_GET},	 {"HEAD", SRV_HEAD},	 {"POST", SRV_POST},
-		     {"PUT", SRV_PUT},	 {"DELETE", SRV_DELETE}};
+	} known[] = {{"GET", SRV_GET},
+		     {"HEAD", SRV_HEAD},
+		     {"POST", SRV_POST},
+		     {"PUT", SRV_PUT},
+		     {"DELETE", SRV_DELETE}};
 	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
 		if (strcmp(m, known[i].name) == 0)
 			return known[i].bit;
@@ -151,8 +154,8 @@ void srv_route_dispatch(const struct srv_route_table *const *tables, size_t ntab
 		srv_error(resp, 404, "no such endpoint: %.200s (see docs/API.md)", req->path);
 		return;
 	}
-	const struct srv_route *r = for_method(tables, ntables, r0, method_bit(req->method),
-					       &allowed, &allow);
+	const struct srv_route *r =
+	    for_method(tables, ntables, r0, method_bit(req->method), &allowed, &allow);
 	if (!r) {
 		refuse_method(req, resp, r0, allowed, allow);
 		return;

@@ -41,7 +41,7 @@ enum srv_method_bits {
 /* Who may call a route (enforced by the authentication to come). */
 enum srv_scope {
 	SRV_SCOPE_PUBLIC, /* health and metrics */
-	SRV_SCOPE_READ,   /* queries */
+	SRV_SCOPE_READ,	  /* queries */
 	SRV_SCOPE_WRITE,  /* ingest, metadata documents */
 	SRV_SCOPE_ADMIN,  /* the admin API (its own token today) */
 };
@@ -57,12 +57,12 @@ typedef void (*srv_handler_fn)(struct srv_req *req, struct srv_resp *resp,
 			       const struct srv_route *r);
 
 struct srv_route {
-	unsigned methods;      /* SRV_* accepted */
-	const char *pattern;   /* see above */
+	unsigned methods;    /* SRV_* accepted */
+	const char *pattern; /* see above */
 	enum srv_scope scope;
 	srv_handler_fn fn;     /* NULL: 404 with not_found */
-	int arg;               /* the handler's own selector (endpoint, API version) */
-	unsigned flags;        /* SRV_ROUTE_* */
+	int arg;	       /* the handler's own selector (endpoint, API version) */
+	unsigned flags;	       /* SRV_ROUTE_* */
 	const char *allow;     /* 405 Allow text; NULL: from the methods */
 	const char *not_found; /* fn NULL: the 404 message, one %.200s for the path */
 	/* The 405 body (status, message); NULL: srv_error's {"error": ...}. */
@@ -76,15 +76,15 @@ struct srv_route_table {
 };
 
 /* The rows of each module. */
-extern const struct srv_route_table srv_core_routes;    /* handlers.c: health, metrics, write */
+extern const struct srv_route_table srv_core_routes;	/* handlers.c: health, metrics, write */
 extern const struct srv_route_table srv_catalog_routes; /* handlers.c: range, jobs */
-extern const struct srv_route_table srv_ingest_routes;  /* ingest_routes.c */
+extern const struct srv_route_table srv_ingest_routes;	/* ingest_routes.c */
 extern const struct srv_route_table srv_grafana_routes; /* grafana.c */
-extern const struct srv_route_table srv_admin_routes;   /* admin_routes.c */
-extern const struct srv_route_table srv_events_routes;  /* events_routes.c */
-extern const struct srv_route_table srv_detect_routes;  /* detect_routes.c */
-extern const struct srv_route_table srv_ui_routes;      /* ui_routes.c */
-extern const struct srv_route_table srv_query_routes;   /* query_routes.c */
+extern const struct srv_route_table srv_admin_routes;	/* admin_routes.c */
+extern const struct srv_route_table srv_events_routes;	/* events_routes.c */
+extern const struct srv_route_table srv_detect_routes;	/* detect_routes.c */
+extern const struct srv_route_table srv_ui_routes;	/* ui_routes.c */
+extern const struct srv_route_table srv_query_routes;	/* query_routes.c */
 
 /* True when path matches pattern; param (plen bytes) gets the {job} or
  * {name} segment ("" when the pattern has none). */

@@ -72,8 +72,9 @@ static void fill(struct p *p)
 		uint64_t r = rnd() % 100;
 		p[i].ts = 1000 + (int64_t)i * 10;
 		p[i].step = (int64_t)i;
-		p[i].bits = r < 8 ? MDL_VALUE_NAN_BITS : r < 12 ? MDL_VALUE_NULL_BITS :
-			    rdb_f64_bits((double)((int64_t)(rnd() % 801) - 400) * 0.25);
+		p[i].bits = r < 8    ? MDL_VALUE_NAN_BITS
+			    : r < 12 ? MDL_VALUE_NULL_BITS
+				     : rdb_f64_bits((double)((int64_t)(rnd() % 801) - 400) * 0.25);
 	}
 }
 

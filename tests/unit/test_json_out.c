@@ -33,8 +33,12 @@ static void test_json_numbers(void)
 		st ^= st << 17;
 		uint64_t r = st, bits;
 		switch (i % 6) {
-		case 0: bits = r; break;
-		case 1: bits = (r & ((1ull << 52) - 1)) | ((1023 - 40 + (r >> 52) % 100) << 52); break;
+		case 0:
+			bits = r;
+			break;
+		case 1:
+			bits = (r & ((1ull << 52) - 1)) | ((1023 - 40 + (r >> 52) % 100) << 52);
+			break;
 		case 2: {
 			uint32_t u = (uint32_t)r;
 			float f;
@@ -46,8 +50,12 @@ static void test_json_numbers(void)
 			bits = rdb_f64_bits((double)(int64_t)(r % 100000000) /
 					    pow(10, (double)((r >> 40) % 20)));
 			break;
-		case 4: bits = rdb_f64_bits(ldexp(1.0, (int)(r % 200) - 100)) + (r >> 62) - 1; break;
-		default: bits = rdb_f64_bits(pow(10, (double)((int)(r % 60) - 30))) + (r >> 62) - 1; break;
+		case 4:
+			bits = rdb_f64_bits(ldexp(1.0, (int)(r % 200) - 100)) + (r >> 62) - 1;
+			break;
+		default:
+			bits = rdb_f64_bits(pow(10, (double)((int)(r % 60) - 30))) + (r >> 62) - 1;
+			break;
 		}
 		double v = rdb_bits_f64(bits);
 		if (isnan(v) || isinf(v) || v == 0 || (v == (double)(int64_t)v && fabs(v) < 1e15))
@@ -66,11 +74,18 @@ static void test_json_numbers(void)
 	struct {
 		double v;
 		const char *text;
-	} fixed[] = {{0.1, "0.1"}, {-2.5, "-2.5"}, {1e-5, "1e-05"},
-		     {3e-4, "0.0003"}, {11.560216903686523, "11.560216903686523"},
-		     {1e15, "1e+15"}, {123456789012345.6, "123456789012345.6"},
-		     {0.30000000000000004, "0.30000000000000004"}, {1e300, "1e+300"},
-		     {5e-324, "4.94065645841247e-324"}, {-0.0, "-0.0"}, {42, "42"}};
+	} fixed[] = {{0.1, "0.1"},
+		     {-2.5, "-2.5"},
+		     {1e-5, "1e-05"},
+		     {3e-4, "0.0003"},
+		     {11.560216903686523, "11.560216903686523"},
+		     {1e15, "1e+15"},
+		     {123456789012345.6, "123456789012345.6"},
+		     {0.30000000000000004, "0.30000000000000004"},
+		     {1e300, "1e+300"},
+		     {5e-324, "4.94065645841247e-324"},
+		     {-0.0, "-0.0"},
+		     {42, "42"}};
 	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
 		char a[SRV_FMT_VALUE_MAX];
 		size_t na = srv_fmt_value(a, rdb_f64_bits(fixed[i].v));
@@ -128,11 +143,16 @@ static void test_serialisers(void)
 	mdl_batch_free(b);
 	struct qry_error err;
 	const char *m[] = {"step_time"};
-	struct qry_ds_req d = {.job = "jo", .metrics = m, .nmetrics = 1, .aggs = QRY_AGG_AVG,
+	struct qry_ds_req d = {.job = "jo",
+			       .metrics = m,
+			       .nmetrics = 1,
+			       .aggs = QRY_AGG_AVG,
 			       .max_points = 1000000,
 			       .spec = {.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
-					.attempt = QRY_ATTEMPT_LATEST, .axis_set = true,
-					.axis = QRY_AXIS_STEP, .width = 1}};
+					.attempt = QRY_ATTEMPT_LATEST,
+					.axis_set = true,
+					.axis = QRY_AXIS_STEP,
+					.width = 1}};
 	struct qry_ds_result ds;
 	CHECK_EQ_INT(qry_downsample(s, &d, &ds, &err), 0);
 	/* a response over the bound is a 413 */
@@ -143,8 +163,11 @@ static void test_serialisers(void)
 	rdb_buf_free(&small);
 	qry_ds_result_free(&ds);
 	/* crossrank agg=mean,max: start, end and those columns only */
-	struct qry_xr_req q = {.job = "jo", .metric = "step_time", .max_points = 1000000,
-			       .cols = QRY_XR_MEAN | QRY_XR_MAX, .spec = d.spec};
+	struct qry_xr_req q = {.job = "jo",
+			       .metric = "step_time",
+			       .max_points = 1000000,
+			       .cols = QRY_XR_MEAN | QRY_XR_MAX,
+			       .spec = d.spec};
 	struct qry_xr_result xr;
 	CHECK_EQ_INT(qry_crossrank(s, &q, &xr, &err), 0);
 	rdb_buf_init(&out, 1 << 20);
@@ -154,8 +177,8 @@ static void test_serialisers(void)
 			      "\"ranks\":[0,1,2,3,4,5,6,7]"};
 	for (int c = 0; c < 5; c++)
 		CHECK(strstr((char *)out.data, keep[c]) != NULL);
-	const char *drop[] = {"\"min\"", "\"median\"", "\"p10\"", "\"stddev\"", "\"argmax\"",
-			      "\"count\""};
+	const char *drop[] = {"\"min\"",    "\"median\"", "\"p10\"",
+			      "\"stddev\"", "\"argmax\"", "\"count\""};
 	for (int c = 0; c < 6; c++)
 		CHECK(strstr((char *)out.data, drop[c]) == NULL);
 	rdb_buf_free(&out);
