@@ -1,21 +1,6 @@
-/* agg.c - the partial aggregate's point constructor and its one merge
- * (agg.h). Pure functions, no allocation, thread-safe. */
+/* agg.c - the partial aggregate's one merge (agg.h). Pure, no allocation,
+ * thread-safe. */
 #include "model/agg.h"
-
-#include <math.h>
-
-void mdl_agg_point(struct mdl_agg *a, int64_t ts_ns, int64_t step, uint64_t bits)
-{
-	double v;
-	memcpy(&v, &bits, sizeof(v));
-	memset(a, 0, sizeof(*a));
-	a->count = !isnan(v);
-	a->nan_count = isnan(v);
-	a->min = a->max = a->sum = a->count ? v : 0;
-	a->first_ts_ns = a->last_ts_ns = ts_ns;
-	a->first_step = a->last_step = step;
-	a->first_bits = a->last_bits = bits;
-}
 
 static bool before(int64_t ts1, int64_t step1, int64_t ts2, int64_t step2)
 {

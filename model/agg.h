@@ -36,8 +36,25 @@ static inline bool mdl_agg_empty(const struct mdl_agg *a)
 	return a->count + a->nan_count == 0;
 }
 
-/* Sets a to the aggregate of one point (value as IEEE-754 bits). */
-void mdl_agg_point(struct mdl_agg *a, int64_t ts_ns, int64_t step, uint64_t bits);
+/* Sets a to the aggregate of one point (value as IEEE-754 bits). Inline:
+ * it runs once per bucket of a pass over points. */
+static inline void mdl_agg_point(struct mdl_agg *a, int64_t ts_ns, int64_t step, uint64_t bits)
+{
+	double v;
+	memcpy(&v, &bits, sizeof(v));
+	bool num = v == v;
+	*a = (struct mdl_agg){.count = num,
+			      .nan_count = !num,
+			      .min = num ? v : 0,
+			      .max = num ? v : 0,
+			      .sum = num ? v : 0,
+			      .first_ts_ns = ts_ns,
+			      .first_step = step,
+			      .last_ts_ns = ts_ns,
+			      .last_step = step,
+			      .first_bits = bits,
+			      .last_bits = bits};
+}
 
 /* Merges p into a: a becomes the aggregate of the points of both. a may be
  * empty (it becomes p); an empty p leaves a as it is. The one merge of
