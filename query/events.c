@@ -413,7 +413,8 @@ static void take_page(struct evl *l, const struct page *p, uint64_t fhash, struc
 		free(l->v[i]);
 	for (size_t i = p->first + p->n; i < l->n; i++)
 		free(l->v[i]);
-	memmove(l->v, l->v + p->first, p->n * sizeof(*l->v));
+	if (p->n)
+		memmove(l->v, l->v + p->first, p->n * sizeof(*l->v));
 	l->n = p->n;
 	evl_give(l, &out->logs);
 	if (p->more && p->n)
