@@ -712,15 +712,17 @@ static int group_spans(struct evl *l, bool latest, struct qry_spans *out)
 		return -ENOMEM;
 	for (size_t i = 0, end; i < l->n; i = end) {
 		const struct mdl_event *e = &l->v[i]->ev;
+		int64_t step = e->step;
+		uint32_t rank = e->rank, attempt;
 		end = i + 1;
 		while (end < l->n && same_group(&l->v[end]->ev, e))
 			end++;
-		size_t from = i;
-		for (; latest && l->v[from]->ev.attempt != l->v[end - 1]->ev.attempt; from++)
+		attempt = l->v[end - 1]->ev.attempt;
+		size_t from = i; /* e is freed below when the latest attempt drops it */
+		for (; latest && l->v[from]->ev.attempt != attempt; from++)
 			free(l->v[from]);
 		struct qry_span_group *g = &out->g[out->ng++];
-		*g = (struct qry_span_group){e->step, e->rank,	  l->v[end - 1]->ev.attempt,
-					     w,	      end - from, 0};
+		*g = (struct qry_span_group){step, rank, attempt, w, end - from, 0};
 		for (size_t k = from; k < end; k++) {
 			g->total_ns += l->v[k]->ev.duration_ns;
 			l->v[w++] = l->v[k];
