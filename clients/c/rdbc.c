@@ -417,7 +417,11 @@ static void put_str(struct rdbc *c, const char *s, size_t len)
 			*o++ = (char)ch;
 			i++;
 		} else if (ch < 0x20) {
-			o += sprintf(o, "\\u%04x", ch);
+			static const char hex[] = "0123456789abcdef";
+			memcpy(o, "\\u00", 4);
+			o[4] = hex[ch >> 4];
+			o[5] = hex[ch & 15];
+			o += 6;
 			i++;
 		} else if (ch < 0x80) {
 			*o++ = (char)ch;
