@@ -336,11 +336,12 @@ static void do_verify(struct srv_req *req, struct srv_resp *resp)
 		return;
 	}
 	rdb_buf_printf(b, "],\"ok\":%s,\"segments\":%llu,\"records\":%llu,\"chunks\":%llu,"
-		       "\"event_chunks\":%llu,\"damaged\":%llu,\"quarantined\":%llu}",
+		       "\"event_chunks\":%llu,\"damaged\":%llu,\"quarantined\":%llu,"
+		       "\"wal_damage_kept_files\":%llu}",
 		       rep.problems ? "false" : "true", (unsigned long long)rep.segments,
 		       (unsigned long long)rep.records, (unsigned long long)rep.chunks,
 		       (unsigned long long)rep.event_chunks, (unsigned long long)rep.problems,
-		       (unsigned long long)rep.quarantined);
+		       (unsigned long long)rep.quarantined, (unsigned long long)rep.wal_kept_files);
 	resp->status = 200;
 }
 

@@ -482,6 +482,14 @@ static void handle_metrics(struct srv_req *req, struct srv_resp *resp)
 	       st.wal.syncs);
 	metric(b, "rankdb_wal_errors_total", "counter", "WAL write or sync failures.",
 	       st.wal.errors);
+	metric(b, "rankdb_wal_damaged_ranges", "gauge",
+	       "Damaged WAL ranges (not a torn tail) the recovery at this start skipped.",
+	       st.wal_damaged_ranges);
+	metric(b, "rankdb_wal_damage_kept_files", "gauge",
+	       "Files of damaged WAL bytes kept in quarantine/ (remove them once inspected).",
+	       st.wal_kept_files);
+	metric(b, "rankdb_wal_damage_kept_bytes", "gauge", "Bytes of those files.",
+	       st.wal_kept_bytes);
 	rdb_buf_printf(b, "# HELP rankdb_wal_sync_seconds_total Time in WAL write+fdatasync.\n"
 			  "# TYPE rankdb_wal_sync_seconds_total counter\n"
 			  "rankdb_wal_sync_seconds_total %.6f\n"
