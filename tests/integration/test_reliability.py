@@ -181,3 +181,204 @@ def test_verify_on_data_dir_is_read_only():
     obj = s.query_ok(job="walj", metric="loss", step_from=0, step_to=10_000)
     assert obj["series"][0]["steps"] == list(range(1000))
     s.stop()
+
+
+# ---------------------------------------------------------------------------
+# slow and greedy clients (items 4, 5, 9)
+
+import socket
+import threading
+import time
+
+
+def _connect(s, timeout=10):
+    c = socket.create_connection(("127.0.0.1", s.port), timeout=timeout)
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return c
+
+
+def _closed_by_server(c, wait_s):
+    """True once the server closed c (EOF or reset) within wait_s."""
+    c.settimeout(wait_s)
+    try:
+        while True:
+            b = c.recv(4096)
+            if not b:
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+
+
+def _count_closed(conns, wait_s):
+    """How many of conns the server closed within wait_s (all waited on together)."""
+    import select
+    open_ = set(conns)
+    closed = 0
+    deadline = time.monotonic() + wait_s
+    while open_ and time.monotonic() < deadline:
+        r, _, _ = select.select(list(open_), [], [], max(0.0, deadline - time.monotonic()))
+        for c in r:
+            try:
+                b = c.recv(4096)
+            except (ConnectionResetError, BrokenPipeError):
+                b = b""
+            if not b:
+                open_.discard(c)
+                closed += 1
+    return closed
+
+
+def _raw(s, data, timeout=10):
+    c = _connect(s, timeout)
+    try:
+        c.sendall(data)
+        out = b""
+        while True:
+            try:
+                b = c.recv(65536)
+            except (ConnectionResetError, socket.timeout):
+                break
+            if not b:
+                break
+            out += b
+        return out
+    finally:
+        c.close()
+
+
+def _dribble(conns, payload, stop, period_s=0.3):
+    """Sends payload one byte per period on every connection (a slowloris)."""
+    i = 0
+    while not stop.is_set() and i < len(payload):
+        for c in conns:
+            try:
+                c.send(payload[i:i + 1])
+            except OSError:
+                pass
+        i += 1
+        stop.wait(period_s)
+
+
+def test_slowloris_headers_are_cut_off_and_others_served():
+    s = Server(["--http-timeout-s", "2", "--http-max-connections", "40"]).start()
+    slow = [_connect(s) for _ in range(60)]  # more than the limit
+    stop = threading.Event()
+    hdr = b"POST /api/v1/write HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"a" * 200
+    t = threading.Thread(target=_dribble, args=(slow, hdr, stop), daemon=True)
+    t.start()
+    try:
+        time.sleep(1.5)  # the attack is under way
+        ok = 0
+        for i in range(10):
+            try:
+                st, obj = s.write([{"job": "sl", "rank": 0, "step": i, "timestamp": T0 + i,
+                                    "metrics": {"loss": 1.0}}])
+                ok += st == 200
+            except OSError:
+                pass
+        assert ok == 10, "only %d of 10 writes went through during the slowloris" % ok
+        # every slow connection is closed (http_timeout_s bounds the time to send a request)
+        closed = _count_closed(slow, 30)
+        assert closed == len(slow), "%d of %d slow connections still open" % (len(slow) - closed, len(slow))
+    finally:
+        stop.set()
+        t.join()
+        for c in slow:
+            c.close()
+    st, _, body = s.get("/metrics")
+    assert "rankdb_http_connections_timed_out_total" in body.decode()
+    s.stop()
+
+
+def test_slow_body_is_cut_off():
+    s = Server(["--http-timeout-s", "2"]).start()
+    c = _connect(s)
+    body = json.dumps([{"job": "sb", "rank": 0, "step": 1, "timestamp": T0, "metrics": {"x": 1}}]).encode()
+    c.sendall(b"POST /api/v1/write HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % (len(body) + 10000))
+    stop = threading.Event()
+    t = threading.Thread(target=_dribble, args=([c], body + b" " * 10000, stop, 0.2), daemon=True)
+    t.start()
+    try:
+        assert _closed_by_server(c, 30), "a body sent at 5 bytes/s was never cut off"
+    finally:
+        stop.set()
+        t.join()
+        c.close()
+    s.stop()
+
+
+def test_connection_limit_sheds_idle_then_answers_503():
+    s = Server(["--http-max-connections", "20"]).start()
+    idle = [_connect(s) for _ in range(20)]
+    try:
+        time.sleep(1.5)  # they have waited for a request long enough to be shed
+        st, _, _ = s.get("/healthz", timeout=10)
+        assert st == 200, st
+        assert sum(_closed_by_server(c, 5) for c in idle[:1]) == 1  # the oldest went
+        fresh = [_connect(s) for _ in range(25)]  # fill up with fresh connections
+        idle += fresh
+        out = _raw(s, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", timeout=10)
+        status = out.split(b" ", 2)[1] if out else b""
+        assert status in (b"200", b"503"), out[:200]  # served or refused, never a hang
+        if status == b"503":
+            assert b"Retry-After: 1" in out and b"Connection: close" in out, out[:400]
+    finally:
+        for c in idle:
+            c.close()
+    s.stop()
+
+
+def _ndjson_body(job, nbytes):
+    lines, n, i = [], 0, 0
+    while n < nbytes:
+        line = json.dumps({"job": job, "rank": 0, "step": i, "timestamp": T0 + i,
+                           "metrics": {"loss": float(i)}}) + "\n"
+        lines.append(line)
+        n += len(line)
+        i += 1
+    return "".join(lines).encode(), i
+
+
+def test_body_budget_refuses_with_503_before_reading():
+    s = Server(["--max-body-bytes", "512K", "--max-body-bytes-in-flight", "1M"]).start()
+    body, nrec = _ndjson_body("bb", 400 * 1024)
+    conns = []
+    try:
+        for _ in range(2):  # two stalled uploads hold 800 KiB of the 1 MiB budget
+            c = _connect(s)
+            c.sendall(b"POST /api/v1/write HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body[:1000])
+            conns.append(c)
+        time.sleep(0.3)
+        out = _raw(s, b"POST /api/v1/write HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        assert out.startswith(b"HTTP/1.1 503"), out[:300]
+        assert b"Retry-After: 1" in out and b"max_body_bytes_in_flight" in out, out[:400]
+        for c in conns:  # the stalled ones finish and are stored
+            c.sendall(body[1000:])
+            c.settimeout(10)
+            resp = c.recv(65536)
+            assert resp.startswith(b"HTTP/1.1 200"), resp[:300]
+    finally:
+        for c in conns:
+            c.close()
+    st, _, m = s.get("/metrics")
+    assert "rankdb_http_body_budget_refused_total 1\n" in m.decode(), m.decode()[-2000:]
+    s.stop()
+
+
+def test_conflicting_content_length_refused():
+    s = Server().start()
+    body = json.dumps([{"job": "cl", "rank": 0, "step": 1, "timestamp": T0, "metrics": {"x": 1}}]).encode()
+    out = _raw(s, b"POST /api/v1/write HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+                  b"Content-Length: %d\r\n\r\n" % (len(body), len(body) + 5) + body + b"     ")
+    assert out.startswith(b"HTTP/1.1 400") and b"disagree" in out, out[:300]
+    assert out.count(b"HTTP/1.1") == 1, out
+    # the same value twice is one length (RFC 9110 8.6)
+    out = _raw(s, b"POST /api/v1/write HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                  b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % (len(body), len(body)) + body)
+    assert out.startswith(b"HTTP/1.1 200"), out[:300]
+    s.stop()
