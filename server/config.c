@@ -309,9 +309,10 @@ static const struct opt opts[] = {
      .min = 0,
      FIELD(audit_log),
      .help = "file admin actions are appended to (empty: <data_dir>/audit.log)",
-     .doc = "Every admin API request, allowed or refused, is appended to this file as one "
-	    "JSON line: time, client address, action, target, result and duration. Empty "
-	    "(the default) means audit.log inside data_dir."},
+     .doc = "Every admin API request is appended to this file as one JSON line: time, "
+	    "client address, action, target, result and duration (refusals rate-limited per "
+	    "client, see Admin API and audit log). Empty (the default) means audit.log inside "
+	    "data_dir."},
     {.name = "retention_s",
      .type = OPT_DURATION,
      .def = "0",

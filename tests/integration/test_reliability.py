@@ -382,3 +382,33 @@ def test_conflicting_content_length_refused():
                   b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % (len(body), len(body)) + body)
     assert out.startswith(b"HTTP/1.1 200"), out[:300]
     s.stop()
+
+
+def test_refused_admin_requests_do_not_fill_the_disk():
+    s = Server(["--admin-token", "t0ken"]).start()
+    audit = os.path.join(s.data_dir, "audit.log")
+    log_before = os.path.getsize(s.log_path)
+    path = "/api/v1/admin/" + "x" * 4096
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+    for i in range(2000):
+        c.request("GET", path, headers={"Authorization": "Bearer wrong" if i % 2 else ""})
+        r = c.getresponse()
+        r.read()
+        assert r.status in (401, 403), r.status
+    c.close()
+    audit_bytes = os.path.getsize(audit)
+    log_bytes = os.path.getsize(s.log_path) - log_before
+    assert audit_bytes < 64 * 1024, "audit.log grew %d bytes for 2000 refusals" % audit_bytes
+    assert log_bytes < 64 * 1024, "server log grew %d bytes for 2000 refusals" % log_bytes
+    with open(audit) as f:
+        lines = [json.loads(x) for x in f]
+    assert all(len(json.dumps(x)) < 1024 for x in lines)
+    assert lines[0]["target_bytes"] == 4096 and lines[0]["result"] == "refused", lines[0]
+    # a good request is always logged, with how many refusals were left out before it
+    st, _, _ = s.get("/api/v1/admin/stats", headers={"Authorization": "Bearer t0ken"})
+    assert st == 200
+    with open(audit) as f:
+        last = json.loads(f.read().splitlines()[-1])
+    assert last["result"] == "ok" and last["action"] == "stats", last
+    s.stop()
