@@ -435,6 +435,11 @@ static void do_backup(struct srv_req *req, struct srv_resp *resp)
 		return;
 	}
 	int rc = sto_backup(req->ctx->sto, dir, &r);
+	if (rc == RDB_EINVAL) {
+		srv_error(resp, 400, "backup directory %.300s is inside the data directory; give "
+			  "one elsewhere", dir);
+		return;
+	}
 	if (rc) {
 		fail(resp, rc, "backup");
 		return;

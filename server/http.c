@@ -100,10 +100,14 @@ struct conn_req {
 };
 
 static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const char *key,
-				   const char *value)
+				   size_t key_size, const char *value, size_t value_size)
 {
 	(void)kind;
 	struct srv_req *r = cls;
+	if (strlen(key) != key_size || (value && strlen(value) != value_size)) {
+		r->args_nul = true; /* %00: the C string would be cut there */
+		return MHD_NO;
+	}
 	if (r->nargs == SRV_MAX_ARGS) {
 		r->args_overflow = true;
 		return MHD_NO;
@@ -386,10 +390,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	struct srv_req req = {.ctx = ctx, .method = method, .path = url,
 			      .body = cr->body.data, .body_len = cr->body.len, .conn = conn,
 			      .peer = peer};
-	MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_arg, &req);
+	MHD_get_connection_values_n(conn, MHD_GET_ARGUMENT_KIND, collect_arg, &req);
 	struct srv_resp resp = {0};
 	rdb_buf_init(&resp.body, ctx->cfg->max_response_bytes + 4096);
-	srv_dispatch(&req, &resp);
+	if (req.args_nul)
+		srv_error(&resp, 400, "a query parameter holds a NUL byte (%%00); refused rather "
+			  "than cut there");
+	else
+		srv_dispatch(&req, &resp);
 	enum MHD_Result ok = send_resp(conn, ctx, &resp);
 	rdb_buf_free(&resp.body);
 	return ok;

@@ -146,7 +146,12 @@ int main(int argc, char **argv)
 		 sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	srv_http_stop(http);
 	srv_udp_stop(udp);
-	sto_close(ctx.sto);
+	rc = sto_close_rc(ctx.sto);
+	if (rc) {
+		rdb_error("main", "stopped, but the final checkpoint failed (%s): exiting 1; the "
+			  "next start replays the WAL", rdb_strerror(rc));
+		return 1;
+	}
 	rdb_info("main", "stopped cleanly");
 	return 0;
 }

@@ -74,6 +74,7 @@ struct srv_req {
 	struct srv_arg args[SRV_MAX_ARGS];
 	int nargs;
 	bool args_overflow; /* more than SRV_MAX_ARGS query parameters */
+	bool args_nul;      /* a query parameter holds a NUL byte (%00): refused */
 	const uint8_t *body;
 	size_t body_len;
 	void *conn; /* the HTTP library's connection, for srv_req_header */

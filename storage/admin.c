@@ -548,12 +548,43 @@ static int fresh_dir(const char *dir)
 	return rc;
 }
 
+/* Whether dir (which may not exist yet; its parent must) is the data
+ * directory or lies inside it: a backup there would be read as data (a
+ * directory named like a WAL file stops the next start). */
+static bool inside_data_dir(const char *dir, const char *data_dir)
+{
+	char data[PATH_MAX], parent[PATH_MAX], canon[PATH_MAX], full[PATH_MAX * 2 + 2];
+	if (!realpath(data_dir, data))
+		return false;
+	if (!realpath(dir, full)) {
+		snprintf(parent, sizeof(parent), "%s", dir);
+		char *slash = strrchr(parent, '/');
+		const char *base = slash ? slash + 1 : dir;
+		if (slash == parent)
+			snprintf(parent, sizeof(parent), "/");
+		else if (slash)
+			*slash = 0;
+		else
+			snprintf(parent, sizeof(parent), ".");
+		if (!realpath(parent, canon))
+			return false; /* the mkdir fails and says why */
+		snprintf(full, sizeof(full), "%s/%s", strcmp(canon, "/") ? canon : "", base);
+	}
+	size_t n = strlen(data);
+	return strncmp(full, data, n) == 0 && (full[n] == 0 || full[n] == '/');
+}
+
 int sto_backup(struct sto *s, const char *dir, struct sto_backup_result *r)
 {
 	struct sto_admin_parts p;
 	char path[PATH_MAX + 32], from[PATH_MAX + 32];
 	memset(r, 0, sizeof(*r));
 	sto_admin_parts(s, &p);
+	if (inside_data_dir(dir, p.dir)) {
+		rdb_error("admin", "backup into %s refused: it is inside the data directory %s "
+			  "(a backup must live elsewhere)", dir, p.dir);
+		return RDB_EINVAL;
+	}
 	int rc = fresh_dir(dir);
 	if (rc)
 		return rc;

@@ -122,8 +122,9 @@ struct sto_backup_result {
 	uint64_t segments, bytes, ckpt_gen;
 };
 /* Consistent backup of an open store into dir (must not exist or be
- * empty): checkpoint, LMDB copy (compacted), hard links (or copies) of the
- * segment files, compaction paused meanwhile. */
+ * empty, and must not be or lie inside the data directory: RDB_EINVAL):
+ * checkpoint, LMDB copy (compacted), hard links (or copies) of the segment
+ * files, compaction paused meanwhile. */
 int sto_backup(struct sto *s, const char *dir, struct sto_backup_result *r);
 /* Offline: copies a backup into a new data directory dir. */
 int sto_restore(const char *backup_dir, const char *dir);

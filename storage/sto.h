@@ -63,6 +63,10 @@ int sto_open(const struct sto_options *opt, struct sto **out);
 /* Stops accepting writes, seals the whole head, checkpoints, removes the
  * WAL, closes everything. NULL ok. */
 void sto_close(struct sto *s);
+/* sto_close that says whether the final checkpoint succeeded: 0, or its
+ * error (the WAL then still holds every acknowledged point and is replayed
+ * at the next open). Everything is closed and freed either way. */
+int sto_close_rc(struct sto *s);
 
 /* Makes the batch durable and visible. Blocks until durable per the sync
  * policy. 0; RDB_EBUSY when the head is over its memory bound (retry

@@ -896,11 +896,16 @@ int sto_open(const struct sto_options *opt, struct sto **out)
 
 void sto_close(struct sto *s)
 {
+	(void)sto_close_rc(s);
+}
+
+int sto_close_rc(struct sto *s)
+{
 	if (!s)
-		return;
+		return 0;
 	if (s->opt.read_only) {
 		destroy(s);
-		return;
+		return 0;
 	}
 	atomic_store(&s->closing, true);
 	/* Wait for writes in flight, then stop the flusher. */
@@ -935,4 +940,5 @@ void sto_close(struct sto *s)
 		rdb_info("store", "closed %s cleanly at checkpoint generation %llu", s->dir,
 			 (unsigned long long)s->ckpt_gen);
 	destroy(s);
+	return rc;
 }

@@ -412,3 +412,45 @@ def test_refused_admin_requests_do_not_fill_the_disk():
         last = json.loads(f.read().splitlines()[-1])
     assert last["result"] == "ok" and last["action"] == "stats", last
     s.stop()
+
+
+def test_sigterm_exits_nonzero_when_the_final_checkpoint_fails():
+    s = Server().start()
+    s.write_ok([{"job": "ft", "rank": 0, "step": i, "timestamp": T0 + i, "metrics": {"loss": float(i)}}
+                for i in range(100)])
+    chunks = os.path.join(s.data_dir, "chunks")
+    os.rename(chunks, chunks + ".away")  # no segment file can be created now
+    with open(chunks, "w") as f:
+        f.write("not a directory")
+    rc = s.signal_stop(expect_rc=None)
+    assert rc != 0, "SIGTERM exited 0 although the final checkpoint failed"
+    assert "final checkpoint failed" in s.log_text()
+    os.unlink(chunks)
+    os.rename(chunks + ".away", chunks)
+    s.start()  # the WAL still had every acknowledged point
+    obj = s.query_ok(job="ft", metric="loss", step_from=0, step_to=1000)
+    assert obj["series"][0]["steps"] == list(range(100))
+    s.stop()
+
+
+def test_backup_into_the_data_dir_or_with_nul_is_refused():
+    token = "t0ken"
+    s = Server(["--admin-token", token]).start()
+    s.write_ok([{"job": "bk", "rank": 0, "step": 1, "timestamp": T0, "metrics": {"loss": 1.0}}])
+    auth = {"Authorization": "Bearer " + token}
+    import urllib.parse
+    for d in (os.path.join(s.data_dir, "wal", "wal-00000000000000ff.log"), s.data_dir,
+              os.path.join(s.data_dir, "chunks", "..", "bk")):
+        st, _, body = s.post("/api/v1/admin/backup?dir=" + urllib.parse.quote(d), "", headers=auth)
+        assert st == 400 and b"inside the data directory" in body, (d, st, body)
+    assert not os.path.exists(os.path.join(s.data_dir, "wal", "wal-00000000000000ff.log"))
+    elsewhere = os.path.join(s.workdir, "backup")
+    st, _, body = s.post("/api/v1/admin/backup?dir=" + urllib.parse.quote(elsewhere) + "%00zz", "",
+                         headers=auth)
+    assert st == 400 and b"NUL" in body, (st, body)
+    assert not os.path.exists(elsewhere)
+    st, _, body = s.post("/api/v1/admin/backup?dir=" + urllib.parse.quote(elsewhere), "", headers=auth)
+    assert st == 200, body
+    s.stop()
+    s.start()  # and the server still starts
+    s.stop()
