@@ -9,7 +9,10 @@
  * gf_regex_check walks it once (POSIX extended syntax plus the GNU escapes)
  * and computes the size of the tree regcomp will build: an atom is 1, a
  * group or alternation adds 1, `*` and `?` add 1, `+` doubles its operand,
- * {m,n} multiplies it by max(m, n) (m + 1 for {m,}). A pattern past
+ * {m,n} multiplies it by max(m, n) (m + 1 for {m,}). Stacked repetition
+ * operators on one atom (a**, (x*)+{2}: glibc's epsilon closure of them is
+ * exponential, found by fuzzing) and an unbalanced ')' (it would close the
+ * "^(...)$" anchoring group early) are refused too. A pattern past
  * GF_REGEX_MAX_BYTES bytes, GF_REGEX_MAX_COST nodes, GF_REGEX_MAX_DEPTH
  * nested groups or GF_REGEX_MAX_REPEAT in one count, or one holding a
  * backreference (\1..\9), is refused with a reason; the callers answer 400.
@@ -111,6 +114,17 @@ static uint64_t interval_copies(struct walk *w)
 	return copies < 1 ? 1 : (uint64_t)copies;
 }
 
+/* Whether p (at '{') starts a valid interval, without moving. */
+static bool interval_ahead(struct walk *w)
+{
+	const char *save = w->p;
+	w->p++;
+	interval_copies(w);
+	bool valid = w->p[-1] == '}';
+	w->p = save;
+	return valid;
+}
+
 static uint64_t walk_alt(struct walk *w);
 
 /* One atom: its cost, or 0 at the end of a branch. */
@@ -153,8 +167,17 @@ static uint64_t walk_branch(struct walk *w)
 	uint64_t cost = 0;
 	while (w->p < w->end && !w->why && *w->p != '|' && *w->p != ')') {
 		uint64_t a = walk_atom(w);
+		int ops = 0;
 		while (w->p < w->end && !w->why) {
 			char op = *w->p;
+			if ((op == '*' || op == '?' || op == '+' || op == '{') && ops++ &&
+			    (op != '{' || interval_ahead(w))) {
+				/* glibc's epsilon closures of stacked operators, e.g.
+				 * (a**********)**********, take exponential time */
+				w->why = "stacked repetition operators (like a** or a+{2}) are not "
+					 "supported; use one per atom";
+				break;
+			}
 			if (op == '*' || op == '?') {
 				w->p++;
 				a = cap_cost(a + 1);
@@ -199,7 +222,7 @@ int gf_regex_check(const char *src, uint32_t *cost_out, char *why, size_t whylen
 	while (w.p < w.end && !w.why) {
 		cost = cap_cost(cost + walk_alt(&w));
 		if (w.p < w.end && *w.p == ')')
-			w.p++; /* unbalanced: regcomp names the error */
+			w.why = "unbalanced ')'"; /* it would close the anchoring group */
 		if (cost > GF_REGEX_MAX_COST && !w.why)
 			w.why = "pattern is too complex";
 	}

@@ -47,6 +47,11 @@ static void test_explosive_patterns_refused(void)
 		"(x+)+{1001}", "a{99999}", "a{1,99999}", "(a)\\1", "((a)b)\\2c", "(.*){700}",
 		"((((((((((((((((((((((((((((((((((a))))))))))))))))))))))))))))))))))",
 		"(a{40}){40}{2}",
+		/* found by fuzzing: stacked operators make glibc's regcomp take seconds */
+		"(a**********b**********c**********)**********", "l*****%***!**)****oss",
+		"a+*", "a?{2}", "(x)*{3}",
+		/* an unbalanced ')' would close the anchoring group: ^(a)|(b)$ */
+		"a)|(b",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		char why[200] = "";
