@@ -15,10 +15,12 @@
  *
  * Protection: admin_token empty -> every admin request 403 (disabled);
  * no "Authorization: Bearer" -> 401; a wrong token -> 403. Tokens are
- * compared in constant time. Every admin request, refused or not, is
- * appended to the audit log as one JSON line (time, client, action,
- * target, result, status, duration_ms). The prefix is one row of the
- * route table (srv_admin_routes, route.h).
+ * compared in constant time. Every admin request is appended to the audit
+ * log as one JSON line (time, client, action, target, result, status,
+ * duration_ms; a target is cut at 256 bytes); refusals (401, 403) at most
+ * 10 lines a minute per client address and 200 for all clients, the next
+ * line saying how many were left out, so a flood cannot fill the disk. The
+ * prefix is one row of the route table (srv_admin_routes, route.h).
  *
  * Threading: any HTTP pool thread; long operations block that thread (the
  * engine runs them on its flusher). The audit file is appended under a
@@ -64,6 +66,71 @@ void srv_admin_init(struct srv_ctx *ctx)
 		rdb_info("admin", "admin API disabled (admin_token is empty)");
 }
 
+/* Refusals (401, 403) are logged at most REFUSAL_PER_CLIENT lines per
+ * REFUSAL_WINDOW_S per client address, and at most REFUSAL_ALL lines per
+ * window for all clients together, so that a flood of unauthenticated
+ * requests cannot fill the disk; the next line that gets through says how
+ * many were left out. Under audit_lock. */
+#define REFUSAL_WINDOW_S   60
+#define REFUSAL_PER_CLIENT 10
+#define REFUSAL_ALL	   200
+#define REFUSAL_SLOTS	   256
+#define AUDIT_TARGET_MAX   256 /* bytes of a target kept in a log line */
+
+struct refusal_slot {
+	char ip[64];
+	int64_t window_ns;
+	uint32_t lines;
+	uint64_t suppressed;
+};
+
+static struct refusal_slot refusal_slots[REFUSAL_SLOTS];
+static struct refusal_slot refusal_all;
+
+static bool refusal_take(struct refusal_slot *sl, uint32_t max, int64_t now, uint64_t *skipped)
+{
+	if (now - sl->window_ns >= (int64_t)REFUSAL_WINDOW_S * 1000000000) {
+		sl->window_ns = now;
+		sl->lines = 0;
+	}
+	if (sl->lines >= max) {
+		sl->suppressed++;
+		return false;
+	}
+	sl->lines++;
+	*skipped += sl->suppressed;
+	sl->suppressed = 0;
+	return true;
+}
+
+/* Whether a refusal from peer ("ip:port") gets its log lines; *skipped is
+ * how many refusals were left out of the log before it. */
+static bool refusal_may_log(const char *peer, uint64_t *skipped)
+{
+	char ip[64];
+	snprintf(ip, sizeof(ip), "%s", peer ? peer : "?");
+	char *colon = strrchr(ip, ':');
+	if (colon)
+		*colon = 0;
+	uint64_t h = 1469598103934665603ull;
+	for (const char *c = ip; *c; c++)
+		h = (h ^ (uint8_t)*c) * 1099511628211ull;
+	struct refusal_slot *sl = &refusal_slots[h % REFUSAL_SLOTS];
+	if (strcmp(sl->ip, ip) != 0) { /* a new client takes the slot over */
+		memset(sl, 0, sizeof(*sl));
+		snprintf(sl->ip, sizeof(sl->ip), "%s", ip);
+	}
+	int64_t now = rdb_now_mono_ns();
+	*skipped = 0;
+	if (!refusal_take(sl, REFUSAL_PER_CLIENT, now, skipped))
+		return false;
+	if (refusal_take(&refusal_all, REFUSAL_ALL, now, skipped))
+		return true;
+	sl->lines--; /* not logged after all: its own budget is not spent */
+	sl->suppressed++;
+	return false;
+}
+
 static void audit(const struct srv_req *req, const char *action, const char *target,
 		  const struct srv_resp *resp, int64_t started_ns)
 {
@@ -71,19 +138,31 @@ static void audit(const struct srv_req *req, const char *action, const char *tar
 	char when[64];
 	time_t now = time(NULL);
 	struct tm tm;
+	uint64_t skipped = 0;
+	bool refused = resp->status == 401 || resp->status == 403;
+	const char *result = resp->status < 300 ? "ok" : refused ? "refused" : "error";
+	const char *peer = req->peer ? req->peer : "?";
+	size_t tlen = strlen(target);
+	pthread_mutex_lock(&audit_lock);
+	bool log_it = !refused || refusal_may_log(peer, &skipped);
+	pthread_mutex_unlock(&audit_lock);
+	if (!log_it)
+		return;
 	gmtime_r(&now, &tm);
 	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
 	rdb_buf_init(&b, 16384);
-	const char *result = resp->status < 300 ? "ok" : resp->status == 401 || resp->status == 403 ?
-							 "refused" : "error";
 	rdb_buf_printf(&b, "{\"time\":\"%s\",\"client\":", when);
-	rdb_buf_json_str(&b, req->peer ? req->peer : "?", strlen(req->peer ? req->peer : "?"));
+	rdb_buf_json_str(&b, peer, strlen(peer));
 	rdb_buf_puts(&b, ",\"method\":");
-	rdb_buf_json_str(&b, req->method, strlen(req->method));
+	rdb_buf_json_str(&b, req->method, strlen(req->method) < 32 ? strlen(req->method) : 32);
 	rdb_buf_puts(&b, ",\"action\":");
 	rdb_buf_json_str(&b, action, strlen(action));
 	rdb_buf_puts(&b, ",\"target\":");
-	rdb_buf_json_str(&b, target, strlen(target));
+	rdb_buf_json_str(&b, target, tlen < AUDIT_TARGET_MAX ? tlen : AUDIT_TARGET_MAX);
+	if (tlen > AUDIT_TARGET_MAX)
+		rdb_buf_printf(&b, ",\"target_bytes\":%zu", tlen);
+	if (skipped)
+		rdb_buf_printf(&b, ",\"refusals_not_logged\":%llu", (unsigned long long)skipped);
 	rdb_buf_printf(&b, ",\"result\":\"%s\",\"status\":%d,\"duration_ms\":%.3f}\n", result,
 		       resp->status, (double)(rdb_now_ns() - started_ns) / 1e6);
 	pthread_mutex_lock(&audit_lock);
@@ -96,8 +175,9 @@ static void audit(const struct srv_req *req, const char *action, const char *tar
 	if (fd >= 0)
 		close(fd);
 	pthread_mutex_unlock(&audit_lock);
-	rdb_info("admin", "%s %s %s by %s: %d", action, target, result, req->peer ? req->peer : "?",
-		 resp->status);
+	rdb_info("admin", "%s %.*s%s %s by %s: %d%s", action, (int)(tlen < AUDIT_TARGET_MAX ? tlen :
+			AUDIT_TARGET_MAX), target, tlen > AUDIT_TARGET_MAX ? "..." : "", result, peer,
+		 resp->status, skipped ? " (earlier refusals not logged, see audit.log)" : "");
 	rdb_buf_free(&b);
 }
 
@@ -338,11 +418,12 @@ static void do_verify(struct srv_req *req, struct srv_resp *resp)
 		return;
 	}
 	rdb_buf_printf(b, "],\"ok\":%s,\"segments\":%llu,\"records\":%llu,\"chunks\":%llu,"
-		       "\"event_chunks\":%llu,\"damaged\":%llu,\"quarantined\":%llu}",
+		       "\"event_chunks\":%llu,\"damaged\":%llu,\"quarantined\":%llu,"
+		       "\"wal_damage_kept_files\":%llu}",
 		       rep.problems ? "false" : "true", (unsigned long long)rep.segments,
 		       (unsigned long long)rep.records, (unsigned long long)rep.chunks,
 		       (unsigned long long)rep.event_chunks, (unsigned long long)rep.problems,
-		       (unsigned long long)rep.quarantined);
+		       (unsigned long long)rep.quarantined, (unsigned long long)rep.wal_kept_files);
 	resp->status = 200;
 }
 
@@ -356,6 +437,11 @@ static void do_backup(struct srv_req *req, struct srv_resp *resp)
 		return;
 	}
 	int rc = sto_backup(req->ctx->sto, dir, &r);
+	if (rc == RDB_EINVAL) {
+		srv_error(resp, 400, "backup directory %.300s is inside the data directory; give "
+			  "one elsewhere", dir);
+		return;
+	}
 	if (rc) {
 		fail(resp, rc, "backup");
 		return;

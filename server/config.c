@@ -132,9 +132,34 @@ static const struct opt opts[] = {
      .max = 3600,
      FIELD(http_timeout_s),
      .help = "seconds a connection may idle or take to send a request",
-     .doc = "Seconds a client connection may stay idle, or take to send a complete request, "
-	    "before rankdbd closes it. Lower values free connections held by stalled clients "
-	    "sooner; higher values tolerate slow networks and large uploads."},
+     .doc = "Seconds a client connection may stay idle, or take to send a complete request "
+	    "(headers and body), before rankdbd closes it; counted from the connection's start "
+	    "or the end of its previous response, however slowly bytes trickle in. A body "
+	    "gets one more second per http_min_body_rate_bytes it has delivered, so large "
+	    "uploads at a reasonable rate finish. Lower values free connections held by "
+	    "stalled clients sooner; higher values tolerate slow networks."},
+    {.name = "http_min_body_rate_bytes",
+     .type = OPT_SIZE,
+     .def = "16K",
+     .min = 1,
+     .max = GIB,
+     FIELD(http_min_body_rate_bytes),
+     .help = "body bytes per second that earn a slow upload one more second",
+     .doc = "Minimum transfer rate of a request body past http_timeout_s: each this many "
+	    "bytes received extend the request's deadline by one second. A client that "
+	    "sends slower (a slowloris) is disconnected at its deadline."},
+    {.name = "max_body_bytes_in_flight",
+     .type = OPT_SIZE,
+     .def = "128M",
+     .min = KIB,
+     .max = 64 * GIB,
+     FIELD(max_body_bytes_in_flight),
+     .help = "request-body memory of all connections together",
+     .doc = "One budget for the request bodies being received or handled, across all "
+	    "connections (a body with Content-Length reserves that much when its headers "
+	    "arrive; a chunked body as it grows). A request that does not fit is answered "
+	    "503 with Retry-After before its body is read, so memory does not grow with the "
+	    "number of connections. Should be at least max_body_bytes."},
     {.name = "max_body_bytes",
      .type = OPT_SIZE,
      .def = "16M",
@@ -143,8 +168,8 @@ static const struct opt opts[] = {
      FIELD(max_body_bytes),
      .help = "largest accepted HTTP request body",
      .doc = "Largest HTTP request body rankdbd accepts; a larger request is rejected. Each "
-	    "request in flight may hold this much memory, so request memory can reach "
-	    "http_threads times this value; clients should split bigger batches."},
+	    "request in flight may hold this much memory; all of them together are bounded "
+	    "by max_body_bytes_in_flight. Clients should split bigger batches."},
     {.name = "max_records_per_request",
      .type = OPT_UINT,
      .def = "100000",
@@ -285,9 +310,10 @@ static const struct opt opts[] = {
      .min = 0,
      FIELD(audit_log),
      .help = "file admin actions are appended to (empty: <data_dir>/audit.log)",
-     .doc = "Every admin API request, allowed or refused, is appended to this file as one "
-	    "JSON line: time, client address, action, target, result and duration. Empty "
-	    "(the default) means audit.log inside data_dir."},
+     .doc = "Every admin API request is appended to this file as one JSON line: time, "
+	    "client address, action, target, result and duration (refusals rate-limited per "
+	    "client, see Admin API and audit log). Empty (the default) means audit.log inside "
+	    "data_dir."},
     {.name = "retention_s",
      .type = OPT_DURATION,
      .def = "0",

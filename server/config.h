@@ -31,6 +31,8 @@ struct srv_config {
 	uint32_t http_threads;	       /* worker threads of the HTTP server */
 	uint32_t http_max_connections; /* open connections; beyond: refused */
 	uint32_t http_timeout_s;       /* idle / slow-request timeout per connection */
+	uint64_t http_min_body_rate_bytes; /* body bytes that earn one more second */
+	uint64_t max_body_bytes_in_flight; /* request bodies of all connections together */
 	uint64_t max_body_bytes;       /* largest accepted request body */
 	uint64_t max_records_per_request;
 	uint64_t max_metrics_per_record;

@@ -305,21 +305,6 @@ void gf_set_free(struct gf_set *s)
 static const char *const op_names[OP_N] = {"=", "!=", "=~", "!~", "<", ">", "<=", ">=",
 					   "=|", "!=|"};
 
-/* Compiles "^(src)$" into re. 0, or a regerror text in why. */
-int gf_anchored_regex(regex_t *re, const char *src, char *why, size_t whylen)
-{
-	size_t n = strlen(src);
-	char *pat = malloc(n + 5);
-	if (!pat)
-		return -ENOMEM;
-	snprintf(pat, n + 5, "^(%s)$", src);
-	int rc = regcomp(re, pat, REG_EXTENDED | REG_NOSUB);
-	free(pat);
-	if (rc)
-		regerror(rc, re, why, whylen);
-	return rc ? RDB_EINVAL : 0;
-}
-
 static int filter_value(struct gf *g, const json_t *o, struct gf_filter *f)
 {
 	const json_t *v = json_object_get(o, "value");
@@ -338,10 +323,10 @@ static int filter_value(struct gf *g, const json_t *o, struct gf_filter *f)
 	}
 	if (f->op != OP_RE && f->op != OP_NRE)
 		return 0;
-	int rc = gf_anchored_regex(&f->re, f->val, why, sizeof(why));
-	f->has_re = rc == 0;
+	f->g = g;
+	int rc = gf_regex_compile(&f->rx, f->val, why, sizeof(why));
 	if (rc == RDB_EINVAL)
-		return gf_fail(g, 400, "ad hoc filter %s %s '%.200s': not a valid regex: %s", f->key,
+		return gf_fail(g, 400, "ad hoc filter %s %s '%.200s': not accepted as a regex: %s", f->key,
 			       op_names[f->op], f->val, why);
 	return rc;
 }
@@ -368,8 +353,7 @@ static int filter_parse(struct gf *g, const json_t *o, struct gf_filter *f)
 void gf_filters_free(struct gf_filters *fs)
 {
 	for (size_t i = 0; i < fs->n; i++) {
-		if (fs->v[i].has_re)
-			regfree(&fs->v[i].re);
+		gf_regex_free(&fs->v[i].rx);
 		gf_set_free(&fs->v[i].set);
 	}
 	free(fs->v);
@@ -421,8 +405,8 @@ bool gf_filter_match(const struct gf_filter *f, const char *val)
 	switch (f->op) {
 	case OP_EQ: return strcmp(val, f->val) == 0;
 	case OP_NE: return strcmp(val, f->val) != 0;
-	case OP_RE: return f->has_re && regexec(&f->re, val, 0, NULL, 0) == 0;
-	case OP_NRE: return f->has_re && regexec(&f->re, val, 0, NULL, 0) != 0;
+	case OP_RE: return f->rx.ok && gf_regex_match(f->g, &f->rx, val);
+	case OP_NRE: return f->rx.ok && !gf_regex_match(f->g, &f->rx, val) && !f->g->rx_over;
 	case OP_LT: return cmp_vals(f->key, val, f->val) < 0;
 	case OP_GT: return cmp_vals(f->key, val, f->val) > 0;
 	case OP_LE: return cmp_vals(f->key, val, f->val) <= 0;

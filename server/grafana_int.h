@@ -33,6 +33,11 @@
 #define GF_EVENTS_SCAN 100000u   /* matching log records read per job */
 #define GF_MS_MAX (INT64_MAX / 1000000 - 1) /* ms whose ns still fit an int64 */
 #define BIT(x) (1u << (x))
+#define GF_REGEX_MAX_BYTES 4096u  /* a target or =~ filter pattern, bytes */
+#define GF_REGEX_MAX_COST 2000u   /* regcomp tree nodes after {m,n} expansion */
+#define GF_REGEX_WORK_MAX (1ull << 29) /* per request: sum of cost x (text bytes + 1) */
+#define GF_REGEX_MAX_DEPTH 32u    /* nested groups */
+#define GF_REGEX_MAX_REPEAT 1000u /* one {m,n} count */
 
 struct gf {
 	struct sto *sto;
@@ -43,6 +48,8 @@ struct gf {
 	size_t nelem;        /* elements in the top-level array */
 	size_t nframes;      /* series/tables/frames written (/query) */
 	int status;          /* 0 while fine, else the status of the first error */
+	uint64_t rx_work;    /* regex work spent: cost x (text bytes + 1), summed */
+	bool rx_over;        /* rx_work reached GF_REGEX_WORK_MAX (status is 400) */
 	char msg[1400];
 };
 
@@ -59,6 +66,13 @@ struct gf_set {
 	struct names v;
 };
 
+/* A compiled, bounded regex (grafana_regex.c). */
+struct gf_regex {
+	regex_t re;
+	uint32_t cost; /* tree nodes, as gf_regex_check counted them */
+	bool ok;       /* compiled: re must be freed (gf_regex_free) */
+};
+
 enum op { OP_EQ, OP_NE, OP_RE, OP_NRE, OP_LT, OP_GT, OP_LE, OP_GE, OP_IN, OP_NIN, OP_N };
 
 struct gf_filter {
@@ -66,9 +80,9 @@ struct gf_filter {
 	const char *val;  /* borrowed, or num */
 	char num[40];
 	enum op op;
-	regex_t re;
-	bool has_re;
-	struct gf_set set; /* OP_IN, OP_NIN */
+	struct gf_regex rx; /* OP_RE, OP_NRE */
+	struct gf *g;       /* the request, for the regex work budget */
+	struct gf_set set;  /* OP_IN, OP_NIN */
 };
 
 struct gf_filters {
@@ -141,7 +155,22 @@ void gf_set_free(struct gf_set *s);
 /* ---- grafana.c: ad hoc filters and listings ---- */
 
 /* Compiles "^(src)$" into re: 0 (caller regfree()s), RDB_EINVAL with why set, or -ENOMEM. */
-int gf_anchored_regex(regex_t *re, const char *src, char *why, size_t whylen);
+/* Compiles "^(src)$" into rx after gf_regex_check accepted src. 0, or
+ * RDB_EINVAL with the reason (the bound's or regerror's) in why, or
+ * -ENOMEM; rx->ok says whether rx must be freed. */
+int gf_regex_compile(struct gf_regex *rx, const char *src, char *why, size_t whylen);
+void gf_regex_free(struct gf_regex *rx);
+/* Whether text matches rx, charged to the request's regex work budget.
+ * Past GF_REGEX_WORK_MAX it records a 400 in g (gf_fail), sets
+ * g->rx_over and returns false without matching. */
+bool gf_regex_match(struct gf *g, const struct gf_regex *rx, const char *text);
+/* Refuses a pattern whose compiled size regcomp would not keep small
+ * (grafana_regex.c has the rule): longer than GF_REGEX_MAX_BYTES, more
+ * than GF_REGEX_MAX_COST nodes after expanding repetition, deeper than
+ * GF_REGEX_MAX_DEPTH groups, a count above GF_REGEX_MAX_REPEAT, or a
+ * backreference. 0 and *cost (tree nodes), or RDB_EINVAL with the reason
+ * in why. Pure. */
+int gf_regex_check(const char *src, uint32_t *cost, char *why, size_t whylen);
 /* Parses the body's "filters" and "adhocFilters" into fs (free with gf_filters_free,
  * also after failure); 0 or an error recorded in g. */
 int gf_filters_parse(struct gf *g, struct gf_filters *fs);

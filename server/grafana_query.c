@@ -294,8 +294,8 @@ static int tgt_parse(struct gf *g, json_t *jt, struct tgt *t)
 struct sel {
 	const struct tgt *t;
 	const struct gf_filters *fs;
-	regex_t re;
-	bool has_re;
+	struct gf_regex rx;
+	struct gf *g;
 	char re_why[200];      /* why the target is not a regex */
 	struct qry_series *v;  /* owned; exact matches only once seen_exact */
 	size_t n, cap;
@@ -325,7 +325,7 @@ static int sel_cb(void *arg, const struct mdl_series_key *k, uint64_t id)
 	struct sel *s = arg;
 	char rank[16];
 	bool exact = strcmp(k->metric, s->t->name) == 0;
-	if (!exact && (s->seen_exact || !s->has_re || regexec(&s->re, k->metric, 0, NULL, 0)))
+	if (!exact && (s->seen_exact || !s->rx.ok || !gf_regex_match(s->g, &s->rx, k->metric)))
 		return 0;
 	if (exact && !s->seen_exact)
 		s->n = 0; /* regex matches so far lose to the exact name */
@@ -355,8 +355,7 @@ static int cmp_sel(const void *a, const void *b)
 
 static void sel_free(struct sel *s)
 {
-	if (s->has_re)
-		regfree(&s->re);
+	gf_regex_free(&s->rx);
 	free(s->v);
 }
 
@@ -367,8 +366,8 @@ static int select_series(struct gf *g, const struct gf_filters *fs, const struct
 	memset(s, 0, sizeof(*s));
 	s->t = t;
 	s->fs = fs;
-	int rc = gf_anchored_regex(&s->re, t->name, s->re_why, sizeof(s->re_why));
-	s->has_re = rc == 0;
+	s->g = g;
+	int rc = gf_regex_compile(&s->rx, t->name, s->re_why, sizeof(s->re_why));
 	rc = rc == RDB_EINVAL ? 0 : rc;
 	if (rc == 0)
 		rc = gf_list_jobs(g, &t->jobs, fs, &jobs);
@@ -402,8 +401,8 @@ static int check_selection(struct gf *g, const struct sel *s, uint32_t aggs)
 	if (!s->seen_exact && !s->seen_regex)
 		return gf_fail(g, 400, "unknown target '%.200s': no metric of the selected jobs is "
 			       "named so%s%s (POST /grafana/metrics lists the metrics)", name,
-			       s->has_re ? " or matches it as a regex" : "; as a regex: ",
-			       s->has_re ? "" : s->re_why);
+			       s->rx.ok ? " or matches it as a regex" : "; as a regex: ",
+			       s->rx.ok ? "" : s->re_why);
 	if (total > GF_MAX_READ)
 		return gf_fail(g, 400, "target '%.200s' selects %zu series (at most %u): narrow it "
 			       "with payload job and rank, or ad hoc filters on job, rank or metric",

@@ -586,6 +586,14 @@ static void handle_metrics(struct srv_req *req, struct srv_resp *resp)
 	       st.wal.syncs);
 	metric(b, "rankdb_wal_errors_total", "counter", "WAL write or sync failures.",
 	       st.wal.errors);
+	metric(b, "rankdb_wal_damaged_ranges", "gauge",
+	       "Damaged WAL ranges (not a torn tail) the recovery at this start skipped.",
+	       st.wal_damaged_ranges);
+	metric(b, "rankdb_wal_damage_kept_files", "gauge",
+	       "Files of damaged WAL bytes kept in quarantine/ (remove them once inspected).",
+	       st.wal_kept_files);
+	metric(b, "rankdb_wal_damage_kept_bytes", "gauge", "Bytes of those files.",
+	       st.wal_kept_bytes);
 	rdb_buf_printf(b, "# HELP rankdb_wal_sync_seconds_total Time in WAL write+fdatasync.\n"
 			  "# TYPE rankdb_wal_sync_seconds_total counter\n"
 			  "rankdb_wal_sync_seconds_total %.6f\n"
@@ -602,6 +610,23 @@ static void handle_metrics(struct srv_req *req, struct srv_resp *resp)
 		       (double)atomic_load(&c->query_ns_total) / 1e9);
 	metrics_ingest(b, c);
 	srv_detect_metrics(ctx, b);
+	metric(b, "rankdb_http_connections", "gauge", "Open HTTP connections.",
+	       atomic_load(&c->http_connections));
+	metric(b, "rankdb_http_connections_shed_total", "counter",
+	       "Connections closed to make room past http_max_connections (the one that waited "
+	       "longest for a request).", atomic_load(&c->http_shed_idle));
+	metric(b, "rankdb_http_connections_refused_total", "counter",
+	       "Requests answered 503 because the connection was past http_max_connections.",
+	       atomic_load(&c->http_refused_limit));
+	metric(b, "rankdb_http_connections_timed_out_total", "counter",
+	       "Connections closed because their request was not whole by its deadline "
+	       "(http_timeout_s, http_min_body_rate_bytes).", atomic_load(&c->http_timed_out));
+	metric(b, "rankdb_http_body_budget_refused_total", "counter",
+	       "Requests answered 503 because max_body_bytes_in_flight was reached.",
+	       atomic_load(&c->http_refused_body_budget));
+	metric(b, "rankdb_http_body_bytes", "gauge",
+	       "Request-body bytes reserved by all connections (max_body_bytes_in_flight).",
+	       atomic_load(&c->http_body_bytes));
 	rdb_buf_puts(b, "# HELP rankdb_http_responses_total HTTP responses by status class.\n"
 			"# TYPE rankdb_http_responses_total counter\n");
 	for (int i = 1; i <= 5; i++)

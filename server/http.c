@@ -1,12 +1,45 @@
 /* http.c - libmicrohttpd wiring: one daemon with an internal thread pool
- * (epoll), HTTP/1.1 keep-alive, a connection limit and an idle timeout.
- * The only file that includes microhttpd.h.
+ * (epoll), HTTP/1.1 keep-alive, and the defences against slow and greedy
+ * clients. The only file that includes microhttpd.h.
  *
- * A request's body is accumulated into a buffer bounded by max_body_bytes:
- * a Content-Length above the bound is refused with 413 before the body is
- * read; a chunked body that grows past it is drained and refused with 413.
- * The request's memory (struct conn_req) is freed in one place, the
- * completion callback.
+ * Connections (struct conn_state, one per TCP connection, kept in a
+ * registry): each is *waiting* (for a request: idle keep-alive, or headers
+ * arriving), receiving a *body*, or *handling* (the handler runs or the
+ * response is sent). A request must arrive whole within http_timeout_s of
+ * the moment the connection started waiting, plus one second for every
+ * http_min_body_rate_bytes of body received; the reaper thread (every
+ * REAP_PERIOD_MS) shuts down the socket of a connection past that deadline
+ * however slowly bytes trickle in (libmicrohttpd's own timeout only counts
+ * silence). Handling has no deadline here.
+ *
+ * Connection limit: libmicrohttpd's limit is http_max_connections plus a
+ * reserve, because at its limit it stops accepting and new clients hang in
+ * the listen backlog. Past http_max_connections a new connection first
+ * sheds the connection that has waited longest for a request (idle
+ * keep-alive, or a slowloris), if it waited SHED_MIN_WAIT_MS or more;
+ * otherwise the new connection is marked over the limit and its request is
+ * answered 503 + Retry-After with Connection: close (it gets
+ * OVER_LIMIT_WAIT_S to send it).
+ *
+ * Request bodies: one budget, max_body_bytes_in_flight, for the body
+ * buffers of all connections (struct srv_http.body_bytes). A body with
+ * Content-Length reserves that much when its headers arrive (413 past
+ * max_body_bytes, 503 + Retry-After when the budget cannot hold it, both
+ * before the body is read); a chunked body reserves as its buffer grows
+ * (503 when it cannot, the rest drained). The reservation always covers the
+ * buffer's allocation and is returned when the request ends.
+ *
+ * Content-Length headers that disagree (libmicrohttpd uses the first) are
+ * refused with 400 before routing. Not fixable here: libmicrohttpd 0.9.75
+ * measures header values with strlen (a NUL byte cuts a value, e.g. an
+ * Authorization header, and the API never shows the rest), and answers a
+ * Content-Length past 2^64-1 itself with a 413 whose status line and
+ * headers it sends twice; neither request reaches rankdb's code.
+ *
+ * A request's memory (struct conn_req) is freed in one place, the
+ * completion callback; a connection's (struct conn_state) in the
+ * connection-closed callback, which libmicrohttpd calls before it closes
+ * the socket, so the reaper never shuts down a reused descriptor.
  */
 #include "server/srv.h"
 #include "common/rdb_err.h"
@@ -16,26 +49,65 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#define REAP_PERIOD_MS	  200
+#define SHED_MIN_WAIT_MS  1000 /* a connection waiting this long for a request may be shed */
+#define OVER_LIMIT_WAIT_S 2    /* an over-the-limit connection's time to send its request */
+#define CHUNKED_MIN_BYTES (64u * 1024) /* first reservation of a body without Content-Length */
+
+enum conn_phase { CS_WAITING, CS_BODY, CS_HANDLING };
+
+/* One TCP connection (libmicrohttpd's socket context). Fields under
+ * srv_http.mu, except body_bytes (atomic: the reaper reads it). */
+struct conn_state {
+	struct conn_state *prev, *next; /* registry */
+	int fd;
+	enum conn_phase phase;
+	int64_t wait_start_ns;	/* mono: connection start or end of the previous response */
+	_Atomic uint64_t body_bytes; /* body bytes of the current request received */
+	bool over_limit;	/* accepted past http_max_connections: answered 503 */
+	bool shut;		/* the reaper or the shedder shut its socket down */
+};
 
 struct srv_http {
 	struct MHD_Daemon *d;
 	struct srv_ctx *ctx;
+	_Atomic uint64_t body_bytes; /* reserved for request bodies, all connections */
+	pthread_mutex_t mu;
+	struct conn_state *head, *tail; /* registry, oldest first */
+	size_t nconns;
+	pthread_t reaper;
+	bool reaper_started;
+	bool stopping; /* under mu */
+	pthread_cond_t stop_cv;
 };
 
 struct conn_req {
+	struct srv_http *h;
 	struct rdb_buf body;
+	uint64_t charged; /* bytes reserved in h->body_bytes; >= body.cap */
 	bool too_large;
-	bool answered; /* a response was queued early (413) */
+	bool busy;     /* the body budget could not hold it: 503 */
+	bool answered; /* a response was queued early (413, 503, 400) */
 };
 
 static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const char *key,
-				   const char *value)
+				   size_t key_size, const char *value, size_t value_size)
 {
 	(void)kind;
 	struct srv_req *r = cls;
+	if (strlen(key) != key_size || (value && strlen(value) != value_size)) {
+		r->args_nul = true; /* %00: the C string would be cut there */
+		return MHD_NO;
+	}
 	if (r->nargs == SRV_MAX_ARGS) {
 		r->args_overflow = true;
 		return MHD_NO;
@@ -46,8 +118,8 @@ static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const cha
 	return MHD_YES;
 }
 
-static enum MHD_Result send_resp(struct MHD_Connection *conn, struct srv_ctx *ctx,
-				 struct srv_resp *resp)
+static enum MHD_Result send_resp_close(struct MHD_Connection *conn, struct srv_ctx *ctx,
+				       struct srv_resp *resp, bool close_conn)
 {
 	size_t len = resp->body.len;
 	void *data = rdb_buf_steal(&resp->body);
@@ -66,11 +138,32 @@ static enum MHD_Result send_resp(struct MHD_Connection *conn, struct srv_ctx *ct
 		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, resp->allow);
 	for (int i = 0; i < resp->nheaders; i++)
 		MHD_add_response_header(r, resp->headers[i].name, resp->headers[i].value);
+	if (close_conn)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
 	int cls = resp->status / 100;
 	if (cls >= 1 && cls <= 5)
 		atomic_fetch_add(&ctx->counters.requests[cls], 1);
 	enum MHD_Result ok = MHD_queue_response(conn, (unsigned)resp->status, r);
 	MHD_destroy_response(r);
+	return ok;
+}
+
+static enum MHD_Result send_resp(struct MHD_Connection *conn, struct srv_ctx *ctx,
+				 struct srv_resp *resp)
+{
+	return send_resp_close(conn, ctx, resp, false);
+}
+
+/* An early error answer (before the body is read): the connection is
+ * closed after it, so an unread body is never parsed as the next request. */
+static enum MHD_Result refuse(struct MHD_Connection *conn, struct srv_ctx *ctx, int status,
+			      const char *retry_after, const char *msg)
+{
+	struct srv_resp resp = {.retry_after = retry_after};
+	rdb_buf_init(&resp.body, 4096);
+	srv_error(&resp, status, "%s", msg);
+	enum MHD_Result ok = send_resp_close(conn, ctx, &resp, true);
+	rdb_buf_free(&resp.body);
 	return ok;
 }
 
@@ -94,27 +187,145 @@ static enum MHD_Result too_large(struct MHD_Connection *conn, struct srv_ctx *ct
 	return send_resp(conn, ctx, &resp);
 }
 
-/* First call for a request: set up its state, refuse oversized bodies early. */
-static enum MHD_Result begin(struct MHD_Connection *conn, struct srv_ctx *ctx, const char *url,
+/* ---- body budget ------------------------------------------------------------ */
+
+/* Reserves n more body bytes in the shared budget. False when it cannot. */
+static bool budget_take(struct srv_http *h, uint64_t n)
+{
+	uint64_t max = h->ctx->cfg->max_body_bytes_in_flight;
+	uint64_t cur = atomic_load(&h->body_bytes);
+	do {
+		if (n > max || cur > max - n)
+			return false;
+	} while (!atomic_compare_exchange_weak(&h->body_bytes, &cur, cur + n));
+	atomic_store(&h->ctx->counters.http_body_bytes, cur + n);
+	return true;
+}
+
+static void budget_give(struct srv_http *h, uint64_t n)
+{
+	if (n)
+		atomic_store(&h->ctx->counters.http_body_bytes,
+			     atomic_fetch_sub(&h->body_bytes, n) - n);
+}
+
+/* Makes the body buffer hold `need` bytes, its allocation covered by the
+ * reservation. False when the budget cannot grow (or out of memory). */
+static bool body_room(struct conn_req *cr, size_t need)
+{
+	struct rdb_buf *b = &cr->body;
+	if (need <= b->cap)
+		return true;
+	if (need > b->max)
+		return false;
+	size_t cap = b->cap * 2 > need ? b->cap * 2 : need;
+	if (cap < CHUNKED_MIN_BYTES)
+		cap = CHUNKED_MIN_BYTES;
+	if (cap > b->max)
+		cap = b->max;
+	if (cap > cr->charged && !budget_take(cr->h, cap - cr->charged))
+		return false;
+	if (cap > cr->charged)
+		cr->charged = cap;
+	uint8_t *p = realloc(b->data, cap);
+	if (!p)
+		return false;
+	b->data = p;
+	b->cap = cap;
+	return true;
+}
+
+/* ---- header checks ----------------------------------------------------------- */
+
+struct hdr_check {
+	const char *why; /* first reason to refuse, static text */
+	const char *cl;  /* first Content-Length value */
+	size_t cl_len;
+};
+
+static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind, const char *key,
+				    size_t key_size, const char *value, size_t value_size)
+{
+	(void)kind;
+	struct hdr_check *hc = cls;
+	(void)key_size;
+	if (!value)
+		return MHD_YES;
+	if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) != 0)
+		return MHD_YES;
+	if (hc->cl && (hc->cl_len != value_size || memcmp(hc->cl, value, value_size) != 0)) {
+		hc->why = "the request has Content-Length headers that disagree";
+		return MHD_NO;
+	}
+	hc->cl = value;
+	hc->cl_len = value_size;
+	return MHD_YES;
+}
+
+static struct conn_state *conn_state_of(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	return ci ? ci->socket_context : NULL;
+}
+
+static void set_phase(struct srv_http *h, struct conn_state *cs, enum conn_phase ph)
+{
+	if (!cs)
+		return;
+	pthread_mutex_lock(&h->mu);
+	cs->phase = ph;
+	if (ph == CS_WAITING)
+		cs->wait_start_ns = rdb_now_mono_ns();
+	if (ph == CS_BODY)
+		atomic_store(&cs->body_bytes, 0);
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* First call for a request: set up its state; refuse, before any body byte
+ * is read, what must be refused (over the connection limit, bad headers,
+ * a Content-Length past max_body_bytes or past the body budget). */
+static enum MHD_Result begin(struct MHD_Connection *conn, struct srv_http *h, const char *url,
 			    void **con_cls)
 {
+	struct srv_ctx *ctx = h->ctx;
 	struct conn_req *cr = calloc(1, sizeof(*cr));
 	if (!cr)
 		return MHD_NO;
+	cr->h = h;
 	rdb_buf_init(&cr->body, ctx->cfg->max_body_bytes);
 	*con_cls = cr;
-	const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-						     MHD_HTTP_HEADER_CONTENT_LENGTH);
-	if (cl) {
+	struct conn_state *cs = conn_state_of(conn);
+	set_phase(h, cs, CS_BODY);
+	cr->answered = true; /* unless nothing below refuses it */
+	if (cs && cs->over_limit) {
+		atomic_fetch_add(&ctx->counters.http_refused_limit, 1);
+		return refuse(conn, ctx, 503, "1", "too many connections (http_max_connections); "
+			      "retry shortly");
+	}
+	struct hdr_check hc = {0};
+	MHD_get_connection_values_n(conn, MHD_HEADER_KIND, check_header, &hc);
+	if (hc.why)
+		return refuse(conn, ctx, 400, NULL, hc.why);
+	if (hc.cl) {
 		char *end;
 		errno = 0;
-		unsigned long long n = strtoull(cl, &end, 10);
+		unsigned long long n = strtoull(hc.cl, &end, 10);
 		if (errno == 0 && *end == 0 && n > ctx->cfg->max_body_bytes) {
 			cr->too_large = true;
-			cr->answered = true;
 			return too_large(conn, ctx, url);
 		}
+		if (errno == 0 && *end == 0 && n > 0) {
+			if (!budget_take(h, n)) {
+				atomic_fetch_add(&ctx->counters.http_refused_body_budget, 1);
+				return refuse(conn, ctx, 503, "1", "request bodies in flight are at "
+					      "max_body_bytes_in_flight; retry shortly");
+			}
+			cr->charged = n;
+			cr->body.max = (size_t)n; /* the body never grows past what it reserved */
+		}
 	}
+	cr->answered = false;
 	return MHD_YES;
 }
 
@@ -144,13 +355,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 				  void **con_cls)
 {
 	(void)version;
-	struct srv_ctx *ctx = cls;
+	struct srv_http *h = cls;
+	struct srv_ctx *ctx = h->ctx;
 	if (*con_cls == NULL)
-		return begin(conn, ctx, url, con_cls);
+		return begin(conn, h, url, con_cls);
 	struct conn_req *cr = *con_cls;
 	if (*upload_data_size) {
-		if (!cr->too_large && rdb_buf_append(&cr->body, upload_data, *upload_data_size))
-			cr->too_large = true;
+		size_t n = *upload_data_size;
+		struct conn_state *cs = conn_state_of(conn);
+		if (cs)
+			atomic_fetch_add(&cs->body_bytes, n);
+		if (!cr->too_large && !cr->busy && !cr->answered) {
+			if (cr->body.len + n > cr->body.max)
+				cr->too_large = true;
+			else if (!body_room(cr, cr->body.len + n))
+				cr->busy = true;
+			else
+				rdb_buf_append(&cr->body, upload_data, n);
+		}
 		*upload_data_size = 0; /* consumed (or drained) */
 		return MHD_YES;
 	}
@@ -158,15 +380,26 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		return MHD_YES;
 	if (cr->too_large)
 		return too_large(conn, ctx, url);
+	if (cr->busy) {
+		atomic_fetch_add(&ctx->counters.http_refused_body_budget, 1);
+		cr->answered = true;
+		return refuse(conn, ctx, 503, "1", "request bodies in flight are at "
+			      "max_body_bytes_in_flight; retry shortly");
+	}
+	set_phase(h, conn_state_of(conn), CS_HANDLING);
 	char peer[INET6_ADDRSTRLEN + 8];
 	peer_address(conn, peer, sizeof(peer));
 	struct srv_req req = {.ctx = ctx, .method = method, .path = url,
 			      .body = cr->body.data, .body_len = cr->body.len, .conn = conn,
 			      .peer = peer};
-	MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_arg, &req);
+	MHD_get_connection_values_n(conn, MHD_GET_ARGUMENT_KIND, collect_arg, &req);
 	struct srv_resp resp = {0};
 	rdb_buf_init(&resp.body, ctx->cfg->max_response_bytes + 4096);
-	srv_dispatch(&req, &resp);
+	if (req.args_nul)
+		srv_error(&resp, 400, "a query parameter holds a NUL byte (%%00); refused rather "
+			  "than cut there");
+	else
+		srv_dispatch(&req, &resp);
 	enum MHD_Result ok = send_resp(conn, ctx, &resp);
 	rdb_buf_free(&resp.body);
 	return ok;
@@ -192,15 +425,143 @@ const char *srv_req_header(const struct srv_req *req, const char *name)
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 			 enum MHD_RequestTerminationCode toe)
 {
-	(void)cls;
-	(void)conn;
 	(void)toe;
+	struct srv_http *h = cls;
 	struct conn_req *cr = *con_cls;
+	set_phase(h, conn_state_of(conn), CS_WAITING);
 	if (!cr)
 		return;
 	rdb_buf_free(&cr->body);
+	budget_give(h, cr->charged);
 	free(cr);
 	*con_cls = NULL;
+}
+
+/* ---- connections: registry, shedding, deadlines -------------------------------- */
+
+static void reg_unlink(struct srv_http *h, struct conn_state *cs)
+{
+	if (cs->prev)
+		cs->prev->next = cs->next;
+	else
+		h->head = cs->next;
+	if (cs->next)
+		cs->next->prev = cs->prev;
+	else
+		h->tail = cs->prev;
+	cs->prev = cs->next = NULL;
+}
+
+/* Shuts the socket down; libmicrohttpd then closes the connection (and
+ * calls on_connection, which unregisters it). Under h->mu. */
+static void shut(struct conn_state *cs)
+{
+	if (!cs->shut && cs->fd >= 0)
+		shutdown(cs->fd, SHUT_RDWR);
+	cs->shut = true;
+}
+
+/* Past the limit: sheds the connection that has waited longest for a
+ * request, if it waited long enough. Under h->mu. */
+static bool shed_one(struct srv_http *h, int64_t now_ns)
+{
+	struct conn_state *best = NULL;
+	for (struct conn_state *c = h->head; c; c = c->next)
+		if (c->phase == CS_WAITING && !c->shut &&
+		    now_ns - c->wait_start_ns >= SHED_MIN_WAIT_MS * 1000000ll &&
+		    (!best || c->wait_start_ns < best->wait_start_ns))
+			best = c;
+	if (best)
+		shut(best);
+	return best != NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+			  enum MHD_ConnectionNotificationCode toe)
+{
+	struct srv_http *h = cls;
+	struct srv_counters *c = &h->ctx->counters;
+	if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+		struct conn_state *cs = *socket_context;
+		if (!cs)
+			return;
+		pthread_mutex_lock(&h->mu);
+		reg_unlink(h, cs);
+		h->nconns--;
+		atomic_store(&c->http_connections, h->nconns);
+		pthread_mutex_unlock(&h->mu);
+		free(cs);
+		*socket_context = NULL;
+		return;
+	}
+	struct conn_state *cs = calloc(1, sizeof(*cs));
+	if (!cs)
+		return; /* not tracked: libmicrohttpd's own limits and timeout still apply */
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	cs->fd = ci ? ci->connect_fd : -1;
+	cs->phase = CS_WAITING;
+	int64_t now = rdb_now_mono_ns();
+	cs->wait_start_ns = now;
+	pthread_mutex_lock(&h->mu);
+	if (h->nconns >= h->ctx->cfg->http_max_connections) {
+		if (shed_one(h, now))
+			atomic_fetch_add(&c->http_shed_idle, 1);
+		else
+			cs->over_limit = true;
+	}
+	cs->prev = h->tail;
+	if (h->tail)
+		h->tail->next = cs;
+	else
+		h->head = cs;
+	h->tail = cs;
+	h->nconns++;
+	atomic_store(&c->http_connections, h->nconns);
+	pthread_mutex_unlock(&h->mu);
+	*socket_context = cs;
+}
+
+/* The deadline of a connection's request, or 0 for none. Under h->mu. */
+static int64_t deadline_ns(const struct srv_http *h, const struct conn_state *cs)
+{
+	const struct srv_config *cfg = h->ctx->cfg;
+	if (cs->phase == CS_HANDLING)
+		return 0;
+	if (cs->over_limit)
+		return cs->wait_start_ns + OVER_LIMIT_WAIT_S * 1000000000ll;
+	int64_t d = cs->wait_start_ns + (int64_t)cfg->http_timeout_s * 1000000000ll;
+	if (cs->phase == CS_BODY) {
+		uint64_t extra_s = atomic_load(&cs->body_bytes) / cfg->http_min_body_rate_bytes;
+		d += (int64_t)(extra_s < 86400 * 365 ? extra_s : 86400 * 365) * 1000000000ll;
+	}
+	return d;
+}
+
+static void *reaper_main(void *arg)
+{
+	struct srv_http *h = arg;
+	pthread_mutex_lock(&h->mu);
+	while (!h->stopping) {
+		int64_t now = rdb_now_mono_ns();
+		for (struct conn_state *c = h->head; c; c = c->next) {
+			int64_t d = deadline_ns(h, c);
+			if (d && now > d && !c->shut) {
+				shut(c);
+				atomic_fetch_add(&h->ctx->counters.http_timed_out, 1);
+			}
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += REAP_PERIOD_MS * 1000000l;
+		if (ts.tv_nsec >= 1000000000l) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000l;
+		}
+		pthread_cond_timedwait(&h->stop_cv, &h->mu, &ts);
+	}
+	pthread_mutex_unlock(&h->mu);
+	return NULL;
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -213,6 +574,22 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 		line[--n] = 0;
 	static struct rdb_log_ratelimit rl;
 	rdb_log_limited(&rl, 10, RDB_LOG_WARN, "http", "%s", line);
+}
+
+static void http_free(struct srv_http *h)
+{
+	if (h->reaper_started) {
+		pthread_mutex_lock(&h->mu);
+		h->stopping = true;
+		pthread_cond_broadcast(&h->stop_cv);
+		pthread_mutex_unlock(&h->mu);
+		pthread_join(h->reaper, NULL);
+	}
+	if (h->d)
+		MHD_stop_daemon(h->d); /* closes every connection: the registry empties */
+	pthread_mutex_destroy(&h->mu);
+	pthread_cond_destroy(&h->stop_cv);
+	free(h);
 }
 
 int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
@@ -229,21 +606,36 @@ int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
 	if (!h)
 		return -ENOMEM;
 	h->ctx = ctx;
+	pthread_mutex_init(&h->mu, NULL);
+	pthread_cond_init(&h->stop_cv, NULL);
+	/* Room above http_max_connections for the connections that get a 503:
+	 * at its own limit libmicrohttpd stops accepting (clients would hang). */
+	unsigned reserve = cfg->http_max_connections / 4 > 64 ? cfg->http_max_connections / 4 : 64;
 	h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
 					MHD_USE_ERROR_LOG,
-				0, NULL, NULL, on_request, ctx,
+				0, NULL, NULL, on_request, h,
 				MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
 				MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
 				MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads,
-				MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->http_max_connections,
+				MHD_OPTION_CONNECTION_LIMIT,
+				(unsigned)cfg->http_max_connections + reserve,
 				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->http_timeout_s,
-				MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+				MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+				MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+				MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
 				MHD_OPTION_END);
 	if (!h->d) {
 		rdb_error("http", "cannot listen on %s:%u (port in use, or address not "
 			  "available on this host)", cfg->http_addr, cfg->http_port);
-		free(h);
+		http_free(h);
 		return -EADDRINUSE;
+	}
+	int rc = -pthread_create(&h->reaper, NULL, reaper_main, h);
+	h->reaper_started = rc == 0;
+	if (rc) {
+		rdb_error("http", "cannot start the connection reaper thread: %s", rdb_strerror(rc));
+		http_free(h);
+		return rc;
 	}
 	const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
 	*port = info ? info->port : (uint16_t)cfg->http_port;
@@ -255,6 +647,5 @@ void srv_http_stop(struct srv_http *h)
 {
 	if (!h)
 		return;
-	MHD_stop_daemon(h->d);
-	free(h);
+	http_free(h);
 }

@@ -186,8 +186,13 @@ int main(int argc, char **argv)
 	srv_udp_stop(udp);
 	ing_pipeline_free(ctx.pipe); /* after the last write: no submit is in flight */
 	det_service_stop(ctx.detect); /* its subscriber thread is gone with the pipeline */
-	sto_close(ctx.sto);
+	rc = sto_close_rc(ctx.sto);
 	det_notify_global_cleanup();
+	if (rc) {
+		rdb_error("main", "stopped, but the final checkpoint failed (%s): exiting 1; the "
+			  "next start replays the WAL", rdb_strerror(rc));
+		return 1;
+	}
 	rdb_info("main", "stopped cleanly");
 	return 0;
 }

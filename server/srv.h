@@ -51,6 +51,13 @@ struct srv_counters {
 	_Atomic uint64_t udp_lines_bad;           /* bad lines of datagrams otherwise stored */
 	_Atomic uint64_t udp_points;              /* points stored from UDP */
 	_Atomic uint64_t udp_queue_depth;         /* gauge: datagrams waiting */
+	/* HTTP connections and request bodies (http.c) */
+	_Atomic uint64_t http_connections;        /* gauge: open connections */
+	_Atomic uint64_t http_shed_idle;          /* closed to make room (waited longest) */
+	_Atomic uint64_t http_refused_limit;      /* 503: past http_max_connections */
+	_Atomic uint64_t http_timed_out;          /* closed: request not whole by its deadline */
+	_Atomic uint64_t http_refused_body_budget; /* 503: past max_body_bytes_in_flight */
+	_Atomic uint64_t http_body_bytes;         /* gauge: body bytes reserved (http.c sets it) */
 };
 
 /* Shared by every request; read-only after start except the counters. */
@@ -73,6 +80,7 @@ struct srv_req {
 	struct srv_arg args[SRV_MAX_ARGS];
 	int nargs;
 	bool args_overflow; /* more than SRV_MAX_ARGS query parameters */
+	bool args_nul;      /* a query parameter holds a NUL byte (%00): refused */
 	const uint8_t *body;
 	size_t body_len;
 	void *conn; /* the HTTP library's connection, for srv_req_header */

@@ -354,6 +354,29 @@ static int check_index(struct vctx *v, struct evv *ev)
 	return rc2 == -ENOMEM || rc3 == -ENOMEM || rc4 == -ENOMEM ? -ENOMEM : 0;
 }
 
+/* Every quarantine/wal-*.damaged file (damaged WAL bytes a recovery kept)
+ * is a problem until the operator removes it. */
+static void verify_kept_wal(struct vctx *v, const char *data_dir)
+{
+	char qdir[PATH_MAX], path[PATH_MAX + 300];
+	snprintf(qdir, sizeof(qdir), "%s/quarantine", data_dir);
+	DIR *d = opendir(qdir);
+	for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+		size_t l = strlen(e->d_name);
+		struct stat st;
+		if (strncmp(e->d_name, "wal-", 4) || l < 8 || strcmp(e->d_name + l - 8, ".damaged"))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", qdir, e->d_name);
+		if (stat(path, &st) != 0)
+			continue;
+		v->rep->wal_kept_files++;
+		problem(v, "WAL damage kept in %s (%lld bytes): acknowledged writes in it were not "
+			"replayed; inspect it, then remove the file", path, (long long)st.st_size);
+	}
+	if (d)
+		closedir(d);
+}
+
 int sto_verify(struct sto *s, bool quarantine, sto_problem_fn fn, void *arg,
 	       struct sto_verify_report *rep)
 {
@@ -368,6 +391,8 @@ int sto_verify(struct sto *s, bool quarantine, sto_problem_fn fn, void *arg,
 		rc = check_index(&v, &ev);
 	if (rc == 0 && quarantine && (v.nbad || ev.nbad))
 		rc = quarantine_all(&v, &ev);
+	if (rc == 0)
+		verify_kept_wal(&v, v.p.dir);
 	sto_compact_resume(s);
 	for (size_t i = 0; i < ev.nbad; i++)
 		free(ev.bad[i].val);
@@ -388,6 +413,35 @@ static int wal_nop(void *arg, uint64_t gen, uint8_t type, const uint8_t *p, size
 	return 0;
 }
 
+/* Reports one WAL file's replay result: damage in the middle, a bad tail of
+ * an older file and a whole-length corrupt record ending the newest one are
+ * problems; an incomplete record ending the newest file (a crash) is not. */
+static void verify_wal_file(struct vctx *v, const char *dir, uint64_t gen, bool newest,
+			    const struct sto_wal_replay_result *r)
+{
+	uint32_t shown = r->ndamaged < STO_WAL_DAMAGE_KEEP ? r->ndamaged : STO_WAL_DAMAGE_KEEP;
+	for (uint32_t i = 0; i < shown; i++)
+		problem(v, "WAL %s/wal-%016llx.log: damaged record (%s) at offset %llu, %llu bytes; "
+			"intact records follow it. The next start replays them and keeps the "
+			"damaged bytes in quarantine/", dir, (unsigned long long)gen,
+			r->damaged[i].why, (unsigned long long)r->damaged[i].off,
+			(unsigned long long)r->damaged[i].len);
+	if (r->ndamaged > shown) {
+		v->rep->problems += r->ndamaged - shown;
+		if (v->fn)
+			v->fn(v->arg, "... more damaged WAL ranges in the same file");
+	}
+	if (r->tail == 2 || (r->tail && !newest))
+		problem(v, "WAL %s/wal-%016llx.log: %s record at offset %llu and %llu bytes after it, "
+			"nothing intact after them: %s", dir,
+			(unsigned long long)gen, r->tail == 1 ? "incomplete" : "corrupt",
+			(unsigned long long)r->valid_bytes,
+			(unsigned long long)(r->file_bytes - r->valid_bytes),
+			newest ? "a whole record with a bad checksum (a crash leaves an incomplete "
+				 "one; a power loss can leave this for an unacknowledged record)" :
+				 "in a WAL file that is not the newest (no crash tears those)");
+}
+
 int sto_verify_wal(const char *data_dir, sto_problem_fn fn, void *arg,
 		   struct sto_verify_report *rep)
 {
@@ -403,14 +457,12 @@ int sto_verify_wal(const char *data_dir, sto_problem_fn fn, void *arg,
 		struct sto_wal_replay_result res = {0};
 		int r2 = sto_wal_replay(dir, gens[i], wal_nop, NULL, &res);
 		rep->wal_files++;
+		rep->wal_damaged_ranges += res.ndamaged;
 		if (r2)
 			problem(&v, "WAL %s/wal-%016llx.log: unreadable header (%s)", dir,
 				(unsigned long long)gens[i], rdb_strerror(r2));
-		else if (res.tail == 2)
-			problem(&v, "WAL %s/wal-%016llx.log: corrupt record at offset %llu (checksum "
-				"or length); %llu bytes after it are lost", dir,
-				(unsigned long long)gens[i], (unsigned long long)res.valid_bytes,
-				(unsigned long long)(res.file_bytes - res.valid_bytes));
+		else
+			verify_wal_file(&v, dir, gens[i], i + 1 == n, &res);
 	}
 	free(gens);
 	return rc;
@@ -496,12 +548,43 @@ static int fresh_dir(const char *dir)
 	return rc;
 }
 
+/* Whether dir (which may not exist yet; its parent must) is the data
+ * directory or lies inside it: a backup there would be read as data (a
+ * directory named like a WAL file stops the next start). */
+static bool inside_data_dir(const char *dir, const char *data_dir)
+{
+	char data[PATH_MAX], parent[PATH_MAX], canon[PATH_MAX], full[PATH_MAX * 2 + 2];
+	if (!realpath(data_dir, data))
+		return false;
+	if (!realpath(dir, full)) {
+		snprintf(parent, sizeof(parent), "%s", dir);
+		char *slash = strrchr(parent, '/');
+		const char *base = slash ? slash + 1 : dir;
+		if (slash == parent)
+			snprintf(parent, sizeof(parent), "/");
+		else if (slash)
+			*slash = 0;
+		else
+			snprintf(parent, sizeof(parent), ".");
+		if (!realpath(parent, canon))
+			return false; /* the mkdir fails and says why */
+		snprintf(full, sizeof(full), "%s/%s", strcmp(canon, "/") ? canon : "", base);
+	}
+	size_t n = strlen(data);
+	return strncmp(full, data, n) == 0 && (full[n] == 0 || full[n] == '/');
+}
+
 int sto_backup(struct sto *s, const char *dir, struct sto_backup_result *r)
 {
 	struct sto_admin_parts p;
 	char path[PATH_MAX + 32], from[PATH_MAX + 32];
 	memset(r, 0, sizeof(*r));
 	sto_admin_parts(s, &p);
+	if (inside_data_dir(dir, p.dir)) {
+		rdb_error("admin", "backup into %s refused: it is inside the data directory %s "
+			  "(a backup must live elsewhere)", dir, p.dir);
+		return RDB_EINVAL;
+	}
 	int rc = fresh_dir(dir);
 	if (rc)
 		return rc;

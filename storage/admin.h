@@ -87,17 +87,22 @@ struct sto_verify_report {
 	uint64_t segments, records, dead_records, chunks, event_chunks, wal_files;
 	uint64_t problems, quarantined;
 	uint64_t supersede_records; /* SUP1 records found in segment files */
+	uint64_t wal_damaged_ranges; /* sto_verify_wal: damage in the middle of WAL files */
+	uint64_t wal_kept_files;     /* sto_verify: quarantine/wal-*.damaged files */
 };
 /* Called once per problem with a one-line description. */
 typedef void (*sto_problem_fn)(void *arg, const char *msg);
 /* Checks every record of every segment file (magic, checksum), every index
  * entry against its record (ids, length, decode, point count), and the
- * index databases. With quarantine, damaged index entries are moved to the
- * quarantine db (never served again). */
+ * index databases; each quarantine/wal-*.damaged file (damaged WAL bytes a
+ * recovery kept aside) is a problem until removed. With quarantine, damaged
+ * index entries are moved to the quarantine db (never served again). */
 int sto_verify(struct sto *s, bool quarantine, sto_problem_fn fn, void *arg,
 	       struct sto_verify_report *rep);
-/* Offline: checks every WAL file of data_dir (header, every record's
- * checksum up to the end of the file). */
+/* Offline, read-only: checks every WAL file of data_dir (header, every
+ * record's checksum). Damage in the middle of a file (intact records after
+ * it), and a bad tail of any file but the newest, are problems; a torn tail
+ * of the newest file is what a crash leaves and is not. */
 int sto_verify_wal(const char *data_dir, sto_problem_fn fn, void *arg,
 		   struct sto_verify_report *rep);
 
@@ -117,8 +122,9 @@ struct sto_backup_result {
 	uint64_t segments, bytes, ckpt_gen;
 };
 /* Consistent backup of an open store into dir (must not exist or be
- * empty): checkpoint, LMDB copy (compacted), hard links (or copies) of the
- * segment files, compaction paused meanwhile. */
+ * empty, and must not be or lie inside the data directory: RDB_EINVAL):
+ * checkpoint, LMDB copy (compacted), hard links (or copies) of the segment
+ * files, compaction paused meanwhile. */
 int sto_backup(struct sto *s, const char *dir, struct sto_backup_result *r);
 /* Offline: copies a backup into a new data directory dir. */
 int sto_restore(const char *backup_dir, const char *dir);

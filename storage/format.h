@@ -40,9 +40,11 @@
  *   8  u64        XXH3-64, seed = generation, over bytes 0..7 of this header
  *                 followed by the L payload bytes
  *   16 u8[L]      payload
- * Replay stops at the first record whose header is incomplete, whose length
- * is out of range, or whose checksum does not match (a torn or corrupt
- * tail); everything before it is applied. */
+ * At a record whose header is incomplete, whose length is out of range, or
+ * whose checksum does not match, replay looks for the next intact record:
+ * if one follows, the bytes in between are damage (kept in quarantine/, the
+ * records after them applied); if none does, they are the file's tail (torn
+ * by a crash when it is the newest file). docs/FORMAT.md has the rule. */
 #define STO_WAL_MAGIC "RDBWAL\0\1"
 #define STO_WAL_HEADER_SIZE 32u
 #define STO_WAL_REC_HEADER_SIZE 16u

@@ -345,7 +345,7 @@ static int u64_value(const struct sto_txn *t, const MDB_val *v, const char *what
 
 /* ---- environment and transactions ---------------------------------------- */
 
-static int open_dbs(struct sto_index *ix, MDB_txn *txn)
+static int open_dbs(struct sto_index *ix, MDB_txn *txn, bool read_only)
 {
 	static const char *const names[] = {"meta",   "series",    "sid",	  "chunks",
 					    "pending", "events", "evpending", "batch_ids",
@@ -357,19 +357,26 @@ static int open_dbs(struct sto_index *ix, MDB_txn *txn)
 			   &ix->seg_trash, &ix->rollups, &ix->supersede};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		int rc = mdb_dbi_open(txn, names[i], MDB_CREATE, dbis[i]);
+		int rc = mdb_dbi_open(txn, names[i], read_only ? 0 : MDB_CREATE, dbis[i]);
+		if (rc == MDB_NOTFOUND && read_only)
+			rdb_error(SUBSYS, "LMDB index %s has no database '%s' (written by an older "
+				  "rankdbd): start rankdbd on it once to upgrade it, then retry",
+				  ix->dir, names[i]);
 		if (rc != 0)
 			return ix_err(ix, rc, "open database");
 	}
 	return 0;
 }
 
-/* Writes format_version into a new index or checks an existing one. */
-static int check_format(struct sto_txn *t)
+/* Writes format_version into a new index or checks an existing one
+ * (read-only: checks only). */
+static int check_format(struct sto_txn *t, bool read_only)
 {
 	uint64_t found;
 	int ret = sto_meta_get(t, "format_version", &found);
 
+	if (ret == RDB_ENOTFOUND && read_only)
+		return 0;
 	if (ret == RDB_ENOTFOUND)
 		return sto_meta_put(t, "format_version", STO_FORMAT_VERSION);
 	if (ret != 0)
@@ -382,12 +389,12 @@ static int check_format(struct sto_txn *t)
 			  STO_FORMAT_VERSION);
 		return RDB_EFORMAT;
 	}
-	if (found < STO_FORMAT_VERSION) /* upgraded in place: see format.h */
+	if (found < STO_FORMAT_VERSION && !read_only) /* upgraded in place: see format.h */
 		return sto_meta_put(t, "format_version", STO_FORMAT_VERSION);
 	return 0;
 }
 
-static int env_setup(struct sto_index *ix, const char *dir, uint64_t map_bytes)
+static int env_setup(struct sto_index *ix, const char *dir, uint64_t map_bytes, bool read_only)
 {
 	int rc = mdb_env_create(&ix->env);
 
@@ -399,7 +406,8 @@ static int env_setup(struct sto_index *ix, const char *dir, uint64_t map_bytes)
 	if (rc == 0)
 		rc = mdb_env_set_maxreaders(ix->env, IX_MAXREADERS);
 	if (rc == 0)
-		rc = mdb_env_open(ix->env, dir, MDB_NOTLS, 0644);
+		rc = mdb_env_open(ix->env, dir,
+				  MDB_NOTLS | (read_only ? MDB_RDONLY | MDB_NOLOCK : 0), 0644);
 	if (rc != 0) {
 		rdb_error(SUBSYS, "cannot open LMDB index %s: %s", dir, mdb_strerror(rc));
 		return ix_err(ix, rc, "open environment");
@@ -407,7 +415,8 @@ static int env_setup(struct sto_index *ix, const char *dir, uint64_t map_bytes)
 	return 0;
 }
 
-int sto_index_open(const char *dir, uint64_t map_bytes, struct sto_index **out)
+static int index_open(const char *dir, uint64_t map_bytes, bool read_only,
+		      struct sto_index **out)
 {
 	struct sto_index *ix = NULL;
 	struct sto_txn *t = NULL;
@@ -415,7 +424,7 @@ int sto_index_open(const char *dir, uint64_t map_bytes, struct sto_index **out)
 
 	if (!dir || map_bytes == 0 || map_bytes > SIZE_MAX)
 		return -EINVAL;
-	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+	if (!read_only && mkdir(dir, 0755) != 0 && errno != EEXIST) {
 		ret = -errno;
 		rdb_error(SUBSYS, "cannot create index directory %s: %s", dir, strerror(-ret));
 		return ret;
@@ -425,18 +434,18 @@ int sto_index_open(const char *dir, uint64_t map_bytes, struct sto_index **out)
 		return -ENOMEM;
 	ix->map_bytes = map_bytes;
 	ix->dir = strdup(dir);
-	ret = ix->dir ? env_setup(ix, dir, map_bytes) : -ENOMEM;
+	ret = ix->dir ? env_setup(ix, dir, map_bytes, read_only) : -ENOMEM;
 	if (ret != 0)
 		goto out;
-	ret = sto_txn_begin(ix, true, &t);
+	ret = sto_txn_begin(ix, !read_only, &t);
 	if (ret != 0)
 		goto out;
-	ret = open_dbs(ix, t->txn);
+	ret = open_dbs(ix, t->txn, read_only);
 	if (ret == 0)
-		ret = check_format(t);
+		ret = check_format(t, read_only);
 	if (ret != 0)
 		goto out;
-	ret = sto_txn_commit(t);
+	ret = sto_txn_commit(t); /* read-only too: an aborted txn closes its dbi handles */
 	t = NULL;
 	if (ret != 0)
 		goto out;
@@ -446,6 +455,16 @@ out:
 	sto_txn_abort(t);
 	sto_index_close(ix);
 	return ret;
+}
+
+int sto_index_open(const char *dir, uint64_t map_bytes, struct sto_index **out)
+{
+	return index_open(dir, map_bytes, false, out);
+}
+
+int sto_index_open_ro(const char *dir, uint64_t map_bytes, struct sto_index **out)
+{
+	return index_open(dir, map_bytes, true, out);
 }
 
 void sto_index_close(struct sto_index *ix)

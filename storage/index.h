@@ -33,6 +33,11 @@ struct sto_txn;
  * size. On a new environment writes meta format_version; on an existing one
  * checks it: a different version returns RDB_EFORMAT. 0 or -errno/RDB_E*. */
 int sto_index_open(const char *dir, uint64_t map_bytes, struct sto_index **out);
+/* Opens an existing environment read-only and without LMDB's lock file
+ * (the caller holds the data directory's LOCK): nothing in dir is created
+ * or written, and every write transaction fails. A database missing from
+ * an older index is an error (start rankdbd once to upgrade it). */
+int sto_index_open_ro(const char *dir, uint64_t map_bytes, struct sto_index **out);
 void sto_index_close(struct sto_index *ix); /* NULL ok */
 
 int sto_txn_begin(struct sto_index *ix, bool write, struct sto_txn **out);

@@ -185,10 +185,14 @@ int sti_lifecycle_open(struct sto *s)
 	s->last_retention_mono_ns = rdb_now_mono_ns();
 	struct sto_txn *t;
 	uint64_t out = 0;
-	int rc = sto_txn_begin(s->ix, true, &t);
+	int rc = sto_txn_begin(s->ix, !s->opt.read_only, &t);
 	if (rc)
 		return rc;
 	rc = sto_jobval_scan(t, STO_JOBDB_TOMBSTONE, tomb_load_cb, s);
+	if (s->opt.read_only) { /* inspect only: leftovers stay for the next start */
+		sto_txn_abort(t);
+		return rc;
+	}
 	if (rc == 0 && sto_meta_get(t, "compact_out", &out) == 0 && out) {
 		rdb_warn("store", "a compaction was interrupted: removing its unfinished segment "
 			 "%llu (the index never pointed at it)", (unsigned long long)(out - 1));

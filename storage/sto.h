@@ -42,6 +42,9 @@ struct sto_options {
 	bool io_uring;                 /* false: pwritev/fdatasync instead of io_uring
 				        * (process-wide); default true unless the
 				        * environment has RANKDB_IO_URING=off */
+	bool read_only;                /* inspect only (rankctl verify): no recovery, no
+					* WAL, no flusher; nothing in data_dir is created,
+					* changed or deleted, and writes fail */
 };
 
 /* Sane defaults for every option (data_dir "./data"). */
@@ -53,12 +56,20 @@ struct sto;
  * opens the index, recovers (drops uncheckpointed chunks, replays the WAL,
  * checkpoints what it replayed), opens a fresh WAL generation and starts
  * the flusher. Blocks. 0, or -errno / RDB_EFORMAT / RDB_ECORRUPT with the
- * reason logged. */
+ * reason logged. With opt->read_only it only takes the LOCK (if the file
+ * exists) and opens the index read-only: the WAL is neither replayed nor
+ * removed, chunks written after the last checkpoint stay as they are, an
+ * older format is not upgraded, and sto_close writes nothing; only reads
+ * and sto_verify without quarantine may be used. */
 int sto_open(const struct sto_options *opt, struct sto **out);
 
 /* Stops accepting writes, seals the whole head, checkpoints, removes the
  * WAL, closes everything. NULL ok. */
 void sto_close(struct sto *s);
+/* sto_close that says whether the final checkpoint succeeded: 0, or its
+ * error (the WAL then still holds every acknowledged point and is replayed
+ * at the next open). Everything is closed and freed either way. */
+int sto_close_rc(struct sto *s);
 
 /* Makes the batch durable and visible. Blocks until durable per the sync
  * policy. 0; RDB_EBUSY when the head is over its memory bound (retry
@@ -193,6 +204,9 @@ struct sto_stats {
 	uint64_t points_written, batches_written;
 	uint64_t write_busy; /* writes refused with RDB_EBUSY */
 	uint64_t events_written, event_chunks_sealed, batch_duplicates;
+	uint64_t wal_damaged_ranges; /* damaged WAL ranges replay skipped at this start */
+	uint64_t wal_kept_files;     /* quarantine/wal-*.damaged files (damaged WAL bytes kept) */
+	uint64_t wal_kept_bytes;     /* their bytes */
 	struct sto_wal_stats wal;
 };
 void sto_get_stats(struct sto *s, struct sto_stats *out);

@@ -54,6 +54,7 @@
 
 void sto_options_default(struct sto_options *o)
 {
+	*o = (struct sto_options){0};
 	o->data_dir = "./data";
 	o->sync = STO_SYNC_FDATASYNC;
 	o->wal_rotate_bytes = 64ull << 20;
@@ -577,6 +578,75 @@ static int replay_cb(void *arg, uint64_t gen, uint8_t type, const uint8_t *p, si
 	return rc;
 }
 
+/* Copies one damaged WAL range into quarantine/ before the recovery
+ * checkpoint deletes the WAL file. */
+static int keep_range(struct sto *s, uint64_t gen, uint64_t off, uint64_t len)
+{
+	char qdir[PATH_MAX + 16];
+	snprintf(qdir, sizeof(qdir), "%s/quarantine", s->dir);
+	int rc = sto_wal_keep_range(s->wal_dir, gen, off, len, qdir);
+	if (rc)
+		rdb_error("store", "cannot copy the damaged bytes %llu..%llu of WAL generation "
+			  "%llu into %s: %s; not starting, so that the WAL file is not deleted",
+			  (unsigned long long)off, (unsigned long long)(off + len),
+			  (unsigned long long)gen, qdir, rdb_strerror(rc));
+	else
+		rdb_error("store", "WAL generation %llu: kept the %llu damaged bytes at offset %llu "
+			  "in %s/wal-%016llx-%llu.damaged; the acknowledged writes they held are "
+			  "lost unless a backup has them. Inspect, then remove the file ('rankctl "
+			  "verify' reports it until then)", (unsigned long long)gen,
+			  (unsigned long long)len, (unsigned long long)off, qdir,
+			  (unsigned long long)gen, (unsigned long long)off);
+	return rc;
+}
+
+/* Damage in the middle of a WAL file, a bad tail of a file that is not the
+ * newest (no crash tears those), and a whole-length record with a bad
+ * checksum at the end (kill -9 cannot leave one) are kept aside and counted;
+ * an incomplete record at the end of the newest file is the expected result
+ * of a crash during an append. */
+static int keep_wal_damage(struct sto *s, uint64_t gen, const struct sto_wal_replay_result *r,
+			   bool newest)
+{
+	int rc = 0;
+	bool bad_tail = r->tail == 2 || (r->tail && !newest);
+	s->st_wal_damaged_ranges += r->ndamaged + bad_tail;
+	if (r->ndamaged > STO_WAL_DAMAGE_KEEP) /* positions not all known: keep the rest */
+		return keep_range(s, gen, r->damaged[0].off, r->file_bytes - r->damaged[0].off);
+	for (uint32_t i = 0; rc == 0 && i < r->ndamaged; i++)
+		rc = keep_range(s, gen, r->damaged[i].off, r->damaged[i].len);
+	if (rc == 0 && bad_tail && r->file_bytes > r->valid_bytes)
+		rc = keep_range(s, gen, r->valid_bytes, r->file_bytes - r->valid_bytes);
+	return rc;
+}
+
+/* Counts quarantine/wal-*.damaged (damaged WAL bytes kept by a recovery)
+ * for /metrics and says so at every start until the operator removes them. */
+static void count_kept_damage(struct sto *s)
+{
+	char qdir[PATH_MAX + 16], path[PATH_MAX + 300];
+	snprintf(qdir, sizeof(qdir), "%s/quarantine", s->dir);
+	DIR *d = opendir(qdir);
+	for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+		size_t l = strlen(e->d_name);
+		struct stat st;
+		if (strncmp(e->d_name, "wal-", 4) || l < 8 || strcmp(e->d_name + l - 8, ".damaged"))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", qdir, e->d_name);
+		if (stat(path, &st) != 0)
+			continue;
+		s->st_wal_kept_files++;
+		s->st_wal_kept_bytes += (uint64_t)st.st_size;
+	}
+	if (d)
+		closedir(d);
+	if (s->st_wal_kept_files)
+		rdb_warn("store", "%s holds %llu file(s), %llu bytes, of damaged WAL records kept by "
+			 "a recovery; the writes in them were not replayed. Inspect, then remove "
+			 "them", qdir, (unsigned long long)s->st_wal_kept_files,
+			 (unsigned long long)s->st_wal_kept_bytes);
+}
+
 /* Replays WAL generations newer than the checkpoint into s->active and
  * checkpoints them. Sets s->active->gen to the newest generation seen. */
 static int recover(struct sto *s)
@@ -604,6 +674,8 @@ static int recover(struct sto *s)
 				 (unsigned long long)res.records,
 				 (unsigned long long)res.valid_bytes,
 				 (unsigned long long)res.file_bytes);
+		if (rc == 0)
+			rc = keep_wal_damage(s, gens[i], &res, i + 1 == n);
 		newest = gens[i];
 	}
 	mdl_batch_free(c.b);
@@ -653,7 +725,8 @@ static int open_index(struct sto *s)
 			  "restore index/ from a backup) first.", s->seg_dir, mdb, s->dir);
 		return -ENOENT;
 	}
-	int rc = sto_index_open(path, s->opt.index_map_bytes, &s->ix);
+	int rc = s->opt.read_only ? sto_index_open_ro(path, s->opt.index_map_bytes, &s->ix) :
+				    sto_index_open(path, s->opt.index_map_bytes, &s->ix);
 	if (rc)
 		return rc;
 	struct sto_txn *t;
@@ -715,8 +788,49 @@ static void destroy(struct sto *s)
 	free(s);
 }
 
+/* Read-only: the directory must exist and be a data directory; the LOCK
+ * is taken when the file exists (a server creates it at its first start). */
+static int open_dirs_ro(struct sto *s)
+{
+	char path[PATH_MAX + 16], buf[256];
+	snprintf(path, sizeof(path), "%s/FORMAT", s->dir);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		int rc = -errno;
+		rdb_error("store", "%s: cannot read it (%s); not a rankdb data directory",
+			  path, strerror(-rc));
+		return rc;
+	}
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	bool known = false;
+	for (unsigned v = STO_FORMAT_VERSION_OLDEST; v <= STO_FORMAT_VERSION; v++) {
+		char want[64];
+		snprintf(want, sizeof(want), FORMAT_FILE_TEXT, v);
+		known |= strcmp(buf, want) == 0;
+	}
+	if (!known) {
+		rdb_error("store", "%s names a format this build does not read", path);
+		return RDB_EFORMAT;
+	}
+	snprintf(path, sizeof(path), "%s/LOCK", s->dir);
+	s->lock_fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (s->lock_fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+		int rc = -errno;
+		rdb_error("store", "data directory %s is locked by another process (%s); is "
+			  "another rankdbd or rankctl running on it?", s->dir, path);
+		return rc == -EWOULDBLOCK ? -EBUSY : rc;
+	}
+	return 0;
+}
+
 static int open_dirs(struct sto *s)
 {
+	if (s->opt.read_only)
+		return open_dirs_ro(s);
 	int rc = make_dir(s->dir);
 	if (rc == 0)
 		rc = take_lock(s);
@@ -755,7 +869,13 @@ int sto_open(const struct sto_options *opt, struct sto **out)
 		rc = sto_ring_open(64, &s->ring);
 	if (rc == 0) {
 		s->active = sti_head_new(s->ckpt_gen);
-		rc = s->active ? recover(s) : -ENOMEM;
+		rc = !s->active ? -ENOMEM : s->opt.read_only ? 0 : recover(s);
+	}
+	if (rc == 0)
+		count_kept_damage(s);
+	if (rc == 0 && s->opt.read_only) {
+		*out = s;
+		return 0;
 	}
 	if (rc == 0) {
 		struct sto_wal_options wo = {.dir = s->wal_dir, .gen = s->active->gen,
@@ -781,8 +901,17 @@ int sto_open(const struct sto_options *opt, struct sto **out)
 
 void sto_close(struct sto *s)
 {
+	(void)sto_close_rc(s);
+}
+
+int sto_close_rc(struct sto *s)
+{
 	if (!s)
-		return;
+		return 0;
+	if (s->opt.read_only) {
+		destroy(s);
+		return 0;
+	}
 	atomic_store(&s->closing, true);
 	/* Wait for writes in flight, then stop the flusher. */
 	pthread_rwlock_wrlock(&s->write_lock);
@@ -816,4 +945,5 @@ void sto_close(struct sto *s)
 		rdb_info("store", "closed %s cleanly at checkpoint generation %llu", s->dir,
 			 (unsigned long long)s->ckpt_gen);
 	destroy(s);
+	return rc;
 }

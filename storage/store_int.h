@@ -125,6 +125,9 @@ struct sto {
 	_Atomic uint64_t st_points_written, st_batches_written, st_write_busy;
 	_Atomic uint64_t st_chunks, st_points_sealed, st_chunk_bytes, st_checkpoints;
 	_Atomic uint64_t st_events_written, st_event_chunks, st_batch_dups;
+	/* WAL damage (recovery): ranges found at this open, and the copies
+	 * kept in quarantine/ (files and bytes, counted at open). */
+	uint64_t st_wal_damaged_ranges, st_wal_kept_files, st_wal_kept_bytes;
 };
 
 struct tomb {

@@ -586,6 +586,9 @@ void sto_get_stats(struct sto *s, struct sto_stats *out)
 	out->events_written = atomic_load(&s->st_events_written);
 	out->event_chunks_sealed = atomic_load(&s->st_event_chunks);
 	out->batch_duplicates = atomic_load(&s->st_batch_dups);
+	out->wal_damaged_ranges = s->st_wal_damaged_ranges; /* set at open, then constant */
+	out->wal_kept_files = s->st_wal_kept_files;
+	out->wal_kept_bytes = s->st_wal_kept_bytes;
 	if (s->wal)
 		sto_wal_get_stats(s->wal, &out->wal);
 }

@@ -38,9 +38,18 @@
  * counts them, and the file is truncated back to `size` so no later record
  * ever follows torn bytes. If that truncate fails, the WAL is broken: every
  * append returns RDB_EIO until sto_wal_rotate succeeds (a fresh file is
- * clean again; replay ignores the old file's bad tail). Replay treats a torn
- * or corrupt tail as the expected result of a crash mid-write: it stops
- * there, logs it, and returns 0; only a bad file header is an error.
+ * clean again; replay ignores the old file's bad tail).
+ *
+ * Replay tells a torn tail from damage: at a record that is incomplete or
+ * fails its checks it scans forward, byte by byte, for the next intact
+ * record (plausible header, known type, payload inside the file, matching
+ * XXH3-64). If one exists, the bad bytes in between are damage in the
+ * middle of the log: they are reported (sto_wal_replay_result.damaged, an
+ * ERROR line) and replay goes on with the intact records after them. If
+ * none exists, the bad bytes are the file's tail: the expected result of a
+ * crash mid-write when it is the newest file, logged as a WARN. Keeping
+ * damaged bytes aside (sto_wal_keep_range) is the caller's decision; only a
+ * bad file header is an error.
  */
 #include "storage/wal.h"
 #include "common/rdb_err.h"
@@ -62,6 +71,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -702,6 +712,7 @@ struct replay_ctx {
 	void *arg;
 	struct sto_wal_replay_result res;
 	const char *why; /* the tail's reason, for the log */
+	const char *path; /* the file, for the log */
 };
 
 /* Reads the record at off. 0 and *rec_len, 1 torn, 2 corrupt, or < 0. */
@@ -729,25 +740,100 @@ static int read_record(struct replay_ctx *c, uint64_t off, const uint8_t **rec, 
 	return 0;
 }
 
+/* Whether an intact record starts at off: a plausible header of a known
+ * type whose payload lies inside the file and whose checksum matches.
+ * Used only to resynchronize after damage. 1 yes, 0 no, < 0 I/O error. */
+static int intact_at(struct replay_ctx *c, uint64_t off)
+{
+	const uint8_t *h;
+	uint32_t len;
+	const char *why;
+	if (c->rd.file_bytes - off < STO_WAL_REC_HEADER_SIZE)
+		return 0;
+	int rc = reader_get(&c->rd, off, STO_WAL_REC_HEADER_SIZE, &h);
+	if (rc)
+		return rc < 0 ? rc : 0;
+	if (check_rec_header(h, &len, &why) || h[4] < STO_WAL_REC_POINTS ||
+	    h[4] > STO_WAL_REC_BATCH)
+		return 0;
+	if (c->rd.file_bytes - off - STO_WAL_REC_HEADER_SIZE < len)
+		return 0;
+	rc = reader_get(&c->rd, off, STO_WAL_REC_HEADER_SIZE + (size_t)len, &h);
+	if (rc)
+		return rc < 0 ? rc : 0;
+	int err = 0;
+	bool ok = rec_checksum_ok(h, len, c->gen, &err);
+	return err ? err : ok;
+}
+
+/* The offset of the first intact record after a bad one at bad_off, or
+ * the file size when none follows. 0 or < 0 (I/O error). The scan looks at
+ * every byte offset; a false match needs a 64-bit checksum to agree. */
+static int resync(struct replay_ctx *c, uint64_t bad_off, uint64_t *next)
+{
+	for (uint64_t off = bad_off + 1; off + STO_WAL_REC_HEADER_SIZE <= c->rd.file_bytes;
+	     off++) {
+		int rc = intact_at(c, off);
+		if (rc < 0)
+			return rc;
+		if (rc == 1) {
+			*next = off;
+			return 0;
+		}
+	}
+	*next = c->rd.file_bytes;
+	return 0;
+}
+
+static void note_damage(struct replay_ctx *c, uint64_t off, uint64_t len, int kind)
+{
+	struct sto_wal_replay_result *r = &c->res;
+	if (r->ndamaged < STO_WAL_DAMAGE_KEEP)
+		r->damaged[r->ndamaged] = (struct sto_wal_damage){.off = off, .len = len,
+								   .why = c->why};
+	r->ndamaged++;
+	r->damaged_bytes += len;
+	rdb_error(SUBSYS,
+		  "%s: %s record (%s) at offset %llu, but intact records follow %llu bytes "
+		  "later: this is damage, not a crash. Skipped the damaged bytes and replaying "
+		  "the records after them",
+		  c->path, kind == 1 ? "truncated" : "corrupt", c->why,
+		  (unsigned long long)off, (unsigned long long)len);
+}
+
 static int replay_records(struct replay_ctx *c)
 {
 	uint64_t off = STO_WAL_HEADER_SIZE;
 	int rc = 0;
+	c->res.valid_bytes = off;
 	while (off < c->rd.file_bytes) {
 		const uint8_t *rec;
 		uint32_t len = 0;
 		rc = read_record(c, off, &rec, &len);
 		if (rc < 0)
 			return rc;
-		if (rc > 0)
-			break;
+		if (rc > 0) {
+			uint64_t next;
+			int kind = rc;
+			rc = resync(c, off, &next);
+			if (rc)
+				return rc;
+			if (next >= c->rd.file_bytes) {
+				rc = kind; /* nothing intact after it: the tail */
+				break;
+			}
+			note_damage(c, off, next - off, kind);
+			off = next;
+			rc = 0;
+			continue;
+		}
 		rc = c->fn(c->arg, c->gen, rec[4], rec + STO_WAL_REC_HEADER_SIZE, len);
 		if (rc)
 			return rc;
 		c->res.records++;
 		off += STO_WAL_REC_HEADER_SIZE + (uint64_t)len;
+		c->res.valid_bytes = off;
 	}
-	c->res.valid_bytes = off;
 	c->res.tail = rc;
 	return 0;
 }
@@ -759,9 +845,10 @@ static void log_tail(const struct replay_ctx *c, const char *path)
 		return;
 	rdb_warn(
 	    SUBSYS,
-	    "%s: %s record (%s) at offset %llu; ignored the last %llu bytes after "
-	    "%llu good records; expected after a crash during a write (if rankdbd did not "
-	    "crash, check the disk)",
+	    "%s: %s record (%s) at offset %llu and no intact record after it; ignored the "
+	    "last %llu bytes after %llu good records. At the end of the newest WAL file this "
+	    "is expected after a crash during a write (if rankdbd did not crash, check the "
+	    "disk)",
 	    path, r->tail == 1 ? "torn" : "corrupt", c->why, (unsigned long long)r->valid_bytes,
 	    (unsigned long long)(r->file_bytes - r->valid_bytes), (unsigned long long)r->records);
 }
@@ -785,6 +872,7 @@ int sto_wal_replay(const char *dir, uint64_t gen, sto_wal_replay_fn fn, void *ar
 	const uint8_t *h;
 	struct replay_ctx c = {.rd = {.fd = -1}, .gen = gen, .fn = fn, .arg = arg};
 	int result = wal_path(path, sizeof(path), dir, gen);
+	c.path = path;
 	if (!result)
 		result = replay_open(path, &c.rd);
 	if (result)
@@ -902,4 +990,50 @@ int sto_wal_remove(const char *dir, uint64_t gen)
 	if (unlink(path) != 0)
 		return -errno;
 	return fsync_dir(dir);
+}
+
+int sto_wal_keep_range(const char *dir, uint64_t gen, uint64_t off, uint64_t len,
+		       const char *keep_dir)
+{
+	char from[PATH_MAX], to[PATH_MAX];
+	int in = -1, out = -1;
+	int result = wal_path(from, sizeof(from), dir, gen);
+	if (result)
+		return result;
+	int n = snprintf(to, sizeof(to), "%s/wal-%016llx-%llu.damaged", keep_dir,
+			 (unsigned long long)gen, (unsigned long long)off);
+	if (n < 0 || (size_t)n >= sizeof(to))
+		return -ENAMETOOLONG;
+	if (mkdir(keep_dir, 0755) != 0 && errno != EEXIST)
+		return -errno;
+	in = open(from, O_RDONLY | O_CLOEXEC);
+	if (in < 0)
+		return -errno;
+	out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (out < 0) {
+		result = errno == EEXIST ? 0 : -errno; /* kept by an earlier start */
+		goto out;
+	}
+	uint8_t buf[1 << 16];
+	for (uint64_t done = 0; done < len && result == 0;) {
+		size_t want = len - done < sizeof(buf) ? (size_t)(len - done) : sizeof(buf);
+		size_t got = 0;
+		result = pread_full(in, buf, want, off + done, &got);
+		if (result == 0 && got != want)
+			result = -EIO; /* the file shrank under us */
+		if (result == 0)
+			result = pwrite_all(out, buf, got, done);
+		done += got;
+	}
+	if (result == 0)
+		result = datasync_fd(out);
+	if (result == 0)
+		result = fsync_dir(keep_dir);
+	if (result)
+		(void)unlink(to); /* a partial copy would pass for the whole range */
+out:
+	if (out >= 0)
+		close(out);
+	close(in);
+	return result;
 }

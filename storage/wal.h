@@ -82,20 +82,42 @@ void sto_wal_test_fail_next(struct sto_wal *w, int write_err, int truncate_err);
 typedef int (*sto_wal_replay_fn)(void *arg, uint64_t gen, uint8_t type, const uint8_t *payload,
 				 size_t len);
 
+#define STO_WAL_DAMAGE_KEEP 8 /* damaged ranges whose position a replay keeps */
+
+/* A damaged byte range in the middle of a WAL file: intact records follow. */
+struct sto_wal_damage {
+	uint64_t off, len; /* file offset and length in bytes */
+	const char *why;   /* static text: "checksum mismatch", ... */
+};
+
 struct sto_wal_replay_result {
 	uint64_t records;      /* applied */
 	uint64_t valid_bytes;  /* file offset just past the last good record */
 	uint64_t file_bytes;   /* file size */
-	int tail;              /* 0 clean end, 1 torn (incomplete) record, 2 corrupt record */
+	int tail;              /* 0 clean end, 1 torn (incomplete) record, 2 corrupt record:
+				* bad bytes [valid_bytes, file_bytes) with nothing intact after */
+	uint32_t ndamaged;     /* damaged ranges in the middle (intact records follow) */
+	uint64_t damaged_bytes;
+	struct sto_wal_damage damaged[STO_WAL_DAMAGE_KEEP]; /* the first ndamaged of them */
 };
 
-/* Reads wal-<gen>.log in dir and calls fn for each valid record in order.
- * Stops at a torn or corrupt tail, logs what it found (file, offset, bytes
- * dropped) and returns 0; the bad tail is not an error. A bad file header
- * (magic, version, generation) returns RDB_ECORRUPT or RDB_EFORMAT. If fn
- * returns non-zero, replay stops and returns that value. */
+/* Reads wal-<gen>.log in dir and calls fn for each intact record in order.
+ * A record that is incomplete or fails its checks is skipped together with
+ * the bytes up to the next intact record (damage in the middle: in
+ * res->damaged, logged as an ERROR), or, when no intact record follows,
+ * ends the replay (the tail: res->tail, logged as a WARN). Neither is an
+ * error; a bad file header (magic, version, generation) returns
+ * RDB_ECORRUPT or RDB_EFORMAT. If fn returns non-zero, replay stops and
+ * returns that value. Reads only: the file is never changed. */
 int sto_wal_replay(const char *dir, uint64_t gen, sto_wal_replay_fn fn, void *arg,
 		   struct sto_wal_replay_result *res);
+
+/* Copies bytes [off, off + len) of wal-<gen>.log in dir into a new file
+ * keep_dir/wal-<gen>-<off>.damaged (created if needed; an existing copy is
+ * kept as it is), fsyncs it and keep_dir, so that damaged WAL bytes are
+ * never lost with the WAL file. 0 or -errno. Blocks (I/O). */
+int sto_wal_keep_range(const char *dir, uint64_t gen, uint64_t off, uint64_t len,
+		       const char *keep_dir);
 
 /* Lists the generations of the wal-*.log files in dir, ascending, into a
  * malloc'ed array (caller frees). Ignores other names. 0 or -errno. */

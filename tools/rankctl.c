@@ -710,12 +710,13 @@ static int dir_verify(const struct opts *o, struct sto *s, struct sto_verify_rep
 	rep.problems += wal->problems;
 	printf("{\"ok\":%s,\"segments\":%llu,\"records\":%llu,\"chunks\":%llu,\"event_chunks\":%llu,"
 	       "\"supersede_records\":%llu,\"wal_files\":%llu,\"damaged\":%llu,"
-	       "\"quarantined\":%llu}\n",
+	       "\"quarantined\":%llu,\"wal_damaged_ranges\":%llu,\"wal_damage_kept_files\":%llu}\n",
 	       rep.problems ? "false" : "true", (unsigned long long)rep.segments,
 	       (unsigned long long)rep.records, (unsigned long long)rep.chunks,
 	       (unsigned long long)rep.event_chunks, (unsigned long long)rep.supersede_records,
 	       (unsigned long long)wal->wal_files, (unsigned long long)rep.problems,
-	       (unsigned long long)rep.quarantined);
+	       (unsigned long long)rep.quarantined, (unsigned long long)wal->wal_damaged_ranges,
+	       (unsigned long long)rep.wal_kept_files);
 	return rep.problems ? 3 : 0;
 }
 
@@ -726,11 +727,12 @@ static int dir_cmd(const struct opts *o)
 	struct sto_verify_report wal = {0};
 	const char *c = o->pos[0];
 	bool verify = strcmp(c, "verify") == 0;
-	/* WAL checks before opening: opening replays and removes the WAL. */
+	/* WAL checks (read-only, like the rest of verify without --quarantine). */
 	if (verify && sto_verify_wal(o->data_dir, print_problem, NULL, &wal) != 0)
 		wal.problems++;
 	sto_options_default(&so);
 	so.data_dir = o->data_dir;
+	so.read_only = verify && !o->quarantine; /* verify changes nothing */
 	int rc = sto_open(&so, &s);
 	if (rc) {
 		fprintf(stderr, "rankctl: cannot open %s: %s%s\n", o->data_dir, rdb_strerror(rc),

@@ -126,7 +126,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		goto out;
 	struct sto_wal_replay_result res;
 	if (sto_wal_replay(dir_path, FUZZ_GEN, on_record, b, &res) == 0 &&
-	    (res.valid_bytes > res.file_bytes || res.tail < 0 || res.tail > 2))
+	    (res.valid_bytes > res.file_bytes || res.tail < 0 || res.tail > 2 ||
+	     res.damaged_bytes > res.file_bytes))
 		abort();
 out:
 	free(body);

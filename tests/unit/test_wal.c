@@ -391,6 +391,22 @@ static void poke(const char *path, uint64_t off, uint8_t xor_mask)
 	close(fd);
 }
 
+/* Damage in the middle: record 2 is skipped with exactly its bytes, the
+ * intact records 3 and 4 after it are replayed. */
+static void check_middle_damage(const char *dir, struct seen *s, uint64_t rec2, uint64_t end2)
+{
+	struct sto_wal_replay_result r;
+	CHECK_EQ_INT(replay(dir, 3, s, &r), 0);
+	CHECK_EQ_INT(r.records, 4);
+	CHECK_EQ_INT(r.tail, 0);
+	CHECK_EQ_INT(r.ndamaged, 1);
+	CHECK_EQ_INT(r.damaged[0].off, rec2);
+	CHECK_EQ_INT(r.damaged[0].len, end2 - rec2);
+	CHECK_EQ_INT(r.damaged_bytes, end2 - rec2);
+	CHECK(s->n == 4 && s->id[0] == 0 && s->id[1] == UINT64_MAX && s->id[2] == 3 &&
+	      s->id[3] == 4);
+}
+
 static void test_corrupt_record(void)
 {
 	char dir[PATH_MAX], path[PATH_CAP];
@@ -402,28 +418,50 @@ static void test_corrupt_record(void)
 	struct seen *s = seen_new();
 	struct sto_wal_replay_result r;
 	uint64_t rec2 = ends[1];
-	/* Payload bytes of record 2, then the header bytes that must read as
-	 * corrupt (high length byte, type, reserved, checksum). */
-	const uint64_t offs[] = {rec2 + 16, rec2 + 16 + 50, rec2 + 16 + 99, rec2 + 3, rec2 + 4,
-				 rec2 + 5,  rec2 + 7,	    rec2 + 8,	    rec2 + 15};
+	/* Payload bytes of record 2, then its header bytes (every length byte,
+	 * type, reserved, checksum). */
+	const uint64_t offs[] = {rec2 + 16, rec2 + 16 + 50, rec2 + 16 + 99, rec2, rec2 + 1,
+				 rec2 + 2,  rec2 + 3,	    rec2 + 4,	    rec2 + 5,
+				 rec2 + 7,  rec2 + 8,	    rec2 + 15};
 	for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
 		poke(path, offs[i], 0xff);
-		CHECK_EQ_INT(replay(dir, 3, s, &r), 0);
-		CHECK_EQ_INT(r.records, 2);
-		CHECK_EQ_INT(r.tail, 2);
-		CHECK_EQ_INT(r.valid_bytes, rec2);
-		poke(path, offs[i], 0xff);
+		check_middle_damage(dir, s, rec2, ends[2]);
+		poke(path, offs[i], 0x01 ^ 0xff);
+		check_middle_damage(dir, s, rec2, ends[2]);
+		poke(path, offs[i], 0x01);
 	}
-	/* Low length bytes: a longer length can look like a torn tail; either
-	 * way nothing from record 2 on is applied. */
-	for (uint64_t off = rec2; off < rec2 + 3; off++) {
-		poke(path, off, 0x01);
-		CHECK_EQ_INT(replay(dir, 3, s, &r), 0);
-		CHECK(r.records == 2 && r.tail != 0 && r.valid_bytes == rec2);
-		poke(path, off, 0x01);
-	}
+	/* The last record damaged: nothing intact follows, so it is the tail. */
+	poke(path, ends[3] + 20, 0x04);
 	CHECK_EQ_INT(replay(dir, 3, s, &r), 0);
-	CHECK(r.records == 5 && r.tail == 0);
+	CHECK(r.records == 4 && r.tail == 2 && r.ndamaged == 0 && r.valid_bytes == ends[3]);
+	poke(path, ends[3] + 20, 0x04);
+	CHECK_EQ_INT(replay(dir, 3, s, &r), 0);
+	CHECK(r.records == 5 && r.tail == 0 && r.ndamaged == 0);
+	/* Record 1 damaged, record 3 damaged and record 4 torn: 1 is damage in
+	 * the middle (record 2 follows intact), 3 and 4 are the tail. */
+	poke(path, ends[0] + 9, 0x80);
+	poke(path, ends[2] + 16, 0x80);
+	CHECK_EQ_INT(truncate(path, (off_t)(ends[4] - 3)), 0);
+	CHECK_EQ_INT(replay(dir, 3, s, &r), 0);
+	CHECK(r.records == 2 && r.ndamaged == 1 && r.tail == 2 && s->id[0] == 0 && s->id[1] == 2);
+	CHECK(r.damaged[0].off == ends[0] && r.damaged[0].len == 16 && r.valid_bytes == ends[2]);
+	/* keep_range copies the damaged bytes exactly, and once. */
+	char keep[PATH_CAP], kept[PATH_CAP + 64];
+	snprintf(keep, sizeof(keep), "%s/keep", dir);
+	CHECK_EQ_INT(sto_wal_keep_range(dir, 3, ends[2], ends[3] - ends[2], keep), 0);
+	CHECK_EQ_INT(sto_wal_keep_range(dir, 3, ends[2], ends[3] - ends[2], keep), 0);
+	snprintf(kept, sizeof(kept), "%s/wal-%016llx-%llu.damaged", keep, 3ull,
+		 (unsigned long long)ends[2]);
+	uint8_t a[64], b[64];
+	int fa = open(path, O_RDONLY), fb = open(kept, O_RDONLY);
+	CHECK(fa >= 0 && fb >= 0);
+	CHECK_EQ_INT(pread(fa, a, 53, (off_t)ends[2]), 53);
+	CHECK_EQ_INT(pread(fb, b, sizeof(b), 0), 53);
+	CHECK(memcmp(a, b, 53) == 0);
+	close(fa);
+	close(fb);
+	CHECK_EQ_INT(unlink(kept), 0);
+	CHECK_EQ_INT(rmdir(keep), 0);
 	free(s);
 	remove_dir(dir);
 }
