@@ -115,7 +115,7 @@ static int job_room(struct ev_job *j, size_t more, uint64_t *grown)
 	return 0;
 }
 
-static struct ev_rec *rec_new(const struct mdl_event *e)
+struct ev_rec *ev_rec_new(const struct mdl_event *e)
 {
 	struct ev_rec *r = malloc(sizeof(struct ev_rec) + e->text_len + e->fields_len);
 	if (!r)
@@ -163,7 +163,7 @@ int evh_prepare(struct ev_head *h, const struct mdl_events *b, struct ev_job **j
 		const struct mdl_event *e = mdl_events_at(b, done);
 		struct ev_job *j = job_get_or_add(h, e->job, e->job_len);
 		rc = j ? job_room(j, 1, &added) : -ENOMEM;
-		recs[done] = rc == 0 ? rec_new(e) : NULL;
+		recs[done] = rc == 0 ? ev_rec_new(e) : NULL;
 		if (!recs[done]) {
 			rc = -ENOMEM;
 			break;

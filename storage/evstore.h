@@ -40,6 +40,10 @@ struct ev_head {
 	uint64_t bytes;
 };
 
+/* A head record holding a copy of e's fields, text and fields JSON;
+ * malloc'd (free with free), NULL when out of memory. */
+struct ev_rec *ev_rec_new(const struct mdl_event *e);
+
 struct ev_head *evh_new(void);
 void evh_free(struct ev_head *h); /* NULL ok */
 /* Two-phase apply, so that a write whose WAL record is durable can always

@@ -421,22 +421,9 @@ static int index_group(struct rb *b, const struct rec_at *a, const char **why)
 static int events_to_recs(const struct ev_decoded *d, struct ev_rec **recs)
 {
 	for (size_t i = 0; i < d->n; i++) {
-		const struct mdl_event *e = &d->ev[i];
-		struct ev_rec *r = malloc(sizeof(*r) + e->text_len + e->fields_len);
-		if (!r)
+		recs[i] = ev_rec_new(&d->ev[i]);
+		if (!recs[i])
 			return -ENOMEM;
-		r->kind = e->kind;
-		r->level = e->level;
-		r->rank = e->rank;
-		r->attempt = e->attempt;
-		r->ts_ns = e->ts_ns;
-		r->step = e->step;
-		r->duration_ns = e->duration_ns;
-		r->text_len = (uint32_t)e->text_len;
-		r->fields_len = (uint32_t)e->fields_len;
-		memcpy(r->data, e->text, e->text_len);
-		memcpy(r->data + e->text_len, e->fields, e->fields_len);
-		recs[i] = r;
 	}
 	return 0;
 }
