@@ -253,4 +253,10 @@ int qry_meta_put(const char *data_dir, const char *job, const void *doc, size_t 
  * (QRY_E_INTERNAL). */
 int qry_meta_get(const char *data_dir, const char *job, struct rdb_buf *out, struct qry_error *err);
 
+/* Removes the job's metadata document durably (unlink, fsync of the
+ * directory): called when the job is deleted. 0 when removed; RDB_ENOTFOUND
+ * when there was none; RDB_EINVAL for a bad job id; -errno. Blocks on the
+ * file system. */
+int qry_meta_delete(const char *data_dir, const char *job);
+
 #endif
