@@ -12,6 +12,7 @@
 #include "server/grafana_int.h"
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
+#include "common/rdb_time.h"
 #include "query/agg.h"
 
 #include <errno.h>
@@ -25,93 +26,20 @@
 
 /* ---- time range --------------------------------------------------------------- */
 
-static bool digits(const char **p, int n, int *out)
-{
-	int v = 0;
-	for (int i = 0; i < n; i++) {
-		char c = (*p)[i];
-		if (c < '0' || c > '9')
-			return false;
-		v = v * 10 + (c - '0');
-	}
-	*p += n;
-	*out = v;
-	return true;
-}
-
-/* Days from 1970-01-01 to y-m-d (proleptic Gregorian; H. Hinnant's algorithm). */
-static int64_t days_from_civil(int64_t y, int m, int d)
-{
-	y -= m <= 2;
-	int64_t era = (y >= 0 ? y : y - 399) / 400;
-	int64_t yoe = y - era * 400;
-	int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-	int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-	return era * 146097 + doe - 719468;
-}
-
-/* hh:mm[:ss[.frac]] into ms of the day. */
-static bool parse_clock(const char **p, int64_t *ms)
-{
-	int h, mi, s = 0, frac = 0, scale = 1000;
-	if (!digits(p, 2, &h) || *(*p)++ != ':' || !digits(p, 2, &mi) || h > 23 || mi > 59)
-		return false;
-	if (**p == ':' && (++*p, !digits(p, 2, &s) || s > 60))
-		return false;
-	if (**p == '.' || **p == ',') {
-		++*p;
-		if (**p < '0' || **p > '9')
-			return false;
-		for (; **p >= '0' && **p <= '9'; ++*p)
-			if (scale > 1) {
-				scale /= 10;
-				frac += (**p - '0') * scale;
-			}
-	}
-	*ms = ((int64_t)h * 3600 + mi * 60 + s) * 1000 + frac;
-	return true;
-}
-
-/* Z, +hh:mm, +hhmm, +hh, or nothing (UTC), into the offset in ms. */
-static bool parse_zone(const char *p, int64_t *off_ms)
-{
-	int h = 0, m = 0;
-	*off_ms = 0;
-	if (*p == 0 || ((*p == 'Z' || *p == 'z') && p[1] == 0))
-		return true;
-	if (*p != '+' && *p != '-')
-		return false;
-	int sign = *p++ == '-' ? -1 : 1;
-	if (!digits(&p, 2, &h))
-		return false;
-	if (*p == ':')
-		p++;
-	if (*p && !digits(&p, 2, &m))
-		return false;
-	*off_ms = sign * ((int64_t)h * 60 + m) * 60000;
-	return *p == 0 && h < 24 && m < 60;
-}
-
-/* ISO-8601 (moment.toISOString and friends) or an integer of ms since the
- * epoch, clamped to what ns can hold. */
+/* An integer of ms since the epoch, or any time srv_parse_time_ns reads
+ * (RFC 3339 as moment.toISOString writes it, now-1h), clamped to what ns
+ * can hold. */
 static bool parse_iso_ms(const char *s, int64_t *ms)
 {
-	int y, mo, d;
-	int64_t tod = 0, off;
 	char *end;
-	const char *p = s;
 	long long n = strtoll(s, &end, 10);
+	int64_t ns;
 	if (end != s && *end == 0) {
 		*ms = n;
+	} else if (srv_parse_time_ns(s, rdb_now_ns(), &ns) == 0) {
+		*ms = ns / 1000000 - (ns % 1000000 < 0);
 	} else {
-		if (!digits(&p, 4, &y) || *p++ != '-' || !digits(&p, 2, &mo) || *p++ != '-' ||
-		    !digits(&p, 2, &d) || mo < 1 || mo > 12 || d < 1 || d > 31)
-			return false;
-		if ((*p == 'T' || *p == 't' || *p == ' ') && (++p, !parse_clock(&p, &tod)))
-			return false;
-		if (!parse_zone(p, &off))
-			return false;
-		*ms = days_from_civil(y, mo, d) * 86400000 + tod - off;
+		return false;
 	}
 	*ms = *ms > GF_MS_MAX ? GF_MS_MAX : *ms < -GF_MS_MAX ? -GF_MS_MAX : *ms;
 	return true;
@@ -128,7 +56,7 @@ static int parse_time(struct gf *g, const json_t *v, const char *what, int64_t *
 	if (json_is_string(v) && parse_iso_ms(json_string_value(v), ms))
 		return 0;
 	return gf_fail(g, 400, "range.%s must be an ISO-8601 time such as "
-		       "\"2024-10-18T06:33:44.866Z\" or ms since the epoch", what);
+		       "\"2024-10-18T06:33:44.866Z\", \"now-1h\" or ms since the epoch", what);
 }
 
 /* "500ms", "30s", "5m", "1h", "1d", "1w" -> ms; 0 if unreadable. */

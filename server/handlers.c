@@ -162,8 +162,8 @@ void srv_count_outcome(struct srv_ctx *ctx, const struct ing_outcome *o)
 }
 
 /* Parses a JSON body into b / ev; answers and returns non-zero on failure. */
-static int parse_json_body(struct srv_req *req, struct srv_resp *resp, struct mdl_batch *b,
-			   struct mdl_events *ev, struct ing_parse_result *res)
+static int parse_json_body(struct srv_req *req, struct srv_resp *resp, int64_t precision_ns,
+			   struct mdl_batch *b, struct mdl_events *ev, struct ing_parse_result *res)
 {
 	struct srv_ctx *ctx = req->ctx;
 	struct rdb_buf inflated;
@@ -183,6 +183,9 @@ static int parse_json_body(struct srv_req *req, struct srv_resp *resp, struct md
 	struct ing_parse_opts po = {.lim = &ctx->limits};
 	ing_lp_options_default(&po.lp);
 	po.lp.default_ts_ns = rdb_now_ns();
+	po.lp.precision_ns = precision_ns;
+	/* In ns, a time before 2001 is a unit mistake (seconds, ms, us). */
+	po.json_min_ts_ns = precision_ns == 1 ? ING_JSON_MIN_TS_S * INT64_C(1000000000) : 0;
 	rc = ing_proto_json.parse(body, len, &po, b, ev, res);
 	rdb_buf_free(&inflated);
 	if (rc == RDB_ENOTFOUND)
@@ -207,6 +210,14 @@ static int parse_json_body(struct srv_req *req, struct srv_resp *resp, struct md
 	return rc;
 }
 
+static const char *req_arg(const struct srv_req *req, const char *key)
+{
+	for (int i = 0; i < req->nargs; i++)
+		if (strcmp(req->args[i].key, key) == 0)
+			return req->args[i].val;
+	return NULL;
+}
+
 static void handle_write(struct srv_req *req, struct srv_resp *resp)
 {
 	struct srv_ctx *ctx = req->ctx;
@@ -218,6 +229,15 @@ static void handle_write(struct srv_req *req, struct srv_resp *resp)
 	struct ing_outcome o;
 	char why[256];
 	size_t max_points = ctx->cfg->max_records_per_request * ctx->cfg->max_metrics_per_record;
+	int64_t precision_ns = 1;
+	const char *prec = req_arg(req, "precision");
+	if (prec && (!(strcmp(prec, "ns") == 0 || strcmp(prec, "us") == 0 ||
+		       strcmp(prec, "ms") == 0 || strcmp(prec, "s") == 0) ||
+		     ing_lp_precision(prec, &precision_ns))) {
+		atomic_fetch_add(&ctx->counters.write_rejected_invalid, 1);
+		srv_error(resp, 400, "precision must be one of ns, us, ms, s, got '%.32s'", prec);
+		return;
+	}
 	if (srv_req_batch_id(req, &w.batch_id, &w.batch_id_len, why, sizeof(why))) {
 		atomic_fetch_add(&ctx->counters.write_rejected_invalid, 1);
 		srv_error(resp, 400, "%s", why);
@@ -232,7 +252,7 @@ static void handle_write(struct srv_req *req, struct srv_resp *resp)
 		srv_error(resp, 500, "out of memory; nothing of this request was stored");
 		goto out;
 	}
-	if (parse_json_body(req, resp, b, ev, &res))
+	if (parse_json_body(req, resp, precision_ns, b, ev, &res))
 		goto out;
 	w.points = b;
 	w.events = ev;
@@ -364,9 +384,14 @@ static int parse_range(const struct srv_req *req, struct range_params *p, char *
 				 "from, to, step_from, step_to)", k);
 			return -EINVAL;
 		}
-		if (num && srv_parse_i64(v, num)) {
-			snprintf(why, whylen, "parameter %s must be an integer (%s), got '%.64s'", k,
-				 k[0] == 's' ? "a training step" : "nanoseconds since the epoch", v);
+		if (num && k[0] != 's' && srv_parse_time_ns(v, rdb_now_ns(), num)) {
+			snprintf(why, whylen, "parameter %s must be a time (%s), got '%.64s'", k,
+				 SRV_TIME_HELP, v);
+			return -EINVAL;
+		}
+		if (num && k[0] == 's' && srv_parse_i64(v, num)) {
+			snprintf(why, whylen, "parameter %s must be an integer (a training step), "
+				 "got '%.64s'", k, v);
 			return -EINVAL;
 		}
 		if (rc)

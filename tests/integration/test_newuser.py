@@ -1,0 +1,87 @@
+"""What a new user trips over (issue 15): timestamp units on JSON writes,
+RFC 3339 and relative query times, InfluxDB compatibility (/ping, /query,
+the real Python client), Grafana M4 spikes, rollups through every
+downsample path, spans-only straggler reports, metric aliases, the job
+listing, and the consistency fixes."""
+
+import json
+import time
+import urllib.parse
+
+from harness import T0, Server
+
+SEC = 1_000_000_000
+
+
+def _get(s, path, **params):
+    items = [(k, str(v)) for k, v in params.items() if v is not None]
+    return s.get_json(path + "?" + urllib.parse.urlencode(items))
+
+
+def _iso(ts_ns):
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts_ns // SEC)) + \
+        ".%03dZ" % (ts_ns % SEC // 1000000)
+
+
+def test_json_write_seconds_is_refused_with_unit_and_precision_works():
+    s = Server().start()
+    secs = T0 // SEC
+    for val, unit in ((secs, "s"), (secs * 1000, "ms"), (secs * 1000000, "us")):
+        st, body = s.write([{"job": "u", "rank": 0, "step": 1, "timestamp": val,
+                             "metrics": {"loss": 1.0}}])
+        assert st == 400, (st, body)
+        assert "looks like %s" % unit in body["error"], body
+    st, body = s.write([{"job": "u", "rank": 0, "step": 1, "timestamp": 5,
+                         "metrics": {"loss": 1.0}}])
+    assert st == 400 and "2001" in body["error"], body
+    # the same seconds with ?precision=s are stored at the right time
+    for prec, val in (("s", secs), ("ms", secs * 1000), ("us", secs * 1000000), ("ns", T0)):
+        st, _, data = s.post("/api/v1/write?precision=" + prec, json.dumps(
+            [{"job": "u" + prec, "rank": 0, "step": 1, "timestamp": val,
+              "metrics": {"loss": 2.0}}]))
+        assert st == 200, (prec, st, data)
+        st, r = _get(s, "/api/v1/query/range", job="u" + prec, metric="loss")
+        assert st == 200, r
+        got = [t for sr in r["series"] for t in sr["timestamps"]]
+        assert got == [T0], (prec, r)
+    st, _, data = s.post("/api/v1/write?precision=h", "[]")
+    assert st == 400 and b"precision" in data, data
+    s.stop()
+
+
+def test_query_times_rfc3339_and_relative():
+    s = Server().start()
+    now = time.time_ns()
+    recs = [{"job": "t", "rank": 0, "step": i, "timestamp": now - (100 - i) * 60 * SEC,
+             "metrics": {"loss": float(i)}} for i in range(100)]
+    s.write_ok(recs)
+    # the last 30 minutes: steps 70..99 (+ maybe one at the edge of the clock)
+    st, r = _get(s, "/api/v1/query/range", job="t", metric="loss", **{"from": "now-30m",
+                                                                      "to": "now"})
+    assert st == 200, r
+    steps = [st for sr in r["series"] for st in sr["steps"]]
+    assert 29 <= len(steps) <= 30 and steps[-1] == 99, steps
+    frm, to = recs[10]["timestamp"], recs[19]["timestamp"]
+    st, r = _get(s, "/api/v1/query/range", job="t", metric="loss",
+                 **{"from": _iso(frm - frm % 1000000), "to": _iso(to + 1000000)})
+    assert st == 200, r
+    steps = [st for sr in r["series"] for st in sr["steps"]]
+    assert steps == list(range(10, 20)), steps
+    st, r = _get(s, "/api/v1/query/downsample", job="t", metric="loss", points=10,
+                 **{"from": "now-30m", "to": "now"})
+    assert st == 200, r
+    cnt = sum(c for sr in r["series"] for c in sr["count"])
+    assert 29 <= cnt <= 30, r
+    st, r = _get(s, "/api/v1/query/range", job="t", metric="loss", **{"from": "yesterday"})
+    assert st == 400 and "RFC 3339" in r["error"], r
+    st, _, _ = s.post("/api/v1/write", json.dumps(
+        [{"type": "log", "job": "t", "rank": 0, "step": 5, "timestamp": now - 7200 * SEC,
+          "message": "old"},
+         {"type": "log", "job": "t", "rank": 0, "step": 6, "timestamp": now - 10 * SEC,
+          "message": "new"}]))
+    assert st == 200
+    st, r = _get(s, "/api/v1/logs", job="t", **{"from": "now-1h"})
+    assert st == 200, r
+    msgs = [e["message"] for e in r["logs"] if not e["fields"].get("rankdb")]
+    assert msgs == ["new"], r
+    s.stop()
