@@ -11,6 +11,10 @@
  *   ingest_routes.c
  *     POST /write                        InfluxDB 1.x line protocol
  *     POST /api/v2/write                 InfluxDB 2.x line protocol
+ *   influx_routes.c (listed last: the InfluxDB 1.x read side)
+ *     GET|HEAD /ping                     204 + X-Influxdb-Version
+ *     GET|POST /query                    CREATE DATABASE, SHOW DATABASES,
+ *                                        SHOW MEASUREMENTS, SELECT fn(f) ... GROUP BY time()
  *   grafana.c (Grafana JSON datasource; a trailing slash is tolerated)
  *     GET|POST /grafana                  datasource test
  *     POST /grafana/metrics, /metric-payload-options, /query, /variable,
@@ -700,6 +704,6 @@ void srv_dispatch(struct srv_req *req, struct srv_resp *resp)
 	static const struct srv_route_table *const tables[] = {
 		&srv_core_routes,   &srv_ingest_routes, &srv_grafana_routes, &srv_admin_routes,
 		&srv_events_routes, &srv_detect_routes, &srv_ui_routes,	    &srv_query_routes,
-		&srv_catalog_routes};
+		&srv_catalog_routes, &srv_influx_routes};
 	srv_route_dispatch(tables, sizeof(tables) / sizeof(tables[0]), req, resp);
 }

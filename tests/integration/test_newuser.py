@@ -85,3 +85,60 @@ def test_query_times_rfc3339_and_relative():
     msgs = [e["message"] for e in r["logs"] if not e["fields"].get("rankdb")]
     assert msgs == ["new"], r
     s.stop()
+
+
+INFLUX_CLIENT = r'''
+import json, sys
+from influxdb import InfluxDBClient
+port, t0 = int(sys.argv[1]), int(sys.argv[2])
+c = InfluxDBClient(host="127.0.0.1", port=port, database="pyjob")
+out = {"ping": c.ping()}
+c.create_database("pyjob")
+pts = [{"measurement": "train", "tags": {"job": "pyjob", "rank": str(r)},
+        "time": t0 + i * 10**9, "fields": {"loss": float(i + r), "step": i}}
+       for i in range(60) for r in range(2)]
+out["write"] = c.write_points(pts, time_precision="n")
+out["dbs"] = [d["name"] for d in c.get_list_database()]
+out["meas"] = [m["name"] for m in c.get_list_measurements()]
+rs = c.query("SELECT mean(loss) FROM train WHERE time >= %d AND time < %d GROUP BY time(10s)"
+             % (t0, t0 + 60 * 10**9), epoch="ns")
+out["points"] = list(rs.get_points())
+try:
+    c.query("DROP MEASUREMENT train")
+    out["drop"] = "no error"
+except Exception as e:
+    out["drop"] = "%s: %s" % (type(e).__name__, e)
+print(json.dumps(out))
+'''
+
+
+def test_influxdb_python_client():
+    import subprocess
+    s = Server().start()
+    st, h, body = s.request("GET", "/ping")
+    assert st == 204 and h.get("x-influxdb-version"), (st, h)
+    st, h, body = s.request("HEAD", "/ping")
+    assert st == 204 and h.get("x-influxdb-build"), (st, h)
+    t0 = T0 - T0 % (10 * SEC)
+    p = subprocess.run(["/usr/bin/python3", "-c", INFLUX_CLIENT, str(s.port), str(t0)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["ping"], out
+    assert out["write"] is True, out
+    assert "pyjob" in out["dbs"], out
+    assert out["meas"] == ["train"], out
+    got = [(pt["time"], pt["mean"]) for pt in out["points"]]
+    # bucket k holds steps 10k..10k+9 of ranks 0 and 1: mean = 10k + 4.5 + 0.5
+    assert got == [(t0 + k * 10 * SEC, 10 * k + 5.0) for k in range(6)], got
+    assert "not supported" in out["drop"], out
+    # Telegraf: CREATE DATABASE as a form body; errors in InfluxDB's shape
+    st, _, body = s.post("/query", "q=CREATE+DATABASE+%22telegraf%22",
+                         content_type="application/x-www-form-urlencoded")
+    assert st == 200 and json.loads(body) == {"results": [{"statement_id": 0}]}, body
+    st, r = _get(s, "/query", q="SHOW DATABASES; SELECT * FROM train", db="pyjob")
+    assert st == 200 and len(r["results"]) == 2, r
+    assert r["results"][1]["statement_id"] == 1 and "error" in r["results"][1], r
+    st, r = _get(s, "/query", db="pyjob")
+    assert st == 400 and "q" in r["error"], r
+    s.stop()
