@@ -165,15 +165,15 @@ static int tgt_aggs(struct gf *g, struct tgt *t)
 		while (k < AG_N && strcmp(gf_agg_names[k], s.v.v[i]))
 			k++;
 		if (k == AG_N)
-			rc = gf_fail(g, 400, "target '%.200s': unknown agg '%.40s' (known: avg, raw, "
-				     "min, max, first, last, sum, count, p50, p90, p99, "
+			rc = gf_fail(g, 400, "target '%.200s': unknown agg '%.40s' (known: m4, avg, "
+				     "raw, min, max, first, last, sum, count, p50, p90, p99, "
 				     "crossrank-mean, crossrank-min, crossrank-max, "
 				     "crossrank-median)", t->name, s.v.v[i]);
 		else
 			t->aggs |= BIT(k);
 	}
 	if (t->aggs == 0)
-		t->aggs = BIT(AG_AVG);
+		t->aggs = BIT(AG_M4); /* visually lossless (Jugel et al., VLDB 2014) */
 	gf_set_free(&s);
 	return gf_chk(g, rc);
 }
@@ -394,7 +394,7 @@ static int wr_begin(struct wr *w, const char *job, const char *rank, const char 
 {
 	struct rdb_buf *b = w->g->out;
 	char name[MDL_METRIC_MAX + MDL_JOB_MAX + 80];
-	const char *lab = a == AG_AVG ? NULL : agg_label(a);
+	const char *lab = a == AG_AVG || a == AG_M4 ? NULL : agg_label(a);
 	w->job = job;
 	w->metric = metric;
 	w->agg = a;
@@ -521,6 +521,97 @@ static int emit_raw(struct wr *w, struct qry_scan *sc, const struct qry_series *
 	return rc ? rc : wr_end(w);
 }
 
+/* M4 of one bucket from its aggregate alone (the raw points are too many or
+ * rolled up): first and last at their times, min and max between them. */
+static int m4_from_agg(struct wr *w, const struct qry_bucket *b)
+{
+	int64_t t0 = gf_floor_div(b->a.first_ts_ns, 1000000);
+	int64_t t1 = gf_floor_div(b->a.last_ts_ns, 1000000);
+	int64_t mid = t0 + (t1 - t0) / 2;
+	int rc = wr_point(w, t0, rdb_bits_f64(b->a.first_bits), true);
+	if (rc == 0 && b->a.count)
+		rc = wr_point(w, mid, b->a.min, true);
+	if (rc == 0 && b->a.count && b->a.max != b->a.min)
+		rc = wr_point(w, mid, b->a.max, true);
+	if (rc == 0 && t1 != t0)
+		rc = wr_point(w, t1, rdb_bits_f64(b->a.last_bits), true);
+	return rc;
+}
+
+/* Writes the points idx[0..n) of p (ascending, duplicates skipped). */
+static int m4_flush(struct wr *w, const struct mdl_cols *p, size_t *idx, size_t n)
+{
+	int rc = 0;
+	for (size_t i = 1; i < n; i++) /* insertion sort of at most 4 */
+		for (size_t j = i; j > 0 && idx[j - 1] > idx[j]; j--) {
+			size_t t = idx[j];
+			idx[j] = idx[j - 1];
+			idx[j - 1] = t;
+		}
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		if (i == 0 || idx[i] != idx[i - 1])
+			rc = wr_point(w, gf_floor_div(p->ts_ns[idx[i]], 1000000),
+				      rdb_bits_f64(p->value[idx[i]]), true);
+	return rc;
+}
+
+/* agg=m4 (the default): per bucket the first, min, max and last stored
+ * points at their own times (M4, Jugel et al., VLDB 2014), read raw when the
+ * range holds at most max_query_points points, else (and where retention
+ * left only rollups) from the bucket aggregates. */
+static int emit_m4(struct wr *w, struct qry_scan *sc, const struct qry_series *s,
+		   const struct sto_range *range, const struct gf_range *r,
+		   const struct qry_buckets *bs)
+{
+	char rank[16];
+	uint64_t raw_count = 0;
+	for (size_t i = 0; i < bs->n; i++)
+		raw_count += bs->b[i].a.count + bs->b[i].a.nan_count;
+	int rc = qry_read_series(sc, s->id, range, w->g->max_points, &sc->tmp);
+	bool raw = rc == 0 && sc->tmp.n == raw_count; /* else rolled up in part */
+	if (rc && rc != RDB_ELIMIT)
+		return read_fail(w->g, rc, s, sc);
+	gf_rank_text(s->key.rank, rank);
+	rc = wr_begin(w, s->key.job, rank, s->key.metric, AG_M4);
+	if (!raw) {
+		for (size_t i = 0; rc == 0 && i < bs->n; i++)
+			rc = m4_from_agg(w, &bs->b[i]);
+		return rc ? rc : wr_end(w);
+	}
+	const struct mdl_cols *p = &sc->tmp;
+	size_t idx[4] = {0, 0, 0, 0}, mn = 0, mx = 0;
+	bool have = false, val = false;
+	int64_t key = 0;
+	for (size_t i = 0; rc == 0 && i < p->n; i++) {
+		int64_t k = gf_floor_div(gf_floor_div(p->ts_ns[i], 1000000), r->width_ms);
+		if (have && k != key) {
+			size_t b4[4] = {idx[0], val ? mn : idx[3], val ? mx : idx[3], idx[3]};
+			rc = m4_flush(w, p, b4, 4);
+			have = val = false;
+		}
+		double v = rdb_bits_f64(p->value[i]);
+		if (!have) {
+			have = true;
+			key = k;
+			idx[0] = i;
+		}
+		idx[3] = i;
+		if (v == v && (!val || v < rdb_bits_f64(p->value[mn])))
+			mn = i;
+		if (v == v && (!val || v > rdb_bits_f64(p->value[mx])))
+			mx = i;
+		if (v == v && !val) {
+			val = true;
+			mn = mx = i;
+		}
+	}
+	if (rc == 0 && have) {
+		size_t b4[4] = {idx[0], val ? mn : idx[3], val ? mx : idx[3], idx[3]};
+		rc = m4_flush(w, p, b4, 4);
+	}
+	return rc ? rc : wr_end(w);
+}
+
 /* ---- cross-rank series ------------------------------------------------------------- */
 
 #define XR_COLS (QRY_XR_MEAN | QRY_XR_MIN | QRY_XR_MAX | QRY_XR_MEDIAN)
@@ -569,6 +660,8 @@ static int emit_series(struct wr *w, struct qry_scan *sc, const struct qry_serie
 			continue;
 		if (a == AG_RAW)
 			rc = emit_raw(w, sc, s, &bk->range, r, bs);
+		else if (a == AG_M4)
+			rc = emit_m4(w, sc, s, &bk->range, r, bs);
 		else
 			rc = emit_buckets(w, s, bs, (enum agg)a, r->width_ms);
 	}

@@ -142,3 +142,35 @@ def test_influxdb_python_client():
     st, r = _get(s, "/query", db="pyjob")
     assert st == 400 and "q" in r["error"], r
     s.stop()
+
+
+def _grafana(s, target, payload, from_ns, to_ns, mdp):
+    body = {"range": {"from": _iso(from_ns), "to": _iso(to_ns)}, "maxDataPoints": mdp,
+            "intervalMs": 1, "targets": [{"refId": "A", "target": target, "payload": payload}]}
+    st, _, data = s.post("/grafana/query", json.dumps(body))
+    assert st == 200, data
+    return json.loads(data)
+
+
+def test_grafana_default_m4_keeps_a_spike():
+    s = Server().start()
+    n = 10000
+    recs = [{"job": "sp", "rank": 0, "step": i, "timestamp": T0 + i * 10_000_000,
+             "metrics": {"loss": 1000.0 if i == 6543 else 2.0 + (i % 7) * 0.01}}
+            for i in range(n)]
+    for i in range(0, n, 2000):
+        s.write_ok(recs[i:i + 2000])
+    to_ns = T0 + n * 10_000_000
+    obj = _grafana(s, "loss", {"job": "sp"}, T0, to_ns, 500)
+    assert len(obj) == 1, obj
+    pts = obj[0]["datapoints"]
+    vals = [v for v, _ in pts]
+    assert 1000.0 in vals, max(vals)
+    assert len(pts) <= 4 * 500, len(pts)
+    # the spike at its own time, the series' first and last points kept
+    assert [1000.0, (T0 + 6543 * 10_000_000) // 1_000_000] in pts
+    assert pts[0][1] == T0 // 1_000_000 and pts[-1][1] == (T0 + (n - 1) * 10_000_000) // 1_000_000
+    # an explicit aggregate is still available: avg hides the spike
+    obj = _grafana(s, "loss", {"job": "sp", "agg": "avg"}, T0, to_ns, 500)
+    assert max(v for v, _ in obj[0]["datapoints"]) < 100, obj[0]["datapoints"][:3]
+    s.stop()
