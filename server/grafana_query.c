@@ -668,8 +668,10 @@ static int emit_series(struct wr *w, struct qry_scan *sc, const struct qry_serie
 	return rc;
 }
 
-static int metric_loop(struct gf *g, struct wr *w, const struct sel *s, const struct gf_range *r)
+static int metric_loop(struct gf *g, struct wr *w, const struct sel *s,
+		       const struct gf_range *r0)
 {
+	struct gf_range rr = *r0, *r = &rr;
 	struct qry_buckets bs = {0};
 	struct qry_xr_part xr = {0};
 	uint32_t aggs = w->t->aggs;
@@ -681,6 +683,15 @@ static int metric_loop(struct gf *g, struct wr *w, const struct sel *s, const st
 	int rc = sc ? 0 : -ENOMEM;
 	if (sc)
 		qry_scan_init(sc, g->sto, g->max_points);
+	/* Where retention left only rollups they answer, at a width that is a
+	 * multiple of the rollup width (quantiles need the raw values). */
+	bk.use_rollups = !bk.need_values;
+	uint64_t *ids = bk.use_rollups && s->n ? malloc(s->n * sizeof(*ids)) : NULL;
+	for (size_t i = 0; ids && i < s->n; i++)
+		ids[i] = s->v[i].id;
+	if (rc == 0 && ids && (rc = qry_agg_fit_rollups(sc, ids, s->n, &bk)) == 0)
+		rr.width_ms = bk.width / 1000000;
+	free(ids);
 	for (size_t i = 0; rc == 0 && i < s->n; i++) {
 		const struct qry_series *se = &s->v[i];
 		if (i && !same_group(se - 1, se))

@@ -174,3 +174,34 @@ def test_grafana_default_m4_keeps_a_spike():
     obj = _grafana(s, "loss", {"job": "sp", "agg": "avg"}, T0, to_ns, 500)
     assert max(v for v, _ in obj[0]["datapoints"]) < 100, obj[0]["datapoints"][:3]
     s.stop()
+
+
+ADMIN_TOKEN = "tok-newuser"
+
+
+def test_points_and_grafana_read_rollups_where_raw_is_gone():
+    s = Server(["--admin-token", ADMIN_TOKEN, "--chunk-max-points", "100"]).start()
+    hdr = {"Authorization": "Bearer " + ADMIN_TOKEN}
+    now = time.time_ns()
+    t0 = (now - 6 * 3600 * SEC) // (600 * SEC) * (600 * SEC)
+    n = 1200  # one point per 10 s over 3 h 20 min, all older than the 2 h retention
+    recs = [{"job": "ro", "rank": 0, "step": i, "timestamp": t0 + i * 10 * SEC,
+             "metrics": {"loss": 5.0 if i == 777 else 1.0}} for i in range(n)]
+    s.write_ok(recs)
+    assert s.request("PUT", "/api/v1/admin/retention/ro?seconds=7200", headers=hdr)[0] == 200
+    st, _, body = s.request("POST", "/api/v1/admin/retention/run", headers=hdr)
+    assert st == 200 and json.loads(body)["points"] == n, body
+    # points=: the whole series (no from/to) and an explicit range
+    for extra in ({}, {"from": t0, "to": now}):
+        st, r = _get(s, "/api/v1/query/downsample", job="ro", metric="loss", points=50,
+                     agg="count,max", **extra)
+        assert st == 200 and r["series"], (extra, r)
+        assert sum(r["series"][0]["count"]) == n and max(r["series"][0]["max"]) == 5.0, r
+        assert r["from_rollups"] > 0, r
+    # Grafana (default M4 and avg)
+    for payload in ({"job": "ro"}, {"job": "ro", "agg": "max"}):
+        obj = _grafana(s, "loss", payload, t0 - 60 * SEC, now, 100)
+        assert len(obj) == 1, (payload, obj)
+        vals = [v for v, _ in obj[0]["datapoints"]]
+        assert 5.0 in vals and len(vals) <= 400, (payload, vals)
+    s.stop()
