@@ -224,6 +224,7 @@ struct qry_out_result {
 	size_t nrows;
 	size_t nlisted; /* rows to report: min(nscored, limit) */
 	double *means;	/* backing of the rows' phase arrays */
+	bool phase_source_spans; /* phase mode answered from spans (seconds) */
 	struct qry_totals totals;
 };
 void qry_out_result_free(struct qry_out_result *r); /* NULL ok; r becomes empty */

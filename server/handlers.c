@@ -59,6 +59,7 @@
 #include "common/rdb_time.h"
 #include "ingest/protocol.h"
 #include "query/qry.h"
+#include "query/bucket.h"
 #include "server/json_out.h"
 #include "server/route.h"
 
@@ -297,6 +298,7 @@ struct range_params {
 	uint32_t ranks[4096];
 	size_t nranks;
 	struct sto_range range;
+	int64_t attempt; /* QRY_ATTEMPT_LATEST (default), QRY_ATTEMPT_ALL or one */
 	char *owned[SRV_MAX_ARGS]; /* copies of the comma lists the arrays point into */
 	int nowned;
 };
@@ -357,6 +359,7 @@ static int parse_range(const struct srv_req *req, struct range_params *p, char *
 {
 	p->range.from_ns = INT64_MIN;
 	p->range.to_ns = INT64_MAX;
+	p->attempt = QRY_ATTEMPT_LATEST; /* as the aggregates */
 	p->range.step_from = 0;
 	p->range.step_to = INT64_MAX;
 	if (req->args_overflow) {
@@ -383,9 +386,22 @@ static int parse_range(const struct srv_req *req, struct range_params *p, char *
 		} else if (strcmp(k, "step_to") == 0) {
 			num = &p->range.step_to;
 			p->range.by_step = true;
+		} else if (strcmp(k, "attempt") == 0) {
+			int64_t a;
+			if (strcmp(v, "latest") == 0) {
+				p->attempt = QRY_ATTEMPT_LATEST;
+			} else if (strcmp(v, "all") == 0) {
+				p->attempt = QRY_ATTEMPT_ALL;
+			} else if (srv_parse_i64(v, &a) == 0 && a >= 0 && a <= UINT32_MAX) {
+				p->attempt = a;
+			} else {
+				snprintf(why, whylen, "parameter attempt must be \"latest\", \"all\" or "
+					 "an attempt number >= 0, got '%.64s'", v);
+				return -EINVAL;
+			}
 		} else {
 			snprintf(why, whylen, "unknown parameter '%.64s' (known: job, metric, rank, "
-				 "from, to, step_from, step_to)", k);
+				 "from, to, step_from, step_to, attempt)", k);
 			return -EINVAL;
 		}
 		if (num && k[0] != 's' && srv_parse_time_ns(v, rdb_now_ns(), num)) {
@@ -439,7 +455,7 @@ static void handle_range(struct srv_req *req, struct srv_resp *resp)
 	}
 	struct qry_range_req q = {.job = p->job, .metrics = p->metrics, .nmetrics = p->nmetrics,
 				  .ranks = p->ranks, .nranks = p->nranks, .range = p->range,
-				  .max_points = ctx->cfg->max_query_points};
+				  .attempt = p->attempt, .max_points = ctx->cfg->max_query_points};
 	struct qry_points r;
 	if (qry_range(ctx->sto, &q, &r, e) || srv_write_points(&resp->body, &r, e))
 		srv_query_failed(ctx, resp, e);
@@ -492,7 +508,8 @@ static void handle_jobs(struct srv_req *req, struct srv_resp *resp)
 	struct qry_jobs r;
 	if (qry_jobs(req->ctx->sto, req->ctx->cfg->data_dir, req->ctx->cfg->max_response_bytes, &r,
 		     e) ||
-	    srv_write_jobs(&resp->body, &r, e))
+	    srv_write_jobs(&resp->body, &r, req->ctx->detect ? srv_detect_job_fields : NULL,
+			   req->ctx, e))
 		srv_query_failed(req->ctx, resp, e);
 	else
 		ok_json(resp);

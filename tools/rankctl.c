@@ -26,6 +26,7 @@
 #include "common/rdb_log.h"
 #include "detect/rules.h"
 #include "query/agg.h"
+#include "query/bucket.h"
 #include "query/qry.h"
 #include "storage/admin.h"
 #include "storage/rebuild.h"
@@ -438,7 +439,8 @@ static int export_dir(struct sto *s, const struct opts *o, char **metrics, size_
 {
 	struct qry_error err;
 	int rc = 0;
-	struct qry_range_req r = {.job = o->job, .nmetrics = 1, .max_points = 1000000000};
+	struct qry_range_req r = {.job = o->job, .nmetrics = 1, .max_points = 1000000000,
+				  .attempt = QRY_ATTEMPT_ALL};
 	r.range.from_ns = INT64_MIN;
 	r.range.to_ns = INT64_MAX;
 	r.range.step_from = INT64_MIN + 1;

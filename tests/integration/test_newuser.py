@@ -205,3 +205,68 @@ def test_points_and_grafana_read_rollups_where_raw_is_gone():
         vals = [v for v, _ in obj[0]["datapoints"]]
         assert 5.0 in vals and len(vals) <= 400, (payload, vals)
     s.stop()
+
+
+def test_straggler_report_from_spans_and_aliases_in_queries():
+    s = Server().start()
+    spans = []
+    for step in range(20):
+        for rank in range(8):
+            t = T0 + step * SEC
+            fwd = 0.3 + (0.2 if rank == 5 else 0.0) + rank * 0.001
+            for name, start, dur in (("dataloader", 0.0, 0.02), ("forward", 0.02, fwd),
+                                     ("backward", 0.02 + fwd, 0.6),
+                                     ("collective", 0.62 + fwd, 0.9 - fwd)):
+                spans.append({"type": "span", "job": "sj", "rank": rank, "step": step,
+                              "name": name, "start": t + int(start * SEC),
+                              "duration_ns": int(dur * SEC)})
+    st, _, data = s.post("/api/v1/write", json.dumps(spans))
+    assert st == 200, data
+    st, r = _get(s, "/api/v1/query/outliers", job="sj", metric="step_time", mode="phases",
+                 last_steps=10, limit=1)
+    assert st == 200, r
+    assert r["phase_source"] == "spans", r
+    assert sorted(r["wait_phases"]) == ["collective", "dataloader"], r
+    assert r["window"] == {"step_from": 10, "step_to": 19}, r
+    assert r["outliers"][0]["rank"] == 5, r
+    assert abs(r["outliers"][0]["phases"]["forward"] - 0.505) < 1e-6, r
+    # metric aliases: line protocol's train.loss answers metric=loss, and the other way
+    st, _, data = s.post("/write", "train,job=lp,rank=0 loss=2.5,step=1i %d\n" % T0,
+                         content_type="text/plain")
+    assert st == 204, data
+    s.write_ok([{"job": "js", "rank": 0, "step": 1, "timestamp": T0, "metrics": {"loss": 1.5}}])
+    for job, asked, stored, val in (("lp", "loss", "train.loss", 2.5),
+                                    ("js", "train.loss", "loss", 1.5)):
+        st, r = _get(s, "/api/v1/query/range", job=job, metric=asked)
+        assert st == 200 and r["series"][0]["metric"] == stored, r
+        assert r["series"][0]["values"] == [val], r
+        st, r = _get(s, "/api/v1/query/downsample", job=job, metric=asked, step_width=10)
+        assert st == 200 and r["series"][0]["metric"] == stored, r
+    s.stop()
+
+
+def test_range_attempts_and_unknown_metric_match_the_aggregates():
+    s = Server().start()
+    recs = [{"job": "ra", "rank": 0, "step": st, "attempt": att,
+             "timestamp": T0 + (att * 100 + st) * SEC, "metrics": {"loss": float(att * 10 + st)}}
+            for att, steps in ((0, range(0, 6)), (1, range(4, 8))) for st in steps]
+    s.write_ok(recs)
+    st, r = _get(s, "/api/v1/query/range", job="ra", metric="loss")
+    assert st == 200, r
+    ser = r["series"][0]
+    # latest attempt per step by default, as the aggregates: steps 0-3 of attempt 0, 4-7 of 1
+    assert list(zip(ser["steps"], ser["attempts"])) == \
+        [(0, 0), (1, 0), (2, 0), (3, 0), (4, 1), (5, 1), (6, 1), (7, 1)], ser
+    st, d = _get(s, "/api/v1/query/downsample", job="ra", metric="loss", step_width=100,
+                 agg="count")
+    assert st == 200 and d["series"][0]["count"] == [len(ser["steps"])], d
+    st, r = _get(s, "/api/v1/query/range", job="ra", metric="loss", attempt="all")
+    assert st == 200 and len(r["series"][0]["steps"]) == 10, r
+    st, r = _get(s, "/api/v1/query/range", job="ra", metric="loss", attempt=0)
+    assert st == 200 and r["series"][0]["attempts"] == [0] * 6, r
+    # an unknown metric is a 404 on range as on downsample
+    st, r = _get(s, "/api/v1/query/range", job="ra", metric="nope")
+    assert st == 404 and "nope" in r["error"], r
+    st, r = _get(s, "/api/v1/query/downsample", job="ra", metric="nope", step_width=10)
+    assert st == 404, r
+    s.stop()
