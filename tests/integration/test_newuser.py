@@ -270,3 +270,28 @@ def test_range_attempts_and_unknown_metric_match_the_aggregates():
     st, r = _get(s, "/api/v1/query/downsample", job="ra", metric="nope", step_width=10)
     assert st == 404, r
     s.stop()
+
+
+def test_job_listing_tells_about_the_run():
+    from harness import wait_until
+    s = Server().start()
+    now = time.time_ns()
+    recs = [{"job": "lj", "rank": r, "step": i, "timestamp": now - (60 - i) * SEC + r,
+             "metrics": {"loss": 1.0 + i * i * 0.5}} for i in range(60) for r in range(3)]
+    s.write_ok(recs)
+    s.write_ok([{"job": "lj", "rank": "job", "step": 60, "timestamp": now,
+                 "metrics": {"tokens_per_sec": 5.0}}])
+    st, r = s.get_json("/api/v1/jobs")
+    assert st == 200, r
+    e = [j for j in r["jobs"] if j["job"] == "lj"][0]
+    assert e["first_ts"] == now - 60 * SEC and e["last_ts"] == now, e
+    assert e["last_step"] == 60 and e["ranks"] == 3, e
+    # detection: the job's state and its firing alerts (loss diverging)
+    def firing():
+        e2 = [j for j in s.get_json("/api/v1/jobs")[1]["jobs"] if j["job"] == "lj"][0]
+        return e2 if e2.get("firing_alerts") else None
+    e2 = wait_until(firing, what="a firing alert in the job listing")
+    assert e2["state"] in ("ok", "degraded", "hung", "down", "finished", "failed"), e2
+    a = e2["firing_alerts"][0]
+    assert a["state"] == "firing" and a["job"] == "lj" and a["alertname"], a
+    s.stop()
