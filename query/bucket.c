@@ -783,7 +783,7 @@ static int read_rollups(struct qry_scan *sc, const struct sto_series_view *v,
 		if (bk->need_values) {
 			snprintf(sc->re.msg, sizeof(sc->re.msg),
 				 "quantiles cannot be computed over data that retention has "
-				 "rolled up (from %lld ns); ask without q= or start the range "
+				 "rolled up (from %lld ns); ask without p.. aggregates (agg=p50, quantiles=) or start the range "
 				 "after it",
 				 (long long)r->first_ts_ns);
 			return RDB_EINVAL;

@@ -198,6 +198,10 @@ def test_points_and_grafana_read_rollups_where_raw_is_gone():
         assert st == 200 and r["series"], (extra, r)
         assert sum(r["series"][0]["count"]) == n and max(r["series"][0]["max"]) == 5.0, r
         assert r["from_rollups"] > 0, r
+    # quantiles over rollups: the error names the parameters that ask for them
+    st, r = _get(s, "/api/v1/query/downsample", job="ro", metric="loss", points=50, agg="p50")
+    assert st == 422 and "agg=p50" in r["error"] and "q=" not in r["error"].replace(
+        "quantiles=", ""), r
     # Grafana (default M4 and avg)
     for payload in ({"job": "ro"}, {"job": "ro", "agg": "max"}):
         obj = _grafana(s, "loss", payload, t0 - 60 * SEC, now, 100)
@@ -294,4 +298,33 @@ def test_job_listing_tells_about_the_run():
     assert e2["state"] in ("ok", "degraded", "hung", "down", "finished", "failed"), e2
     a = e2["firing_alerts"][0]
     assert a["state"] == "firing" and a["job"] == "lj" and a["alertname"], a
+    s.stop()
+
+
+def _rejected_too_large(s):
+    st, _, body = s.get("/metrics")
+    for line in body.decode().splitlines():
+        if line.startswith('rankdb_write_rejected_total{reason="too_large"}'):
+            return int(line.split()[-1])
+    raise AssertionError("no too_large counter")
+
+
+def test_413s_are_counted_and_subnormals_print_short():
+    s = Server(["--max-body-bytes", "65536"]).start()
+    before = _rejected_too_large(s)
+    big = "[" + ",".join('{"job":"b","rank":0,"step":%d,"metrics":{"x":1}}' % i
+                         for i in range(3000)) + "]"
+    st, _, _ = s.post("/api/v1/write", big)
+    assert st == 413
+    st, _, _ = s.post("/write", ("m,job=b x=1 %d\n" % T0) * 4000, content_type="text/plain")
+    assert st == 413
+    assert _rejected_too_large(s) == before + 2
+    # 1e-310 (subnormal) prints as the shortest text that reads back
+    st, _, data = s.post("/api/v1/write", '[{"job":"v","rank":0,"step":1,"timestamp":%d,'
+                         '"metrics":{"x":1e-310,"y":5e-324,"z":2.2250738585072014e-308}}]' % T0)
+    assert st == 200, data
+    st, _, body = s.get("/api/v1/query/range?job=v&metric=x,y,z")
+    text = body.decode()
+    assert '"values":[1e-310]' in text and '"values":[5e-324]' in text, text
+    assert '"values":[2.2250738585072014e-308]' in text, text
     s.stop()
