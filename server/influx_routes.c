@@ -115,11 +115,11 @@ static const char *take_param(struct iq *iq, const char *k, const char *v)
 	if (strcmp(k, "q") == 0) {
 		if (strlen(v) >= sizeof(iq->q))
 			return "the query text is too long (at most 65535 bytes)";
-		strcpy(iq->q, v);
+		memcpy(iq->q, v, strlen(v) + 1);
 	} else if (strcmp(k, "db") == 0) {
 		if (strlen(v) >= sizeof(iq->db_buf))
 			return "db is too long";
-		strcpy(iq->db_buf, v);
+		memcpy(iq->db_buf, v, strlen(v) + 1);
 		iq->db = iq->db_buf;
 	} else if (strcmp(k, "epoch") == 0 && *v && !set_epoch(iq, v)) {
 		return "epoch must be one of h, m, s, ms, u, ns";
