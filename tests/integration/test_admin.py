@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.parse
 
-from harness import T0, Server, f32, segment_files, wait_until
+from harness import T0, Server, f32, jobs_stored, segment_files, wait_until
 
 TOKEN = "s3cret-token-for-tests"
 ADMIN = ["--admin-token", TOKEN, "--max-query-points", "10000000"]
@@ -423,7 +423,7 @@ def _snapshot(s, jobs=("ra", "rb", "rc", "rd")):
     """Everything a client can read: jobs, metrics, every point, logs, spans."""
     st, listed = s.get_json("/api/v1/jobs")
     assert st == 200, listed
-    snap = {"jobs": listed}
+    snap = {"jobs": jobs_stored(listed)}
     for j in jobs:
         logs = s.get_json("/api/v1/logs?job=%s&limit=10000" % j)
         spans = s.get_json("/api/v1/spans?job=%s&step_from=0&step_to=1000000" % j)
