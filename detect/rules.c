@@ -17,6 +17,7 @@
  * read concurrently.
  */
 #include "detect/rules.h"
+#include "model/alias.h"
 
 #include "common/rdb_buf.h"
 #include "common/rdb_err.h"
@@ -157,7 +158,7 @@ static size_t builtin_name_count(void)
 	size_t n = DET_MET_COUNT + DET_PH_COUNT;
 	const char *c;
 	unsigned ph;
-	for (size_t i = 0; det_vocab_builtin_alias(i, &c); i++)
+	for (size_t i = 0; mdl_metric_alias(i, &c); i++)
 		n++;
 	for (size_t i = 0; det_vocab_phase_word(i, &ph); i++)
 		n++;
@@ -192,7 +193,7 @@ static int alias_init(struct det_rules *r)
 		alias_put(r, s, (size_t)n, (struct det_metric_id){DET_MET_PHASE, (uint8_t)ph});
 	}
 	const char *canon, *alias;
-	for (size_t i = 0; (alias = det_vocab_builtin_alias(i, &canon)) != NULL; i++) {
+	for (size_t i = 0; (alias = mdl_metric_alias(i, &canon)) != NULL; i++) {
 		struct det_metric_id id;
 		if (det_vocab_canonical(canon, strlen(canon), &id) == 0)
 			alias_put(r, alias, strlen(alias), id);
@@ -976,7 +977,7 @@ int det_rules_sample(struct rdb_buf *out)
 		: put_comment(out, "Built in (need not be listed): metric name = the "
 				   "canonical name it stands for.");
 	const char *canon, *alias;
-	for (size_t i = 0; rc == 0 && (alias = det_vocab_builtin_alias(i, &canon)) != NULL; i++)
+	for (size_t i = 0; rc == 0 && (alias = mdl_metric_alias(i, &canon)) != NULL; i++)
 		rc = rdb_buf_printf(out, "# %s = %s\n", alias, canon);
 	return rc;
 }

@@ -1,4 +1,5 @@
-/* vocab.c - canonical metric names, phase words and built-in aliases.
+/* vocab.c - canonical metric names and phase words (the built-in metric
+ * aliases are model/alias.c's, shared with queries).
  *
  * Design: three static tables, read by linear scans. They are consulted
  * when a rule set is built (rules.c puts every canonical name and alias into
@@ -69,32 +70,6 @@ static const struct {
     {"step_time", DET_PH_STEP},
 };
 
-/* Built-in metric aliases. DCGM_FI_DEV_FB_USED is MiB while gpu.mem.used is
- * bytes; no detector reads it, so the unit difference is harmless here. The
- * volatile (since driver load) ECC totals are mapped, not the aggregate
- * ones: mapping both onto one name would make their different values look
- * like increases. */
-static const struct {
-	const char *alias, *canonical;
-} builtin_aliases[] = {
-    {"train.loss", "loss"},
-    {"train.grad_norm", "grad_norm"},
-    {"train.lr", "lr"},
-    {"train.loss_scale", "loss_scale"},
-    {"train.step_time", "step_time"},
-    {"samples_per_second", "samples_per_sec"},
-    {"tokens_per_second", "tokens_per_sec"},
-    {"gpu.temp_c", "gpu.temp"},
-    {"DCGM_FI_DEV_GPU_TEMP", "gpu.temp"},
-    {"DCGM_FI_DEV_POWER_USAGE", "gpu.power"},
-    {"DCGM_FI_DEV_SM_CLOCK", "gpu.sm_clock"},
-    {"DCGM_FI_DEV_GPU_UTIL", "gpu.util"},
-    {"DCGM_FI_DEV_FB_USED", "gpu.mem.used"},
-    {"DCGM_FI_DEV_XID_ERRORS", "gpu.xid"},
-    {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "gpu.ecc.uncorrectable"},
-    {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "gpu.ecc.correctable"},
-};
-
 const char *det_vocab_metric_name(struct det_metric_id id)
 {
 	if (id.metric == DET_MET_PHASE)
@@ -140,13 +115,6 @@ int det_vocab_phase(const char *name, size_t len)
 	return -1;
 }
 
-const char *det_vocab_builtin_alias(size_t i, const char **canonical)
-{
-	if (i >= sizeof(builtin_aliases) / sizeof(builtin_aliases[0]))
-		return NULL;
-	*canonical = builtin_aliases[i].canonical;
-	return builtin_aliases[i].alias;
-}
 
 const char *det_vocab_phase_word(size_t i, unsigned *phase)
 {

@@ -83,8 +83,6 @@ int det_vocab_phase(const char *name, size_t len);
  * past the end. Static strings. */
 const char *det_vocab_phase_word(size_t i, unsigned *phase);
 
-/* The built-in metric aliases: alias i -> canonical name, for i < n.
- * Returns NULL past the end. Static strings. */
-const char *det_vocab_builtin_alias(size_t i, const char **canonical);
+/* The built-in metric aliases are model/alias.h's (mdl_metric_alias). */
 
 #endif

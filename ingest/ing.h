@@ -64,6 +64,24 @@ int ing_json_parse_all(const char *body, size_t len, const struct ing_limits *li
 		       int64_t default_ts_ns, struct mdl_batch *b, struct mdl_events *ev,
 		       struct ing_error *err, size_t *nrecords);
 
+/* Units of the explicit times of a JSON body. */
+#define ING_JSON_MIN_TS_S 978307200LL  /* 2001-01-01T00:00:00Z */
+#define ING_JSON_MAX_TS_S 4102444800LL /* 2100-01-01T00:00:00Z */
+struct ing_json_units {
+	int64_t precision_ns; /* ns per unit of "timestamp" / "start": 1, 1e3, 1e6, 1e9 */
+	int64_t min_ts_ns;    /* an explicit time (after scaling) below it is refused,
+			       * naming the unit it looks like; INT64_MIN: no check */
+};
+/* ing_json_parse_all with "timestamp" and "start" read in u->precision_ns
+ * units (overflow of int64 ns is an error) and checked against
+ * u->min_ts_ns (RDB_EINVAL whose message says "looks like s|ms|us" when the
+ * value read in that unit falls in 2001..2100). ing_json_parse_all is this
+ * with precision 1 and no check. */
+int ing_json_parse_units(const char *body, size_t len, const struct ing_limits *lim,
+			 int64_t default_ts_ns, const struct ing_json_units *u,
+			 struct mdl_batch *b, struct mdl_events *ev, struct ing_error *err,
+			 size_t *nrecords);
+
 /* ing_json_parse_all with ev = NULL: metrics records only. */
 int ing_json_parse(const char *body, size_t len, const struct ing_limits *lim,
 		   int64_t default_ts_ns, struct mdl_batch *b, struct ing_error *err,

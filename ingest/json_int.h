@@ -102,6 +102,8 @@ struct parser {
 	struct mdl_batch *b;
 	struct mdl_events *ev; /* NULL: log and span records are refused */
 	int64_t default_ts_ns;
+	int64_t precision_ns; /* ns per unit of "timestamp" / "start" (1, 1e3, 1e6, 1e9) */
+	int64_t min_ts_ns;    /* explicit times below it are refused (INT64_MIN: none) */
 	struct record rec;
 	struct metric_ent *ents; /* [cap]: ents_inline or heap */
 	size_t cap;

@@ -139,7 +139,41 @@ static int field_rank(struct parser *ps)
 			MDL_RANK_MAX, ijs_describe(tmp, &t));
 }
 
-/* Parses a time in ns since the epoch ("timestamp" or "start") into ts_ns. */
+/* The unit a time that is too early as ns looks like: "s", "ms", "us" when
+ * ts_ns read in that unit falls in 2001..2100, else NULL. */
+static const char *looks_like_unit(int64_t ts_ns)
+{
+	static const struct {
+		const char *name;
+		int64_t per_s;
+	} units[] = {{"s", 1}, {"ms", 1000}, {"us", 1000000}};
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+		if (ts_ns >= ING_JSON_MIN_TS_S * units[i].per_s &&
+		    ts_ns < ING_JSON_MAX_TS_S * units[i].per_s)
+			return units[i].name;
+	return NULL;
+}
+
+/* Checks a scaled time against ps->min_ts_ns. */
+static int check_min_time(struct parser *ps, const struct tok *t, const char *field)
+{
+	if (ps->rec.ts_ns >= ps->min_ts_ns)
+		return 0;
+	const char *unit = looks_like_unit(ps->rec.ts_ns);
+	char tmp[ECHO_BUF + 2];
+	if (unit)
+		return ijs_fail(ps, RDB_EINVAL, t->line, field,
+				"%s %s is before 2001-01-01 in nanoseconds: it looks like %s; "
+				"send nanoseconds or add ?precision=%s",
+				field, ijs_describe(tmp, t), unit, unit);
+	return ijs_fail(ps, RDB_EINVAL, t->line, field,
+			"%s %s is before 2001-01-01 (times are nanoseconds since the epoch, "
+			"or the unit of ?precision=)",
+			field, ijs_describe(tmp, t));
+}
+
+/* Parses a time in ps->precision_ns units since the epoch ("timestamp" or
+ * "start") into ts_ns. */
 static int field_time(struct parser *ps, const char *field)
 {
 	struct tok t;
@@ -150,8 +184,15 @@ static int field_time(struct parser *ps, const char *field)
 	uint64_t mag = 0;
 	enum int_result r = ijs_parse_int(&t, &neg, &mag);
 	if (r == INT_OK && mag <= (uint64_t)INT64_MAX + neg) {
-		ps->rec.ts_ns = neg && mag ? -(int64_t)(mag - 1) - 1 : (int64_t)mag;
-		return 0;
+		int64_t v = neg && mag ? -(int64_t)(mag - 1) - 1 : (int64_t)mag;
+		if (ps->precision_ns > 1 && __builtin_mul_overflow(v, ps->precision_ns, &v)) {
+			char tmp[ECHO_BUF + 2];
+			return ijs_fail(ps, RDB_EINVAL, t.line, field,
+					"%s %s overflows int64 nanoseconds at this precision",
+					field, ijs_describe(tmp, &t));
+		}
+		ps->rec.ts_ns = v;
+		return check_min_time(ps, &t, field);
 	}
 	char tmp[ECHO_BUF + 2];
 	if (r == INT_FRACTION)
@@ -821,6 +862,15 @@ int ing_json_parse_all(const char *body, size_t len, const struct ing_limits *li
 		       int64_t default_ts_ns, struct mdl_batch *b, struct mdl_events *ev,
 		       struct ing_error *err, size_t *nrecords)
 {
+	struct ing_json_units u = {.precision_ns = 1, .min_ts_ns = INT64_MIN};
+	return ing_json_parse_units(body, len, lim, default_ts_ns, &u, b, ev, err, nrecords);
+}
+
+int ing_json_parse_units(const char *body, size_t len, const struct ing_limits *lim,
+			 int64_t default_ts_ns, const struct ing_json_units *u,
+			 struct mdl_batch *b, struct mdl_events *ev, struct ing_error *err,
+			 size_t *nrecords)
+{
 	struct ing_error dummy;
 	struct parser parser, *ps = &parser; /* ~5 KiB of stack */
 	if (!err)
@@ -837,6 +887,8 @@ int ing_json_parse_all(const char *body, size_t len, const struct ing_limits *li
 	ps->b = b;
 	ps->ev = ev;
 	ps->default_ts_ns = default_ts_ns;
+	ps->precision_ns = u->precision_ns > 1 ? u->precision_ns : 1;
+	ps->min_ts_ns = u->min_ts_ns;
 	ps->ents = ps->ents_inline;
 	ps->set = ps->set_inline;
 	ps->cap = INLINE_METRICS;

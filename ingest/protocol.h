@@ -21,7 +21,10 @@
 struct ing_parse_opts {
 	const struct ing_limits *lim; /* JSON record limits */
 	struct ing_lp_options lp;     /* line protocol; lp.default_ts_ns is also the
-				       * timestamp of JSON records without one */
+				       * timestamp of JSON records without one, and
+				       * lp.precision_ns the unit of JSON times */
+	int64_t json_min_ts_ns;       /* JSON: explicit times below it are refused
+				       * (ing_json_parse_units); 0 = no check */
 };
 
 /* What a parse found, whatever the protocol. A protocol that is all or

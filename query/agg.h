@@ -224,6 +224,7 @@ struct qry_out_result {
 	size_t nrows;
 	size_t nlisted; /* rows to report: min(nscored, limit) */
 	double *means;	/* backing of the rows' phase arrays */
+	bool phase_source_spans; /* phase mode answered from spans (seconds) */
 	struct qry_totals totals;
 };
 void qry_out_result_free(struct qry_out_result *r); /* NULL ok; r becomes empty */
@@ -252,5 +253,11 @@ int qry_meta_put(const char *data_dir, const char *job, const void *doc, size_t 
  * out's bound (out unchanged); RDB_EINVAL for a bad job id; -errno
  * (QRY_E_INTERNAL). */
 int qry_meta_get(const char *data_dir, const char *job, struct rdb_buf *out, struct qry_error *err);
+
+/* Removes the job's metadata document durably (unlink, fsync of the
+ * directory): called when the job is deleted. 0 when removed; RDB_ENOTFOUND
+ * when there was none; RDB_EINVAL for a bad job id; -errno. Blocks on the
+ * file system. */
+int qry_meta_delete(const char *data_dir, const char *job);
 
 #endif

@@ -139,11 +139,32 @@ int qry_agg_extent(struct qry_scan *sc, uint64_t id, const struct sto_range *r,
 		   struct qry_extent *e)
 {
 	struct sto_series_view v;
-	int rc = sto_view_series(sc->s, id, r, sc->max_points, &v);
+	int64_t tw, sw;
+	sto_rollup_widths(sc->s, &tw, &sw);
+	/* where retention left only rollups, they are the data (either tier
+	 * holds every rolled-up point) */
+	int rc = tw > 0 || sw > 0 ? sto_view_series_rollups(sc->s, id, r, sc->max_points,
+							     tw > 0 ? STO_TIER_TIME : STO_TIER_STEP,
+							     sc->max_points, &v)
+				  : sto_view_series(sc->s, id, r, sc->max_points, &v);
 	if (rc)
 		return rc;
 	for (size_t i = 0; i < v.head.n; i++)
 		extent_add(e, v.head.ts_ns[i], v.head.step[i]);
+	for (size_t i = 0; i < v.nrollups; i++) {
+		const struct sto_rollup *ru = &v.rollups[i].r;
+		if (ru->last_ts_ns < r->from_ns || ru->first_ts_ns > r->to_ns)
+			continue;
+		int64_t lo = clamp(ru->first_ts_ns, r->from_ns, r->to_ns);
+		int64_t hi = clamp(ru->last_ts_ns, r->from_ns, r->to_ns);
+		int64_t slo = ru->min_step, shi = ru->max_step;
+		if (slo != MDL_STEP_NONE && r->by_step) {
+			slo = clamp(slo, r->step_from, r->step_to);
+			shi = clamp(shi, r->step_from, r->step_to);
+		}
+		extent_add(e, lo, slo);
+		extent_add(e, hi, shi);
+	}
 	for (size_t i = 0; i < v.nchunks; i++) {
 		const struct sto_chunk_stats *st = &v.chunks[i].stats;
 		int64_t lo = clamp(st->min_ts_ns, r->from_ns, r->to_ns);
@@ -665,6 +686,40 @@ static int read_chunks(struct qry_scan *sc, const struct sto_series_view *v,
 	return rc;
 }
 
+int64_t qry_agg_rollup_width(struct sto *s, enum qry_axis axis)
+{
+	int64_t tw, sw;
+	sto_rollup_widths(s, &tw, &sw);
+	return axis == QRY_AXIS_STEP ? sw : tw;
+}
+
+int qry_agg_fit_rollups(struct qry_scan *sc, const uint64_t *ids, size_t n,
+			struct qry_bucketing *bk)
+{
+	int64_t w = qry_agg_rollup_width(sc->s, bk->axis);
+	if (w <= 0 || bk->width <= 0 || bk->width % w == 0)
+		return 0;
+	unsigned tier = bk->axis == QRY_AXIS_STEP ? STO_TIER_STEP : STO_TIER_TIME;
+	bool found = false;
+	for (size_t i = 0; i < n && !found; i++) {
+		struct sto_series_view v;
+		int rc = sto_view_series_rollups(sc->s, ids[i], &bk->range, SIZE_MAX, tier, 1, &v);
+		if (rc == RDB_ELIMIT) {
+			found = true; /* more than one record */
+			continue;
+		}
+		if (rc)
+			return rc;
+		found = v.nrollups > 0;
+		sto_view_free(&v);
+	}
+	if (found) {
+		int64_t k = bk->width / w + 1;
+		bk->width = k > INT64_MAX / w ? INT64_MAX / w * w : k * w;
+	}
+	return 0;
+}
+
 /* The rollup tier that can answer bk, or -1. */
 static int rollup_tier(struct qry_scan *sc, const struct qry_bucketing *bk)
 {
@@ -728,7 +783,7 @@ static int read_rollups(struct qry_scan *sc, const struct sto_series_view *v,
 		if (bk->need_values) {
 			snprintf(sc->re.msg, sizeof(sc->re.msg),
 				 "quantiles cannot be computed over data that retention has "
-				 "rolled up (from %lld ns); ask without q= or start the range "
+				 "rolled up (from %lld ns); ask without p.. aggregates (agg=p50, quantiles=) or start the range "
 				 "after it",
 				 (long long)r->first_ts_ns);
 			return RDB_EINVAL;

@@ -109,7 +109,17 @@ struct qry_extent {
 };
 void qry_extent_init(struct qry_extent *e);
 
-/* Widens e by the data of series id in r, without decoding. 0 or -errno. */
+/* The rollup tier width of the axis (ns or steps; 0: tier off). */
+int64_t qry_agg_rollup_width(struct sto *s, enum qry_axis axis);
+/* When the range of bk holds rollup records of any of the series ids and
+ * bk->width is not a multiple of the axis tier's width, widens bk->width to
+ * the next multiple, so that the rollups answer (a chosen width: points=,
+ * Grafana). 0 or -errno. Reads the index, decodes nothing. */
+int qry_agg_fit_rollups(struct qry_scan *sc, const uint64_t *ids, size_t n,
+			struct qry_bucketing *bk);
+
+/* Widens e by the data of series id in r, without decoding (rollup records
+ * included). 0 or -errno. */
 int qry_agg_extent(struct qry_scan *sc, uint64_t id, const struct sto_range *r,
 		   struct qry_extent *e);
 

@@ -5,6 +5,7 @@
  * Threading: reentrant.
  */
 #include "query/qry.h"
+#include "query/bucket.h"
 #include "common/rdb_err.h"
 #include "query/agg.h"
 
@@ -89,12 +90,57 @@ static int job_cb(void *arg, const char *job, uint64_t nseries)
 	return c->data_dir ? job_meta(c, jb) : 0;
 }
 
+/* The job's first/last timestamp, last step and ranks. */
+static int job_extent(struct sto *s, struct qry_job *jb)
+{
+	struct qry_match m;
+	struct qry_error e;
+	struct qry_match_req mr = {.job = jb->job, .prefix = ""};
+	struct sto_range all = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX};
+	jb->last_step = MDL_STEP_NONE;
+	int rc = qry_match(s, &mr, &m, &e);
+	if (rc)
+		return rc == RDB_ENOTFOUND ? 0 : rc;
+	uint32_t prev_rank = MDL_RANK_JOB;
+	for (size_t i = 0; rc == 0 && i < m.n; i++) {
+		struct sto_series_view v;
+		uint32_t rank = m.v[i].key.rank;
+		if (rank != MDL_RANK_JOB && (jb->nranks == 0 || rank != prev_rank)) {
+			jb->nranks++;
+			prev_rank = rank;
+		}
+		rc = sto_view_series(s, m.v[i].id, &all, SIZE_MAX, &v);
+		if (rc)
+			break;
+		for (size_t k = 0; k < v.head.n + v.nchunks; k++) {
+			bool head = k < v.head.n;
+			const struct sto_chunk_stats *st = head ? NULL : &v.chunks[k - v.head.n].stats;
+			int64_t lo = head ? v.head.ts_ns[k] : st->min_ts_ns;
+			int64_t hi = head ? v.head.ts_ns[k] : st->max_ts_ns;
+			int64_t step = head ? v.head.step[k] : st->max_step;
+			if (!jb->has_points || lo < jb->first_ts_ns)
+				jb->first_ts_ns = lo;
+			if (!jb->has_points || hi > jb->last_ts_ns)
+				jb->last_ts_ns = hi;
+			jb->has_points = true;
+			if (step != MDL_STEP_NONE && (jb->last_step == MDL_STEP_NONE ||
+						      step > jb->last_step))
+				jb->last_step = step;
+		}
+		sto_view_free(&v);
+	}
+	qry_match_free(&m);
+	return rc;
+}
+
 int qry_jobs(struct sto *s, const char *data_dir, size_t max_meta_bytes, struct qry_jobs *out,
 	     struct qry_error *err)
 {
 	struct jobs_ctx c = {out, data_dir, max_meta_bytes};
 	memset(out, 0, sizeof(*out));
 	int rc = sto_list_jobs(s, job_cb, &c);
+	for (size_t i = 0; rc == 0 && i < out->n; i++)
+		rc = job_extent(s, &out->v[i]);
 	if (rc) {
 		qry_jobs_free(out);
 		return fail(err, rc, "listing jobs");

@@ -75,6 +75,18 @@ int qry_downsample(struct sto *s, const struct qry_ds_req *req, struct qry_ds_re
 		goto out;
 	bk.need_values = req->nq > 0;
 	bk.use_rollups = true;
+	if (!req->spec.axis_set) { /* a chosen width: one the rollups can answer */
+		uint64_t *ids = malloc((m.n ? m.n : 1) * sizeof(*ids));
+		for (size_t i = 0; ids && i < m.n; i++)
+			ids[i] = m.v[i].id;
+		rc = ids ? qry_agg_fit_rollups(sc, ids, m.n, &bk) : -ENOMEM;
+		free(ids);
+		if (rc) {
+			qry_fail(err, QRY_E_INTERNAL, rc, "reading the rollup index: %s",
+				 rdb_strerror(rc));
+			goto out;
+		}
+	}
 	snprintf(out->job, sizeof(out->job), "%s", req->job);
 	out->axis = bk.axis;
 	out->width = bk.width;

@@ -1,10 +1,13 @@
 /* match.c - the series of one job selected by metric (exact names or a
  * prefix) and rank, sorted by (rank, metric): exact keys are looked up one
  * by one (at most LOOKUP_MAX), anything else lists the job once. Unknown
- * job or metric is told apart for the error message. Threading: reentrant.
+ * job or metric is told apart for the error message. A metric with no series
+ * under the name asked is looked for under its built-in aliases
+ * (model/alias.h: loss finds train.loss). Threading: reentrant.
  */
 #include "query/bucket.h"
 #include "common/rdb_err.h"
+#include "model/alias.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -23,14 +26,16 @@ static bool rank_wanted(const struct qry_match_req *req, uint32_t rank)
 	return false;
 }
 
-static bool metric_wanted(const struct qry_match_req *req, const char *metric)
+/* alias: the built-in metric aliases apply (model/alias.h). */
+static bool metric_wanted(const struct qry_match_req *req, const char *metric, bool alias)
 {
 	if (req->prefix) {
 		size_t n = strlen(req->prefix);
 		return strncmp(metric, req->prefix, n) == 0 && metric[n] != 0;
 	}
 	for (size_t i = 0; i < req->nmetrics; i++)
-		if (strcmp(req->metrics[i], metric) == 0)
+		if (alias ? mdl_metric_same(req->metrics[i], metric)
+			  : strcmp(req->metrics[i], metric) == 0)
 			return true;
 	return false;
 }
@@ -38,6 +43,7 @@ static bool metric_wanted(const struct qry_match_req *req, const char *metric)
 struct match_ctx {
 	const struct qry_match_req *req;
 	struct qry_match *m;
+	bool alias;
 };
 
 static int match_cb(void *arg, const struct mdl_series_key *k, uint64_t id)
@@ -45,7 +51,7 @@ static int match_cb(void *arg, const struct mdl_series_key *k, uint64_t id)
 	struct match_ctx *c = arg;
 	struct qry_match *m = c->m;
 	m->job_seen = true;
-	if (!metric_wanted(c->req, k->metric))
+	if (!metric_wanted(c->req, k->metric, c->alias))
 		return 0;
 	m->metric_seen = true;
 	if (!rank_wanted(c->req, k->rank))
@@ -127,11 +133,17 @@ no:
 int qry_match(struct sto *s, const struct qry_match_req *req, struct qry_match *m,
 	      struct qry_error *err)
 {
-	struct match_ctx c = {req, m};
+	struct match_ctx c = {req, m, false};
 	memset(m, 0, sizeof(*m));
 	if (match_by_lookup(s, req, m))
 		return 0;
 	int rc = sto_list_series(s, req->job, match_cb, &c);
+	if (rc == 0 && m->job_seen && !m->metric_seen && !req->prefix) {
+		/* none under the names asked: under their built-in aliases
+		 * (loss finds train.loss and the other way round) */
+		c.alias = true;
+		rc = sto_list_series(s, req->job, match_cb, &c);
+	}
 	if (rc)
 		return qry_fail(err, QRY_E_INTERNAL, rc, "listing series: %s", rdb_strerror(rc));
 	if (!m->job_seen)

@@ -8,8 +8,9 @@
  * over the old document and the directory fsynced, so a crash leaves the old
  * or the new document, never a mix. Stray temp files (".tmp-*") of a crash
  * are ignored. Concurrent writers of one job: the last rename wins.
- * The storage engine does not know these files; deleting a job's data does
- * not delete its metadata. Threading: every call is independent.
+ * The storage engine does not know these files: whoever deletes a job
+ * (server/admin_routes.c, rankctl) deletes its document with
+ * qry_meta_delete. Threading: every call is independent.
  */
 #include "query/agg.h"
 #include "common/rdb_err.h"
@@ -170,4 +171,16 @@ int qry_meta_get(const char *data_dir, const char *job, struct rdb_buf *out, str
 				job, rdb_strerror(rc));
 	}
 	return 0;
+}
+
+int qry_meta_delete(const char *data_dir, const char *job)
+{
+	char dir[4200], path[4400];
+	if (!mdl_job_valid(job, strlen(job)))
+		return RDB_EINVAL;
+	snprintf(dir, sizeof(dir), "%s/meta", data_dir);
+	snprintf(path, sizeof(path), "%s/%s.json", dir, job);
+	if (unlink(path) != 0)
+		return errno == ENOENT ? RDB_ENOTFOUND : -errno;
+	return fsync_path(dir);
 }

@@ -16,9 +16,15 @@
  * each rank's own work = sum of the means of its non-wait phases (wait
  * phases default to allreduce, data, wait), and the ranking is by the score
  * of own work. A rank missing a non-wait phase is left out of the ranking.
+ * A job that sends its phases as spans only (no <metric>.<phase> series)
+ * is answered from its spans: per rank and span name the mean duration in
+ * seconds over the window (latest attempt per step; a time window selects
+ * spans by start), then the same ranking; the result says
+ * phase_source "spans".
  */
 #include "query/agg.h"
 #include "common/rdb_err.h"
+#include "query/events.h"
 
 #include <errno.h>
 #include <math.h>
@@ -36,6 +42,7 @@ struct ostate {
 	const char *phases[MAX_PHASES]; /* names of the phases (suffixes, into m) */
 	bool wait[MAX_PHASES];
 	size_t nphases;
+	char span_names[MAX_PHASES][MDL_METRIC_MAX + 1]; /* phases read from spans */
 	struct qry_out_result *r;
 };
 
@@ -66,8 +73,11 @@ static int phase_index(const struct ostate *o, const char *name)
 
 static bool is_wait(const struct qry_out_req *req, const char *phase)
 {
-	static const char *const defaults[] = {"allreduce", "data", "wait"};
-	size_t n = req->nwait ? req->nwait : 3;
+	/* the vocabulary's names (detect/vocab.c: collective, dataloader) and
+	 * their common spellings */
+	static const char *const defaults[] = {"allreduce", "data", "wait", "collective",
+					       "dataloader"};
+	size_t n = req->nwait ? req->nwait : sizeof(defaults) / sizeof(defaults[0]);
 	for (size_t i = 0; i < n; i++)
 		if (strcmp(req->nwait ? req->wait_phases[i] : defaults[i], phase) == 0)
 			return true;
@@ -319,9 +329,159 @@ static int resolve_window(struct qry_scan *sc, struct ostate *o, struct qry_erro
 	return 0;
 }
 
+/* ---- phases from spans ---------------------------------------------------------- */
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return (x > y) - (x < y);
+}
+
+static bool span_in_window(const struct ostate *o, const struct mdl_event *e, int64_t min_step)
+{
+	const struct qry_bucket_spec *sp = &o->req->spec;
+	if (e->step < min_step)
+		return false;
+	if (sp->from_set && e->ts_ns < sp->range.from_ns)
+		return false;
+	if (sp->to_set && e->ts_ns > sp->range.to_ns)
+		return false;
+	if (o->req->nphases == 0)
+		return true;
+	for (size_t i = 0; i < o->req->nphases; i++)
+		if (strlen(o->req->phases[i]) == e->text_len &&
+		    memcmp(o->req->phases[i], e->text, e->text_len) == 0)
+			return true;
+	return false;
+}
+
+/* The phase index of a span's name, added when new; -1 past MAX_PHASES. */
+static int span_phase(struct ostate *o, const struct mdl_event *e)
+{
+	size_t len = e->text_len > MDL_METRIC_MAX ? MDL_METRIC_MAX : e->text_len;
+	for (size_t i = 0; i < o->nphases; i++)
+		if (strlen(o->span_names[i]) == len && memcmp(o->span_names[i], e->text, len) == 0)
+			return (int)i;
+	if (o->nphases == MAX_PHASES)
+		return -1;
+	memcpy(o->span_names[o->nphases], e->text, len);
+	o->span_names[o->nphases][len] = 0;
+	o->phases[o->nphases] = o->span_names[o->nphases];
+	o->wait[o->nphases] = is_wait(o->req, o->span_names[o->nphases]);
+	return (int)o->nphases++;
+}
+
+/* Phase means from the job's spans into fresh rows (o->m matched nothing). */
+static int span_means(struct sto *s, struct ostate *o, const struct qry_spans *sp,
+		      struct qry_error *err)
+{
+	const struct qry_out_req *req = o->req;
+	struct qry_out_result *res = o->r;
+	int64_t min_step = INT64_MIN, max_step = INT64_MIN;
+	(void)s;
+	for (size_t i = 0; i < sp->spans.n; i++)
+		if (sp->spans.v[i]->ev.step > max_step)
+			max_step = sp->spans.v[i]->ev.step;
+	if (req->last_steps > 0)
+		min_step = max_step - req->last_steps + 1;
+	uint32_t *ranks = malloc((sp->spans.n ? sp->spans.n : 1) * sizeof(*ranks));
+	size_t nr = 0;
+	if (!ranks)
+		return fail(err, QRY_E_INTERNAL, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < sp->spans.n; i++) {
+		const struct mdl_event *e = &sp->spans.v[i]->ev;
+		if (e->rank != MDL_RANK_JOB && span_in_window(o, e, min_step) &&
+		    span_phase(o, e) >= 0)
+			ranks[nr++] = e->rank;
+	}
+	qsort(ranks, nr, sizeof(*ranks), cmp_u32);
+	size_t w = 0;
+	for (size_t i = 0; i < nr; i++)
+		if (w == 0 || ranks[w - 1] != ranks[i])
+			ranks[w++] = ranks[i];
+	nr = w;
+	size_t nph = o->nphases ? o->nphases : 1;
+	res->rows = calloc(nr ? nr : 1, sizeof(*res->rows));
+	res->means = calloc((nr ? nr : 1) * nph, sizeof(double));
+	double *cnt = calloc((nr ? nr : 1) * nph, sizeof(double));
+	int rc = res->rows && res->means && cnt ? 0 : -ENOMEM;
+	for (size_t i = 0; rc == 0 && i < nr; i++) {
+		res->rows[i].rank = ranks[i];
+		res->rows[i].phase = res->means + i * nph;
+	}
+	res->nrows = rc == 0 ? nr : 0;
+	for (size_t i = 0; rc == 0 && i < sp->spans.n; i++) {
+		const struct mdl_event *e = &sp->spans.v[i]->ev;
+		if (e->rank == MDL_RANK_JOB || !span_in_window(o, e, min_step))
+			continue;
+		int p = span_phase(o, e);
+		if (p < 0)
+			continue;
+		struct qry_out_row *r = row_of(o, e->rank);
+		size_t at = (size_t)(r - res->rows) * nph + (size_t)p;
+		res->means[at] += (double)e->duration_ns / 1e9;
+		cnt[at] += 1;
+	}
+	for (size_t i = 0; rc == 0 && i < nr * nph; i++)
+		res->means[i] = cnt[i] ? res->means[i] / cnt[i] : NAN;
+	free(cnt);
+	free(ranks);
+	if (rc)
+		return fail(err, QRY_E_INTERNAL, rc, "out of memory");
+	bool any_work = false;
+	for (size_t p = 0; p < o->nphases; p++)
+		any_work |= !o->wait[p];
+	if (nr == 0)
+		return qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND,
+				"job '%.128s' has no metric starting with '%.200s.' and no spans in "
+				"the window", req->job, req->metric);
+	if (!any_work)
+		return fail(err, QRY_E_INVALID, RDB_EINVAL,
+			    "phases: every phase found is a wait phase; "
+			    "name the compute phases with phases= or change wait_phases=");
+	o->bk.range = req->spec.range;
+	if (req->last_steps > 0 || !(req->spec.from_set || req->spec.to_set)) {
+		o->bk.range.by_step = true;
+		o->bk.range.step_from = req->last_steps > 0 ? min_step : req->spec.range.step_from;
+		o->bk.range.step_to = req->last_steps > 0 ? max_step : req->spec.range.step_to;
+	}
+	res->phase_source_spans = true;
+	return 0;
+}
+
+/* phases mode without <metric>.<phase> series: the job's spans. */
+static int run_spans(struct sto *s, struct ostate *o, struct qry_error *err)
+{
+	const struct qry_out_req *req = o->req;
+	struct qry_spans_req sr = {.job = req->job, .ranks = req->ranks, .nranks = req->nranks,
+				   .step_from = req->spec.range.by_step ? req->spec.range.step_from
+									: 0,
+				   .step_to = req->spec.range.by_step ? req->spec.range.step_to
+								      : INT64_MAX,
+				   .attempt = req->spec.attempt >= 0 ? req->spec.attempt : -1,
+				   .max_events = req->max_points};
+	struct qry_spans sp = {0};
+	int rc = qry_spans(s, &sr, &sp, err);
+	if (rc == 0)
+		rc = span_means(s, o, &sp, err);
+	qry_spans_free(&sp);
+	if (rc)
+		return rc;
+	row_values(o);
+	rc = robust_scores(o->r);
+	if (rc == 0)
+		rc = finish(o);
+	return rc ? fail(err, QRY_E_INTERNAL, rc, "out of memory") : 0;
+}
+
 static int run(struct sto *s, struct qry_scan *sc, struct ostate *o, struct qry_error *err)
 {
-	int rc = select_series(s, o, err);
+	struct qry_error miss;
+	int rc = select_series(s, o, o->req->phases_mode ? &miss : err);
+	if (rc == RDB_ENOTFOUND && o->req->phases_mode) /* no <metric>.<phase> series */
+		return run_spans(s, o, err);
+	if (rc && o->req->phases_mode)
+		*err = miss;
 	if (rc == 0 && o->req->phases_mode)
 		rc = collect_phases(o, err);
 	if (rc == 0)

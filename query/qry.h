@@ -62,6 +62,11 @@ struct qry_job {
 	uint64_t nseries;
 	char *meta; /* the job's metadata document (JSON object text), or NULL */
 	size_t meta_len;
+	/* What the run has sent (head and index entries; nothing decoded): */
+	bool has_points;
+	int64_t first_ts_ns, last_ts_ns; /* over every series; when has_points */
+	int64_t last_step;		 /* highest step; MDL_STEP_NONE if none */
+	uint32_t nranks;		 /* ranks with series (the job-level one not counted) */
 };
 
 struct qry_jobs {
@@ -71,7 +76,9 @@ struct qry_jobs {
 };
 void qry_jobs_free(struct qry_jobs *j); /* NULL ok; j becomes empty */
 
-/* Every job with series; with data_dir, each with its metadata document
+/* Every job with series, with its first/last timestamp, last step and
+ * ranks (from head points and chunk statistics: one index view per
+ * series, no decoding); with data_dir, each with its metadata document
  * stored under data_dir (absent when none), at most max_meta_bytes of them
  * in all (QRY_E_TOO_LARGE beyond). 0 or an error with err filled (out
  * empty). One LMDB read transaction; blocks on the file system. */
@@ -119,6 +126,9 @@ struct qry_range_req {
 	size_t nranks;
 	struct sto_range range;
 	size_t max_points; /* over all series */
+	int64_t attempt;   /* >= 0: only it; QRY_ATTEMPT_LATEST (-1): per step the
+			    * highest attempt (points without a step all kept);
+			    * QRY_ATTEMPT_ALL (-2): every point */
 };
 
 /* The points of one series, in time order. */

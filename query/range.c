@@ -1,12 +1,18 @@
 /* range.c - raw range queries: the points of the series of one job that
  * match a metric set and a rank set, by time and/or step range.
  *
- * The points of every selected series are read (storage merges head and
- * chunks, verified) into a struct qry_points the caller owns. The total is
+ * Series are selected by qry_match (query/match.c), as every aggregating
+ * query selects them: an unknown job or metric is QRY_E_NOT_FOUND, and the
+ * built-in metric aliases apply. The points of every selected series are
+ * read (storage merges head and chunks, verified) into a struct qry_points
+ * the caller owns; attempt keeps one attempt, or (QRY_ATTEMPT_LATEST, the
+ * default of GET /api/v1/query/range) per step only its highest attempt,
+ * as the aggregates do. The total is
  * bounded by max_points (QRY_E_LIMIT, telling how to narrow the query).
  * Threading: reentrant.
  */
 #include "query/qry.h"
+#include "query/bucket.h"
 #include "common/rdb_err.h"
 
 #include <errno.h>
@@ -14,114 +20,72 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct match_ctx {
-	const struct qry_range_req *req;
-	struct mdl_series_key *keys;
-	uint64_t *ids;
-	size_t n, cap;
-	bool job_seen;
+/* The (step, attempt) pairs of a series, for the latest-attempt filter. */
+struct step_att {
+	int64_t step;
+	uint32_t attempt;
 };
 
-static bool wanted(const struct qry_range_req *req, const struct mdl_series_key *k)
+static int cmp_step_att(const void *a, const void *b)
 {
-	bool metric_ok = false;
-	for (size_t i = 0; i < req->nmetrics && !metric_ok; i++)
-		metric_ok = strcmp(req->metrics[i], k->metric) == 0;
-	if (!metric_ok)
-		return false;
-	if (req->nranks == 0)
-		return true;
-	for (size_t i = 0; i < req->nranks; i++)
-		if (req->ranks[i] == k->rank)
-			return true;
-	return false;
+	const struct step_att *x = a, *y = b;
+	if (x->step != y->step)
+		return x->step < y->step ? -1 : 1;
+	return (x->attempt > y->attempt) - (x->attempt < y->attempt);
 }
 
-static int match_cb(void *arg, const struct mdl_series_key *k, uint64_t id)
+/* Keeps the points of attempt (>= 0), or with QRY_ATTEMPT_LATEST per step
+ * only those of its highest attempt (points without a step stay), in place.
+ * 0 or -ENOMEM. */
+static int filter_attempt(struct mdl_cols *c, int64_t attempt)
 {
-	struct match_ctx *c = arg;
-	c->job_seen = true;
-	if (!wanted(c->req, k))
+	struct step_att *sa = NULL;
+	size_t ns = 0;
+	if (attempt == QRY_ATTEMPT_ALL || c->n == 0)
 		return 0;
-	if (c->n == c->cap) {
-		size_t cap = c->cap ? c->cap * 2 : 32;
-		struct mdl_series_key *kk = realloc(c->keys, cap * sizeof(*kk));
-		if (!kk)
+	if (attempt == QRY_ATTEMPT_LATEST) {
+		sa = malloc(c->n * sizeof(*sa));
+		if (!sa)
 			return -ENOMEM;
-		c->keys = kk;
-		uint64_t *ii = realloc(c->ids, cap * sizeof(*ii));
-		if (!ii)
-			return -ENOMEM;
-		c->ids = ii;
-		c->cap = cap;
+		for (size_t i = 0; i < c->n; i++)
+			if (c->step[i] != MDL_STEP_NONE)
+				sa[ns++] = (struct step_att){c->step[i], c->attempt[i]};
+		qsort(sa, ns, sizeof(*sa), cmp_step_att);
+		size_t w = 0; /* the last pair of each step: its highest attempt */
+		for (size_t i = 0; i < ns; i++)
+			if (i + 1 == ns || sa[i + 1].step != sa[i].step)
+				sa[w++] = sa[i];
+		ns = w;
 	}
-	c->keys[c->n] = *k;
-	c->ids[c->n++] = id;
-	return 0;
-}
-
-#define LOOKUP_MAX 64 /* series looked up one by one; more: one listing */
-
-static int cmp_key(const struct mdl_series_key *x, const struct mdl_series_key *y)
-{
-	if (x->rank != y->rank)
-		return x->rank < y->rank ? -1 : 1;
-	return strcmp(x->metric, y->metric);
-}
-
-/* Exact metrics and ranks: looks each series up by its key instead of
- * listing the whole job. True when every wanted series exists; m then
- * holds them in the listing's order (rank, then metric bytes: the index
- * key order), each once. False (m empty) means list the job, which also
- * tells an unknown job apart. */
-static bool match_by_lookup(struct sto *s, const struct qry_range_req *req, struct match_ctx *m)
-{
-	size_t jl = strlen(req->job);
-	if (req->nranks == 0 || req->nmetrics == 0 || req->nmetrics > LOOKUP_MAX ||
-	    req->nranks > LOOKUP_MAX || req->nmetrics * req->nranks > LOOKUP_MAX || jl == 0 ||
-	    jl > MDL_JOB_MAX)
-		return false;
-	size_t cap = req->nmetrics * req->nranks;
-	m->keys = malloc(cap * sizeof(*m->keys));
-	m->ids = malloc(cap * sizeof(*m->ids));
-	if (!m->keys || !m->ids)
-		goto no;
-	for (size_t i = 0; i < req->nmetrics; i++) {
-		size_t ml = strlen(req->metrics[i]);
-		if (ml == 0 || ml > MDL_METRIC_MAX)
-			goto no;
-		for (size_t j = 0; j < req->nranks; j++) {
-			struct mdl_series_key k;
-			memset(&k, 0, sizeof(k));
-			memcpy(k.job, req->job, jl);
-			memcpy(k.metric, req->metrics[i], ml);
-			k.rank = req->ranks[j];
-			uint64_t id;
-			if (sto_lookup_series(s, &k, &id) != 0)
-				goto no;
-			/* insertion into order; duplicates (repeated names) once */
-			size_t at = m->n;
-			while (at > 0 && cmp_key(&m->keys[at - 1], &k) > 0)
-				at--;
-			if (at > 0 && cmp_key(&m->keys[at - 1], &k) == 0)
-				continue;
-			memmove(m->keys + at + 1, m->keys + at, (m->n - at) * sizeof(*m->keys));
-			memmove(m->ids + at + 1, m->ids + at, (m->n - at) * sizeof(*m->ids));
-			m->keys[at] = k;
-			m->ids[at] = id;
-			m->n++;
+	size_t w = 0;
+	for (size_t i = 0; i < c->n; i++) {
+		bool keep;
+		if (attempt >= 0) {
+			keep = c->attempt[i] == (uint64_t)attempt;
+		} else if (c->step[i] == MDL_STEP_NONE) {
+			keep = true;
+		} else {
+			size_t lo = 0, hi = ns;
+			while (lo < hi) {
+				size_t mid = lo + (hi - lo) / 2;
+				if (sa[mid].step < c->step[i])
+					lo = mid + 1;
+				else
+					hi = mid;
+			}
+			keep = c->attempt[i] == sa[lo].attempt;
+		}
+		if (keep) {
+			c->ts_ns[w] = c->ts_ns[i];
+			c->step[w] = c->step[i];
+			c->attempt[w] = c->attempt[i];
+			c->value[w] = c->value[i];
+			w++;
 		}
 	}
-	m->cap = cap;
-	m->job_seen = true;
-	return true;
-no:
-	free(m->keys);
-	free(m->ids);
-	m->keys = NULL;
-	m->ids = NULL;
-	m->n = m->cap = 0;
-	return false;
+	c->n = w;
+	free(sa);
+	return 0;
 }
 
 static void key_text(const struct mdl_series_key *k, char *buf, size_t len)
@@ -159,7 +123,7 @@ void qry_points_free(struct qry_points *p)
 }
 
 /* Reads series i of m into out (kept only when it has points). */
-static int read_one(struct sto *s, const struct qry_range_req *req, const struct match_ctx *m,
+static int read_one(struct sto *s, const struct qry_range_req *req, const struct qry_match *m,
 		    size_t i, struct qry_points *out, struct sto_read_error *re)
 {
 	if (out->n == out->cap) {
@@ -171,9 +135,11 @@ static int read_one(struct sto *s, const struct qry_range_req *req, const struct
 		out->cap = cap;
 	}
 	struct qry_series_points *sp = &out->v[out->n];
-	sp->key = m->keys[i];
+	sp->key = m->v[i].key;
 	sp->pts = (struct mdl_cols)MDL_COLS_INIT;
-	int rc = sto_read(s, m->ids[i], &req->range, req->max_points - out->total, &sp->pts, re);
+	int rc = sto_read(s, m->v[i].id, &req->range, req->max_points - out->total, &sp->pts, re);
+	if (rc == 0)
+		rc = filter_attempt(&sp->pts, req->attempt);
 	if (rc == 0 && sp->pts.n) {
 		out->total += sp->pts.n;
 		out->n++;
@@ -186,34 +152,24 @@ static int read_one(struct sto *s, const struct qry_range_req *req, const struct
 int qry_range(struct sto *s, const struct qry_range_req *req, struct qry_points *out,
 	      struct qry_error *err)
 {
-	struct match_ctx m = {.req = req};
+	struct qry_match m = {0};
+	struct qry_match_req mr = {.job = req->job, .metrics = req->metrics,
+				   .nmetrics = req->nmetrics, .ranks = req->ranks,
+				   .nranks = req->nranks};
 	struct sto_read_error *re = malloc(sizeof(*re));
-	int rc = re ? 0 : -ENOMEM;
 	memset(out, 0, sizeof(*out));
-	if (rc == 0 && !match_by_lookup(s, req, &m))
-		rc = sto_list_series(s, req->job, match_cb, &m);
-	if (rc) {
-		qry_fail(err, QRY_E_INTERNAL, rc, "listing series: %s", rdb_strerror(rc));
-		goto out;
-	}
-	if (!m.job_seen) {
-		rc = qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND,
-			      "unknown job '%.128s' (GET "
-			      "/api/v1/jobs lists the jobs)",
-			      req->job);
-		goto out;
-	}
+	if (!re)
+		return qry_fail(err, QRY_E_INTERNAL, -ENOMEM, "out of memory");
+	int rc = qry_match(s, &mr, &m, err);
 	for (size_t i = 0; rc == 0 && i < m.n; i++) {
 		re->msg[0] = 0;
 		rc = read_one(s, req, &m, i, out, re);
 		if (rc)
-			read_error(err, rc, &m.keys[i], re, req->max_points);
+			read_error(err, rc, &m.v[i].key, re, req->max_points);
 	}
-out:
 	if (rc)
 		qry_points_free(out);
-	free(m.keys);
-	free(m.ids);
+	qry_match_free(&m);
 	free(re);
 	return rc;
 }

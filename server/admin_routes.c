@@ -31,6 +31,7 @@
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
 #include "common/rdb_time.h"
+#include "query/agg.h"
 #include "storage/admin.h"
 
 #include <errno.h>
@@ -292,6 +293,12 @@ static void do_delete(struct srv_req *req, struct srv_resp *resp, const char *jo
 {
 	struct sto_delete_result r;
 	int rc = sto_delete_job(req->ctx->sto, job, &r);
+	int mrc = rc == 0 || rc == RDB_ENOTFOUND ? qry_meta_delete(req->ctx->cfg->data_dir, job)
+						 : RDB_ENOTFOUND;
+	if (rc == RDB_ENOTFOUND && mrc == 0)
+		rc = 0; /* a job with only a metadata document */
+	if (rc == 0 && mrc != 0 && mrc != RDB_ENOTFOUND)
+		rc = mrc;
 	if (rc) {
 		fail(resp, rc, rc == RDB_ENOTFOUND ? "no such job" : "delete job");
 		return;

@@ -202,6 +202,49 @@ static const char *job_state_name(uint8_t s)
 	return s < sizeof(names) / sizeof(names[0]) ? names[s] : "unknown";
 }
 
+/* ---- the detection fields of GET /api/v1/jobs ---------------------------------- */
+
+struct job_fields {
+	const char *job;
+	struct rdb_buf *out;
+	bool first;
+	int rc;
+};
+
+static int job_state_cb(void *arg, const struct det_job_health *h)
+{
+	struct job_fields *f = arg;
+	if (strcmp(h->job, f->job) == 0 && f->rc == 0)
+		f->rc = rdb_buf_printf(f->out, ",\"state\":\"%s\"", job_state_name(h->state));
+	return 0;
+}
+
+static int job_alert_cb(void *arg, const struct det_alert *al)
+{
+	struct job_fields *f = arg;
+	if (!f->first)
+		rdb_buf_putc(f->out, ',');
+	f->first = false;
+	alert_json(f->out, al);
+	return 0;
+}
+
+int srv_detect_job_fields(void *arg, const char *job, struct rdb_buf *out)
+{
+	struct srv_ctx *ctx = arg;
+	struct job_fields f = {job, out, true, 0};
+	struct det_alert_filter af = {.job = job, .rank = DET_FILTER_ANY_RANK,
+				      .state_mask = 1u << DET_ALERT_FIRING};
+	if (!ctx->detect)
+		return 0;
+	det_service_jobs(ctx->detect, job_state_cb, &f);
+	if (f.rc)
+		return f.rc;
+	rdb_buf_puts(out, ",\"firing_alerts\":[");
+	det_service_alerts(ctx->detect, &af, job_alert_cb, &f);
+	return rdb_buf_putc(out, ']');
+}
+
 static const char *rank_state_name(uint8_t s)
 {
 	static const char *const names[] = {"ok", "straggler", "hung", "down"};

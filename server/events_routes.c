@@ -142,7 +142,11 @@ static int parse_number(struct evparams *p, enum param k, const char *val)
 	}
 	if (k == P_BEFORE || k == P_AFTER)
 		max = QRY_LOGS_LIMIT_MAX;
-	if (srv_parse_i64(val, &v) || v < min || v > max) {
+	if (k == P_FROM || k == P_TO) {
+		if (srv_parse_time_ns(val, rdb_now_ns(), &v))
+			return bad(p, "parameter %s must be a time (%s), got '%.64s'", param_names[k],
+				   SRV_TIME_HELP, val);
+	} else if (srv_parse_i64(val, &v) || v < min || v > max) {
 		char range[64] = "";
 		if (max != INT64_MAX)
 			snprintf(range, sizeof(range), " in %lld..%lld", (long long)min,

@@ -18,8 +18,10 @@
  * Each series is cut into time buckets of
  *   width = max(intervalMs, ceil((to - from) / maxDataPoints))
  * (widened when epoch alignment would give one bucket too many) by the bucket
- * engine (query/bucket.h), and each bucket gives one point per aggregate (avg
- * by default; payload agg picks others, crossrank-* adds one series per (job,
+ * engine (query/bucket.h), and each bucket gives its points per aggregate (by
+ * default M4: the bucket's first, min, max and last points at their times,
+ * so a line of maxDataPoints pixels is the raw line, spikes included;
+ * payload agg picks others, crossrank-* adds one series per (job,
  * metric) aggregated across ranks by query/crossrank.c, the values GET
  * /api/v1/query/crossrank gives). Targets "logs" and "annotations" (and
  * every target of refId "Anno") read log records instead. Every read goes
@@ -432,7 +434,7 @@ bool gf_filters_ok(const struct gf_filters *fs, const char *key, const char *val
 enum kind { K_JOBS, K_RANKS, K_METRICS, K_LEVELS, K_AGGS };
 
 const char *const gf_agg_names[AG_N] = {
-	"avg", "raw", "min", "max", "first", "last", "sum", "count", "p50", "p90", "p99",
+	"avg", "raw", "min", "max", "first", "last", "sum", "count", "p50", "p90", "p99", "m4",
 	"crossrank-mean", "crossrank-min", "crossrank-max", "crossrank-median"};
 
 struct list_ctx {
@@ -577,7 +579,7 @@ static int write_payloads(struct gf *g, const struct names *jobs, bool job_optio
 				  "\"placeholder\":\"1000\",\"width\":12}]}");
 	if (rc == 0 && !logs)
 		rc = rdb_buf_puts(b, ",{\"name\":\"agg\",\"label\":\"Aggregate\",\"type\":"
-				  "\"select\",\"placeholder\":\"avg\",\"width\":20,"
+				  "\"select\",\"placeholder\":\"m4\",\"width\":20,"
 				  "\"options\":");
 	if (rc == 0 && !logs)
 		rc = list_values(g, K_AGGS, NULL, NULL, NULL, &aggs);

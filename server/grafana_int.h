@@ -92,7 +92,7 @@ struct gf_filters {
 
 enum agg {
 	AG_AVG, AG_RAW, AG_MIN, AG_MAX, AG_FIRST, AG_LAST, AG_SUM, AG_COUNT, AG_P50, AG_P90,
-	AG_P99, AG_XMEAN, AG_XMIN, AG_XMAX, AG_XMEDIAN, AG_N
+	AG_P99, AG_M4, AG_XMEAN, AG_XMIN, AG_XMAX, AG_XMEDIAN, AG_N
 };
 
 struct gf_range {

@@ -12,6 +12,7 @@
 #include "server/grafana_int.h"
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
+#include "common/rdb_time.h"
 #include "query/agg.h"
 
 #include <errno.h>
@@ -25,93 +26,20 @@
 
 /* ---- time range --------------------------------------------------------------- */
 
-static bool digits(const char **p, int n, int *out)
-{
-	int v = 0;
-	for (int i = 0; i < n; i++) {
-		char c = (*p)[i];
-		if (c < '0' || c > '9')
-			return false;
-		v = v * 10 + (c - '0');
-	}
-	*p += n;
-	*out = v;
-	return true;
-}
-
-/* Days from 1970-01-01 to y-m-d (proleptic Gregorian; H. Hinnant's algorithm). */
-static int64_t days_from_civil(int64_t y, int m, int d)
-{
-	y -= m <= 2;
-	int64_t era = (y >= 0 ? y : y - 399) / 400;
-	int64_t yoe = y - era * 400;
-	int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-	int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-	return era * 146097 + doe - 719468;
-}
-
-/* hh:mm[:ss[.frac]] into ms of the day. */
-static bool parse_clock(const char **p, int64_t *ms)
-{
-	int h, mi, s = 0, frac = 0, scale = 1000;
-	if (!digits(p, 2, &h) || *(*p)++ != ':' || !digits(p, 2, &mi) || h > 23 || mi > 59)
-		return false;
-	if (**p == ':' && (++*p, !digits(p, 2, &s) || s > 60))
-		return false;
-	if (**p == '.' || **p == ',') {
-		++*p;
-		if (**p < '0' || **p > '9')
-			return false;
-		for (; **p >= '0' && **p <= '9'; ++*p)
-			if (scale > 1) {
-				scale /= 10;
-				frac += (**p - '0') * scale;
-			}
-	}
-	*ms = ((int64_t)h * 3600 + mi * 60 + s) * 1000 + frac;
-	return true;
-}
-
-/* Z, +hh:mm, +hhmm, +hh, or nothing (UTC), into the offset in ms. */
-static bool parse_zone(const char *p, int64_t *off_ms)
-{
-	int h = 0, m = 0;
-	*off_ms = 0;
-	if (*p == 0 || ((*p == 'Z' || *p == 'z') && p[1] == 0))
-		return true;
-	if (*p != '+' && *p != '-')
-		return false;
-	int sign = *p++ == '-' ? -1 : 1;
-	if (!digits(&p, 2, &h))
-		return false;
-	if (*p == ':')
-		p++;
-	if (*p && !digits(&p, 2, &m))
-		return false;
-	*off_ms = sign * ((int64_t)h * 60 + m) * 60000;
-	return *p == 0 && h < 24 && m < 60;
-}
-
-/* ISO-8601 (moment.toISOString and friends) or an integer of ms since the
- * epoch, clamped to what ns can hold. */
+/* An integer of ms since the epoch, or any time srv_parse_time_ns reads
+ * (RFC 3339 as moment.toISOString writes it, now-1h), clamped to what ns
+ * can hold. */
 static bool parse_iso_ms(const char *s, int64_t *ms)
 {
-	int y, mo, d;
-	int64_t tod = 0, off;
 	char *end;
-	const char *p = s;
 	long long n = strtoll(s, &end, 10);
+	int64_t ns;
 	if (end != s && *end == 0) {
 		*ms = n;
+	} else if (srv_parse_time_ns(s, rdb_now_ns(), &ns) == 0) {
+		*ms = ns / 1000000 - (ns % 1000000 < 0);
 	} else {
-		if (!digits(&p, 4, &y) || *p++ != '-' || !digits(&p, 2, &mo) || *p++ != '-' ||
-		    !digits(&p, 2, &d) || mo < 1 || mo > 12 || d < 1 || d > 31)
-			return false;
-		if ((*p == 'T' || *p == 't' || *p == ' ') && (++p, !parse_clock(&p, &tod)))
-			return false;
-		if (!parse_zone(p, &off))
-			return false;
-		*ms = days_from_civil(y, mo, d) * 86400000 + tod - off;
+		return false;
 	}
 	*ms = *ms > GF_MS_MAX ? GF_MS_MAX : *ms < -GF_MS_MAX ? -GF_MS_MAX : *ms;
 	return true;
@@ -128,7 +56,7 @@ static int parse_time(struct gf *g, const json_t *v, const char *what, int64_t *
 	if (json_is_string(v) && parse_iso_ms(json_string_value(v), ms))
 		return 0;
 	return gf_fail(g, 400, "range.%s must be an ISO-8601 time such as "
-		       "\"2024-10-18T06:33:44.866Z\" or ms since the epoch", what);
+		       "\"2024-10-18T06:33:44.866Z\", \"now-1h\" or ms since the epoch", what);
 }
 
 /* "500ms", "30s", "5m", "1h", "1d", "1w" -> ms; 0 if unreadable. */
@@ -237,15 +165,15 @@ static int tgt_aggs(struct gf *g, struct tgt *t)
 		while (k < AG_N && strcmp(gf_agg_names[k], s.v.v[i]))
 			k++;
 		if (k == AG_N)
-			rc = gf_fail(g, 400, "target '%.200s': unknown agg '%.40s' (known: avg, raw, "
-				     "min, max, first, last, sum, count, p50, p90, p99, "
+			rc = gf_fail(g, 400, "target '%.200s': unknown agg '%.40s' (known: m4, avg, "
+				     "raw, min, max, first, last, sum, count, p50, p90, p99, "
 				     "crossrank-mean, crossrank-min, crossrank-max, "
 				     "crossrank-median)", t->name, s.v.v[i]);
 		else
 			t->aggs |= BIT(k);
 	}
 	if (t->aggs == 0)
-		t->aggs = BIT(AG_AVG);
+		t->aggs = BIT(AG_M4); /* visually lossless (Jugel et al., VLDB 2014) */
 	gf_set_free(&s);
 	return gf_chk(g, rc);
 }
@@ -465,7 +393,7 @@ static int wr_begin(struct wr *w, const char *job, const char *rank, const char 
 {
 	struct rdb_buf *b = w->g->out;
 	char name[MDL_METRIC_MAX + MDL_JOB_MAX + 80];
-	const char *lab = a == AG_AVG ? NULL : agg_label(a);
+	const char *lab = a == AG_AVG || a == AG_M4 ? NULL : agg_label(a);
 	w->job = job;
 	w->metric = metric;
 	w->agg = a;
@@ -592,6 +520,99 @@ static int emit_raw(struct wr *w, struct qry_scan *sc, const struct qry_series *
 	return rc ? rc : wr_end(w);
 }
 
+/* M4 of one bucket from its aggregate alone (the raw points are too many or
+ * rolled up): first and last at their times, min and max at a third and two
+ * thirds between them (times ascending; equal in a bucket spanning under
+ * 3 ms, so that no extreme is ever dropped). */
+static int m4_from_agg(struct wr *w, const struct qry_bucket *b)
+{
+	int64_t t0 = gf_floor_div(b->a.first_ts_ns, 1000000);
+	int64_t t1 = gf_floor_div(b->a.last_ts_ns, 1000000);
+	int64_t t_min = t0 + (t1 - t0) / 3, t_max = t0 + 2 * (t1 - t0) / 3;
+	int rc = wr_point(w, t0, rdb_bits_f64(b->a.first_bits), true);
+	if (rc == 0 && b->a.count)
+		rc = wr_point(w, t_min, b->a.min, true);
+	if (rc == 0 && b->a.count && b->a.max != b->a.min)
+		rc = wr_point(w, t_max, b->a.max, true);
+	if (rc == 0 && t1 != t0)
+		rc = wr_point(w, t1, rdb_bits_f64(b->a.last_bits), true);
+	return rc;
+}
+
+/* Writes the points idx[0..n) of p (ascending, duplicates skipped). */
+static int m4_flush(struct wr *w, const struct mdl_cols *p, size_t *idx, size_t n)
+{
+	int rc = 0;
+	for (size_t i = 1; i < n; i++) /* insertion sort of at most 4 */
+		for (size_t j = i; j > 0 && idx[j - 1] > idx[j]; j--) {
+			size_t t = idx[j];
+			idx[j] = idx[j - 1];
+			idx[j - 1] = t;
+		}
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		if (i == 0 || idx[i] != idx[i - 1])
+			rc = wr_point(w, gf_floor_div(p->ts_ns[idx[i]], 1000000),
+				      rdb_bits_f64(p->value[idx[i]]), true);
+	return rc;
+}
+
+/* agg=m4 (the default): per bucket the first, min, max and last stored
+ * points at their own times (M4, Jugel et al., VLDB 2014), read raw when the
+ * range holds at most max_query_points points, else (and where retention
+ * left only rollups) from the bucket aggregates. */
+static int emit_m4(struct wr *w, struct qry_scan *sc, const struct qry_series *s,
+		   const struct sto_range *range, const struct gf_range *r,
+		   const struct qry_buckets *bs)
+{
+	char rank[16];
+	uint64_t raw_count = 0;
+	for (size_t i = 0; i < bs->n; i++)
+		raw_count += bs->b[i].a.count + bs->b[i].a.nan_count;
+	int rc = qry_read_series(sc, s->id, range, w->g->max_points, &sc->tmp);
+	bool raw = rc == 0 && sc->tmp.n == raw_count; /* else rolled up in part */
+	if (rc && rc != RDB_ELIMIT)
+		return read_fail(w->g, rc, s, sc);
+	gf_rank_text(s->key.rank, rank);
+	rc = wr_begin(w, s->key.job, rank, s->key.metric, AG_M4);
+	if (!raw) {
+		for (size_t i = 0; rc == 0 && i < bs->n; i++)
+			rc = m4_from_agg(w, &bs->b[i]);
+		return rc ? rc : wr_end(w);
+	}
+	const struct mdl_cols *p = &sc->tmp;
+	size_t idx[4] = {0, 0, 0, 0}, mn = 0, mx = 0;
+	bool have = false, val = false;
+	int64_t key = 0;
+	for (size_t i = 0; rc == 0 && i < p->n; i++) {
+		int64_t k = gf_floor_div(gf_floor_div(p->ts_ns[i], 1000000), r->width_ms);
+		if (have && k != key) {
+			size_t b4[4] = {idx[0], val ? mn : idx[3], val ? mx : idx[3], idx[3]};
+			rc = m4_flush(w, p, b4, 4);
+			have = val = false;
+		}
+		double v = rdb_bits_f64(p->value[i]);
+		if (!have) {
+			have = true;
+			key = k;
+			idx[0] = i;
+		}
+		idx[3] = i;
+		if (v == v && (!val || v < rdb_bits_f64(p->value[mn])))
+			mn = i;
+		if (v == v && (!val || v > rdb_bits_f64(p->value[mx])))
+			mx = i;
+		if (v == v && !val) {
+			val = true;
+			mn = mx = i;
+		}
+	}
+	if (rc == 0 && have) {
+		size_t b4[4] = {idx[0], val ? mn : idx[3], val ? mx : idx[3], idx[3]};
+		rc = m4_flush(w, p, b4, 4);
+	}
+	return rc ? rc : wr_end(w);
+}
+
 /* ---- cross-rank series ------------------------------------------------------------- */
 
 #define XR_COLS (QRY_XR_MEAN | QRY_XR_MIN | QRY_XR_MAX | QRY_XR_MEDIAN)
@@ -640,14 +661,18 @@ static int emit_series(struct wr *w, struct qry_scan *sc, const struct qry_serie
 			continue;
 		if (a == AG_RAW)
 			rc = emit_raw(w, sc, s, &bk->range, r, bs);
+		else if (a == AG_M4)
+			rc = emit_m4(w, sc, s, &bk->range, r, bs);
 		else
 			rc = emit_buckets(w, s, bs, (enum agg)a, r->width_ms);
 	}
 	return rc;
 }
 
-static int metric_loop(struct gf *g, struct wr *w, const struct sel *s, const struct gf_range *r)
+static int metric_loop(struct gf *g, struct wr *w, const struct sel *s,
+		       const struct gf_range *r0)
 {
+	struct gf_range rr = *r0, *r = &rr;
 	struct qry_buckets bs = {0};
 	struct qry_xr_part xr = {0};
 	uint32_t aggs = w->t->aggs;
@@ -659,6 +684,15 @@ static int metric_loop(struct gf *g, struct wr *w, const struct sel *s, const st
 	int rc = sc ? 0 : -ENOMEM;
 	if (sc)
 		qry_scan_init(sc, g->sto, g->max_points);
+	/* Where retention left only rollups they answer, at a width that is a
+	 * multiple of the rollup width (quantiles need the raw values). */
+	bk.use_rollups = !bk.need_values;
+	uint64_t *ids = bk.use_rollups && s->n ? malloc(s->n * sizeof(*ids)) : NULL;
+	for (size_t i = 0; ids && i < s->n; i++)
+		ids[i] = s->v[i].id;
+	if (rc == 0 && ids && (rc = qry_agg_fit_rollups(sc, ids, s->n, &bk)) == 0)
+		rr.width_ms = bk.width / 1000000;
+	free(ids);
 	for (size_t i = 0; rc == 0 && i < s->n; i++) {
 		const struct qry_series *se = &s->v[i];
 		if (i && !same_group(se - 1, se))

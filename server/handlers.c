@@ -11,6 +11,10 @@
  *   ingest_routes.c
  *     POST /write                        InfluxDB 1.x line protocol
  *     POST /api/v2/write                 InfluxDB 2.x line protocol
+ *   influx_routes.c (listed last: the InfluxDB 1.x read side)
+ *     GET|HEAD /ping                     204 + X-Influxdb-Version
+ *     GET|POST /query                    CREATE DATABASE, SHOW DATABASES,
+ *                                        SHOW MEASUREMENTS, SELECT fn(f) ... GROUP BY time()
  *   grafana.c (Grafana JSON datasource; a trailing slash is tolerated)
  *     GET|POST /grafana                  datasource test
  *     POST /grafana/metrics, /metric-payload-options, /query, /variable,
@@ -55,6 +59,7 @@
 #include "common/rdb_time.h"
 #include "ingest/protocol.h"
 #include "query/qry.h"
+#include "query/bucket.h"
 #include "server/json_out.h"
 #include "server/route.h"
 
@@ -162,8 +167,8 @@ void srv_count_outcome(struct srv_ctx *ctx, const struct ing_outcome *o)
 }
 
 /* Parses a JSON body into b / ev; answers and returns non-zero on failure. */
-static int parse_json_body(struct srv_req *req, struct srv_resp *resp, struct mdl_batch *b,
-			   struct mdl_events *ev, struct ing_parse_result *res)
+static int parse_json_body(struct srv_req *req, struct srv_resp *resp, int64_t precision_ns,
+			   struct mdl_batch *b, struct mdl_events *ev, struct ing_parse_result *res)
 {
 	struct srv_ctx *ctx = req->ctx;
 	struct rdb_buf inflated;
@@ -183,6 +188,9 @@ static int parse_json_body(struct srv_req *req, struct srv_resp *resp, struct md
 	struct ing_parse_opts po = {.lim = &ctx->limits};
 	ing_lp_options_default(&po.lp);
 	po.lp.default_ts_ns = rdb_now_ns();
+	po.lp.precision_ns = precision_ns;
+	/* In ns, a time before 2001 is a unit mistake (seconds, ms, us). */
+	po.json_min_ts_ns = precision_ns == 1 ? ING_JSON_MIN_TS_S * INT64_C(1000000000) : 0;
 	rc = ing_proto_json.parse(body, len, &po, b, ev, res);
 	rdb_buf_free(&inflated);
 	if (rc == RDB_ENOTFOUND)
@@ -207,6 +215,14 @@ static int parse_json_body(struct srv_req *req, struct srv_resp *resp, struct md
 	return rc;
 }
 
+static const char *req_arg(const struct srv_req *req, const char *key)
+{
+	for (int i = 0; i < req->nargs; i++)
+		if (strcmp(req->args[i].key, key) == 0)
+			return req->args[i].val;
+	return NULL;
+}
+
 static void handle_write(struct srv_req *req, struct srv_resp *resp)
 {
 	struct srv_ctx *ctx = req->ctx;
@@ -218,6 +234,15 @@ static void handle_write(struct srv_req *req, struct srv_resp *resp)
 	struct ing_outcome o;
 	char why[256];
 	size_t max_points = ctx->cfg->max_records_per_request * ctx->cfg->max_metrics_per_record;
+	int64_t precision_ns = 1;
+	const char *prec = req_arg(req, "precision");
+	if (prec && (!(strcmp(prec, "ns") == 0 || strcmp(prec, "us") == 0 ||
+		       strcmp(prec, "ms") == 0 || strcmp(prec, "s") == 0) ||
+		     ing_lp_precision(prec, &precision_ns))) {
+		atomic_fetch_add(&ctx->counters.write_rejected_invalid, 1);
+		srv_error(resp, 400, "precision must be one of ns, us, ms, s, got '%.32s'", prec);
+		return;
+	}
 	if (srv_req_batch_id(req, &w.batch_id, &w.batch_id_len, why, sizeof(why))) {
 		atomic_fetch_add(&ctx->counters.write_rejected_invalid, 1);
 		srv_error(resp, 400, "%s", why);
@@ -232,7 +257,7 @@ static void handle_write(struct srv_req *req, struct srv_resp *resp)
 		srv_error(resp, 500, "out of memory; nothing of this request was stored");
 		goto out;
 	}
-	if (parse_json_body(req, resp, b, ev, &res))
+	if (parse_json_body(req, resp, precision_ns, b, ev, &res))
 		goto out;
 	w.points = b;
 	w.events = ev;
@@ -273,6 +298,7 @@ struct range_params {
 	uint32_t ranks[4096];
 	size_t nranks;
 	struct sto_range range;
+	int64_t attempt; /* QRY_ATTEMPT_LATEST (default), QRY_ATTEMPT_ALL or one */
 	char *owned[SRV_MAX_ARGS]; /* copies of the comma lists the arrays point into */
 	int nowned;
 };
@@ -333,6 +359,7 @@ static int parse_range(const struct srv_req *req, struct range_params *p, char *
 {
 	p->range.from_ns = INT64_MIN;
 	p->range.to_ns = INT64_MAX;
+	p->attempt = QRY_ATTEMPT_LATEST; /* as the aggregates */
 	p->range.step_from = 0;
 	p->range.step_to = INT64_MAX;
 	if (req->args_overflow) {
@@ -359,14 +386,32 @@ static int parse_range(const struct srv_req *req, struct range_params *p, char *
 		} else if (strcmp(k, "step_to") == 0) {
 			num = &p->range.step_to;
 			p->range.by_step = true;
+		} else if (strcmp(k, "attempt") == 0) {
+			int64_t a;
+			if (strcmp(v, "latest") == 0) {
+				p->attempt = QRY_ATTEMPT_LATEST;
+			} else if (strcmp(v, "all") == 0) {
+				p->attempt = QRY_ATTEMPT_ALL;
+			} else if (srv_parse_i64(v, &a) == 0 && a >= 0 && a <= UINT32_MAX) {
+				p->attempt = a;
+			} else {
+				snprintf(why, whylen, "parameter attempt must be \"latest\", \"all\" or "
+					 "an attempt number >= 0, got '%.64s'", v);
+				return -EINVAL;
+			}
 		} else {
 			snprintf(why, whylen, "unknown parameter '%.64s' (known: job, metric, rank, "
-				 "from, to, step_from, step_to)", k);
+				 "from, to, step_from, step_to, attempt)", k);
 			return -EINVAL;
 		}
-		if (num && srv_parse_i64(v, num)) {
-			snprintf(why, whylen, "parameter %s must be an integer (%s), got '%.64s'", k,
-				 k[0] == 's' ? "a training step" : "nanoseconds since the epoch", v);
+		if (num && k[0] != 's' && srv_parse_time_ns(v, rdb_now_ns(), num)) {
+			snprintf(why, whylen, "parameter %s must be a time (%s), got '%.64s'", k,
+				 SRV_TIME_HELP, v);
+			return -EINVAL;
+		}
+		if (num && k[0] == 's' && srv_parse_i64(v, num)) {
+			snprintf(why, whylen, "parameter %s must be an integer (a training step), "
+				 "got '%.64s'", k, v);
 			return -EINVAL;
 		}
 		if (rc)
@@ -410,7 +455,7 @@ static void handle_range(struct srv_req *req, struct srv_resp *resp)
 	}
 	struct qry_range_req q = {.job = p->job, .metrics = p->metrics, .nmetrics = p->nmetrics,
 				  .ranks = p->ranks, .nranks = p->nranks, .range = p->range,
-				  .max_points = ctx->cfg->max_query_points};
+				  .attempt = p->attempt, .max_points = ctx->cfg->max_query_points};
 	struct qry_points r;
 	if (qry_range(ctx->sto, &q, &r, e) || srv_write_points(&resp->body, &r, e))
 		srv_query_failed(ctx, resp, e);
@@ -463,7 +508,8 @@ static void handle_jobs(struct srv_req *req, struct srv_resp *resp)
 	struct qry_jobs r;
 	if (qry_jobs(req->ctx->sto, req->ctx->cfg->data_dir, req->ctx->cfg->max_response_bytes, &r,
 		     e) ||
-	    srv_write_jobs(&resp->body, &r, e))
+	    srv_write_jobs(&resp->body, &r, req->ctx->detect ? srv_detect_job_fields : NULL,
+			   req->ctx, e))
 		srv_query_failed(req->ctx, resp, e);
 	else
 		ok_json(resp);
@@ -700,6 +746,6 @@ void srv_dispatch(struct srv_req *req, struct srv_resp *resp)
 	static const struct srv_route_table *const tables[] = {
 		&srv_core_routes,   &srv_ingest_routes, &srv_grafana_routes, &srv_admin_routes,
 		&srv_events_routes, &srv_detect_routes, &srv_ui_routes,	    &srv_query_routes,
-		&srv_catalog_routes};
+		&srv_catalog_routes, &srv_influx_routes};
 	srv_route_dispatch(tables, sizeof(tables) / sizeof(tables[0]), req, resp);
 }

@@ -174,6 +174,7 @@ static enum MHD_Result too_large(struct MHD_Connection *conn, struct srv_ctx *ct
 {
 	struct srv_resp resp = {0};
 	rdb_buf_init(&resp.body, 4096);
+	atomic_fetch_add(&ctx->counters.write_rejected_too_large, 1);
 	unsigned long long max = (unsigned long long)ctx->cfg->max_body_bytes;
 	if (url && strcmp(url, "/api/v2/write") == 0) {
 		resp.status = 413;

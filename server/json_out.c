@@ -2,7 +2,8 @@
  *
  * A number is written as printf's %.15g, %.16g or %.17g, the first of the
  * three whose text reads back (strtod, round-to-nearest-even) to the same
- * bits: exact, and short. Integral values below 1e15 are written as
+ * bits: exact, and short (a subnormal, which holds fewer digits, is written
+ * with the first of %.1g .. %.17g that reads back). Integral values below 1e15 are written as
  * integers, 0 as "0", -0.0 as "-0.0".
  *
  * printf and strtod cost several microseconds per number (arbitrary
@@ -252,7 +253,10 @@ size_t srv_fmt_value_slow(char *p, uint64_t bits)
 {
 	double v = rdb_bits_f64(bits);
 	char tmp[40];
-	for (int prec = 15; prec <= 17; prec++) {
+	/* Subnormals hold fewer than 15 significant digits: the shortest text
+	 * that reads back may be much shorter (1e-310, not 9.99999999999997e-311). */
+	int prec0 = fpclassify(v) == FP_SUBNORMAL ? 1 : 15;
+	for (int prec = prec0; prec <= 17; prec++) {
 		snprintf(tmp, sizeof(tmp), "%.*g", prec, v);
 		if (prec == 17 || strtod(tmp, NULL) == v)
 			break;

@@ -63,8 +63,12 @@ int srv_qry_status(enum qry_code code);
  * filled: QRY_E_TOO_LARGE (413) when out's bound (max_response_bytes) is
  * reached, with the endpoint's advice; QRY_E_INTERNAL otherwise. */
 
-/* {"jobs":[{"job":..,"series":N,"meta":{...}},...]} ("meta" when there is one) */
-int srv_write_jobs(struct rdb_buf *out, const struct qry_jobs *r, struct qry_error *err);
+/* {"jobs":[{"job":..,"series":N,"first_ts":ns|null,"last_ts":ns|null,
+ * "last_step":N|null,"ranks":N, <extra's fields>, "meta":{...}},...]} ("meta"
+ * when there is one; extra, when not NULL, appends ,"key":value fields). */
+int srv_write_jobs(struct rdb_buf *out, const struct qry_jobs *r,
+		   int (*extra)(void *arg, const char *job, struct rdb_buf *out), void *arg,
+		   struct qry_error *err);
 /* {"job":..,"metrics":[..]} */
 int srv_write_metrics(struct rdb_buf *out, const struct qry_metrics *r, struct qry_error *err);
 /* {"job":..,"ranks":[..],"job_level":bool} */

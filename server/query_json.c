@@ -91,7 +91,9 @@ static int write_totals(struct rdb_buf *out, const struct qry_totals *t)
 
 /* ---- catalog ----------------------------------------------------------------------- */
 
-int srv_write_jobs(struct rdb_buf *out, const struct qry_jobs *r, struct qry_error *err)
+int srv_write_jobs(struct rdb_buf *out, const struct qry_jobs *r,
+		   int (*extra)(void *arg, const char *job, struct rdb_buf *out), void *arg,
+		   struct qry_error *err)
 {
 	int rc = rdb_buf_puts(out, "{\"jobs\":[");
 	for (size_t i = 0; rc == 0 && i < r->n; i++) {
@@ -102,6 +104,19 @@ int srv_write_jobs(struct rdb_buf *out, const struct qry_jobs *r, struct qry_err
 		if (rc == 0)
 			rc =
 			    rdb_buf_printf(out, ",\"series\":%llu", (unsigned long long)j->nseries);
+		if (rc == 0 && j->has_points)
+			rc = rdb_buf_printf(out, ",\"first_ts\":%lld,\"last_ts\":%lld",
+					    (long long)j->first_ts_ns, (long long)j->last_ts_ns);
+		else if (rc == 0)
+			rc = rdb_buf_puts(out, ",\"first_ts\":null,\"last_ts\":null");
+		if (rc == 0 && j->last_step != MDL_STEP_NONE)
+			rc = rdb_buf_printf(out, ",\"last_step\":%lld", (long long)j->last_step);
+		else if (rc == 0)
+			rc = rdb_buf_puts(out, ",\"last_step\":null");
+		if (rc == 0)
+			rc = rdb_buf_printf(out, ",\"ranks\":%u", j->nranks);
+		if (rc == 0 && extra)
+			rc = extra(arg, j->job, out);
 		if (rc == 0 && j->meta)
 			rc = rdb_buf_puts(out, ",\"meta\":");
 		if (rc == 0 && j->meta)
@@ -503,6 +518,9 @@ static int write_out_head(struct rdb_buf *out, const struct qry_out_result *o)
 		rc = put_str(out, o->metric);
 	if (rc == 0)
 		rc = write_window(out, o);
+	if (rc == 0 && o->phases_mode)
+		rc = rdb_buf_printf(out, ",\"phase_source\":\"%s\"",
+				    o->phase_source_spans ? "spans" : "metrics");
 	if (rc == 0 && o->phases_mode)
 		rc = write_names(out, o, "phases", false);
 	if (rc == 0 && o->phases_mode)

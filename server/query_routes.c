@@ -13,6 +13,7 @@
  * srv_query_routes (route.h).
  */
 #include "common/rdb_err.h"
+#include "common/rdb_time.h"
 #include "query/agg.h"
 #include "server/json_out.h"
 #include "server/route.h"
@@ -268,7 +269,11 @@ static int parse_number(struct qparams *p, enum param k, const char *val)
 	case P_POINTS: dst = &v; min = 1; max = QRY_MAX_BUCKETS; break;
 	default: return 0;
 	}
-	if (srv_parse_i64(val, &v) || v < min || v > max) {
+	if (k == P_FROM || k == P_TO) {
+		if (srv_parse_time_ns(val, rdb_now_ns(), &v))
+			return bad(p, "parameter %s must be a time (%s), got '%.64s'", param_names[k],
+				   SRV_TIME_HELP, val);
+	} else if (srv_parse_i64(val, &v) || v < min || v > max) {
 		snprintf(p->why, sizeof(p->why), "parameter %s must be an integer%s%s, got '%.64s'",
 			 param_names[k], min == 1 ? " >= 1" : min == 0 ? " >= 0" : "",
 			 max == INT64_MAX ? "" : max == 100000 ? " and <= 100000" : " and <= 1000000",

@@ -85,6 +85,7 @@ extern const struct srv_route_table srv_events_routes;	/* events_routes.c */
 extern const struct srv_route_table srv_detect_routes;	/* detect_routes.c */
 extern const struct srv_route_table srv_ui_routes;	/* ui_routes.c */
 extern const struct srv_route_table srv_query_routes;	/* query_routes.c */
+extern const struct srv_route_table srv_influx_routes;	/* influx_routes.c: /ping, /query */
 
 /* True when path matches pattern; param (plen bytes) gets the {job} or
  * {name} segment ("" when the pattern has none). */

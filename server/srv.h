@@ -161,6 +161,24 @@ int srv_req_body(const struct srv_req *req, struct rdb_buf *inflated, const uint
 /* Parses a whole decimal int64 query parameter. 0 or -EINVAL. */
 int srv_parse_i64(const char *s, int64_t *out);
 
+/* Appends the detection fields of job to a GET /api/v1/jobs entry
+ * (server/detect_routes.c): ,"state":"ok|degraded|..." when the detector
+ * holds state for it, and ,"firing_alerts":[alerts as /api/v1/alerts
+ * lists them]. arg is the struct srv_ctx (ctx->detect non-NULL). 0 or
+ * -ENOMEM. */
+int srv_detect_job_fields(void *arg, const char *job, struct rdb_buf *out);
+
+/* The one parser of query times (server/timearg.c): integer ns since the
+ * epoch, RFC 3339 ("2024-10-18T06:33:44.866Z", "2024-10-18"), or relative
+ * to now_ns ("now", "now-1h", "now+30m"; units ns us ms s m h d w). Clamped
+ * to int64 ns. 0 or RDB_EINVAL. Pure. SRV_TIME_HELP names the forms for
+ * error messages. */
+int srv_parse_time_ns(const char *s, int64_t now_ns, int64_t *ts_ns);
+/* "<digits><unit>" (units as above) into ns, clamped. 0 or RDB_EINVAL. */
+int srv_parse_duration_ns(const char *s, int64_t *ns);
+#define SRV_TIME_HELP                                                                        \
+	"ns since the epoch, an RFC 3339 time such as 2024-10-18T06:33:44Z, or now / now-1h"
+
 struct qry_error;
 /* Answers a failed query: the status of its code (srv_qry_status), body
  * {"error": msg}, counted in query_errors. handlers.c */

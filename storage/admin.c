@@ -21,7 +21,10 @@
  * (mdb_env_copy2, compacted, a consistent snapshot), then hard-link (copy
  * when the backup is on another file system) every segment file. Segment
  * files only ever grow by appends and are removed only by compaction, so
- * the links hold every record the copied index points at.
+ * the links hold every record the copied index points at. The job metadata
+ * documents (<data_dir>/meta/<job>.json, query/meta.c) are copied file by
+ * file: each is replaced only by an atomic rename, so every copy is one whole
+ * document (a document stored during the backup may or may not be in it).
  */
 #include "storage/admin.h"
 #include "common/rdb_err.h"
@@ -605,12 +608,17 @@ int sto_backup(struct sto *s, const char *dir, struct sto_backup_result *r)
 	snprintf(path, sizeof(path), "%s/FORMAT", dir);
 	if (rc == 0)
 		rc = copy_file(from, path);
+	snprintf(from, sizeof(from), "%s/meta", p.dir);
+	snprintf(path, sizeof(path), "%s/meta", dir);
+	if (rc == 0 && access(from, F_OK) == 0)
+		rc = copy_dir(from, path, "", false, &r->meta_docs, NULL);
 	if (rc)
 		rdb_error("admin", "backup into %s failed: %s", dir, rdb_strerror(rc));
 	else
-		rdb_info("admin", "backup into %s: index snapshot and %llu segment files "
-			 "(%llu bytes)", dir, (unsigned long long)r->segments,
-			 (unsigned long long)r->bytes);
+		rdb_info("admin", "backup into %s: index snapshot, %llu segment files "
+			 "(%llu bytes), %llu job metadata documents", dir,
+			 (unsigned long long)r->segments, (unsigned long long)r->bytes,
+			 (unsigned long long)r->meta_docs);
 	return rc;
 }
 
@@ -634,6 +642,10 @@ int sto_restore(const char *backup_dir, const char *dir)
 	snprintf(b, sizeof(b), "%s/chunks", dir);
 	if (rc == 0)
 		rc = copy_dir(a, b, "seg-", false, NULL, NULL);
+	snprintf(a, sizeof(a), "%s/meta", backup_dir);
+	snprintf(b, sizeof(b), "%s/meta", dir);
+	if (rc == 0 && access(a, F_OK) == 0)
+		rc = copy_dir(a, b, "", false, NULL, NULL);
 	snprintf(b, sizeof(b), "%s/wal", dir);
 	if (rc == 0 && mkdir(b, 0755) != 0)
 		rc = -errno;

@@ -120,13 +120,16 @@ int sto_rebuild_index(const char *data_dir, uint64_t map_bytes, sto_problem_fn f
 		      struct sto_rebuild_result *r);
 struct sto_backup_result {
 	uint64_t segments, bytes, ckpt_gen;
+	uint64_t meta_docs; /* job metadata documents copied (<data_dir>/meta/) */
 };
 /* Consistent backup of an open store into dir (must not exist or be
  * empty, and must not be or lie inside the data directory: RDB_EINVAL):
  * checkpoint, LMDB copy (compacted), hard links (or copies) of the segment
- * files, compaction paused meanwhile. */
+ * files, compaction paused meanwhile; copies of the job metadata documents
+ * (meta/, each one whole). */
 int sto_backup(struct sto *s, const char *dir, struct sto_backup_result *r);
-/* Offline: copies a backup into a new data directory dir. */
+/* Offline: copies a backup (index, segments, job metadata documents) into a
+ * new data directory dir. */
 int sto_restore(const char *backup_dir, const char *dir);
 
 /* ---- internal to storage/ (store.c <-> admin.c) ---- */

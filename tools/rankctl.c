@@ -25,6 +25,8 @@
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
 #include "detect/rules.h"
+#include "query/agg.h"
+#include "query/bucket.h"
 #include "query/qry.h"
 #include "storage/admin.h"
 #include "storage/rebuild.h"
@@ -437,7 +439,8 @@ static int export_dir(struct sto *s, const struct opts *o, char **metrics, size_
 {
 	struct qry_error err;
 	int rc = 0;
-	struct qry_range_req r = {.job = o->job, .nmetrics = 1, .max_points = 1000000000};
+	struct qry_range_req r = {.job = o->job, .nmetrics = 1, .max_points = 1000000000,
+				  .attempt = QRY_ATTEMPT_ALL};
 	r.range.from_ns = INT64_MIN;
 	r.range.to_ns = INT64_MAX;
 	r.range.step_from = INT64_MIN + 1;
@@ -675,6 +678,12 @@ static int dir_misc(struct sto *s, const struct opts *o)
 	if (strcmp(c, "delete") == 0 && o->npos == 2) {
 		struct sto_delete_result r;
 		rc = sto_delete_job(s, o->pos[1], &r);
+		int mrc = rc == 0 || rc == RDB_ENOTFOUND ? qry_meta_delete(o->data_dir, o->pos[1])
+							 : RDB_ENOTFOUND;
+		if (rc == RDB_ENOTFOUND && mrc == 0)
+			rc = 0; /* a job with only a metadata document */
+		if (rc == 0 && mrc != 0 && mrc != RDB_ENOTFOUND)
+			rc = mrc;
 		if (rc == 0)
 			printf("{\"deleted\":true,\"series\":%llu,\"chunks\":%llu,\"event_chunks\":%llu}\n",
 			       (unsigned long long)r.series, (unsigned long long)r.chunks,

@@ -657,3 +657,15 @@ def wait_until(pred, timeout=30, interval=0.05, what="condition"):
 
 
 T0 = 1_700_000_000_000_000_000  # ns
+
+
+def jobs_brief(obj):
+    """GET /api/v1/jobs reduced to job and series count of each entry."""
+    return {"jobs": [{"job": j["job"], "series": j["series"]} for j in obj["jobs"]]}
+
+
+def jobs_stored(obj):
+    """GET /api/v1/jobs without the detection fields (state, firing_alerts):
+    what storage says, equal across a restart."""
+    return {"jobs": [{k: v for k, v in j.items() if k not in ("state", "firing_alerts")}
+                     for j in obj["jobs"]]}

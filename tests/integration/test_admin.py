@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.parse
 
-from harness import T0, Server, f32, segment_files, wait_until
+from harness import T0, Server, f32, jobs_stored, segment_files, wait_until
 
 TOKEN = "s3cret-token-for-tests"
 ADMIN = ["--admin-token", TOKEN, "--max-query-points", "10000000"]
@@ -354,6 +354,45 @@ def test_backup_during_writes_restores():
     s.stop()
 
 
+def test_backup_restores_job_metadata():
+    s = Server(ADMIN).start()
+    write_job(s, "mj", 10)
+    doc = {"lr": 0.001, "world_size": 2, "model": "gpt-small"}
+    st, _, _ = s.request("PUT", "/api/v1/jobs/mj/meta", body=json.dumps(doc).encode(),
+                         headers={"Content-Type": "application/json"})
+    assert st in (200, 204), st
+    bdir = os.path.join(os.path.dirname(s.data_dir), "backup-meta")
+    st, r = admin(s, "POST", "backup?dir=" + bdir)
+    assert st == 200, r
+    rdir = os.path.join(os.path.dirname(s.data_dir), "restored-meta")
+    rankctl("restore", bdir, rdir)
+    s.stop()
+    r2 = Server(ADMIN, data_dir=rdir).start()
+    st, got = r2.get_json("/api/v1/jobs/mj/meta")
+    assert st == 200 and got == doc, (st, got)
+    r2.stop()
+
+
+def test_delete_job_deletes_metadata():
+    s = Server(ADMIN).start()
+    write_job(s, "dm", 10)
+    st, _, _ = s.request("PUT", "/api/v1/jobs/dm/meta", body=b'{"lr":0.1}',
+                         headers={"Content-Type": "application/json"})
+    assert st in (200, 204), st
+    assert s.get_json("/api/v1/jobs/dm/meta")[0] == 200
+    st, r = admin(s, "POST", "jobs/dm/delete")
+    assert st == 200 and r["deleted"], r
+    st, _ = s.get_json("/api/v1/jobs/dm/meta")
+    assert st == 404, st
+    # a job that has only a metadata document can be deleted too
+    s.request("PUT", "/api/v1/jobs/onlymeta/meta", body=b'{"a":1}',
+              headers={"Content-Type": "application/json"})
+    st, r = admin(s, "POST", "jobs/onlymeta/delete")
+    assert st == 200, r
+    assert s.get_json("/api/v1/jobs/onlymeta/meta")[0] == 404
+    s.stop()
+
+
 def test_rankctl_data_dir_refuses_locked():
     s = Server(ADMIN).start()
     write_job(s, "x", 10)
@@ -384,7 +423,7 @@ def _snapshot(s, jobs=("ra", "rb", "rc", "rd")):
     """Everything a client can read: jobs, metrics, every point, logs, spans."""
     st, listed = s.get_json("/api/v1/jobs")
     assert st == 200, listed
-    snap = {"jobs": listed}
+    snap = {"jobs": jobs_stored(listed)}
     for j in jobs:
         logs = s.get_json("/api/v1/logs?job=%s&limit=10000" % j)
         spans = s.get_json("/api/v1/spans?job=%s&step_from=0&step_to=1000000" % j)

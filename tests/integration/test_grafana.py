@@ -194,14 +194,19 @@ def test_query_timeseries_honours_max_data_points():
         obj = _ok(s, "/query", body)
         assert len(obj) == RANKS + 2, [x["target"] for x in obj]
         bound = max(mdp, span_ms // interval) if interval else mdp
-        _check_series(obj, "A", bound, T0 // MS, to_ns // MS, width_ms=span_ms)
+        # the default aggregate is M4: up to 4 points (first, min, max, last) per bucket
+        _check_series(obj, "A", 4 * bound, T0 // MS, to_ns // MS, width_ms=span_ms)
     # unaligned range, no intervalMs: never more than maxDataPoints
     obj = _ok(s, "/query", _query([{"refId": "B", "target": "loss", "payload": {"job": "j1"}}],
                                   from_ns=T0 + 333 * MS, mdp=9, interval_ms=None))
+    _check_series(obj, "B", 4 * 9, (T0 + 333 * MS) // MS, to_ns // MS, width_ms=span_ms)
+    obj = _ok(s, "/query", _query([{"refId": "B", "target": "loss",
+                                    "payload": {"job": "j1", "agg": "avg"}}],
+                                  from_ns=T0 + 333 * MS, mdp=9, interval_ms=None))
     _check_series(obj, "B", 9, (T0 + 333 * MS) // MS, to_ns // MS, width_ms=span_ms)
     # naming, tags and the per-bucket average
-    obj = _ok(s, "/query", _query([{"refId": "A", "target": "loss", "payload": {"job": "j1"}}],
-                                  mdp=20))
+    obj = _ok(s, "/query", _query([{"refId": "A", "target": "loss",
+                                    "payload": {"job": "j1", "agg": "avg"}}], mdp=20))
     ser = _by_target(obj)["loss{job=j1,rank=0}"]
     assert ser["tags"] == {"job": "j1", "rank": "0"}, ser
     pts = ser["datapoints"]
@@ -303,7 +308,7 @@ def test_query_table_format_and_simplejson_bodies():
     assert len(obj) == 1 and obj[0]["type"] == "table" and obj[0]["refId"] == "T", obj
     cols = [(c["text"], c["type"]) for c in obj[0]["columns"]]
     assert cols[0] == ("time", "time") and ("value", "number") in cols, cols
-    assert obj[0]["rows"] == [[(T0 + st * SEC) // MS, "j1", "0", "train.loss", "avg", float(st)]
+    assert obj[0]["rows"] == [[(T0 + st * SEC) // MS, "j1", "0", "train.loss", "m4", float(st)]
                               for st in range(3)], obj[0]["rows"]
     # SimpleJSON: type timeserie, no editorMode, no payload, adhocFilters
     body = {"range": _rng(T0, T0 + 3 * SEC - MS), "intervalMs": 1000, "maxDataPoints": 100,
