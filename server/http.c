@@ -612,14 +612,18 @@ int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
 	/* Room above http_max_connections for the connections that get a 503:
 	 * at its own limit libmicrohttpd stops accepting (clients would hang). */
 	unsigned reserve = cfg->http_max_connections / 4 > 64 ? cfg->http_max_connections / 4 : 64;
+	/* libmicrohttpd splits its connection limit across the pool: a worker
+	 * whose share is 0 never wakes for MHD_stop_daemon, and shutdown hangs.
+	 * So no more workers than connections they may hold. */
+	unsigned limit = (unsigned)cfg->http_max_connections + reserve;
+	unsigned threads = (unsigned)cfg->http_threads < limit ? (unsigned)cfg->http_threads : limit;
 	h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
 					MHD_USE_ERROR_LOG,
 				0, NULL, NULL, on_request, h,
 				MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
 				MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-				MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads,
-				MHD_OPTION_CONNECTION_LIMIT,
-				(unsigned)cfg->http_max_connections + reserve,
+				MHD_OPTION_THREAD_POOL_SIZE, threads,
+				MHD_OPTION_CONNECTION_LIMIT, limit,
 				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->http_timeout_s,
 				MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
 				MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,

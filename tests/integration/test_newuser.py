@@ -328,3 +328,23 @@ def test_413s_are_counted_and_subnormals_print_short():
     assert '"values":[1e-310]' in text and '"values":[5e-324]' in text, text
     assert '"values":[2.2250738585072014e-308]' in text, text
     s.stop()
+
+
+def test_shutdown_with_fewer_connections_than_threads():
+    """http_max_connections below http_threads: SIGTERM still stops the
+    server (libmicrohttpd splits its connection limit across the thread
+    pool; a worker left with none never woke for the stop), and a
+    connection past the limit is answered, not left hanging."""
+    import socket
+    for conns, threads in ((2, 8), (4, 8), (1, 4), (2, 200)):
+        s = Server(name="conns%d" % conns, flags=["--http-max-connections", str(conns),
+                                                   "--http-threads", str(threads)]).start()
+        held = []
+        for _ in range(conns):
+            k = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+            held.append(k)
+        st, _, body = s.get("/healthz", timeout=20)  # past the limit: an answer, never a hang
+        assert st in (200, 503), (st, body)
+        for k in held:
+            k.close()
+        s.stop(timeout=30)  # SIGTERM and exit 0 within the bound
