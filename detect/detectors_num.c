@@ -435,6 +435,29 @@ static void ls_hits(const struct det_rule_eff *eff, const struct deti_lscale *ls
 	}
 }
 
+enum { LS_EP_NONE = 0, LS_EP_SCALE, LS_EP_SKIP };
+
+/* One collapse, one alert: both tests usually trip together (every
+ * overflow halves loss_scale and skips the step). The test that trips first
+ * names the episode (its metric label) and the episode lasts while either
+ * holds, so the alert does not change identity when one test runs out.
+ * Returns the group the rank's hit goes to (LS_EP_*) and writes it to out. */
+static int ls_episode(struct deti_lscale *ls, const struct deti_hit *scale, bool has_scale,
+		      const struct deti_hit *skip, bool has_skip, struct deti_hit *out)
+{
+	if (!has_scale && !has_skip) {
+		ls->episode = LS_EP_NONE;
+		return LS_EP_NONE;
+	}
+	if (ls->episode == LS_EP_NONE)
+		ls->episode = has_scale ? LS_EP_SCALE : LS_EP_SKIP;
+	if (ls->episode == LS_EP_SCALE)
+		*out = has_scale ? *scale : *skip;
+	else
+		*out = has_skip ? *skip : *scale;
+	return ls->episode;
+}
+
 static void eval_loss_scale(struct det_engine *e, struct deti_emit *em)
 {
 	struct deti_job *j = em->job;
@@ -451,25 +474,30 @@ static void eval_loss_scale(struct det_engine *e, struct deti_emit *em)
 			continue;
 		total++;
 		bool a, b;
-		ls_hits(eff, r->ls, &h[nscale], &a, &h[half + nskip], &b);
-		if (a)
-			h[nscale++].rank = r->rank;
-		if (b)
-			h[half + nskip++].rank = r->rank;
+		struct deti_hit hs, hk, one;
+		ls_hits(eff, r->ls, &hs, &a, &hk, &b);
+		int ep = ls_episode(r->ls, &hs, a, &hk, b, &one);
+		one.rank = r->rank;
+		if (ep == LS_EP_SCALE)
+			h[nscale++] = one;
+		else if (ep == LS_EP_SKIP)
+			h[half + nskip++] = one;
 	}
 	struct agg a = {K_LS_SCALE, DET_R_LOSS_SCALE_COLLAPSE, "loss_scale", "loss scale collapse",
 			eff->p[DET_P_LS_JOB_FRACTION], 0, total, DET_STEP_NONE};
-	struct deti_hit js, jk;
+	struct deti_hit js, jk, jone;
 	bool hs = false, hk = false;
+	int jep = LS_EP_NONE;
 	if (j->jrank && j->jrank->ls) {
 		ls_hits(eff, j->jrank->ls, &js, &hs, &jk, &hk);
-		js.rank = jk.rank = DET_JOB_RANK;
+		jep = ls_episode(j->jrank->ls, &js, hs, &jk, hk, &jone);
+		jone.rank = DET_JOB_RANK;
 	}
-	emit_hits(e, em, &a, h, nscale, hs ? &js : NULL, 0);
+	emit_hits(e, em, &a, h, nscale, jep == LS_EP_SCALE ? &jone : NULL, 0);
 	a.kind = K_LS_SKIP;
 	a.metric = "skipped_steps";
 	a.what = "skipped steps rising fast";
-	emit_hits(e, em, &a, h + half, nskip, hk ? &jk : NULL, 0);
+	emit_hits(e, em, &a, h + half, nskip, jep == LS_EP_SKIP ? &jone : NULL, 0);
 }
 
 void deti_eval_numerics(struct det_engine *e, struct deti_emit *em, int64_t now_ns)

@@ -91,6 +91,7 @@ struct deti_lscale {
 	uint16_t ns, sh;
 	double skip_last; /* latest skipped_steps, NAN none */
 	int64_t skip_last_step;
+	uint8_t episode; /* collapse being reported: 0 none, 1 by loss_scale, 2 by skipped_steps */
 };
 
 struct deti_rank {

@@ -94,7 +94,8 @@ static const struct det_rule_spec specs[DET_RULE_COUNT] = {
 		{"LossScaleCollapse", true, 0, DET_SEV_WARNING,
 		 "Mixed-precision loss scaling is failing on a rank: loss_scale below floor, or "
 		 "`halvings` halvings of loss_scale within window_steps steps, or skipped_steps "
-		 "rising by `skipped` within window_steps steps.",
+		 "rising by `skipped` within window_steps steps (label metric: the test that tripped "
+		 "first; both tripping together, as in a real collapse, are one alert).",
 		 5,
 		 {P("floor", 1, 0, 1e12, false,
 		    "loss_scale below this is a collapse; 0 turns the floor test off."),

@@ -312,6 +312,52 @@ static void test_loss_scale(void)
 	gen_free(&g);
 }
 
+/* A real fp16 collapse: every step overflows, so loss_scale halves each
+ * step AND skipped_steps rises each step, on every rank. Both tests trip;
+ * it is one fault, so one alert (job-level), under the metric of the test
+ * that tripped first (loss_scale: 4 halvings come before 20 skipped steps),
+ * and it stays that one alert while the halving test runs out. */
+static void test_loss_scale_collapse_one_alert(void)
+{
+	struct gen g;
+	gen_init(&g, 4, 14);
+	for (int i = 0; i < 50; i++) {
+		gen_step(&g);
+		for (uint32_t r = 0; r < 4; r++) {
+			gen_point(&g, r, "loss_scale", g.step[r] - 1, 65536);
+			gen_point(&g, r, "skipped_steps", g.step[r] - 1, 3);
+		}
+		gen_eval(&g);
+		CHECK_EQ_INT(g.nconds, 0);
+	}
+	double scale = 65536;
+	int skipped = 3, most = 0;
+	for (int i = 0; i < 260; i++) {
+		gen_step(&g);
+		if (i < 40) {
+			scale = scale > 1 ? scale / 2 : 1;
+			skipped++;
+		}
+		for (uint32_t r = 0; r < 4; r++) {
+			gen_point(&g, r, "loss_scale", g.step[r] - 1, scale);
+			gen_point(&g, r, "skipped_steps", g.step[r] - 1, skipped);
+		}
+		gen_eval(&g);
+		size_t n = gen_count(&g, "LossScaleCollapse");
+		if ((int)n > most)
+			most = (int)n;
+		const struct det_cond *c = gen_find(&g, "LossScaleCollapse", DET_RANK_NONE);
+		if (i >= 4 && i < 200) {
+			CHECK(c != NULL);
+			if (c)
+				CHECK(strcmp(c->metric, "loss_scale") == 0);
+		}
+		CHECK(gen_only(&g, "LossScaleCollapse"));
+	}
+	CHECK_EQ_INT(most, 1);
+	gen_free(&g);
+}
+
 /* Aliases: train.loss is loss; the DCGM temperature is gpu.temp. */
 static void test_aliases(void)
 {
@@ -361,6 +407,7 @@ int main(void)
 	RUN(test_divergence);
 	RUN(test_restart_new_attempt);
 	RUN(test_loss_scale);
+	RUN(test_loss_scale_collapse_one_alert);
 	RUN(test_aliases);
 	RUN(test_job_rank_series);
 	return check_summary("detect_numerics");
