@@ -31,6 +31,7 @@
 
 #define MAD_SCALE      1.4826 /* MAD -> standard deviation for normal noise */
 #define REFRESH_EVERY  8      /* values between baseline recomputations */
+#define SPIKE_RECENT   5      /* a spike also clears the median of this many latest values */
 
 /* ---- feeding ---------------------------------------------------------------------------- */
 
@@ -61,6 +62,19 @@ static double spike_gap(const struct deti_num *n, const struct det_rule_eff *sp)
 	return gap > 1e-9 ? gap : 1e-9;
 }
 
+/* Median of the latest SPIKE_RECENT values (before v). On a steep trend
+ * (a divergence) the window's median lags far behind the current level and
+ * an ordinary harder batch would look like a spike against it; against the
+ * latest values it does not. Only computed for a spike candidate. */
+static double recent_median(const struct deti_num *n)
+{
+	double v[SPIKE_RECENT];
+	uint32_t k = n->wn < SPIKE_RECENT ? n->wn : SPIKE_RECENT;
+	for (uint32_t i = 0; i < k; i++)
+		v[i] = n->win[(n->whead + DETI_WIN_MAX - 1 - i) % DETI_WIN_MAX];
+	return deti_median(v, k);
+}
+
 static void spike_judge(struct deti_num *n, const struct det_rule_eff *sp, double v, int64_t step,
 			int64_t now_ns, bool warmup)
 {
@@ -70,7 +84,10 @@ static void spike_judge(struct deti_num *n, const struct det_rule_eff *sp, doubl
 	if (!n->base_ok || n->npoints < (uint64_t)sp->p[DET_P_SP_WARMUP])
 		return;
 	double gap = spike_gap(n, sp);
-	if (!(v > n->med + gap)) {
+	bool above = v > n->med + gap;
+	if (above && n->wn >= SPIKE_RECENT)
+		above = v > recent_median(n) + gap;
+	if (!above) {
 		if (n->sp_active && ++n->sp_quiet >= (uint32_t)sp->p[DET_P_SP_CLEAR_STEPS])
 			n->sp_active = false;
 		return;
@@ -215,6 +232,7 @@ struct agg {
 	const char *metric; /* label */
 	const char *what;   /* "loss is not finite" */
 	double frac, settle_s;
+	int64_t settle_steps; /* a rank's hit waits for its peers this many steps past it */
 	size_t total;     /* ranks reporting the metric */
 	int64_t min_step; /* lowest latest step among live ranks reporting it */
 };
@@ -305,7 +323,8 @@ static void emit_hits(struct det_engine *e, struct deti_emit *em, const struct a
 	if (jh)
 		emit_one(em, a, jh, DET_RANK_NONE);
 	for (size_t i = 0; i < nh; i++) {
-		bool peers_there = a->min_step != DET_STEP_NONE && a->min_step >= h[i].step;
+		bool peers_there = a->min_step != DET_STEP_NONE &&
+				   a->min_step >= h[i].step + a->settle_steps;
 		if (a->settle_s > 0 && !peers_there &&
 		    (double)(now_ns - h[i].first_ns) < a->settle_s * 1e9)
 			continue;
@@ -356,7 +375,7 @@ static void eval_num(struct det_engine *e, struct deti_emit *em, enum kind kind,
 		{"loss diverging", "grad_norm diverging"},
 	};
 	struct agg a = {kind, rules[kind][which], which == DETI_NUM_LOSS ? "loss" : "grad_norm",
-			what[kind][which], 0, 0, 0, DET_STEP_NONE};
+			what[kind][which], 0, 0, 0, 0, DET_STEP_NONE};
 	const struct det_rule_eff *eff = &j->eff[a.rule];
 	if (!eff->enabled)
 		return;
@@ -365,7 +384,9 @@ static void eval_num(struct det_engine *e, struct deti_emit *em, enum kind kind,
 				   : eff->p[DET_P_DV_JOB_FRACTION];
 	a.settle_s = kind == K_NF ? eff->p[DET_P_NF_SETTLE_S]
 		     : kind == K_SPIKE ? eff->p[DET_P_SP_SETTLE_S]
-				       : 0;
+				       : eff->p[DET_P_DV_SETTLE_S];
+	if (kind == K_DIV)
+		a.settle_steps = (int64_t)eff->p[DET_P_DV_BLOCK];
 	double silence = deti_rule_p(j, DET_R_RANK_DOWN, DET_P_RD_SILENCE_S);
 	struct deti_hit *h = deti_hits(e, j->nranks ? j->nranks : 1);
 	if (!h)
@@ -484,7 +505,7 @@ static void eval_loss_scale(struct det_engine *e, struct deti_emit *em)
 			h[half + nskip++] = one;
 	}
 	struct agg a = {K_LS_SCALE, DET_R_LOSS_SCALE_COLLAPSE, "loss_scale", "loss scale collapse",
-			eff->p[DET_P_LS_JOB_FRACTION], 0, total, DET_STEP_NONE};
+			eff->p[DET_P_LS_JOB_FRACTION], 0, 0, total, DET_STEP_NONE};
 	struct deti_hit js, jk, jone;
 	bool hs = false, hk = false;
 	int jep = LS_EP_NONE;
