@@ -488,6 +488,8 @@ def main():
         r, s = c.split(":")
         clean.append((int(r), int(s)))
     b = Bench(a)
+    # kill PID stops what it started too (SIGINT is ignored in background jobs)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results, cleans = [], []
     load0 = os.getloadavg()
     try:
