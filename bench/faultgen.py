@@ -498,8 +498,9 @@ class Run:
                         self.dead.add(self.fr)
                         time.sleep(0.6)  # a heartbeat body built before may still go out
                         self.sender.drain()
-                        with self.ack_lock:
-                            last = max(last, self.last_ack.get("heartbeat_fault_rank", 0))
+                        with self.ack_lock:  # the last step's bodies are acked by now
+                            last = max(self.last_ack.get("step", 0),
+                                       self.last_ack.get("heartbeat_fault_rank", 0))
                     if self.fault == "job_down":
                         self.dead.update(range(self.n))
                         self.hb_stop.set()
