@@ -31,6 +31,7 @@
 
 #define MAD_SCALE     1.4826 /* MAD -> standard deviation for normal noise */
 #define REFRESH_EVERY 8	     /* values between baseline recomputations */
+#define SPIKE_RECENT  5	     /* a spike also clears the median of this many latest values */
 
 /* ---- feeding ---------------------------------------------------------------------------- */
 
@@ -62,6 +63,19 @@ static double spike_gap(const struct deti_num *n, const struct det_rule_eff *sp)
 	return gap > 1e-9 ? gap : 1e-9;
 }
 
+/* Median of the latest SPIKE_RECENT values (before v). On a steep trend
+ * (a divergence) the window's median lags far behind the current level and
+ * an ordinary harder batch would look like a spike against it; against the
+ * latest values it does not. Only computed for a spike candidate. */
+static double recent_median(const struct deti_num *n)
+{
+	double v[SPIKE_RECENT];
+	uint32_t k = n->wn < SPIKE_RECENT ? n->wn : SPIKE_RECENT;
+	for (uint32_t i = 0; i < k; i++)
+		v[i] = n->win[(n->whead + DETI_WIN_MAX - 1 - i) % DETI_WIN_MAX];
+	return deti_median(v, k);
+}
+
 static void spike_judge(struct deti_num *n, const struct det_rule_eff *sp, double v, int64_t step,
 			int64_t now_ns, bool warmup)
 {
@@ -71,7 +85,10 @@ static void spike_judge(struct deti_num *n, const struct det_rule_eff *sp, doubl
 	if (!n->base_ok || n->npoints < (uint64_t)sp->p[DET_P_SP_WARMUP])
 		return;
 	double gap = spike_gap(n, sp);
-	if (!(v > n->med + gap)) {
+	bool above = v > n->med + gap;
+	if (above && n->wn >= SPIKE_RECENT)
+		above = v > recent_median(n) + gap;
+	if (!above) {
 		if (n->sp_active && ++n->sp_quiet >= (uint32_t)sp->p[DET_P_SP_CLEAR_STEPS])
 			n->sp_active = false;
 		return;
@@ -214,8 +231,9 @@ struct agg {
 	const char *metric; /* label */
 	const char *what;   /* "loss is not finite" */
 	double frac, settle_s;
-	size_t total;	  /* ranks reporting the metric */
-	int64_t min_step; /* lowest latest step among live ranks reporting it */
+	int64_t settle_steps; /* a rank's hit waits for its peers this many steps past it */
+	size_t total;	      /* ranks reporting the metric */
+	int64_t min_step;     /* lowest latest step among live ranks reporting it */
 };
 
 static void describe(const struct deti_job *j, const struct agg *a, const struct deti_hit *h,
@@ -305,7 +323,8 @@ static void emit_hits(struct det_engine *e, struct deti_emit *em, const struct a
 	if (jh)
 		emit_one(em, a, jh, DET_RANK_NONE);
 	for (size_t i = 0; i < nh; i++) {
-		bool peers_there = a->min_step != DET_STEP_NONE && a->min_step >= h[i].step;
+		bool peers_there =
+		    a->min_step != DET_STEP_NONE && a->min_step >= h[i].step + a->settle_steps;
 		if (a->settle_s > 0 && !peers_there &&
 		    (double)(now_ns - h[i].first_ns) < a->settle_s * 1e9)
 			continue;
@@ -364,6 +383,7 @@ static void eval_num(struct det_engine *e, struct deti_emit *em, enum kind kind,
 			0,
 			0,
 			0,
+			0,
 			DET_STEP_NONE};
 	const struct det_rule_eff *eff = &j->eff[a.rule];
 	if (!eff->enabled)
@@ -373,7 +393,9 @@ static void eval_num(struct det_engine *e, struct deti_emit *em, enum kind kind,
 				   : eff->p[DET_P_DV_JOB_FRACTION];
 	a.settle_s = kind == K_NF      ? eff->p[DET_P_NF_SETTLE_S]
 		     : kind == K_SPIKE ? eff->p[DET_P_SP_SETTLE_S]
-				       : 0;
+				       : eff->p[DET_P_DV_SETTLE_S];
+	if (kind == K_DIV)
+		a.settle_steps = (int64_t)eff->p[DET_P_DV_BLOCK];
 	double silence = deti_rule_p(j, DET_R_RANK_DOWN, DET_P_RD_SILENCE_S);
 	struct deti_hit *h = deti_hits(e, j->nranks ? j->nranks : 1);
 	if (!h)
@@ -450,6 +472,29 @@ static void ls_hits(const struct det_rule_eff *eff, const struct deti_lscale *ls
 	}
 }
 
+enum { LS_EP_NONE = 0, LS_EP_SCALE, LS_EP_SKIP };
+
+/* One collapse, one alert: both tests usually trip together (every
+ * overflow halves loss_scale and skips the step). The test that trips first
+ * names the episode (its metric label) and the episode lasts while either
+ * holds, so the alert does not change identity when one test runs out.
+ * Returns the group the rank's hit goes to (LS_EP_*) and writes it to out. */
+static int ls_episode(struct deti_lscale *ls, const struct deti_hit *scale, bool has_scale,
+		      const struct deti_hit *skip, bool has_skip, struct deti_hit *out)
+{
+	if (!has_scale && !has_skip) {
+		ls->episode = LS_EP_NONE;
+		return LS_EP_NONE;
+	}
+	if (ls->episode == LS_EP_NONE)
+		ls->episode = has_scale ? LS_EP_SCALE : LS_EP_SKIP;
+	if (ls->episode == LS_EP_SCALE)
+		*out = has_scale ? *scale : *skip;
+	else
+		*out = has_skip ? *skip : *scale;
+	return ls->episode;
+}
+
 static void eval_loss_scale(struct det_engine *e, struct deti_emit *em)
 {
 	struct deti_job *j = em->job;
@@ -466,11 +511,14 @@ static void eval_loss_scale(struct det_engine *e, struct deti_emit *em)
 			continue;
 		total++;
 		bool a, b;
-		ls_hits(eff, r->ls, &h[nscale], &a, &h[half + nskip], &b);
-		if (a)
-			h[nscale++].rank = r->rank;
-		if (b)
-			h[half + nskip++].rank = r->rank;
+		struct deti_hit hs, hk, one;
+		ls_hits(eff, r->ls, &hs, &a, &hk, &b);
+		int ep = ls_episode(r->ls, &hs, a, &hk, b, &one);
+		one.rank = r->rank;
+		if (ep == LS_EP_SCALE)
+			h[nscale++] = one;
+		else if (ep == LS_EP_SKIP)
+			h[half + nskip++] = one;
 	}
 	struct agg a = {K_LS_SCALE,
 			DET_R_LOSS_SCALE_COLLAPSE,
@@ -478,19 +526,22 @@ static void eval_loss_scale(struct det_engine *e, struct deti_emit *em)
 			"loss scale collapse",
 			eff->p[DET_P_LS_JOB_FRACTION],
 			0,
+			0,
 			total,
 			DET_STEP_NONE};
-	struct deti_hit js, jk;
+	struct deti_hit js, jk, jone;
 	bool hs = false, hk = false;
+	int jep = LS_EP_NONE;
 	if (j->jrank && j->jrank->ls) {
 		ls_hits(eff, j->jrank->ls, &js, &hs, &jk, &hk);
-		js.rank = jk.rank = DET_JOB_RANK;
+		jep = ls_episode(j->jrank->ls, &js, hs, &jk, hk, &jone);
+		jone.rank = DET_JOB_RANK;
 	}
-	emit_hits(e, em, &a, h, nscale, hs ? &js : NULL, 0);
+	emit_hits(e, em, &a, h, nscale, jep == LS_EP_SCALE ? &jone : NULL, 0);
 	a.kind = K_LS_SKIP;
 	a.metric = "skipped_steps";
 	a.what = "skipped steps rising fast";
-	emit_hits(e, em, &a, h + half, nskip, hk ? &jk : NULL, 0);
+	emit_hits(e, em, &a, h + half, nskip, jep == LS_EP_SKIP ? &jone : NULL, 0);
 }
 
 void deti_eval_numerics(struct det_engine *e, struct deti_emit *em, int64_t now_ns)

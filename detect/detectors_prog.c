@@ -47,13 +47,21 @@ void deti_steprec_set(struct deti_rank *r, int64_t step, unsigned phase, double 
 		if (s->step != DET_STEP_NONE && s->step > step)
 			return; /* a late point of a step the ring no longer holds */
 		s->step = step;
+		s->from_metric = 0;
 		for (int p = 0; p < DET_PH_COUNT; p++)
 			s->t[p] = NAN;
 	}
-	if (add && !isnan(s->t[phase]))
-		s->t[phase] += (float)seconds;
-	else
+	uint8_t bit = (uint8_t)(1u << phase);
+	if (!add) {
 		s->t[phase] = (float)seconds;
+		s->from_metric |= bit;
+	} else if (s->from_metric & bit) {
+		return; /* the metric already says how long the phase took */
+	} else if (!isnan(s->t[phase])) {
+		s->t[phase] += (float)seconds;
+	} else {
+		s->t[phase] = (float)seconds;
+	}
 }
 
 double deti_rank_rate(const struct deti_rank *r, int64_t now_ns)

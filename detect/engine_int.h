@@ -63,10 +63,13 @@ struct deti_num {
 };
 
 /* One step's times on one rank, seconds; NAN where not reported. t[0] is
- * step_time, t[phase] step_time.<phase> or the span of that phase. */
+ * step_time, t[phase] step_time.<phase> or the span of that phase. A phase
+ * reported both ways (the SDK's phase timers send the metric and the span)
+ * counts once: the metric wins, spans add up only among themselves. */
 struct deti_steprec {
 	int64_t step; /* DET_STEP_NONE = empty */
 	float t[DET_PH_COUNT];
+	uint8_t from_metric; /* bit p: t[p] came from step_time.<phase> */
 };
 
 struct deti_gpu {
@@ -88,6 +91,7 @@ struct deti_lscale {
 	uint16_t ns, sh;
 	double skip_last; /* latest skipped_steps, NAN none */
 	int64_t skip_last_step;
+	uint8_t episode; /* collapse being reported: 0 none, 1 by loss_scale, 2 by skipped_steps */
 };
 
 struct deti_rank {
@@ -252,7 +256,8 @@ void deti_eval_progress(struct det_engine *e, struct deti_emit *em, int64_t now_
 double deti_job_step_time(struct det_engine *e, struct deti_job *j, int64_t now_ns);
 double deti_rank_rate(const struct deti_rank *r, int64_t now_ns);
 /* Records a phase time of a step (add: spans of one phase in one step add
- * up, e.g. per micro-batch; metrics replace). */
+ * up, e.g. per micro-batch; metrics replace, and a span of a phase whose
+ * metric is there is ignored, whichever arrives first). */
 void deti_steprec_set(struct deti_rank *r, int64_t step, unsigned phase, double seconds, bool add);
 
 /* detectors_hw.c */

@@ -46,8 +46,10 @@ static const struct det_rule_spec specs[DET_RULE_COUNT] = {
 	 DET_SEV_WARNING,
 	 "A loss value jumps far above the rank's own recent history: more than k MAD-scaled "
 	 "deviations (1.4826 x MAD) above the rolling median AND more than rel x |median| "
-	 "above it, reached by a jump from the previous point (a gradual rise is "
-	 "LossDivergence). Per rank, or one job-level alert when most ranks spike together.",
+	 "above it, and as far above the median of the latest 5 points, reached by a jump "
+	 "from the previous point (a gradual rise, or a harder batch on a rising curve, is "
+	 "LossDivergence's). Per rank, or one job-level alert when most ranks spike "
+	 "together.",
 	 8,
 	 {P("window", 32, 8, 64, true,
 	    "Points of the rank's recent history in the rolling median/MAD baseline."),
@@ -73,7 +75,7 @@ static const struct det_rule_spec specs[DET_RULE_COUNT] = {
 	 "`rising` times in a row and the latest is more than rel above the lowest block "
 	 "median of the recent history (at most 16 blocks). Clears when the latest block "
 	 "median falls back below half that excess.",
-	 5,
+	 6,
 	 {P("block", 8, 2, 64, true, "Points per block; the block median smooths noise."),
 	  P("rising", 3, 2, 15, true, "Consecutive rising block medians."),
 	  P("rel", 0.2, 0.01, 1000, false,
@@ -81,7 +83,11 @@ static const struct det_rule_spec specs[DET_RULE_COUNT] = {
 	  P("min_blocks", 8, 3, 16, true,
 	    "Blocks of history needed before judging (warm-up: min_blocks x block "
 	    "points); must exceed rising."),
-	  P("job_fraction", 0.5, 0, 1, false, JOB_FRACTION_DOC)}},
+	  P("job_fraction", 0.5, 0, 1, false, JOB_FRACTION_DOC),
+	  P("settle_s", 60, 0, 3600, false,
+	    "A single rank's alert waits until its peers have reported one more block past "
+	    "the step where it diverged, or this many seconds: ranks that share a divergence "
+	    "cross the limit up to a block apart, and that is one job-level alert.")}},
     [DET_R_GRAD_NORM_SPIKE] =
 	{"GradNormSpike",
 	 true,
@@ -112,7 +118,8 @@ static const struct det_rule_spec specs[DET_RULE_COUNT] = {
 	 DET_SEV_WARNING,
 	 "Mixed-precision loss scaling is failing on a rank: loss_scale below floor, or "
 	 "`halvings` halvings of loss_scale within window_steps steps, or skipped_steps "
-	 "rising by `skipped` within window_steps steps.",
+	 "rising by `skipped` within window_steps steps (label metric: the test that tripped "
+	 "first; both tripping together, as in a real collapse, are one alert).",
 	 5,
 	 {P("floor", 1, 0, 1e12, false,
 	    "loss_scale below this is a collapse; 0 turns the floor test off."),

@@ -45,6 +45,7 @@ struct gen {
 	bool silent[GEN_MAXR]; /* sends nothing */
 	bool stalled;	       /* no rank advances; heartbeats only */
 	bool spans;	       /* phases as spans instead of step_time.<phase> */
+	bool both;	       /* phases as step_time.<phase> and as spans (the SDK) */
 	bool phases;	       /* send phase metrics/spans at all (default true) */
 	double fwd_scale[GEN_MAXR], bwd_scale[GEN_MAXR], dl_extra[GEN_MAXR];
 	double shared;		    /* multiplies every phase of every rank */
@@ -148,7 +149,12 @@ static inline void gen_phase(struct gen *g, uint32_t r, const char *name, int64_
 {
 	if (!g->phases)
 		return;
-	if (g->spans) {
+	if (g->both) { /* rankdbd feeds a write's points before its spans */
+		char m[64];
+		snprintf(m, sizeof(m), "step_time.%s", name);
+		gen_point(g, r, m, step, s);
+	}
+	if (g->spans || g->both) {
 		det_engine_feed_span(g->e, g->job, strlen(g->job), r, step, name, strlen(name),
 				     start_ns, (int64_t)(s * 1e9), g->attempt[r], g->now_ns, false);
 		return;

@@ -245,6 +245,68 @@ static void test_divergence(void)
 	gen_free(&g);
 }
 
+/* rankdbd gets a step's records in several bodies (one per node) and may
+ * evaluate between them. A divergence every rank shares is still one
+ * job-level alert: the ranks of the first body do not each get their own
+ * alert before the others have reported that step. */
+static void test_divergence_bodies_job_level(void)
+{
+	struct gen g;
+	gen_init(&g, 16, 15);
+	CHECK_EQ_INT(gen_run(&g, 300), 0);
+	bool raised = false;
+	for (int i = 0; i < 80 && !raised; i++) {
+		g.loss_mult *= 1.015;
+		for (int half = 0; half < 2; half++) {
+			for (uint32_t r = 0; r < 16; r++)
+				g.silent[r] = (r < 8) == (half == 1);
+			gen_step(&g);
+			gen_eval(&g);
+			for (size_t k = 0; k < g.nconds; k++) {
+				CHECK(g.conds[k].rank == DET_RANK_NONE);
+				if (g.conds[k].rank != DET_RANK_NONE)
+					fprintf(stderr, "  step %d: %s on rank %lld\n", i,
+						g.conds[k].alertname, (long long)g.conds[k].rank);
+			}
+			if (gen_find(&g, "LossDivergence", DET_RANK_NONE))
+				raised = true;
+		}
+	}
+	CHECK(raised);
+	gen_free(&g);
+}
+
+/* Loss rising steeply on every rank (a divergence) with the ordinary noise
+ * of harder batches (+12 % on one rank in five each step): the rolling
+ * median lags the trend, but a hard batch on a rising curve is not a spike.
+ * A real spike on top of it (3x) still is. */
+static void test_no_spike_on_a_trend(void)
+{
+	struct gen g;
+	gen_init(&g, 16, 16);
+	CHECK_EQ_INT(gen_run(&g, 300), 0);
+	for (int i = 0; i < 60; i++) {
+		g.loss_mult *= 1.015;
+		for (uint32_t r = i % 5; r < 16; r += 5) {
+			double base = 2 + 6 * exp(-(double)g.step[r] / 200);
+			g.loss_next[r] = base * g.loss_mult * 1.12;
+			g.loss_next_set[r] = true;
+		}
+		gen_step(&g);
+		gen_eval(&g);
+		CHECK_EQ_INT(gen_count(&g, "LossSpike"), 0);
+	}
+	double base = 2 + 6 * exp(-(double)g.step[7] / 200);
+	g.loss_next[7] = base * g.loss_mult * 3;
+	g.loss_next_set[7] = true;
+	gen_step(&g);
+	gen_eval(&g);
+	gen_step(&g); /* the peers' next step: the single rank's alert settles */
+	gen_eval(&g);
+	CHECK(gen_find(&g, "LossSpike", 7) != NULL);
+	gen_free(&g);
+}
+
 /* A rank restarts (new attempt) from a checkpoint 50 steps back after a
  * 20 s gap, with a loss 1.5x higher at first: not a spike, not a hang, not
  * down. */
@@ -312,6 +374,52 @@ static void test_loss_scale(void)
 	gen_free(&g);
 }
 
+/* A real fp16 collapse: every step overflows, so loss_scale halves each
+ * step AND skipped_steps rises each step, on every rank. Both tests trip;
+ * it is one fault, so one alert (job-level), under the metric of the test
+ * that tripped first (loss_scale: 4 halvings come before 20 skipped steps),
+ * and it stays that one alert while the halving test runs out. */
+static void test_loss_scale_collapse_one_alert(void)
+{
+	struct gen g;
+	gen_init(&g, 4, 14);
+	for (int i = 0; i < 50; i++) {
+		gen_step(&g);
+		for (uint32_t r = 0; r < 4; r++) {
+			gen_point(&g, r, "loss_scale", g.step[r] - 1, 65536);
+			gen_point(&g, r, "skipped_steps", g.step[r] - 1, 3);
+		}
+		gen_eval(&g);
+		CHECK_EQ_INT(g.nconds, 0);
+	}
+	double scale = 65536;
+	int skipped = 3, most = 0;
+	for (int i = 0; i < 260; i++) {
+		gen_step(&g);
+		if (i < 40) {
+			scale = scale > 1 ? scale / 2 : 1;
+			skipped++;
+		}
+		for (uint32_t r = 0; r < 4; r++) {
+			gen_point(&g, r, "loss_scale", g.step[r] - 1, scale);
+			gen_point(&g, r, "skipped_steps", g.step[r] - 1, skipped);
+		}
+		gen_eval(&g);
+		size_t n = gen_count(&g, "LossScaleCollapse");
+		if ((int)n > most)
+			most = (int)n;
+		const struct det_cond *c = gen_find(&g, "LossScaleCollapse", DET_RANK_NONE);
+		if (i >= 4 && i < 200) {
+			CHECK(c != NULL);
+			if (c)
+				CHECK(strcmp(c->metric, "loss_scale") == 0);
+		}
+		CHECK(gen_only(&g, "LossScaleCollapse"));
+	}
+	CHECK_EQ_INT(most, 1);
+	gen_free(&g);
+}
+
 /* Aliases: train.loss is loss; the DCGM temperature is gpu.temp. */
 static void test_aliases(void)
 {
@@ -361,6 +469,9 @@ int main(void)
 	RUN(test_divergence);
 	RUN(test_restart_new_attempt);
 	RUN(test_loss_scale);
+	RUN(test_divergence_bodies_job_level);
+	RUN(test_no_spike_on_a_trend);
+	RUN(test_loss_scale_collapse_one_alert);
 	RUN(test_aliases);
 	RUN(test_job_rank_series);
 	return check_summary("detect_numerics");

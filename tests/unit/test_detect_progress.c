@@ -226,6 +226,35 @@ static void test_straggler_spans(void)
 	run_straggler(true, 2);
 }
 
+/* The SDK's phase timers send each phase twice: as a step_time.<phase>
+ * metric and as a span. One phase, one time: rank 5's own work (forward
+ * 50 % slower: 0.15 + 0.2 + 0.03 s) and its peers' median (0.33 s) come out
+ * as they are, not with the collective and data-loader waits counted twice. */
+static void test_straggler_metrics_and_spans(void)
+{
+	struct gen g;
+	gen_init(&g, 16, 31);
+	g.both = true;
+	CHECK_EQ_INT(gen_run(&g, 200), 0);
+	g.fwd_scale[5] = 1.5;
+	const struct det_cond *c = NULL;
+	for (int i = 0; i < 40 && !c; i++) {
+		gen_step(&g);
+		gen_eval(&g);
+		c = gen_find(&g, "Straggler", 5);
+	}
+	CHECK(c != NULL);
+	if (c) {
+		CHECK(strcmp(c->phase, "forward") == 0);
+		CHECK(fabs(c->value - 0.38) < 0.03);
+		CHECK(fabs(c->baseline - 0.33) < 0.02);
+		if (fabs(c->value - 0.38) >= 0.03 || fabs(c->baseline - 0.33) >= 0.02)
+			fprintf(stderr, "  own work %g s vs peers %g s: %s\n", c->value, c->baseline,
+				c->description);
+	}
+	gen_free(&g);
+}
+
 /* Every rank slows down 50 % at once: not a straggler; it is a throughput
  * drop (the condition holds; its `for` of 30 s is the lifecycle's). */
 static void test_shared_jump(void)
@@ -317,6 +346,7 @@ int main(void)
 	RUN(test_straggler_backward);
 	RUN(test_straggler_dataloader);
 	RUN(test_straggler_spans);
+	RUN(test_straggler_metrics_and_spans);
 	RUN(test_shared_jump);
 	RUN(test_throughput_from_step_time);
 	RUN(test_health_basics);
