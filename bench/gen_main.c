@@ -164,8 +164,9 @@ static void print_info(const struct gen *g, FILE *f)
 	const struct gen_opts *o = gen_opts_of(g);
 	uint32_t tail = o->steps / 10 ? o->steps / 10 : 1;
 
-	fprintf(f, "job=%s\nranks=%" PRIu32 "\nmetrics=%" PRIu32 "\nsteps=%" PRIu32
-		   "\nseed=%" PRIu64 "\npoints=%" PRIu64 "\nstraggler=%" PRIu32 "\n",
+	fprintf(f,
+		"job=%s\nranks=%" PRIu32 "\nmetrics=%" PRIu32 "\nsteps=%" PRIu32 "\nseed=%" PRIu64
+		"\npoints=%" PRIu64 "\nstraggler=%" PRIu32 "\n",
 		gen_job(g), o->ranks, o->metrics, o->steps, o->seed,
 		(uint64_t)o->ranks * o->steps * o->metrics, gen_straggler(g));
 	fprintf(f, "t_first_ns=%" PRId64 "\nt_last_ns=%" PRId64 "\n", step_ts(g, 0, 1),

@@ -305,8 +305,7 @@ static int build_body(struct run *run, size_t i)
 	n = snprintf(b->head, sizeof(b->head),
 		     "POST %s HTTP/1.1\r\nHost: %s:%u\r\nContent-Type: %s\r\n"
 		     "Content-Length: %zu\r\n\r\n",
-		     o->path, o->host, o->port,
-		     content_type(o->fmt), b->len);
+		     o->path, o->host, o->port, content_type(o->fmt), b->len);
 	if (n < 0 || (size_t)n >= sizeof(b->head))
 		return -ENAMETOOLONG;
 	b->head_len = (size_t)n;
@@ -557,8 +556,8 @@ static void print_workload(const struct run *run, double gen_s)
 	       o->g.ranks, o->g.metrics, o->g.steps, o->g.seed, records, records * o->g.metrics);
 	printf("bodies       %zu (%u steps x %u ranks max, %s), %.1f MB, built in %.2f s\n",
 	       run->p->n, run->p->steps_per_body,
-	       o->ranks_per_body < o->g.ranks ? o->ranks_per_body : o->g.ranks,
-	       format_name(o->fmt), (double)bytes / 1e6, gen_s);
+	       o->ranks_per_body < o->g.ranks ? o->ranks_per_body : o->g.ranks, format_name(o->fmt),
+	       (double)bytes / 1e6, gen_s);
 	if (o->udp)
 		printf("target       udp://%s:%u, %u sender threads, datagrams <= %u bytes, "
 		       "rate %s\n",

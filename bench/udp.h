@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 struct udp_load_opts {
-	const char *host;	 /* IPv4 literal */
+	const char *host; /* IPv4 literal */
 	uint16_t port;
 	uint32_t datagram_bytes; /* payload bound; lines are never split */
 	uint32_t senders;	 /* threads, one socket each */

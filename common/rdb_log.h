@@ -18,7 +18,7 @@ void rdb_log_set_level(enum rdb_log_level min);
 int rdb_log_parse_level(const char *s, enum rdb_log_level *out);
 
 void rdb_log(enum rdb_log_level lvl, const char *subsys, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 /* Rate-limited logging for repeating per-client errors: at most one line per
  * interval_s per call site (the caller passes a static state word); the
@@ -28,7 +28,8 @@ struct rdb_log_ratelimit {
 	uint64_t suppressed;
 };
 void rdb_log_limited(struct rdb_log_ratelimit *rl, int interval_s, enum rdb_log_level lvl,
-		     const char *subsys, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+		     const char *subsys, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 #define rdb_debug(sub, ...) rdb_log(RDB_LOG_DEBUG, sub, __VA_ARGS__)
 #define rdb_info(sub, ...)  rdb_log(RDB_LOG_INFO, sub, __VA_ARGS__)

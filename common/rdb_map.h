@@ -10,11 +10,14 @@
 struct rdb_map {
 	uint64_t *keys; /* 0 = empty slot */
 	void **vals;
-	size_t cap;     /* power of two, or 0 */
+	size_t cap; /* power of two, or 0 */
 	size_t n;
 };
 
-#define RDB_MAP_INIT {NULL, NULL, 0, 0}
+#define RDB_MAP_INIT                                                                               \
+	{                                                                                          \
+		NULL, NULL, 0, 0                                                                   \
+	}
 
 /* Returns the value for key (non-zero), or NULL. */
 void *rdb_map_get(const struct rdb_map *m, uint64_t key);

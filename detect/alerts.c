@@ -29,18 +29,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_MAX_ACTIVE 10000
+#define DEFAULT_MAX_ACTIVE   10000
 #define DEFAULT_MAX_RESOLVED 1000
-#define DEFAULT_RESEND_S 60
-#define NS_PER_S 1000000000LL
+#define DEFAULT_RESEND_S     60
+#define NS_PER_S	     1000000000LL
 
 struct entry {
 	struct det_alert al;
-	uint64_t key;          /* identity hash */
-	uint64_t seen_epoch;   /* last update whose set held the identity */
-	uint64_t born_epoch;   /* update that created it (0: restored) */
-	int64_t last_sent_ns;  /* INT64_MIN = never sent (due for re-send at once) */
-	size_t slot;           /* index in act[] while active */
+	uint64_t key;	      /* identity hash */
+	uint64_t seen_epoch;  /* last update whose set held the identity */
+	uint64_t born_epoch;  /* update that created it (0: restored) */
+	int64_t last_sent_ns; /* INT64_MIN = never sent (due for re-send at once) */
+	size_t slot;	      /* index in act[] while active */
 };
 
 struct det_alerts {
@@ -48,11 +48,11 @@ struct det_alerts {
 	uint32_t max_active;
 	uint32_t max_resolved;
 	int64_t resend_ns;
-	struct entry **tab;    /* identity table, tab_mask + 1 slots */
+	struct entry **tab; /* identity table, tab_mask + 1 slots */
 	size_t tab_mask;
-	struct entry **act;    /* active entries, dense, nact of max_active */
+	struct entry **act; /* active entries, dense, nact of max_active */
 	size_t nact;
-	struct entry **ring;   /* recently resolved, max_resolved slots */
+	struct entry **ring; /* recently resolved, max_resolved slots */
 	size_t ring_start;
 	size_t ring_n;
 	uint64_t epoch;
@@ -185,8 +185,8 @@ int det_alerts_new(const struct det_alerts_options *o, struct det_alerts **out)
 		return -ENOMEM;
 	a->max_active = d.max_active ? d.max_active : DEFAULT_MAX_ACTIVE;
 	a->max_resolved = d.max_resolved ? d.max_resolved : DEFAULT_MAX_RESOLVED;
-	a->resend_ns = (int64_t)(d.resend_interval_s ? d.resend_interval_s : DEFAULT_RESEND_S) *
-		       NS_PER_S;
+	a->resend_ns =
+	    (int64_t)(d.resend_interval_s ? d.resend_interval_s : DEFAULT_RESEND_S) * NS_PER_S;
 	size_t cap = 16;
 	while (cap < (size_t)a->max_active * 2)
 		cap *= 2;
@@ -278,8 +278,8 @@ static void update_existing(struct det_alerts *a, struct entry *e, const struct 
 
 /* Creates the alert of a new identity (after the sweep, so that slots freed
  * by this evaluation's resolutions can be reused). */
-static void create_new(struct det_alerts *a, uint64_t key, const struct det_cond *c,
-		       int64_t now_ns, struct update_ctx *u)
+static void create_new(struct det_alerts *a, uint64_t key, const struct det_cond *c, int64_t now_ns,
+		       struct update_ctx *u)
 {
 	if (a->nact >= a->max_active) {
 		refuse(a, c, "max_active alerts reached");
@@ -329,8 +329,7 @@ static void sweep_absent(struct det_alerts *a, int64_t now_ns, struct update_ctx
 	}
 }
 
-int det_alerts_update(struct det_alerts *a, const struct det_cond *conds, size_t n,
-		      int64_t now_ns,
+int det_alerts_update(struct det_alerts *a, const struct det_cond *conds, size_t n, int64_t now_ns,
 		      int (*fn)(void *arg, const struct det_alert *al, uint8_t old_state),
 		      void *arg)
 {
@@ -383,7 +382,7 @@ int det_alerts_restore(struct det_alerts *a, const struct det_alert *al)
 		rc = RDB_ELIMIT;
 	} else {
 		e->al.id = ++a->next_id;
-		e->seen_epoch = a->epoch; /* present until the next evaluation says otherwise */
+		e->seen_epoch = a->epoch;    /* present until the next evaluation says otherwise */
 		e->last_sent_ns = INT64_MIN; /* due for re-send at once */
 		act_add(a, e);
 		e = NULL;

@@ -24,28 +24,28 @@
 #define DET_FILTER_ANY_RANK (-2)
 
 struct det_alerts_options {
-	uint32_t max_active;     /* pending + firing alerts held; 0 = default 10000 */
-	uint32_t max_resolved;   /* recently resolved kept for listing; 0 = default 1000 */
+	uint32_t max_active;	    /* pending + firing alerts held; 0 = default 10000 */
+	uint32_t max_resolved;	    /* recently resolved kept for listing; 0 = default 1000 */
 	uint32_t resend_interval_s; /* firing alerts re-sent this often (det_alerts_due);
 				       0 = default 60 (Prometheus' --rules.alert.resend-delay) */
 };
 
 struct det_alert_filter {
-	const char *job;         /* exact job, or NULL = any */
-	const char *alertname;   /* exact alertname, or NULL = any */
-	int64_t rank;            /* exact rank, DET_RANK_NONE = job-level only,
-				    DET_FILTER_ANY_RANK = any */
-	uint8_t state_mask;      /* bit (1u << enum det_alert_state); 0 = any */
+	const char *job;       /* exact job, or NULL = any */
+	const char *alertname; /* exact alertname, or NULL = any */
+	int64_t rank;	       /* exact rank, DET_RANK_NONE = job-level only,
+				  DET_FILTER_ANY_RANK = any */
+	uint8_t state_mask;    /* bit (1u << enum det_alert_state); 0 = any */
 };
 
 struct det_alerts_stats {
-	uint64_t pending;        /* now */
-	uint64_t firing;         /* now */
-	uint64_t resolved_kept;  /* now, in the recently-resolved ring */
-	uint64_t fired_total;    /* transitions to firing (restores not counted) */
-	uint64_t resolved_total; /* transitions firing -> resolved */
+	uint64_t pending;		/* now */
+	uint64_t firing;		/* now */
+	uint64_t resolved_kept;		/* now, in the recently-resolved ring */
+	uint64_t fired_total;		/* transitions to firing (restores not counted) */
+	uint64_t resolved_total;	/* transitions firing -> resolved */
 	uint64_t pending_dropped_total; /* pending alerts that cleared before firing */
-	uint64_t refused_total;  /* new identities refused: max_active reached */
+	uint64_t refused_total;		/* new identities refused: max_active reached */
 };
 
 struct det_alerts;
@@ -83,8 +83,7 @@ void det_alerts_free(struct det_alerts *a);
  * Strings in conds need not be NUL-terminated within their arrays (they are
  * cut). Returns 0, fn's first non-zero return, or -ENOMEM (an alert could not
  * be allocated: that identity is skipped, as if refused). */
-int det_alerts_update(struct det_alerts *a, const struct det_cond *conds, size_t n,
-		      int64_t now_ns,
+int det_alerts_update(struct det_alerts *a, const struct det_cond *conds, size_t n, int64_t now_ns,
 		      int (*fn)(void *arg, const struct det_alert *al, uint8_t old_state),
 		      void *arg);
 

@@ -69,10 +69,10 @@ struct item {
 	struct rcv *r;
 	uint64_t alert_id;
 	int64_t enq_mono_ns;
-	uint32_t attempts;          /* failed requests so far */
+	uint32_t attempts; /* failed requests so far */
 	bool in_flight;
 	size_t len;
-	char *json;                 /* owned */
+	char *json; /* owned */
 };
 
 struct ilist {
@@ -81,15 +81,15 @@ struct ilist {
 };
 
 struct rcv {
-	uint8_t kind;                /* enum det_notify_kind */
-	bool used;                   /* webhook slot in use */
-	bool busy;                   /* a request is in flight (sender thread) */
+	uint8_t kind; /* enum det_notify_kind */
+	bool used;    /* webhook slot in use */
+	bool busy;    /* a request is in flight (sender thread) */
 	char url[DET_URL_MAX + 16];
-	struct ilist wait;           /* waiting items, oldest first */
-	struct ilist flight;         /* items of the request in flight */
-	struct rdb_map by_id;        /* Alertmanager: alert id -> waiting item */
-	int64_t next_try_mono_ns;    /* backoff: no request before this */
-	uint32_t failures;           /* consecutive failed requests */
+	struct ilist wait;	  /* waiting items, oldest first */
+	struct ilist flight;	  /* items of the request in flight */
+	struct rdb_map by_id;	  /* Alertmanager: alert id -> waiting item */
+	int64_t next_try_mono_ns; /* backoff: no request before this */
+	uint32_t failures;	  /* consecutive failed requests */
 	int64_t last_use_mono_ns;
 	struct rdb_log_ratelimit rl;
 	/* sender thread only: */
@@ -103,13 +103,13 @@ struct rcv {
 struct det_notify {
 	pthread_mutex_t mu;
 	pthread_t thread;
-	struct det_notify_options o;   /* defaults applied; URL strings not kept */
+	struct det_notify_options o; /* defaults applied; URL strings not kept */
 	struct det_notify_fmt fmt;
 	struct rcv am[DET_NOTIFY_MAX_AM];
 	size_t nam;
-	struct rcv *wh;                /* max_webhooks slots */
-	struct item *ghead, *gtail;    /* global order */
-	size_t held;                   /* items on the global list */
+	struct rcv *wh;		    /* max_webhooks slots */
+	struct item *ghead, *gtail; /* global order */
+	size_t held;		    /* items on the global list */
 	struct det_notify_stats st;
 	bool stopping;
 	int64_t drain_deadline_mono_ns;
@@ -252,16 +252,19 @@ static int parse_am_urls(struct det_notify *n, const char *list)
 			continue;
 		char base[DET_URL_MAX];
 		if (len >= sizeof(base) || n->nam == DET_NOTIFY_MAX_AM) {
-			rdb_error("notify", "alertmanager_url: '%.*s' refused (at most %d URLs of "
-					    "at most %d bytes)", (int)len, s, DET_NOTIFY_MAX_AM,
-				  DET_URL_MAX - 1);
+			rdb_error("notify",
+				  "alertmanager_url: '%.*s' refused (at most %d URLs of "
+				  "at most %d bytes)",
+				  (int)len, s, DET_NOTIFY_MAX_AM, DET_URL_MAX - 1);
 			return RDB_EINVAL;
 		}
 		memcpy(base, s, len);
 		base[len] = 0;
 		if (!url_ok(base)) {
-			rdb_error("notify", "alertmanager_url: '%s' is not an http:// or https:// "
-					    "base URL (e.g. http://127.0.0.1:9093)", base);
+			rdb_error("notify",
+				  "alertmanager_url: '%s' is not an http:// or https:// "
+				  "base URL (e.g. http://127.0.0.1:9093)",
+				  base);
 			return RDB_EINVAL;
 		}
 		struct rcv *r = &n->am[n->nam++];
@@ -274,10 +277,10 @@ static int parse_am_urls(struct det_notify *n, const char *list)
 
 static void apply_defaults(struct det_notify_options *o)
 {
-#define DEF(field, v)           \
-	do {                    \
-		if (!o->field)  \
-			o->field = (v); \
+#define DEF(field, v)                                                                              \
+	do {                                                                                       \
+		if (!o->field)                                                                     \
+			o->field = (v);                                                            \
 	} while (0)
 	DEF(resend_interval_s, 60);
 	DEF(eval_interval_ms, 1000);
@@ -313,7 +316,8 @@ static struct rcv *webhook_rcv(struct det_notify *n, const char *url, int64_t no
 		    (!lru || r->last_use_mono_ns < lru->last_use_mono_ns))
 			lru = r;
 	}
-	struct rcv *r = fresh ? fresh : lru; /* an unused slot, or the idle one used least recently */
+	struct rcv *r =
+	    fresh ? fresh : lru; /* an unused slot, or the idle one used least recently */
 	if (!r)
 		return NULL;
 	r->used = true;
@@ -338,8 +342,9 @@ static int make_room(struct det_notify *n)
 	n->st.dropped_full[old->r->kind]++;
 	rdb_log_limited(&n->dropped_rl, 60, RDB_LOG_WARN, "notify",
 			"delivery queue full (%u): oldest alert for %s dropped to make room "
-			"(%llu dropped in total for this kind of receiver)", n->o.max_queue,
-			old->r->url, (unsigned long long)n->st.dropped_full[old->r->kind]);
+			"(%llu dropped in total for this kind of receiver)",
+			n->o.max_queue, old->r->url,
+			(unsigned long long)n->st.dropped_full[old->r->kind]);
 	unwait(old);
 	g_free(n, old);
 	return 0;
@@ -350,7 +355,8 @@ static int enqueue(struct det_notify *n, struct rcv *r, const struct det_alert *
 		   const char *json, size_t len, int64_t now)
 {
 	r->last_use_mono_ns = now;
-	struct item *it = r->kind == DET_NOTIFY_AM && al->id ? rdb_map_get(&r->by_id, al->id) : NULL;
+	struct item *it =
+	    r->kind == DET_NOTIFY_AM && al->id ? rdb_map_get(&r->by_id, al->id) : NULL;
 	char *copy = malloc(len + 1);
 	if (!copy)
 		return -ENOMEM;
@@ -389,8 +395,9 @@ static void count_refused(struct det_notify *n, const char *url, int rc)
 	n->st.refused++;
 	rdb_log_limited(&n->refused_rl, 60, RDB_LOG_WARN, "notify",
 			"alert not queued for %s: %s (%llu refused in total)", url,
-			rc == RDB_ELIMIT ? "queue full of requests in flight, or too many webhook URLs"
-					 : rdb_strerror(rc),
+			rc == RDB_ELIMIT
+			    ? "queue full of requests in flight, or too many webhook URLs"
+			    : rdb_strerror(rc),
 			(unsigned long long)n->st.refused);
 }
 
@@ -398,7 +405,8 @@ static int render(struct det_notify *n, const struct det_alert *al, int64_t now_
 		  struct rdb_buf *b)
 {
 	rdb_buf_init(b, DET_NOTIFY_ITEM_MAX);
-	int rc = webhook ? det_fmt_webhook(&n->fmt, al, now_ns, b) : det_fmt_am(&n->fmt, al, now_ns, b);
+	int rc =
+	    webhook ? det_fmt_webhook(&n->fmt, al, now_ns, b) : det_fmt_am(&n->fmt, al, now_ns, b);
 	if (rc == 0)
 		rc = rdb_buf_putc(b, 0);
 	if (rc) {
@@ -545,8 +553,9 @@ static void give_up_aged(struct det_notify *n, struct item *it, int64_t now)
 	n->st.failed[r->kind]++;
 	rdb_log_limited(&r->rl, 10, RDB_LOG_WARN, "notify",
 			"alert for %s given up: undelivered for %lld s (max_age_s %u), after %u "
-			"failed attempts", r->url, (long long)((now - it->enq_mono_ns) / (1000 * MS)),
-			n->o.max_age_s, it->attempts);
+			"failed attempts",
+			r->url, (long long)((now - it->enq_mono_ns) / (1000 * MS)), n->o.max_age_s,
+			it->attempts);
 	g_free(n, it);
 }
 
@@ -625,8 +634,7 @@ static int64_t start_requests(struct det_notify *n, int64_t now)
 	return wake;
 }
 
-static void describe_failure(const struct rcv *r, CURLcode res, long code, char *out,
-			     size_t size)
+static void describe_failure(const struct rcv *r, CURLcode res, long code, char *out, size_t size)
 {
 	if (res != CURLE_OK)
 		snprintf(out, size, "%s%s%s", curl_easy_strerror(res), r->errbuf[0] ? ": " : "",
@@ -644,8 +652,8 @@ static void finish(struct det_notify *n, struct rcv *r, CURLcode res, long code,
 	r->busy = false;
 	if (res == CURLE_OK && code >= 200 && code < 300) {
 		if (r->failures)
-			rdb_info("notify", "%s accepts alerts again after %u failed requests", r->url,
-				 r->failures);
+			rdb_info("notify", "%s accepts alerts again after %u failed requests",
+				 r->url, r->failures);
 		r->failures = 0;
 		r->next_try_mono_ns = 0;
 		while ((it = r->flight.head)) {
@@ -687,8 +695,8 @@ static void finish(struct det_notify *n, struct rcv *r, CURLcode res, long code,
 	describe_failure(r, res, code, why, sizeof(why));
 	rdb_log_limited(&r->rl, 10, RDB_LOG_WARN, "notify",
 			"POST %s failed: %s; %zu alert(s) will be retried in %lld ms, %zu given up "
-			"(%s; %u consecutive failures)", r->url, why, retried,
-			(long long)(delay_ns / MS), failed,
+			"(%s; %u consecutive failures)",
+			r->url, why, retried, (long long)(delay_ns / MS), failed,
 			retryable ? "after max_attempts or max_age_s" : "the receiver rejects them",
 			r->failures);
 }
@@ -736,8 +744,9 @@ static void abort_all(struct det_notify *n)
 		g_free(n, n->ghead);
 	}
 	if (dropped)
-		rdb_warn("notify", "shutting down with %zu alert deliveries undelivered after the "
-				   "%u ms drain; receivers down or slow (see earlier lines)",
+		rdb_warn("notify",
+			 "shutting down with %zu alert deliveries undelivered after the "
+			 "%u ms drain; receivers down or slow (see earlier lines)",
 			 dropped, n->o.drain_timeout_ms);
 }
 
@@ -805,8 +814,10 @@ static int init_fmt(struct det_notify *n, const char *generator_url)
 	while (len && g[len - 1] == '/')
 		len--;
 	if (len && (len >= sizeof(n->fmt.generator_url) || !url_ok(g))) {
-		rdb_error("notify", "generator URL '%s' refused: not an http(s):// URL shorter than "
-				    "%d bytes", g, DET_URL_MAX);
+		rdb_error("notify",
+			  "generator URL '%s' refused: not an http(s):// URL shorter than "
+			  "%d bytes",
+			  g, DET_URL_MAX);
 		return RDB_EINVAL;
 	}
 	memcpy(n->fmt.generator_url, g, len);
@@ -844,7 +855,8 @@ int det_notify_new(const struct det_notify_options *o, struct det_notify **out)
 	if (!n->wh || !n->multi || !h)
 		goto fail;
 	for (size_t i = 0; i < n->nam; i++)
-		rdb_buf_init(&n->am[i].body, (size_t)n->o.max_batch * (DET_NOTIFY_ITEM_MAX + 1) + 2);
+		rdb_buf_init(&n->am[i].body,
+			     (size_t)n->o.max_batch * (DET_NOTIFY_ITEM_MAX + 1) + 2);
 	for (uint32_t i = 0; i < n->o.max_webhooks; i++)
 		rdb_buf_init(&n->wh[i].body, DET_NOTIFY_ITEM_MAX + 1);
 	n->rng = (uint64_t)rdb_now_mono_ns() ^ (uint64_t)(uintptr_t)n ^ 0x9E3779B97F4A7C15ULL;
@@ -873,7 +885,7 @@ void det_notify_free(struct det_notify *n)
 	n->stopping = true;
 	int64_t now = rdb_now_mono_ns();
 	n->drain_deadline_mono_ns =
-		n->o.drain_timeout_ms == UINT32_MAX ? now : now + (int64_t)n->o.drain_timeout_ms * MS;
+	    n->o.drain_timeout_ms == UINT32_MAX ? now : now + (int64_t)n->o.drain_timeout_ms * MS;
 	pthread_mutex_unlock(&n->mu);
 	curl_multi_wakeup(n->multi);
 	pthread_join(n->thread, NULL);
@@ -899,7 +911,8 @@ static int render_into(const struct det_notify *n, const struct det_alert *al, i
 {
 	struct rdb_buf b;
 	rdb_buf_init(&b, DET_NOTIFY_ITEM_MAX);
-	int rc = webhook ? det_fmt_webhook(&n->fmt, al, now_ns, &b) : det_fmt_am(&n->fmt, al, now_ns, &b);
+	int rc = webhook ? det_fmt_webhook(&n->fmt, al, now_ns, &b)
+			 : det_fmt_am(&n->fmt, al, now_ns, &b);
 	if (rc == 0 && b.len + 1 > size)
 		rc = RDB_ELIMIT;
 	if (rc == 0) {

@@ -28,14 +28,14 @@ struct det_notify_options {
 	uint32_t resend_interval_s;  /* 0 = 60; endsAt of a firing alert is */
 	uint32_t eval_interval_ms;   /* 0 = 1000; now + 4 x max(resend, eval) */
 	uint32_t connect_timeout_ms; /* 0 = 3000 */
-	uint32_t timeout_ms;         /* whole request; 0 = 10000 */
-	uint32_t max_queue;          /* deliveries held (queued + in flight); 0 = 4096 */
-	uint32_t max_batch;          /* alerts per Alertmanager POST; 0 = 64 */
-	uint32_t max_webhooks;       /* distinct webhook URLs tracked; 0 = 64 */
-	uint32_t retry_min_ms;       /* first backoff; 0 = 500 */
-	uint32_t retry_max_ms;       /* backoff cap; 0 = 30000 */
-	uint32_t max_attempts;       /* per delivery, then given up; 0 = 10 */
-	uint32_t max_age_s;          /* a delivery older than this is given up; 0 = 600 */
+	uint32_t timeout_ms;	     /* whole request; 0 = 10000 */
+	uint32_t max_queue;	     /* deliveries held (queued + in flight); 0 = 4096 */
+	uint32_t max_batch;	     /* alerts per Alertmanager POST; 0 = 64 */
+	uint32_t max_webhooks;	     /* distinct webhook URLs tracked; 0 = 64 */
+	uint32_t retry_min_ms;	     /* first backoff; 0 = 500 */
+	uint32_t retry_max_ms;	     /* backoff cap; 0 = 30000 */
+	uint32_t max_attempts;	     /* per delivery, then given up; 0 = 10 */
+	uint32_t max_age_s;	     /* a delivery older than this is given up; 0 = 600 */
 	uint32_t drain_timeout_ms;   /* det_notify_free keeps delivering this long;
 					0 = 2000; UINT32_MAX = abort at once */
 };
@@ -56,21 +56,21 @@ enum det_notify_kind {
  * (dropped_full counts evicted queued deliveries; refused ones were never
  * queued and are counted in refused). */
 struct det_notify_stats {
-	uint64_t queued[2];        /* deliveries accepted into the queue */
-	uint64_t sent[2];          /* delivered (2xx) */
-	uint64_t failed[2];        /* given up: attempts/age exhausted, or a 4xx answer */
-	uint64_t attempts_failed[2]; /* requests that failed, each counted once per
-				      delivery in it (retried or not) */
-	uint64_t retried[2];       /* deliveries put back for another attempt */
-	uint64_t dropped_full[2];  /* evicted (oldest first) to make room: queue full */
-	uint64_t coalesced[2];     /* Alertmanager: replaced by a newer state of the
-				      same alert before it was sent */
+	uint64_t queued[2];	      /* deliveries accepted into the queue */
+	uint64_t sent[2];	      /* delivered (2xx) */
+	uint64_t failed[2];	      /* given up: attempts/age exhausted, or a 4xx answer */
+	uint64_t attempts_failed[2];  /* requests that failed, each counted once per
+				       delivery in it (retried or not) */
+	uint64_t retried[2];	      /* deliveries put back for another attempt */
+	uint64_t dropped_full[2];     /* evicted (oldest first) to make room: queue full */
+	uint64_t coalesced[2];	      /* Alertmanager: replaced by a newer state of the
+					 same alert before it was sent */
 	uint64_t dropped_shutdown[2]; /* still queued when det_notify_free gave up */
-	uint64_t refused;          /* det_notify_* calls that queued nothing for a
-				      receiver (no memory, too many webhook URLs) */
-	uint64_t requests[2];      /* HTTP requests made */
-	uint64_t depth;            /* deliveries held now (queued + in flight) */
-	uint64_t in_flight;        /* deliveries in requests now */
+	uint64_t refused;	      /* det_notify_* calls that queued nothing for a
+					 receiver (no memory, too many webhook URLs) */
+	uint64_t requests[2];	      /* HTTP requests made */
+	uint64_t depth;		      /* deliveries held now (queued + in flight) */
+	uint64_t in_flight;	      /* deliveries in requests now */
 };
 
 struct det_notify;
@@ -119,8 +119,8 @@ void det_notify_stats(struct det_notify *n, struct det_notify_stats *out);
  * enclosing array) or the webhook document into buf (NUL-terminated).
  * For tests and for the API docs' examples. Returns the length, or
  * RDB_ELIMIT if it does not fit, or RDB_EINVAL for a pending alert. */
-int det_notify_render_am(const struct det_notify *n, const struct det_alert *al,
-			 int64_t now_ns, char *buf, size_t size);
+int det_notify_render_am(const struct det_notify *n, const struct det_alert *al, int64_t now_ns,
+			 char *buf, size_t size);
 int det_notify_render_webhook(const struct det_notify *n, const struct det_alert *al,
 			      int64_t now_ns, char *buf, size_t size);
 

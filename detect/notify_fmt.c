@@ -125,9 +125,8 @@ static void fmt_time(char *out, size_t size, int64_t ns)
 		snprintf(out, size, "1970-01-01T00:00:00.000Z");
 		return;
 	}
-	snprintf(out, size, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-		 (int)(rem / 1000000));
+	snprintf(out, size, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+		 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(rem / 1000000));
 }
 
 static const char *severity_name(uint8_t sev)
@@ -255,8 +254,9 @@ int det_fmt_webhook(const struct det_notify_fmt *f, const struct det_alert *al, 
 {
 	if (al->state != DET_ALERT_FIRING && al->state != DET_ALERT_RESOLVED)
 		return RDB_EINVAL;
-	int rc = rdb_buf_printf(b, "{\"version\":\"1\",\"source\":\"rankdb\",\"id\":\"%llu\","
-				   "\"state\":\"%s\",\"labels\":",
+	int rc = rdb_buf_printf(b,
+				"{\"version\":\"1\",\"source\":\"rankdb\",\"id\":\"%llu\","
+				"\"state\":\"%s\",\"labels\":",
 				(unsigned long long)al->id,
 				al->state == DET_ALERT_FIRING ? "firing" : "resolved");
 	if (rc == 0)

@@ -13,7 +13,7 @@
 
 struct det_notify_fmt {
 	char generator_url[DET_URL_MAX]; /* base without trailing '/', or "" */
-	int64_t valid_for_ns;            /* a firing alert's endsAt = now + this */
+	int64_t valid_for_ns;		 /* a firing alert's endsAt = now + this */
 };
 
 /* Appends the Alertmanager v2 postable alert object for al. al->state must

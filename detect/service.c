@@ -45,14 +45,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_CONDS 16384          /* conditions one evaluation may hold */
-#define MAX_TRANSITIONS 4096     /* transitions handled per evaluation */
-#define KNOWN_JOBS_MAX 100000    /* jobs whose metadata was read; then reset */
-#define META_REFRESH_S 60        /* metadata re-read while a job sends */
-#define RESTORE_MAX_EVENTS 20000 /* alert records read back per job at start */
-#define RESTORE_WINDOW_NS (7LL * 24 * 3600 * 1000000000LL)
-#define WARM_MAX_POINTS 100000   /* points replayed per series at start */
-#define WARM_MAX_SPANS 200000    /* spans replayed per job at start */
+#define MAX_CONDS	   16384  /* conditions one evaluation may hold */
+#define MAX_TRANSITIONS	   4096	  /* transitions handled per evaluation */
+#define KNOWN_JOBS_MAX	   100000 /* jobs whose metadata was read; then reset */
+#define META_REFRESH_S	   60	  /* metadata re-read while a job sends */
+#define RESTORE_MAX_EVENTS 20000  /* alert records read back per job at start */
+#define RESTORE_WINDOW_NS  (7LL * 24 * 3600 * 1000000000LL)
+#define WARM_MAX_POINTS	   100000 /* points replayed per series at start */
+#define WARM_MAX_SPANS	   200000 /* spans replayed per job at start */
 
 struct det_service {
 	struct det_service_options o;
@@ -197,10 +197,9 @@ static void handle_transitions(struct det_service *d, int64_t now_ns)
 		const struct det_alert *al = &d->trans[i];
 		if (al->state == DET_ALERT_PENDING)
 			continue;
-		rdb_info("detect", "alert %s %s: job %s rank %lld%s%s: %s",
-			 al->c.alertname, det_alert_state_name(al->state), al->c.job,
-			 (long long)al->c.rank, al->c.phase[0] ? " phase " : "", al->c.phase,
-			 al->c.summary);
+		rdb_info("detect", "alert %s %s: job %s rank %lld%s%s: %s", al->c.alertname,
+			 det_alert_state_name(al->state), al->c.job, (long long)al->c.rank,
+			 al->c.phase[0] ? " phase " : "", al->c.phase, al->c.summary);
 		det_notify_send(d->notify, al, now_ns);
 		if (add_alert_event(d, al, now_ns, &text, &fields) == 0)
 			recorded++;
@@ -315,8 +314,7 @@ static void store_derived(struct det_service *d, int64_t now_ns)
 	}
 	static struct rdb_log_ratelimit rl;
 	rdb_log_limited(&rl, 60, RDB_LOG_WARN, "detect",
-			"could not store %zu derived points (mfu, checkpoint.age): %s", n,
-			out.msg);
+			"could not store %zu derived points (mfu, checkpoint.age): %s", n, out.msg);
 }
 
 /* ---- restart: restore firing alerts, warm the engine up ----------------------- */
@@ -403,7 +401,8 @@ static void restore_job(struct det_service *d, const char *job, int64_t now_ns)
 	struct sto_read_error err;
 	int rc = sto_events_read(d->o.sto, &f, RESTORE_MAX_EVENTS, restore_event, &r, &err);
 	if (rc && rc != RDB_ELIMIT)
-		rdb_warn("detect", "job %s: reading its alert history failed (%s%s%s); alerts "
+		rdb_warn("detect",
+			 "job %s: reading its alert history failed (%s%s%s); alerts "
 			 "that were firing before the restart may be sent again",
 			 job, rdb_strerror(rc), rc == RDB_ECORRUPT ? ": " : "",
 			 rc == RDB_ECORRUPT ? err.msg : "");
@@ -444,7 +443,8 @@ static int warm_span(void *arg, const struct mdl_event *ev)
 {
 	struct warm_ctx *w = arg;
 	det_engine_feed_span(w->d->engine, ev->job, ev->job_len, ev->rank, ev->step, ev->text,
-			     ev->text_len, ev->ts_ns, ev->duration_ns, ev->attempt, w->now_ns, true);
+			     ev->text_len, ev->ts_ns, ev->duration_ns, ev->attempt, w->now_ns,
+			     true);
 	return 0;
 }
 
@@ -494,7 +494,7 @@ static void warm_up(struct det_service *d, int64_t now_ns)
 	struct job_list l = {0};
 	if (sto_list_jobs(d->o.sto, list_job, &l) != 0)
 		rdb_warn("detect", "cannot list the jobs at start: detection starts without "
-			 "history and restored alerts");
+				   "history and restored alerts");
 	size_t series = 0, points = 0;
 	int64_t t0 = rdb_now_mono_ns();
 	for (size_t i = 0; i < l.n; i++) {
@@ -503,7 +503,8 @@ static void warm_up(struct det_service *d, int64_t now_ns)
 	}
 	free(l.jobs);
 	if (l.n)
-		rdb_info("detect", "started over %zu stored jobs: %llu alerts restored as firing, "
+		rdb_info("detect",
+			 "started over %zu stored jobs: %llu alerts restored as firing, "
 			 "%zu series (%zu points of the last %u s) replayed in %.1f ms",
 			 l.n, (unsigned long long)atomic_load(&d->restored), series, points,
 			 d->o.warmup_window_s, (double)(rdb_now_mono_ns() - t0) / 1e6);
@@ -583,8 +584,10 @@ static int start_parts(struct det_service *d, char *err, size_t errlen)
 	if (rc == 0) {
 		rc = det_notify_new(&no, &d->notify);
 		if (rc)
-			snprintf(err, errlen, "alert delivery: alertmanager_url '%s' is not a list of "
-				 "http(s) base URLs (%s)", d->am_urls, rdb_strerror(rc));
+			snprintf(err, errlen,
+				 "alert delivery: alertmanager_url '%s' is not a list of "
+				 "http(s) base URLs (%s)",
+				 d->am_urls, rdb_strerror(rc));
 	}
 	if (rc == 0)
 		rc = mdl_batch_new(1 << 20, 1 << 16, &d->derived);

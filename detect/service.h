@@ -35,15 +35,15 @@ struct sto;
 struct ing_pipeline;
 
 struct det_service_options {
-	struct sto *sto;           /* borrowed: history for warm-up and alert restore */
-	struct ing_pipeline *pipe; /* borrowed: subscribed to; internal writes go through it */
-	const char *rules_path;    /* operator rules file; NULL or "" = built-in rules */
+	struct sto *sto;	       /* borrowed: history for warm-up and alert restore */
+	struct ing_pipeline *pipe;     /* borrowed: subscribed to; internal writes go through it */
+	const char *rules_path;	       /* operator rules file; NULL or "" = built-in rules */
 	const char *alertmanager_urls; /* comma-separated base URLs; NULL or "" = none */
 	const char *generator_url;     /* rankdbd's base URL for generatorURL; may be NULL */
 	uint32_t eval_interval_ms;     /* detectors run at least this often; 0 = 250 */
 	uint32_t resend_interval_s;    /* firing alerts re-sent to Alertmanager; 0 = 60 */
 	uint32_t warmup_window_s;      /* history replayed at start; 0 = 900 */
-	size_t queue_bytes;            /* the subscriber queue bound; 0 = 64 MiB */
+	size_t queue_bytes;	       /* the subscriber queue bound; 0 = 64 MiB */
 	struct det_limits limits;      /* engine bounds (zero fields: defaults) */
 	/* Reads the parsed metadata of job; 0, RDB_ENOTFOUND (none) or an error.
 	 * Called on the subscriber thread (first sight of a job) and from
@@ -87,12 +87,12 @@ struct det_service_stats {
 	struct det_engine_stats engine;
 	struct det_alerts_stats alerts;
 	struct det_notify_stats notify;
-	uint64_t events_written;  /* alert transitions written to the event store */
-	uint64_t events_failed;   /* ... that could not be written */
-	uint64_t derived_points;  /* mfu / checkpoint.age points stored */
-	uint64_t restored;        /* alerts restored as firing at start */
+	uint64_t events_written; /* alert transitions written to the event store */
+	uint64_t events_failed;	 /* ... that could not be written */
+	uint64_t derived_points; /* mfu / checkpoint.age points stored */
+	uint64_t restored;	 /* alerts restored as firing at start */
 	uint64_t rules_reloads, rules_reload_failures;
-	uint64_t eval_ns_last;    /* time the last evaluation took */
+	uint64_t eval_ns_last; /* time the last evaluation took */
 };
 void det_service_stats(struct det_service *d, struct det_service_stats *out);
 

@@ -115,7 +115,6 @@ int det_vocab_phase(const char *name, size_t len)
 	return -1;
 }
 
-
 const char *det_vocab_phase_word(size_t i, unsigned *phase)
 {
 	if (i >= sizeof(phase_words) / sizeof(phase_words[0]))

@@ -12,9 +12,9 @@
 #include <stdint.h>
 
 struct ing_limits {
-	size_t max_records;            /* records per request */
+	size_t max_records;	       /* records per request */
 	size_t max_metrics_per_record; /* entries in one record's "metrics" */
-	size_t max_depth;              /* JSON nesting depth */
+	size_t max_depth;	       /* JSON nesting depth */
 };
 
 /* Sane defaults. */
@@ -78,9 +78,8 @@ struct ing_json_units {
  * value read in that unit falls in 2001..2100). ing_json_parse_all is this
  * with precision 1 and no check. */
 int ing_json_parse_units(const char *body, size_t len, const struct ing_limits *lim,
-			 int64_t default_ts_ns, const struct ing_json_units *u,
-			 struct mdl_batch *b, struct mdl_events *ev, struct ing_error *err,
-			 size_t *nrecords);
+			 int64_t default_ts_ns, const struct ing_json_units *u, struct mdl_batch *b,
+			 struct mdl_events *ev, struct ing_error *err, size_t *nrecords);
 
 /* ing_json_parse_all with ev = NULL: metrics records only. */
 int ing_json_parse(const char *body, size_t len, const struct ing_limits *lim,

@@ -71,8 +71,8 @@ struct metric_ent {
 };
 
 struct record {
-	unsigned seen;	 /* enum field bits */
-	long line;	 /* of the '{' */
+	unsigned seen;		  /* enum field bits */
+	long line;		  /* of the '{' */
 	long field_line[NFIELDS]; /* line of each seen field's key, by bit index */
 	enum rec_type type;
 	bool type_given;
@@ -114,10 +114,10 @@ struct parser {
 	struct metric_ent ents_inline[INLINE_METRICS];
 	uint64_t set_inline[2 * INLINE_METRICS];
 	char arena_inline[INLINE_ARENA];
-	char *dst;	 /* where escaped strings are decoded: scratch, msg_buf or dec_buf */
-	size_t dst_cap;	 /* bytes of dst; longer strings keep only a prefix */
-	char *msg_buf;	 /* [MDL_EVENT_TEXT_MAX] a log message with escapes; lazily */
-	char *dec_buf;	 /* [MDL_EVENT_FIELDS_MAX] a key/string of fields; lazily */
+	char *dst;	/* where escaped strings are decoded: scratch, msg_buf or dec_buf */
+	size_t dst_cap; /* bytes of dst; longer strings keep only a prefix */
+	char *msg_buf;	/* [MDL_EVENT_TEXT_MAX] a log message with escapes; lazily */
+	char *dec_buf;	/* [MDL_EVENT_FIELDS_MAX] a key/string of fields; lazily */
 	struct rdb_buf fields_text; /* the record's fields, compact JSON; bounded */
 	char scratch[SCRATCH_MAX];
 };

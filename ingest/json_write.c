@@ -867,9 +867,8 @@ int ing_json_parse_all(const char *body, size_t len, const struct ing_limits *li
 }
 
 int ing_json_parse_units(const char *body, size_t len, const struct ing_limits *lim,
-			 int64_t default_ts_ns, const struct ing_json_units *u,
-			 struct mdl_batch *b, struct mdl_events *ev, struct ing_error *err,
-			 size_t *nrecords)
+			 int64_t default_ts_ns, const struct ing_json_units *u, struct mdl_batch *b,
+			 struct mdl_events *ev, struct ing_error *err, size_t *nrecords)
 {
 	struct ing_error dummy;
 	struct parser parser, *ps = &parser; /* ~5 KiB of stack */

@@ -37,10 +37,10 @@
 #include <stdint.h>
 
 struct ing_lp_options {
-	int64_t precision_ns;       /* ns per timestamp unit: 1, 1000, 1000000, 1e9 */
-	int64_t default_ts_ns;      /* for lines without a timestamp */
-	const char *default_job;    /* for lines without a job tag; NULL = error */
-	size_t max_line_bytes;      /* longer lines are errors */
+	int64_t precision_ns;	 /* ns per timestamp unit: 1, 1000, 1000000, 1e9 */
+	int64_t default_ts_ns;	 /* for lines without a timestamp */
+	const char *default_job; /* for lines without a job tag; NULL = error */
+	size_t max_line_bytes;	 /* longer lines are errors */
 	size_t max_fields_per_line;
 	size_t max_tags_per_line;
 };
@@ -54,12 +54,12 @@ int ing_lp_precision(const char *s, int64_t *precision_ns);
 #define ING_LP_MAX_ERRORS 16
 
 struct ing_lp_result {
-	size_t lines_ok;     /* lines that added points or events */
-	size_t lines_bad;    /* lines skipped with an error */
-	size_t points;       /* points added to the batch */
-	size_t events;       /* logs and spans added */
+	size_t lines_ok;  /* lines that added points or events */
+	size_t lines_bad; /* lines skipped with an error */
+	size_t points;	  /* points added to the batch */
+	size_t events;	  /* logs and spans added */
 	size_t string_fields_skipped;
-	size_t nerrors;      /* first ING_LP_MAX_ERRORS errors (line, field, msg) */
+	size_t nerrors; /* first ING_LP_MAX_ERRORS errors (line, field, msg) */
 	struct ing_error errors[ING_LP_MAX_ERRORS];
 };
 

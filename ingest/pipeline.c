@@ -30,8 +30,8 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_SUBSCRIBERS 8
-#define QUEUE_SLOTS 4096                        /* writes waiting per subscriber */
+#define MAX_SUBSCRIBERS	    8
+#define QUEUE_SLOTS	    4096		  /* writes waiting per subscriber */
 #define DEFAULT_QUEUE_BYTES (64ull * 1024 * 1024) /* bytes waiting per subscriber */
 
 struct blob {

@@ -39,11 +39,11 @@ enum ing_source {
 
 /* One write. The pipeline does not keep the pointers after ing_submit. */
 struct ing_write {
-	const struct mdl_batch *points;  /* NULL or empty: none */
+	const struct mdl_batch *points;	 /* NULL or empty: none */
 	const struct mdl_events *events; /* NULL or empty: none */
-	const char *batch_id;            /* NULL: no idempotency */
+	const char *batch_id;		 /* NULL: no idempotency */
 	size_t batch_id_len;
-	uint8_t source;                  /* enum ing_source */
+	uint8_t source; /* enum ing_source */
 };
 
 /* Why a write was not stored (ING_OK: it was). */
@@ -54,25 +54,25 @@ enum ing_reason {
 	ING_LIMIT,    /* would create more series than allowed */
 	ING_INVALID,  /* the engine refused the batch as malformed */
 	ING_NOSPACE,  /* the disk is full */
-	ING_IO,       /* an I/O or memory failure */
+	ING_IO,	      /* an I/O or memory failure */
 };
 
 /* The answer to a write, the same for every front end. */
 struct ing_outcome {
-	int rc;                  /* 0 or the storage error */
-	uint8_t reason;          /* enum ing_reason */
-	int status;              /* 200 on success; 503, 422, 400, 500 ... */
-	bool duplicate;          /* the batch id was seen before: acknowledged, not applied */
+	int rc;			 /* 0 or the storage error */
+	uint8_t reason;		 /* enum ing_reason */
+	int status;		 /* 200 on success; 503, 422, 400, 500 ... */
+	bool duplicate;		 /* the batch id was seen before: acknowledged, not applied */
 	const char *retry_after; /* Retry-After value, or NULL */
-	char msg[512];           /* for the client, when not stored */
+	char msg[512];		 /* for the client, when not stored */
 };
 
 /* An acknowledged write as a subscriber sees it. */
 struct ing_ack {
-	const struct mdl_batch *points;  /* never NULL; may be empty */
+	const struct mdl_batch *points;	 /* never NULL; may be empty */
 	const struct mdl_events *events; /* never NULL; may be empty */
-	int64_t ack_ns;                  /* wall-clock time of the acknowledgement */
-	uint8_t source;                  /* enum ing_source */
+	int64_t ack_ns;			 /* wall-clock time of the acknowledgement */
+	uint8_t source;			 /* enum ing_source */
 };
 
 struct ing_subscriber {
@@ -91,13 +91,13 @@ struct ing_subscriber {
 
 struct ing_subscriber_stats {
 	const char *name;
-	uint64_t delivered;      /* writes handed to deliver() */
-	uint64_t dropped;        /* writes not handed over: the queue was full */
+	uint64_t delivered;	       /* writes handed to deliver() */
+	uint64_t dropped;	       /* writes not handed over: the queue was full */
 	uint64_t queued, queued_bytes; /* gauges */
 };
 
 struct ing_pipeline_options {
-	uint64_t max_series;         /* for the message of a series-limit refusal */
+	uint64_t max_series; /* for the message of a series-limit refusal */
 	uint64_t max_series_per_job;
 };
 

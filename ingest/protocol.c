@@ -24,8 +24,8 @@ static int json_parse(const uint8_t *body, size_t len, const struct ing_parse_op
 	memset(res, 0, sizeof(*res));
 	struct ing_json_units u = {.precision_ns = o->lp.precision_ns,
 				   .min_ts_ns = o->json_min_ts_ns ? o->json_min_ts_ns : INT64_MIN};
-	int rc = ing_json_parse_units((const char *)body, len, o->lim, o->lp.default_ts_ns, &u,
-				      b, ev, &res->errors[0], &nrec);
+	int rc = ing_json_parse_units((const char *)body, len, o->lim, o->lp.default_ts_ns, &u, b,
+				      ev, &res->errors[0], &nrec);
 	if (rc == RDB_EINVAL || rc == RDB_ELIMIT) {
 		res->nerrors = 1;
 		res->records_bad = nrec ? nrec : 1;

@@ -23,7 +23,7 @@ struct ing_parse_opts {
 	struct ing_lp_options lp;     /* line protocol; lp.default_ts_ns is also the
 				       * timestamp of JSON records without one, and
 				       * lp.precision_ns the unit of JSON times */
-	int64_t json_min_ts_ns;       /* JSON: explicit times below it are refused
+	int64_t json_min_ts_ns;	      /* JSON: explicit times below it are refused
 				       * (ing_json_parse_units); 0 = no check */
 };
 
@@ -34,12 +34,12 @@ struct ing_parse_result {
 	size_t records_bad; /* records / lines refused with an error */
 	size_t points, events;
 	size_t string_fields_skipped; /* line protocol string fields (not stored) */
-	size_t nerrors;               /* the first ING_LP_MAX_ERRORS errors */
+	size_t nerrors;		      /* the first ING_LP_MAX_ERRORS errors */
 	struct ing_error errors[ING_LP_MAX_ERRORS];
 };
 
 struct ing_protocol {
-	const char *name;                 /* "json", "line-protocol" */
+	const char *name;		  /* "json", "line-protocol" */
 	const char *const *content_types; /* media types it reads, NULL-terminated */
 	/* Whether an unlabelled body (a UDP datagram) looks like this protocol. */
 	bool (*probe)(const uint8_t *p, size_t len);

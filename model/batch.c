@@ -30,13 +30,13 @@ struct mdl_batch {
 	size_t max_points, max_series;
 	struct series_slot *series; /* [nseries] */
 	size_t nseries, series_cap;
-	uint32_t *table; /* hash table of series index + 1; 0 = empty */
-	size_t table_cap;  /* power of two */
-	struct mdl_cols pts;    /* arrival order */
-	uint32_t *pt_series;    /* [pts.n] series index per point */
+	uint32_t *table;     /* hash table of series index + 1; 0 = empty */
+	size_t table_cap;    /* power of two */
+	struct mdl_cols pts; /* arrival order */
+	uint32_t *pt_series; /* [pts.n] series index per point */
 	size_t pt_series_cap;
 	struct mdl_cols grouped; /* points grouped by series */
-	bool dirty;              /* grouped is stale */
+	bool dirty;		 /* grouped is stale */
 };
 
 int mdl_batch_new(size_t max_points, size_t max_series, struct mdl_batch **out)

@@ -34,8 +34,7 @@ int mdl_cols_reserve(struct mdl_cols *c, size_t want)
 	return 0;
 }
 
-int mdl_cols_push(struct mdl_cols *c, int64_t ts_ns, int64_t step, uint32_t attempt,
-		  uint64_t value)
+int mdl_cols_push(struct mdl_cols *c, int64_t ts_ns, int64_t step, uint32_t attempt, uint64_t value)
 {
 	if (c->n == c->cap) {
 		int rc = mdl_cols_reserve(c, c->n + 1);
@@ -92,12 +91,12 @@ static void msort(const struct mdl_cols *c, uint32_t *idx, uint32_t *tmp, size_t
 	memcpy(idx, tmp, n * sizeof(*idx));
 }
 
-#define PERMUTE(arr, type)                                                                 \
-	do {                                                                               \
-		type *dst_ = scratch;                                                      \
-		for (size_t i_ = 0; i_ < c->n; i_++)                                       \
-			dst_[i_] = (arr)[idx[i_]];                                         \
-		memcpy((arr), dst_, c->n * sizeof(type));                                  \
+#define PERMUTE(arr, type)                                                                         \
+	do {                                                                                       \
+		type *dst_ = scratch;                                                              \
+		for (size_t i_ = 0; i_ < c->n; i_++)                                               \
+			dst_[i_] = (arr)[idx[i_]];                                                 \
+		memcpy((arr), dst_, c->n * sizeof(type));                                          \
 	} while (0)
 
 int mdl_cols_sort_by_time(struct mdl_cols *c)

@@ -8,16 +8,19 @@
 #include <stdint.h>
 
 struct mdl_cols {
-	size_t n;           /* points in use */
-	size_t cap;         /* capacity of each array, in points */
-	int64_t *ts_ns;     /* timestamp, ns since epoch */
-	int64_t *step;      /* training step, MDL_STEP_NONE where absent */
-	uint32_t *attempt;  /* attempt (restart count) */
-	uint64_t *value;    /* IEEE-754 binary64 bits, stored bit-exact */
+	size_t n;	   /* points in use */
+	size_t cap;	   /* capacity of each array, in points */
+	int64_t *ts_ns;	   /* timestamp, ns since epoch */
+	int64_t *step;	   /* training step, MDL_STEP_NONE where absent */
+	uint32_t *attempt; /* attempt (restart count) */
+	uint64_t *value;   /* IEEE-754 binary64 bits, stored bit-exact */
 };
 
 /* Zero-initialized cols are valid and empty. */
-#define MDL_COLS_INIT {0, 0, NULL, NULL, NULL, NULL}
+#define MDL_COLS_INIT                                                                              \
+	{                                                                                          \
+		0, 0, NULL, NULL, NULL, NULL                                                       \
+	}
 
 /* Ensures cap >= want. Keeps contents. 0 or -ENOMEM (cols unchanged). */
 int mdl_cols_reserve(struct mdl_cols *c, size_t want);

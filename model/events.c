@@ -53,7 +53,8 @@ void mdl_events_reset(struct mdl_events *b)
 int mdl_events_add(struct mdl_events *b, const struct mdl_event *ev)
 {
 	if (ev->job_len == 0 || ev->job_len > MDL_JOB_MAX || ev->text_len > MDL_EVENT_TEXT_MAX ||
-	    ev->fields_len > MDL_EVENT_FIELDS_MAX || (ev->kind != MDL_EV_LOG && ev->kind != MDL_EV_SPAN))
+	    ev->fields_len > MDL_EVENT_FIELDS_MAX ||
+	    (ev->kind != MDL_EV_LOG && ev->kind != MDL_EV_SPAN))
 		return RDB_EINVAL;
 	if (b->n >= b->max_events)
 		return RDB_ELIMIT;
@@ -120,9 +121,9 @@ int mdl_level_parse(const char *s, size_t len, uint8_t *out)
 	static const struct {
 		const char *name;
 		uint8_t level;
-	} names[] = {{"debug", 0}, {"trace", 0}, {"info", 1}, {"notice", 1}, {"warn", 2},
-		     {"warning", 2}, {"error", 3}, {"err", 3}, {"fatal", 4}, {"critical", 4},
-		     {"crit", 4}};
+	} names[] = {{"debug", 0}, {"trace", 0},    {"info", 1},  {"notice", 1},
+		     {"warn", 2},  {"warning", 2},  {"error", 3}, {"err", 3},
+		     {"fatal", 4}, {"critical", 4}, {"crit", 4}};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		if (strlen(names[i].name) == len && strncasecmp(names[i].name, s, len) == 0) {
 			*out = names[i].level;

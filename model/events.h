@@ -26,24 +26,24 @@ enum mdl_log_level {
 	MDL_LEVEL_FATAL = 4,
 };
 
-#define MDL_EVENT_TEXT_MAX (64u * 1024u)    /* log message / span name bytes */
-#define MDL_EVENT_FIELDS_MAX (64u * 1024u)  /* log fields JSON bytes */
-#define MDL_SPAN_NAME_MAX 256u
+#define MDL_EVENT_TEXT_MAX   (64u * 1024u) /* log message / span name bytes */
+#define MDL_EVENT_FIELDS_MAX (64u * 1024u) /* log fields JSON bytes */
+#define MDL_SPAN_NAME_MAX    256u
 
 /* One event. Strings point into the batch arena (not NUL-terminated). */
 struct mdl_event {
-	uint8_t kind;          /* enum mdl_event_kind */
-	uint8_t level;         /* logs: enum mdl_log_level; spans: 0 */
-	uint32_t rank;         /* MDL_RANK_JOB for job-level events */
+	uint8_t kind;  /* enum mdl_event_kind */
+	uint8_t level; /* logs: enum mdl_log_level; spans: 0 */
+	uint32_t rank; /* MDL_RANK_JOB for job-level events */
 	uint32_t attempt;
-	int64_t ts_ns;         /* log time, or span start */
-	int64_t step;          /* MDL_STEP_NONE if absent */
-	int64_t duration_ns;   /* spans: >= 0; logs: 0 */
+	int64_t ts_ns;	     /* log time, or span start */
+	int64_t step;	     /* MDL_STEP_NONE if absent */
+	int64_t duration_ns; /* spans: >= 0; logs: 0 */
 	const char *job;
 	size_t job_len;
-	const char *text;      /* log message, or span name (phase, e.g. "forward") */
+	const char *text; /* log message, or span name (phase, e.g. "forward") */
 	size_t text_len;
-	const char *fields;    /* logs: a JSON object's text ("{}" if none); spans: "" */
+	const char *fields; /* logs: a JSON object's text ("{}" if none); spans: "" */
 	size_t fields_len;
 };
 
@@ -65,7 +65,6 @@ int mdl_events_append(struct mdl_events *dst, const struct mdl_events *src);
 size_t mdl_events_count(const struct mdl_events *b);
 /* i < count; pointer valid until the next add/reset/free. */
 const struct mdl_event *mdl_events_at(const struct mdl_events *b, size_t i);
-
 
 /* "debug".."fatal" <-> enum; parse is case-insensitive and also takes
  * "warning", "err", "critical" (-> fatal). RDB_EINVAL if unknown. */

@@ -7,8 +7,8 @@ bool mdl_job_valid(const char *job, size_t len)
 		return false;
 	for (size_t i = 0; i < len; i++) {
 		unsigned char c = (unsigned char)job[i];
-		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-			  c == '.' || c == '_' || c == '-';
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
 		if (!ok)
 			return false;
 	}

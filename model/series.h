@@ -11,21 +11,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MDL_JOB_MAX 128u         /* job id bytes, [A-Za-z0-9._-] */
-#define MDL_METRIC_MAX 256u      /* metric name bytes */
-#define MDL_RANK_JOB 0xffffffffu /* the job-level pseudo-rank */
-#define MDL_RANK_MAX 0x7fffffffu /* largest real rank */
-#define MDL_STEP_NONE INT64_MIN  /* "this point has no step" */
+#define MDL_JOB_MAX    128u	   /* job id bytes, [A-Za-z0-9._-] */
+#define MDL_METRIC_MAX 256u	   /* metric name bytes */
+#define MDL_RANK_JOB   0xffffffffu /* the job-level pseudo-rank */
+#define MDL_RANK_MAX   0x7fffffffu /* largest real rank */
+#define MDL_STEP_NONE  INT64_MIN   /* "this point has no step" */
 
 /* Value bits for a JSON null ("no value"): a quiet NaN with payload 1, so it
  * is stored like any NaN and read back as null. The plain NaN that clients
  * send as NaN / "NaN" is the canonical quiet NaN 0x7ff8000000000000. */
 #define MDL_VALUE_NULL_BITS 0x7ff8000000000001ull
-#define MDL_VALUE_NAN_BITS 0x7ff8000000000000ull
+#define MDL_VALUE_NAN_BITS  0x7ff8000000000000ull
 
 struct mdl_series_key {
-	char job[MDL_JOB_MAX + 1];       /* NUL-terminated */
-	uint32_t rank;                   /* MDL_RANK_JOB for the job-level pseudo-rank */
+	char job[MDL_JOB_MAX + 1];	 /* NUL-terminated */
+	uint32_t rank;			 /* MDL_RANK_JOB for the job-level pseudo-rank */
 	char metric[MDL_METRIC_MAX + 1]; /* NUL-terminated */
 };
 

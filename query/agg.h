@@ -222,8 +222,8 @@ struct qry_out_result {
 	bool mad_zero;		   /* MAD was 0: scores are only an ordering */
 	struct qry_out_row *rows;  /* every rank, ordered by the direction's score */
 	size_t nrows;
-	size_t nlisted; /* rows to report: min(nscored, limit) */
-	double *means;	/* backing of the rows' phase arrays */
+	size_t nlisted;		 /* rows to report: min(nscored, limit) */
+	double *means;		 /* backing of the rows' phase arrays */
 	bool phase_source_spans; /* phase mode answered from spans (seconds) */
 	struct qry_totals totals;
 };

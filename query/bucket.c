@@ -144,8 +144,8 @@ int qry_agg_extent(struct qry_scan *sc, uint64_t id, const struct sto_range *r,
 	/* where retention left only rollups, they are the data (either tier
 	 * holds every rolled-up point) */
 	int rc = tw > 0 || sw > 0 ? sto_view_series_rollups(sc->s, id, r, sc->max_points,
-							     tw > 0 ? STO_TIER_TIME : STO_TIER_STEP,
-							     sc->max_points, &v)
+							    tw > 0 ? STO_TIER_TIME : STO_TIER_STEP,
+							    sc->max_points, &v)
 				  : sto_view_series(sc->s, id, r, sc->max_points, &v);
 	if (rc)
 		return rc;
@@ -783,7 +783,8 @@ static int read_rollups(struct qry_scan *sc, const struct sto_series_view *v,
 		if (bk->need_values) {
 			snprintf(sc->re.msg, sizeof(sc->re.msg),
 				 "quantiles cannot be computed over data that retention has "
-				 "rolled up (from %lld ns); ask without p.. aggregates (agg=p50, quantiles=) or start the range "
+				 "rolled up (from %lld ns); ask without p.. aggregates (agg=p50, "
+				 "quantiles=) or start the range "
 				 "after it",
 				 (long long)r->first_ts_ns);
 			return RDB_EINVAL;

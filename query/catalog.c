@@ -114,7 +114,8 @@ static int job_extent(struct sto *s, struct qry_job *jb)
 			break;
 		for (size_t k = 0; k < v.head.n + v.nchunks; k++) {
 			bool head = k < v.head.n;
-			const struct sto_chunk_stats *st = head ? NULL : &v.chunks[k - v.head.n].stats;
+			const struct sto_chunk_stats *st =
+			    head ? NULL : &v.chunks[k - v.head.n].stats;
 			int64_t lo = head ? v.head.ts_ns[k] : st->min_ts_ns;
 			int64_t hi = head ? v.head.ts_ns[k] : st->max_ts_ns;
 			int64_t step = head ? v.head.step[k] : st->max_step;
@@ -123,8 +124,8 @@ static int job_extent(struct sto *s, struct qry_job *jb)
 			if (!jb->has_points || hi > jb->last_ts_ns)
 				jb->last_ts_ns = hi;
 			jb->has_points = true;
-			if (step != MDL_STEP_NONE && (jb->last_step == MDL_STEP_NONE ||
-						      step > jb->last_step))
+			if (step != MDL_STEP_NONE &&
+			    (jb->last_step == MDL_STEP_NONE || step > jb->last_step))
 				jb->last_step = step;
 		}
 		sto_view_free(&v);

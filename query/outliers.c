@@ -432,9 +432,11 @@ static int span_means(struct sto *s, struct ostate *o, const struct qry_spans *s
 	for (size_t p = 0; p < o->nphases; p++)
 		any_work |= !o->wait[p];
 	if (nr == 0)
-		return qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND,
-				"job '%.128s' has no metric starting with '%.200s.' and no spans in "
-				"the window", req->job, req->metric);
+		return qry_fail(
+		    err, QRY_E_NOT_FOUND, RDB_ENOTFOUND,
+		    "job '%.128s' has no metric starting with '%.200s.' and no spans in "
+		    "the window",
+		    req->job, req->metric);
 	if (!any_work)
 		return fail(err, QRY_E_INVALID, RDB_EINVAL,
 			    "phases: every phase found is a wait phase; "
@@ -453,13 +455,14 @@ static int span_means(struct sto *s, struct ostate *o, const struct qry_spans *s
 static int run_spans(struct sto *s, struct ostate *o, struct qry_error *err)
 {
 	const struct qry_out_req *req = o->req;
-	struct qry_spans_req sr = {.job = req->job, .ranks = req->ranks, .nranks = req->nranks,
-				   .step_from = req->spec.range.by_step ? req->spec.range.step_from
-									: 0,
-				   .step_to = req->spec.range.by_step ? req->spec.range.step_to
-								      : INT64_MAX,
-				   .attempt = req->spec.attempt >= 0 ? req->spec.attempt : -1,
-				   .max_events = req->max_points};
+	struct qry_spans_req sr = {
+	    .job = req->job,
+	    .ranks = req->ranks,
+	    .nranks = req->nranks,
+	    .step_from = req->spec.range.by_step ? req->spec.range.step_from : 0,
+	    .step_to = req->spec.range.by_step ? req->spec.range.step_to : INT64_MAX,
+	    .attempt = req->spec.attempt >= 0 ? req->spec.attempt : -1,
+	    .max_events = req->max_points};
 	struct qry_spans sp = {0};
 	int rc = qry_spans(s, &sr, &sp, err);
 	if (rc == 0)

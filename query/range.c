@@ -153,8 +153,10 @@ int qry_range(struct sto *s, const struct qry_range_req *req, struct qry_points 
 	      struct qry_error *err)
 {
 	struct qry_match m = {0};
-	struct qry_match_req mr = {.job = req->job, .metrics = req->metrics,
-				   .nmetrics = req->nmetrics, .ranks = req->ranks,
+	struct qry_match_req mr = {.job = req->job,
+				   .metrics = req->metrics,
+				   .nmetrics = req->nmetrics,
+				   .ranks = req->ranks,
 				   .nranks = req->nranks};
 	struct sto_read_error *re = malloc(sizeof(*re));
 	memset(out, 0, sizeof(*out));

@@ -96,9 +96,11 @@ static void walk_record(struct vctx *v, const char *path, uint64_t off, const ui
 		if (rc == 0)
 			v->rep->supersede_records++;
 		else
-			problem(v, "segment %s: supersede record at offset %llu (merged chunk %llu, "
-				"%zu bytes): %s", path, (unsigned long long)off,
-				(unsigned long long)uid, len, why ? why : rdb_strerror(rc));
+			problem(v,
+				"segment %s: supersede record at offset %llu (merged chunk %llu, "
+				"%zu bytes): %s",
+				path, (unsigned long long)off, (unsigned long long)uid, len,
+				why ? why : rdb_strerror(rc));
 		return;
 	}
 	if (magic == STO_GROUP_MAGIC) {
@@ -141,11 +143,12 @@ static int walk_segment(struct vctx *v, const char *path, uint64_t id)
 		uint32_t magic = rdb_get_le32(hdr), plen = rdb_get_le32(hdr + 4);
 		uint64_t len = STO_CHUNK_HEADER_SIZE + (uint64_t)plen;
 		if ((magic != STO_CHUNK_MAGIC && magic != STO_EVCHUNK_MAGIC &&
-		     magic != STO_SUP_MAGIC && magic != STO_GROUP_MAGIC) || len > REC_MAX ||
-		    off + len > size) {
-			problem(v, "segment %s: unreadable record at offset %llu (bad magic or "
-				"length); the rest of the file (%llu bytes) cannot be walked", path,
-				(unsigned long long)off, (unsigned long long)(size - off));
+		     magic != STO_SUP_MAGIC && magic != STO_GROUP_MAGIC) ||
+		    len > REC_MAX || off + len > size) {
+			problem(v,
+				"segment %s: unreadable record at offset %llu (bad magic or "
+				"length); the rest of the file (%llu bytes) cannot be walked",
+				path, (unsigned long long)off, (unsigned long long)(size - off));
 			break;
 		}
 		v->rec.len = 0;
@@ -155,7 +158,8 @@ static int walk_segment(struct vctx *v, const char *path, uint64_t id)
 		if (rc == 0)
 			walk_record(v, path, off, hdr, (size_t)len);
 		else
-			problem(v, "segment %s: record at offset %llu (%llu bytes) cannot be read: %s",
+			problem(v,
+				"segment %s: record at offset %llu (%llu bytes) cannot be read: %s",
 				path, (unsigned long long)off, (unsigned long long)len,
 				rdb_strerror(rc));
 		v->rep->records++;
@@ -252,8 +256,8 @@ static int check_ev_cb(void *arg, const char *job, int64_t min_ts_ns, uint64_t u
 	if (rc == 0)
 		rc = sto_admin_seg_read(v->s, e.segment_id, e.offset, v->rec.data, e.length);
 	if (rc == 0)
-		rc = sto_chunk_check(v->rec.data, e.length, STO_EVCHUNK_MAGIC, 0, uid, &payload, &plen,
-				     &why);
+		rc = sto_chunk_check(v->rec.data, e.length, STO_EVCHUNK_MAGIC, 0, uid, &payload,
+				     &plen, &why);
 	if (rc == 0)
 		return 0;
 	problem(v, "event chunk %llu of job %s (segment %llu, offset %llu): %s",
@@ -323,7 +327,8 @@ static int check_sup_cb(void *arg, const struct sto_sup_entry *e)
 	if (rc == -ENOMEM)
 		return rc;
 	if (rc)
-		problem(v, "supersede record of merged chunk %llu (series %llu, segment %llu, offset "
+		problem(v,
+			"supersede record of merged chunk %llu (series %llu, segment %llu, offset "
 			"%llu): %s; the index still holds its content: the next rewrite of that "
 			"segment writes it again (rankctl compact --min-live-pct 100 forces one); "
 			"until then a rebuild-index may count the merged points twice",
@@ -373,8 +378,10 @@ static void verify_kept_wal(struct vctx *v, const char *data_dir)
 		if (stat(path, &st) != 0)
 			continue;
 		v->rep->wal_kept_files++;
-		problem(v, "WAL damage kept in %s (%lld bytes): acknowledged writes in it were not "
-			"replayed; inspect it, then remove the file", path, (long long)st.st_size);
+		problem(v,
+			"WAL damage kept in %s (%lld bytes): acknowledged writes in it were not "
+			"replayed; inspect it, then remove the file",
+			path, (long long)st.st_size);
 	}
 	if (d)
 		closedir(d);
@@ -424,10 +431,12 @@ static void verify_wal_file(struct vctx *v, const char *dir, uint64_t gen, bool 
 {
 	uint32_t shown = r->ndamaged < STO_WAL_DAMAGE_KEEP ? r->ndamaged : STO_WAL_DAMAGE_KEEP;
 	for (uint32_t i = 0; i < shown; i++)
-		problem(v, "WAL %s/wal-%016llx.log: damaged record (%s) at offset %llu, %llu bytes; "
+		problem(v,
+			"WAL %s/wal-%016llx.log: damaged record (%s) at offset %llu, %llu bytes; "
 			"intact records follow it. The next start replays them and keeps the "
-			"damaged bytes in quarantine/", dir, (unsigned long long)gen,
-			r->damaged[i].why, (unsigned long long)r->damaged[i].off,
+			"damaged bytes in quarantine/",
+			dir, (unsigned long long)gen, r->damaged[i].why,
+			(unsigned long long)r->damaged[i].off,
 			(unsigned long long)r->damaged[i].len);
 	if (r->ndamaged > shown) {
 		v->rep->problems += r->ndamaged - shown;
@@ -435,14 +444,15 @@ static void verify_wal_file(struct vctx *v, const char *dir, uint64_t gen, bool 
 			v->fn(v->arg, "... more damaged WAL ranges in the same file");
 	}
 	if (r->tail == 2 || (r->tail && !newest))
-		problem(v, "WAL %s/wal-%016llx.log: %s record at offset %llu and %llu bytes after it, "
-			"nothing intact after them: %s", dir,
-			(unsigned long long)gen, r->tail == 1 ? "incomplete" : "corrupt",
+		problem(v,
+			"WAL %s/wal-%016llx.log: %s record at offset %llu and %llu bytes after it, "
+			"nothing intact after them: %s",
+			dir, (unsigned long long)gen, r->tail == 1 ? "incomplete" : "corrupt",
 			(unsigned long long)r->valid_bytes,
 			(unsigned long long)(r->file_bytes - r->valid_bytes),
 			newest ? "a whole record with a bad checksum (a crash leaves an incomplete "
-				 "one; a power loss can leave this for an unacknowledged record)" :
-				 "in a WAL file that is not the newest (no crash tears those)");
+				 "one; a power loss can leave this for an unacknowledged record)"
+			       : "in a WAL file that is not the newest (no crash tears those)");
 }
 
 int sto_verify_wal(const char *data_dir, sto_problem_fn fn, void *arg,
@@ -584,8 +594,10 @@ int sto_backup(struct sto *s, const char *dir, struct sto_backup_result *r)
 	memset(r, 0, sizeof(*r));
 	sto_admin_parts(s, &p);
 	if (inside_data_dir(dir, p.dir)) {
-		rdb_error("admin", "backup into %s refused: it is inside the data directory %s "
-			  "(a backup must live elsewhere)", dir, p.dir);
+		rdb_error("admin",
+			  "backup into %s refused: it is inside the data directory %s "
+			  "(a backup must live elsewhere)",
+			  dir, p.dir);
 		return RDB_EINVAL;
 	}
 	int rc = fresh_dir(dir);
@@ -615,9 +627,10 @@ int sto_backup(struct sto *s, const char *dir, struct sto_backup_result *r)
 	if (rc)
 		rdb_error("admin", "backup into %s failed: %s", dir, rdb_strerror(rc));
 	else
-		rdb_info("admin", "backup into %s: index snapshot, %llu segment files "
-			 "(%llu bytes), %llu job metadata documents", dir,
-			 (unsigned long long)r->segments, (unsigned long long)r->bytes,
+		rdb_info("admin",
+			 "backup into %s: index snapshot, %llu segment files "
+			 "(%llu bytes), %llu job metadata documents",
+			 dir, (unsigned long long)r->segments, (unsigned long long)r->bytes,
 			 (unsigned long long)r->meta_docs);
 	return rc;
 }

@@ -20,9 +20,9 @@
 /* Lifecycle settings of an open store (defaults: keep forever, check every
  * hour, compact below 50 % live). */
 struct sto_lifecycle {
-	uint64_t retention_s;       /* global default; 0 = keep forever */
-	uint32_t retention_check_s; /* background retention + compaction period; 0 = never */
-	double compact_min_live;    /* rewrite segments whose live fraction is below */
+	uint64_t retention_s;	      /* global default; 0 = keep forever */
+	uint32_t retention_check_s;   /* background retention + compaction period; 0 = never */
+	double compact_min_live;      /* rewrite segments whose live fraction is below */
 	uint32_t rollup_time_width_s; /* time tier bucket width; 0 = no time tier */
 	uint64_t rollup_step_width;   /* step tier bucket width; 0 = no step tier */
 };
@@ -34,8 +34,8 @@ struct sto_job_stats {
 	char job[MDL_JOB_MAX + 1];
 	uint64_t series, chunks, points, chunk_bytes; /* sealed points */
 	uint64_t event_chunks, events, event_bytes;
-	uint64_t head_points;                         /* not sealed yet */
-	uint64_t retention_s;                         /* effective */
+	uint64_t head_points; /* not sealed yet */
+	uint64_t retention_s; /* effective */
 };
 typedef int (*sto_job_stats_fn)(void *arg, const struct sto_job_stats *js);
 /* Calls fn for job (or every job when NULL), from one snapshot. */
@@ -86,7 +86,7 @@ void sto_compact_resume(struct sto *s);
 struct sto_verify_report {
 	uint64_t segments, records, dead_records, chunks, event_chunks, wal_files;
 	uint64_t problems, quarantined;
-	uint64_t supersede_records; /* SUP1 records found in segment files */
+	uint64_t supersede_records;  /* SUP1 records found in segment files */
 	uint64_t wal_damaged_ranges; /* sto_verify_wal: damage in the middle of WAL files */
 	uint64_t wal_kept_files;     /* sto_verify: quarantine/wal-*.damaged files */
 };
@@ -108,8 +108,8 @@ int sto_verify_wal(const char *data_dir, sto_problem_fn fn, void *arg,
 
 /* ---- rebuild, backup, restore ---- */
 struct sto_rebuild_result {
-	uint64_t segments, series, chunks, event_chunks, skipped_uncheckpointed,
-		skipped_duplicate, skipped_deleted, skipped_damaged, ckpt_gen;
+	uint64_t segments, series, chunks, event_chunks, skipped_uncheckpointed, skipped_duplicate,
+	    skipped_deleted, skipped_damaged, ckpt_gen;
 	uint64_t supersede_records;  /* distinct valid supersede records read */
 	uint64_t skipped_superseded; /* chunks left out: a merged chunk holds their points */
 	uint64_t suspect_merges;     /* merged chunks indexed whose supersede record is damaged */

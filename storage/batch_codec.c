@@ -86,9 +86,10 @@ int sto_batch_decode(struct mdl_batch *b, const uint8_t *p, size_t len)
 		if ((size_t)(end - p) / STO_WAL_POINT_SIZE < n)
 			return RDB_ECORRUPT;
 		for (uint32_t k = 0; k < n; k++, p += STO_WAL_POINT_SIZE) {
-			int rc = mdl_batch_add(b, job, jl, rank, metric, ml,
-					       (int64_t)rdb_get_le64(p), (int64_t)rdb_get_le64(p + 8),
-					       rdb_get_le32(p + 16), rdb_get_le64(p + 20));
+			int rc =
+			    mdl_batch_add(b, job, jl, rank, metric, ml, (int64_t)rdb_get_le64(p),
+					  (int64_t)rdb_get_le64(p + 8), rdb_get_le32(p + 16),
+					  rdb_get_le64(p + 20));
 			if (rc)
 				return rc;
 		}

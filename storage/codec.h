@@ -24,8 +24,7 @@ struct sto_codec_info {
  * to out. info may be NULL. Does not block on I/O. Thread-safe (no shared
  * state). Returns 0, -ENOMEM, RDB_ELIMIT (out's bound) or RDB_EINVAL
  * (n out of range). On failure out->len is restored. */
-int sto_codec_encode(const struct mdl_cols *cols, struct rdb_buf *out,
-		     struct sto_codec_info *info);
+int sto_codec_encode(const struct mdl_cols *cols, struct rdb_buf *out, struct sto_codec_info *info);
 
 /* Decodes a payload made by sto_codec_encode into out (out->n set; arrays
  * grown as needed; previous contents replaced). src is untrusted: any

@@ -66,13 +66,13 @@ struct ev_move {
 };
 
 struct seg_set {
-	uint64_t seg;              /* the segment being compacted */
-	struct key_list chunks;    /* its point chunks */
-	struct ev_move *ev;        /* its event chunks */
+	uint64_t seg;		/* the segment being compacted */
+	struct key_list chunks; /* its point chunks */
+	struct ev_move *ev;	/* its event chunks */
 	size_t nev, evcap;
-	struct sup_list sups;      /* its supersede records (tracked ones) */
-	size_t ncarry;             /* sups[0, ncarry) go along, the rest are dropped */
-	struct rdb_map live;       /* all segments: id + 1 -> live bytes (as a pointer value) */
+	struct sup_list sups; /* its supersede records (tracked ones) */
+	size_t ncarry;	      /* sups[0, ncarry) go along, the rest are dropped */
+	struct rdb_map live;  /* all segments: id + 1 -> live bytes (as a pointer value) */
 };
 
 /* Frees the entries from `keep` on. */
@@ -108,7 +108,6 @@ int sti_sup_list_push(struct sup_list *l, struct sto_sup_entry *e)
 	l->v[l->n++] = *e;
 	return 0;
 }
-
 
 static void live_add(struct rdb_map *m, uint64_t seg, uint64_t bytes)
 {
@@ -281,16 +280,19 @@ static int copy_record(struct sto *s, struct rdb_buf *buf, uint64_t seg, uint64_
 	if (rc == 0 && magic == STO_GROUP_MAGIC)
 		rc = sto_group_prune(buf->data + at, len, uid, live, &removed, &why);
 	else if (rc == 0)
-		rc = sto_chunk_check(buf->data + at, len, magic, series_id, uid, &payload, &plen, &why);
+		rc = sto_chunk_check(buf->data + at, len, magic, series_id, uid, &payload, &plen,
+				     &why);
 	if (rc == 0 && removed)
-		rdb_warn("store", "compaction of segment %llu: group record at offset %llu: %u "
+		rdb_warn("store",
+			 "compaction of segment %llu: group record at offset %llu: %u "
 			 "damaged member section(s) without index entries (quarantined) marked "
-			 "removed in the copy", (unsigned long long)seg, (unsigned long long)off,
-			 removed);
+			 "removed in the copy",
+			 (unsigned long long)seg, (unsigned long long)off, removed);
 	if (rc == 0)
 		buf->len = at + len;
 	else
-		rdb_warn("store", "compaction of segment %llu: record at offset %llu is unusable "
+		rdb_warn("store",
+			 "compaction of segment %llu: record at offset %llu is unusable "
 			 "(%s); the segment is left as it is (run rankctl verify)",
 			 (unsigned long long)seg, (unsigned long long)off,
 			 why ? why : rdb_strerror(rc));
@@ -321,7 +323,8 @@ static int compact_copy(struct sto *s, struct seg_set *ss, struct sto_seg_writer
 		uint64_t new_off = sto_seg_size(w) + buf.len;
 		if (i < ss->chunks.n) {
 			struct sto_chunk_ref *r = &ss->chunks.v[i];
-			uintptr_t done = r->group_n ? (uintptr_t)rdb_map_get(&moved, r->offset + 1) : 0;
+			uintptr_t done =
+			    r->group_n ? (uintptr_t)rdb_map_get(&moved, r->offset + 1) : 0;
 			if (done) {
 				/* another member of a group record already copied */
 				r->segment_id = sto_seg_id(w);
@@ -329,17 +332,18 @@ static int compact_copy(struct sto *s, struct seg_set *ss, struct sto_seg_writer
 				continue;
 			}
 			rc = copy_record(s, &buf, ss->seg, r->offset, r->length,
-					 r->group_n ? STO_GROUP_MAGIC : STO_CHUNK_MAGIC, r->series_id,
-					 r->uid - r->member,
+					 r->group_n ? STO_GROUP_MAGIC : STO_CHUNK_MAGIC,
+					 r->series_id, r->uid - r->member,
 					 (uintptr_t)rdb_map_get(&live, r->offset + 1));
 			if (rc == 0 && r->group_n)
-				rc = rdb_map_put(&moved, r->offset + 1, (void *)(uintptr_t)(new_off + 1));
+				rc = rdb_map_put(&moved, r->offset + 1,
+						 (void *)(uintptr_t)(new_off + 1));
 			r->segment_id = sto_seg_id(w);
 			r->offset = new_off;
 		} else {
 			struct ev_move *m = &ss->ev[i - ss->chunks.n];
-			rc = copy_record(s, &buf, ss->seg, m->e.offset, m->e.length, STO_EVCHUNK_MAGIC, 0,
-					 m->uid, 0);
+			rc = copy_record(s, &buf, ss->seg, m->e.offset, m->e.length,
+					 STO_EVCHUNK_MAGIC, 0, m->uid, 0);
 			m->e.segment_id = sto_seg_id(w);
 			m->e.offset = new_off;
 		}
@@ -376,8 +380,8 @@ static int compact_switch(struct sto *s, struct seg_set *ss)
 			rc = sto_evidx_put(t, m->job, m->min_ts_ns, m->uid, entry.data, entry.len);
 	}
 	for (size_t i = 0; rc == 0 && i < ss->sups.n; i++)
-		rc = i < ss->ncarry ? sto_sup_put(t, &ss->sups.v[i]) :
-				      sto_sup_del(t, ss->sups.v[i].sup.merged_uid);
+		rc = i < ss->ncarry ? sto_sup_put(t, &ss->sups.v[i])
+				    : sto_sup_del(t, ss->sups.v[i].sup.merged_uid);
 	if (rc == 0)
 		rc = sto_trash_add(t, ss->seg);
 	if (rc == 0)
@@ -473,7 +477,8 @@ static int list_segments(struct sto *s, struct id_list *ids)
 	while (rc == 0 && (de = readdir(d)) != NULL) {
 		unsigned long long id;
 		char tail[8];
-		if (sscanf(de->d_name, "seg-%16llx.%4s", &id, tail) == 2 && strcmp(tail, "dat") == 0)
+		if (sscanf(de->d_name, "seg-%16llx.%4s", &id, tail) == 2 &&
+		    strcmp(tail, "dat") == 0)
 			rc = sti_id_push(ids, id);
 	}
 	if (d)
@@ -541,10 +546,10 @@ int sti_compact_op(struct sto *s, void *arg)
 			a->r->skipped++;
 	}
 	if (a->r->segments)
-		rdb_info("store", "compaction rewrote %llu segments (%llu chunks): %llu -> %llu bytes",
-			 (unsigned long long)a->r->segments, (unsigned long long)a->r->chunks,
-			 (unsigned long long)a->r->bytes_before,
-			 (unsigned long long)a->r->bytes_after);
+		rdb_info(
+		    "store", "compaction rewrote %llu segments (%llu chunks): %llu -> %llu bytes",
+		    (unsigned long long)a->r->segments, (unsigned long long)a->r->chunks,
+		    (unsigned long long)a->r->bytes_before, (unsigned long long)a->r->bytes_after);
 	set_free(&ss);
 	free(ids.v);
 	return rc;
@@ -575,4 +580,3 @@ void sto_compact_resume(struct sto *s)
 {
 	pthread_mutex_unlock(&s->compact_lock);
 }
-

@@ -25,10 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BLOOM_SEED 0x5eedull
+#define BLOOM_SEED     0x5eedull
 #define BLOOM_MIN_LOG2 9u
 #define BLOOM_MAX_LOG2 19u
-#define WORD_MAX 64u
+#define WORD_MAX       64u
 
 /* ---- heads ------------------------------------------------------------------ */
 
@@ -578,8 +578,9 @@ int evc_decode(const uint8_t *payload, size_t len, const char *job, struct ev_de
 		e->job = job;
 		e->job_len = jl;
 		/* what no writer produces is damage, never served */
-		if ((e->kind != MDL_EV_LOG && e->kind != MDL_EV_SPAN) || e->level > MDL_LEVEL_FATAL ||
-		    e->duration_ns < 0 || (size_t)(end - str) < e->text_len)
+		if ((e->kind != MDL_EV_LOG && e->kind != MDL_EV_SPAN) ||
+		    e->level > MDL_LEVEL_FATAL || e->duration_ns < 0 ||
+		    (size_t)(end - str) < e->text_len)
 			return RDB_ECORRUPT;
 		e->text = (const char *)str;
 		str += e->text_len;
@@ -691,8 +692,8 @@ bool evf_match(const struct evf *p, const struct mdl_event *ev)
 		return false;
 	if (ev->kind == MDL_EV_LOG && ev->level < f->min_level)
 		return false;
-	if (f->by_step && (ev->step == MDL_STEP_NONE || ev->step < f->step_from ||
-			   ev->step > f->step_to))
+	if (f->by_step &&
+	    (ev->step == MDL_STEP_NONE || ev->step < f->step_from || ev->step > f->step_to))
 		return false;
 	if (!rank_range_hit(f, ev->rank, ev->rank))
 		return false;

@@ -78,7 +78,7 @@ struct ev_entry {
 	uint32_t min_rank, max_rank;
 	uint32_t bloom_log2;
 	const uint8_t *bloom; /* into the value or the encoder's buffer */
-	uint64_t uid;         /* from the key */
+	uint64_t uid;	      /* from the key */
 };
 
 /* Sorts recs[0..n) by time and encodes them as one chunk payload (zstd

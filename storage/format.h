@@ -45,15 +45,15 @@
  * if one follows, the bytes in between are damage (kept in quarantine/, the
  * records after them applied); if none does, they are the file's tail (torn
  * by a crash when it is the newest file). docs/FORMAT.md has the rule. */
-#define STO_WAL_MAGIC "RDBWAL\0\1"
-#define STO_WAL_HEADER_SIZE 32u
+#define STO_WAL_MAGIC		"RDBWAL\0\1"
+#define STO_WAL_HEADER_SIZE	32u
 #define STO_WAL_REC_HEADER_SIZE 16u
-#define STO_WAL_MAX_PAYLOAD (256u * 1024u * 1024u)
+#define STO_WAL_MAX_PAYLOAD	(256u * 1024u * 1024u)
 
 enum sto_wal_rec_type {
 	STO_WAL_REC_POINTS = 1, /* a batch of points, see below */
 	STO_WAL_REC_EVENTS = 2, /* reserved */
-	STO_WAL_REC_BATCH = 3,  /* points and/or events, with an optional batch id */
+	STO_WAL_REC_BATCH = 3,	/* points and/or events, with an optional batch id */
 };
 
 /* STO_WAL_REC_POINTS payload:
@@ -97,9 +97,9 @@ enum sto_wal_rec_type {
  *                 key record (u8 J, job, u32 rank, u16 M, metric) so that the
  *                 index can be rebuilt from segment files alone
  */
-#define STO_SEG_MAGIC "RDBSEG\0\1"
-#define STO_SEG_HEADER_SIZE 32u
-#define STO_CHUNK_MAGIC 0x314b4843u
+#define STO_SEG_MAGIC	      "RDBSEG\0\1"
+#define STO_SEG_HEADER_SIZE   32u
+#define STO_CHUNK_MAGIC	      0x314b4843u
 #define STO_CHUNK_HEADER_SIZE 48u
 #define STO_CHUNK_MAX_PAYLOAD (64u * 1024u * 1024u)
 
@@ -121,7 +121,7 @@ enum sto_wal_rec_type {
  *      series key record (u8 J, job, u32 rank, u16 M, metric), column(value)
  * Each member has its own chunk index entry: byte 1 = m, byte 2 = k, u32 at
  * 124 = H; its length and offset are the whole record's. */
-#define STO_GROUP_MAGIC 0x31505247u
+#define STO_GROUP_MAGIC	      0x31505247u
 #define STO_GROUP_MAX_MEMBERS 64u
 
 /* Event chunks (logs and spans of one job) use the same record header with
@@ -133,9 +133,9 @@ enum sto_wal_rec_type {
  * followed (outside the frame) by the key record with the job, rank
  * MDL_RANK_JOB and an empty metric. At most STO_EVCHUNK_MAX_EVENTS events
  * and STO_EVCHUNK_MAX_RAW bytes before compression. */
-#define STO_EVCHUNK_MAGIC 0x31435645u
+#define STO_EVCHUNK_MAGIC      0x31435645u
 #define STO_EVCHUNK_MAX_EVENTS 4096u
-#define STO_EVCHUNK_MAX_RAW (8u * 1024u * 1024u)
+#define STO_EVCHUNK_MAX_RAW    (8u * 1024u * 1024u)
 
 /* Supersede records (compaction's small-chunk merge, storage/compact.c).
  * A merged chunk replaces a run of source chunks of the same series; their
@@ -157,8 +157,8 @@ enum sto_wal_rec_type {
  * holds, transitively (a source that was itself a merged chunk brings its
  * own sources along). It takes effect only if its merged chunk is indexed.
  * Rules: docs/FORMAT.md, "Supersede records". */
-#define STO_SUP_MAGIC 0x31505553u
-#define STO_SUP_FIXED 8u          /* payload bytes before the source list */
+#define STO_SUP_MAGIC	    0x31505553u
+#define STO_SUP_FIXED	    8u /* payload bytes before the source list */
 #define STO_SUP_SOURCE_SIZE 16u
 #define STO_SUP_MAX_SOURCES (2u * 65536u) /* a merge tree over <= 65536 points */
 

@@ -153,7 +153,8 @@ int sto_group_head_check(const uint8_t *head, const struct sto_chunk_ref *ref,
 		*why = "group record length does not match the index";
 		return RDB_ECORRUPT;
 	}
-	int rc = check_head(head, ref->length, ref->uid - ref->member, ref->head_len, &m, &dir, why);
+	int rc =
+	    check_head(head, ref->length, ref->uid - ref->member, ref->head_len, &m, &dir, why);
 	if (rc)
 		return rc;
 	if (m != ref->group_n || ref->member >= m) {
@@ -166,7 +167,8 @@ int sto_group_head_check(const uint8_t *head, const struct sto_chunk_ref *ref,
 		*why = "group member belongs to another series than the index says";
 		return RDB_ECORRUPT;
 	}
-	if (sect->offset < ref->head_len || sect->offset > plen || sect->length > plen - sect->offset) {
+	if (sect->offset < ref->head_len || sect->offset > plen ||
+	    sect->length > plen - sect->offset) {
 		*why = "group member's section lies outside the record";
 		return RDB_ECORRUPT;
 	}
@@ -342,12 +344,14 @@ int sto_group_each(const uint8_t *rec, size_t len, struct mdl_cols *cols, sto_gr
 		} else if (sid != 0) {
 			dir_entry(rec, dir, i, &sid, &s);
 			cols->n = n;
-			if (decode_section(rec + HDR + s.offset, s.length, &k, cols, &damage) == -ENOMEM)
+			if (decode_section(rec + HDR + s.offset, s.length, &k, cols, &damage) ==
+			    -ENOMEM)
 				return -ENOMEM;
 		} else {
 			continue; /* removed by compaction */
 		}
-		rc = damage ? fn(arg, i, m, sid, NULL, NULL, damage) : fn(arg, i, m, sid, &k, cols, NULL);
+		rc = damage ? fn(arg, i, m, sid, NULL, NULL, damage)
+			    : fn(arg, i, m, sid, &k, cols, NULL);
 	}
 	return rc;
 }

@@ -126,8 +126,8 @@ struct sto_index {
 	MDB_dbi meta, series, sid, chunks, pending;
 	MDB_dbi events, evpending, batch_ids, batch_time;
 	MDB_dbi tombstones, retention, quarantine, seg_trash; /* data lifecycle */
-	MDB_dbi rollups; /* aggregates of data retention dropped (not derived) */
-	MDB_dbi supersede; /* merged uid -> supersede entry (small-chunk merges) */
+	MDB_dbi rollups;    /* aggregates of data retention dropped (not derived) */
+	MDB_dbi supersede;  /* merged uid -> supersede entry (small-chunk merges) */
 	uint64_t map_bytes; /* as configured, for the map-full log line */
 	char *dir;	    /* owned copy, for log lines */
 };
@@ -347,19 +347,20 @@ static int u64_value(const struct sto_txn *t, const MDB_val *v, const char *what
 
 static int open_dbs(struct sto_index *ix, MDB_txn *txn, bool read_only)
 {
-	static const char *const names[] = {"meta",   "series",    "sid",	  "chunks",
-					    "pending", "events", "evpending", "batch_ids",
+	static const char *const names[] = {"meta",	  "series",	"sid",	     "chunks",
+					    "pending",	  "events",	"evpending", "batch_ids",
 					    "batch_time", "tombstones", "retention", "quarantine",
-					    "seg_trash", "rollups", "supersede"};
-	MDB_dbi *dbis[] = {&ix->meta,	 &ix->series,	 &ix->sid,	 &ix->chunks,
-			   &ix->pending, &ix->events,	 &ix->evpending, &ix->batch_ids,
+					    "seg_trash",  "rollups",	"supersede"};
+	MDB_dbi *dbis[] = {&ix->meta,	    &ix->series,     &ix->sid,	     &ix->chunks,
+			   &ix->pending,    &ix->events,     &ix->evpending, &ix->batch_ids,
 			   &ix->batch_time, &ix->tombstones, &ix->retention, &ix->quarantine,
-			   &ix->seg_trash, &ix->rollups, &ix->supersede};
+			   &ix->seg_trash,  &ix->rollups,    &ix->supersede};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		int rc = mdb_dbi_open(txn, names[i], read_only ? 0 : MDB_CREATE, dbis[i]);
 		if (rc == MDB_NOTFOUND && read_only)
-			rdb_error(SUBSYS, "LMDB index %s has no database '%s' (written by an older "
+			rdb_error(SUBSYS,
+				  "LMDB index %s has no database '%s' (written by an older "
 				  "rankdbd): start rankdbd on it once to upgrade it, then retry",
 				  ix->dir, names[i]);
 		if (rc != 0)
@@ -415,8 +416,7 @@ static int env_setup(struct sto_index *ix, const char *dir, uint64_t map_bytes, 
 	return 0;
 }
 
-static int index_open(const char *dir, uint64_t map_bytes, bool read_only,
-		      struct sto_index **out)
+static int index_open(const char *dir, uint64_t map_bytes, bool read_only, struct sto_index **out)
 {
 	struct sto_index *ix = NULL;
 	struct sto_txn *t = NULL;
@@ -1011,7 +1011,8 @@ int sto_evpending_scan(struct sto_txn *t, uint64_t after_gen, sto_evpending_fn f
 			ret = corrupt(t, "event pending key", k.mv_size);
 			goto out;
 		}
-		ret = ev_key_get(t, (const uint8_t *)k.mv_data + 8, k.mv_size - 8, job, &min_ts, &uid);
+		ret = ev_key_get(t, (const uint8_t *)k.mv_data + 8, k.mv_size - 8, job, &min_ts,
+				 &uid);
 		if (ret == 0)
 			ret = fn(arg, rdb_get_be64(k.mv_data), job, min_ts, uid);
 		if (ret != 0)
@@ -1066,8 +1067,7 @@ int sto_batchid_put(struct sto_txn *t, const char *id, size_t len, uint64_t seen
 	return ix_err(t->ix, mdb_put(t->txn, t->ix->batch_time, &tk, &tv, 0), "batch time put");
 }
 
-int sto_batchid_prune(struct sto_txn *t, uint64_t older_than_ns, size_t max_delete,
-		      size_t *deleted)
+int sto_batchid_prune(struct sto_txn *t, uint64_t older_than_ns, size_t max_delete, size_t *deleted)
 {
 	MDB_cursor *cur = NULL;
 	MDB_val k, v;
@@ -1371,8 +1371,8 @@ int sto_trash_scan(struct sto_txn *t, sto_u64_fn fn, void *arg)
 		return ret;
 	for (ret = cursor_seek(t, cur, NULL, 0, &k, &v); ret == 0;
 	     ret = cursor_next(t, cur, &k, &v)) {
-		ret = k.mv_size == 8 ? fn(arg, rdb_get_be64(k.mv_data)) :
-				       corrupt(t, "trash key", k.mv_size);
+		ret = k.mv_size == 8 ? fn(arg, rdb_get_be64(k.mv_data))
+				     : corrupt(t, "trash key", k.mv_size);
 		if (ret != 0)
 			goto out;
 	}
@@ -1395,10 +1395,10 @@ int sto_index_copy(struct sto_index *ix, const char *dir)
 
 int sto_index_check_all(struct sto_txn *t, uint64_t *entries)
 {
-	MDB_dbi dbs[] = {t->ix->meta, t->ix->series, t->ix->sid, t->ix->pending,
-			 t->ix->evpending, t->ix->batch_ids, t->ix->batch_time,
-			 t->ix->tombstones, t->ix->retention, t->ix->quarantine,
-			 t->ix->seg_trash, t->ix->rollups, t->ix->supersede};
+	MDB_dbi dbs[] = {t->ix->meta,	   t->ix->series,     t->ix->sid,	 t->ix->pending,
+			 t->ix->evpending, t->ix->batch_ids,  t->ix->batch_time, t->ix->tombstones,
+			 t->ix->retention, t->ix->quarantine, t->ix->seg_trash,	 t->ix->rollups,
+			 t->ix->supersede};
 	uint64_t n = 0;
 	int ret = 0;
 	for (size_t i = 0; ret == 0 && i < sizeof(dbs) / sizeof(dbs[0]); i++) {
@@ -1421,9 +1421,23 @@ int sto_index_check_all(struct sto_txn *t, uint64_t *entries)
 
 enum {
 	RK_SIZE = 17, /* series be64, tier u8, bucket start be64 (sign flipped) */
-	R_COUNT = 0, R_NAN = 8, R_SUM = 16, R_MIN = 24, R_MAX = 32, R_FIRST = 40, R_LAST = 48,
-	R_FIRST_TS = 56, R_FIRST_STEP = 64, R_LAST_TS = 72, R_LAST_STEP = 80, R_MIN_STEP = 88,
-	R_MAX_STEP = 96, R_NOSTEP = 104, R_MIN_ATT = 112, R_MAX_ATT = 116, R_RESERVED = 120,
+	R_COUNT = 0,
+	R_NAN = 8,
+	R_SUM = 16,
+	R_MIN = 24,
+	R_MAX = 32,
+	R_FIRST = 40,
+	R_LAST = 48,
+	R_FIRST_TS = 56,
+	R_FIRST_STEP = 64,
+	R_LAST_TS = 72,
+	R_LAST_STEP = 80,
+	R_MIN_STEP = 88,
+	R_MAX_STEP = 96,
+	R_NOSTEP = 104,
+	R_MIN_ATT = 112,
+	R_MAX_ATT = 116,
+	R_RESERVED = 120,
 	ROLLUP_SIZE = 128,
 };
 _Static_assert(ROLLUP_SIZE == STO_ROLLUP_RECORD_SIZE && R_RESERVED + 8 == ROLLUP_SIZE,
@@ -1498,7 +1512,8 @@ int sto_rollup_put(struct sto_txn *t, uint64_t series_id, unsigned tier, int64_t
 		   const struct sto_rollup *r)
 {
 	uint8_t kb[RK_SIZE], vb[ROLLUP_SIZE];
-	MDB_val k = {.mv_size = sizeof(kb), .mv_data = kb}, v = {.mv_size = sizeof(vb), .mv_data = vb};
+	MDB_val k = {.mv_size = sizeof(kb), .mv_data = kb},
+		v = {.mv_size = sizeof(vb), .mv_data = vb};
 	rollup_key(kb, series_id, tier, bucket);
 	rollup_encode(vb, r);
 	return ix_err(t->ix, mdb_put(t->txn, t->ix->rollups, &k, &v, 0), "rollup put");
@@ -1568,8 +1583,15 @@ out:
  *   48 u32 nsrc  52 u32 nseg  56 nsrc * (u64 uid, i64 min_ts), nseg * u64 */
 enum {
 	SUP_VERSION = 1,
-	S_LENGTH = 4, S_SEGMENT = 8, S_OFFSET = 16, S_SERIES = 24, S_MIN_TS = 32, S_GEN = 40,
-	S_NSRC = 48, S_NSEG = 52, S_FIXED = 56,
+	S_LENGTH = 4,
+	S_SEGMENT = 8,
+	S_OFFSET = 16,
+	S_SERIES = 24,
+	S_MIN_TS = 32,
+	S_GEN = 40,
+	S_NSRC = 48,
+	S_NSEG = 52,
+	S_FIXED = 56,
 };
 
 void sto_sup_entry_free(struct sto_sup_entry *e)

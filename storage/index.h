@@ -170,13 +170,13 @@ int sto_trash_has(struct sto_txn *t, uint64_t segment_id);
 enum { STO_TIER_TIME = 0, STO_TIER_STEP = 1 };
 #define STO_ROLLUP_RECORD_SIZE 128
 struct sto_rollup {
-	uint64_t count;          /* non-NaN values */
-	uint64_t nan_count;      /* NaN values */
-	double sum, min, max;    /* over non-NaN values; 0 when count == 0 */
+	uint64_t count;			/* non-NaN values */
+	uint64_t nan_count;		/* NaN values */
+	double sum, min, max;		/* over non-NaN values; 0 when count == 0 */
 	uint64_t first_bits, last_bits; /* values of the smallest / largest (ts, step) */
 	int64_t first_ts_ns, first_step, last_ts_ns, last_step;
 	int64_t min_step, max_step; /* over points with a step; MDL_STEP_NONE if none */
-	uint64_t nostep_count;   /* points without a step */
+	uint64_t nostep_count;	    /* points without a step */
 	uint32_t min_attempt, max_attempt;
 };
 /* Merges b into a (a with count + nan_count == 0 is empty: becomes b). */
@@ -211,16 +211,16 @@ struct sto_sup {
 	uint64_t series_id;
 	uint64_t merged_uid;
 	int64_t merged_min_ts_ns;
-	uint64_t gen;            /* of the merged chunk */
-	uint32_t nsrc;           /* 2..STO_SUP_MAX_SOURCES */
+	uint64_t gen;		 /* of the merged chunk */
+	uint32_t nsrc;		 /* 2..STO_SUP_MAX_SOURCES */
 	struct sto_sup_src *src; /* nsrc, strictly ascending uid, all < merged_uid */
 };
 struct sto_sup_entry {
 	struct sto_sup sup;
 	uint64_t segment_id, offset; /* of the supersede record */
-	uint32_t length;             /* record bytes (header + payload) */
+	uint32_t length;	     /* record bytes (header + payload) */
 	uint32_t nseg;
-	uint64_t *seg;               /* nseg segment ids, ascending, no duplicates */
+	uint64_t *seg; /* nseg segment ids, ascending, no duplicates */
 };
 /* Frees the arrays of e (not e); NULL ok. */
 void sto_sup_entry_free(struct sto_sup_entry *e);

@@ -194,8 +194,10 @@ int sti_lifecycle_open(struct sto *s)
 		return rc;
 	}
 	if (rc == 0 && sto_meta_get(t, "compact_out", &out) == 0 && out) {
-		rdb_warn("store", "a compaction was interrupted: removing its unfinished segment "
-			 "%llu (the index never pointed at it)", (unsigned long long)(out - 1));
+		rdb_warn("store",
+			 "a compaction was interrupted: removing its unfinished segment "
+			 "%llu (the index never pointed at it)",
+			 (unsigned long long)(out - 1));
 		sti_unlink_segment(s, out - 1);
 		rc = sto_meta_put(t, "compact_out", 0);
 	}
@@ -364,8 +366,8 @@ static int job_stats(struct sto *s, struct sto_txn *t, const char *job, struct s
 		rc = sto_evidx_scan(t, job, INT64_MAX, stats_ev_cb, js);
 	js->series = ids.n;
 	js->head_points = head_points_of(s, &ids, job);
-	js->retention_s = sto_jobval_get(t, STO_JOBDB_RETENTION, job, &ret_s) == 0 ?
-				  ret_s : s->life.retention_s;
+	js->retention_s =
+	    sto_jobval_get(t, STO_JOBDB_RETENTION, job, &ret_s) == 0 ? ret_s : s->life.retention_s;
 	free(ids.v);
 	return rc;
 }
@@ -486,8 +488,8 @@ struct ev_key {
 struct evkey_list {
 	struct ev_key *v;
 	size_t n, cap;
-	const char *job;  /* delete: only this job */
-	int64_t cutoff;   /* retention: entries with max_ts < cutoff (job's own) */
+	const char *job; /* delete: only this job */
+	int64_t cutoff;	 /* retention: entries with max_ts < cutoff (job's own) */
 	struct sto *s;
 	struct sto_txn *t;
 };
@@ -523,7 +525,7 @@ static int del_ev_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *
 struct del_job {
 	const char *job;
 	struct sto_delete_result *res;
-	struct key_list series;  /* series keys: ref.series_id = id */
+	struct key_list series; /* series keys: ref.series_id = id */
 	struct mdl_series_key *keys;
 	struct key_list chunks;
 	struct evkey_list ev;
@@ -702,7 +704,8 @@ static int delete_job_op(struct sto *s, void *arg)
 		del_cache(s, d);
 		rc = rotate_locked(s);
 		if (rc)
-			rdb_error("store", "job %s deleted, but the WAL could not be rotated (%s); "
+			rdb_error("store",
+				  "job %s deleted, but the WAL could not be rotated (%s); "
 				  "writes to it before the next checkpoint may be lost at a crash",
 				  d->job, rdb_strerror(rc));
 	}
@@ -713,9 +716,10 @@ static int delete_job_op(struct sto *s, void *arg)
 	d->res->chunks = d->chunks.n;
 	d->res->event_chunks = d->ev.n;
 	d->res->tombstone_gen = gen;
-	rdb_info("store", "deleted job %s: %zu series, %zu chunks, %zu event chunks (tombstone "
-		 "at WAL generation %llu); compaction reclaims the space", d->job, d->series.n,
-		 d->chunks.n, d->ev.n, (unsigned long long)gen);
+	rdb_info("store",
+		 "deleted job %s: %zu series, %zu chunks, %zu event chunks (tombstone "
+		 "at WAL generation %llu); compaction reclaims the space",
+		 d->job, d->series.n, d->chunks.n, d->ev.n, (unsigned long long)gen);
 	return sti_finish_checkpoint(s);
 }
 
@@ -737,13 +741,13 @@ int sto_delete_job(struct sto *s, const char *job, struct sto_delete_result *r)
 
 struct ret_ctx {
 	struct sto *s;
-	struct name_list jobs;   /* jobs with an override ... */
-	uint64_t *secs;          /* ... and its seconds */
+	struct name_list jobs; /* jobs with an override ... */
+	uint64_t *secs;	       /* ... and its seconds */
 	int64_t now_ns;
 	uint64_t ckpt_gen;
 	struct key_list chunks;
 	struct evkey_list ev;
-	int64_t cutoff;          /* of the job being scanned */
+	int64_t cutoff; /* of the job being scanned */
 };
 
 static int ret_override_cb(void *arg, const char *job, uint64_t secs)
@@ -848,8 +852,8 @@ static int ret_drop(struct sto *s, struct ret_ctx *c, struct sto_retention_resul
 	int rc = 0;
 	rdb_buf_init(&acc.rec, STO_CHUNK_HEADER_SIZE + STO_CHUNK_MAX_PAYLOAD + 4096);
 	for (; rc == 0 && i < c->chunks.n; i += 1000)
-		rc = ret_drop_chunks(s, c, i, i + 1000 < c->chunks.n ? i + 1000 : c->chunks.n,
-				     &acc, r);
+		rc = ret_drop_chunks(s, c, i, i + 1000 < c->chunks.n ? i + 1000 : c->chunks.n, &acc,
+				     r);
 	sti_rollup_acc_free(&acc);
 	while (rc == 0 && k < c->ev.n) {
 		struct sto_txn *t;
@@ -888,9 +892,11 @@ static int retention_op(struct sto *s, void *arg)
 	if (rc == 0)
 		rc = ret_drop(s, &c, r);
 	if (rc == 0 && (r->chunks || r->event_chunks))
-		rdb_info("store", "retention dropped %llu chunks (%llu points) and %llu event "
-			 "chunks (folded into rollups); compaction reclaims the space", (unsigned long long)r->chunks,
-			 (unsigned long long)r->points, (unsigned long long)r->event_chunks);
+		rdb_info("store",
+			 "retention dropped %llu chunks (%llu points) and %llu event "
+			 "chunks (folded into rollups); compaction reclaims the space",
+			 (unsigned long long)r->chunks, (unsigned long long)r->points,
+			 (unsigned long long)r->event_chunks);
 	free(c.jobs.v);
 	free(c.secs);
 	free(c.chunks.v);
@@ -918,8 +924,8 @@ static int retention_write(struct sto *s, const char *job, bool set, uint64_t se
 	int rc = sto_txn_begin(s->ix, true, &t);
 	if (rc)
 		return rc;
-	rc = set ? sto_jobval_put(t, STO_JOBDB_RETENTION, job, seconds) :
-		   sto_jobval_del(t, STO_JOBDB_RETENTION, job);
+	rc = set ? sto_jobval_put(t, STO_JOBDB_RETENTION, job, seconds)
+		 : sto_jobval_del(t, STO_JOBDB_RETENTION, job);
 	if (rc == 0)
 		return sto_txn_commit(t);
 	sto_txn_abort(t);

@@ -37,16 +37,16 @@
 /* Runs of small chunks to merge: all chunk entries (key order), and the
  * output of the current batch. */
 struct merge_set {
-	struct key_list all;        /* every chunk entry, in (series, min_ts, uid) order */
+	struct key_list all;	    /* every chunk entry, in (series, min_ts, uid) order */
 	struct mdl_cols pts, one;   /* the run's points; one chunk's points */
 	struct rdb_buf rec, codec;  /* scratch: a record read; a codec payload */
-	struct rdb_buf out;         /* framed supersede + merged records of the batch */
-	struct key_list olds;       /* entries the batch replaces */
-	struct key_list news;       /* the merged entries */
-	struct sup_list sups;       /* supersede entries of the merged chunks */
+	struct rdb_buf out;	    /* framed supersede + merged records of the batch */
+	struct key_list olds;	    /* entries the batch replaces */
+	struct key_list news;	    /* the merged entries */
+	struct sup_list sups;	    /* supersede entries of the merged chunks */
 	struct id_list absorbed;    /* merged uids whose entries a new one absorbed */
-	struct rdb_map groups;      /* group record uid -> struct grp_info * */
-	struct mdl_cols *gpts;      /* a group run's points, per member */
+	struct rdb_map groups;	    /* group record uid -> struct grp_info * */
+	struct mdl_cols *gpts;	    /* a group run's points, per member */
 	struct sto_chunk_ref *gsrc; /* a group run's chunks of one member */
 };
 
@@ -61,7 +61,6 @@ static int cmp_src(const void *a, const void *b)
 	uint64_t x = ((const struct sto_sup_src *)a)->uid, y = ((const struct sto_sup_src *)b)->uid;
 	return x < y ? -1 : x > y;
 }
-
 
 /* Sorts and deduplicates the sources and segments of e. */
 static void sup_normalize(struct sto_sup_entry *e)
@@ -191,12 +190,13 @@ static int merge_run(struct sto *s, struct merge_set *m, size_t a, size_t b,
 	for (size_t i = a; i < b; i++) {
 		int rc = sto_read_chunk(s, &m->all.v[i], &m->rec, &m->one, &err);
 		if (rc) {
-			rdb_warn("store", "merging small chunks: %s; that run is left as it is", err.msg);
+			rdb_warn("store", "merging small chunks: %s; that run is left as it is",
+				 err.msg);
 			return rc;
 		}
 		for (size_t k = 0; k < m->one.n && rc == 0; k++)
-			rc = mdl_cols_push(&m->pts, m->one.ts_ns[k], m->one.step[k], m->one.attempt[k],
-					   m->one.value[k]);
+			rc = mdl_cols_push(&m->pts, m->one.ts_ns[k], m->one.step[k],
+					   m->one.attempt[k], m->one.value[k]);
 		if (rc)
 			return rc;
 		if (m->all.v[i].gen > ref.gen)
@@ -374,7 +374,8 @@ static int group_member_points(struct sto *s, struct merge_set *m, size_t a, siz
 		const struct sto_chunk_ref *r = &m->all.v[g->idx[k]];
 		int rc = sto_read_chunk(s, r, &m->rec, &m->one, &err);
 		if (rc) {
-			rdb_warn("store", "merging small group records: %s; that run is left as it is",
+			rdb_warn("store",
+				 "merging small group records: %s; that run is left as it is",
 				 err.msg);
 			return rc;
 		}

@@ -86,9 +86,9 @@ struct rb {
 	struct dup_list {
 		struct dup {
 			uint64_t uid, seg;
-		} *v;
+		} * v;
 		size_t n, cap;
-	} dups; /* valid point chunk copies not indexed (another copy was) */
+	} dups;			  /* valid point chunk copies not indexed (another copy was) */
 	struct dup_list bad_sups; /* damaged supersede records: (merged uid, series id) */
 	struct rdb_buf rec, evpayload, bloom, entry;
 	struct mdl_cols cols;
@@ -380,20 +380,20 @@ static int group_member_cb(void *arg, unsigned member, unsigned m, uint64_t sid,
 	if (damage) {
 		/* only this member is lost; its siblings are indexed */
 		g->b->r->skipped_damaged++;
-		report(g->b, "segment %s: group record at offset %llu (chunk %llu, member %u of "
-		       "%u, series %llu): %s; that member is not indexed", g->b->seg_path,
-		       (unsigned long long)g->a->off, (unsigned long long)(g->a->uid + member),
-		       member, m, (unsigned long long)sid, damage);
+		report(g->b,
+		       "segment %s: group record at offset %llu (chunk %llu, member %u of "
+		       "%u, series %llu): %s; that member is not indexed",
+		       g->b->seg_path, (unsigned long long)g->a->off,
+		       (unsigned long long)(g->a->uid + member), member, m, (unsigned long long)sid,
+		       damage);
 		return 0;
 	}
 	if (cols->n != g->a->count) {
 		*g->why = "point count of the group record header is wrong";
 		return RDB_ECORRUPT;
 	}
-	struct chunk_at c = {.sid = sid,
-			     .group_n = (uint8_t)m,
-			     .member = (uint8_t)member,
-			     .head_len = g->head_len};
+	struct chunk_at c = {
+	    .sid = sid, .group_n = (uint8_t)m, .member = (uint8_t)member, .head_len = g->head_len};
 	return index_chunk(g->b, g->a, &c, key, g->why);
 }
 
@@ -555,11 +555,12 @@ static int one_record(struct rb *b, const struct rec_at *a, uint32_t magic)
 		return rc;
 	b->r->skipped_damaged++;
 	if (magic == STO_SUP_MAGIC) {
-		report(b, "segment %s: supersede record at offset %llu (merged chunk %llu, series "
+		report(b,
+		       "segment %s: supersede record at offset %llu (merged chunk %llu, series "
 		       "%llu, %u bytes): %s; not used (its sources may be counted twice: see "
-		       "the lines that follow)", b->seg_path, (unsigned long long)a->off,
-		       (unsigned long long)a->uid, (unsigned long long)a->sid, a->len,
-		       why ? why : "corrupt");
+		       "the lines that follow)",
+		       b->seg_path, (unsigned long long)a->off, (unsigned long long)a->uid,
+		       (unsigned long long)a->sid, a->len, why ? why : "corrupt");
 		return a->sid ? dup_push(&b->bad_sups, a->uid, a->sid) : 0;
 	}
 	report(b, "segment %s: record at offset %llu (chunk %llu, %u bytes): %s; not indexed",
@@ -592,8 +593,8 @@ static int walk_segment(struct rb *b, int fd, uint64_t id)
 		uint64_t len = STO_CHUNK_HEADER_SIZE + (uint64_t)plen;
 		if (got != (ssize_t)sizeof(hdr) ||
 		    (magic != STO_CHUNK_MAGIC && magic != STO_EVCHUNK_MAGIC &&
-		     magic != STO_SUP_MAGIC && magic != STO_GROUP_MAGIC) || len > REC_MAX ||
-		    off + len > size) {
+		     magic != STO_SUP_MAGIC && magic != STO_GROUP_MAGIC) ||
+		    len > REC_MAX || off + len > size) {
 			b->r->skipped_damaged++;
 			report(b,
 			       "segment %s: torn or unreadable record at offset %llu (incomplete "
@@ -694,7 +695,7 @@ static int drop_losers(struct rb *b)
 struct sup_all {
 	struct sto_sup_entry *v; /* deep copies of every supersede entry */
 	size_t n, cap;
-	bool *eff;               /* v[i] takes effect */
+	bool *eff; /* v[i] takes effect */
 };
 
 static int sup_collect_cb(void *arg, const struct sto_sup_entry *e)
@@ -819,7 +820,8 @@ static int sup_apply_one(struct rb *b, struct sto_sup_entry *e, bool eff)
 		rc = indexed(b, e->sup.series_id, src->min_ts_ns, src->uid, &ref);
 		if (rc == 1) {
 			seg[n++] = ref.segment_id;
-			rc = eff ? sto_chunk_del(b->t, e->sup.series_id, src->min_ts_ns, src->uid) : 0;
+			rc = eff ? sto_chunk_del(b->t, e->sup.series_id, src->min_ts_ns, src->uid)
+				 : 0;
 			b->r->chunks -= eff && rc == 0;
 			b->r->skipped_superseded += eff && rc == 0;
 		}
@@ -900,12 +902,14 @@ static int suspect_damaged_sups(struct rb *b)
 		if (sto_series_key_of(b->t, sid, &k) != 0)
 			snprintf(k.job, sizeof(k.job), "?");
 		b->r->suspect_merges++;
-		report(b, "merged chunk %llu of series %llu (job %s, rank %u, metric %s, time "
-		       "%lld..%lld ns) is indexed but its supersede record is damaged: older chunks "
-		       "of that series in that time range whose segments were not compacted since "
-		       "the merge may be counted twice", (unsigned long long)f.uid,
-		       (unsigned long long)sid, k.job, k.rank, k.metric,
-		       (long long)f.ref.stats.min_ts_ns, (long long)f.ref.stats.max_ts_ns);
+		report(
+		    b,
+		    "merged chunk %llu of series %llu (job %s, rank %u, metric %s, time "
+		    "%lld..%lld ns) is indexed but its supersede record is damaged: older chunks "
+		    "of that series in that time range whose segments were not compacted since "
+		    "the merge may be counted twice",
+		    (unsigned long long)f.uid, (unsigned long long)sid, k.job, k.rank, k.metric,
+		    (long long)f.ref.stats.min_ts_ns, (long long)f.ref.stats.max_ts_ns);
 	}
 	return rc;
 }

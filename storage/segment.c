@@ -56,8 +56,7 @@ static int fsync_dir(const char *dir)
 	return rc;
 }
 
-int sto_seg_create(const char *dir, uint64_t id, struct sto_ring *ring,
-		   struct sto_seg_writer **out)
+int sto_seg_create(const char *dir, uint64_t id, struct sto_ring *ring, struct sto_seg_writer **out)
 {
 	struct sto_seg_writer *w = calloc(1, sizeof(*w));
 	if (!w)
@@ -110,7 +109,8 @@ int sto_seg_append(struct sto_seg_writer *w, const void *buf, size_t len)
 	struct iovec iov = {(void *)buf, len};
 	int rc = sto_ring_writev(w->ring, w->fd, &iov, 1, w->size, false);
 	if (rc) {
-		rdb_error("segment", "append of %zu bytes to %s at offset %llu failed: %s; "
+		rdb_error("segment",
+			  "append of %zu bytes to %s at offset %llu failed: %s; "
 			  "truncating back, the chunks stay in memory and the WAL",
 			  len, w->path, (unsigned long long)w->size, rdb_strerror(rc));
 		if (ftruncate(w->fd, (off_t)w->size) != 0)
@@ -175,8 +175,8 @@ static int record_seal(uint8_t *h, size_t payload)
 	return rc;
 }
 
-int sto_chunk_frame(struct rdb_buf *out, uint32_t magic, uint64_t series_id, uint64_t uid, uint64_t gen,
-		    uint32_t npoints, const uint8_t *codec, size_t codec_len,
+int sto_chunk_frame(struct rdb_buf *out, uint32_t magic, uint64_t series_id, uint64_t uid,
+		    uint64_t gen, uint32_t npoints, const uint8_t *codec, size_t codec_len,
 		    const struct mdl_series_key *key)
 {
 	size_t payload = codec_len + sto_key_rec_len(key);
@@ -197,8 +197,8 @@ int sto_chunk_frame(struct rdb_buf *out, uint32_t magic, uint64_t series_id, uin
 	return rc;
 }
 
-int sto_chunk_check(const uint8_t *rec, size_t len, uint32_t magic, uint64_t series_id, uint64_t uid,
-		    const uint8_t **payload, size_t *payload_len, const char **why)
+int sto_chunk_check(const uint8_t *rec, size_t len, uint32_t magic, uint64_t series_id,
+		    uint64_t uid, const uint8_t **payload, size_t *payload_len, const char **why)
 {
 	if (len < STO_CHUNK_HEADER_SIZE) {
 		*why = "record shorter than a chunk header";
@@ -229,7 +229,6 @@ int sto_chunk_check(const uint8_t *rec, size_t len, uint32_t magic, uint64_t ser
 	*payload_len = plen;
 	return 0;
 }
-
 
 static bool sup_shape_ok(const struct sto_sup *sup)
 {

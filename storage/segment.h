@@ -44,16 +44,16 @@ int sto_rec_hash(const uint8_t *rec, size_t hashed_payload, uint64_t *out);
  * checksum) + codec payload + series key. magic is STO_CHUNK_MAGIC (points)
  * or STO_EVCHUNK_MAGIC (events: series id 0, key with the job only).
  * 0, -ENOMEM, RDB_ELIMIT. */
-int sto_chunk_frame(struct rdb_buf *out, uint32_t magic, uint64_t series_id, uint64_t uid, uint64_t gen,
-		    uint32_t npoints, const uint8_t *codec, size_t codec_len,
+int sto_chunk_frame(struct rdb_buf *out, uint32_t magic, uint64_t series_id, uint64_t uid,
+		    uint64_t gen, uint32_t npoints, const uint8_t *codec, size_t codec_len,
 		    const struct mdl_series_key *key);
 
 /* Checks a chunk record read from disk against what the index says it is:
  * magic, lengths, series id, uid, checksum. On success *payload and *payload_len
  * point at the codec payload + key inside rec. RDB_ECORRUPT with why
  * (static string) in *why on failure. */
-int sto_chunk_check(const uint8_t *rec, size_t len, uint32_t magic, uint64_t series_id, uint64_t uid,
-		    const uint8_t **payload, size_t *payload_len, const char **why);
+int sto_chunk_check(const uint8_t *rec, size_t len, uint32_t magic, uint64_t series_id,
+		    uint64_t uid, const uint8_t **payload, size_t *payload_len, const char **why);
 
 /* Appends one supersede record (magic STO_SUP_MAGIC, layout in
  * storage/format.h) stating *sup to out. sup->src must be strictly

@@ -17,28 +17,28 @@
  * first/last are the values (bits) of the points with the smallest/largest
  * (ts, step) and do not ignore NaN. */
 struct sto_chunk_stats {
-	uint32_t count;      /* points */
-	uint32_t nan_count;  /* points whose value is NaN */
+	uint32_t count;	    /* points */
+	uint32_t nan_count; /* points whose value is NaN */
 	int64_t min_ts_ns, max_ts_ns;
 	int64_t min_step, max_step; /* MDL_STEP_NONE if no point has a step */
 	uint32_t min_attempt, max_attempt;
-	double min, max, sum;       /* over non-NaN values; min=max=sum=0 if none */
-	uint64_t first, last;       /* value bits */
-	uint32_t step_count;        /* points that have a step */
+	double min, max, sum; /* over non-NaN values; min=max=sum=0 if none */
+	uint64_t first, last; /* value bits */
+	uint32_t step_count;  /* points that have a step */
 };
 
 /* Where a chunk lives and what it holds: one index entry. */
 struct sto_chunk_ref {
 	uint64_t series_id;
-	uint64_t uid;        /* unique chunk id */
+	uint64_t uid;	     /* unique chunk id */
 	uint64_t segment_id; /* chunks/seg-<segment_id>.dat */
 	uint64_t offset;     /* of the chunk record header in the segment */
 	uint32_t length;     /* header + payload bytes (of the whole group record) */
 	uint8_t group_n;     /* 0: a chunk record of its own; else the member count
-	                      * of the group record (format.h) this chunk is in */
-	uint8_t member;      /* index of this series among the group's members */
+			      * of the group record (format.h) this chunk is in */
+	uint8_t member;	     /* index of this series among the group's members */
 	uint32_t head_len;   /* group only: payload bytes of the group's head */
-	uint64_t gen;        /* WAL generation whose records produced the chunk */
+	uint64_t gen;	     /* WAL generation whose records produced the chunk */
 	struct sto_chunk_stats stats;
 };
 

@@ -30,21 +30,21 @@
 struct sto_options {
 	const char *data_dir;
 	enum sto_sync_policy sync;
-	uint64_t wal_rotate_bytes;     /* checkpoint once the WAL file passes this */
-	uint32_t checkpoint_interval_s;/* ... or once head data is this old */
-	uint64_t head_max_bytes;       /* memory bound of the head; beyond: RDB_EBUSY */
-	uint32_t chunk_max_points;     /* seal a series' head once it holds this many */
-	uint64_t segment_max_bytes;    /* start a new segment file past this */
-	uint64_t index_map_bytes;      /* LMDB map size */
-	uint64_t max_series;           /* bound on distinct series; beyond: RDB_ELIMIT */
-	uint64_t max_series_per_job;   /* bound on one job's series; beyond: RDB_ELIMIT */
-	uint32_t batch_id_ttl_s;       /* client batch ids are remembered this long */
-	bool io_uring;                 /* false: pwritev/fdatasync instead of io_uring
-				        * (process-wide); default true unless the
-				        * environment has RANKDB_IO_URING=off */
-	bool read_only;                /* inspect only (rankctl verify): no recovery, no
-					* WAL, no flusher; nothing in data_dir is created,
-					* changed or deleted, and writes fail */
+	uint64_t wal_rotate_bytes;	/* checkpoint once the WAL file passes this */
+	uint32_t checkpoint_interval_s; /* ... or once head data is this old */
+	uint64_t head_max_bytes;	/* memory bound of the head; beyond: RDB_EBUSY */
+	uint32_t chunk_max_points;	/* seal a series' head once it holds this many */
+	uint64_t segment_max_bytes;	/* start a new segment file past this */
+	uint64_t index_map_bytes;	/* LMDB map size */
+	uint64_t max_series;		/* bound on distinct series; beyond: RDB_ELIMIT */
+	uint64_t max_series_per_job;	/* bound on one job's series; beyond: RDB_ELIMIT */
+	uint32_t batch_id_ttl_s;	/* client batch ids are remembered this long */
+	bool io_uring;			/* false: pwritev/fdatasync instead of io_uring
+					 * (process-wide); default true unless the
+					 * environment has RANKDB_IO_URING=off */
+	bool read_only;			/* inspect only (rankctl verify): no recovery, no
+					 * WAL, no flusher; nothing in data_dir is created,
+					 * changed or deleted, and writes fail */
 };
 
 /* Sane defaults for every option (data_dir "./data"). */
@@ -82,10 +82,10 @@ int sto_write(struct sto *s, const struct mdl_batch *b);
  * idempotent. Points and events of one request are one WAL record: all or
  * nothing. */
 struct sto_write_req {
-	const struct mdl_batch *points;   /* NULL or empty: none */
-	const struct mdl_events *events;  /* NULL or empty: none */
-	const char *batch_id;             /* NULL: no idempotency */
-	size_t batch_id_len;              /* 1..STO_BATCH_ID_MAX */
+	const struct mdl_batch *points;	 /* NULL or empty: none */
+	const struct mdl_events *events; /* NULL or empty: none */
+	const char *batch_id;		 /* NULL: no idempotency */
+	size_t batch_id_len;		 /* 1..STO_BATCH_ID_MAX */
 };
 #define STO_BATCH_ID_MAX 128u
 
@@ -142,7 +142,7 @@ struct sto_rollup_rec {
 	struct sto_rollup r;
 };
 struct sto_series_view {
-	struct mdl_cols head;         /* owned */
+	struct mdl_cols head;	      /* owned */
 	struct sto_chunk_ref *chunks; /* owned, ordered by (min_ts, uid) */
 	size_t nchunks;
 	struct sto_rollup_rec *rollups; /* owned, by bucket; see sto_view_series_rollups */
@@ -167,21 +167,21 @@ void sto_rollup_widths(struct sto *s, int64_t *time_width_ns, int64_t *step_widt
 
 /* Which events a read selects. Everything given must hold. */
 struct sto_ev_filter {
-	const char *job;                /* required */
-	uint8_t kinds;                  /* bits 1 << MDL_EV_LOG, 1 << MDL_EV_SPAN */
-	uint8_t min_level;              /* logs: level >= this */
-	const uint32_t *ranks;          /* nranks == 0: every rank */
+	const char *job;       /* required */
+	uint8_t kinds;	       /* bits 1 << MDL_EV_LOG, 1 << MDL_EV_SPAN */
+	uint8_t min_level;     /* logs: level >= this */
+	const uint32_t *ranks; /* nranks == 0: every rank */
 	size_t nranks;
-	int64_t from_ns, to_ns;         /* inclusive */
-	bool by_step;                   /* only events with a step in [step_from, step_to] */
+	int64_t from_ns, to_ns; /* inclusive */
+	bool by_step;		/* only events with a step in [step_from, step_to] */
 	int64_t step_from, step_to;
-	const char *text;               /* NULL or words that must all appear as whole
-					 * words (case-insensitive, [A-Za-z0-9_]+) in the
-					 * message / span name or the field values */
-	const char *const *field_keys;  /* fields[key] == value (as written, strings */
-	const char *const *field_vals;  /* without quotes) for each i < nfields */
+	const char *text;	       /* NULL or words that must all appear as whole
+					* words (case-insensitive, [A-Za-z0-9_]+) in the
+					* message / span name or the field values */
+	const char *const *field_keys; /* fields[key] == value (as written, strings */
+	const char *const *field_vals; /* without quotes) for each i < nfields */
 	size_t nfields;
-	int64_t attempt;                /* -1: every attempt; else only this one */
+	int64_t attempt; /* -1: every attempt; else only this one */
 };
 
 typedef int (*sto_ev_fn)(void *arg, const struct mdl_event *ev);
@@ -193,8 +193,8 @@ typedef int (*sto_ev_fn)(void *arg, const struct mdl_event *ev);
  * At most max_events matches are collected: RDB_ELIMIT beyond (narrow the
  * filter). fn returning non-zero stops the walk and is returned. A corrupt
  * chunk gives RDB_ECORRUPT with err filled. */
-int sto_events_read(struct sto *s, const struct sto_ev_filter *f, size_t max_events,
-		    sto_ev_fn fn, void *arg, struct sto_read_error *err);
+int sto_events_read(struct sto *s, const struct sto_ev_filter *f, size_t max_events, sto_ev_fn fn,
+		    void *arg, struct sto_read_error *err);
 
 struct sto_stats {
 	uint64_t series;
@@ -216,7 +216,7 @@ void sto_get_stats(struct sto *s, struct sto_stats *out);
  * in the head (before the WAL append) or the WAL append failed. Either
  * way nothing of such a write is stored and its error is returned. */
 enum sto_fault {
-	STO_FAULT_PREPARE = 1,    /* -ENOMEM before the WAL append */
+	STO_FAULT_PREPARE = 1,	  /* -ENOMEM before the WAL append */
 	STO_FAULT_WAL_APPEND = 2, /* -EIO from the WAL append */
 };
 void sto_fault_inject(struct sto *s, enum sto_fault f, uint32_t count);

@@ -80,7 +80,8 @@ static int remove_wal_upto(struct sto *s, uint64_t gen)
 			continue;
 		int r2 = sto_wal_remove(s->wal_dir, gens[i]);
 		if (r2 && r2 != -ENOENT)
-			rdb_warn("store", "cannot remove checkpointed WAL generation %llu in %s: %s",
+			rdb_warn("store",
+				 "cannot remove checkpointed WAL generation %llu in %s: %s",
 				 (unsigned long long)gens[i], s->wal_dir, rdb_strerror(r2));
 	}
 	free(gens);
@@ -130,9 +131,10 @@ int sti_finish_checkpoint(struct sto *s)
 			sto_txn_abort(t);
 	}
 	if (rc) {
-		rdb_error("store", "checkpoint of WAL generation %llu failed: %s; its points stay "
-			  "in memory and in the WAL, retrying", (unsigned long long)h->gen,
-			  rdb_strerror(rc));
+		rdb_error("store",
+			  "checkpoint of WAL generation %llu failed: %s; its points stay "
+			  "in memory and in the WAL, retrying",
+			  (unsigned long long)h->gen, rdb_strerror(rc));
 		return rc;
 	}
 	s->ckpt_gen = h->gen;
@@ -182,9 +184,8 @@ static bool checkpoint_due(struct sto *s)
 {
 	pthread_mutex_lock(&s->head_lock);
 	struct head *h = s->active;
-	bool due = h->points > 0 &&
-		   rdb_now_mono_ns() - h->first_mono_ns >=
-			   (int64_t)s->opt.checkpoint_interval_s * 1000000000;
+	bool due = h->points > 0 && rdb_now_mono_ns() - h->first_mono_ns >=
+					(int64_t)s->opt.checkpoint_interval_s * 1000000000;
 	bool over = atomic_load(&s->head_bytes) > s->opt.head_max_bytes / 2 && h->points > 0;
 	pthread_mutex_unlock(&s->head_lock);
 	return due || over || s->frozen || sto_wal_size(s->wal) > s->opt.wal_rotate_bytes;
@@ -308,14 +309,18 @@ static int check_format(const char *dir)
 			continue;
 		if (v == STO_FORMAT_VERSION)
 			return 0;
-		rdb_info("store", "%s: upgrading the data directory from format %u to %u (adds "
+		rdb_info("store",
+			 "%s: upgrading the data directory from format %u to %u (adds "
 			 "group and supersede records; older rankdbd releases will refuse it from "
-			 "now on)", path, v, STO_FORMAT_VERSION);
+			 "now on)",
+			 path, v, STO_FORMAT_VERSION);
 		return write_format_file(dir);
 	}
-	rdb_error("store", "%s says this data directory has a format this rankdbd does not know "
+	rdb_error("store",
+		  "%s says this data directory has a format this rankdbd does not know "
 		  "(it reads formats %u to %u); refusing to open it. Use the rankdbd release "
-		  "that wrote it.", path, STO_FORMAT_VERSION_OLDEST, STO_FORMAT_VERSION);
+		  "that wrote it.",
+		  path, STO_FORMAT_VERSION_OLDEST, STO_FORMAT_VERSION);
 	return RDB_EFORMAT;
 }
 
@@ -328,8 +333,10 @@ static int take_lock(struct sto *s)
 		return -errno;
 	if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
 		int rc = -errno;
-		rdb_error("store", "data directory %s is locked by another process (%s); is "
-			  "another rankdbd or rankctl running on it?", s->dir, path);
+		rdb_error("store",
+			  "data directory %s is locked by another process (%s); is "
+			  "another rankdbd or rankctl running on it?",
+			  s->dir, path);
 		return rc == -EWOULDBLOCK ? -EBUSY : rc;
 	}
 	return 0;
@@ -364,7 +371,7 @@ static int ev_seg_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *
 }
 
 static int drop_evpending_cb(void *arg, uint64_t gen, const char *job, int64_t min_ts_ns,
-			    uint64_t uid)
+			     uint64_t uid)
 {
 	struct drop_ctx *d = arg;
 	(void)gen;
@@ -429,7 +436,8 @@ static int purge_dropped_records(struct sto *s)
 		return rc;
 	s->trash_due_mono_ns = 0;
 	if (r.skipped)
-		rdb_warn("store", "recovery: %llu segment(s) holding chunks dropped for WAL replay "
+		rdb_warn("store",
+			 "recovery: %llu segment(s) holding chunks dropped for WAL replay "
 			 "could not be rewritten (a damaged record; run rankctl verify); until "
 			 "they are, rankctl rebuild-index may count those points twice",
 			 (unsigned long long)r.skipped);
@@ -449,8 +457,8 @@ struct replay_ctx {
 	struct mdl_batch *b;
 	struct mdl_events *ev;
 	uint64_t points, events;
-	uint64_t gen;              /* of the record being replayed */
-	struct mdl_batch *keep_b;  /* scratch: the record minus deleted jobs */
+	uint64_t gen;		  /* of the record being replayed */
+	struct mdl_batch *keep_b; /* scratch: the record minus deleted jobs */
 	struct mdl_events *keep_ev;
 };
 
@@ -473,9 +481,10 @@ static int replay_filter(struct replay_ctx *c, bool has_points, bool has_events)
 		if (sti_tomb_skips(c->s, bs->key.job, strlen(bs->key.job), c->gen))
 			continue;
 		for (size_t k = 0; rc == 0 && k < bs->pts.n; k++)
-			rc = mdl_batch_add(c->keep_b, bs->key.job, strlen(bs->key.job), bs->key.rank,
-					   bs->key.metric, strlen(bs->key.metric), bs->pts.ts_ns[k],
-					   bs->pts.step[k], bs->pts.attempt[k], bs->pts.value[k]);
+			rc =
+			    mdl_batch_add(c->keep_b, bs->key.job, strlen(bs->key.job), bs->key.rank,
+					  bs->key.metric, strlen(bs->key.metric), bs->pts.ts_ns[k],
+					  bs->pts.step[k], bs->pts.attempt[k], bs->pts.value[k]);
 	}
 	size_t ne = has_events ? mdl_events_count(c->ev) : 0;
 	for (size_t i = 0; rc == 0 && i < ne; i++) {
@@ -511,7 +520,7 @@ static int replay_apply(struct replay_ctx *c, bool has_points, bool has_events)
 	int rc = n ? sti_resolve_series(c->s, c->b, ents) : 0;
 	if (rc == 0)
 		rc = sti_apply_request(c->s, c->s->active, has_points ? c->b : NULL, ents,
-				   has_events ? c->ev : NULL, false);
+				       has_events ? c->ev : NULL, false);
 	free(ents);
 	c->points += n ? mdl_batch_points(c->b) : 0;
 	c->events += has_events ? mdl_events_count(c->ev) : 0;
@@ -571,8 +580,10 @@ static int replay_cb(void *arg, uint64_t gen, uint8_t type, const uint8_t *p, si
 		return 0;
 	}
 	if (rc == RDB_ECORRUPT || rc == RDB_EINVAL) {
-		rdb_error("store", "WAL generation %llu: a record with a valid checksum does not "
-			  "parse (%s); skipping it", (unsigned long long)gen, rdb_strerror(rc));
+		rdb_error("store",
+			  "WAL generation %llu: a record with a valid checksum does not "
+			  "parse (%s); skipping it",
+			  (unsigned long long)gen, rdb_strerror(rc));
 		return 0;
 	}
 	return rc;
@@ -586,17 +597,19 @@ static int keep_range(struct sto *s, uint64_t gen, uint64_t off, uint64_t len)
 	snprintf(qdir, sizeof(qdir), "%s/quarantine", s->dir);
 	int rc = sto_wal_keep_range(s->wal_dir, gen, off, len, qdir);
 	if (rc)
-		rdb_error("store", "cannot copy the damaged bytes %llu..%llu of WAL generation "
+		rdb_error("store",
+			  "cannot copy the damaged bytes %llu..%llu of WAL generation "
 			  "%llu into %s: %s; not starting, so that the WAL file is not deleted",
 			  (unsigned long long)off, (unsigned long long)(off + len),
 			  (unsigned long long)gen, qdir, rdb_strerror(rc));
 	else
-		rdb_error("store", "WAL generation %llu: kept the %llu damaged bytes at offset %llu "
+		rdb_error("store",
+			  "WAL generation %llu: kept the %llu damaged bytes at offset %llu "
 			  "in %s/wal-%016llx-%llu.damaged; the acknowledged writes they held are "
 			  "lost unless a backup has them. Inspect, then remove the file ('rankctl "
-			  "verify' reports it until then)", (unsigned long long)gen,
-			  (unsigned long long)len, (unsigned long long)off, qdir,
-			  (unsigned long long)gen, (unsigned long long)off);
+			  "verify' reports it until then)",
+			  (unsigned long long)gen, (unsigned long long)len, (unsigned long long)off,
+			  qdir, (unsigned long long)gen, (unsigned long long)off);
 	return rc;
 }
 
@@ -641,9 +654,11 @@ static void count_kept_damage(struct sto *s)
 	if (d)
 		closedir(d);
 	if (s->st_wal_kept_files)
-		rdb_warn("store", "%s holds %llu file(s), %llu bytes, of damaged WAL records kept by "
+		rdb_warn("store",
+			 "%s holds %llu file(s), %llu bytes, of damaged WAL records kept by "
 			 "a recovery; the writes in them were not replayed. Inspect, then remove "
-			 "them", qdir, (unsigned long long)s->st_wal_kept_files,
+			 "them",
+			 qdir, (unsigned long long)s->st_wal_kept_files,
 			 (unsigned long long)s->st_wal_kept_bytes);
 }
 
@@ -669,9 +684,10 @@ static int recover(struct sto *s)
 		struct sto_wal_replay_result res;
 		rc = sto_wal_replay(s->wal_dir, gens[i], replay_cb, &c, &res);
 		if (rc == 0)
-			rdb_info("store", "replayed WAL generation %llu: %llu records, %llu of %llu "
-				 "bytes", (unsigned long long)gens[i],
-				 (unsigned long long)res.records,
+			rdb_info("store",
+				 "replayed WAL generation %llu: %llu records, %llu of %llu "
+				 "bytes",
+				 (unsigned long long)gens[i], (unsigned long long)res.records,
 				 (unsigned long long)res.valid_bytes,
 				 (unsigned long long)res.file_bytes);
 		if (rc == 0)
@@ -687,9 +703,10 @@ static int recover(struct sto *s)
 		return rc;
 	s->active->gen = newest;
 	if (c.points || c.events)
-		rdb_info("store", "recovered %llu points and %llu events from the WAL; sealing "
-			 "them into chunks", (unsigned long long)c.points,
-			 (unsigned long long)c.events);
+		rdb_info("store",
+			 "recovered %llu points and %llu events from the WAL; sealing "
+			 "them into chunks",
+			 (unsigned long long)c.points, (unsigned long long)c.events);
 	rc = purge_dropped_records(s); /* before the checkpoint deletes the WAL */
 	if (rc)
 		return rc;
@@ -720,13 +737,15 @@ static int open_index(struct sto *s)
 	/* A missing index next to existing segments would open as an empty
 	 * database: the data would vanish from view and chunk ids be reused. */
 	if (access(mdb, F_OK) != 0 && have_segments(s)) {
-		rdb_error("store", "%s has segment files but %s is missing; refusing to start "
+		rdb_error("store",
+			  "%s has segment files but %s is missing; refusing to start "
 			  "on an empty index. Run 'rankctl --data-dir %s rebuild-index' (or "
-			  "restore index/ from a backup) first.", s->seg_dir, mdb, s->dir);
+			  "restore index/ from a backup) first.",
+			  s->seg_dir, mdb, s->dir);
 		return -ENOENT;
 	}
-	int rc = s->opt.read_only ? sto_index_open_ro(path, s->opt.index_map_bytes, &s->ix) :
-				    sto_index_open(path, s->opt.index_map_bytes, &s->ix);
+	int rc = s->opt.read_only ? sto_index_open_ro(path, s->opt.index_map_bytes, &s->ix)
+				  : sto_index_open(path, s->opt.index_map_bytes, &s->ix);
 	if (rc)
 		return rc;
 	struct sto_txn *t;
@@ -797,8 +816,8 @@ static int open_dirs_ro(struct sto *s)
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		int rc = -errno;
-		rdb_error("store", "%s: cannot read it (%s); not a rankdb data directory",
-			  path, strerror(-rc));
+		rdb_error("store", "%s: cannot read it (%s); not a rankdb data directory", path,
+			  strerror(-rc));
 		return rc;
 	}
 	ssize_t n = read(fd, buf, sizeof(buf) - 1);
@@ -820,8 +839,10 @@ static int open_dirs_ro(struct sto *s)
 		return errno == ENOENT ? 0 : -errno;
 	if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
 		int rc = -errno;
-		rdb_error("store", "data directory %s is locked by another process (%s); is "
-			  "another rankdbd or rankctl running on it?", s->dir, path);
+		rdb_error("store",
+			  "data directory %s is locked by another process (%s); is "
+			  "another rankdbd or rankctl running on it?",
+			  s->dir, path);
 		return rc == -EWOULDBLOCK ? -EBUSY : rc;
 	}
 	return 0;
@@ -878,8 +899,10 @@ int sto_open(const struct sto_options *opt, struct sto **out)
 		return 0;
 	}
 	if (rc == 0) {
-		struct sto_wal_options wo = {.dir = s->wal_dir, .gen = s->active->gen,
-					     .sync = opt->sync, .queue_max_records = 4096};
+		struct sto_wal_options wo = {.dir = s->wal_dir,
+					     .gen = s->active->gen,
+					     .sync = opt->sync,
+					     .queue_max_records = 4096};
 		rc = sto_wal_open(&wo, &s->wal);
 	}
 	if (rc == 0) {
@@ -891,9 +914,11 @@ int sto_open(const struct sto_options *opt, struct sto **out)
 		destroy(s);
 		return rc;
 	}
-	rdb_info("store", "opened %s: %llu series, checkpoint generation %llu, WAL generation "
-		 "%llu, sync policy %s", s->dir, (unsigned long long)s->nseries,
-		 (unsigned long long)s->ckpt_gen, (unsigned long long)s->active->gen,
+	rdb_info("store",
+		 "opened %s: %llu series, checkpoint generation %llu, WAL generation "
+		 "%llu, sync policy %s",
+		 s->dir, (unsigned long long)s->nseries, (unsigned long long)s->ckpt_gen,
+		 (unsigned long long)s->active->gen,
 		 opt->sync == STO_SYNC_NONE ? "none" : "fdatasync");
 	*out = s;
 	return 0;
@@ -938,7 +963,8 @@ int sto_close_rc(struct sto *s)
 	if (s->trash_due_mono_ns && sti_empty_trash(s) == 0) /* no query is left */
 		s->trash_due_mono_ns = 0;
 	if (rc)
-		rdb_error("store", "final checkpoint failed (%s); the WAL in %s still holds "
+		rdb_error("store",
+			  "final checkpoint failed (%s); the WAL in %s still holds "
 			  "every acknowledged point and is replayed at the next start",
 			  rdb_strerror(rc), s->wal_dir);
 	else

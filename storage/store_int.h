@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SEAL_BUF_MAX (8u * 1024 * 1024) /* segment bytes written per seal round */
+#define SEAL_BUF_MAX	     (8u * 1024 * 1024) /* segment bytes written per seal round */
 #define HEAD_SERIES_OVERHEAD 96u
 
 /* A known series (cache entry): never freed while the store is open. */
@@ -42,7 +42,7 @@ struct head_series {
 	struct mdl_cols pts; /* append-only until sealed; unsorted */
 	size_t reserved;     /* capacity past pts.n promised to prepared writes
 			      * (sti_prepare_request); never dropped while > 0 */
-	bool queued;         /* in the size-seal queue */
+	bool queued;	     /* in the size-seal queue */
 };
 
 struct head {
@@ -87,11 +87,11 @@ struct sto {
 	pthread_mutex_t batch_lock; /* batch_ids */
 	struct rdb_map batch_ids;   /* id hash -> struct batch_ent chain */
 
-	pthread_mutex_t series_lock; /* the series cache */
+	pthread_mutex_t series_lock;   /* the series cache */
 	struct rdb_map series_by_hash; /* key hash -> series_ent chain */
 	struct rdb_map series_by_id;   /* id -> series_ent */
 	struct rdb_map job_counts;     /* job hash -> struct job_count chain (max_series_per_job) */
-	uint64_t nseries;              /* series ever created */
+	uint64_t nseries;	       /* series ever created */
 
 	/* flusher thread state (owned by it, or by open/close when it is not running) */
 	pthread_t flusher;
@@ -109,13 +109,13 @@ struct sto {
 	uint64_t ckpt_gen;
 
 	/* data lifecycle (lifecycle.c, compact.c) */
-	pthread_rwlock_t seg_lock;     /* shared: a segment read; exclusive: swap readers */
-	pthread_mutex_t compact_lock;  /* held by compaction; a backup pauses it */
-	_Atomic uint64_t del_epoch;    /* bumped when a job's series are deleted */
-	struct series_ent *dead_ents;  /* deleted series' cache entries, freed at close */
-	struct tomb *tombs;            /* job tombstones, for WAL replay */
+	pthread_rwlock_t seg_lock;    /* shared: a segment read; exclusive: swap readers */
+	pthread_mutex_t compact_lock; /* held by compaction; a backup pauses it */
+	_Atomic uint64_t del_epoch;   /* bumped when a job's series are deleted */
+	struct series_ent *dead_ents; /* deleted series' cache entries, freed at close */
+	struct tomb *tombs;	      /* job tombstones, for WAL replay */
 	size_t ntombs;
-	struct admin_op *ops;          /* flusher work queued by admin calls (flush_lock) */
+	struct admin_op *ops; /* flusher work queued by admin calls (flush_lock) */
 	struct sto_lifecycle life;
 	int64_t last_retention_mono_ns;
 	int64_t trash_due_mono_ns; /* 0, or when the compacted-away segments go */
@@ -184,11 +184,11 @@ int sti_apply_request(struct sto *s, struct head *h, const struct mdl_batch *pts
 /* A write's room in a head, made before its WAL append (see
  * sti_prepare_request). */
 struct sti_prep {
-	const struct mdl_batch *points;  /* borrowed from the request */
+	const struct mdl_batch *points; /* borrowed from the request */
 	const struct mdl_events *events;
 	struct head_series **hs; /* [nseries] where each batch series goes */
-	struct ev_job **jobs;    /* [nev] */
-	struct ev_rec **recs;    /* [nev] records allocated, not yet linked */
+	struct ev_job **jobs;	 /* [nev] */
+	struct ev_rec **recs;	 /* [nev] records allocated, not yet linked */
 	size_t nseries, nev;
 };
 /* Makes room in h for every point and event of the request (creates head
@@ -197,8 +197,7 @@ struct sti_prep {
  * nothing reserved. Caller holds head_lock (and write_lock shared, so h
  * stays the active head until commit or unprepare). */
 int sti_prepare_request(struct sto *s, struct head *h, const struct mdl_batch *pts,
-			struct series_ent **ents, const struct mdl_events *ev,
-			struct sti_prep *pp);
+			struct series_ent **ents, const struct mdl_events *ev, struct sti_prep *pp);
 /* Applies the prepared request (cannot fail) and frees pp. Caller holds
  * head_lock. */
 void sti_commit_request(struct sto *s, struct head *h, struct sti_prep *pp, bool queue_full);
@@ -211,8 +210,8 @@ uint64_t sti_batch_hash(const char *id, size_t len);
 /* The entry of batch id, or NULL. Caller holds batch_lock. */
 struct batch_ent *sti_batch_find(struct sto *s, const char *id, size_t len, uint64_t h);
 /* Adds batch id for generation gen; *out owned by s. Caller holds batch_lock. */
-int sti_batch_add(struct sto *s, const char *id, size_t len, uint64_t h, bool done,
-		  uint64_t gen, struct batch_ent **out);
+int sti_batch_add(struct sto *s, const char *id, size_t len, uint64_t h, bool done, uint64_t gen,
+		  struct batch_ent **out);
 /* Moves the ids of generations <= gen into the index (inside txn t). */
 int sti_batch_persist(struct sto *s, struct sto_txn *t, uint64_t gen);
 /* After the checkpoint committed: forgets the ids of generations <= gen. */
@@ -297,7 +296,7 @@ struct sup_list {
 	size_t n, cap;
 };
 void sti_sup_list_trim(struct sup_list *l, size_t keep); /* frees entries from keep on */
-int sti_cmp_u64(const void *a, const void *b);            /* qsort order of uint64_t */
+int sti_cmp_u64(const void *a, const void *b);		 /* qsort order of uint64_t */
 void sti_sup_list_clear(struct sup_list *l);
 /* Appends *e (taking its arrays) to l; on failure e still owns them. */
 int sti_sup_list_push(struct sup_list *l, struct sto_sup_entry *e);

@@ -117,7 +117,7 @@ static int read_member(struct sto *s, const struct sto_chunk_ref *ref, struct rd
 		rc = rdb_buf_reserve(rec, head + sect.length);
 	if (rc == 0)
 		rc = read_record_bytes(s, ref, &cur, sect.offset, rec->data + head, sect.length,
-					       why);
+				       why);
 	if (rc == 0)
 		rc = sto_group_member_decode(rec->data, rec->data + head, ref, &sect, out, why);
 	return rc;
@@ -151,8 +151,10 @@ int sto_read_chunk(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_bu
 		 (unsigned long long)ref->series_id, (unsigned long long)ref->offset, ref->length,
 		 path);
 	static struct rdb_log_ratelimit rl;
-	rdb_log_limited(&rl, 10, RDB_LOG_ERROR, "store", "%s; the chunk is not served, "
-			"queries touching it fail, the rest of the data is served", err->msg);
+	rdb_log_limited(&rl, 10, RDB_LOG_ERROR, "store",
+			"%s; the chunk is not served, "
+			"queries touching it fail, the rest of the data is served",
+			err->msg);
 	return rc;
 }
 
@@ -160,8 +162,8 @@ static int read_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 {
 	struct read_ctx *c = arg;
 	const struct sto_range *r = c->r;
-	if (r->by_step && (ref->stats.max_step == MDL_STEP_NONE || ref->stats.max_step < r->step_from ||
-			   ref->stats.min_step > r->step_to))
+	if (r->by_step && (ref->stats.max_step == MDL_STEP_NONE ||
+			   ref->stats.max_step < r->step_from || ref->stats.min_step > r->step_to))
 		return 0;
 	int rc = sto_read_chunk(c->s, ref, &c->rec, &c->tmp, c->err);
 	if (rc)
@@ -190,7 +192,11 @@ static int read_heads(struct sto *s, uint64_t series_id, const struct sto_range 
 int sto_read(struct sto *s, uint64_t series_id, const struct sto_range *r, size_t max_points,
 	     struct mdl_cols *out, struct sto_read_error *err)
 {
-	struct read_ctx c = {.s = s, .r = r, .max_points = max_points, .out = out, .err = err,
+	struct read_ctx c = {.s = s,
+			     .r = r,
+			     .max_points = max_points,
+			     .out = out,
+			     .err = err,
 			     .series_id = series_id};
 	rdb_buf_init(&c.rec, STO_CHUNK_HEADER_SIZE + STO_CHUNK_MAX_PAYLOAD);
 	out->n = 0;
@@ -223,8 +229,8 @@ static int view_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 {
 	struct view_ctx *c = arg;
 	const struct sto_range *r = c->r;
-	if (r->by_step && (ref->stats.max_step == MDL_STEP_NONE || ref->stats.max_step < r->step_from ||
-			   ref->stats.min_step > r->step_to))
+	if (r->by_step && (ref->stats.max_step == MDL_STEP_NONE ||
+			   ref->stats.max_step < r->step_from || ref->stats.min_step > r->step_to))
 		return 0;
 	struct sto_series_view *v = c->v;
 	if (v->nchunks == c->cap) {
@@ -491,8 +497,8 @@ static int cmp_hit(const void *a, const void *b)
 	return x->text_len == y->text_len ? 0 : (x->text_len < y->text_len ? -1 : 1);
 }
 
-int sto_events_read(struct sto *s, const struct sto_ev_filter *f, size_t max_events,
-		    sto_ev_fn fn, void *arg, struct sto_read_error *err)
+int sto_events_read(struct sto *s, const struct sto_ev_filter *f, size_t max_events, sto_ev_fn fn,
+		    void *arg, struct sto_read_error *err)
 {
 	struct ev_read r = {.s = s, .max_events = max_events};
 	struct rdb_buf rec;

@@ -69,12 +69,12 @@ int sti_uid_reserve(struct sto *s, uint64_t n)
 #define RUN_MAX_POINTS (1u << 20)
 
 struct seal_round {
-	struct rdb_buf buf;          /* framed chunk records for the segment */
-	struct rdb_buf codec;        /* scratch: one chunk's codec payload */
-	struct sto_chunk_ref *refs;  /* chunks in buf */
+	struct rdb_buf buf;	    /* framed chunk records for the segment */
+	struct rdb_buf codec;	    /* scratch: one chunk's codec payload */
+	struct sto_chunk_ref *refs; /* chunks in buf */
 	size_t nrefs, refs_cap;
 	struct mdl_cols copy[STO_GROUP_MAX_MEMBERS]; /* the run's points, sorted */
-	bool done[STO_GROUP_MAX_MEMBERS];            /* member already sealed */
+	bool done[STO_GROUP_MAX_MEMBERS];	     /* member already sealed */
 };
 
 static void round_free(struct seal_round *r)
@@ -139,8 +139,8 @@ static struct mdl_cols cols_view(const struct mdl_cols *c, size_t from, size_t n
 }
 
 /* Encodes points [from, from+n) of c as one chunk record into r->buf. */
-static int encode_piece(struct sto *s, struct seal_round *r, struct series_ent *ent,
-			uint64_t gen, const struct mdl_cols *c, size_t from, size_t n)
+static int encode_piece(struct sto *s, struct seal_round *r, struct series_ent *ent, uint64_t gen,
+			const struct mdl_cols *c, size_t from, size_t n)
 {
 	struct mdl_cols p = cols_view(c, from, n);
 	r->codec.len = 0;
@@ -155,8 +155,8 @@ static int encode_piece(struct sto *s, struct seal_round *r, struct series_ent *
 	ref.gen = gen;
 	sto_chunk_stats_compute(&p, &ref.stats);
 	size_t before = r->buf.len;
-	rc = sto_chunk_frame(&r->buf, STO_CHUNK_MAGIC, ent->id, ref.uid, gen, (uint32_t)n, r->codec.data,
-			     r->codec.len, &ent->key);
+	rc = sto_chunk_frame(&r->buf, STO_CHUNK_MAGIC, ent->id, ref.uid, gen, (uint32_t)n,
+			     r->codec.data, r->codec.len, &ent->key);
 	if (rc)
 		return rc;
 	ref.length = (uint32_t)(r->buf.len - before);
@@ -211,7 +211,8 @@ static int encode_run(struct sto *s, struct seal_round *r, const struct seal_ite
 			continue;
 		size_t m = 0;
 		for (size_t j = i; j < nrun; j++)
-			if (!r->done[j] && (j == i || mdl_cols_same_time(&r->copy[i], &r->copy[j]))) {
+			if (!r->done[j] &&
+			    (j == i || mdl_cols_same_time(&r->copy[i], &r->copy[j]))) {
 				mi[m++] = j;
 				r->done[j] = true;
 			}
@@ -420,8 +421,10 @@ int sti_seal_full(struct sto *s)
 	 * stay valid while we work without the lock. */
 	int rc = sti_seal_items(s, h, items, k, false);
 	if (rc) {
-		rdb_error("store", "size seal of %zu series failed: %s; points stay in the head "
-			  "and the WAL, retrying at the next checkpoint", k, rdb_strerror(rc));
+		rdb_error("store",
+			  "size seal of %zu series failed: %s; points stay in the head "
+			  "and the WAL, retrying at the next checkpoint",
+			  k, rdb_strerror(rc));
 		pthread_mutex_lock(&s->head_lock);
 		for (size_t i = 0; i < k; i++)
 			if (items[i].hs->pts.n >= items[i].taken)
@@ -501,7 +504,8 @@ static int seal_event_chunk(struct ev_seal *es, struct ev_job *j, size_t k)
 	e.length = (uint32_t)(es->buf.len - before);
 	rc = eve_encode(&e, e.bloom, &es->entry);
 	if (rc == 0)
-		rc = sto_evidx_put(es->t, j->job, e.min_ts_ns, e.uid, es->entry.data, es->entry.len);
+		rc =
+		    sto_evidx_put(es->t, j->job, e.min_ts_ns, e.uid, es->entry.data, es->entry.len);
 	if (rc == 0)
 		rc = sto_evpending_add(es->t, e.gen, j->job, e.min_ts_ns, e.uid);
 	if (rc == 0)
@@ -595,4 +599,3 @@ int sti_seal_events(struct sto *s, struct head *h)
 	rdb_buf_free(&es.entry);
 	return rc;
 }
-

@@ -412,8 +412,8 @@ static void batch_unlink(struct sto *s, struct batch_ent *e)
 }
 
 /* Caller holds batch_lock. Adds id (done = false) for generation gen. */
-int sti_batch_add(struct sto *s, const char *id, size_t len, uint64_t h, bool done,
-		  uint64_t gen, struct batch_ent **out)
+int sti_batch_add(struct sto *s, const char *id, size_t len, uint64_t h, bool done, uint64_t gen,
+		  struct batch_ent **out)
 {
 	struct batch_ent *e = calloc(1, sizeof(*e));
 	if (!e)
@@ -489,7 +489,8 @@ int sti_batch_persist(struct sto *s, struct sto_txn *t, uint64_t gen)
 	}
 	pthread_mutex_unlock(&s->batch_lock);
 	if (rc == 0 && s->opt.batch_id_ttl_s) {
-		uint64_t now = (uint64_t)rdb_now_ns(), ttl = (uint64_t)s->opt.batch_id_ttl_s * 1000000000ull;
+		uint64_t now = (uint64_t)rdb_now_ns(),
+			 ttl = (uint64_t)s->opt.batch_id_ttl_s * 1000000000ull;
 		rc = sto_batchid_prune(t, now > ttl ? now - ttl : 0, 100000, NULL);
 	}
 	return rc;
@@ -574,8 +575,7 @@ void sto_fault_inject(struct sto *s, enum sto_fault f, uint32_t count)
 }
 
 int sti_prepare_request(struct sto *s, struct head *h, const struct mdl_batch *pts,
-			struct series_ent **ents, const struct mdl_events *ev,
-			struct sti_prep *pp)
+			struct series_ent **ents, const struct mdl_events *ev, struct sti_prep *pp)
 {
 	memset(pp, 0, sizeof(*pp));
 	if (take_fault(&s->fault_prepare))
@@ -692,9 +692,9 @@ static int append_and_apply(struct sto *s, const struct sto_write_req *req,
 		pthread_mutex_unlock(&s->head_lock);
 	}
 	if (rc == 0) {
-		rc = take_fault(&s->fault_wal_append) ? -EIO
-						      : sto_wal_append(s->wal, type, rec->data,
-								       rec->len);
+		rc = take_fault(&s->fault_wal_append)
+			 ? -EIO
+			 : sto_wal_append(s->wal, type, rec->data, rec->len);
 		pthread_mutex_lock(&s->head_lock);
 		uint64_t gen = h->gen;
 		if (rc == 0) {
@@ -752,7 +752,8 @@ int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_wri
 	if (bent)
 		batch_finish(s, bent, false, 0);
 	if (rc == 0) {
-		atomic_fetch_add(&s->st_points_written, req->points ? mdl_batch_points(req->points) : 0);
+		atomic_fetch_add(&s->st_points_written,
+				 req->points ? mdl_batch_points(req->points) : 0);
 		atomic_fetch_add(&s->st_events_written, nev);
 		atomic_fetch_add(&s->st_batches_written, 1);
 	}
@@ -769,4 +770,3 @@ int sto_write(struct sto *s, const struct mdl_batch *b)
 	struct sto_write_result res;
 	return sto_write_req(s, &req, &res);
 }
-

@@ -70,7 +70,7 @@ int sto_ring_open(unsigned depth, struct sto_ring **out)
 	if (atomic_load(&uring_off)) {
 		if (!atomic_exchange(&fallback_logged, true))
 			rdb_info(SUBSYS, "io_uring is off (io_uring = off or RANKDB_IO_URING=off); "
-				 "file writes use pwritev+fdatasync");
+					 "file writes use pwritev+fdatasync");
 		*out = r;
 		return 0;
 	}

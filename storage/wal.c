@@ -711,7 +711,7 @@ struct replay_ctx {
 	sto_wal_replay_fn fn;
 	void *arg;
 	struct sto_wal_replay_result res;
-	const char *why; /* the tail's reason, for the log */
+	const char *why;  /* the tail's reason, for the log */
 	const char *path; /* the file, for the log */
 };
 
@@ -771,8 +771,7 @@ static int intact_at(struct replay_ctx *c, uint64_t off)
  * every byte offset; a false match needs a 64-bit checksum to agree. */
 static int resync(struct replay_ctx *c, uint64_t bad_off, uint64_t *next)
 {
-	for (uint64_t off = bad_off + 1; off + STO_WAL_REC_HEADER_SIZE <= c->rd.file_bytes;
-	     off++) {
+	for (uint64_t off = bad_off + 1; off + STO_WAL_REC_HEADER_SIZE <= c->rd.file_bytes; off++) {
 		int rc = intact_at(c, off);
 		if (rc < 0)
 			return rc;
@@ -789,16 +788,16 @@ static void note_damage(struct replay_ctx *c, uint64_t off, uint64_t len, int ki
 {
 	struct sto_wal_replay_result *r = &c->res;
 	if (r->ndamaged < STO_WAL_DAMAGE_KEEP)
-		r->damaged[r->ndamaged] = (struct sto_wal_damage){.off = off, .len = len,
-								   .why = c->why};
+		r->damaged[r->ndamaged] =
+		    (struct sto_wal_damage){.off = off, .len = len, .why = c->why};
 	r->ndamaged++;
 	r->damaged_bytes += len;
 	rdb_error(SUBSYS,
 		  "%s: %s record (%s) at offset %llu, but intact records follow %llu bytes "
 		  "later: this is damage, not a crash. Skipped the damaged bytes and replaying "
 		  "the records after them",
-		  c->path, kind == 1 ? "truncated" : "corrupt", c->why,
-		  (unsigned long long)off, (unsigned long long)len);
+		  c->path, kind == 1 ? "truncated" : "corrupt", c->why, (unsigned long long)off,
+		  (unsigned long long)len);
 }
 
 static int replay_records(struct replay_ctx *c)

@@ -23,14 +23,14 @@
 
 enum sto_sync_policy {
 	STO_SYNC_FDATASYNC = 0, /* ack after fdatasync: survives power loss (default) */
-	STO_SYNC_NONE = 1,      /* ack after write(2): survives kill -9, not power loss */
+	STO_SYNC_NONE = 1,	/* ack after write(2): survives kill -9, not power loss */
 };
 
 struct sto_wal_options {
-	const char *dir;              /* the wal/ directory; must exist */
-	uint64_t gen;                 /* generation of the first file, created fresh */
+	const char *dir; /* the wal/ directory; must exist */
+	uint64_t gen;	 /* generation of the first file, created fresh */
 	enum sto_sync_policy sync;
-	size_t queue_max_records;     /* appends waiting beyond this block (backpressure) */
+	size_t queue_max_records; /* appends waiting beyond this block (backpressure) */
 };
 
 struct sto_wal;
@@ -56,9 +56,9 @@ uint64_t sto_wal_gen(const struct sto_wal *w);
 uint64_t sto_wal_size(const struct sto_wal *w);
 
 struct sto_wal_stats {
-	uint64_t records;       /* appended (durable) */
-	uint64_t bytes;         /* appended, incl. headers */
-	uint64_t syncs;         /* fdatasync calls */
+	uint64_t records;	/* appended (durable) */
+	uint64_t bytes;		/* appended, incl. headers */
+	uint64_t syncs;		/* fdatasync calls */
 	uint64_t sync_ns_total; /* time spent in write+fdatasync */
 	uint64_t sync_ns_max;
 	uint64_t errors;
@@ -91,12 +91,12 @@ struct sto_wal_damage {
 };
 
 struct sto_wal_replay_result {
-	uint64_t records;      /* applied */
-	uint64_t valid_bytes;  /* file offset just past the last good record */
-	uint64_t file_bytes;   /* file size */
-	int tail;              /* 0 clean end, 1 torn (incomplete) record, 2 corrupt record:
-				* bad bytes [valid_bytes, file_bytes) with nothing intact after */
-	uint32_t ndamaged;     /* damaged ranges in the middle (intact records follow) */
+	uint64_t records;     /* applied */
+	uint64_t valid_bytes; /* file offset just past the last good record */
+	uint64_t file_bytes;  /* file size */
+	int tail;	      /* 0 clean end, 1 torn (incomplete) record, 2 corrupt record:
+			       * bad bytes [valid_bytes, file_bytes) with nothing intact after */
+	uint32_t ndamaged;    /* damaged ranges in the middle (intact records follow) */
 	uint64_t damaged_bytes;
 	struct sto_wal_damage damaged[STO_WAL_DAMAGE_KEEP]; /* the first ndamaged of them */
 };

@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_REQS 1024
-#define MAX_SCRIPT 64
+#define MAX_REQS      1024
+#define MAX_SCRIPT    64
 #define MAX_REQ_BYTES (4 << 20)
 
 struct fake {
@@ -102,7 +102,8 @@ static void answer(int fd, int code)
 	const char *body = code >= 400 ? "simulated failure" : "";
 	int n = snprintf(resp, sizeof(resp),
 			 "HTTP/1.1 %d X\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
-			 "Connection: close\r\n\r\n%s", code, strlen(body), body);
+			 "Connection: close\r\n\r\n%s",
+			 code, strlen(body), body);
 	ssize_t w = send(fd, resp, (size_t)n, MSG_NOSIGNAL); /* the client may be gone */
 	(void)w;
 }

@@ -17,18 +17,18 @@ struct fake;
 
 struct fake_req {
 	char path[256];
-	char *body;   /* NUL-terminated, owned by the fake */
+	char *body; /* NUL-terminated, owned by the fake */
 	size_t len;
 	int behaviour;
 };
 
-struct fake *fake_start(void);                 /* aborts the test program on failure */
-void fake_stop(struct fake *f);                /* releases holds, joins, frees */
+struct fake *fake_start(void);			       /* aborts the test program on failure */
+void fake_stop(struct fake *f);			       /* releases holds, joins, frees */
 void fake_url(struct fake *f, char *buf, size_t size); /* "http://127.0.0.1:PORT" */
 /* Behaviours for the next requests, in order; then def. */
 void fake_script(struct fake *f, const int *behaviours, size_t n, int def);
-void fake_release(struct fake *f);             /* ends every hold, now and later */
-void fake_hold_again(struct fake *f);          /* holds block again */
+void fake_release(struct fake *f);    /* ends every hold, now and later */
+void fake_hold_again(struct fake *f); /* holds block again */
 /* Waits until at least n requests were recorded (bounded: 60 s); returns
  * the number recorded. */
 size_t fake_wait(struct fake *f, size_t n);

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define S 1000000000LL
+#define S  1000000000LL
 #define T0 (1700000000LL * S)
 
 static struct det_cond mk(const char *name, const char *job, int64_t rank, uint32_t for_s)
@@ -220,7 +220,7 @@ static void test_one_alert_per_identity(void)
 	}
 	c[4] = c[0];
 	snprintf(c[4].phase, sizeof(c[4].phase), "backward"); /* another phase: another alert */
-	c[5] = mk("Straggler", "j2", 9, 0);                   /* another job */
+	c[5] = mk("Straggler", "j2", 9, 0);		      /* another job */
 	snprintf(c[5].phase, sizeof(c[5].phase), "forward");
 	struct rec r = {0};
 	det_alerts_update(a, c, 6, T0, on_change, &r);
@@ -304,8 +304,7 @@ static void test_bounds(void)
 	det_alerts_stats(a, &st);
 	CHECK_EQ_INT(st.resolved_kept, 2);
 	CHECK_EQ_INT(st.resolved_total, 4);
-	struct det_alert_filter f = {NULL, NULL, DET_FILTER_ANY_RANK,
-				     1u << DET_ALERT_RESOLVED};
+	struct det_alert_filter f = {NULL, NULL, DET_FILTER_ANY_RANK, 1u << DET_ALERT_RESOLVED};
 	struct lst l = list_all(a, &f);
 	CHECK_EQ_INT(l.n, 2);
 	CHECK_EQ_INT(l.v[0].ends_ns, T0 + 3 * S);
@@ -367,9 +366,9 @@ static void test_list_filters_and_order(void)
 {
 	struct det_alerts *a = mk_alerts(0, 0);
 	struct det_cond c[5] = {
-		mk("RankDown", "jA", 1, 0), mk("RankDown", "jA", 2, 0),
-		mk("Straggler", "jA", 1, 10), mk("JobDown", "jB", DET_RANK_NONE, 0),
-		mk("RankDown", "jB", 1, 0),
+	    mk("RankDown", "jA", 1, 0),	  mk("RankDown", "jA", 2, 0),
+	    mk("Straggler", "jA", 1, 10), mk("JobDown", "jB", DET_RANK_NONE, 0),
+	    mk("RankDown", "jB", 1, 0),
 	};
 	struct rec r = {0};
 	/* Staggered: c[i] appears at T0 + i s, so firing times differ. */

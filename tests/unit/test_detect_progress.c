@@ -249,8 +249,8 @@ static void test_straggler_metrics_and_spans(void)
 		CHECK(fabs(c->value - 0.38) < 0.03);
 		CHECK(fabs(c->baseline - 0.33) < 0.02);
 		if (fabs(c->value - 0.38) >= 0.03 || fabs(c->baseline - 0.33) >= 0.02)
-			fprintf(stderr, "  own work %g s vs peers %g s: %s\n", c->value, c->baseline,
-				c->description);
+			fprintf(stderr, "  own work %g s vs peers %g s: %s\n", c->value,
+				c->baseline, c->description);
 	}
 	gen_free(&g);
 }

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define T0 1700000000000000000ll
+#define T0    1700000000000000000ll
 #define NLOGS 300
-#define NDUP 3
+#define NDUP  3
 
 struct rec {
 	uint32_t rank, attempt;
@@ -56,11 +56,17 @@ static int write_recs(struct sto *s, size_t from, size_t to)
 	struct sto_write_result res;
 	int rc = mdl_events_new(1024, 1 << 20, &b);
 	for (size_t i = from; rc == 0 && i < to; i++) {
-		struct mdl_event e = {.kind = MDL_EV_LOG, .level = recs[i].level,
-				      .rank = recs[i].rank, .attempt = recs[i].attempt,
-				      .ts_ns = recs[i].ts_ns, .step = recs[i].step, .job = "ev",
-				      .job_len = 2, .text = recs[i].msg,
-				      .text_len = strlen(recs[i].msg), .fields = recs[i].fields,
+		struct mdl_event e = {.kind = MDL_EV_LOG,
+				      .level = recs[i].level,
+				      .rank = recs[i].rank,
+				      .attempt = recs[i].attempt,
+				      .ts_ns = recs[i].ts_ns,
+				      .step = recs[i].step,
+				      .job = "ev",
+				      .job_len = 2,
+				      .text = recs[i].msg,
+				      .text_len = strlen(recs[i].msg),
+				      .fields = recs[i].fields,
 				      .fields_len = strlen(recs[i].fields)};
 		rc = mdl_events_add(b, &e);
 	}
@@ -81,11 +87,18 @@ static int write_spans(struct sto *s)
 		for (uint32_t rank = 0; rank < 2; rank++)
 			for (int a = 0; a < (step == 2 && rank == 0 ? 2 : 1); a++) {
 				int64_t t = T0 + step * 1000000 + a * 500000;
-				struct mdl_event e = {.kind = MDL_EV_SPAN, .rank = rank,
-						      .attempt = (uint32_t)a, .ts_ns = t,
-						      .step = step, .duration_ns = 100 + rank,
-						      .job = "ev", .job_len = 2, .text = "forward",
-						      .text_len = 7, .fields = "", .fields_len = 0};
+				struct mdl_event e = {.kind = MDL_EV_SPAN,
+						      .rank = rank,
+						      .attempt = (uint32_t)a,
+						      .ts_ns = t,
+						      .step = step,
+						      .duration_ns = 100 + rank,
+						      .job = "ev",
+						      .job_len = 2,
+						      .text = "forward",
+						      .text_len = 7,
+						      .fields = "",
+						      .fields_len = 0};
 				if (rc == 0)
 					rc = mdl_events_add(b, &e);
 				e.ts_ns = t + 200;
@@ -122,8 +135,11 @@ static struct sto *open_store(void)
 /* The HTTP status a query error code stands for (as server/query_json.c). */
 static int status_of(enum qry_code c)
 {
-	return c == QRY_E_INVALID ? 400 : c == QRY_E_NOT_FOUND ? 404 : c == QRY_E_TOO_LARGE ? 413 :
-	       c == QRY_E_LIMIT ? 422 : 500;
+	return c == QRY_E_INVALID     ? 400
+	       : c == QRY_E_NOT_FOUND ? 404
+	       : c == QRY_E_TOO_LARGE ? 413
+	       : c == QRY_E_LIMIT     ? 422
+				      : 500;
 }
 
 /* The typed results as JSON trees with the API's member names, so the checks
@@ -145,7 +161,8 @@ static json_t *logs_json(const struct qry_events *l, int64_t step, bool at)
 {
 	json_t *a = json_array();
 	for (size_t i = 0; i < l->n; i++)
-		json_array_append_new(a, log_json(&l->v[i]->ev, at ? l->v[i]->ev.step == step : -1));
+		json_array_append_new(a,
+				      log_json(&l->v[i]->ev, at ? l->v[i]->ev.step == step : -1));
 	return a;
 }
 
@@ -160,8 +177,8 @@ static json_t *run_logs(struct sto *s, struct qry_logs_req *q, int *status)
 		return NULL;
 	json_t *j = json_object();
 	json_object_set_new(j, "logs", logs_json(&page.logs, 0, false));
-	json_object_set_new(j, "next_cursor", page.next_cursor[0] ?
-						 json_string(page.next_cursor) : json_null());
+	json_object_set_new(j, "next_cursor",
+			    page.next_cursor[0] ? json_string(page.next_cursor) : json_null());
 	qry_log_page_free(&page);
 	return j;
 }
@@ -186,8 +203,8 @@ static bool matches(const struct rec *r, const struct sto_ev_filter *f, int whic
 	bool attempt_ok = f->attempt < 0 || r->attempt == (uint32_t)f->attempt;
 	bool field_ok = which != 1 || strstr(r->fields, "\"host\":\"h1\"") != NULL;
 	bool text_ok = which != 2 || words_in(r->msg, r->fields);
-	return rank_ok && step_ok && attempt_ok && field_ok && text_ok && r->level >= f->min_level &&
-	       r->ts_ns >= f->from_ns && r->ts_ns <= f->to_ns;
+	return rank_ok && step_ok && attempt_ok && field_ok && text_ok &&
+	       r->level >= f->min_level && r->ts_ns >= f->from_ns && r->ts_ns <= f->to_ns;
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -208,11 +225,11 @@ static void check_logs(json_t *logs, const struct sto_ev_filter *f, int which)
 		}
 	for (size_t i = 0; i < n; i++) {
 		json_t *e = json_array_get(logs, i), *p = i ? json_array_get(logs, i - 1) : NULL;
-		char *fields = json_dumps(json_object_get(e, "fields"),
-					  JSON_COMPACT | JSON_PRESERVE_ORDER);
+		char *fields =
+		    json_dumps(json_object_get(e, "fields"), JSON_COMPACT | JSON_PRESERVE_ORDER);
 		char tmp[200];
-		snprintf(tmp, sizeof(tmp), "%s|%s", json_string_value(json_object_get(e, "message")),
-			 fields);
+		snprintf(tmp, sizeof(tmp), "%s|%s",
+			 json_string_value(json_object_get(e, "message")), fields);
 		free(fields);
 		got[i] = strdup(tmp);
 		json_int_t ts = json_integer_value(json_object_get(e, "ts"));
@@ -295,7 +312,9 @@ static json_t *paginate(struct sto_ev_filter f, size_t limit, size_t max_events,
 	json_t *all = json_array();
 	char cursor[QRY_CURSOR_MAX] = "";
 	for (*pages = 0; *pages < 1000; (*pages)++) {
-		struct qry_logs_req q = {.filter = f, .limit = limit, .max_events = max_events,
+		struct qry_logs_req q = {.filter = f,
+					 .limit = limit,
+					 .max_events = max_events,
 					 .cursor = cursor[0] ? cursor : NULL};
 		int st;
 		json_t *j = run_logs(store, &q, &st);
@@ -395,8 +414,9 @@ static json_t *run_around(struct qry_around_req *q, int *status)
 	if (rc)
 		return NULL;
 	json_t *j = json_object();
-	json_object_set_new(j, "anchor_ts", a.anchor_ts_ns == INT64_MAX ? json_null() :
-					     json_integer(a.anchor_ts_ns));
+	json_object_set_new(j, "anchor_ts",
+			    a.anchor_ts_ns == INT64_MAX ? json_null()
+							: json_integer(a.anchor_ts_ns));
 	json_object_set_new(j, "logs", logs_json(&a.logs, a.step, true));
 	qry_around_free(&a);
 	return j;
@@ -436,8 +456,8 @@ static json_t *spans_json(const struct qry_spans *r)
 static void test_around(void)
 {
 	/* rank 1 (i % 4 == 1), step 12 (i / 10 == 12): i = 121, 125, 129 */
-	struct qry_around_req q = {.job = "ev", .rank = 1, .step = 12, .window_steps = 1,
-				   .max_events = 100000};
+	struct qry_around_req q = {
+	    .job = "ev", .rank = 1, .step = 12, .window_steps = 1, .max_events = 100000};
 	int st;
 	json_t *j = run_around(&q, &st);
 	json_t *logs = j ? json_object_get(j, "logs") : NULL;
@@ -470,8 +490,8 @@ static void test_around(void)
 
 static void test_spans(void)
 {
-	struct qry_spans_req q = {.job = "ev", .step_from = 1, .step_to = 2, .attempt = -1,
-				  .max_events = 1000};
+	struct qry_spans_req q = {
+	    .job = "ev", .step_from = 1, .step_to = 2, .attempt = -1, .max_events = 1000};
 	struct qry_spans sr;
 	struct qry_error err = {0};
 	CHECK_EQ_INT(qry_spans(store, &q, &sr, &err), 0);
@@ -500,8 +520,9 @@ static void test_annotations(void)
 {
 	struct qry_events ev;
 	struct qry_error err = {0};
-	CHECK_EQ_INT(qry_events_annotations(store, "ev", INT64_MIN, INT64_MAX, MDL_LEVEL_FATAL,
-					    10, &ev, &err), 0);
+	CHECK_EQ_INT(qry_events_annotations(store, "ev", INT64_MIN, INT64_MAX, MDL_LEVEL_FATAL, 10,
+					    &ev, &err),
+		     0);
 	CHECK_EQ_INT(ev.n, 10);
 	const struct mdl_event *a = ev.n ? &ev.v[0]->ev : NULL;
 	CHECK(a && a->ts_ns / 1000000 == (T0 + 42000) / 1000000);

@@ -19,9 +19,20 @@ static bool accepted(const char *p)
 static void test_grafana_patterns_pass(void)
 {
 	static const char *const ok[] = {
-		"loss", "train\\.loss", "train.loss|step_.*", "(loss|step_time)",
-		"gpu\\.(temp|power|util)", "[a-z_]+\\.[0-9]{1,3}", "(a{255})", "x{2,}",
-		"[]a]+", "[[:alpha:]]*", "a{", "{1}", "(((((a)))))", "",
+	    "loss",
+	    "train\\.loss",
+	    "train.loss|step_.*",
+	    "(loss|step_time)",
+	    "gpu\\.(temp|power|util)",
+	    "[a-z_]+\\.[0-9]{1,3}",
+	    "(a{255})",
+	    "x{2,}",
+	    "[]a]+",
+	    "[[:alpha:]]*",
+	    "a{",
+	    "{1}",
+	    "(((((a)))))",
+	    "",
 	};
 	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
 		CHECK(accepted(ok[i]));
@@ -43,15 +54,26 @@ static void test_grafana_patterns_pass(void)
 static void test_explosive_patterns_refused(void)
 {
 	static const char *const bad[] = {
-		"((a{255}){255}){255}", "(a{100}){100}", "((a|b|c)*){1000}", "([ab]*c?){2000}",
-		"(x+)+{1001}", "a{99999}", "a{1,99999}", "(a)\\1", "((a)b)\\2c", "(.*){700}",
-		"((((((((((((((((((((((((((((((((((a))))))))))))))))))))))))))))))))))",
-		"(a{40}){40}{2}",
-		/* found by fuzzing: stacked operators make glibc's regcomp take seconds */
-		"(a**********b**********c**********)**********", "l*****%***!**)****oss",
-		"a+*", "a?{2}", "(x)*{3}",
-		/* an unbalanced ')' would close the anchoring group: ^(a)|(b)$ */
-		"a)|(b",
+	    "((a{255}){255}){255}",
+	    "(a{100}){100}",
+	    "((a|b|c)*){1000}",
+	    "([ab]*c?){2000}",
+	    "(x+)+{1001}",
+	    "a{99999}",
+	    "a{1,99999}",
+	    "(a)\\1",
+	    "((a)b)\\2c",
+	    "(.*){700}",
+	    "((((((((((((((((((((((((((((((((((a))))))))))))))))))))))))))))))))))",
+	    "(a{40}){40}{2}",
+	    /* found by fuzzing: stacked operators make glibc's regcomp take seconds */
+	    "(a**********b**********c**********)**********",
+	    "l*****%***!**)****oss",
+	    "a+*",
+	    "a?{2}",
+	    "(x)*{3}",
+	    /* an unbalanced ')' would close the anchoring group: ^(a)|(b)$ */
+	    "a)|(b",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		char why[200] = "";

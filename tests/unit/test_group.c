@@ -42,8 +42,10 @@ static void fixture_make(struct fixture *f, size_t m)
 				     (int64_t)((h >> 40) % 3000000u);
 			int64_t step = i == 250 ? 249 : (int64_t)i;
 			uint32_t attempt = i >= 250 ? 1 : 0;
-			double v = k == 0 ? 10.0 / (1.0 + (double)i) : k == 1 ? (double)(i * 512) :
-				   k == 2 ? NAN : (double)(i % 17) * (double)k;
+			double v = k == 0   ? 10.0 / (1.0 + (double)i)
+				   : k == 1 ? (double)(i * 512)
+				   : k == 2 ? NAN
+					    : (double)(i % 17) * (double)k;
 			uint64_t bits;
 			memcpy(&bits, &v, 8);
 			CHECK(mdl_cols_push(&f->cols[k], ts, step, attempt, bits) == 0);
@@ -114,7 +116,8 @@ struct walk_seen {
 };
 
 static int walk_cb(void *arg, unsigned member, unsigned m, uint64_t sid,
-		   const struct mdl_series_key *key, const struct mdl_cols *cols, const char *damage)
+		   const struct mdl_series_key *key, const struct mdl_cols *cols,
+		   const char *damage)
 {
 	struct walk_seen *w = arg;
 	if (damage) {
@@ -259,7 +262,8 @@ static void test_damaged_member(void)
 	CHECK(sto_group_check(f.rec.data, f.rec.len, 77, &hl, &why) == 0);
 	for (size_t k = 0; k < 3; k += 2) {
 		struct sto_chunk_ref r = ref_of(&f, k, 3);
-		CHECK(sto_record_decode(f.rec.data, &r, &out, &why) == 0 && cols_equal(&out, &f.cols[k]));
+		CHECK(sto_record_decode(f.rec.data, &r, &out, &why) == 0 &&
+		      cols_equal(&out, &f.cols[k]));
 	}
 	CHECK(sto_record_decode(f.rec.data, &r1, &out, &why) == RDB_ECORRUPT);
 	w = (struct walk_seen){&f, 0, 3, 0};

@@ -789,9 +789,17 @@ static void test_supersede(void)
 	char dir[600];
 	struct sto_sup_src src[3] = {{7, INT64_MIN}, {8, -1}, {9, INT64_MAX}};
 	uint64_t seg[2] = {1, 4};
-	struct sto_sup_entry e = {.sup = {.series_id = 2, .merged_uid = 300, .merged_min_ts_ns = -5,
-					  .gen = 6, .nsrc = 3, .src = src},
-				  .segment_id = 9, .offset = 4096, .length = 104, .nseg = 2, .seg = seg};
+	struct sto_sup_entry e = {.sup = {.series_id = 2,
+					  .merged_uid = 300,
+					  .merged_min_ts_ns = -5,
+					  .gen = 6,
+					  .nsrc = 3,
+					  .src = src},
+				  .segment_id = 9,
+				  .offset = 4096,
+				  .length = 104,
+				  .nseg = 2,
+				  .seg = seg};
 	struct sto_sup_entry got = {0};
 	struct sup_seen seen = {0};
 

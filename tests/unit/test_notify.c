@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define S 1000000000LL
+#define S  1000000000LL
 #define T0 1700000000123456789LL /* 2023-11-14T22:13:20.123456789Z */
 
 static void sleep_ms(int ms)
@@ -29,15 +29,15 @@ static void sleep_ms(int ms)
 }
 
 /* Polls the counters until cond holds (at most 60 s), then checks it. */
-#define WAIT_UNTIL(n, st, cond)                               \
-	do {                                                  \
-		for (int w_ = 0; w_ < 30000; w_++) {          \
-			det_notify_stats((n), &(st));         \
-			if (cond)                             \
-				break;                        \
-			sleep_ms(2);                          \
-		}                                             \
-		CHECK(cond);                                  \
+#define WAIT_UNTIL(n, st, cond)                                                                    \
+	do {                                                                                       \
+		for (int w_ = 0; w_ < 30000; w_++) {                                               \
+			det_notify_stats((n), &(st));                                              \
+			if (cond)                                                                  \
+				break;                                                             \
+			sleep_ms(2);                                                               \
+		}                                                                                  \
+		CHECK(cond);                                                                       \
 	} while (0)
 
 static struct det_alert mk(uint64_t id, int64_t rank, uint8_t state)
@@ -108,12 +108,12 @@ static size_t count_substr(const char *s, const char *sub)
 }
 
 static const char *AM_FIRING =
-	"{\"labels\":{\"alertname\":\"LossNonFinite\",\"job\":\"j1\",\"rank\":\"3\","
-	"\"severity\":\"critical\",\"metric\":\"loss\"},"
-	"\"annotations\":{\"summary\":\"loss is NaN on rank 3\","
-	"\"description\":\"loss=NaN at step 1200\",\"baseline\":\"2.5\",\"step\":\"1200\"},"
-	"\"startsAt\":\"2023-11-14T22:13:20.123Z\",\"endsAt\":\"2023-11-14T22:17:20.123Z\","
-	"\"generatorURL\":\"http://rankdb:8086/api/v1/alerts?job=j1&alertname=LossNonFinite\"}";
+    "{\"labels\":{\"alertname\":\"LossNonFinite\",\"job\":\"j1\",\"rank\":\"3\","
+    "\"severity\":\"critical\",\"metric\":\"loss\"},"
+    "\"annotations\":{\"summary\":\"loss is NaN on rank 3\","
+    "\"description\":\"loss=NaN at step 1200\",\"baseline\":\"2.5\",\"step\":\"1200\"},"
+    "\"startsAt\":\"2023-11-14T22:13:20.123Z\",\"endsAt\":\"2023-11-14T22:17:20.123Z\","
+    "\"generatorURL\":\"http://rankdb:8086/api/v1/alerts?job=j1&alertname=LossNonFinite\"}";
 
 static void test_new_checks_options(void)
 {
@@ -171,26 +171,27 @@ static void test_render(void)
 	a.c.description[0] = 0;
 	CHECK(det_notify_render_am(n, &a, T0, buf, sizeof(buf)) > 0);
 	const char *want =
-		"{\"labels\":{\"alertname\":\"LossNonFinite\",\"job\":\"j1\",\"severity\":\"warning\","
-		"\"phase\":\"forward\"},\"annotations\":{\"summary\":\"a \\\"q\\\"\\u000a\\\\ \xc3\xa9 "
-		"\xef\xbf\xbd end\",\"value\":\"0.33333333333333331\",\"baseline\":\"-Inf\"},"
-		"\"startsAt\":\"2023-11-14T22:13:20.123Z\",\"endsAt\":\"2023-11-14T22:13:25.123Z\","
-		"\"generatorURL\":\"http://rankdb:8086/api/v1/alerts?job=j1&alertname=LossNonFinite\"}";
+	    "{\"labels\":{\"alertname\":\"LossNonFinite\",\"job\":\"j1\",\"severity\":\"warning\","
+	    "\"phase\":\"forward\"},\"annotations\":{\"summary\":\"a \\\"q\\\"\\u000a\\\\ \xc3\xa9 "
+	    "\xef\xbf\xbd end\",\"value\":\"0.33333333333333331\",\"baseline\":\"-Inf\"},"
+	    "\"startsAt\":\"2023-11-14T22:13:20.123Z\",\"endsAt\":\"2023-11-14T22:13:25.123Z\","
+	    "\"generatorURL\":\"http://rankdb:8086/api/v1/alerts?job=j1&alertname=LossNonFinite\"}";
 	CHECK(strcmp(buf, want) == 0);
 	if (strcmp(buf, want) != 0)
 		fprintf(stderr, "got      %s\nexpected %s\n", buf, want);
 
 	a = mk(7, 3, DET_ALERT_FIRING);
 	CHECK(det_notify_render_webhook(n, &a, T0 + S, buf, sizeof(buf)) > 0);
-	want = "{\"version\":\"1\",\"source\":\"rankdb\",\"id\":\"7\",\"state\":\"firing\","
-	       "\"labels\":{\"alertname\":\"LossNonFinite\",\"job\":\"j1\",\"rank\":\"3\","
-	       "\"severity\":\"critical\",\"metric\":\"loss\"},"
-	       "\"annotations\":{\"summary\":\"loss is NaN on rank 3\","
-	       "\"description\":\"loss=NaN at step 1200\",\"baseline\":\"2.5\",\"step\":\"1200\"},"
-	       "\"at\":\"2023-11-14T22:13:21.123Z\",\"activeAt\":\"2023-11-14T22:13:20.123Z\","
-	       "\"startsAt\":\"2023-11-14T22:13:20.123Z\",\"endsAt\":null,\"value\":null,"
-	       "\"baseline\":2.5,\"step\":1200,"
-	       "\"generatorURL\":\"http://rankdb:8086/api/v1/alerts?job=j1&alertname=LossNonFinite\"}";
+	want =
+	    "{\"version\":\"1\",\"source\":\"rankdb\",\"id\":\"7\",\"state\":\"firing\","
+	    "\"labels\":{\"alertname\":\"LossNonFinite\",\"job\":\"j1\",\"rank\":\"3\","
+	    "\"severity\":\"critical\",\"metric\":\"loss\"},"
+	    "\"annotations\":{\"summary\":\"loss is NaN on rank 3\","
+	    "\"description\":\"loss=NaN at step 1200\",\"baseline\":\"2.5\",\"step\":\"1200\"},"
+	    "\"at\":\"2023-11-14T22:13:21.123Z\",\"activeAt\":\"2023-11-14T22:13:20.123Z\","
+	    "\"startsAt\":\"2023-11-14T22:13:20.123Z\",\"endsAt\":null,\"value\":null,"
+	    "\"baseline\":2.5,\"step\":1200,"
+	    "\"generatorURL\":\"http://rankdb:8086/api/v1/alerts?job=j1&alertname=LossNonFinite\"}";
 	CHECK(strcmp(buf, want) == 0);
 	if (strcmp(buf, want) != 0)
 		fprintf(stderr, "got      %s\nexpected %s\n", buf, want);

@@ -27,7 +27,7 @@ struct rec {
 	size_t writes, points, events, ticks;
 	double last_value;
 	uint8_t last_source;
-	bool stall;  /* deliver() blocks while set */
+	bool stall; /* deliver() blocks while set */
 	bool in_deliver;
 };
 
@@ -129,16 +129,23 @@ static void test_publish_after_ack(void)
 	struct mdl_events *ev = NULL;
 	CHECK_EQ_INT(mdl_batch_new(1000, 1000, &b), 0);
 	CHECK_EQ_INT(mdl_events_new(10, 1 << 16, &ev), 0);
-	struct mdl_event e = {.kind = MDL_EV_LOG, .level = MDL_LEVEL_WARN, .rank = 3,
-			      .ts_ns = 1700000000000000000LL, .step = 7, .job = "job1",
-			      .job_len = 4, .text = "hello", .text_len = 5, .fields = "{}",
+	struct mdl_event e = {.kind = MDL_EV_LOG,
+			      .level = MDL_LEVEL_WARN,
+			      .rank = 3,
+			      .ts_ns = 1700000000000000000LL,
+			      .step = 7,
+			      .job = "job1",
+			      .job_len = 4,
+			      .text = "hello",
+			      .text_len = 5,
+			      .fields = "{}",
 			      .fields_len = 2};
 	CHECK_EQ_INT(mdl_events_add(ev, &e), 0);
 	struct ing_outcome o;
 	for (int step = 1; step <= 50; step++) {
 		add_points(b, step, 8);
-		struct ing_write w = {.points = b, .events = step == 50 ? ev : NULL,
-				      .source = ING_SRC_HTTP_JSON};
+		struct ing_write w = {
+		    .points = b, .events = step == 50 ? ev : NULL, .source = ING_SRC_HTTP_JSON};
 		CHECK_EQ_INT(ing_submit(p, &w, &o), 0);
 		CHECK_EQ_INT(o.status, 200);
 	}
@@ -151,8 +158,8 @@ static void test_publish_after_ack(void)
 	pthread_mutex_unlock(&r.mu);
 
 	/* a duplicate batch id is acknowledged and not published twice */
-	struct ing_write w = {.points = b, .batch_id = "batch-1", .batch_id_len = 7,
-			      .source = ING_SRC_UDP};
+	struct ing_write w = {
+	    .points = b, .batch_id = "batch-1", .batch_id_len = 7, .source = ING_SRC_UDP};
 	CHECK_EQ_INT(ing_submit(p, &w, &o), 0);
 	CHECK(!o.duplicate);
 	CHECK_EQ_INT(ing_submit(p, &w, &o), 0);

@@ -25,7 +25,7 @@
 
 #define NRANKS 12 /* >= 8: cross-rank and outliers read with two threads */
 #define NSTEPS 200
-#define T0 1700000000000000000ll
+#define T0     1700000000000000000ll
 
 static char base[4096];
 
@@ -177,8 +177,7 @@ static int cmp_dbl(const void *a, const void *b)
 }
 
 /* The selected points of a series, latest attempt per step on the step axis. */
-static size_t ref_points(uint32_t rank, int metric, const struct qry_bucketing *bk,
-			 struct rp *out)
+static size_t ref_points(uint32_t rank, int metric, const struct qry_bucketing *bk, struct rp *out)
 {
 	size_t n = 0;
 	for (size_t i = 0; i < nall; i++) {
@@ -187,7 +186,8 @@ static size_t ref_points(uint32_t rank, int metric, const struct qry_bucketing *
 			continue;
 		bool newer = false;
 		for (size_t j = 0; bk->axis == QRY_AXIS_STEP && bk->attempt == QRY_ATTEMPT_LATEST &&
-				   j < nall && !newer; j++)
+				   j < nall && !newer;
+		     j++)
 			newer = selected(&all[j], rank, metric, bk) && all[j].step == p->step &&
 				all[j].attempt > p->attempt;
 		if (!newer)
@@ -226,11 +226,12 @@ static void check_bucket(const struct qry_buckets *got, size_t bi, const struct 
 			ok = ok && got->vals[g->vals_off + i] == vals[i];
 	}
 	if (!ok && bucket_mismatches++ < 5)
-		fprintf(stderr, "bucket key %lld: got count %llu nan %llu sum %g, want key %lld "
-			"count %llu nan %llu sum %g\n", (long long)g->key,
-			(unsigned long long)g->a.count, (unsigned long long)g->a.nan_count, g->a.sum,
-			(long long)ref_key(&p[0], bk), (unsigned long long)count,
-			(unsigned long long)nan, sum);
+		fprintf(stderr,
+			"bucket key %lld: got count %llu nan %llu sum %g, want key %lld "
+			"count %llu nan %llu sum %g\n",
+			(long long)g->key, (unsigned long long)g->a.count,
+			(unsigned long long)g->a.nan_count, g->a.sum, (long long)ref_key(&p[0], bk),
+			(unsigned long long)count, (unsigned long long)nan, sum);
 	CHECK(ok);
 }
 
@@ -303,25 +304,27 @@ static void test_downsample_step_axis(void)
 	static const int64_t widths[] = {1, 7, 16, 64, 0};
 	static const int64_t attempts[] = {QRY_ATTEMPT_LATEST, QRY_ATTEMPT_ALL, 0, 1};
 	const struct sto_range ranges[] = {
-		{INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
-		{INT64_MIN, INT64_MAX, true, 30, 150},
-		{T0 + 20000, T0 + 100000, false, 0, INT64_MAX},
+	    {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
+	    {INT64_MIN, INT64_MAX, true, 30, 150},
+	    {T0 + 20000, T0 + 100000, false, 0, INT64_MAX},
 	};
 	uint64_t stats_allowed = 0, stats_forced = 0;
 	for (size_t w = 0; w < 5; w++)
 		for (size_t a = 0; a < 4; a++)
 			for (size_t r = 0; r < 3; r++)
 				for (int t = 0; t < 2; t++) {
-					struct qry_bucketing bk = {
-						.range = ranges[r], .axis = QRY_AXIS_STEP,
-						.width = widths[w], .attempt = attempts[a],
-						.need_values = a == 0 && r == 0,
-						.force_decode = !t};
+					struct qry_bucketing bk = {.range = ranges[r],
+								   .axis = QRY_AXIS_STEP,
+								   .width = widths[w],
+								   .attempt = attempts[a],
+								   .need_values = a == 0 && r == 0,
+								   .force_decode = !t};
 					run_matrix(&bk, t ? &stats_allowed : &stats_forced);
 				}
-	fprintf(stderr, "  step axis: %llu chunks answered from stats (stats allowed), %llu "
-		"(decode forced)\n", (unsigned long long)stats_allowed,
-		(unsigned long long)stats_forced);
+	fprintf(stderr,
+		"  step axis: %llu chunks answered from stats (stats allowed), %llu "
+		"(decode forced)\n",
+		(unsigned long long)stats_allowed, (unsigned long long)stats_forced);
 	CHECK(stats_allowed > 0);
 	CHECK_EQ_INT(stats_forced, 0);
 }
@@ -334,18 +337,22 @@ static void test_downsample_time_axis(void)
 		for (int a = 0; a < 3; a++)
 			for (int q = 0; q < 2; q++) {
 				struct qry_bucketing bk = {
-					.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
-					.axis = QRY_AXIS_TIME, .width = widths[w],
-					.attempt = a == 0 ? QRY_ATTEMPT_LATEST : a == 1 ? 0 : 3,
-					.need_values = q};
+				    .range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
+				    .axis = QRY_AXIS_TIME,
+				    .width = widths[w],
+				    .attempt = a == 0	? QRY_ATTEMPT_LATEST
+					       : a == 1 ? 0
+							: 3,
+				    .need_values = q};
 				if (w == 2)
-					bk.range = (struct sto_range){T0 + 33333, T0 + 250000, false,
-								      0, INT64_MAX};
+					bk.range = (struct sto_range){T0 + 33333, T0 + 250000,
+								      false, 0, INT64_MAX};
 				run_matrix(&bk, &stats);
 			}
 	/* the loss metric on the time axis: both attempts, all points */
 	struct qry_bucketing bk = {.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
-				   .axis = QRY_AXIS_TIME, .width = 50000,
+				   .axis = QRY_AXIS_TIME,
+				   .width = 50000,
 				   .attempt = QRY_ATTEMPT_LATEST};
 	struct qry_scan sc;
 	qry_scan_init(&sc, store, 10000000);
@@ -361,7 +368,9 @@ static void test_downsample_time_axis(void)
 static void test_point_bound(void)
 {
 	struct qry_bucketing bk = {.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
-				   .axis = QRY_AXIS_STEP, .width = 1, .attempt = QRY_ATTEMPT_ALL};
+				   .axis = QRY_AXIS_STEP,
+				   .width = 1,
+				   .attempt = QRY_ATTEMPT_ALL};
 	struct qry_scan sc;
 	struct qry_buckets b = {0};
 	qry_scan_init(&sc, store, 50);
@@ -383,10 +392,11 @@ static void test_buckets_merge(void)
 	for (int axis = 0; axis < 2; axis++)
 		for (uint32_t r = 0; r < NRANKS; r += 5) {
 			struct qry_bucketing bk = {
-				.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
-				.axis = axis ? QRY_AXIS_TIME : QRY_AXIS_STEP,
-				.width = axis ? 64000 : 7, .attempt = QRY_ATTEMPT_ALL,
-				.need_values = r == 0};
+			    .range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
+			    .axis = axis ? QRY_AXIS_TIME : QRY_AXIS_STEP,
+			    .width = axis ? 64000 : 7,
+			    .attempt = QRY_ATTEMPT_ALL,
+			    .need_values = r == 0};
 			uint64_t id = sid(store, r, axis ? "gpu" : "loss");
 			struct qry_buckets whole = {0}, lo = {0}, hi = {0};
 			CHECK_EQ_INT(qry_agg_series(&sc, id, &bk, &whole), 0);
@@ -402,7 +412,8 @@ static void test_buckets_merge(void)
 				const struct mdl_agg *x = &hi.b[i].a, *y = &whole.b[i].a;
 				CHECK(hi.b[i].key == whole.b[i].key && x->count == y->count &&
 				      x->nan_count == y->nan_count && x->sum == y->sum &&
-				      x->first_bits == y->first_bits && x->last_bits == y->last_bits);
+				      x->first_bits == y->first_bits &&
+				      x->last_bits == y->last_bits);
 				CHECK(!x->count || (x->min == y->min && x->max == y->max));
 			}
 			for (size_t i = 0; i < hi.nvals && i < whole.nvals; i++)
@@ -425,7 +436,8 @@ static bool same_column(const struct qry_xr_result *r, int col, const double *v,
 		const struct qry_xr_row *w = &r->rows[i];
 		double got = col == 0 ? w->mean : col == 1 ? w->min : col == 2 ? w->stddev : w->max;
 		if (rdb_f64_bits(got) != rdb_f64_bits(v[i])) {
-			fprintf(stderr, "column %d row %zu: got %.17g want %.17g\n", col, i, got, v[i]);
+			fprintf(stderr, "column %d row %zu: got %.17g want %.17g\n", col, i, got,
+				v[i]);
 			return false;
 		}
 	}
@@ -435,7 +447,8 @@ static bool same_column(const struct qry_xr_result *r, int col, const double *v,
 static void test_crossrank(void)
 {
 	struct qry_bucketing bk = {.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
-				   .axis = QRY_AXIS_STEP, .width = 10,
+				   .axis = QRY_AXIS_STEP,
+				   .width = 10,
 				   .attempt = QRY_ATTEMPT_LATEST};
 	struct rp *ref = malloc(nall * sizeof(*ref));
 	double mean[NSTEPS / 10], mn[NSTEPS / 10], sd[NSTEPS / 10], rv[NSTEPS / 10][NRANKS];
@@ -474,9 +487,13 @@ static void test_crossrank(void)
 		def[nb++] = true;
 	}
 	const char *metric = "loss";
-	struct qry_xr_req q = {.job = "jq", .metric = metric, .max_points = 10000000,
-			       .spec = {.range = bk.range, .axis_set = true,
-					.axis = QRY_AXIS_STEP, .width = 10,
+	struct qry_xr_req q = {.job = "jq",
+			       .metric = metric,
+			       .max_points = 10000000,
+			       .spec = {.range = bk.range,
+					.axis_set = true,
+					.axis = QRY_AXIS_STEP,
+					.width = 10,
 					.attempt = QRY_ATTEMPT_LATEST}};
 	struct qry_error err;
 	struct qry_xr_result out, sub;
@@ -516,7 +533,8 @@ static void test_crossrank(void)
 static void test_crossrank_merge(void)
 {
 	struct qry_bucketing bk = {.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
-				   .axis = QRY_AXIS_STEP, .width = 3,
+				   .axis = QRY_AXIS_STEP,
+				   .width = 3,
 				   .attempt = QRY_ATTEMPT_LATEST};
 	struct qry_xr_part whole = {0}, lo = {0}, hi = {0};
 	struct qry_buckets b = {0};
@@ -563,8 +581,11 @@ static void test_outliers_and_errors(void)
 	mdl_batch_free(b);
 	struct qry_error err;
 	struct qry_out_result out;
-	struct qry_out_req q = {.job = "jo", .metric = "step_time", .limit = 2,
-				.max_points = 1000000, .last_steps = 10,
+	struct qry_out_req q = {.job = "jo",
+				.metric = "step_time",
+				.limit = 2,
+				.max_points = 1000000,
+				.last_steps = 10,
 				.spec = {.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
 					 .attempt = QRY_ATTEMPT_LATEST}};
 	CHECK_EQ_INT(qry_outliers(s, &q, &out, &err), 0);

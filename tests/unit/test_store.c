@@ -230,8 +230,13 @@ static void test_special_values_and_series_limit(void)
 	o.max_series = 3;
 	struct sto *s;
 	CHECK_EQ_INT(sto_open(&o, &s), 0);
-	uint64_t vals[] = {MDL_VALUE_NULL_BITS, MDL_VALUE_NAN_BITS, 0x7ff0000000000001ull,
-			   rdb_f64_bits(-0.0), rdb_f64_bits(INFINITY), rdb_f64_bits(-INFINITY), 1};
+	uint64_t vals[] = {MDL_VALUE_NULL_BITS,
+			   MDL_VALUE_NAN_BITS,
+			   0x7ff0000000000001ull,
+			   rdb_f64_bits(-0.0),
+			   rdb_f64_bits(INFINITY),
+			   rdb_f64_bits(-INFINITY),
+			   1};
 	struct mdl_batch *b;
 	CHECK_EQ_INT(mdl_batch_new(100, 10, &b), 0);
 	for (int i = 0; i < 7; i++)
@@ -265,12 +270,20 @@ static void test_special_values_and_series_limit(void)
 	sto_close(s);
 }
 
-static int add_log(struct mdl_events *ev, const char *job, uint32_t rank, int64_t ts,
-		   uint8_t level, const char *msg, const char *fields)
+static int add_log(struct mdl_events *ev, const char *job, uint32_t rank, int64_t ts, uint8_t level,
+		   const char *msg, const char *fields)
 {
-	struct mdl_event e = {.kind = MDL_EV_LOG, .level = level, .rank = rank, .ts_ns = ts,
-			      .step = ts / 10, .job = job, .job_len = strlen(job), .text = msg,
-			      .text_len = strlen(msg), .fields = fields, .fields_len = strlen(fields)};
+	struct mdl_event e = {.kind = MDL_EV_LOG,
+			      .level = level,
+			      .rank = rank,
+			      .ts_ns = ts,
+			      .step = ts / 10,
+			      .job = job,
+			      .job_len = strlen(job),
+			      .text = msg,
+			      .text_len = strlen(msg),
+			      .fields = fields,
+			      .fields_len = strlen(fields)};
 	return mdl_events_add(ev, &e);
 }
 
@@ -294,8 +307,12 @@ static int ev_cb(void *arg, const struct mdl_event *e)
 static int count_events(struct sto *s, const char *job, const char *text, uint8_t min_level,
 			struct ev_seen *v)
 {
-	struct sto_ev_filter f = {.job = job, .kinds = 1u << MDL_EV_LOG, .min_level = min_level,
-				  .from_ns = INT64_MIN, .to_ns = INT64_MAX, .text = text,
+	struct sto_ev_filter f = {.job = job,
+				  .kinds = 1u << MDL_EV_LOG,
+				  .min_level = min_level,
+				  .from_ns = INT64_MIN,
+				  .to_ns = INT64_MAX,
+				  .text = text,
 				  .attempt = -1};
 	struct sto_read_error err;
 	memset(v, 0, sizeof(*v));
@@ -337,8 +354,11 @@ static void test_events_and_batch_ids(void)
 	CHECK_EQ_INT(count_events(s, "jl", NULL, MDL_LEVEL_WARN, &v), 2);
 	CHECK_EQ_INT(count_events(s, "jl", "7", 0, &v), 1); /* field values are words too */
 	CHECK_EQ_INT(count_events(s, "other", NULL, 0, &v), 0);
-	struct sto_ev_filter f = {.job = "jl", .kinds = 1u << MDL_EV_LOG, .from_ns = INT64_MIN,
-				  .to_ns = INT64_MAX, .attempt = -1};
+	struct sto_ev_filter f = {.job = "jl",
+				  .kinds = 1u << MDL_EV_LOG,
+				  .from_ns = INT64_MIN,
+				  .to_ns = INT64_MAX,
+				  .attempt = -1};
 	const char *keys[] = {"op"}, *vals[] = {"ar"};
 	f.field_keys = keys;
 	f.field_vals = vals;
@@ -402,7 +422,7 @@ static void test_series_per_job_limit(void)
 	mdl_batch_reset(b);
 	mdl_batch_add(b, "b", 1, 0, "y", 1, 1, 1, 0, 1);
 	mdl_batch_add(b, "a", 1, 1, "x", 1, 1, 1, 0, 1); /* a third series of a */
-	CHECK_EQ_INT(sto_write(s, b), RDB_ELIMIT);     /* refused whole */
+	CHECK_EQ_INT(sto_write(s, b), RDB_ELIMIT);	 /* refused whole */
 	sto_close(s);
 	CHECK_EQ_INT(sto_open(&o, &s), 0);
 	CHECK_EQ_INT(sto_write(s, b), RDB_ELIMIT);
@@ -423,8 +443,9 @@ static int write_tiny_chunks(struct sto *s, const char *metric, size_t from, siz
 		struct mdl_batch *b;
 		rc = mdl_batch_new(1 << 20, 1024, &b);
 		for (size_t k = i; rc == 0 && k < i + per && k < n; k++)
-			rc = mdl_batch_add(b, "sup", 3, 0, metric, strlen(metric), 1000 + (int64_t)k,
-					   (int64_t)k, 0, rdb_f64_bits((double)k * 0.5));
+			rc =
+			    mdl_batch_add(b, "sup", 3, 0, metric, strlen(metric), 1000 + (int64_t)k,
+					  (int64_t)k, 0, rdb_f64_bits((double)k * 0.5));
 		if (rc == 0)
 			rc = sto_write(s, b);
 		mdl_batch_free(b);
@@ -448,7 +469,7 @@ static void test_merge_then_rebuild(void)
 	struct sto_rebuild_result rr;
 	CHECK_EQ_INT(sto_open(&o, &s), 0);
 	CHECK_EQ_INT(write_tiny_chunks(s, "a", 0, 24, 3), 0); /* 8 chunks of 3 */
-	CHECK_EQ_INT(sto_compact(s, 0.0, &cr), 0);             /* merge only */
+	CHECK_EQ_INT(sto_compact(s, 0.0, &cr), 0);	      /* merge only */
 	CHECK_EQ_INT(cr.merged_from, 8);
 	CHECK_EQ_INT(cr.merged_into, 1);
 	CHECK_EQ_INT(cr.segments, 0);
@@ -471,7 +492,7 @@ static void test_merge_then_rebuild(void)
 	check_series(s, "sup", 0, "b", 1000, 12);
 	sto_close(s);
 	CHECK_EQ_INT(sto_rebuild_index(dir, o.index_map_bytes, NULL, NULL, &rr), 0);
-	CHECK_EQ_INT(rr.supersede_records, 3);  /* a, b (absorbed, still on disk), b again */
+	CHECK_EQ_INT(rr.supersede_records, 3); /* a, b (absorbed, still on disk), b again */
 	CHECK_EQ_INT(rr.skipped_superseded, 8 + 5);
 	CHECK_EQ_INT(sto_open(&o, &s), 0);
 	check_series(s, "sup", 0, "a", 1000, 24);
@@ -495,8 +516,12 @@ static void test_merge_then_rebuild(void)
 static void test_supersede_record(void)
 {
 	struct sto_sup_src src[3] = {{5, -7}, {9, 100}, {12, INT64_MAX}};
-	struct sto_sup sup = {.series_id = 3, .merged_uid = 20, .merged_min_ts_ns = -7,
-			      .gen = 4, .nsrc = 3, .src = src};
+	struct sto_sup sup = {.series_id = 3,
+			      .merged_uid = 20,
+			      .merged_min_ts_ns = -7,
+			      .gen = 4,
+			      .nsrc = 3,
+			      .src = src};
 	struct rdb_buf b;
 	rdb_buf_init(&b, 1 << 20);
 	CHECK_EQ_INT(sto_sup_frame(&b, &sup), 0);

@@ -420,9 +420,9 @@ static void test_corrupt_record(void)
 	uint64_t rec2 = ends[1];
 	/* Payload bytes of record 2, then its header bytes (every length byte,
 	 * type, reserved, checksum). */
-	const uint64_t offs[] = {rec2 + 16, rec2 + 16 + 50, rec2 + 16 + 99, rec2, rec2 + 1,
-				 rec2 + 2,  rec2 + 3,	    rec2 + 4,	    rec2 + 5,
-				 rec2 + 7,  rec2 + 8,	    rec2 + 15};
+	const uint64_t offs[] = {rec2 + 16, rec2 + 16 + 50, rec2 + 16 + 99, rec2,
+				 rec2 + 1,  rec2 + 2,	    rec2 + 3,	    rec2 + 4,
+				 rec2 + 5,  rec2 + 7,	    rec2 + 8,	    rec2 + 15};
 	for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
 		poke(path, offs[i], 0xff);
 		check_middle_damage(dir, s, rec2, ends[2]);
