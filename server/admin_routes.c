@@ -12,8 +12,11 @@
  *   POST   /api/v1/admin/backup?dir=PATH        consistent backup (server-side path)
  *   POST   /api/v1/admin/checkpoint             seal and checkpoint now
  *   POST   /api/v1/admin/rules/reload           re-read the detector rules file
+ *   POST   /api/v1/admin/tokens/reload          re-read the tokens file (server/auth.h)
  *
- * Protection: admin_token empty -> every admin request 403 (disabled);
+ * Protection: with a tokens_file or admin_token, a token with the admin
+ * scope (server/auth.h; the admin_token is one); neither ->
+ * every admin request 403 (disabled);
  * no "Authorization: Bearer" -> 401; a wrong token -> 403. Tokens are
  * compared in constant time. Every admin request is appended to the audit
  * log as one JSON line (time, client, action, target, result, status,
@@ -523,6 +526,22 @@ static void do_rules_reload(struct srv_req *req, struct srv_resp *resp)
 	rdb_buf_putc(&resp->body, '}');
 }
 
+/* Re-reads the tokens file; a bad file is refused (422), the tokens in
+ * force stay. */
+static void do_tokens_reload(struct srv_resp *resp)
+{
+	char msg[1024];
+	int rc = srv_auth_reload(msg, sizeof(msg));
+	if (rc) {
+		srv_error(resp, rc == RDB_ENOTFOUND ? 409 : 422, "%s", msg);
+		return;
+	}
+	resp->status = 200;
+	rdb_buf_puts(&resp->body, "{\"reloaded\":true,\"message\":");
+	rdb_buf_json_str(&resp->body, msg, strlen(msg));
+	rdb_buf_putc(&resp->body, '}');
+}
+
 /* Routes an authorized request; *action names it for the audit log. */
 static void route(struct srv_req *req, struct srv_resp *resp, const char *rest,
 		  const char **action, const char **target, char *job, size_t jlen)
@@ -563,6 +582,9 @@ static void route(struct srv_req *req, struct srv_resp *resp, const char *rest,
 	} else if (strcmp(rest, "checkpoint") == 0 && is(req, "POST")) {
 		*action = "checkpoint";
 		do_checkpoint(req, resp);
+	} else if (strcmp(rest, "tokens/reload") == 0 && is(req, "POST")) {
+		*action = "tokens_reload";
+		do_tokens_reload(resp);
 	} else if (strcmp(rest, "rules/reload") == 0 && is(req, "POST")) {
 		*action = "rules_reload";
 		do_rules_reload(req, resp);

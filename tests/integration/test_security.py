@@ -161,6 +161,13 @@ def test_reload_and_revoke():
     new = token_add(tf, "qry2", "query")
     s.proc.send_signal(signal.SIGHUP)
     wait_until(lambda: s.get("/api/v1/jobs", headers=bearer(new))[0] == 200, timeout=15)
+    # the admin endpoint re-reads it too
+    assert s.post("/api/v1/admin/tokens/reload", "", headers=bearer(new))[0] == 403
+    st, _, data = s.post("/api/v1/admin/tokens/reload", "", headers=bearer(toks["adm"]))
+    assert st == 200 and b"4 tokens" in data, data
+    lines = [json.loads(l) for l in open(os.path.join(s.data_dir, "audit.log"))]
+    assert any(l["action"] == "tokens_reload" and l["result"] == "ok" and l.get("token_id") == "adm"
+               for l in lines), lines
     # a broken file is refused; the tokens in force stay
     with open(tf, "a") as f:
         f.write("broken line\n")
