@@ -314,3 +314,25 @@ def test_influxdb_python_client_with_token():
     bad = run(tid, "0" * 64)
     assert "403" in str(bad["write"]) and "403" in str(bad["points"]), bad
     s.stop()
+
+
+def test_grafana_datasource_authenticates():
+    """What Grafana's JSON datasource sends: with "Basic auth" on, an
+    Authorization: Basic header on "Save & test" (GET /grafana/) and on every
+    metric/query call; with a custom header, Authorization: Bearer."""
+    s, tf, toks = secured()
+    s.write_ok([rec("gj", 1)], headers=bearer(toks["ing"]))
+    basic = {"Authorization": "Basic " + base64.b64encode(
+        ("%s:%s" % tuple(toks["qry"].split(".", 1))).encode()).decode()}
+    for h in (basic, bearer(toks["qry"])):
+        assert s.get("/grafana/", headers=h)[0] == 200
+        st, _, data = s.post("/grafana/metrics", "{}", headers=h)
+        assert st == 200 and "loss" in [m["value"] for m in json.loads(data)], data
+        q = {"range": {"from": "2023-01-01T00:00:00Z", "to": "2030-01-01T00:00:00Z"},
+             "maxDataPoints": 100, "intervalMs": 1000,
+             "targets": [{"refId": "A", "target": "loss", "payload": {"job": "gj"}}]}
+        st, _, data = s.post("/grafana/query", json.dumps(q), headers=h)
+        assert st == 200 and json.loads(data), data
+    assert s.post("/grafana/metrics", "{}")[0] == 401
+    assert s.post("/grafana/metrics", "{}", headers=bearer(toks["ing"]))[0] == 403
+    s.stop()
