@@ -314,6 +314,23 @@ static const struct opt opts[] = {
 	    "client address, action, target, result and duration (refusals rate-limited per "
 	    "client, see Admin API and audit log). Empty (the default) means audit.log inside "
 	    "data_dir."},
+    {.name = "tls_cert_file",
+     .type = OPT_STRING,
+     .def = "",
+     .min = 0,
+     FIELD(tls_cert_file),
+     .help = "PEM certificate (chain) to serve HTTPS with (empty: plain HTTP)",
+     .doc = "With tls_key_file set too, the HTTP API speaks only HTTPS (TLS through "
+	    "libmicrohttpd's GnuTLS support) on http_port. Read at start; to rotate the "
+	    "certificate, restart rankdbd."},
+    {.name = "tls_key_file",
+     .type = OPT_STRING,
+     .def = "",
+     .min = 0,
+     FIELD(tls_key_file),
+     .help = "PEM private key of tls_cert_file",
+     .doc = "The unencrypted PEM private key of tls_cert_file; keep it readable by "
+	    "rankdbd's user only."},
     {.name = "tokens_file",
      .type = OPT_STRING,
      .def = "",

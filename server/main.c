@@ -218,7 +218,8 @@ int main(int argc, char **argv)
 		sto_close(ctx.sto);
 		return 1;
 	}
-	rdb_info("main", "listening on http://%s:%u (data in %s)", cfg.http_addr, port,
+	rdb_info("main", "listening on %s://%s:%u (data in %s)",
+		 cfg.tls_cert_file[0] ? "https" : "http", cfg.http_addr, port,
 		 cfg.data_dir);
 	int sig = wait_for_signal(&ctx);
 	rdb_info("main", "received %s: stopping the HTTP server and UDP listener, then sealing "

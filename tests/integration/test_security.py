@@ -336,3 +336,53 @@ def test_grafana_datasource_authenticates():
     assert s.post("/grafana/metrics", "{}")[0] == 401
     assert s.post("/grafana/metrics", "{}", headers=bearer(toks["ing"]))[0] == 403
     s.stop()
+
+
+def test_tls_with_curl_and_python():
+    """HTTPS with a self-signed certificate made here: curl and Python's ssl
+    verify it against the certificate itself, and a token still decides."""
+    import http.client
+    import ssl
+    base = Server(name="tls").workdir
+    cert, key = os.path.join(base, "cert.pem"), os.path.join(base, "key.pem")
+    p = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", key, "-out", cert], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    tf = os.path.join(base, "tokens")
+    q = token_add(tf, "q", "query")
+    proc, pf, logf = spawn(os.path.join(base, "srv"), "--tls-cert-file", cert, "--tls-key-file", key,
+                           "--tokens-file", tf)
+    wait_until(lambda: os.path.exists(pf) and open(pf).read().endswith("\n") or
+               proc.poll() is not None, timeout=60)
+    assert proc.poll() is None, open(logf).read()
+    port = int(open(pf).read().split()[0])
+    assert "listening on https://" in open(logf).read()
+    url = "https://127.0.0.1:%d/api/v1/jobs" % port
+    c = subprocess.run(["curl", "-sS", "--cacert", cert, "-H", "Authorization: Bearer " + q,
+                        "-o", "/dev/null", "-w", "%{http_code}", url],
+                       capture_output=True, text=True, timeout=60)
+    assert c.stdout == "200", (c.stdout, c.stderr)
+    c = subprocess.run(["curl", "-sS", "--cacert", cert, "-o", "/dev/null", "-w", "%{http_code}",
+                        url], capture_output=True, text=True, timeout=60)
+    assert c.stdout == "401", (c.stdout, c.stderr)
+    # without the certificate as a trust anchor curl refuses the server
+    c = subprocess.run(["curl", "-sS", "-o", "/dev/null", url], capture_output=True, text=True,
+                       timeout=60)
+    assert c.returncode != 0
+    sc = ssl.create_default_context(cafile=cert)
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=sc, timeout=30)
+    conn.request("GET", "/api/v1/jobs", headers={"Authorization": "Bearer " + q})
+    r = conn.getresponse()
+    assert r.status == 200 and "jobs" in json.loads(r.read()), r.status
+    conn.close()
+    # plain HTTP to the TLS port gets no HTTP answer
+    plain = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        plain.request("GET", "/healthz")
+        st = plain.getresponse().status
+    except (http.client.HTTPException, OSError):
+        st = None
+    assert st != 200
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
