@@ -452,10 +452,8 @@ void srv_auth_metrics(struct rdb_buf *b)
 			       (unsigned long long)atomic_load(&g_fail[i]));
 }
 
-/* The job check of a route (route.c): param is the {job}/{name} segment or
- * "", jobarg the job query parameter or NULL. */
 int srv_auth_route_jobs(const struct srv_req *req, const struct srv_auth_grant *g,
-			const char *param, const char *jobarg, bool body_checked)
+			const char *param, bool body_checked)
 {
 	if (strcmp(g->jobs, "*") == 0)
 		return 0;
@@ -465,9 +463,12 @@ int srv_auth_route_jobs(const struct srv_req *req, const struct srv_auth_grant *
 		if (!srv_auth_job_ok(g, param, strlen(param)))
 			goto refused;
 	}
-	if (jobarg) {
+	for (int i = 0; i < req->nargs; i++) { /* every job parameter: a valid id that matches */
+		const char *v = req->args[i].val;
+		if (strcmp(req->args[i].key, "job") != 0)
+			continue;
 		known = true;
-		if (!srv_auth_job_ok(g, jobarg, strlen(jobarg)))
+		if (!mdl_job_valid(v, strlen(v)) || !srv_auth_job_ok(g, v, strlen(v)))
 			goto refused;
 	}
 	if (known || body_checked)

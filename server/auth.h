@@ -64,11 +64,13 @@ bool srv_auth_job_ok(const struct srv_auth_grant *g, const char *job, size_t len
 bool srv_auth_write_ok(const struct srv_req *req, const struct mdl_batch *points,
 		       const struct mdl_events *events);
 
-/* The job check of a route (route.c): param the {job}/{name} segment or
- * "", jobarg the job query parameter or NULL; body_checked: the handler
- * checks every record's job (srv_auth_write_ok). 0 or 403 (audited). */
+/* The job check of a route (route.c) for a job-limited grant: param (the
+ * {job}/{name} segment, or "") and every job query parameter (each must be
+ * a valid job id) must match g's patterns, and at least one of them must be
+ * there unless body_checked (the handler checks every record's job with
+ * srv_auth_write_ok). 0 or 403 (counted, audited). */
 int srv_auth_route_jobs(const struct srv_req *req, const struct srv_auth_grant *g,
-			const char *param, const char *jobarg, bool body_checked);
+			const char *param, bool body_checked);
 
 /* Appends the auth metrics to /metrics text. */
 struct rdb_buf;

@@ -347,10 +347,11 @@ static const struct opt opts[] = {
      .def = "off",
      .values = onoff_values,
      FIELD(allow_insecure),
-     .help = "on: allow a non-loopback http_addr/udp_addr without a tokens_file",
-     .doc = "Without a tokens_file rankdbd refuses to start on an http_addr or udp_addr other "
-	    "than loopback, because anyone who reaches the port could read, write and delete. "
-	    "on lets it start anyway (with a warning in the log); for trusted networks only."},
+     .help = "on: allow a non-loopback http_addr without tokens, or udp_addr at all",
+     .doc = "rankdbd refuses to start on an http_addr other than loopback without a "
+	    "tokens_file (anyone who reaches the port could read, write and delete), and on a "
+	    "udp_addr other than loopback (datagrams carry no credential). on lets it start "
+	    "anyway (with a warning in the log); for trusted networks only."},
     {.name = "retention_s",
      .type = OPT_DURATION,
      .def = "0",

@@ -65,28 +65,30 @@ static bool loopback(const char *addr)
 	return inet_pton(AF_INET, addr, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
 }
 
-/* Refuses a non-loopback listener without tokens unless allow_insecure =
- * on (then warns). 0 or -1 with the reason logged. */
+/* Refuses a listener open to others unless allow_insecure = on (then
+ * warns): a non-loopback http_addr without a tokens_file, and a
+ * non-loopback udp_addr (datagrams carry no credential). 0 or -1 with the
+ * reason logged. */
 static int insecure_bind(const struct srv_config *c)
 {
-	const char *open_addr = NULL;
-	if (c->tokens_file[0])
-		return 0;
-	if (!loopback(c->http_addr))
+	const char *open_addr = NULL, *why = NULL;
+	if (!c->tokens_file[0] && !loopback(c->http_addr)) {
 		open_addr = c->http_addr;
-	else if (c->udp_port && !loopback(c->udp_addr))
+		why = "without a tokens_file: anyone who reaches it could read, write and "
+		      "delete data";
+	} else if (c->udp_port && !loopback(c->udp_addr)) {
 		open_addr = c->udp_addr;
+		why = "for UDP: datagrams carry no credential, anyone who reaches it could write";
+	}
 	if (!open_addr)
 		return 0;
 	if (strcmp(c->allow_insecure, "on") == 0) {
-		rdb_warn("main", "listening on %s without a tokens_file (allow_insecure = on): "
-			 "anyone who reaches the port can read, write and delete data", open_addr);
+		rdb_warn("main", "listening on %s %s (allow_insecure = on)", open_addr, why);
 		return 0;
 	}
-	rdb_error("main", "refusing to listen on %s without a tokens_file: anyone who reaches "
-		  "it could read, write and delete data. Set tokens_file (see docs/OPERATIONS.md, "
+	rdb_error("main", "refusing to listen on %s %s. Set tokens_file (see docs/OPERATIONS.md, "
 		  "Securing rankdb), bind 127.0.0.1, or set allow_insecure = on; exiting",
-		  open_addr);
+		  open_addr, why);
 	return -1;
 }
 

@@ -153,12 +153,8 @@ static int authorize(struct srv_req *req, struct srv_resp *resp, const struct sr
 	unsigned scope = r->scope == SRV_SCOPE_WRITE ? SRV_AUTH_INGEST : SRV_AUTH_QUERY;
 	int st = srv_auth_check(req, scope, g);
 	if (st == 0) {
-		const char *jobarg = NULL;
-		for (int i = 0; i < req->nargs; i++)
-			if (strcmp(req->args[i].key, "job") == 0)
-				jobarg = req->args[i].val;
 		bool per_record = r->scope == SRV_SCOPE_WRITE && !req->param[0];
-		st = srv_auth_route_jobs(req, g, req->param, jobarg, per_record);
+		st = srv_auth_route_jobs(req, g, req->param, per_record);
 	}
 	if (st == 0)
 		return 0;

@@ -138,6 +138,10 @@ def test_job_patterns():
     rows = json.loads(data)
     assert "team-a-run1" in json.dumps(rows) and "team-b" not in json.dumps(rows)
     assert s.get("/api/v1/query/range?job=team-b-run1&metric=loss", headers=t)[0] == 403
+    # every job parameter counts, whichever one the endpoint reads
+    for q in ("job=team-b-run1&job=team-a-run1", "job=team-a-run1&job=team-b-run1",
+              "job=team-a-*", "job=team-a-x%7Cteam-b-run1"):
+        assert s.get("/api/v1/query/range?%s&metric=loss" % q, headers=t)[0] == 403, q
     assert s.get("/api/v1/jobs/team-b-run1/metrics", headers=t)[0] == 403
     assert s.get("/api/v1/jobs/team-a-run1/metrics", headers=t)[0] == 200
     assert s.get("/api/v1/jobs", headers=t)[0] == 403
@@ -252,6 +256,13 @@ def test_insecure_bind_refused():
     assert p.poll() is None, open(logf).read()
     p.send_signal(signal.SIGTERM)
     p.wait(timeout=60)
+    # UDP has no credential: a non-loopback udp_addr is refused even with tokens
+    tf0 = os.path.join(base, "tokens0")
+    token_add(tf0, "q", "query")
+    p, pf, logf = spawn(os.path.join(base, "u2"), "--udp-port", "18089", "--udp-addr", "0.0.0.0",
+                        "--tokens-file", tf0)
+    assert p.wait(timeout=60) != 0
+    assert "for UDP" in open(logf).read()
     p, pf, logf = spawn(os.path.join(base, "b"), "--http-addr", "0.0.0.0", "--allow-insecure", "on")
     wait_until(lambda: os.path.exists(pf) or p.poll() is not None, timeout=60)
     assert p.poll() is None and "allow_insecure = on" in open(logf).read()
