@@ -12,8 +12,11 @@
  *   POST   /api/v1/admin/backup?dir=PATH        consistent backup (server-side path)
  *   POST   /api/v1/admin/checkpoint             seal and checkpoint now
  *   POST   /api/v1/admin/rules/reload           re-read the detector rules file
+ *   POST   /api/v1/admin/tokens/reload          re-read the tokens file (server/auth.h)
  *
- * Protection: admin_token empty -> every admin request 403 (disabled);
+ * Protection: with a tokens_file or admin_token, a token with the admin
+ * scope (server/auth.h; the admin_token is one); neither ->
+ * every admin request 403 (disabled);
  * no "Authorization: Bearer" -> 401; a wrong token -> 403. Tokens are
  * compared in constant time. Every admin request is appended to the audit
  * log as one JSON line (time, client, action, target, result, status,
@@ -28,6 +31,7 @@
  */
 #include "server/route.h"
 #include "server/srv.h"
+#include "server/auth.h"
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
 #include "common/rdb_time.h"
@@ -132,8 +136,11 @@ static bool refusal_may_log(const char *peer, uint64_t *skipped)
 	return false;
 }
 
+/* One audit line: action on target by token id (may be ""), reason of a
+ * refusal or NULL. Refusals are rate-limited (above). */
 static void audit(const struct srv_req *req, const char *action, const char *target,
-		  const struct srv_resp *resp, int64_t started_ns)
+		  const char *token_id, const char *reason, const struct srv_resp *resp,
+		  int64_t started_ns)
 {
 	struct rdb_buf b;
 	char when[64];
@@ -162,6 +169,12 @@ static void audit(const struct srv_req *req, const char *action, const char *tar
 	rdb_buf_json_str(&b, target, tlen < AUDIT_TARGET_MAX ? tlen : AUDIT_TARGET_MAX);
 	if (tlen > AUDIT_TARGET_MAX)
 		rdb_buf_printf(&b, ",\"target_bytes\":%zu", tlen);
+	if (token_id && token_id[0]) {
+		rdb_buf_puts(&b, ",\"token_id\":");
+		rdb_buf_json_str(&b, token_id, strlen(token_id));
+	}
+	if (reason)
+		rdb_buf_printf(&b, ",\"reason\":\"%s\"", reason);
 	if (skipped)
 		rdb_buf_printf(&b, ",\"refusals_not_logged\":%llu", (unsigned long long)skipped);
 	rdb_buf_printf(&b, ",\"result\":\"%s\",\"status\":%d,\"duration_ms\":%.3f}\n", result,
@@ -182,33 +195,31 @@ static void audit(const struct srv_req *req, const char *action, const char *tar
 	rdb_buf_free(&b);
 }
 
-/* Constant-time in the token's content (length differences still end in
- * a mismatch after a full pass over the presented bytes). */
-static bool token_eq(const char *want, const char *got)
+void srv_audit_refusal(const struct srv_req *req, const char *token_id, int status,
+		       const char *reason)
 {
-	size_t wl = strlen(want), gl = strlen(got);
-	unsigned diff = wl != gl;
-	for (size_t i = 0; i < gl; i++)
-		diff |= (unsigned)(uint8_t)got[i] ^ (unsigned)(uint8_t)want[i % (wl ? wl : 1)];
-	return diff == 0;
+	struct srv_resp r = {.status = status};
+	const char *p = req->path ? req->path : "";
+	audit(req, "auth", p, token_id, reason, &r, rdb_now_ns());
 }
 
 /* 0 if allowed, else resp is filled. */
-static int authorize(const struct srv_req *req, struct srv_resp *resp)
+static int authorize(const struct srv_req *req, struct srv_resp *resp, char *id, size_t idlen)
 {
 	const char *tok = req->ctx->cfg->admin_token;
+	if (srv_auth_enabled() || tok[0]) {
+		struct srv_auth_grant g;
+		int st = srv_auth_check(req, SRV_AUTH_ADMIN, &g);
+		snprintf(id, idlen, "%s", g.id);
+		if (st == 401)
+			srv_error(resp, 401, "admin API: send 'Authorization: Bearer <token>'");
+		else if (st)
+			srv_error(resp, 403, "forbidden");
+		return st ? -1 : 0;
+	}
 	if (!tok[0]) {
 		srv_error(resp, 403, "the admin API is disabled: set admin_token in the config "
 			  "file (or --admin-token) and send 'Authorization: Bearer <token>'");
-		return -1;
-	}
-	const char *h = srv_req_header(req, "Authorization");
-	if (!h || strncmp(h, "Bearer ", 7) != 0) {
-		srv_error(resp, 401, "admin API: send 'Authorization: Bearer <admin_token>'");
-		return -1;
-	}
-	if (!token_eq(tok, h + 7)) {
-		srv_error(resp, 403, "admin API: wrong token");
 		return -1;
 	}
 	return 0;
@@ -515,6 +526,22 @@ static void do_rules_reload(struct srv_req *req, struct srv_resp *resp)
 	rdb_buf_putc(&resp->body, '}');
 }
 
+/* Re-reads the tokens file; a bad file is refused (422), the tokens in
+ * force stay. */
+static void do_tokens_reload(struct srv_resp *resp)
+{
+	char msg[1024];
+	int rc = srv_auth_reload(msg, sizeof(msg));
+	if (rc) {
+		srv_error(resp, rc == RDB_ENOTFOUND ? 409 : 422, "%s", msg);
+		return;
+	}
+	resp->status = 200;
+	rdb_buf_puts(&resp->body, "{\"reloaded\":true,\"message\":");
+	rdb_buf_json_str(&resp->body, msg, strlen(msg));
+	rdb_buf_putc(&resp->body, '}');
+}
+
 /* Routes an authorized request; *action names it for the audit log. */
 static void route(struct srv_req *req, struct srv_resp *resp, const char *rest,
 		  const char **action, const char **target, char *job, size_t jlen)
@@ -555,6 +582,9 @@ static void route(struct srv_req *req, struct srv_resp *resp, const char *rest,
 	} else if (strcmp(rest, "checkpoint") == 0 && is(req, "POST")) {
 		*action = "checkpoint";
 		do_checkpoint(req, resp);
+	} else if (strcmp(rest, "tokens/reload") == 0 && is(req, "POST")) {
+		*action = "tokens_reload";
+		do_tokens_reload(resp);
 	} else if (strcmp(rest, "rules/reload") == 0 && is(req, "POST")) {
 		*action = "rules_reload";
 		do_rules_reload(req, resp);
@@ -573,9 +603,10 @@ static void h_admin(struct srv_req *req, struct srv_resp *resp, const struct srv
 	int64_t t0 = rdb_now_ns();
 	const char *rest = req->path + strlen(PREFIX), *action = "admin", *target = rest;
 	char job[MDL_JOB_MAX + 2];
-	if (authorize(req, resp) == 0)
+	char id[SRV_AUTH_ID_MAX + 1] = "";
+	if (authorize(req, resp, id, sizeof(id)) == 0)
 		route(req, resp, rest, &action, &target, job, sizeof(job));
-	audit(req, action, target, resp, t0);
+	audit(req, action, target, id, NULL, resp, t0);
 }
 
 /* One row for the prefix: the admin API audits every request, unknown

@@ -314,6 +314,44 @@ static const struct opt opts[] = {
 	    "client address, action, target, result and duration (refusals rate-limited per "
 	    "client, see Admin API and audit log). Empty (the default) means audit.log inside "
 	    "data_dir."},
+    {.name = "tls_cert_file",
+     .type = OPT_STRING,
+     .def = "",
+     .min = 0,
+     FIELD(tls_cert_file),
+     .help = "PEM certificate (chain) to serve HTTPS with (empty: plain HTTP)",
+     .doc = "With tls_key_file set too, the HTTP API speaks only HTTPS (TLS through "
+	    "libmicrohttpd's GnuTLS support) on http_port. Read at start; to rotate the "
+	    "certificate, restart rankdbd."},
+    {.name = "tls_key_file",
+     .type = OPT_STRING,
+     .def = "",
+     .min = 0,
+     FIELD(tls_key_file),
+     .help = "PEM private key of tls_cert_file",
+     .doc = "The unencrypted PEM private key of tls_cert_file; keep it readable by "
+	    "rankdbd's user only."},
+    {.name = "tokens_file",
+     .type = OPT_STRING,
+     .def = "",
+     .min = 0,
+     FIELD(tokens_file),
+     .help = "file of scoped API tokens (empty: no tokens; see OPERATIONS.md, Securing rankdb)",
+     .doc = "One token a line: id, scopes (ingest, query, admin), job-name patterns and the "
+	    "SHA-256 of its secret (rankctl token add writes it). When set, every endpoint but "
+	    "/healthz, /metrics and /ping needs a token with its scope (401 without one, 403 "
+	    "with a wrong scope or job). Read again on SIGHUP and when the file changes. Empty "
+	    "(the default): the API is open, admin_token still guards the admin API."},
+    {.name = "allow_insecure",
+     .type = OPT_ENUM,
+     .def = "off",
+     .values = onoff_values,
+     FIELD(allow_insecure),
+     .help = "on: allow a non-loopback http_addr without tokens, or udp_addr at all",
+     .doc = "rankdbd refuses to start on an http_addr other than loopback without a "
+	    "tokens_file (anyone who reaches the port could read, write and delete), and on a "
+	    "udp_addr other than loopback (datagrams carry no credential). on lets it start "
+	    "anyway (with a warning in the log); for trusted networks only."},
     {.name = "retention_s",
      .type = OPT_DURATION,
      .def = "0",

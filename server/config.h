@@ -47,6 +47,10 @@ struct srv_config {
 	uint64_t max_query_points;	/* points one query may read */
 	uint64_t max_response_bytes;	/* largest query response body */
 	char admin_token[256];		/* bearer token of the admin API; "" = admin API off */
+	char tls_cert_file[4096];	/* PEM certificate (chain) for HTTPS; "" = plain HTTP */
+	char tls_key_file[4096];	/* PEM private key of tls_cert_file */
+	char tokens_file[4096];		/* scoped API tokens (server/auth.c); "" = none */
+	char allow_insecure[8];		/* "on": non-loopback bind without tokens allowed */
 	char audit_log[4096];		/* admin audit log; "" = <data_dir>/audit.log */
 	uint64_t retention_s;		/* default retention of sealed data; 0 = forever */
 	uint32_t retention_check_s;	/* background retention + compaction period */

@@ -54,6 +54,7 @@
  * rate-limited.
  */
 #include "server/srv.h"
+#include "server/auth.h"
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
 #include "common/rdb_time.h"
@@ -261,6 +262,10 @@ static void handle_write(struct srv_req *req, struct srv_resp *resp)
 		goto out;
 	w.points = b;
 	w.events = ev;
+	if (!srv_auth_write_ok(req, b, ev)) {
+		srv_error(resp, 403, "forbidden");
+		goto out;
+	}
 	if (ing_submit(ctx->pipe, &w, &o) == 0) {
 		atomic_fetch_add(&ctx->counters.write_records, res.records_ok);
 		resp->status = 200;
@@ -656,6 +661,7 @@ static void handle_metrics(struct srv_req *req, struct srv_resp *resp)
 		       (double)atomic_load(&c->query_ns_total) / 1e9);
 	metrics_ingest(b, c);
 	srv_detect_metrics(ctx, b);
+	srv_auth_metrics(b);
 	metric(b, "rankdb_http_connections", "gauge", "Open HTTP connections.",
 	       atomic_load(&c->http_connections));
 	metric(b, "rankdb_http_connections_shed_total", "counter",

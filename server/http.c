@@ -88,6 +88,7 @@ struct srv_http {
 	bool reaper_started;
 	bool stopping; /* under mu */
 	pthread_cond_t stop_cv;
+	char *tls_cert, *tls_key; /* PEM (tls_cert_file, tls_key_file), NULL: plain HTTP */
 };
 
 struct conn_req {
@@ -590,7 +591,38 @@ static void http_free(struct srv_http *h)
 		MHD_stop_daemon(h->d); /* closes every connection: the registry empties */
 	pthread_mutex_destroy(&h->mu);
 	pthread_cond_destroy(&h->stop_cv);
+	if (h->tls_key)
+		memset(h->tls_key, 0, strlen(h->tls_key)); /* the private key leaves no copy */
+	free(h->tls_key);
+	free(h->tls_cert);
 	free(h);
+}
+
+#define TLS_FILE_MAX (1u << 20) /* a PEM certificate chain or key */
+
+/* Reads a whole PEM file (at most TLS_FILE_MAX bytes) into *out (malloc'd,
+ * NUL-terminated). 0 or -errno / RDB_ELIMIT with a log line. */
+static int read_pem(const char *what, const char *path, char **out)
+{
+	FILE *f = fopen(path, "re");
+	if (!f) {
+		int rc = -errno;
+		rdb_error("http", "cannot open %s %s: %s", what, path, strerror(errno));
+		return rc;
+	}
+	char *buf = malloc(TLS_FILE_MAX + 1);
+	size_t n = buf ? fread(buf, 1, TLS_FILE_MAX + 1, f) : 0;
+	int rc = !buf ? -ENOMEM : ferror(f) ? -EIO : n > TLS_FILE_MAX ? RDB_ELIMIT : 0;
+	fclose(f);
+	if (rc) {
+		rdb_error("http", "cannot read %s %s: %s", what, path,
+			  rc == RDB_ELIMIT ? "larger than 1 MiB" : rdb_strerror(rc));
+		free(buf);
+		return rc;
+	}
+	buf[n] = 0;
+	*out = buf;
+	return 0;
 }
 
 int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
@@ -617,8 +649,31 @@ int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
 	 * So no more workers than connections they may hold. */
 	unsigned limit = (unsigned)cfg->http_max_connections + reserve;
 	unsigned threads = (unsigned)cfg->http_threads < limit ? (unsigned)cfg->http_threads : limit;
+	struct MHD_OptionItem tls[3] = {{MHD_OPTION_END, 0, NULL}};
+	unsigned tls_flag = 0;
+	if (cfg->tls_cert_file[0] || cfg->tls_key_file[0]) {
+		int rc = 0;
+		if (!cfg->tls_cert_file[0] || !cfg->tls_key_file[0]) {
+			rdb_error("http", "TLS needs both tls_cert_file and tls_key_file");
+			rc = -EINVAL;
+		} else if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+			rdb_error("http", "this libmicrohttpd has no TLS support");
+			rc = -ENOTSUP;
+		}
+		if (rc == 0)
+			rc = read_pem("tls_cert_file", cfg->tls_cert_file, &h->tls_cert);
+		if (rc == 0)
+			rc = read_pem("tls_key_file", cfg->tls_key_file, &h->tls_key);
+		if (rc) {
+			http_free(h);
+			return rc;
+		}
+		tls[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert};
+		tls[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key};
+		tls_flag = MHD_USE_TLS;
+	}
 	h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
-					MHD_USE_ERROR_LOG,
+					MHD_USE_ERROR_LOG | tls_flag,
 				0, NULL, NULL, on_request, h,
 				MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
 				MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
@@ -628,10 +683,13 @@ int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
 				MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
 				MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
 				MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+				MHD_OPTION_ARRAY, tls,
 				MHD_OPTION_END);
 	if (!h->d) {
 		rdb_error("http", "cannot listen on %s:%u (port in use, or address not "
-			  "available on this host)", cfg->http_addr, cfg->http_port);
+			  "available on this host%s)", cfg->http_addr, cfg->http_port,
+			  tls_flag ? ", or the TLS certificate or key is not valid PEM or does not "
+				     "match" : "");
 		http_free(h);
 		return -EADDRINUSE;
 	}

@@ -34,6 +34,7 @@
  */
 #include "server/route.h"
 #include "server/srv.h"
+#include "server/auth.h"
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
 #include "common/rdb_time.h"
@@ -345,7 +346,11 @@ static void handle_lp_write(struct srv_req *req, struct srv_resp *resp, enum api
 			atomic_fetch_add(&ctx->counters.write_rejected_invalid, 1);
 		goto out;
 	}
-	if (parse_body(ctx, r, resp) == 0)
+	if (parse_body(ctx, r, resp) != 0)
+		goto out;
+	if (!srv_auth_write_ok(req, r->b, r->ev)) /* a job-limited token: every record's job */
+		lp_error(resp, api, 403, "forbidden");
+	else
 		write_lines(ctx, r, resp);
 out:
 	lp_req_free(r);

@@ -13,8 +13,10 @@
 #include "server/config.h"
 #include "server/srv.h"
 #include "server/udp.h"
+#include "server/auth.h"
 #include "detect/service.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -56,6 +58,40 @@ static int storage_options(const struct srv_config *cfg, struct sto_options *o)
 	return 0;
 }
 
+/* True for an IPv4 address in 127.0.0.0/8. */
+static bool loopback(const char *addr)
+{
+	struct in_addr a;
+	return inet_pton(AF_INET, addr, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+/* Refuses a listener open to others unless allow_insecure = on (then
+ * warns): a non-loopback http_addr without a tokens_file, and a
+ * non-loopback udp_addr (datagrams carry no credential). 0 or -1 with the
+ * reason logged. */
+static int insecure_bind(const struct srv_config *c)
+{
+	const char *open_addr = NULL, *why = NULL;
+	if (!c->tokens_file[0] && !loopback(c->http_addr)) {
+		open_addr = c->http_addr;
+		why = "without a tokens_file: anyone who reaches it could read, write and "
+		      "delete data";
+	} else if (c->udp_port && !loopback(c->udp_addr)) {
+		open_addr = c->udp_addr;
+		why = "for UDP: datagrams carry no credential, anyone who reaches it could write";
+	}
+	if (!open_addr)
+		return 0;
+	if (strcmp(c->allow_insecure, "on") == 0) {
+		rdb_warn("main", "listening on %s %s (allow_insecure = on)", open_addr, why);
+		return 0;
+	}
+	rdb_error("main", "refusing to listen on %s %s. Set tokens_file (see docs/OPERATIONS.md, "
+		  "Securing rankdb), bind 127.0.0.1, or set allow_insecure = on; exiting",
+		  open_addr, why);
+	return -1;
+}
+
 /* Waits for SIGTERM or SIGINT; SIGHUP in the meantime reloads the
  * detector rules (a bad file is refused and logged; the old rules stay). */
 static int wait_for_signal(struct srv_ctx *ctx)
@@ -72,8 +108,10 @@ static int wait_for_signal(struct srv_ctx *ctx)
 		if (sig != SIGHUP)
 			return sig;
 		char msg[1024];
-		rdb_info("main", "received SIGHUP: reloading the detector rules");
+		rdb_info("main", "received SIGHUP: reloading the detector rules and the tokens");
 		srv_detect_reload(ctx, msg, sizeof(msg));
+		if (srv_auth_enabled())
+			srv_auth_reload(msg, sizeof(msg));
 	}
 }
 
@@ -114,6 +152,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	srv_config_log(&cfg);
+	if (srv_auth_init(&cfg, err, sizeof(err)) != 0) {
+		rdb_error("main", "%s; exiting", err);
+		return 1;
+	}
+	if (insecure_bind(&cfg) != 0)
+		return 1;
 	static struct srv_ctx ctx;
 	ctx.cfg = &cfg;
 	ctx.started_ns = rdb_now_ns();
@@ -176,7 +220,8 @@ int main(int argc, char **argv)
 		sto_close(ctx.sto);
 		return 1;
 	}
-	rdb_info("main", "listening on http://%s:%u (data in %s)", cfg.http_addr, port,
+	rdb_info("main", "listening on %s://%s:%u (data in %s)",
+		 cfg.tls_cert_file[0] ? "https" : "http", cfg.http_addr, port,
 		 cfg.data_dir);
 	int sig = wait_for_signal(&ctx);
 	rdb_info("main", "received %s: stopping the HTTP server and UDP listener, then sealing "

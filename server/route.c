@@ -4,6 +4,7 @@
  * (SRV_ROUTE_QUERY) are counted and timed here for /metrics.
  */
 #include "server/route.h"
+#include "server/auth.h"
 #include "common/rdb_time.h"
 
 #include <stdio.h>
@@ -143,6 +144,30 @@ static void run(struct srv_req *req, struct srv_resp *resp, const struct srv_rou
 	atomic_fetch_add(&c->query_ns_total, (uint64_t)(rdb_now_mono_ns() - t0));
 }
 
+/* The token check of a route with a query or ingest scope (the admin API
+ * checks its own, to audit it). 0, or resp is 401/403 with one message
+ * whatever failed. */
+static int authorize(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r,
+		     struct srv_auth_grant *g)
+{
+	unsigned scope = r->scope == SRV_SCOPE_WRITE ? SRV_AUTH_INGEST : SRV_AUTH_QUERY;
+	int st = srv_auth_check(req, scope, g);
+	if (st == 0) {
+		bool per_record = r->scope == SRV_SCOPE_WRITE && !req->param[0];
+		st = srv_auth_route_jobs(req, g, req->param, per_record);
+	}
+	if (st == 0)
+		return 0;
+	if (st == 401) {
+		srv_resp_header(resp, "WWW-Authenticate", "Basic realm=\"rankdb\"");
+		srv_error(resp, 401, "authentication required: send 'Authorization: Bearer <token>' "
+			  "(see docs/API.md, Authentication)");
+	} else {
+		srv_error(resp, 403, "forbidden");
+	}
+	return -1;
+}
+
 void srv_route_dispatch(const struct srv_route_table *const *tables, size_t ntables,
 			struct srv_req *req, struct srv_resp *resp)
 {
@@ -161,6 +186,15 @@ void srv_route_dispatch(const struct srv_route_table *const *tables, size_t ntab
 		return;
 	}
 	req->param = param;
+	struct srv_auth_grant grant;
+	if (r->scope != SRV_SCOPE_PUBLIC && r->scope != SRV_SCOPE_ADMIN && srv_auth_enabled()) {
+		if (authorize(req, resp, r, &grant) != 0) {
+			req->param = NULL;
+			return;
+		}
+		req->auth = &grant;
+	}
 	run(req, resp, r);
 	req->param = NULL;
+	req->auth = NULL;
 }

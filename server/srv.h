@@ -62,6 +62,7 @@ struct srv_counters {
 
 /* Shared by every request; read-only after start except the counters. */
 struct det_service;
+struct srv_auth_grant;
 
 struct srv_ctx {
 	const struct srv_config *cfg;
@@ -86,6 +87,7 @@ struct srv_req {
 	void *conn; /* the HTTP library's connection, for srv_req_header */
 	const char *param; /* the {job}/{name} segment of the matched route (route.h), or NULL */
 	const char *peer; /* client address "ip:port" ("?" if unknown); request's life */
+	const struct srv_auth_grant *auth; /* the proven token (server/auth.h), NULL: none needed */
 };
 
 /* A request header's value (case-insensitive name), or NULL. Valid for

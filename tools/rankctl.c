@@ -74,6 +74,8 @@ static void usage(void)
 		"  rebuild-index           (--data-dir only, server stopped: recreate index/\n"
 		"                          from the segment files; the old index is kept as\n"
 		"                          index.old-<ns>; see docs/OPERATIONS.md for what is lost)\n"
+		"  token add FILE ID SCOPES [JOBS] | list FILE | revoke FILE ID\n"
+		"                          (offline: edits a tokens file; add prints the secret once)\n"
 		"The token may also come from the environment variable RANKDB_TOKEN.\n");
 }
 
@@ -840,9 +842,13 @@ static int rules_offline(const struct opts *o)
 	return 0;
 }
 
+int rankctl_token(int argc, char **argv); /* rankctl_token.c */
+
 int main(int argc, char **argv)
 {
 	struct opts o = {0};
+	if (argc >= 2 && strcmp(argv[1], "token") == 0) /* offline: edits a tokens file */
+		return rankctl_token(argc - 2, argv + 2);
 	int prc = parse_opts(argc, argv, &o);
 	if (prc == 0 && o.npos >= 2 && strcmp(o.pos[0], "rules") == 0 &&
 	    strcmp(o.pos[1], "reload") != 0)
