@@ -183,15 +183,16 @@ static void audit(const struct srv_req *req, const char *action, const char *tar
 	int fd = open(audit_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0 || write(fd, b.data, b.len) != (ssize_t)b.len) {
 		static struct rdb_log_ratelimit rl;
-		rdb_log_limited(&rl, 10, RDB_LOG_ERROR, "admin", "cannot append to audit log %s: %s",
-				audit_path, strerror(errno));
+		rdb_log_limited(&rl, 10, RDB_LOG_ERROR, "admin",
+				"cannot append to audit log %s: %s", audit_path, strerror(errno));
 	}
 	if (fd >= 0)
 		close(fd);
 	pthread_mutex_unlock(&audit_lock);
-	rdb_info("admin", "%s %.*s%s %s by %s: %d%s", action, (int)(tlen < AUDIT_TARGET_MAX ? tlen :
-			AUDIT_TARGET_MAX), target, tlen > AUDIT_TARGET_MAX ? "..." : "", result, peer,
-		 resp->status, skipped ? " (earlier refusals not logged, see audit.log)" : "");
+	rdb_info("admin", "%s %.*s%s %s by %s: %d%s", action,
+		 (int)(tlen < AUDIT_TARGET_MAX ? tlen : AUDIT_TARGET_MAX), target,
+		 tlen > AUDIT_TARGET_MAX ? "..." : "", result, peer, resp->status,
+		 skipped ? " (earlier refusals not logged, see audit.log)" : "");
 	rdb_buf_free(&b);
 }
 
@@ -218,7 +219,8 @@ static int authorize(const struct srv_req *req, struct srv_resp *resp, char *id,
 		return st ? -1 : 0;
 	}
 	if (!tok[0]) {
-		srv_error(resp, 403, "the admin API is disabled: set admin_token in the config "
+		srv_error(resp, 403,
+			  "the admin API is disabled: set admin_token in the config "
 			  "file (or --admin-token) and send 'Authorization: Bearer <token>'");
 		return -1;
 	}
@@ -249,8 +251,11 @@ static int arg_u64(const struct srv_req *req, const char *key, uint64_t *out)
 
 static void fail(struct srv_resp *resp, int rc, const char *what)
 {
-	int st = rc == RDB_ENOTFOUND ? 404 : rc == RDB_EINVAL ? 400 : rc == -ENOTEMPTY ||
-		 rc == -EEXIST ? 409 : rc == -ESHUTDOWN || rc == RDB_EBUSY ? 503 : 500;
+	int st = rc == RDB_ENOTFOUND		       ? 404
+		 : rc == RDB_EINVAL		       ? 400
+		 : rc == -ENOTEMPTY || rc == -EEXIST   ? 409
+		 : rc == -ESHUTDOWN || rc == RDB_EBUSY ? 503
+						       : 500;
 	srv_error(resp, st, "%s: %s", what, rdb_strerror(rc));
 }
 
@@ -264,16 +269,16 @@ static int stats_json(void *arg_, const struct sto_job_stats *js)
 		rdb_buf_putc(b, ',');
 	rdb_buf_puts(b, "{\"job\":");
 	rdb_buf_json_str(b, js->job, strlen(js->job));
-	return rdb_buf_printf(b, ",\"series\":%llu,\"chunks\":%llu,\"points\":%llu,\"head_points\":"
-			      "%llu,\"chunk_bytes\":%llu,\"bytes_per_point\":%.3f,\"event_chunks\":"
-			      "%llu,\"events\":%llu,\"event_bytes\":%llu,\"retention_s\":%llu}",
-			      (unsigned long long)js->series, (unsigned long long)js->chunks,
-			      (unsigned long long)pts, (unsigned long long)js->head_points,
-			      (unsigned long long)js->chunk_bytes,
-			      pts ? (double)js->chunk_bytes / (double)pts : 0.0,
-			      (unsigned long long)js->event_chunks, (unsigned long long)js->events,
-			      (unsigned long long)js->event_bytes,
-			      (unsigned long long)js->retention_s);
+	return rdb_buf_printf(
+	    b,
+	    ",\"series\":%llu,\"chunks\":%llu,\"points\":%llu,\"head_points\":"
+	    "%llu,\"chunk_bytes\":%llu,\"bytes_per_point\":%.3f,\"event_chunks\":"
+	    "%llu,\"events\":%llu,\"event_bytes\":%llu,\"retention_s\":%llu}",
+	    (unsigned long long)js->series, (unsigned long long)js->chunks, (unsigned long long)pts,
+	    (unsigned long long)js->head_points, (unsigned long long)js->chunk_bytes,
+	    pts ? (double)js->chunk_bytes / (double)pts : 0.0, (unsigned long long)js->event_chunks,
+	    (unsigned long long)js->events, (unsigned long long)js->event_bytes,
+	    (unsigned long long)js->retention_s);
 }
 
 static void do_stats(struct srv_req *req, struct srv_resp *resp)
@@ -290,7 +295,8 @@ static void do_stats(struct srv_req *req, struct srv_resp *resp)
 		fail(resp, rc, job ? "stats of the job" : "stats");
 		return;
 	}
-	rdb_buf_printf(b, "],\"disk\":{\"segment_files\":%llu,\"segment_bytes\":%llu,\"live_bytes\":"
+	rdb_buf_printf(b,
+		       "],\"disk\":{\"segment_files\":%llu,\"segment_bytes\":%llu,\"live_bytes\":"
 		       "%llu,\"wal_bytes\":%llu,\"index_bytes\":%llu,\"quarantined_chunks\":%llu}}",
 		       (unsigned long long)d.segment_files, (unsigned long long)d.segment_bytes,
 		       (unsigned long long)d.live_bytes, (unsigned long long)d.wal_bytes,
@@ -315,7 +321,8 @@ static void do_delete(struct srv_req *req, struct srv_resp *resp, const char *jo
 		return;
 	}
 	resp->body.len = 0;
-	rdb_buf_printf(&resp->body, "{\"deleted\":true,\"series\":%llu,\"chunks\":%llu,"
+	rdb_buf_printf(&resp->body,
+		       "{\"deleted\":true,\"series\":%llu,\"chunks\":%llu,"
 		       "\"event_chunks\":%llu,\"tombstone_gen\":%llu}",
 		       (unsigned long long)r.series, (unsigned long long)r.chunks,
 		       (unsigned long long)r.event_chunks, (unsigned long long)r.tombstone_gen);
@@ -380,8 +387,10 @@ static void do_retention_run(struct srv_req *req, struct srv_resp *resp)
 		return;
 	}
 	resp->body.len = 0;
-	rdb_buf_printf(&resp->body, "{\"chunks\":%llu,\"points\":%llu,\"event_chunks\":%llu,"
-		       "\"events\":%llu}", (unsigned long long)r.chunks, (unsigned long long)r.points,
+	rdb_buf_printf(&resp->body,
+		       "{\"chunks\":%llu,\"points\":%llu,\"event_chunks\":%llu,"
+		       "\"events\":%llu}",
+		       (unsigned long long)r.chunks, (unsigned long long)r.points,
 		       (unsigned long long)r.event_chunks, (unsigned long long)r.events);
 	resp->status = 200;
 }
@@ -406,12 +415,14 @@ static void do_compact(struct srv_req *req, struct srv_resp *resp)
 		return;
 	}
 	resp->body.len = 0;
-	rdb_buf_printf(&resp->body, "{\"segments\":%llu,\"chunks\":%llu,\"bytes_before\":%llu,"
+	rdb_buf_printf(&resp->body,
+		       "{\"segments\":%llu,\"chunks\":%llu,\"bytes_before\":%llu,"
 		       "\"bytes_after\":%llu,\"skipped\":%llu,\"merged_from\":%llu,"
-		       "\"merged_into\":%llu}", (unsigned long long)r.segments,
-		       (unsigned long long)r.chunks, (unsigned long long)r.bytes_before,
-		       (unsigned long long)r.bytes_after, (unsigned long long)r.skipped,
-		       (unsigned long long)r.merged_from, (unsigned long long)r.merged_into);
+		       "\"merged_into\":%llu}",
+		       (unsigned long long)r.segments, (unsigned long long)r.chunks,
+		       (unsigned long long)r.bytes_before, (unsigned long long)r.bytes_after,
+		       (unsigned long long)r.skipped, (unsigned long long)r.merged_from,
+		       (unsigned long long)r.merged_into);
 	resp->status = 200;
 }
 
@@ -435,7 +446,8 @@ static void do_verify(struct srv_req *req, struct srv_resp *resp)
 		fail(resp, rc, "verify");
 		return;
 	}
-	rdb_buf_printf(b, "],\"ok\":%s,\"segments\":%llu,\"records\":%llu,\"chunks\":%llu,"
+	rdb_buf_printf(b,
+		       "],\"ok\":%s,\"segments\":%llu,\"records\":%llu,\"chunks\":%llu,"
 		       "\"event_chunks\":%llu,\"damaged\":%llu,\"quarantined\":%llu,"
 		       "\"wal_damage_kept_files\":%llu}",
 		       rep.problems ? "false" : "true", (unsigned long long)rep.segments,
@@ -450,14 +462,17 @@ static void do_backup(struct srv_req *req, struct srv_resp *resp)
 	struct sto_backup_result r;
 	const char *dir = arg(req, "dir");
 	if (!dir || dir[0] != '/') {
-		srv_error(resp, 400, "give the backup directory as ?dir=/absolute/path on the "
+		srv_error(resp, 400,
+			  "give the backup directory as ?dir=/absolute/path on the "
 			  "server's machine (it must not exist or be empty)");
 		return;
 	}
 	int rc = sto_backup(req->ctx->sto, dir, &r);
 	if (rc == RDB_EINVAL) {
-		srv_error(resp, 400, "backup directory %.300s is inside the data directory; give "
-			  "one elsewhere", dir);
+		srv_error(resp, 400,
+			  "backup directory %.300s is inside the data directory; give "
+			  "one elsewhere",
+			  dir);
 		return;
 	}
 	if (rc) {
@@ -485,8 +500,7 @@ static void do_checkpoint(struct srv_req *req, struct srv_resp *resp)
 }
 
 /* Splits "<name>/<job>[/<tail>]". */
-static bool job_path(const char *rest, const char *name, char *job, size_t jlen,
-		     const char **tail)
+static bool job_path(const char *rest, const char *name, char *job, size_t jlen, const char **tail)
 {
 	size_t nl = strlen(name);
 	if (strncmp(rest, name, nl) != 0 || rest[nl] != '/')
@@ -543,8 +557,8 @@ static void do_tokens_reload(struct srv_resp *resp)
 }
 
 /* Routes an authorized request; *action names it for the audit log. */
-static void route(struct srv_req *req, struct srv_resp *resp, const char *rest,
-		  const char **action, const char **target, char *job, size_t jlen)
+static void route(struct srv_req *req, struct srv_resp *resp, const char *rest, const char **action,
+		  const char **target, char *job, size_t jlen)
 {
 	const char *tail;
 	*target = "";
@@ -613,6 +627,6 @@ static void h_admin(struct srv_req *req, struct srv_resp *resp, const struct srv
  * endpoints and methods included (404 with action "unknown"), so it routes
  * its endpoints itself behind one authorization. */
 static const struct srv_route rows[] = {
-	{SRV_ANY, PREFIX "*", SRV_SCOPE_ADMIN, h_admin, 0, 0, NULL, NULL, NULL},
+    {SRV_ANY, PREFIX "*", SRV_SCOPE_ADMIN, h_admin, 0, 0, NULL, NULL, NULL},
 };
 const struct srv_route_table srv_admin_routes = {rows, sizeof(rows) / sizeof(rows[0])};

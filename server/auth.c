@@ -47,12 +47,11 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static const struct srv_config *g_cfg;
 static struct token *g_tokens; /* under mu */
 static size_t g_ntokens;
-static struct stat g_st;       /* of the file as loaded */
-static int64_t g_checked_ns;   /* last stat (mono) */
+static struct stat g_st;     /* of the file as loaded */
+static int64_t g_checked_ns; /* last stat (mono) */
 
 enum fail_reason { F_MISSING, F_MALFORMED, F_UNKNOWN, F_SCOPE, F_JOB, F_N };
-static const char *const fail_names[F_N] = {"missing", "malformed", "bad_token", "scope",
-					   "job"};
+static const char *const fail_names[F_N] = {"missing", "malformed", "bad_token", "scope", "job"};
 static _Atomic uint64_t g_fail[F_N];
 
 static bool ct_eq(const uint8_t *a, const uint8_t *b, size_t n)
@@ -89,7 +88,8 @@ static int hex_decode(const char *h, uint8_t *out, size_t n)
 		return RDB_EINVAL;
 	for (size_t i = 0; i < n; i++) {
 		unsigned v;
-		if (sscanf(h + 2 * i, "%2x", &v) != 1 || !strchr("0123456789abcdefABCDEF", h[2 * i]) ||
+		if (sscanf(h + 2 * i, "%2x", &v) != 1 ||
+		    !strchr("0123456789abcdefABCDEF", h[2 * i]) ||
 		    !strchr("0123456789abcdefABCDEF", h[2 * i + 1]))
 			return RDB_EINVAL;
 		out[i] = (uint8_t)v;
@@ -121,20 +121,24 @@ static int load_file(const char *path, struct token **out, size_t *n, struct sta
 		int got = sscanf(p, "%127s %127s %1023s %127s %7s", id, sc, jobs, hash, extra);
 		if (got != 4 || strlen(id) > SRV_AUTH_ID_MAX || strchr(id, '.') ||
 		    strlen(jobs) > SRV_AUTH_JOBS_MAX) {
-			snprintf(err, errlen, "%s:%d: want '<id> <scopes> <jobs> <sha256-hex>' (id "
-				 "without '.', at most %d bytes)", path, lineno, SRV_AUTH_ID_MAX);
+			snprintf(err, errlen,
+				 "%s:%d: want '<id> <scopes> <jobs> <sha256-hex>' (id "
+				 "without '.', at most %d bytes)",
+				 path, lineno, SRV_AUTH_ID_MAX);
 			rc = RDB_EINVAL;
 		} else if (k == AUTH_MAX_TOKENS) {
 			snprintf(err, errlen, "%s:%d: more than %d tokens", path, lineno,
 				 AUTH_MAX_TOKENS);
 			rc = RDB_ELIMIT;
 		} else if (parse_scopes(sc, &t[k].scopes)) {
-			snprintf(err, errlen, "%s:%d: scopes '%s': want a comma list of ingest, "
-				 "query, admin", path, lineno, sc);
+			snprintf(err, errlen,
+				 "%s:%d: scopes '%s': want a comma list of ingest, "
+				 "query, admin",
+				 path, lineno, sc);
 			rc = RDB_EINVAL;
 		} else if (hex_decode(hash, t[k].hash, RDB_SHA256_BYTES)) {
-			snprintf(err, errlen, "%s:%d: the hash must be 64 hex digits (SHA-256)", path,
-				 lineno);
+			snprintf(err, errlen, "%s:%d: the hash must be 64 hex digits (SHA-256)",
+				 path, lineno);
 			rc = RDB_EINVAL;
 		} else {
 			snprintf(t[k].id, sizeof(t[k].id), "%s", id);
@@ -365,7 +369,7 @@ int srv_auth_check(const struct srv_req *req, unsigned scope, struct srv_auth_gr
 	snprintf(g->jobs, sizeof(g->jobs), "*");
 	maybe_reload();
 	int rc = srv_auth_parse(srv_req_header(req, "Authorization"), req_arg(req, "u"),
-			       req_arg(req, "p"), tok, sizeof(tok));
+				req_arg(req, "p"), tok, sizeof(tok));
 	if (rc == RDB_ENOTFOUND)
 		return refuse_a(req, F_MISSING, "", 401, scope != SRV_AUTH_ADMIN);
 	if (rc)
@@ -373,7 +377,9 @@ int srv_auth_check(const struct srv_req *req, unsigned scope, struct srv_auth_gr
 	const char *legacy = g_cfg ? g_cfg->admin_token : "";
 	if (legacy[0] && admin_token_eq(legacy, tok)) {
 		snprintf(g->id, sizeof(g->id), "admin_token");
-		return scope == SRV_AUTH_ADMIN ? 0 : refuse_a(req, F_SCOPE, g->id, 403, scope != SRV_AUTH_ADMIN);
+		return scope == SRV_AUTH_ADMIN
+			   ? 0
+			   : refuse_a(req, F_SCOPE, g->id, 403, scope != SRV_AUTH_ADMIN);
 	}
 	char id[SRV_AUTH_ID_MAX + 1] = "";
 	const char *dot = strchr(tok, '.');

@@ -23,8 +23,8 @@
 
 struct srv_req;
 
-#define SRV_AUTH_ID_MAX	  64
-#define SRV_AUTH_JOBS_MAX 512
+#define SRV_AUTH_ID_MAX	   64
+#define SRV_AUTH_JOBS_MAX  512
 #define SRV_AUTH_TOKEN_MAX 256
 
 enum srv_auth_scope_bits { SRV_AUTH_INGEST = 1, SRV_AUTH_QUERY = 2, SRV_AUTH_ADMIN = 4 };

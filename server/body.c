@@ -72,8 +72,8 @@ int srv_req_body(const struct srv_req *req, struct rdb_buf *inflated, const uint
 		return 0;
 	if (strcasecmp(enc, "gzip") != 0 && strcasecmp(enc, "x-gzip") != 0) {
 		*status = 415;
-		snprintf(why, whylen, "Content-Encoding '%.32s' is not supported (use gzip, or none)",
-			 enc);
+		snprintf(why, whylen,
+			 "Content-Encoding '%.32s' is not supported (use gzip, or none)", enc);
 		return RDB_EINVAL;
 	}
 	int rc = gunzip(req->body, req->body_len, inflated, why, whylen);

@@ -24,59 +24,59 @@
 
 /* A plain value type. Strings are NUL-terminated and always fit. */
 struct srv_config {
-	char data_dir[4096];	       /* WAL, segments and index live here */
-	char http_addr[64];	       /* listen address of the HTTP API */
-	uint32_t http_port;	       /* 0 = pick a free port (see port_file) */
-	char port_file[4096];	       /* write the bound port here; "" = don't */
-	uint32_t http_threads;	       /* worker threads of the HTTP server */
-	uint32_t http_max_connections; /* open connections; beyond: refused */
-	uint32_t http_timeout_s;       /* idle / slow-request timeout per connection */
+	char data_dir[4096];		   /* WAL, segments and index live here */
+	char http_addr[64];		   /* listen address of the HTTP API */
+	uint32_t http_port;		   /* 0 = pick a free port (see port_file) */
+	char port_file[4096];		   /* write the bound port here; "" = don't */
+	uint32_t http_threads;		   /* worker threads of the HTTP server */
+	uint32_t http_max_connections;	   /* open connections; beyond: refused */
+	uint32_t http_timeout_s;	   /* idle / slow-request timeout per connection */
 	uint64_t http_min_body_rate_bytes; /* body bytes that earn one more second */
 	uint64_t max_body_bytes_in_flight; /* request bodies of all connections together */
-	uint64_t max_body_bytes;       /* largest accepted request body */
+	uint64_t max_body_bytes;	   /* largest accepted request body */
 	uint64_t max_records_per_request;
 	uint64_t max_metrics_per_record;
-	char sync_policy[16];		/* "fdatasync" or "none" */
-	uint64_t wal_rotate_bytes;	/* checkpoint once the WAL file passes this */
-	uint32_t checkpoint_interval_s; /* ... or once head data is this old */
-	uint64_t head_max_bytes;	/* memory bound of the in-memory head */
-	uint32_t chunk_max_points;	/* seal a series' head chunk at this many points */
-	uint64_t segment_max_bytes;	/* start a new segment file past this */
-	uint64_t index_map_bytes;	/* LMDB map size (address space, not RAM) */
-	uint64_t max_series;		/* distinct series; beyond: writes refused */
-	uint64_t max_query_points;	/* points one query may read */
-	uint64_t max_response_bytes;	/* largest query response body */
-	char admin_token[256];		/* bearer token of the admin API; "" = admin API off */
-	char tls_cert_file[4096];	/* PEM certificate (chain) for HTTPS; "" = plain HTTP */
-	char tls_key_file[4096];	/* PEM private key of tls_cert_file */
-	char tokens_file[4096];		/* scoped API tokens (server/auth.c); "" = none */
-	char allow_insecure[8];		/* "on": non-loopback bind without tokens allowed */
-	char audit_log[4096];		/* admin audit log; "" = <data_dir>/audit.log */
-	uint64_t retention_s;		/* default retention of sealed data; 0 = forever */
-	uint32_t retention_check_s;	/* background retention + compaction period */
-	uint32_t compact_min_live_pct;	/* compact segments less live than this percent */
-	uint32_t rollup_time_width_s;	/* time rollup tier bucket width; 0 = off */
-	uint64_t rollup_step_width;	/* step rollup tier bucket width; 0 = off */
-	char log_level[16];		/* "debug", "info", "warn" or "error" */
-	char lp_default_job[129];	/* job of line-protocol lines without one; "" = error */
-	uint64_t max_line_bytes;	/* longest line-protocol line */
-	uint32_t max_fields_per_line;	/* line protocol: fields of one line */
-	uint32_t max_tags_per_line;	/* line protocol: tags of one line */
-	uint64_t max_series_per_job;	/* distinct series of one job (storage enforces) */
-	uint32_t udp_port;		/* UDP listener port; 0 = no UDP listener */
-	char udp_addr[64];		/* UDP listen address */
-	uint32_t udp_queue_datagrams;	/* datagrams waiting to be parsed; beyond: dropped */
-	uint64_t udp_queue_bytes;	/* bytes of datagrams waiting; beyond: dropped */
-	uint64_t udp_max_datagram_bytes; /* larger datagrams are dropped (oversize) */
-	char io_uring[4];		/* "on" or "off": off forces pwritev+fdatasync */
-	char detect[4];			/* "on" or "off": built-in detectors */
-	char rules_file[4096];		/* operator rules file; "" = built-in defaults */
-	char alertmanager_url[2048];	/* comma-separated Alertmanager base URLs */
+	char sync_policy[16];		  /* "fdatasync" or "none" */
+	uint64_t wal_rotate_bytes;	  /* checkpoint once the WAL file passes this */
+	uint32_t checkpoint_interval_s;	  /* ... or once head data is this old */
+	uint64_t head_max_bytes;	  /* memory bound of the in-memory head */
+	uint32_t chunk_max_points;	  /* seal a series' head chunk at this many points */
+	uint64_t segment_max_bytes;	  /* start a new segment file past this */
+	uint64_t index_map_bytes;	  /* LMDB map size (address space, not RAM) */
+	uint64_t max_series;		  /* distinct series; beyond: writes refused */
+	uint64_t max_query_points;	  /* points one query may read */
+	uint64_t max_response_bytes;	  /* largest query response body */
+	char admin_token[256];		  /* bearer token of the admin API; "" = admin API off */
+	char tls_cert_file[4096];	  /* PEM certificate (chain) for HTTPS; "" = plain HTTP */
+	char tls_key_file[4096];	  /* PEM private key of tls_cert_file */
+	char tokens_file[4096];		  /* scoped API tokens (server/auth.c); "" = none */
+	char allow_insecure[8];		  /* "on": non-loopback bind without tokens allowed */
+	char audit_log[4096];		  /* admin audit log; "" = <data_dir>/audit.log */
+	uint64_t retention_s;		  /* default retention of sealed data; 0 = forever */
+	uint32_t retention_check_s;	  /* background retention + compaction period */
+	uint32_t compact_min_live_pct;	  /* compact segments less live than this percent */
+	uint32_t rollup_time_width_s;	  /* time rollup tier bucket width; 0 = off */
+	uint64_t rollup_step_width;	  /* step rollup tier bucket width; 0 = off */
+	char log_level[16];		  /* "debug", "info", "warn" or "error" */
+	char lp_default_job[129];	  /* job of line-protocol lines without one; "" = error */
+	uint64_t max_line_bytes;	  /* longest line-protocol line */
+	uint32_t max_fields_per_line;	  /* line protocol: fields of one line */
+	uint32_t max_tags_per_line;	  /* line protocol: tags of one line */
+	uint64_t max_series_per_job;	  /* distinct series of one job (storage enforces) */
+	uint32_t udp_port;		  /* UDP listener port; 0 = no UDP listener */
+	char udp_addr[64];		  /* UDP listen address */
+	uint32_t udp_queue_datagrams;	  /* datagrams waiting to be parsed; beyond: dropped */
+	uint64_t udp_queue_bytes;	  /* bytes of datagrams waiting; beyond: dropped */
+	uint64_t udp_max_datagram_bytes;  /* larger datagrams are dropped (oversize) */
+	char io_uring[4];		  /* "on" or "off": off forces pwritev+fdatasync */
+	char detect[4];			  /* "on" or "off": built-in detectors */
+	char rules_file[4096];		  /* operator rules file; "" = built-in defaults */
+	char alertmanager_url[2048];	  /* comma-separated Alertmanager base URLs */
 	uint32_t alert_resend_interval_s; /* firing alerts re-sent this often */
 	uint32_t detect_eval_interval_ms; /* detectors evaluate this often */
-	uint32_t detect_max_jobs;	/* jobs with detector state */
-	uint64_t detect_max_bytes;	/* memory bound of detector state */
-	char public_url[512];		/* base URL for links in alerts; "" = http://addr:port */
+	uint32_t detect_max_jobs;	  /* jobs with detector state */
+	uint64_t detect_max_bytes;	  /* memory bound of detector state */
+	char public_url[512];		  /* base URL for links in alerts; "" = http://addr:port */
 };
 
 /* Fills *c with the default of every option. Cannot fail. */

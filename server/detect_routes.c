@@ -31,7 +31,7 @@
 #include <string.h>
 
 #define ALERTS_LIMIT_MAX 10000
-#define RANK_ALERTS_MAX 8 /* alert names listed per rank in the health answer */
+#define RANK_ALERTS_MAX	 8 /* alert names listed per rank in the health answer */
 
 /* ---- JSON ------------------------------------------------------------------ */
 
@@ -104,7 +104,8 @@ static bool detection_on(struct srv_req *req, struct srv_resp *resp)
 {
 	if (req->ctx->detect)
 		return true;
-	srv_error(resp, 503, "detection is off (detect = off in the configuration): no alerts "
+	srv_error(resp, 503,
+		  "detection is off (detect = off in the configuration): no alerts "
 		  "or job health are computed");
 	return false;
 }
@@ -143,8 +144,10 @@ static int alert_filter(const struct srv_req *req, struct det_alert_filter *f, s
 			f->alertname = v;
 		} else if (strcmp(k, "state") == 0) {
 			if (det_alert_state_parse(v, &st)) {
-				snprintf(why, whylen, "state must be pending, firing or resolved, got "
-					 "'%.32s'", v);
+				snprintf(why, whylen,
+					 "state must be pending, firing or resolved, got "
+					 "'%.32s'",
+					 v);
 				return RDB_EINVAL;
 			}
 			f->state_mask |= (uint8_t)(1u << st);
@@ -152,8 +155,10 @@ static int alert_filter(const struct srv_req *req, struct det_alert_filter *f, s
 			if (strcmp(v, "job") == 0) {
 				f->rank = DET_RANK_NONE;
 			} else if (srv_parse_i64(v, &n) || n < 0 || n > MDL_RANK_MAX) {
-				snprintf(why, whylen, "rank must be an integer >= 0 or \"job\" (job-level "
-					 "alerts), got '%.32s'", v);
+				snprintf(why, whylen,
+					 "rank must be an integer >= 0 or \"job\" (job-level "
+					 "alerts), got '%.32s'",
+					 v);
 				return RDB_EINVAL;
 			} else {
 				f->rank = n;
@@ -166,8 +171,10 @@ static int alert_filter(const struct srv_req *req, struct det_alert_filter *f, s
 			}
 			*limit = (size_t)n;
 		} else {
-			snprintf(why, whylen, "unknown parameter '%.64s' (known: job, state, "
-				 "alertname, rank, limit)", k);
+			snprintf(why, whylen,
+				 "unknown parameter '%.64s' (known: job, state, "
+				 "alertname, rank, limit)",
+				 k);
 			return RDB_EINVAL;
 		}
 	}
@@ -187,7 +194,8 @@ static void handle_alerts(struct srv_req *req, struct srv_resp *resp)
 	rdb_buf_puts(&resp->body, "{\"alerts\":[");
 	det_service_alerts(req->ctx->detect, &f, list_one, &l);
 	if (rdb_buf_puts(&resp->body, "]}")) {
-		srv_error(resp, 413, "the answer exceeds max_response_bytes; narrow the filter "
+		srv_error(resp, 413,
+			  "the answer exceeds max_response_bytes; narrow the filter "
 			  "or lower limit");
 		return;
 	}
@@ -233,8 +241,8 @@ int srv_detect_job_fields(void *arg, const char *job, struct rdb_buf *out)
 {
 	struct srv_ctx *ctx = arg;
 	struct job_fields f = {job, out, true, 0};
-	struct det_alert_filter af = {.job = job, .rank = DET_FILTER_ANY_RANK,
-				      .state_mask = 1u << DET_ALERT_FIRING};
+	struct det_alert_filter af = {
+	    .job = job, .rank = DET_FILTER_ANY_RANK, .state_mask = 1u << DET_ALERT_FIRING};
 	if (!ctx->detect)
 		return 0;
 	det_service_jobs(ctx->detect, job_state_cb, &f);
@@ -345,9 +353,11 @@ static void handle_health(struct srv_req *req, struct srv_resp *resp, const char
 	struct det_job_health h;
 	int rc = det_service_health(req->ctx->detect, job, &h);
 	if (rc == RDB_ENOTFOUND) {
-		srv_error(resp, 404, "no health for job '%s': the detector holds no state for it "
+		srv_error(resp, 404,
+			  "no health for job '%s': the detector holds no state for it "
 			  "(no data since the server started, or it was forgotten after being "
-			  "silent)", job);
+			  "silent)",
+			  job);
 		return;
 	}
 	if (rc) {
@@ -358,8 +368,8 @@ static void handle_health(struct srv_req *req, struct srv_resp *resp, const char
 	struct job_alerts a = {0};
 	struct det_alert_filter f = {.job = job,
 				     .rank = DET_FILTER_ANY_RANK,
-				     .state_mask = (1u << DET_ALERT_PENDING) |
-						   (1u << DET_ALERT_FIRING)};
+				     .state_mask =
+					 (1u << DET_ALERT_PENDING) | (1u << DET_ALERT_FIRING)};
 	det_service_alerts(req->ctx->detect, &f, keep_alert, &a);
 	health_json(&resp->body, &h, rdb_now_ns(), &a);
 	free(a.v);
@@ -402,8 +412,8 @@ static void h_health(struct srv_req *req, struct srv_resp *resp, const struct sr
 }
 
 static const struct srv_route rows[] = {
-	{SRV_GET, "/api/v1/alerts", SRV_SCOPE_READ, h_alerts, 0, 0, NULL, NULL, NULL},
-	{SRV_GET, "/api/v1/jobs/*/health", SRV_SCOPE_READ, h_health, 0, 0, NULL, NULL, NULL},
+    {SRV_GET, "/api/v1/alerts", SRV_SCOPE_READ, h_alerts, 0, 0, NULL, NULL, NULL},
+    {SRV_GET, "/api/v1/jobs/*/health", SRV_SCOPE_READ, h_health, 0, 0, NULL, NULL, NULL},
 };
 const struct srv_route_table srv_detect_routes = {rows, sizeof(rows) / sizeof(rows[0])};
 
@@ -434,10 +444,11 @@ void srv_detect_metrics(struct srv_ctx *ctx, struct rdb_buf *b)
 		return;
 	struct det_service_stats st;
 	det_service_stats(ctx->detect, &st);
-	rdb_buf_printf(b, "# HELP rankdb_alerts Alerts held now, by state.\n"
-			  "# TYPE rankdb_alerts gauge\n"
-			  "rankdb_alerts{state=\"pending\"} %llu\n"
-			  "rankdb_alerts{state=\"firing\"} %llu\n",
+	rdb_buf_printf(b,
+		       "# HELP rankdb_alerts Alerts held now, by state.\n"
+		       "# TYPE rankdb_alerts gauge\n"
+		       "rankdb_alerts{state=\"pending\"} %llu\n"
+		       "rankdb_alerts{state=\"firing\"} %llu\n",
 		       (unsigned long long)st.alerts.pending, (unsigned long long)st.alerts.firing);
 	gauge(b, "rankdb_alerts_fired_total", "Alerts that started firing.", "counter",
 	      st.alerts.fired_total);
@@ -450,18 +461,18 @@ void srv_detect_metrics(struct srv_ctx *ctx, struct rdb_buf *b)
 	rdb_buf_puts(b, "# HELP rankdb_alert_deliveries_total Alert deliveries by receiver "
 			"kind and result.\n# TYPE rankdb_alert_deliveries_total counter\n");
 	for (int k = 0; k < 2; k++)
-		rdb_buf_printf(b,
-			       "rankdb_alert_deliveries_total{receiver=\"%s\",result=\"sent\"} %llu\n"
-			       "rankdb_alert_deliveries_total{receiver=\"%s\",result=\"failed\"} %llu\n"
-			       "rankdb_alert_deliveries_total{receiver=\"%s\",result=\"dropped\"} "
-			       "%llu\n"
-			       "rankdb_alert_deliveries_total{receiver=\"%s\",result=\"retried\"} "
-			       "%llu\n",
-			       kinds[k], (unsigned long long)st.notify.sent[k], kinds[k],
-			       (unsigned long long)st.notify.failed[k], kinds[k],
-			       (unsigned long long)(st.notify.dropped_full[k] +
-						    st.notify.dropped_shutdown[k]),
-			       kinds[k], (unsigned long long)st.notify.retried[k]);
+		rdb_buf_printf(
+		    b,
+		    "rankdb_alert_deliveries_total{receiver=\"%s\",result=\"sent\"} %llu\n"
+		    "rankdb_alert_deliveries_total{receiver=\"%s\",result=\"failed\"} %llu\n"
+		    "rankdb_alert_deliveries_total{receiver=\"%s\",result=\"dropped\"} "
+		    "%llu\n"
+		    "rankdb_alert_deliveries_total{receiver=\"%s\",result=\"retried\"} "
+		    "%llu\n",
+		    kinds[k], (unsigned long long)st.notify.sent[k], kinds[k],
+		    (unsigned long long)st.notify.failed[k], kinds[k],
+		    (unsigned long long)(st.notify.dropped_full[k] + st.notify.dropped_shutdown[k]),
+		    kinds[k], (unsigned long long)st.notify.retried[k]);
 	gauge(b, "rankdb_alert_delivery_queue", "Alert deliveries waiting or in flight.", "gauge",
 	      st.notify.depth);
 	gauge(b, "rankdb_alert_events_written_total",
@@ -482,9 +493,10 @@ void srv_detect_metrics(struct srv_ctx *ctx, struct rdb_buf *b)
 	gauge(b, "rankdb_detect_rules_reload_failures_total",
 	      "Rules reloads refused (bad file; the old rules stayed).", "counter",
 	      st.rules_reload_failures);
-	rdb_buf_printf(b, "# HELP rankdb_detect_eval_seconds Time the last evaluation took.\n"
-			  "# TYPE rankdb_detect_eval_seconds gauge\n"
-			  "rankdb_detect_eval_seconds %.6f\n",
+	rdb_buf_printf(b,
+		       "# HELP rankdb_detect_eval_seconds Time the last evaluation took.\n"
+		       "# TYPE rankdb_detect_eval_seconds gauge\n"
+		       "rankdb_detect_eval_seconds %.6f\n",
 		       (double)st.eval_ns_last / 1e9);
 }
 
@@ -532,11 +544,11 @@ static int read_meta(void *arg, const char *job, struct det_job_meta *out)
 	out->params = meta_f64(o, "params");
 	out->gpu_peak_flops = meta_f64(o, "gpu_peak_flops");
 	const char *st = json_string_value(json_object_get(o, "status"));
-	out->status = !st				? DET_STATUS_UNKNOWN
-		      : strcmp(st, "running") == 0	? DET_STATUS_RUNNING
+	out->status = !st			    ? DET_STATUS_UNKNOWN
+		      : strcmp(st, "running") == 0  ? DET_STATUS_RUNNING
 		      : strcmp(st, "finished") == 0 ? DET_STATUS_FINISHED
-		      : strcmp(st, "failed") == 0	? DET_STATUS_FAILED
-						: DET_STATUS_UNKNOWN;
+		      : strcmp(st, "failed") == 0   ? DET_STATUS_FAILED
+						    : DET_STATUS_UNKNOWN;
 	json_decref(o);
 	return 0;
 }

@@ -28,27 +28,41 @@
 enum endpoint { EP_LOGS, EP_AROUND, EP_SPANS };
 
 enum param {
-	P_JOB, P_RANK, P_LEVEL, P_FROM, P_TO, P_STEP_FROM, P_STEP_TO, P_STEP, P_Q, P_ATTEMPT,
-	P_LIMIT, P_CURSOR, P_BEFORE, P_AFTER, P_WINDOW, P_COUNT
+	P_JOB,
+	P_RANK,
+	P_LEVEL,
+	P_FROM,
+	P_TO,
+	P_STEP_FROM,
+	P_STEP_TO,
+	P_STEP,
+	P_Q,
+	P_ATTEMPT,
+	P_LIMIT,
+	P_CURSOR,
+	P_BEFORE,
+	P_AFTER,
+	P_WINDOW,
+	P_COUNT
 };
 
 static const char *const param_names[P_COUNT] = {
-	"job", "rank", "level", "from", "to", "step_from", "step_to", "step", "q", "attempt",
-	"limit", "cursor", "before", "after", "window_steps"};
+    "job", "rank",    "level", "from",	 "to",	   "step_from", "step_to",     "step",
+    "q",   "attempt", "limit", "cursor", "before", "after",	"window_steps"};
 
 #define BIT(p) (1u << (p))
 static const uint32_t allowed[] = {
-	[EP_LOGS] = BIT(P_JOB) | BIT(P_RANK) | BIT(P_LEVEL) | BIT(P_FROM) | BIT(P_TO) |
-		    BIT(P_STEP_FROM) | BIT(P_STEP_TO) | BIT(P_Q) | BIT(P_ATTEMPT) | BIT(P_LIMIT) |
-		    BIT(P_CURSOR),
-	[EP_AROUND] = BIT(P_JOB) | BIT(P_RANK) | BIT(P_LEVEL) | BIT(P_STEP) | BIT(P_BEFORE) |
-		      BIT(P_AFTER) | BIT(P_WINDOW),
-	[EP_SPANS] = BIT(P_JOB) | BIT(P_RANK) | BIT(P_STEP) | BIT(P_STEP_FROM) | BIT(P_STEP_TO) |
-		     BIT(P_ATTEMPT),
+    [EP_LOGS] = BIT(P_JOB) | BIT(P_RANK) | BIT(P_LEVEL) | BIT(P_FROM) | BIT(P_TO) |
+		BIT(P_STEP_FROM) | BIT(P_STEP_TO) | BIT(P_Q) | BIT(P_ATTEMPT) | BIT(P_LIMIT) |
+		BIT(P_CURSOR),
+    [EP_AROUND] = BIT(P_JOB) | BIT(P_RANK) | BIT(P_LEVEL) | BIT(P_STEP) | BIT(P_BEFORE) |
+		  BIT(P_AFTER) | BIT(P_WINDOW),
+    [EP_SPANS] =
+	BIT(P_JOB) | BIT(P_RANK) | BIT(P_STEP) | BIT(P_STEP_FROM) | BIT(P_STEP_TO) | BIT(P_ATTEMPT),
 };
 
-#define MAX_RANKS 4096
-#define MAX_FIELDS 16
+#define MAX_RANKS      4096
+#define MAX_FIELDS     16
 #define AROUND_DEFAULT 50
 
 struct evparams {
@@ -94,8 +108,10 @@ static int add_ranks(struct evparams *p, const char *val)
 		if (strcmp(tok, "job") == 0)
 			r = MDL_RANK_JOB;
 		else if (srv_parse_i64(tok, &r) || r < 0 || r > MDL_RANK_MAX)
-			return bad(p, "parameter rank: a rank is an integer >= 0 or \"job\", got "
-				   "'%.32s'", tok);
+			return bad(p,
+				   "parameter rank: a rank is an integer >= 0 or \"job\", got "
+				   "'%.32s'",
+				   tok);
 		if (p->nranks == MAX_RANKS)
 			return bad(p, "parameter rank: at most %d ranks per query", MAX_RANKS);
 		p->ranks[p->nranks++] = (uint32_t)r;
@@ -121,8 +137,10 @@ static int parse_field(struct evparams *p, const char *key, const char *val)
 {
 	const char *name = key + 6; /* after "field." */
 	if (!*name || strlen(name) > 256)
-		return bad(p, "parameter %.64s: give field.<key>=<value> with a key of 1..256 "
-			   "bytes", key);
+		return bad(p,
+			   "parameter %.64s: give field.<key>=<value> with a key of 1..256 "
+			   "bytes",
+			   key);
 	if (p->nfields == MAX_FIELDS)
 		return bad(p, "at most %d field.<key> parameters", MAX_FIELDS);
 	p->fkeys[p->nfields] = name;
@@ -134,18 +152,31 @@ static int parse_number(struct evparams *p, enum param k, const char *val)
 {
 	int64_t v, min = INT64_MIN, max = INT64_MAX;
 	switch (k) {
-	case P_STEP_FROM: case P_STEP_TO: case P_STEP: case P_WINDOW: case P_BEFORE:
-	case P_AFTER: min = 0; break;
-	case P_ATTEMPT: min = 0; max = UINT32_MAX; break;
-	case P_LIMIT: min = 1; max = QRY_LOGS_LIMIT_MAX; break;
-	default: break;
+	case P_STEP_FROM:
+	case P_STEP_TO:
+	case P_STEP:
+	case P_WINDOW:
+	case P_BEFORE:
+	case P_AFTER:
+		min = 0;
+		break;
+	case P_ATTEMPT:
+		min = 0;
+		max = UINT32_MAX;
+		break;
+	case P_LIMIT:
+		min = 1;
+		max = QRY_LOGS_LIMIT_MAX;
+		break;
+	default:
+		break;
 	}
 	if (k == P_BEFORE || k == P_AFTER)
 		max = QRY_LOGS_LIMIT_MAX;
 	if (k == P_FROM || k == P_TO) {
 		if (srv_parse_time_ns(val, rdb_now_ns(), &v))
-			return bad(p, "parameter %s must be a time (%s), got '%.64s'", param_names[k],
-				   SRV_TIME_HELP, val);
+			return bad(p, "parameter %s must be a time (%s), got '%.64s'",
+				   param_names[k], SRV_TIME_HELP, val);
 	} else if (srv_parse_i64(val, &v) || v < min || v > max) {
 		char range[64] = "";
 		if (max != INT64_MAX)
@@ -164,21 +195,30 @@ static int parse_arg(struct evparams *p, enum endpoint ep, enum param k, const c
 {
 	uint8_t level;
 	switch (k) {
-	case P_JOB: p->job = val; return 0;
-	case P_RANK: return add_ranks(p, val);
-	case P_Q: return parse_q(p, val);
-	case P_CURSOR: p->cursor = val; return 0;
+	case P_JOB:
+		p->job = val;
+		return 0;
+	case P_RANK:
+		return add_ranks(p, val);
+	case P_Q:
+		return parse_q(p, val);
+	case P_CURSOR:
+		p->cursor = val;
+		return 0;
 	case P_LEVEL:
 		if (mdl_level_parse(val, strlen(val), &level))
-			return bad(p, "parameter level must be debug, info, warn, error or fatal, "
-				   "got '%.32s'", val);
+			return bad(p,
+				   "parameter level must be debug, info, warn, error or fatal, "
+				   "got '%.32s'",
+				   val);
 		p->min_level = level;
 		return 0;
 	case P_ATTEMPT:
 		if (ep == EP_SPANS && strcmp(val, "latest") == 0)
 			return 0;
 		return parse_number(p, k, val);
-	default: return parse_number(p, k, val);
+	default:
+		return parse_number(p, k, val);
 	}
 }
 
@@ -209,7 +249,7 @@ static int check_around(struct evparams *p)
 		return bad(p, "parameter step is required");
 	if ((p->seen & BIT(P_WINDOW)) && (p->seen & (BIT(P_BEFORE) | BIT(P_AFTER))))
 		return bad(p, "parameter window_steps: give window_steps (step rule) or "
-			   "before/after (time rule), not both");
+			      "before/after (time rule), not both");
 	return 0;
 }
 
@@ -272,15 +312,23 @@ static int run_logs(struct srv_ctx *ctx, const struct evparams *p, struct rdb_bu
 		    struct qry_error *e)
 {
 	bool by_step = p->seen & (BIT(P_STEP_FROM) | BIT(P_STEP_TO));
-	struct qry_logs_req q = {
-		.filter = {.job = p->job, .min_level = p->min_level, .ranks = p->ranks,
-			   .nranks = p->nranks, .from_ns = p->num[P_FROM], .to_ns = p->num[P_TO],
-			   .by_step = by_step, .step_from = by_step ? p->num[P_STEP_FROM] : 0,
-			   .step_to = p->num[P_STEP_TO], .text = p->text, .field_keys = p->fkeys,
-			   .field_vals = p->fvals, .nfields = p->nfields,
-			   .attempt = p->num[P_ATTEMPT]},
-		.limit = (size_t)p->num[P_LIMIT], .cursor = p->cursor,
-		.max_events = scan_bound(ctx, (size_t)p->num[P_LIMIT])};
+	struct qry_logs_req q = {.filter = {.job = p->job,
+					    .min_level = p->min_level,
+					    .ranks = p->ranks,
+					    .nranks = p->nranks,
+					    .from_ns = p->num[P_FROM],
+					    .to_ns = p->num[P_TO],
+					    .by_step = by_step,
+					    .step_from = by_step ? p->num[P_STEP_FROM] : 0,
+					    .step_to = p->num[P_STEP_TO],
+					    .text = p->text,
+					    .field_keys = p->fkeys,
+					    .field_vals = p->fvals,
+					    .nfields = p->nfields,
+					    .attempt = p->num[P_ATTEMPT]},
+				 .limit = (size_t)p->num[P_LIMIT],
+				 .cursor = p->cursor,
+				 .max_events = scan_bound(ctx, (size_t)p->num[P_LIMIT])};
 	struct qry_log_page r;
 	int rc = qry_logs(ctx->sto, &q, &r, e);
 	if (rc == 0)
@@ -292,11 +340,14 @@ static int run_logs(struct srv_ctx *ctx, const struct evparams *p, struct rdb_bu
 static int run_around(struct srv_ctx *ctx, const struct evparams *p, struct rdb_buf *out,
 		      struct qry_error *e)
 {
-	struct qry_around_req q = {
-		.job = p->job, .rank = p->ranks[0], .step = p->num[P_STEP],
-		.min_level = p->min_level, .window_steps = p->num[P_WINDOW],
-		.before = (size_t)p->num[P_BEFORE], .after = (size_t)p->num[P_AFTER],
-		.max_events = scan_bound(ctx, 0)};
+	struct qry_around_req q = {.job = p->job,
+				   .rank = p->ranks[0],
+				   .step = p->num[P_STEP],
+				   .min_level = p->min_level,
+				   .window_steps = p->num[P_WINDOW],
+				   .before = (size_t)p->num[P_BEFORE],
+				   .after = (size_t)p->num[P_AFTER],
+				   .max_events = scan_bound(ctx, 0)};
 	struct qry_around r;
 	int rc = qry_logs_around(ctx->sto, &q, &r, e);
 	if (rc == 0)
@@ -308,9 +359,13 @@ static int run_around(struct srv_ctx *ctx, const struct evparams *p, struct rdb_
 static int run_spans(struct srv_ctx *ctx, const struct evparams *p, struct rdb_buf *out,
 		     struct qry_error *e)
 {
-	struct qry_spans_req q = {.job = p->job, .ranks = p->ranks, .nranks = p->nranks,
-				  .step_from = p->num[P_STEP_FROM], .step_to = p->num[P_STEP_TO],
-				  .attempt = p->num[P_ATTEMPT], .max_events = scan_bound(ctx, 0)};
+	struct qry_spans_req q = {.job = p->job,
+				  .ranks = p->ranks,
+				  .nranks = p->nranks,
+				  .step_from = p->num[P_STEP_FROM],
+				  .step_to = p->num[P_STEP_TO],
+				  .attempt = p->num[P_ATTEMPT],
+				  .max_events = scan_bound(ctx, 0)};
 	struct qry_spans r;
 	int rc = qry_spans(ctx->sto, &q, &r, e);
 	if (rc == 0)
@@ -319,8 +374,8 @@ static int run_spans(struct srv_ctx *ctx, const struct evparams *p, struct rdb_b
 	return rc;
 }
 
-static int run(struct srv_ctx *ctx, enum endpoint ep, const struct evparams *p,
-	       struct rdb_buf *out, struct qry_error *e)
+static int run(struct srv_ctx *ctx, enum endpoint ep, const struct evparams *p, struct rdb_buf *out,
+	       struct qry_error *e)
 {
 	if (ep == EP_LOGS)
 		return run_logs(ctx, p, out, e);
@@ -355,11 +410,11 @@ static void h_events(struct srv_req *req, struct srv_resp *resp, const struct sr
 }
 
 static const struct srv_route rows[] = {
-	{SRV_READ_METHODS, "/api/v1/logs", SRV_SCOPE_READ, h_events, EP_LOGS, SRV_ROUTE_QUERY,
-	 NULL, NULL, NULL},
-	{SRV_READ_METHODS, "/api/v1/logs/around", SRV_SCOPE_READ, h_events, EP_AROUND,
-	 SRV_ROUTE_QUERY, NULL, NULL, NULL},
-	{SRV_READ_METHODS, "/api/v1/spans", SRV_SCOPE_READ, h_events, EP_SPANS, SRV_ROUTE_QUERY,
-	 NULL, NULL, NULL},
+    {SRV_READ_METHODS, "/api/v1/logs", SRV_SCOPE_READ, h_events, EP_LOGS, SRV_ROUTE_QUERY, NULL,
+     NULL, NULL},
+    {SRV_READ_METHODS, "/api/v1/logs/around", SRV_SCOPE_READ, h_events, EP_AROUND, SRV_ROUTE_QUERY,
+     NULL, NULL, NULL},
+    {SRV_READ_METHODS, "/api/v1/spans", SRV_SCOPE_READ, h_events, EP_SPANS, SRV_ROUTE_QUERY, NULL,
+     NULL, NULL},
 };
 const struct srv_route_table srv_events_routes = {rows, sizeof(rows) / sizeof(rows[0])};

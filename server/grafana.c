@@ -60,7 +60,6 @@
 
 /* ---- request state and errors ------------------------------------------------ */
 
-
 /* Records the first error; returns RDB_EINVAL so callers can return it. */
 int gf_fail(struct gf *g, int status, const char *fmt, ...)
 {
@@ -80,7 +79,8 @@ int gf_chk(struct gf *g, int rc)
 	if (rc == 0 || g->status)
 		return rc;
 	if (rc == RDB_ELIMIT)
-		return gf_fail(g, 400, "the response would exceed max_response_bytes (%zu bytes): "
+		return gf_fail(g, 400,
+			       "the response would exceed max_response_bytes (%zu bytes): "
 			       "lower maxDataPoints, narrow the time range, or select fewer series "
 			       "(payload job and rank, ad hoc filters, a crossrank-* agg)",
 			       g->max_bytes);
@@ -207,8 +207,8 @@ void gf_names_free(struct names *ns)
 
 static bool wildcard(const char *s)
 {
-	return !strcmp(s, "*") || !strcmp(s, "All") || !strcmp(s, "all") ||
-	       !strcmp(s, "$__all") || !strcmp(s, ".*") || !strcmp(s, ".+");
+	return !strcmp(s, "*") || !strcmp(s, "All") || !strcmp(s, "all") || !strcmp(s, "$__all") ||
+	       !strcmp(s, ".*") || !strcmp(s, ".+");
 }
 
 static int set_piece(struct gf_set *s, const char *p, size_t n)
@@ -281,9 +281,7 @@ int gf_set_json(struct gf_set *s, const json_t *v, bool nested)
 	size_t i;
 	json_t *e;
 	if (json_is_array(v) && !nested)
-		json_array_foreach(v, i, e)
-			if (rc == 0)
-				rc = gf_set_json(s, e, true);
+		json_array_foreach(v, i, e) if (rc == 0) rc = gf_set_json(s, e, true);
 	return rc;
 }
 
@@ -304,8 +302,8 @@ void gf_set_free(struct gf_set *s)
 
 /* ---- ad hoc filters ----------------------------------------------------------- */
 
-static const char *const op_names[OP_N] = {"=", "!=", "=~", "!~", "<", ">", "<=", ">=",
-					   "=|", "!=|"};
+static const char *const op_names[OP_N] = {"=", "!=", "=~", "!~", "<",
+					   ">", "<=", ">=", "=|", "!=|"};
 
 static int filter_value(struct gf *g, const json_t *o, struct gf_filter *f)
 {
@@ -328,8 +326,8 @@ static int filter_value(struct gf *g, const json_t *o, struct gf_filter *f)
 	f->g = g;
 	int rc = gf_regex_compile(&f->rx, f->val, why, sizeof(why));
 	if (rc == RDB_EINVAL)
-		return gf_fail(g, 400, "ad hoc filter %s %s '%.200s': not accepted as a regex: %s", f->key,
-			       op_names[f->op], f->val, why);
+		return gf_fail(g, 400, "ad hoc filter %s %s '%.200s': not accepted as a regex: %s",
+			       f->key, op_names[f->op], f->val, why);
 	return rc;
 }
 
@@ -338,7 +336,8 @@ static int filter_parse(struct gf *g, const json_t *o, struct gf_filter *f)
 	const char *op = gf_jstr(o, "operator");
 	f->key = gf_jstr(o, "key");
 	if (!json_is_object(o) || !f->key)
-		return gf_fail(g, 400, "an ad hoc filter must be an object {\"key\",\"operator\","
+		return gf_fail(g, 400,
+			       "an ad hoc filter must be an object {\"key\",\"operator\","
 			       "\"value\"} with a string key");
 	if (!op)
 		op = "=";
@@ -346,8 +345,10 @@ static int filter_parse(struct gf *g, const json_t *o, struct gf_filter *f)
 	while (k < OP_N && strcmp(op_names[k], op))
 		k++;
 	if (k == OP_N)
-		return gf_fail(g, 400, "ad hoc filter on '%.100s': unknown operator '%.20s' "
-			       "(known: =, !=, =~, !~, <, >, <=, >=, =|, !=|)", f->key, op);
+		return gf_fail(g, 400,
+			       "ad hoc filter on '%.100s': unknown operator '%.20s' "
+			       "(known: =, !=, =~, !~, <, >, <=, >=, =|, !=|)",
+			       f->key, op);
 	f->op = (enum op)k;
 	return filter_value(g, o, f);
 }
@@ -378,9 +379,8 @@ int gf_filters_parse(struct gf *g, struct gf_filters *fs)
 		return gf_chk(g, -ENOMEM);
 	int rc = 0;
 	for (int k = 0; k < 2 && rc == 0; k++)
-		json_array_foreach(json_object_get(g->body, keys[k]), i, e)
-			if (rc == 0)
-				rc = filter_parse(g, e, &fs->v[fs->n++]);
+		json_array_foreach(json_object_get(g->body, keys[k]), i, e) if (rc == 0) rc =
+		    filter_parse(g, e, &fs->v[fs->n++]);
 	return gf_chk(g, rc);
 }
 
@@ -405,17 +405,28 @@ static int cmp_vals(const char *key, const char *a, const char *b)
 bool gf_filter_match(const struct gf_filter *f, const char *val)
 {
 	switch (f->op) {
-	case OP_EQ: return strcmp(val, f->val) == 0;
-	case OP_NE: return strcmp(val, f->val) != 0;
-	case OP_RE: return f->rx.ok && gf_regex_match(f->g, &f->rx, val);
-	case OP_NRE: return f->rx.ok && !gf_regex_match(f->g, &f->rx, val) && !f->g->rx_over;
-	case OP_LT: return cmp_vals(f->key, val, f->val) < 0;
-	case OP_GT: return cmp_vals(f->key, val, f->val) > 0;
-	case OP_LE: return cmp_vals(f->key, val, f->val) <= 0;
-	case OP_GE: return cmp_vals(f->key, val, f->val) >= 0;
-	case OP_IN: return gf_set_has(&f->set, val);
-	case OP_NIN: return !gf_set_has(&f->set, val) || !f->set.given;
-	default: return true;
+	case OP_EQ:
+		return strcmp(val, f->val) == 0;
+	case OP_NE:
+		return strcmp(val, f->val) != 0;
+	case OP_RE:
+		return f->rx.ok && gf_regex_match(f->g, &f->rx, val);
+	case OP_NRE:
+		return f->rx.ok && !gf_regex_match(f->g, &f->rx, val) && !f->g->rx_over;
+	case OP_LT:
+		return cmp_vals(f->key, val, f->val) < 0;
+	case OP_GT:
+		return cmp_vals(f->key, val, f->val) > 0;
+	case OP_LE:
+		return cmp_vals(f->key, val, f->val) <= 0;
+	case OP_GE:
+		return cmp_vals(f->key, val, f->val) >= 0;
+	case OP_IN:
+		return gf_set_has(&f->set, val);
+	case OP_NIN:
+		return !gf_set_has(&f->set, val) || !f->set.given;
+	default:
+		return true;
 	}
 }
 
@@ -433,16 +444,29 @@ bool gf_filters_ok(const struct gf_filters *fs, const char *key, const char *val
 
 enum kind { K_JOBS, K_RANKS, K_METRICS, K_LEVELS, K_AGGS };
 
-const char *const gf_agg_names[AG_N] = {
-	"avg", "raw", "min", "max", "first", "last", "sum", "count", "p50", "p90", "p99", "m4",
-	"crossrank-mean", "crossrank-min", "crossrank-max", "crossrank-median"};
+const char *const gf_agg_names[AG_N] = {"avg",
+					"raw",
+					"min",
+					"max",
+					"first",
+					"last",
+					"sum",
+					"count",
+					"p50",
+					"p90",
+					"p99",
+					"m4",
+					"crossrank-mean",
+					"crossrank-min",
+					"crossrank-max",
+					"crossrank-median"};
 
 struct list_ctx {
 	struct names *out;
 	enum kind kind;
-	const char *metric;          /* NULL: every metric */
+	const char *metric; /* NULL: every metric */
 	const struct gf_filters *fs;
-	bool found;                  /* the job has the metric */
+	bool found; /* the job has the metric */
 };
 
 static int job_cb(void *arg, const char *job, uint64_t nseries)
@@ -466,9 +490,11 @@ static int series_cb(void *arg, const struct mdl_series_key *k, uint64_t id)
 		return 1; /* enough: stop the scan */
 	gf_rank_text(k->rank, rank);
 	if (c->kind == K_RANKS)
-		return gf_filters_ok(c->fs, "rank", rank) ? gf_names_add(c->out, rank, strlen(rank)) : 0;
-	return gf_filters_ok(c->fs, "metric", k->metric) ?
-		       gf_names_add(c->out, k->metric, strlen(k->metric)) : 0;
+		return gf_filters_ok(c->fs, "rank", rank) ? gf_names_add(c->out, rank, strlen(rank))
+							  : 0;
+	return gf_filters_ok(c->fs, "metric", k->metric)
+		   ? gf_names_add(c->out, k->metric, strlen(k->metric))
+		   : 0;
 }
 
 static int list_fail(struct gf *g, int rc)
@@ -493,8 +519,8 @@ int gf_list_jobs(struct gf *g, const struct gf_set *want, const struct gf_filter
 }
 
 /* Distinct values of a kind over the selected jobs, sorted. */
-static int list_values(struct gf *g, enum kind kind, const struct gf_set *jobs,
-		       const char *metric, const struct gf_filters *fs, struct names *out)
+static int list_values(struct gf *g, enum kind kind, const struct gf_set *jobs, const char *metric,
+		       const struct gf_filters *fs, struct names *out)
 {
 	static const char *const levels[] = {"debug", "info", "warn", "error", "fatal"};
 	struct names js = {0};
@@ -545,8 +571,8 @@ static int write_values(struct gf *g, const struct names *ns, enum kind kind, en
 		if (rc == 0)
 			rc = gf_put_str(g->out, st == ST_TEXT || st == ST_STRING ? v : l);
 		if (rc == 0 && (st == ST_VARIABLE || st == ST_OPTION))
-			rc = rdb_buf_puts(g->out, st == ST_VARIABLE ? ",\"__value\":" :
-								      ",\"value\":");
+			rc = rdb_buf_puts(g->out,
+					  st == ST_VARIABLE ? ",\"__value\":" : ",\"value\":");
 		if (rc == 0 && (st == ST_VARIABLE || st == ST_OPTION))
 			rc = gf_put_str(g->out, v);
 		if (rc == 0 && st != ST_STRING)
@@ -562,25 +588,26 @@ static int write_payloads(struct gf *g, const struct names *jobs, bool job_optio
 	struct names aggs = {0};
 	struct rdb_buf *b = g->out;
 	int rc = rdb_buf_puts(b, ",\"payloads\":[{\"name\":\"job\",\"label\":\"Job\",\"type\":"
-			      "\"select\",\"placeholder\":\"all jobs\",\"reloadMetric\":true,"
-			      "\"width\":24");
+				 "\"select\",\"placeholder\":\"all jobs\",\"reloadMetric\":true,"
+				 "\"width\":24");
 	if (rc == 0 && job_options) {
 		rc = rdb_buf_puts(b, ",\"options\":");
 		if (rc == 0)
 			rc = write_values(g, jobs, K_JOBS, ST_OPTION);
 	}
 	if (rc == 0)
-		rc = rdb_buf_puts(b, "},{\"name\":\"rank\",\"label\":\"Ranks\",\"type\":"
-				  "\"multi-select\",\"placeholder\":\"all ranks\",\"width\":24}");
+		rc =
+		    rdb_buf_puts(b, "},{\"name\":\"rank\",\"label\":\"Ranks\",\"type\":"
+				    "\"multi-select\",\"placeholder\":\"all ranks\",\"width\":24}");
 	if (rc == 0 && logs)
 		rc = rdb_buf_puts(b, ",{\"name\":\"level\",\"label\":\"Level at least\",\"type\":"
-				  "\"select\",\"placeholder\":\"debug\",\"width\":16},"
-				  "{\"name\":\"limit\",\"label\":\"Limit\",\"type\":\"input\","
-				  "\"placeholder\":\"1000\",\"width\":12}]}");
+				     "\"select\",\"placeholder\":\"debug\",\"width\":16},"
+				     "{\"name\":\"limit\",\"label\":\"Limit\",\"type\":\"input\","
+				     "\"placeholder\":\"1000\",\"width\":12}]}");
 	if (rc == 0 && !logs)
 		rc = rdb_buf_puts(b, ",{\"name\":\"agg\",\"label\":\"Aggregate\",\"type\":"
-				  "\"select\",\"placeholder\":\"m4\",\"width\":20,"
-				  "\"options\":");
+				     "\"select\",\"placeholder\":\"m4\",\"width\":20,"
+				     "\"options\":");
 	if (rc == 0 && !logs)
 		rc = list_values(g, K_AGGS, NULL, NULL, NULL, &aggs);
 	if (rc == 0 && !logs)
@@ -614,7 +641,8 @@ static int h_metrics(struct gf *g)
 		if (rc == 0)
 			rc = gf_chk(g, rdb_buf_puts(g->out, ",\"label\":"));
 		if (rc == 0)
-			rc = gf_chk(g, gf_put_str(g->out, i < metrics.n ? m : "logs (log records)"));
+			rc =
+			    gf_chk(g, gf_put_str(g->out, i < metrics.n ? m : "logs (log records)"));
 		if (rc == 0)
 			rc = write_payloads(g, &all, opts, i == metrics.n);
 	}
@@ -682,9 +710,11 @@ static int variable_kind(struct gf *g, const char *q, struct gf_set *jobs, enum 
 		free(arg);
 		return gf_chk(g, rc);
 	}
-	return gf_fail(g, 400, "unknown variable query '%.100s' (known: jobs, ranks(<job>), "
+	return gf_fail(g, 400,
+		       "unknown variable query '%.100s' (known: jobs, ranks(<job>), "
 		       "metrics, metrics(<job>), levels, aggs; or raw JSON {\"target\":\"ranks\","
-		       "\"job\":\"j1\"})", q);
+		       "\"job\":\"j1\"})",
+		       q);
 }
 
 static int list_query(struct gf *g, const char *q, const json_t *job, struct names *out,
@@ -695,7 +725,8 @@ static int list_query(struct gf *g, const char *q, const json_t *job, struct nam
 	if (rc == 0)
 		rc = gf_chk(g, gf_set_json(&jobs, job, false));
 	if (rc == 0 && *kind == K_RANKS && !gf_set_constrains(&jobs))
-		rc = gf_fail(g, 400, "variable query ranks needs a job: ranks(j1), or raw JSON "
+		rc = gf_fail(g, 400,
+			     "variable query ranks needs a job: ranks(j1), or raw JSON "
 			     "{\"target\":\"ranks\",\"job\":\"$job\"}");
 	if (rc == 0)
 		rc = list_values(g, *kind, &jobs, NULL, NULL, out);
@@ -749,7 +780,8 @@ static int h_search(struct gf *g)
 
 static int h_tag_keys(struct gf *g)
 {
-	return gf_chk(g, rdb_buf_puts(g->out, "[{\"type\":\"string\",\"text\":\"job\"},{\"type\":"
+	return gf_chk(g, rdb_buf_puts(g->out,
+				      "[{\"type\":\"string\",\"text\":\"job\"},{\"type\":"
 				      "\"string\",\"text\":\"rank\"},{\"type\":\"string\",\"text\":"
 				      "\"metric\"},{\"type\":\"string\",\"text\":\"level\"}]"));
 }
@@ -786,10 +818,10 @@ static const struct {
 	const char *name;
 	int (*fn)(struct gf *g);
 } endpoints[] = {
-	{"metrics", h_metrics},	      {"metric-payload-options", h_payload_options},
-	{"query", gf_h_query},	      {"variable", h_variable},
-	{"tag-keys", h_tag_keys},     {"tag-values", h_tag_values},
-	{"search", h_search},	      {"annotations", gf_h_annotations},
+    {"metrics", h_metrics},   {"metric-payload-options", h_payload_options},
+    {"query", gf_h_query},    {"variable", h_variable},
+    {"tag-keys", h_tag_keys}, {"tag-values", h_tag_values},
+    {"search", h_search},     {"annotations", gf_h_annotations},
 };
 
 /* Parses the body (empty: {}); only /query insists on an object. */
@@ -822,8 +854,10 @@ static void respond(struct srv_req *req, struct srv_resp *resp, int (*fn)(struct
 		srv_error(resp, 500, "out of memory");
 		return;
 	}
-	*g = (struct gf){.sto = ctx->sto, .max_points = ctx->cfg->max_query_points,
-			 .max_bytes = ctx->cfg->max_response_bytes, .out = &resp->body};
+	*g = (struct gf){.sto = ctx->sto,
+			 .max_points = ctx->cfg->max_query_points,
+			 .max_bytes = ctx->cfg->max_response_bytes,
+			 .out = &resp->body};
 	if (parse_body(g, req, need_object) == 0 && fn(g) == 0)
 		resp->status = 200;
 	if (g->status) {
@@ -854,24 +888,27 @@ static void h_endpoint(struct srv_req *req, struct srv_resp *resp, const struct 
 
 /* Every endpoint takes POST (what the datasource sends) and GET; a trailing
  * slash is tolerated. */
-#define GF_ROW(path, i)                                                                     \
-	{SRV_GET | SRV_POST, "/grafana/" path "/?", SRV_SCOPE_READ, h_endpoint, i,          \
-	 SRV_ROUTE_QUERY, "POST", NULL, NULL}
+#define GF_ROW(path, i)                                                                            \
+	{                                                                                          \
+		SRV_GET | SRV_POST, "/grafana/" path "/?", SRV_SCOPE_READ, h_endpoint, i,          \
+		    SRV_ROUTE_QUERY, "POST", NULL, NULL                                            \
+	}
 
 static const struct srv_route rows[] = {
-	{SRV_READ_METHODS | SRV_POST, "/grafana/?", SRV_SCOPE_READ, h_root, 0, 0,
-	 "GET, HEAD, POST", NULL, NULL},
-	GF_ROW("metrics", 0),
-	GF_ROW("metric-payload-options", 1),
-	GF_ROW("query", 2),
-	GF_ROW("variable", 3),
-	GF_ROW("tag-keys", 4),
-	GF_ROW("tag-values", 5),
-	GF_ROW("search", 6),
-	GF_ROW("annotations", 7),
-	{SRV_ANY, "/grafana/*", SRV_SCOPE_READ, NULL, 0, 0, NULL,
-	 "no such Grafana endpoint: %.200s (known: /grafana, /grafana/metrics, "
-	 "/metric-payload-options, /query, /variable, /tag-keys, /tag-values, /search, "
-	 "/annotations)", NULL},
+    {SRV_READ_METHODS | SRV_POST, "/grafana/?", SRV_SCOPE_READ, h_root, 0, 0, "GET, HEAD, POST",
+     NULL, NULL},
+    GF_ROW("metrics", 0),
+    GF_ROW("metric-payload-options", 1),
+    GF_ROW("query", 2),
+    GF_ROW("variable", 3),
+    GF_ROW("tag-keys", 4),
+    GF_ROW("tag-values", 5),
+    GF_ROW("search", 6),
+    GF_ROW("annotations", 7),
+    {SRV_ANY, "/grafana/*", SRV_SCOPE_READ, NULL, 0, 0, NULL,
+     "no such Grafana endpoint: %.200s (known: /grafana, /grafana/metrics, "
+     "/metric-payload-options, /query, /variable, /tag-keys, /tag-values, /search, "
+     "/annotations)",
+     NULL},
 };
 const struct srv_route_table srv_grafana_routes = {rows, sizeof(rows) / sizeof(rows[0])};

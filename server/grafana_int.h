@@ -22,34 +22,34 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GF_MAX_SERIES 1000u      /* frames written by one /query */
-#define GF_MAX_READ 20000u       /* series one target may read */
-#define GF_MAX_NAMES 100000u     /* distinct names one listing may collect */
-#define GF_MAX_JOB_OPTIONS 20000u /* /metrics: inline job options up to jobs x metrics */
-#define GF_DEFAULT_MAXDP 1000
-#define GF_MAX_MAXDP 100000
-#define GF_EVENTS_DEFAULT 1000
-#define GF_EVENTS_MAX 10000
-#define GF_EVENTS_SCAN 100000u   /* matching log records read per job */
-#define GF_MS_MAX (INT64_MAX / 1000000 - 1) /* ms whose ns still fit an int64 */
-#define BIT(x) (1u << (x))
-#define GF_REGEX_MAX_BYTES 4096u  /* a target or =~ filter pattern, bytes */
-#define GF_REGEX_MAX_COST 2000u   /* regcomp tree nodes after {m,n} expansion */
-#define GF_REGEX_WORK_MAX (1ull << 29) /* per request: sum of cost x (text bytes + 1) */
-#define GF_REGEX_MAX_DEPTH 32u    /* nested groups */
-#define GF_REGEX_MAX_REPEAT 1000u /* one {m,n} count */
+#define GF_MAX_SERIES	    1000u   /* frames written by one /query */
+#define GF_MAX_READ	    20000u  /* series one target may read */
+#define GF_MAX_NAMES	    100000u /* distinct names one listing may collect */
+#define GF_MAX_JOB_OPTIONS  20000u  /* /metrics: inline job options up to jobs x metrics */
+#define GF_DEFAULT_MAXDP    1000
+#define GF_MAX_MAXDP	    100000
+#define GF_EVENTS_DEFAULT   1000
+#define GF_EVENTS_MAX	    10000
+#define GF_EVENTS_SCAN	    100000u		      /* matching log records read per job */
+#define GF_MS_MAX	    (INT64_MAX / 1000000 - 1) /* ms whose ns still fit an int64 */
+#define BIT(x)		    (1u << (x))
+#define GF_REGEX_MAX_BYTES  4096u	 /* a target or =~ filter pattern, bytes */
+#define GF_REGEX_MAX_COST   2000u	 /* regcomp tree nodes after {m,n} expansion */
+#define GF_REGEX_WORK_MAX   (1ull << 29) /* per request: sum of cost x (text bytes + 1) */
+#define GF_REGEX_MAX_DEPTH  32u		 /* nested groups */
+#define GF_REGEX_MAX_REPEAT 1000u	 /* one {m,n} count */
 
 struct gf {
 	struct sto *sto;
 	size_t max_points;   /* max_query_points: points read per target */
 	size_t max_bytes;    /* max_response_bytes */
-	json_t *body;        /* the request body: an object */
+	json_t *body;	     /* the request body: an object */
 	struct rdb_buf *out; /* the response body */
-	size_t nelem;        /* elements in the top-level array */
-	size_t nframes;      /* series/tables/frames written (/query) */
-	int status;          /* 0 while fine, else the status of the first error */
+	size_t nelem;	     /* elements in the top-level array */
+	size_t nframes;	     /* series/tables/frames written (/query) */
+	int status;	     /* 0 while fine, else the status of the first error */
 	uint64_t rx_work;    /* regex work spent: cost x (text bytes + 1), summed */
-	bool rx_over;        /* rx_work reached GF_REGEX_WORK_MAX (status is 400) */
+	bool rx_over;	     /* rx_work reached GF_REGEX_WORK_MAX (status is 400) */
 	char msg[1400];
 };
 
@@ -76,12 +76,12 @@ struct gf_regex {
 enum op { OP_EQ, OP_NE, OP_RE, OP_NRE, OP_LT, OP_GT, OP_LE, OP_GE, OP_IN, OP_NIN, OP_N };
 
 struct gf_filter {
-	const char *key;  /* borrowed from the body */
-	const char *val;  /* borrowed, or num */
+	const char *key; /* borrowed from the body */
+	const char *val; /* borrowed, or num */
 	char num[40];
 	enum op op;
 	struct gf_regex rx; /* OP_RE, OP_NRE */
-	struct gf *g;       /* the request, for the regex work budget */
+	struct gf *g;	    /* the request, for the regex work budget */
 	struct gf_set set;  /* OP_IN, OP_NIN */
 };
 
@@ -91,25 +91,40 @@ struct gf_filters {
 };
 
 enum agg {
-	AG_AVG, AG_RAW, AG_MIN, AG_MAX, AG_FIRST, AG_LAST, AG_SUM, AG_COUNT, AG_P50, AG_P90,
-	AG_P99, AG_M4, AG_XMEAN, AG_XMIN, AG_XMAX, AG_XMEDIAN, AG_N
+	AG_AVG,
+	AG_RAW,
+	AG_MIN,
+	AG_MAX,
+	AG_FIRST,
+	AG_LAST,
+	AG_SUM,
+	AG_COUNT,
+	AG_P50,
+	AG_P90,
+	AG_P99,
+	AG_M4,
+	AG_XMEAN,
+	AG_XMIN,
+	AG_XMAX,
+	AG_XMEDIAN,
+	AG_N
 };
 
 struct gf_range {
 	int64_t from_ms, to_ms; /* inclusive */
-	int64_t width_ms;       /* bucket width */
-	int64_t max_points;     /* per series: max(maxDataPoints, (to - from) / intervalMs) */
+	int64_t width_ms;	/* bucket width */
+	int64_t max_points;	/* per series: max(maxDataPoints, (to - from) / intervalMs) */
 };
 
 struct tgt {
-	const char *ref_id;  /* NULL: the target had none (never invent one) */
-	const char *name;    /* the target text, "" if none */
+	const char *ref_id; /* NULL: the target had none (never invent one) */
+	const char *name;   /* the target text, "" if none */
 	bool table, hide;
-	json_t *payload;     /* an object, or NULL */
-	json_t *owned;       /* payload parsed from a string */
+	json_t *payload; /* an object, or NULL */
+	json_t *owned;	 /* payload parsed from a string */
 	struct gf_set jobs, ranks, levels;
-	uint32_t aggs;       /* BIT(enum agg) */
-	int64_t limit;       /* log records */
+	uint32_t aggs; /* BIT(enum agg) */
+	int64_t limit; /* log records */
 };
 
 /* agg names by enum agg ("avg", .., "crossrank-median"). */
@@ -118,8 +133,7 @@ extern const char *const gf_agg_names[AG_N];
 /* ---- grafana.c: errors and output ---- */
 
 /* Records the first error (status, message); always returns RDB_EINVAL. */
-int gf_fail(struct gf *g, int status, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+int gf_fail(struct gf *g, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Gives rc (a failed write or allocation) a 400/500 message if none yet; returns rc. */
 int gf_chk(struct gf *g, int rc);
 /* Writes the ',' before every top-level array element but the first; 0 or a buffer error. */

@@ -60,7 +60,8 @@ static bool ev_ok(const struct gf_filters *fs, const struct mdl_event *ev)
 	json_t *fields = NULL;
 	bool ok = true;
 	gf_rank_text(ev->rank, rank);
-	if (!gf_filters_ok(fs, "rank", rank) || !gf_filters_ok(fs, "level", mdl_level_name(ev->level)))
+	if (!gf_filters_ok(fs, "rank", rank) ||
+	    !gf_filters_ok(fs, "level", mdl_level_name(ev->level)))
 		return false;
 	for (size_t i = 0; ok && fs && i < fs->n; i++) {
 		const char *k = fs->v[i].key;
@@ -97,8 +98,14 @@ static int ev_cb(void *arg, const struct mdl_event *ev)
 	if (!m)
 		return -ENOMEM;
 	struct evc *e = &l->v[l->n++];
-	*e = (struct evc){ev->ts_ns, ev->step, ev->rank, ev->level, m, m + ev->job_len + 1,
-			  m + ev->job_len + ev->text_len + 2, ev->text_len};
+	*e = (struct evc){ev->ts_ns,
+			  ev->step,
+			  ev->rank,
+			  ev->level,
+			  m,
+			  m + ev->job_len + 1,
+			  m + ev->job_len + ev->text_len + 2,
+			  ev->text_len};
 	memcpy(e->job, ev->job, ev->job_len);
 	e->job[ev->job_len] = 0;
 	memcpy(e->text, ev->text, ev->text_len);
@@ -133,8 +140,10 @@ static int ev_ranks(struct gf *g, const struct tgt *t, uint32_t **out, size_t *n
 		if (!strcmp(s, "job"))
 			r = MDL_RANK_JOB;
 		else if (end == s || *end || r < 0 || r > MDL_RANK_MAX)
-			return gf_fail(g, 400, "payload rank: a rank is an integer >= 0 or \"job\", "
-				       "got '%.32s'", s);
+			return gf_fail(g, 400,
+				       "payload rank: a rank is an integer >= 0 or \"job\", "
+				       "got '%.32s'",
+				       s);
 		(*out)[(*n)++] = (uint32_t)r;
 	}
 	return 0;
@@ -150,9 +159,10 @@ static int ev_read_job(struct gf *g, struct sto_ev_filter *f, struct evlist *l)
 	if (rc == 1)
 		rc = 0;
 	if (rc == RDB_ELIMIT)
-		gf_fail(g, 400, "more than %u log records of job %s match: narrow the time range or "
-			"raise the level (payload level, ad hoc filter level)", GF_EVENTS_SCAN,
-			f->job);
+		gf_fail(g, 400,
+			"more than %u log records of job %s match: narrow the time range or "
+			"raise the level (payload level, ad hoc filter level)",
+			GF_EVENTS_SCAN, f->job);
 	else if (rc && rc != -ENOMEM)
 		gf_fail(g, 500, "reading the logs of job %s: %s", f->job,
 			re->msg[0] ? re->msg : rdb_strerror(rc));
@@ -165,16 +175,20 @@ static int collect_events(struct gf *g, const struct gf_range *r, const struct g
 			  const struct tgt *t, bool anno, struct evlist *l)
 {
 	struct names jobs = {0};
-	struct sto_ev_filter f = {.kinds = 1u << MDL_EV_LOG, .from_ns = r->from_ms * 1000000,
-				  .to_ns = r->to_ms * 1000000 + 999999, .attempt = -1,
+	struct sto_ev_filter f = {.kinds = 1u << MDL_EV_LOG,
+				  .from_ns = r->from_ms * 1000000,
+				  .to_ns = r->to_ms * 1000000 + 999999,
+				  .attempt = -1,
 				  .min_level = anno ? MDL_LEVEL_WARN : MDL_LEVEL_DEBUG};
 	uint32_t *ranks = NULL;
 	l->limit = (size_t)t->limit;
 	l->fs = fs;
 	if (gf_set_constrains(&t->levels) &&
 	    mdl_level_parse(t->levels.v.v[0], strlen(t->levels.v.v[0]), &f.min_level))
-		return gf_fail(g, 400, "payload level: unknown level '%.32s' (debug, info, warn, "
-			       "error, fatal)", t->levels.v.v[0]);
+		return gf_fail(g, 400,
+			       "payload level: unknown level '%.32s' (debug, info, warn, "
+			       "error, fatal)",
+			       t->levels.v.v[0]);
 	int rc = ev_ranks(g, t, &ranks, &f.nranks);
 	f.ranks = ranks;
 	if (rc == 0)
@@ -209,8 +223,9 @@ static int ev_row(struct rdb_buf *b, const struct evc *e, bool legacy)
 	const char *lv = mdl_level_name(e->level);
 	ev_title(e, title, sizeof(title));
 	gf_rank_text(e->rank, rank);
-	int rc = rdb_buf_printf(b, legacy ? "\"time\":%lld,\"timeEnd\":%lld,\"title\":" :
-				"[%lld,%lld,", (long long)ms, (long long)ms);
+	int rc =
+	    rdb_buf_printf(b, legacy ? "\"time\":%lld,\"timeEnd\":%lld,\"title\":" : "[%lld,%lld,",
+			   (long long)ms, (long long)ms);
 	if (rc == 0)
 		rc = gf_put_str(b, title);
 	if (rc == 0)
@@ -218,8 +233,8 @@ static int ev_row(struct rdb_buf *b, const struct evc *e, bool legacy)
 	if (rc == 0)
 		rc = rdb_buf_json_str(b, e->text, e->text_len);
 	if (rc == 0)
-		rc = rdb_buf_printf(b, "%s[\"%s\",\"job=%s\",\"rank=%s\"]", legacy ? ",\"tags\":" :
-				    ",", lv, e->job, rank);
+		rc = rdb_buf_printf(b, "%s[\"%s\",\"job=%s\",\"rank=%s\"]",
+				    legacy ? ",\"tags\":" : ",", lv, e->job, rank);
 	if (rc == 0 && !legacy)
 		rc = rdb_buf_printf(b, ",\"%s\",\"%s\",\"%s\"]", lv, e->job, rank);
 	return rc;
@@ -235,11 +250,11 @@ static int write_anno_table(struct gf *g, const struct tgt *t, const struct evli
 		rc = gf_put_ref(b, t);
 	if (rc == 0)
 		rc = rdb_buf_puts(b, ",\"columns\":[{\"text\":\"time\",\"type\":\"time\"},"
-				  "{\"text\":\"timeEnd\",\"type\":\"time\"},{\"text\":\"title\","
-				  "\"type\":\"string\"},{\"text\":\"text\",\"type\":\"string\"},"
-				  "{\"text\":\"tags\",\"type\":\"other\"},{\"text\":\"level\","
-				  "\"type\":\"string\"},{\"text\":\"job\",\"type\":\"string\"},"
-				  "{\"text\":\"rank\",\"type\":\"string\"}],\"rows\":[");
+				     "{\"text\":\"timeEnd\",\"type\":\"time\"},{\"text\":\"title\","
+				     "\"type\":\"string\"},{\"text\":\"text\",\"type\":\"string\"},"
+				     "{\"text\":\"tags\",\"type\":\"other\"},{\"text\":\"level\","
+				     "\"type\":\"string\"},{\"text\":\"job\",\"type\":\"string\"},"
+				     "{\"text\":\"rank\",\"type\":\"string\"}],\"rows\":[");
 	for (size_t i = 0; rc == 0 && i < l->n; i++) {
 		rc = rdb_buf_puts(b, i ? "," : "");
 		if (rc == 0)
@@ -254,16 +269,23 @@ static int logs_cell(struct rdb_buf *b, const struct evc *e, enum lcol c)
 {
 	char rank[16];
 	switch (c) {
-	case LC_TIME: return rdb_buf_printf(b, "%lld", (long long)gf_floor_div(e->ts_ns, 1000000));
-	case LC_BODY: return rdb_buf_json_str(b, e->text, e->text_len);
-	case LC_LEVEL: return rdb_buf_printf(b, "\"%s\"", mdl_level_name(e->level));
-	case LC_JOB: return gf_put_str(b, e->job);
-	case LC_RANK: gf_rank_text(e->rank, rank); return rdb_buf_printf(b, "\"%s\"", rank);
+	case LC_TIME:
+		return rdb_buf_printf(b, "%lld", (long long)gf_floor_div(e->ts_ns, 1000000));
+	case LC_BODY:
+		return rdb_buf_json_str(b, e->text, e->text_len);
+	case LC_LEVEL:
+		return rdb_buf_printf(b, "\"%s\"", mdl_level_name(e->level));
+	case LC_JOB:
+		return gf_put_str(b, e->job);
+	case LC_RANK:
+		gf_rank_text(e->rank, rank);
+		return rdb_buf_printf(b, "\"%s\"", rank);
 	case LC_STEP:
 		if (e->step == MDL_STEP_NONE)
 			return rdb_buf_puts(b, "null");
 		return rdb_buf_printf(b, "%lld", (long long)e->step);
-	default: return gf_put_str(b, e->fields);
+	default:
+		return gf_put_str(b, e->fields);
 	}
 }
 
@@ -271,8 +293,8 @@ static int logs_cell(struct rdb_buf *b, const struct evc *e, enum lcol c)
 static int write_logs_frame(struct gf *g, const struct tgt *t, const struct evlist *l)
 {
 	static const char *const cols[LC_N][2] = {
-		{"time", "time"}, {"body", "string"}, {"level", "string"}, {"job", "string"},
-		{"rank", "string"}, {"step", "number"}, {"fields", "string"}};
+	    {"time", "time"},	{"body", "string"}, {"level", "string"}, {"job", "string"},
+	    {"rank", "string"}, {"step", "number"}, {"fields", "string"}};
 	struct rdb_buf *b = g->out;
 	int rc = gf_elem_begin(g);
 	if (rc == 0)
@@ -281,7 +303,7 @@ static int write_logs_frame(struct gf *g, const struct tgt *t, const struct evli
 		rc = gf_put_ref(b, t);
 	if (rc == 0)
 		rc = rdb_buf_puts(b, ",\"meta\":{\"preferredVisualisationType\":\"logs\"},"
-				  "\"fields\":[");
+				     "\"fields\":[");
 	for (int c = 0; rc == 0 && c < LC_N; c++) {
 		rc = rdb_buf_printf(b, "%s{\"name\":\"%s\",\"type\":\"%s\",\"values\":[",
 				    c ? "," : "", cols[c][0], cols[c][1]);

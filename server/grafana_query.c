@@ -22,7 +22,7 @@
 #include <string.h>
 
 #define XR_MASK (BIT(AG_XMEAN) | BIT(AG_XMIN) | BIT(AG_XMAX) | BIT(AG_XMEDIAN))
-#define Q_MASK (BIT(AG_P50) | BIT(AG_P90) | BIT(AG_P99))
+#define Q_MASK	(BIT(AG_P50) | BIT(AG_P90) | BIT(AG_P99))
 
 /* ---- time range --------------------------------------------------------------- */
 
@@ -49,14 +49,17 @@ static int parse_time(struct gf *g, const json_t *v, const char *what, int64_t *
 {
 	if (json_is_number(v)) {
 		double d = json_number_value(v);
-		*ms = d > (double)GF_MS_MAX ? GF_MS_MAX : d < (double)-GF_MS_MAX ? -GF_MS_MAX :
-										       (int64_t)d;
+		*ms = d > (double)GF_MS_MAX    ? GF_MS_MAX
+		      : d < (double)-GF_MS_MAX ? -GF_MS_MAX
+					       : (int64_t)d;
 		return 0;
 	}
 	if (json_is_string(v) && parse_iso_ms(json_string_value(v), ms))
 		return 0;
-	return gf_fail(g, 400, "range.%s must be an ISO-8601 time such as "
-		       "\"2024-10-18T06:33:44.866Z\", \"now-1h\" or ms since the epoch", what);
+	return gf_fail(g, 400,
+		       "range.%s must be an ISO-8601 time such as "
+		       "\"2024-10-18T06:33:44.866Z\", \"now-1h\" or ms since the epoch",
+		       what);
 }
 
 /* "500ms", "30s", "5m", "1h", "1d", "1w" -> ms; 0 if unreadable. */
@@ -65,8 +68,8 @@ static int64_t duration_ms(const char *s)
 	static const struct {
 		const char *unit;
 		int64_t ms;
-	} units[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {"d", 86400000},
-		     {"w", 604800000}, {"y", 31536000000}};
+	} units[] = {{"ms", 1},	      {"s", 1000},	{"m", 60000},	   {"h", 3600000},
+		     {"d", 86400000}, {"w", 604800000}, {"y", 31536000000}};
 	char *end;
 	double v = s ? strtod(s, &end) : 0;
 	if (!s || end == s || !(v > 0) || v > 1e12)
@@ -109,7 +112,8 @@ int gf_parse_range(struct gf *g, const json_t *body, struct gf_range *r)
 	const json_t *mdp = json_object_get(body, "maxDataPoints");
 	const json_t *ims = json_object_get(body, "intervalMs");
 	if (!json_is_object(range))
-		return gf_fail(g, 400, "range is required: {\"from\":ISO-8601,\"to\":ISO-8601} "
+		return gf_fail(g, 400,
+			       "range is required: {\"from\":ISO-8601,\"to\":ISO-8601} "
 			       "(Grafana sends it with every request)");
 	int rc = parse_time(g, json_object_get(range, "from"), "from", &r->from_ms);
 	if (rc == 0)
@@ -120,8 +124,8 @@ int gf_parse_range(struct gf *g, const json_t *body, struct gf_range *r)
 		return gf_fail(g, 400, "range.from is after range.to");
 	int64_t maxdp = GF_DEFAULT_MAXDP, interval = 0;
 	if (json_is_number(mdp) && json_number_value(mdp) >= 1)
-		maxdp = json_number_value(mdp) > GF_MAX_MAXDP ? GF_MAX_MAXDP :
-								(int64_t)json_number_value(mdp);
+		maxdp = json_number_value(mdp) > GF_MAX_MAXDP ? GF_MAX_MAXDP
+							      : (int64_t)json_number_value(mdp);
 	if (json_is_number(ims) && json_number_value(ims) > 0 && json_number_value(ims) < 1e15)
 		interval = (int64_t)ceil(json_number_value(ims));
 	else
@@ -165,10 +169,12 @@ static int tgt_aggs(struct gf *g, struct tgt *t)
 		while (k < AG_N && strcmp(gf_agg_names[k], s.v.v[i]))
 			k++;
 		if (k == AG_N)
-			rc = gf_fail(g, 400, "target '%.200s': unknown agg '%.40s' (known: m4, avg, "
+			rc = gf_fail(g, 400,
+				     "target '%.200s': unknown agg '%.40s' (known: m4, avg, "
 				     "raw, min, max, first, last, sum, count, p50, p90, p99, "
 				     "crossrank-mean, crossrank-min, crossrank-max, "
-				     "crossrank-median)", t->name, s.v.v[i]);
+				     "crossrank-median)",
+				     t->name, s.v.v[i]);
 		else
 			t->aggs |= BIT(k);
 	}
@@ -182,8 +188,9 @@ static int tgt_limit(struct gf *g, struct tgt *t)
 {
 	const json_t *v = json_object_get(t->payload, "limit");
 	char *end = NULL;
-	double d = json_is_number(v) ? json_number_value(v) :
-		   json_is_string(v) ? strtod(json_string_value(v), &end) : GF_EVENTS_DEFAULT;
+	double d = json_is_number(v)   ? json_number_value(v)
+		   : json_is_string(v) ? strtod(json_string_value(v), &end)
+				       : GF_EVENTS_DEFAULT;
 	if ((end && *end) || !(d >= 1 && d <= GF_EVENTS_MAX))
 		return gf_fail(g, 400, "target '%.200s': payload limit must be 1..%d log records",
 			       t->name, GF_EVENTS_MAX);
@@ -224,10 +231,10 @@ struct sel {
 	const struct gf_filters *fs;
 	struct gf_regex rx;
 	struct gf *g;
-	char re_why[200];      /* why the target is not a regex */
-	struct qry_series *v;  /* owned; exact matches only once seen_exact */
+	char re_why[200];     /* why the target is not a regex */
+	struct qry_series *v; /* owned; exact matches only once seen_exact */
 	size_t n, cap;
-	size_t nexact, nregex; /* matching series, counted past the cap too */
+	size_t nexact, nregex;	     /* matching series, counted past the cap too */
 	bool seen_exact, seen_regex; /* a metric name matched, whatever rank and filters */
 };
 
@@ -327,19 +334,24 @@ static int check_selection(struct gf *g, const struct sel *s, uint32_t aggs)
 	frames = total * (size_t)__builtin_popcount(aggs & ~XR_MASK) +
 		 groups * (size_t)__builtin_popcount(aggs & XR_MASK);
 	if (!s->seen_exact && !s->seen_regex)
-		return gf_fail(g, 400, "unknown target '%.200s': no metric of the selected jobs is "
-			       "named so%s%s (POST /grafana/metrics lists the metrics)", name,
-			       s->rx.ok ? " or matches it as a regex" : "; as a regex: ",
+		return gf_fail(g, 400,
+			       "unknown target '%.200s': no metric of the selected jobs is "
+			       "named so%s%s (POST /grafana/metrics lists the metrics)",
+			       name, s->rx.ok ? " or matches it as a regex" : "; as a regex: ",
 			       s->rx.ok ? "" : s->re_why);
 	if (total > GF_MAX_READ)
-		return gf_fail(g, 400, "target '%.200s' selects %zu series (at most %u): narrow it "
-			       "with payload job and rank, or ad hoc filters on job, rank or metric",
-			       name, total, GF_MAX_READ);
+		return gf_fail(
+		    g, 400,
+		    "target '%.200s' selects %zu series (at most %u): narrow it "
+		    "with payload job and rank, or ad hoc filters on job, rank or metric",
+		    name, total, GF_MAX_READ);
 	if (!s->t->table && g->nframes + frames > GF_MAX_SERIES)
-		return gf_fail(g, 400, "target '%.200s' would return %zu series (at most %u per "
-			       "request): narrow it with payload job and rank or ad hoc filters, or "
-			       "use a crossrank-* agg (one series per job)", name, frames,
-			       GF_MAX_SERIES);
+		return gf_fail(
+		    g, 400,
+		    "target '%.200s' would return %zu series (at most %u per "
+		    "request): narrow it with payload job and rank or ad hoc filters, or "
+		    "use a crossrank-* agg (one series per job)",
+		    name, frames, GF_MAX_SERIES);
 	return 0;
 }
 
@@ -349,8 +361,8 @@ static int check_selection(struct gf *g, const struct sel *s, uint32_t aggs)
 struct wr {
 	struct gf *g;
 	const struct tgt *t;
-	size_t npts;   /* points of the open series */
-	size_t nrows;  /* rows of the table */
+	size_t npts;  /* points of the open series */
+	size_t nrows; /* rows of the table */
 	const char *job, *metric;
 	char rank[16]; /* "" for a cross-rank series */
 	enum agg agg;
@@ -378,7 +390,8 @@ static int wr_table_open(struct wr *w)
 	if (rc == 0)
 		rc = gf_put_ref(b, w->t);
 	if (rc == 0)
-		rc = rdb_buf_puts(b, ",\"columns\":[{\"text\":\"time\",\"type\":\"time\"},"
+		rc = rdb_buf_puts(b,
+				  ",\"columns\":[{\"text\":\"time\",\"type\":\"time\"},"
 				  "{\"text\":\"job\",\"type\":\"string\"},{\"text\":\"rank\","
 				  "\"type\":\"string\"},{\"text\":\"metric\",\"type\":\"string\"},"
 				  "{\"text\":\"agg\",\"type\":\"string\"},{\"text\":\"value\","
@@ -388,8 +401,7 @@ static int wr_table_open(struct wr *w)
 }
 
 /* {"target":"loss{job=j1,rank=0}","refId":..,"tags":{"job":"j1","rank":"0"},"datapoints":[ */
-static int wr_begin(struct wr *w, const char *job, const char *rank, const char *metric,
-		    enum agg a)
+static int wr_begin(struct wr *w, const char *job, const char *rank, const char *metric, enum agg a)
 {
 	struct rdb_buf *b = w->g->out;
 	char name[MDL_METRIC_MAX + MDL_JOB_MAX + 80];
@@ -401,8 +413,8 @@ static int wr_begin(struct wr *w, const char *job, const char *rank, const char 
 	snprintf(w->rank, sizeof(w->rank), "%s", rank);
 	if (w->t->table)
 		return 0;
-	snprintf(name, sizeof(name), "%s{job=%s%s%s%s%s}", metric, job, *rank ? ",rank=" : "",
-		 rank, lab ? ",agg=" : "", lab ? lab : "");
+	snprintf(name, sizeof(name), "%s{job=%s%s%s%s%s}", metric, job, *rank ? ",rank=" : "", rank,
+		 lab ? ",agg=" : "", lab ? lab : "");
 	w->g->nframes++;
 	int rc = gf_elem_begin(w->g);
 	if (rc == 0)
@@ -457,20 +469,35 @@ static bool bucket_value(const struct qry_buckets *bs, size_t i, enum agg a, dou
 	static const double q[] = {[AG_P50] = 0.5, [AG_P90] = 0.9, [AG_P99] = 0.99};
 	const struct qry_bucket *b = &bs->b[i];
 	switch (a) {
-	case AG_AVG: *v = b->a.sum / (double)b->a.count; break;
-	case AG_MIN: *v = b->a.min; break;
-	case AG_MAX: *v = b->a.max; break;
-	case AG_SUM: *v = b->a.sum; break;
-	case AG_COUNT: *v = (double)b->a.count; return true;
-	case AG_FIRST: *v = rdb_bits_f64(b->a.first_bits); return true;
-	case AG_LAST: *v = rdb_bits_f64(b->a.last_bits); return true;
+	case AG_AVG:
+		*v = b->a.sum / (double)b->a.count;
+		break;
+	case AG_MIN:
+		*v = b->a.min;
+		break;
+	case AG_MAX:
+		*v = b->a.max;
+		break;
+	case AG_SUM:
+		*v = b->a.sum;
+		break;
+	case AG_COUNT:
+		*v = (double)b->a.count;
+		return true;
+	case AG_FIRST:
+		*v = rdb_bits_f64(b->a.first_bits);
+		return true;
+	case AG_LAST:
+		*v = rdb_bits_f64(b->a.last_bits);
+		return true;
 	case AG_P50:
 	case AG_P90:
 	case AG_P99:
 		if (b->a.count)
 			*v = qry_quantile_sorted(bs->vals + b->vals_off, b->a.count, q[a]);
 		break;
-	default: return false;
+	default:
+		return false;
 	}
 	return b->a.count > 0;
 }
@@ -492,10 +519,13 @@ static int emit_buckets(struct wr *w, const struct qry_series *s, const struct q
 static int read_fail(struct gf *g, int rc, const struct qry_series *s, const struct qry_scan *sc)
 {
 	if (rc == RDB_ELIMIT)
-		return gf_fail(g, 400, "the query would read more than max_query_points (%zu) points: "
-			       "narrow the time range, lower maxDataPoints (whole chunks inside one "
-			       "bucket cost nothing), or select fewer series (payload job and rank, "
-			       "ad hoc filters)", sc->max_points);
+		return gf_fail(
+		    g, 400,
+		    "the query would read more than max_query_points (%zu) points: "
+		    "narrow the time range, lower maxDataPoints (whole chunks inside one "
+		    "bucket cost nothing), or select fewer series (payload job and rank, "
+		    "ad hoc filters)",
+		    sc->max_points);
 	return gf_fail(g, 500, "series job=%s rank=%u metric=%s: %s", s->key.job, s->key.rank,
 		       s->key.metric, sc->re.msg[0] ? sc->re.msg : rdb_strerror(rc));
 }
@@ -621,10 +651,14 @@ static int emit_m4(struct wr *w, struct qry_scan *sc, const struct qry_series *s
 static double xr_value(const struct qry_xr_row *r, enum agg a)
 {
 	switch (a) {
-	case AG_XMIN: return r->min;
-	case AG_XMAX: return r->max;
-	case AG_XMEDIAN: return r->median;
-	default: return r->mean;
+	case AG_XMIN:
+		return r->min;
+	case AG_XMAX:
+		return r->max;
+	case AG_XMEDIAN:
+		return r->median;
+	default:
+		return r->mean;
 	}
 }
 
@@ -669,17 +703,18 @@ static int emit_series(struct wr *w, struct qry_scan *sc, const struct qry_serie
 	return rc;
 }
 
-static int metric_loop(struct gf *g, struct wr *w, const struct sel *s,
-		       const struct gf_range *r0)
+static int metric_loop(struct gf *g, struct wr *w, const struct sel *s, const struct gf_range *r0)
 {
 	struct gf_range rr = *r0, *r = &rr;
 	struct qry_buckets bs = {0};
 	struct qry_xr_part xr = {0};
 	uint32_t aggs = w->t->aggs;
 	struct qry_bucketing bk = {
-		.range = {r->from_ms * 1000000, r->to_ms * 1000000 + 999999, false, 0, INT64_MAX},
-		.axis = QRY_AXIS_TIME, .width = r->width_ms * 1000000,
-		.attempt = QRY_ATTEMPT_LATEST, .need_values = (aggs & Q_MASK) != 0};
+	    .range = {r->from_ms * 1000000, r->to_ms * 1000000 + 999999, false, 0, INT64_MAX},
+	    .axis = QRY_AXIS_TIME,
+	    .width = r->width_ms * 1000000,
+	    .attempt = QRY_ATTEMPT_LATEST,
+	    .need_values = (aggs & Q_MASK) != 0};
 	struct qry_scan *sc = malloc(sizeof(*sc));
 	int rc = sc ? 0 : -ENOMEM;
 	if (sc)
@@ -764,16 +799,15 @@ int gf_h_query(struct gf *g)
 	json_t *targets = json_object_get(g->body, "targets"), *jt;
 	size_t i;
 	if (!json_is_array(targets))
-		return gf_fail(g, 400, "targets is required: [{\"refId\":\"A\",\"target\":\"loss\","
+		return gf_fail(g, 400,
+			       "targets is required: [{\"refId\":\"A\",\"target\":\"loss\","
 			       "\"payload\":{\"job\":\"j1\"}}]");
 	int rc = gf_parse_range(g, g->body, &r);
 	if (rc == 0)
 		rc = gf_filters_parse(g, &fs);
 	if (rc == 0)
 		rc = gf_chk(g, rdb_buf_putc(g->out, '['));
-	json_array_foreach(targets, i, jt)
-		if (rc == 0)
-			rc = run_target(g, &r, &fs, jt);
+	json_array_foreach(targets, i, jt) if (rc == 0) rc = run_target(g, &r, &fs, jt);
 	if (rc == 0)
 		rc = gf_chk(g, rdb_buf_putc(g->out, ']'));
 	gf_filters_free(&fs);

@@ -235,7 +235,8 @@ int gf_regex_check(const char *src, uint32_t *cost_out, char *why, size_t whylen
 	if (strcmp(w.why, "pattern is too complex") == 0)
 		snprintf(w.detail, sizeof(w.detail),
 			 " (nested repetition expands past %u nodes; use fewer or smaller "
-			 "{m,n} counts)", GF_REGEX_MAX_COST);
+			 "{m,n} counts)",
+			 GF_REGEX_MAX_COST);
 	snprintf(why, whylen, "%s%s", w.why, w.detail);
 	return RDB_EINVAL;
 }
@@ -276,7 +277,8 @@ bool gf_regex_match(struct gf *g, const struct gf_regex *rx, const char *text)
 	uint64_t work = (uint64_t)rx->cost * (strlen(text) + 1);
 	if (g->rx_work + work > GF_REGEX_WORK_MAX) {
 		g->rx_over = true;
-		gf_fail(g, 400, "the regex patterns of this request need more matching work than "
+		gf_fail(g, 400,
+			"the regex patterns of this request need more matching work than "
 			"one request may take (%llu units of pattern size x name bytes); narrow "
 			"the selection with payload job and rank, or use simpler patterns",
 			(unsigned long long)GF_REGEX_WORK_MAX);

@@ -79,8 +79,8 @@ void srv_error(struct srv_resp *resp, int status, const char *fmt, ...)
 	va_end(ap);
 	resp->status = status;
 	resp->body.len = 0;
-	if (rdb_buf_puts(&resp->body, "{\"error\":") || rdb_buf_json_str(&resp->body, msg, strlen(msg)) ||
-	    rdb_buf_putc(&resp->body, '}'))
+	if (rdb_buf_puts(&resp->body, "{\"error\":") ||
+	    rdb_buf_json_str(&resp->body, msg, strlen(msg)) || rdb_buf_putc(&resp->body, '}'))
 		resp->body.len = 0;
 }
 
@@ -128,13 +128,16 @@ int srv_req_batch_id(const struct srv_req *req, const char **id, size_t *len, ch
 	if (!v)
 		return 0;
 	if (h && q && strcmp(h, q) != 0) {
-		snprintf(why, whylen, "header X-Rankdb-Batch-Id and parameter batch_id differ; "
+		snprintf(why, whylen,
+			 "header X-Rankdb-Batch-Id and parameter batch_id differ; "
 			 "send the batch id once");
 		return RDB_EINVAL;
 	}
 	if (!batch_id_ok(v, strlen(v))) {
-		snprintf(why, whylen, "batch id must be 1..%u printable ASCII characters without "
-			 "spaces, got %zu bytes", STO_BATCH_ID_MAX, strlen(v));
+		snprintf(why, whylen,
+			 "batch id must be 1..%u printable ASCII characters without "
+			 "spaces, got %zu bytes",
+			 STO_BATCH_ID_MAX, strlen(v));
 		return RDB_EINVAL;
 	}
 	*id = v;
@@ -269,10 +272,11 @@ static void handle_write(struct srv_req *req, struct srv_resp *resp)
 	if (ing_submit(ctx->pipe, &w, &o) == 0) {
 		atomic_fetch_add(&ctx->counters.write_records, res.records_ok);
 		resp->status = 200;
-		rdb_buf_printf(&resp->body,
-			       "{\"accepted_points\":%zu,\"accepted_events\":%zu,\"records\":%zu%s}",
-			       mdl_batch_points(b), mdl_events_count(ev), res.records_ok,
-			       o.duplicate ? ",\"duplicate\":true" : "");
+		rdb_buf_printf(
+		    &resp->body,
+		    "{\"accepted_points\":%zu,\"accepted_events\":%zu,\"records\":%zu%s}",
+		    mdl_batch_points(b), mdl_events_count(ev), res.records_ok,
+		    o.duplicate ? ",\"duplicate\":true" : "");
 	} else {
 		srv_count_outcome(ctx, &o);
 		srv_error(resp, o.status, "%s", o.msg);
@@ -303,7 +307,7 @@ struct range_params {
 	uint32_t ranks[4096];
 	size_t nranks;
 	struct sto_range range;
-	int64_t attempt; /* QRY_ATTEMPT_LATEST (default), QRY_ATTEMPT_ALL or one */
+	int64_t attempt;	   /* QRY_ATTEMPT_LATEST (default), QRY_ATTEMPT_ALL or one */
 	char *owned[SRV_MAX_ARGS]; /* copies of the comma lists the arrays point into */
 	int nowned;
 };
@@ -344,8 +348,8 @@ static int split_list(struct range_params *p, const char *val, bool metric, char
 		if (strcmp(tok, "job") == 0) {
 			r = MDL_RANK_JOB;
 		} else if (srv_parse_i64(tok, &r) || r < 0 || r > MDL_RANK_MAX) {
-			snprintf(why, whylen, "rank must be an integer >= 0 or \"job\", got '%.32s'",
-				 tok);
+			snprintf(why, whylen,
+				 "rank must be an integer >= 0 or \"job\", got '%.32s'", tok);
 			rc = -EINVAL;
 			break;
 		}
@@ -359,8 +363,7 @@ static int split_list(struct range_params *p, const char *val, bool metric, char
 	return rc;
 }
 
-static int parse_range(const struct srv_req *req, struct range_params *p, char *why,
-		       size_t whylen)
+static int parse_range(const struct srv_req *req, struct range_params *p, char *why, size_t whylen)
 {
 	p->range.from_ns = INT64_MIN;
 	p->range.to_ns = INT64_MAX;
@@ -400,13 +403,17 @@ static int parse_range(const struct srv_req *req, struct range_params *p, char *
 			} else if (srv_parse_i64(v, &a) == 0 && a >= 0 && a <= UINT32_MAX) {
 				p->attempt = a;
 			} else {
-				snprintf(why, whylen, "parameter attempt must be \"latest\", \"all\" or "
-					 "an attempt number >= 0, got '%.64s'", v);
+				snprintf(why, whylen,
+					 "parameter attempt must be \"latest\", \"all\" or "
+					 "an attempt number >= 0, got '%.64s'",
+					 v);
 				return -EINVAL;
 			}
 		} else {
-			snprintf(why, whylen, "unknown parameter '%.64s' (known: job, metric, rank, "
-				 "from, to, step_from, step_to, attempt)", k);
+			snprintf(why, whylen,
+				 "unknown parameter '%.64s' (known: job, metric, rank, "
+				 "from, to, step_from, step_to, attempt)",
+				 k);
 			return -EINVAL;
 		}
 		if (num && k[0] != 's' && srv_parse_time_ns(v, rdb_now_ns(), num)) {
@@ -415,8 +422,10 @@ static int parse_range(const struct srv_req *req, struct range_params *p, char *
 			return -EINVAL;
 		}
 		if (num && k[0] == 's' && srv_parse_i64(v, num)) {
-			snprintf(why, whylen, "parameter %s must be an integer (a training step), "
-				 "got '%.64s'", k, v);
+			snprintf(why, whylen,
+				 "parameter %s must be an integer (a training step), "
+				 "got '%.64s'",
+				 k, v);
 			return -EINVAL;
 		}
 		if (rc)
@@ -427,7 +436,8 @@ static int parse_range(const struct srv_req *req, struct range_params *p, char *
 		return -EINVAL;
 	}
 	if (p->nmetrics == 0) {
-		snprintf(why, whylen, "parameter metric is required (one or more, comma-separated "
+		snprintf(why, whylen,
+			 "parameter metric is required (one or more, comma-separated "
 			 "or repeated)");
 		return -EINVAL;
 	}
@@ -458,9 +468,14 @@ static void handle_range(struct srv_req *req, struct srv_resp *resp)
 		srv_error(resp, 400, "%s", why);
 		goto out;
 	}
-	struct qry_range_req q = {.job = p->job, .metrics = p->metrics, .nmetrics = p->nmetrics,
-				  .ranks = p->ranks, .nranks = p->nranks, .range = p->range,
-				  .attempt = p->attempt, .max_points = ctx->cfg->max_query_points};
+	struct qry_range_req q = {.job = p->job,
+				  .metrics = p->metrics,
+				  .nmetrics = p->nmetrics,
+				  .ranks = p->ranks,
+				  .nranks = p->nranks,
+				  .range = p->range,
+				  .attempt = p->attempt,
+				  .max_points = ctx->cfg->max_query_points};
 	struct qry_points r;
 	if (qry_range(ctx->sto, &q, &r, e) || srv_write_points(&resp->body, &r, e))
 		srv_query_failed(ctx, resp, e);
@@ -542,8 +557,10 @@ static void labeled(struct rdb_buf *b, const char *name, const char *label, cons
 static void metrics_ingest(struct rdb_buf *b, struct srv_counters *c)
 {
 	const char *lp = "rankdb_lp_lines_total", *drop = "rankdb_udp_dropped_total";
-	rdb_buf_printf(b, "# HELP %s Line-protocol lines (HTTP and UDP) by result.\n"
-			  "# TYPE %s counter\n", lp, lp);
+	rdb_buf_printf(b,
+		       "# HELP %s Line-protocol lines (HTTP and UDP) by result.\n"
+		       "# TYPE %s counter\n",
+		       lp, lp);
 	labeled(b, lp, "result", "ok", &c->lp_lines_ok);
 	labeled(b, lp, "result", "bad", &c->lp_lines_bad);
 	metric(b, "rankdb_lp_string_fields_skipped_total", "counter",
@@ -551,8 +568,10 @@ static void metrics_ingest(struct rdb_buf *b, struct srv_counters *c)
 	       atomic_load(&c->lp_string_fields_skipped));
 	metric(b, "rankdb_udp_datagrams_received_total", "counter", "UDP datagrams received.",
 	       atomic_load(&c->udp_received));
-	rdb_buf_printf(b, "# HELP %s UDP datagrams dropped whole, by reason.\n"
-			  "# TYPE %s counter\n", drop, drop);
+	rdb_buf_printf(b,
+		       "# HELP %s UDP datagrams dropped whole, by reason.\n"
+		       "# TYPE %s counter\n",
+		       drop, drop);
 	labeled(b, drop, "reason", "queue_full", &c->udp_dropped_queue_full);
 	labeled(b, drop, "reason", "oversize", &c->udp_dropped_oversize);
 	labeled(b, drop, "reason", "socket_buffer", &c->udp_dropped_socket);
@@ -645,19 +664,21 @@ static void handle_metrics(struct srv_req *req, struct srv_resp *resp)
 	       st.wal_kept_files);
 	metric(b, "rankdb_wal_damage_kept_bytes", "gauge", "Bytes of those files.",
 	       st.wal_kept_bytes);
-	rdb_buf_printf(b, "# HELP rankdb_wal_sync_seconds_total Time in WAL write+fdatasync.\n"
-			  "# TYPE rankdb_wal_sync_seconds_total counter\n"
-			  "rankdb_wal_sync_seconds_total %.6f\n"
-			  "# HELP rankdb_wal_sync_seconds_max Longest WAL write+fdatasync.\n"
-			  "# TYPE rankdb_wal_sync_seconds_max gauge\n"
-			  "rankdb_wal_sync_seconds_max %.6f\n",
+	rdb_buf_printf(b,
+		       "# HELP rankdb_wal_sync_seconds_total Time in WAL write+fdatasync.\n"
+		       "# TYPE rankdb_wal_sync_seconds_total counter\n"
+		       "rankdb_wal_sync_seconds_total %.6f\n"
+		       "# HELP rankdb_wal_sync_seconds_max Longest WAL write+fdatasync.\n"
+		       "# TYPE rankdb_wal_sync_seconds_max gauge\n"
+		       "rankdb_wal_sync_seconds_max %.6f\n",
 		       (double)st.wal.sync_ns_total / 1e9, (double)st.wal.sync_ns_max / 1e9);
 	metric(b, "rankdb_queries_total", "counter", "Queries answered.", atomic_load(&c->queries));
 	metric(b, "rankdb_query_errors_total", "counter", "Queries that failed.",
 	       atomic_load(&c->query_errors));
-	rdb_buf_printf(b, "# HELP rankdb_query_seconds_total Time spent answering queries.\n"
-			  "# TYPE rankdb_query_seconds_total counter\n"
-			  "rankdb_query_seconds_total %.6f\n",
+	rdb_buf_printf(b,
+		       "# HELP rankdb_query_seconds_total Time spent answering queries.\n"
+		       "# TYPE rankdb_query_seconds_total counter\n"
+		       "rankdb_query_seconds_total %.6f\n",
 		       (double)atomic_load(&c->query_ns_total) / 1e9);
 	metrics_ingest(b, c);
 	srv_detect_metrics(ctx, b);
@@ -666,13 +687,15 @@ static void handle_metrics(struct srv_req *req, struct srv_resp *resp)
 	       atomic_load(&c->http_connections));
 	metric(b, "rankdb_http_connections_shed_total", "counter",
 	       "Connections closed to make room past http_max_connections (the one that waited "
-	       "longest for a request).", atomic_load(&c->http_shed_idle));
+	       "longest for a request).",
+	       atomic_load(&c->http_shed_idle));
 	metric(b, "rankdb_http_connections_refused_total", "counter",
 	       "Requests answered 503 because the connection was past http_max_connections.",
 	       atomic_load(&c->http_refused_limit));
 	metric(b, "rankdb_http_connections_timed_out_total", "counter",
 	       "Connections closed because their request was not whole by its deadline "
-	       "(http_timeout_s, http_min_body_rate_bytes).", atomic_load(&c->http_timed_out));
+	       "(http_timeout_s, http_min_body_rate_bytes).",
+	       atomic_load(&c->http_timed_out));
 	metric(b, "rankdb_http_body_budget_refused_total", "counter",
 	       "Requests answered 503 because max_body_bytes_in_flight was reached.",
 	       atomic_load(&c->http_refused_body_budget));
@@ -723,26 +746,27 @@ static void h_jobs(struct srv_req *req, struct srv_resp *resp, const struct srv_
 }
 
 static const struct srv_route core_rows[] = {
-	{SRV_READ_METHODS, "/healthz", SRV_SCOPE_PUBLIC, h_health, 0, 0, NULL, NULL, NULL},
-	{SRV_READ_METHODS, "/metrics", SRV_SCOPE_PUBLIC, h_metrics, 0, 0, NULL, NULL, NULL},
-	{SRV_POST, "/api/v1/write", SRV_SCOPE_WRITE, h_write, 0, 0, NULL, NULL, NULL},
+    {SRV_READ_METHODS, "/healthz", SRV_SCOPE_PUBLIC, h_health, 0, 0, NULL, NULL, NULL},
+    {SRV_READ_METHODS, "/metrics", SRV_SCOPE_PUBLIC, h_metrics, 0, 0, NULL, NULL, NULL},
+    {SRV_POST, "/api/v1/write", SRV_SCOPE_WRITE, h_write, 0, 0, NULL, NULL, NULL},
 };
-const struct srv_route_table srv_core_routes = {core_rows, sizeof(core_rows) / sizeof(core_rows[0])};
+const struct srv_route_table srv_core_routes = {core_rows,
+						sizeof(core_rows) / sizeof(core_rows[0])};
 
 /* After the query module's rows: /api/v1/jobs/{name}/meta is theirs. */
 static const struct srv_route catalog_rows[] = {
-	{SRV_READ_METHODS, "/api/v1/query/range", SRV_SCOPE_READ, h_range, 0, SRV_ROUTE_QUERY,
-	 NULL, NULL, NULL},
-	{SRV_READ_METHODS, "/api/v1/jobs/?", SRV_SCOPE_READ, h_jobs, 0, SRV_ROUTE_QUERY, NULL,
-	 NULL, NULL},
-	{SRV_READ_METHODS, "/api/v1/jobs/{job}/metrics", SRV_SCOPE_READ, handle_job, JOB_METRICS,
-	 SRV_ROUTE_QUERY, NULL, NULL, NULL},
-	{SRV_READ_METHODS, "/api/v1/jobs/{job}/ranks", SRV_SCOPE_READ, handle_job, JOB_RANKS,
-	 SRV_ROUTE_QUERY, NULL, NULL, NULL},
-	{SRV_READ_METHODS, "/api/v1/jobs/{job}/*", SRV_SCOPE_READ, NULL, 0, 0, NULL,
-	 "no such endpoint: %.200s", NULL},
-	{SRV_READ_METHODS, "/api/v1/jobs/*", SRV_SCOPE_READ, NULL, 0, 0, NULL,
-	 "no such endpoint: %.200s (try /api/v1/jobs/<job>/metrics or /ranks)", NULL},
+    {SRV_READ_METHODS, "/api/v1/query/range", SRV_SCOPE_READ, h_range, 0, SRV_ROUTE_QUERY, NULL,
+     NULL, NULL},
+    {SRV_READ_METHODS, "/api/v1/jobs/?", SRV_SCOPE_READ, h_jobs, 0, SRV_ROUTE_QUERY, NULL, NULL,
+     NULL},
+    {SRV_READ_METHODS, "/api/v1/jobs/{job}/metrics", SRV_SCOPE_READ, handle_job, JOB_METRICS,
+     SRV_ROUTE_QUERY, NULL, NULL, NULL},
+    {SRV_READ_METHODS, "/api/v1/jobs/{job}/ranks", SRV_SCOPE_READ, handle_job, JOB_RANKS,
+     SRV_ROUTE_QUERY, NULL, NULL, NULL},
+    {SRV_READ_METHODS, "/api/v1/jobs/{job}/*", SRV_SCOPE_READ, NULL, 0, 0, NULL,
+     "no such endpoint: %.200s", NULL},
+    {SRV_READ_METHODS, "/api/v1/jobs/*", SRV_SCOPE_READ, NULL, 0, 0, NULL,
+     "no such endpoint: %.200s (try /api/v1/jobs/<job>/metrics or /ranks)", NULL},
 };
 const struct srv_route_table srv_catalog_routes = {catalog_rows,
 						   sizeof(catalog_rows) / sizeof(catalog_rows[0])};
@@ -750,8 +774,8 @@ const struct srv_route_table srv_catalog_routes = {catalog_rows,
 void srv_dispatch(struct srv_req *req, struct srv_resp *resp)
 {
 	static const struct srv_route_table *const tables[] = {
-		&srv_core_routes,   &srv_ingest_routes, &srv_grafana_routes, &srv_admin_routes,
-		&srv_events_routes, &srv_detect_routes, &srv_ui_routes,	    &srv_query_routes,
-		&srv_catalog_routes, &srv_influx_routes};
+	    &srv_core_routes,	 &srv_ingest_routes, &srv_grafana_routes, &srv_admin_routes,
+	    &srv_events_routes,	 &srv_detect_routes, &srv_ui_routes,	  &srv_query_routes,
+	    &srv_catalog_routes, &srv_influx_routes};
 	srv_route_dispatch(tables, sizeof(tables) / sizeof(tables[0]), req, resp);
 }

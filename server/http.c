@@ -71,10 +71,10 @@ struct conn_state {
 	struct conn_state *prev, *next; /* registry */
 	int fd;
 	enum conn_phase phase;
-	int64_t wait_start_ns;	/* mono: connection start or end of the previous response */
+	int64_t wait_start_ns;	     /* mono: connection start or end of the previous response */
 	_Atomic uint64_t body_bytes; /* body bytes of the current request received */
-	bool over_limit;	/* accepted past http_max_connections: answered 503 */
-	bool shut;		/* the reaper or the shedder shut its socket down */
+	bool over_limit;	     /* accepted past http_max_connections: answered 503 */
+	bool shut;		     /* the reaper or the shedder shut its socket down */
 };
 
 struct srv_http {
@@ -124,9 +124,8 @@ static enum MHD_Result send_resp_close(struct MHD_Connection *conn, struct srv_c
 {
 	size_t len = resp->body.len;
 	void *data = rdb_buf_steal(&resp->body);
-	struct MHD_Response *r = MHD_create_response_from_buffer(len, data ? data : (void *)"",
-								 data ? MHD_RESPMEM_MUST_FREE :
-									MHD_RESPMEM_PERSISTENT);
+	struct MHD_Response *r = MHD_create_response_from_buffer(
+	    len, data ? data : (void *)"", data ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
 	if (!r) {
 		free(data);
 		return MHD_NO;
@@ -170,8 +169,7 @@ static enum MHD_Result refuse(struct MHD_Connection *conn, struct srv_ctx *ctx, 
 
 /* 413 in the error shape the endpoint's clients read: InfluxDB v2 clients
  * want {"code","message"}, everyone else {"error"}. */
-static enum MHD_Result too_large(struct MHD_Connection *conn, struct srv_ctx *ctx,
-				 const char *url)
+static enum MHD_Result too_large(struct MHD_Connection *conn, struct srv_ctx *ctx, const char *url)
 {
 	struct srv_resp resp = {0};
 	rdb_buf_init(&resp.body, 4096);
@@ -179,12 +177,15 @@ static enum MHD_Result too_large(struct MHD_Connection *conn, struct srv_ctx *ct
 	unsigned long long max = (unsigned long long)ctx->cfg->max_body_bytes;
 	if (url && strcmp(url, "/api/v2/write") == 0) {
 		resp.status = 413;
-		rdb_buf_printf(&resp.body, "{\"code\":\"request too large\",\"message\":\"request "
+		rdb_buf_printf(&resp.body,
+			       "{\"code\":\"request too large\",\"message\":\"request "
 			       "body exceeds max_body_bytes (%llu bytes); send smaller batches\"}",
 			       max);
 	} else {
-		srv_error(&resp, 413, "request body exceeds max_body_bytes (%llu bytes); send "
-			  "smaller batches", max);
+		srv_error(&resp, 413,
+			  "request body exceeds max_body_bytes (%llu bytes); send "
+			  "smaller batches",
+			  max);
 	}
 	return send_resp(conn, ctx, &resp);
 }
@@ -241,7 +242,7 @@ static bool body_room(struct conn_req *cr, size_t need)
 
 struct hdr_check {
 	const char *why; /* first reason to refuse, static text */
-	const char *cl;  /* first Content-Length value */
+	const char *cl;	 /* first Content-Length value */
 	size_t cl_len;
 };
 
@@ -267,7 +268,7 @@ static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind, const ch
 static struct conn_state *conn_state_of(struct MHD_Connection *conn)
 {
 	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 	return ci ? ci->socket_context : NULL;
 }
 
@@ -288,7 +289,7 @@ static void set_phase(struct srv_http *h, struct conn_state *cs, enum conn_phase
  * is read, what must be refused (over the connection limit, bad headers,
  * a Content-Length past max_body_bytes or past the body budget). */
 static enum MHD_Result begin(struct MHD_Connection *conn, struct srv_http *h, const char *url,
-			    void **con_cls)
+			     void **con_cls)
 {
 	struct srv_ctx *ctx = h->ctx;
 	struct conn_req *cr = calloc(1, sizeof(*cr));
@@ -302,7 +303,8 @@ static enum MHD_Result begin(struct MHD_Connection *conn, struct srv_http *h, co
 	cr->answered = true; /* unless nothing below refuses it */
 	if (cs && cs->over_limit) {
 		atomic_fetch_add(&ctx->counters.http_refused_limit, 1);
-		return refuse(conn, ctx, 503, "1", "too many connections (http_max_connections); "
+		return refuse(conn, ctx, 503, "1",
+			      "too many connections (http_max_connections); "
 			      "retry shortly");
 	}
 	struct hdr_check hc = {0};
@@ -320,7 +322,8 @@ static enum MHD_Result begin(struct MHD_Connection *conn, struct srv_http *h, co
 		if (errno == 0 && *end == 0 && n > 0) {
 			if (!budget_take(h, n)) {
 				atomic_fetch_add(&ctx->counters.http_refused_body_budget, 1);
-				return refuse(conn, ctx, 503, "1", "request bodies in flight are at "
+				return refuse(conn, ctx, 503, "1",
+					      "request bodies in flight are at "
 					      "max_body_bytes_in_flight; retry shortly");
 			}
 			cr->charged = n;
@@ -335,7 +338,7 @@ static enum MHD_Result begin(struct MHD_Connection *conn, struct srv_http *h, co
 static void peer_address(struct MHD_Connection *conn, char *out, size_t len)
 {
 	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 	char ip[INET6_ADDRSTRLEN] = "?";
 	unsigned port = 0;
 	const struct sockaddr *sa = ci ? ci->client_addr : NULL;
@@ -352,9 +355,8 @@ static void peer_address(struct MHD_Connection *conn, char *out, size_t len)
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-				  const char *method, const char *version,
-				  const char *upload_data, size_t *upload_data_size,
-				  void **con_cls)
+				  const char *method, const char *version, const char *upload_data,
+				  size_t *upload_data_size, void **con_cls)
 {
 	(void)version;
 	struct srv_http *h = cls;
@@ -385,20 +387,26 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (cr->busy) {
 		atomic_fetch_add(&ctx->counters.http_refused_body_budget, 1);
 		cr->answered = true;
-		return refuse(conn, ctx, 503, "1", "request bodies in flight are at "
+		return refuse(conn, ctx, 503, "1",
+			      "request bodies in flight are at "
 			      "max_body_bytes_in_flight; retry shortly");
 	}
 	set_phase(h, conn_state_of(conn), CS_HANDLING);
 	char peer[INET6_ADDRSTRLEN + 8];
 	peer_address(conn, peer, sizeof(peer));
-	struct srv_req req = {.ctx = ctx, .method = method, .path = url,
-			      .body = cr->body.data, .body_len = cr->body.len, .conn = conn,
+	struct srv_req req = {.ctx = ctx,
+			      .method = method,
+			      .path = url,
+			      .body = cr->body.data,
+			      .body_len = cr->body.len,
+			      .conn = conn,
 			      .peer = peer};
 	MHD_get_connection_values_n(conn, MHD_GET_ARGUMENT_KIND, collect_arg, &req);
 	struct srv_resp resp = {0};
 	rdb_buf_init(&resp.body, ctx->cfg->max_response_bytes + 4096);
 	if (req.args_nul)
-		srv_error(&resp, 400, "a query parameter holds a NUL byte (%%00); refused rather "
+		srv_error(&resp, 400,
+			  "a query parameter holds a NUL byte (%%00); refused rather "
 			  "than cut there");
 	else
 		srv_dispatch(&req, &resp);
@@ -410,8 +418,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 void srv_resp_header(struct srv_resp *resp, const char *name, const char *value)
 {
 	if (resp->nheaders == SRV_MAX_RESP_HEADERS) {
-		rdb_error("http", "response header %s dropped: more than %d extra headers "
-			  "(raise SRV_MAX_RESP_HEADERS)", name, SRV_MAX_RESP_HEADERS);
+		rdb_error("http",
+			  "response header %s dropped: more than %d extra headers "
+			  "(raise SRV_MAX_RESP_HEADERS)",
+			  name, SRV_MAX_RESP_HEADERS);
 		return;
 	}
 	resp->headers[resp->nheaders].name = name;
@@ -500,7 +510,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 	if (!cs)
 		return; /* not tracked: libmicrohttpd's own limits and timeout still apply */
 	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	cs->fd = ci ? ci->connect_fd : -1;
 	cs->phase = CS_WAITING;
 	int64_t now = rdb_now_mono_ns();
@@ -648,7 +658,8 @@ int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
 	 * whose share is 0 never wakes for MHD_stop_daemon, and shutdown hangs.
 	 * So no more workers than connections they may hold. */
 	unsigned limit = (unsigned)cfg->http_max_connections + reserve;
-	unsigned threads = (unsigned)cfg->http_threads < limit ? (unsigned)cfg->http_threads : limit;
+	unsigned threads =
+	    (unsigned)cfg->http_threads < limit ? (unsigned)cfg->http_threads : limit;
 	struct MHD_OptionItem tls[3] = {{MHD_OPTION_END, 0, NULL}};
 	unsigned tls_flag = 0;
 	if (cfg->tls_cert_file[0] || cfg->tls_key_file[0]) {
@@ -672,31 +683,30 @@ int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
 		tls[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key};
 		tls_flag = MHD_USE_TLS;
 	}
-	h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
-					MHD_USE_ERROR_LOG | tls_flag,
-				0, NULL, NULL, on_request, h,
-				MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
-				MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-				MHD_OPTION_THREAD_POOL_SIZE, threads,
-				MHD_OPTION_CONNECTION_LIMIT, limit,
-				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->http_timeout_s,
-				MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-				MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-				MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
-				MHD_OPTION_ARRAY, tls,
-				MHD_OPTION_END);
+	h->d = MHD_start_daemon(
+	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG | tls_flag, 0, NULL,
+	    NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
+	    (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE, threads,
+	    MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_CONNECTION_TIMEOUT,
+	    (unsigned)cfg->http_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+	    MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+	    MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
 	if (!h->d) {
-		rdb_error("http", "cannot listen on %s:%u (port in use, or address not "
-			  "available on this host%s)", cfg->http_addr, cfg->http_port,
+		rdb_error("http",
+			  "cannot listen on %s:%u (port in use, or address not "
+			  "available on this host%s)",
+			  cfg->http_addr, cfg->http_port,
 			  tls_flag ? ", or the TLS certificate or key is not valid PEM or does not "
-				     "match" : "");
+				     "match"
+				   : "");
 		http_free(h);
 		return -EADDRINUSE;
 	}
 	int rc = -pthread_create(&h->reaper, NULL, reaper_main, h);
 	h->reaper_started = rc == 0;
 	if (rc) {
-		rdb_error("http", "cannot start the connection reaper thread: %s", rdb_strerror(rc));
+		rdb_error("http", "cannot start the connection reaper thread: %s",
+			  rdb_strerror(rc));
 		http_free(h);
 		return rc;
 	}

@@ -51,7 +51,7 @@
 #include <time.h>
 
 #define INFLUX_VERSION "1.8.10-rankdb"
-#define Q_MAX_BYTES 65536 /* statement text */
+#define Q_MAX_BYTES    65536 /* statement text */
 
 /* ---- request ---------------------------------------------------------------- */
 
@@ -67,8 +67,10 @@ struct iq {
 
 static int hexval(int c)
 {
-	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 :
-		c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+	return c >= '0' && c <= '9'   ? c - '0'
+	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+				      : -1;
 }
 
 /* URL-decodes src[0..n) into dst (cap bytes with the NUL); false when too long. */
@@ -97,10 +99,8 @@ static bool set_epoch(struct iq *iq, const char *v)
 	static const struct {
 		const char *name;
 		int64_t ns;
-	} units[] = {{"ns", 1},		 {"n", 1},
-		     {"u", 1000},	 {"us", 1000},
-		     {"ms", 1000000},	 {"s", 1000000000},
-		     {"m", 60000000000}, {"h", 3600000000000}};
+	} units[] = {{"ns", 1},	      {"n", 1},		 {"u", 1000},	     {"us", 1000},
+		     {"ms", 1000000}, {"s", 1000000000}, {"m", 60000000000}, {"h", 3600000000000}};
 	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
 		if (strcmp(v, units[i].name) == 0) {
 			iq->epoch_ns = units[i].ns;
@@ -527,13 +527,26 @@ static void write_time(struct iq *iq, int64_t ts_ns)
 static void write_agg(struct iq *iq, uint32_t agg, const struct mdl_agg *a)
 {
 	switch (agg) {
-	case QRY_AGG_COUNT: srv_json_u64(iq->out, a->count); break;
-	case QRY_AGG_FIRST: srv_json_value(iq->out, a->first_bits); break;
-	case QRY_AGG_LAST: srv_json_value(iq->out, a->last_bits); break;
-	case QRY_AGG_MIN: srv_json_f64(iq->out, a->min, a->count > 0); break;
-	case QRY_AGG_MAX: srv_json_f64(iq->out, a->max, a->count > 0); break;
-	case QRY_AGG_SUM: srv_json_f64(iq->out, a->sum, a->count > 0); break;
-	default: srv_json_f64(iq->out, a->count ? a->sum / (double)a->count : 0, a->count > 0);
+	case QRY_AGG_COUNT:
+		srv_json_u64(iq->out, a->count);
+		break;
+	case QRY_AGG_FIRST:
+		srv_json_value(iq->out, a->first_bits);
+		break;
+	case QRY_AGG_LAST:
+		srv_json_value(iq->out, a->last_bits);
+		break;
+	case QRY_AGG_MIN:
+		srv_json_f64(iq->out, a->min, a->count > 0);
+		break;
+	case QRY_AGG_MAX:
+		srv_json_f64(iq->out, a->max, a->count > 0);
+		break;
+	case QRY_AGG_SUM:
+		srv_json_f64(iq->out, a->sum, a->count > 0);
+		break;
+	default:
+		srv_json_f64(iq->out, a->count ? a->sum / (double)a->count : 0, a->count > 0);
 	}
 }
 
@@ -545,8 +558,10 @@ static int run_select(struct iq *iq, struct lex *l)
 	if (why)
 		return stmt_error(iq, "%s", why);
 	if (!fn_agg(s.fn, &agg))
-		return stmt_error(iq, "unsupported function %s (mean, min, max, sum, count, first, "
-				  "last)", s.fn);
+		return stmt_error(iq,
+				  "unsupported function %s (mean, min, max, sum, count, first, "
+				  "last)",
+				  s.fn);
 	char metric[600];
 	if (strcmp(s.field, "value") == 0)
 		cpy(metric, sizeof(metric), s.meas);
@@ -555,9 +570,13 @@ static int run_select(struct iq *iq, struct lex *l)
 	if (strlen(metric) > MDL_METRIC_MAX)
 		return stmt_error(iq, "measurement.field is too long for a metric name");
 	const char *metrics[1] = {metric};
-	struct qry_ds_req rq = {.job = s.job, .metrics = metrics, .nmetrics = 1,
-				.ranks = s.rank_set ? &s.rank : NULL, .nranks = s.rank_set,
-				.aggs = agg, .max_points = iq->ctx->cfg->max_query_points};
+	struct qry_ds_req rq = {.job = s.job,
+				.metrics = metrics,
+				.nmetrics = 1,
+				.ranks = s.rank_set ? &s.rank : NULL,
+				.nranks = s.rank_set,
+				.aggs = agg,
+				.max_points = iq->ctx->cfg->max_query_points};
 	rq.spec.range.from_ns = s.from_ns;
 	rq.spec.range.to_ns = s.to_ns;
 	rq.spec.range.step_to = INT64_MAX;
@@ -584,7 +603,8 @@ static int run_select(struct iq *iq, struct lex *l)
 		if (all.n) {
 			rdb_buf_puts(iq->out, ",\"series\":[{\"name\":");
 			rdb_buf_json_str(iq->out, s.meas, strlen(s.meas));
-			rdb_buf_printf(iq->out, ",\"columns\":[\"time\",\"%s\"],\"values\":[", s.fn);
+			rdb_buf_printf(iq->out, ",\"columns\":[\"time\",\"%s\"],\"values\":[",
+				       s.fn);
 			for (size_t i = 0; i < all.n; i++) {
 				rdb_buf_puts(iq->out, i ? ",[" : "[");
 				write_time(iq, all.b[i].key * r.width);
@@ -616,7 +636,7 @@ static int run_statement(struct iq *iq, const char *text)
 			}
 		}
 		return stmt_error(iq, "only CREATE DATABASE <name> is supported (a no-op: a job "
-				  "exists once written)");
+				      "exists once written)");
 	}
 	if (kw(&l, "SHOW")) {
 		next(&l);
@@ -628,7 +648,8 @@ static int run_statement(struct iq *iq, const char *text)
 	}
 	if (kw(&l, "SELECT"))
 		return run_select(iq, &l);
-	return stmt_error(iq, "not supported by rankdb: rankdb answers CREATE DATABASE, SHOW "
+	return stmt_error(iq,
+			  "not supported by rankdb: rankdb answers CREATE DATABASE, SHOW "
 			  "DATABASES, SHOW MEASUREMENTS and SELECT <fn>(<field>) FROM <m> WHERE "
 			  "time >= .. AND time < .. GROUP BY time(..) (docs/API.md)");
 }
@@ -694,8 +715,8 @@ static void h_ping(struct srv_req *req, struct srv_resp *resp, const struct srv_
 }
 
 static const struct srv_route rows[] = {
-	{SRV_READ_METHODS, "/ping", SRV_SCOPE_PUBLIC, h_ping, 0, 0, NULL, NULL, NULL},
-	{SRV_READ_METHODS | SRV_POST, "/query", SRV_SCOPE_READ, h_query, 0, SRV_ROUTE_QUERY, NULL,
-	 NULL, NULL},
+    {SRV_READ_METHODS, "/ping", SRV_SCOPE_PUBLIC, h_ping, 0, 0, NULL, NULL, NULL},
+    {SRV_READ_METHODS | SRV_POST, "/query", SRV_SCOPE_READ, h_query, 0, SRV_ROUTE_QUERY, NULL, NULL,
+     NULL},
 };
 const struct srv_route_table srv_influx_routes = {rows, sizeof(rows) / sizeof(rows[0])};

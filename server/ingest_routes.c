@@ -48,7 +48,7 @@
 #include <string.h>
 #include <strings.h>
 
-#define MSG_BAD_LINES 5		    /* bad lines named in the message text */
+#define MSG_BAD_LINES 5 /* bad lines named in the message text */
 
 enum api { API_V1, API_V2 };
 
@@ -143,7 +143,8 @@ static void bad_lines_text(const struct ing_parse_result *res, char *out, size_t
 		used += n > 0 ? (size_t)n : 0;
 	}
 	if (res->records_bad > MSG_BAD_LINES && used < outlen)
-		snprintf(out + used, outlen - used, "; ... (%zu bad lines in all)", res->records_bad);
+		snprintf(out + used, outlen - used, "; ... (%zu bad lines in all)",
+			 res->records_bad);
 }
 
 /* 400 for bad lines: partial write (good lines stored) or nothing stored. */
@@ -156,7 +157,8 @@ static void bad_lines_answer(struct srv_resp *resp, const struct lp_req *r, bool
 		snprintf(msg, sizeof(msg),
 			 "partial write: %zu of %zu lines bad and not stored, "
 			 "the other %zu stored: %s",
-			 res->records_bad, res->records_ok + res->records_bad, res->records_ok, lines);
+			 res->records_bad, res->records_ok + res->records_bad, res->records_ok,
+			 lines);
 	else
 		snprintf(msg, sizeof(msg), "unable to parse: every line is bad, nothing stored: %s",
 			 lines);
@@ -275,8 +277,8 @@ static int parse_body(struct srv_ctx *ctx, struct lp_req *r, struct srv_resp *re
 	if (rc == 0)
 		rc = mdl_events_new(r->len / 4 + 16, 6 * r->len + 65536, &r->ev);
 	if (rc == 0)
-		rc = ing_proto_lp.parse((const uint8_t *)r->body, r->len, &po, r->b, r->ev,
-					&r->res);
+		rc =
+		    ing_proto_lp.parse((const uint8_t *)r->body, r->len, &po, r->b, r->ev, &r->res);
 	if (rc == RDB_EINVAL || rc == RDB_ENOTFOUND)
 		rc = 0; /* bad or blank lines: answered from r->res */
 	if (rc == RDB_ELIMIT) {
@@ -368,7 +370,7 @@ static void refuse(struct srv_resp *resp, const struct srv_route *r, int status,
 }
 
 static const struct srv_route rows[] = {
-	{SRV_POST, "/write", SRV_SCOPE_WRITE, h_write, API_V1, 0, NULL, NULL, refuse},
-	{SRV_POST, "/api/v2/write", SRV_SCOPE_WRITE, h_write, API_V2, 0, NULL, NULL, refuse},
+    {SRV_POST, "/write", SRV_SCOPE_WRITE, h_write, API_V1, 0, NULL, NULL, refuse},
+    {SRV_POST, "/api/v2/write", SRV_SCOPE_WRITE, h_write, API_V2, 0, NULL, NULL, refuse},
 };
 const struct srv_route_table srv_ingest_routes = {rows, sizeof(rows) / sizeof(rows[0])};

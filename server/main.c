@@ -86,7 +86,8 @@ static int insecure_bind(const struct srv_config *c)
 		rdb_warn("main", "listening on %s %s (allow_insecure = on)", open_addr, why);
 		return 0;
 	}
-	rdb_error("main", "refusing to listen on %s %s. Set tokens_file (see docs/OPERATIONS.md, "
+	rdb_error("main",
+		  "refusing to listen on %s %s. Set tokens_file (see docs/OPERATIONS.md, "
 		  "Securing rankdb), bind 127.0.0.1, or set allow_insecure = on; exiting",
 		  open_addr, why);
 	return -1;
@@ -184,8 +185,10 @@ int main(int argc, char **argv)
 	}
 	rc = srv_detect_start(&ctx, (uint16_t)cfg.http_port, err, sizeof(err));
 	if (rc) {
-		rdb_error("main", "cannot start detection: %s; exiting (fix the file, or set "
-			  "detect = off)", err);
+		rdb_error("main",
+			  "cannot start detection: %s; exiting (fix the file, or set "
+			  "detect = off)",
+			  err);
 		ing_pipeline_free(ctx.pipe);
 		sto_close(ctx.sto);
 		return 1;
@@ -193,8 +196,10 @@ int main(int argc, char **argv)
 	srv_admin_init(&ctx); /* retention / compaction settings, audit log */
 	size_t djl = strlen(cfg.lp_default_job);
 	if (djl && !mdl_job_valid(cfg.lp_default_job, djl)) {
-		rdb_error("main", "lp_default_job '%s' is not a job id ([A-Za-z0-9._-], 1..128 "
-			  "bytes); exiting", cfg.lp_default_job);
+		rdb_error("main",
+			  "lp_default_job '%s' is not a job id ([A-Za-z0-9._-], 1..128 "
+			  "bytes); exiting",
+			  cfg.lp_default_job);
 		ing_pipeline_free(ctx.pipe);
 		det_service_stop(ctx.detect);
 		sto_close(ctx.sto);
@@ -221,21 +226,23 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	rdb_info("main", "listening on %s://%s:%u (data in %s)",
-		 cfg.tls_cert_file[0] ? "https" : "http", cfg.http_addr, port,
-		 cfg.data_dir);
+		 cfg.tls_cert_file[0] ? "https" : "http", cfg.http_addr, port, cfg.data_dir);
 	int sig = wait_for_signal(&ctx);
-	rdb_info("main", "received %s: stopping the HTTP server and UDP listener, then sealing "
+	rdb_info("main",
+		 "received %s: stopping the HTTP server and UDP listener, then sealing "
 		 "and checkpointing",
 		 sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	srv_http_stop(http);
 	srv_udp_stop(udp);
-	ing_pipeline_free(ctx.pipe); /* after the last write: no submit is in flight */
+	ing_pipeline_free(ctx.pipe);  /* after the last write: no submit is in flight */
 	det_service_stop(ctx.detect); /* its subscriber thread is gone with the pipeline */
 	rc = sto_close_rc(ctx.sto);
 	det_notify_global_cleanup();
 	if (rc) {
-		rdb_error("main", "stopped, but the final checkpoint failed (%s): exiting 1; the "
-			  "next start replays the WAL", rdb_strerror(rc));
+		rdb_error("main",
+			  "stopped, but the final checkpoint failed (%s): exiting 1; the "
+			  "next start replays the WAL",
+			  rdb_strerror(rc));
 		return 1;
 	}
 	rdb_info("main", "stopped cleanly");

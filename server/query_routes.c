@@ -29,29 +29,47 @@
 enum endpoint { EP_DOWNSAMPLE, EP_CROSSRANK, EP_OUTLIERS };
 
 enum param {
-	P_JOB, P_METRIC, P_RANK, P_RANKS, P_FROM, P_TO, P_STEP_FROM, P_STEP_TO, P_STEP_WIDTH,
-	P_TIME_WIDTH, P_POINTS, P_AGG, P_ATTEMPT, P_QUANTILES, P_LAST_STEPS, P_LIMIT,
-	P_DIRECTION, P_MODE, P_PHASES, P_WAIT_PHASES, P_COUNT
+	P_JOB,
+	P_METRIC,
+	P_RANK,
+	P_RANKS,
+	P_FROM,
+	P_TO,
+	P_STEP_FROM,
+	P_STEP_TO,
+	P_STEP_WIDTH,
+	P_TIME_WIDTH,
+	P_POINTS,
+	P_AGG,
+	P_ATTEMPT,
+	P_QUANTILES,
+	P_LAST_STEPS,
+	P_LIMIT,
+	P_DIRECTION,
+	P_MODE,
+	P_PHASES,
+	P_WAIT_PHASES,
+	P_COUNT
 };
 
 static const char *const param_names[P_COUNT] = {
-	"job", "metric", "rank", "ranks", "from", "to", "step_from", "step_to", "step_width",
-	"time_width_ns", "points", "agg", "attempt", "quantiles", "last_steps", "limit",
-	"direction", "mode", "phases", "wait_phases"};
+    "job",	  "metric",	"rank",		 "ranks",  "from",   "to",	   "step_from",
+    "step_to",	  "step_width", "time_width_ns", "points", "agg",    "attempt",	   "quantiles",
+    "last_steps", "limit",	"direction",	 "mode",   "phases", "wait_phases"};
 
 #define BIT(p) (1u << (p))
-#define COMMON (BIT(P_JOB) | BIT(P_METRIC) | BIT(P_RANK) | BIT(P_RANKS) | BIT(P_FROM) | \
-		BIT(P_TO) | BIT(P_STEP_FROM) | BIT(P_STEP_TO) | BIT(P_ATTEMPT))
+#define COMMON                                                                                     \
+	(BIT(P_JOB) | BIT(P_METRIC) | BIT(P_RANK) | BIT(P_RANKS) | BIT(P_FROM) | BIT(P_TO) |       \
+	 BIT(P_STEP_FROM) | BIT(P_STEP_TO) | BIT(P_ATTEMPT))
 static const uint32_t allowed[] = {
-	[EP_DOWNSAMPLE] = COMMON | BIT(P_STEP_WIDTH) | BIT(P_TIME_WIDTH) | BIT(P_POINTS) |
-			  BIT(P_AGG),
-	[EP_CROSSRANK] = COMMON | BIT(P_STEP_WIDTH) | BIT(P_TIME_WIDTH) | BIT(P_POINTS) |
-			 BIT(P_AGG) | BIT(P_QUANTILES),
-	[EP_OUTLIERS] = COMMON | BIT(P_LAST_STEPS) | BIT(P_LIMIT) | BIT(P_DIRECTION) |
-			BIT(P_MODE) | BIT(P_PHASES) | BIT(P_WAIT_PHASES),
+    [EP_DOWNSAMPLE] = COMMON | BIT(P_STEP_WIDTH) | BIT(P_TIME_WIDTH) | BIT(P_POINTS) | BIT(P_AGG),
+    [EP_CROSSRANK] = COMMON | BIT(P_STEP_WIDTH) | BIT(P_TIME_WIDTH) | BIT(P_POINTS) | BIT(P_AGG) |
+		     BIT(P_QUANTILES),
+    [EP_OUTLIERS] = COMMON | BIT(P_LAST_STEPS) | BIT(P_LIMIT) | BIT(P_DIRECTION) | BIT(P_MODE) |
+		    BIT(P_PHASES) | BIT(P_WAIT_PHASES),
 };
 
-#define MAX_LIST 256
+#define MAX_LIST  256
 #define MAX_RANKS 4096
 
 struct qparams {
@@ -132,8 +150,10 @@ static int add_ranks(struct qparams *p, const char *key, const char *val)
 		if (strcmp(tok[i], "job") == 0)
 			r = MDL_RANK_JOB;
 		else if (srv_parse_i64(tok[i], &r) || r < 0 || r > MDL_RANK_MAX)
-			return bad(p, "parameter %s: a rank is an integer >= 0 or \"job\", got "
-				   "'%.32s'", key, tok[i]);
+			return bad(p,
+				   "parameter %s: a rank is an integer >= 0 or \"job\", got "
+				   "'%.32s'",
+				   key, tok[i]);
 		p->ranks[p->nranks++] = (uint32_t)r;
 	}
 	return rc;
@@ -155,8 +175,9 @@ static int parse_aggs(struct qparams *p, const char *key, const char *val)
 	static const struct {
 		const char *name;
 		uint32_t bits;
-	} names[] = {{"avg", QRY_AGG_AVG},     {"min", QRY_AGG_MIN},	 {"max", QRY_AGG_MAX},
-		     {"sum", QRY_AGG_SUM},     {"count", QRY_AGG_COUNT}, {"first", QRY_AGG_FIRST},
+	} names[] = {{"avg", QRY_AGG_AVG},     {"min", QRY_AGG_MIN},
+		     {"max", QRY_AGG_MAX},     {"sum", QRY_AGG_SUM},
+		     {"count", QRY_AGG_COUNT}, {"first", QRY_AGG_FIRST},
 		     {"last", QRY_AGG_LAST},   {"minmax", QRY_AGG_MIN | QRY_AGG_MAX}};
 	char *tok[64];
 	size_t nt;
@@ -176,9 +197,10 @@ static int parse_aggs(struct qparams *p, const char *key, const char *val)
 			found = true;
 		}
 		if (!found)
-			rc = bad(p, "parameter %s: unknown aggregate '%.32s' (known: avg, min, max, "
-				 "sum, count, first, last, minmax, p<0..100> such as p50, p99)", key,
-				 tok[i]);
+			rc = bad(p,
+				 "parameter %s: unknown aggregate '%.32s' (known: avg, min, max, "
+				 "sum, count, first, last, minmax, p<0..100> such as p50, p99)",
+				 key, tok[i]);
 	}
 	return rc;
 }
@@ -189,9 +211,10 @@ static int parse_xr_aggs(struct qparams *p, const char *key, const char *val)
 	static const struct {
 		const char *name;
 		uint32_t bits;
-	} names[] = {{"count", QRY_XR_COUNT},   {"mean", QRY_XR_MEAN},	   {"avg", QRY_XR_MEAN},
-		     {"min", QRY_XR_MIN},	{"max", QRY_XR_MAX},	   {"median", QRY_XR_MEDIAN},
-		     {"stddev", QRY_XR_STDDEV}, {"argmin", QRY_XR_ARGMIN}, {"argmax", QRY_XR_ARGMAX}};
+	} names[] = {
+	    {"count", QRY_XR_COUNT},   {"mean", QRY_XR_MEAN},	  {"avg", QRY_XR_MEAN},
+	    {"min", QRY_XR_MIN},       {"max", QRY_XR_MAX},	  {"median", QRY_XR_MEDIAN},
+	    {"stddev", QRY_XR_STDDEV}, {"argmin", QRY_XR_ARGMIN}, {"argmax", QRY_XR_ARGMAX}};
 	char *tok[64];
 	size_t nt;
 	int rc = tokens(p, val, tok, 64, &nt);
@@ -212,7 +235,8 @@ static int parse_xr_aggs(struct qparams *p, const char *key, const char *val)
 			}
 		}
 		if (!found)
-			rc = bad(p, "parameter %s: unknown aggregate '%.32s' (known: count, mean, "
+			rc = bad(p,
+				 "parameter %s: unknown aggregate '%.32s' (known: count, mean, "
 				 "min, max, median, stddev, argmin, argmax, p<0..100> such as p90)",
 				 key, tok[i]);
 	}
@@ -229,8 +253,10 @@ static int parse_quantiles(struct qparams *p, const char *key, const char *val)
 		bool pct = tok[i][0] == 'p';
 		double q = strtod(tok[i] + pct, &end);
 		if (*end || end == tok[i] + pct)
-			return bad(p, "parameter %s: a quantile is a number in 0..1 or p0..p100, got "
-				   "'%.32s'", key, tok[i]);
+			return bad(p,
+				   "parameter %s: a quantile is a number in 0..1 or p0..p100, got "
+				   "'%.32s'",
+				   key, tok[i]);
 		rc = add_quantile(p, key, tok[i], pct ? q / 100 : q);
 	}
 	return rc;
@@ -246,8 +272,10 @@ static int parse_attempt(struct qparams *p, const char *key, const char *val)
 	else if (srv_parse_i64(val, &a) == 0 && a >= 0 && a <= UINT32_MAX)
 		p->spec.attempt = a;
 	else
-		return bad(p, "parameter %s must be \"latest\", \"all\" or an attempt number "
-			   ">= 0, got '%.64s'", key, val);
+		return bad(p,
+			   "parameter %s must be \"latest\", \"all\" or an attempt number "
+			   ">= 0, got '%.64s'",
+			   key, val);
 	return 0;
 }
 
@@ -258,25 +286,59 @@ static int parse_number(struct qparams *p, enum param k, const char *val)
 	int64_t v, min = INT64_MIN, max = INT64_MAX;
 	int64_t *dst = NULL;
 	switch (k) {
-	case P_FROM: dst = &s->range.from_ns; s->from_set = true; break;
-	case P_TO: dst = &s->range.to_ns; s->to_set = true; break;
-	case P_STEP_FROM: dst = &s->range.step_from; s->step_from_set = true; min = 0; break;
-	case P_STEP_TO: dst = &s->range.step_to; s->step_to_set = true; min = 0; break;
+	case P_FROM:
+		dst = &s->range.from_ns;
+		s->from_set = true;
+		break;
+	case P_TO:
+		dst = &s->range.to_ns;
+		s->to_set = true;
+		break;
+	case P_STEP_FROM:
+		dst = &s->range.step_from;
+		s->step_from_set = true;
+		min = 0;
+		break;
+	case P_STEP_TO:
+		dst = &s->range.step_to;
+		s->step_to_set = true;
+		min = 0;
+		break;
 	case P_STEP_WIDTH:
-	case P_TIME_WIDTH: dst = &s->width; min = 1; break;
-	case P_LAST_STEPS: dst = &p->last_steps; min = 1; break;
-	case P_LIMIT: dst = &p->limit; min = 1; max = 100000; break;
-	case P_POINTS: dst = &v; min = 1; max = QRY_MAX_BUCKETS; break;
-	default: return 0;
+	case P_TIME_WIDTH:
+		dst = &s->width;
+		min = 1;
+		break;
+	case P_LAST_STEPS:
+		dst = &p->last_steps;
+		min = 1;
+		break;
+	case P_LIMIT:
+		dst = &p->limit;
+		min = 1;
+		max = 100000;
+		break;
+	case P_POINTS:
+		dst = &v;
+		min = 1;
+		max = QRY_MAX_BUCKETS;
+		break;
+	default:
+		return 0;
 	}
 	if (k == P_FROM || k == P_TO) {
 		if (srv_parse_time_ns(val, rdb_now_ns(), &v))
-			return bad(p, "parameter %s must be a time (%s), got '%.64s'", param_names[k],
-				   SRV_TIME_HELP, val);
+			return bad(p, "parameter %s must be a time (%s), got '%.64s'",
+				   param_names[k], SRV_TIME_HELP, val);
 	} else if (srv_parse_i64(val, &v) || v < min || v > max) {
 		snprintf(p->why, sizeof(p->why), "parameter %s must be an integer%s%s, got '%.64s'",
-			 param_names[k], min == 1 ? " >= 1" : min == 0 ? " >= 0" : "",
-			 max == INT64_MAX ? "" : max == 100000 ? " and <= 100000" : " and <= 1000000",
+			 param_names[k],
+			 min == 1   ? " >= 1"
+			 : min == 0 ? " >= 0"
+				    : "",
+			 max == INT64_MAX ? ""
+			 : max == 100000  ? " and <= 100000"
+					  : " and <= 1000000",
 			 val);
 		return RDB_EINVAL;
 	}
@@ -298,9 +360,11 @@ static int parse_words(struct qparams *p, enum param k, const char *val)
 {
 	if (k == P_DIRECTION) {
 		if (strcmp(val, "both") && strcmp(val, "high") && strcmp(val, "low"))
-			return bad(p, "parameter direction must be high, low or both, got '%.32s'", val);
-		p->direction = val[0] == 'h' ? QRY_DIR_HIGH : val[0] == 'l' ? QRY_DIR_LOW :
-									       QRY_DIR_BOTH;
+			return bad(p, "parameter direction must be high, low or both, got '%.32s'",
+				   val);
+		p->direction = val[0] == 'h'   ? QRY_DIR_HIGH
+			       : val[0] == 'l' ? QRY_DIR_LOW
+					       : QRY_DIR_BOTH;
 	} else if (k == P_MODE) {
 		if (strcmp(val, "value") && strcmp(val, "phases"))
 			return bad(p, "parameter mode must be value or phases, got '%.32s'", val);
@@ -312,20 +376,30 @@ static int parse_words(struct qparams *p, enum param k, const char *val)
 static int parse_arg(struct qparams *p, enum param k, const char *val)
 {
 	switch (k) {
-	case P_JOB: p->job = val; return 0;
-	case P_METRIC: return add_names(p, "metric", val, p->metrics, &p->nmetrics);
-	case P_PHASES: return add_names(p, "phases", val, p->phases, &p->nphases);
-	case P_WAIT_PHASES: return add_names(p, "wait_phases", val, p->waits, &p->nwaits);
+	case P_JOB:
+		p->job = val;
+		return 0;
+	case P_METRIC:
+		return add_names(p, "metric", val, p->metrics, &p->nmetrics);
+	case P_PHASES:
+		return add_names(p, "phases", val, p->phases, &p->nphases);
+	case P_WAIT_PHASES:
+		return add_names(p, "wait_phases", val, p->waits, &p->nwaits);
 	case P_RANK:
-	case P_RANKS: return add_ranks(p, param_names[k], val);
+	case P_RANKS:
+		return add_ranks(p, param_names[k], val);
 	case P_AGG:
-		return p->ep == EP_CROSSRANK ? parse_xr_aggs(p, "agg", val) :
-					       parse_aggs(p, "agg", val);
-	case P_QUANTILES: return parse_quantiles(p, "quantiles", val);
-	case P_ATTEMPT: return parse_attempt(p, "attempt", val);
+		return p->ep == EP_CROSSRANK ? parse_xr_aggs(p, "agg", val)
+					     : parse_aggs(p, "agg", val);
+	case P_QUANTILES:
+		return parse_quantiles(p, "quantiles", val);
+	case P_ATTEMPT:
+		return parse_attempt(p, "attempt", val);
 	case P_DIRECTION:
-	case P_MODE: return parse_words(p, k, val);
-	default: return parse_number(p, k, val);
+	case P_MODE:
+		return parse_words(p, k, val);
+	default:
+		return parse_number(p, k, val);
 	}
 }
 
@@ -350,12 +424,12 @@ static int check_params(struct qparams *p, enum endpoint ep)
 		return bad(p, "parameter metric: this query takes exactly one metric");
 	if (p->spec.axis_set && p->spec.points)
 		return bad(p, "parameter points: give points or a width (step_width, "
-			   "time_width_ns), not both");
+			      "time_width_ns), not both");
 	if (r->from_ns > r->to_ns || r->step_from > r->step_to)
 		return bad(p, "empty range: from must be <= to and step_from <= step_to");
 	if (p->last_steps && r->by_step)
 		return bad(p, "parameter last_steps: give last_steps or step_from/step_to, not "
-			   "both");
+			      "both");
 	return 0;
 }
 
@@ -396,9 +470,14 @@ static void free_params(struct qparams *p)
 static int run_downsample(struct srv_ctx *ctx, const struct qparams *p, struct rdb_buf *out,
 			  struct qry_error *e)
 {
-	struct qry_ds_req q = {.job = p->job, .metrics = p->metrics, .nmetrics = p->nmetrics,
-			       .ranks = p->ranks, .nranks = p->nranks, .spec = p->spec,
-			       .aggs = p->aggs, .nq = p->nq,
+	struct qry_ds_req q = {.job = p->job,
+			       .metrics = p->metrics,
+			       .nmetrics = p->nmetrics,
+			       .ranks = p->ranks,
+			       .nranks = p->nranks,
+			       .spec = p->spec,
+			       .aggs = p->aggs,
+			       .nq = p->nq,
 			       .max_points = ctx->cfg->max_query_points};
 	struct qry_ds_result r;
 	if (!p->aggs && !p->nq)
@@ -414,9 +493,14 @@ static int run_downsample(struct srv_ctx *ctx, const struct qparams *p, struct r
 static int run_crossrank(struct srv_ctx *ctx, const struct qparams *p, struct rdb_buf *out,
 			 struct qry_error *e)
 {
-	struct qry_xr_req q = {.job = p->job, .metric = p->metrics[0], .ranks = p->ranks,
-			       .nranks = p->nranks, .spec = p->spec, .nq = p->nq,
-			       .cols = p->xr_cols, .max_points = ctx->cfg->max_query_points};
+	struct qry_xr_req q = {.job = p->job,
+			       .metric = p->metrics[0],
+			       .ranks = p->ranks,
+			       .nranks = p->nranks,
+			       .spec = p->spec,
+			       .nq = p->nq,
+			       .cols = p->xr_cols,
+			       .max_points = ctx->cfg->max_query_points};
 	struct qry_xr_result r;
 	if (p->xr_cols && p->nq)
 		q.cols |= QRY_XR_QUANTILES; /* quantiles= asks for them too */
@@ -431,11 +515,19 @@ static int run_crossrank(struct srv_ctx *ctx, const struct qparams *p, struct rd
 static int run_outliers(struct srv_ctx *ctx, const struct qparams *p, struct rdb_buf *out,
 			struct qry_error *e)
 {
-	struct qry_out_req q = {.job = p->job, .metric = p->metrics[0], .ranks = p->ranks,
-				.nranks = p->nranks, .spec = p->spec, .last_steps = p->last_steps,
-				.limit = (size_t)p->limit, .direction = p->direction,
-				.phases_mode = p->phases_mode, .phases = p->phases,
-				.nphases = p->nphases, .wait_phases = p->waits, .nwait = p->nwaits,
+	struct qry_out_req q = {.job = p->job,
+				.metric = p->metrics[0],
+				.ranks = p->ranks,
+				.nranks = p->nranks,
+				.spec = p->spec,
+				.last_steps = p->last_steps,
+				.limit = (size_t)p->limit,
+				.direction = p->direction,
+				.phases_mode = p->phases_mode,
+				.phases = p->phases,
+				.nphases = p->nphases,
+				.wait_phases = p->waits,
+				.nwait = p->nwaits,
 				.max_points = ctx->cfg->max_query_points};
 	struct qry_out_result r;
 	int rc = qry_outliers(ctx->sto, &q, &r, e);
@@ -445,8 +537,8 @@ static int run_outliers(struct srv_ctx *ctx, const struct qparams *p, struct rdb
 	return rc;
 }
 
-static int run(struct srv_ctx *ctx, enum endpoint ep, const struct qparams *p,
-	       struct rdb_buf *out, struct qry_error *e)
+static int run(struct srv_ctx *ctx, enum endpoint ep, const struct qparams *p, struct rdb_buf *out,
+	       struct qry_error *e)
 {
 	if (ep == EP_DOWNSAMPLE)
 		return run_downsample(ctx, p, out, e);
@@ -517,15 +609,15 @@ static void h_meta(struct srv_req *req, struct srv_resp *resp, const struct srv_
 }
 
 static const struct srv_route rows[] = {
-	{SRV_READ_METHODS, "/api/v1/query/downsample", SRV_SCOPE_READ, h_query, EP_DOWNSAMPLE,
-	 SRV_ROUTE_QUERY, NULL, NULL, NULL},
-	{SRV_READ_METHODS, "/api/v1/query/crossrank", SRV_SCOPE_READ, h_query, EP_CROSSRANK,
-	 SRV_ROUTE_QUERY, NULL, NULL, NULL},
-	{SRV_READ_METHODS, "/api/v1/query/outliers", SRV_SCOPE_READ, h_query, EP_OUTLIERS,
-	 SRV_ROUTE_QUERY, NULL, NULL, NULL},
-	{SRV_READ_METHODS, "/api/v1/jobs/{name}/meta", SRV_SCOPE_READ, h_meta, 0,
-	 SRV_ROUTE_QUERY, "GET, PUT", NULL, NULL},
-	{SRV_PUT, "/api/v1/jobs/{name}/meta", SRV_SCOPE_WRITE, h_meta, 0, SRV_ROUTE_QUERY,
-	 "GET, PUT", NULL, NULL},
+    {SRV_READ_METHODS, "/api/v1/query/downsample", SRV_SCOPE_READ, h_query, EP_DOWNSAMPLE,
+     SRV_ROUTE_QUERY, NULL, NULL, NULL},
+    {SRV_READ_METHODS, "/api/v1/query/crossrank", SRV_SCOPE_READ, h_query, EP_CROSSRANK,
+     SRV_ROUTE_QUERY, NULL, NULL, NULL},
+    {SRV_READ_METHODS, "/api/v1/query/outliers", SRV_SCOPE_READ, h_query, EP_OUTLIERS,
+     SRV_ROUTE_QUERY, NULL, NULL, NULL},
+    {SRV_READ_METHODS, "/api/v1/jobs/{name}/meta", SRV_SCOPE_READ, h_meta, 0, SRV_ROUTE_QUERY,
+     "GET, PUT", NULL, NULL},
+    {SRV_PUT, "/api/v1/jobs/{name}/meta", SRV_SCOPE_WRITE, h_meta, 0, SRV_ROUTE_QUERY, "GET, PUT",
+     NULL, NULL},
 };
 const struct srv_route_table srv_query_routes = {rows, sizeof(rows) / sizeof(rows[0])};

@@ -160,7 +160,8 @@ static int authorize(struct srv_req *req, struct srv_resp *resp, const struct sr
 		return 0;
 	if (st == 401) {
 		srv_resp_header(resp, "WWW-Authenticate", "Basic realm=\"rankdb\"");
-		srv_error(resp, 401, "authentication required: send 'Authorization: Bearer <token>' "
+		srv_error(resp, 401,
+			  "authentication required: send 'Authorization: Bearer <token>' "
 			  "(see docs/API.md, Authentication)");
 	} else {
 		srv_error(resp, 403, "forbidden");

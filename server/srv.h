@@ -23,15 +23,15 @@ struct srv_arg {
 
 /* What the server counts for /metrics (all monotonic). */
 struct srv_counters {
-	_Atomic uint64_t requests[6];      /* by status class: [1]..[5] = 1xx..5xx */
+	_Atomic uint64_t requests[6]; /* by status class: [1]..[5] = 1xx..5xx */
 	_Atomic uint64_t write_requests;
 	_Atomic uint64_t write_records;
-	_Atomic uint64_t write_rejected_invalid;  /* 400 */
+	_Atomic uint64_t write_rejected_invalid;   /* 400 */
 	_Atomic uint64_t write_rejected_too_large; /* 413 */
-	_Atomic uint64_t write_rejected_busy;     /* 503 */
-	_Atomic uint64_t write_rejected_limit;    /* series limit etc. */
-	_Atomic uint64_t write_failed;            /* 500 */
-	_Atomic uint64_t write_rejected_nospace;  /* 503: disk full */
+	_Atomic uint64_t write_rejected_busy;	   /* 503 */
+	_Atomic uint64_t write_rejected_limit;	   /* series limit etc. */
+	_Atomic uint64_t write_failed;		   /* 500 */
+	_Atomic uint64_t write_rejected_nospace;   /* 503: disk full */
 	_Atomic uint64_t queries;
 	_Atomic uint64_t query_errors;
 	_Atomic uint64_t query_ns_total;
@@ -42,22 +42,22 @@ struct srv_counters {
 	/* UDP listener (udp.c): datagrams unless said otherwise */
 	_Atomic uint64_t udp_received;
 	_Atomic uint64_t udp_dropped_queue_full;  /* queue over its count or byte bound */
-	_Atomic uint64_t udp_dropped_oversize;    /* over udp_max_datagram_bytes */
-	_Atomic uint64_t udp_dropped_socket;      /* kernel socket buffer overflowed */
+	_Atomic uint64_t udp_dropped_oversize;	  /* over udp_max_datagram_bytes */
+	_Atomic uint64_t udp_dropped_socket;	  /* kernel socket buffer overflowed */
 	_Atomic uint64_t udp_dropped_parse_error; /* nothing in it was usable */
-	_Atomic uint64_t udp_dropped_busy;        /* storage saturated (RDB_EBUSY) */
-	_Atomic uint64_t udp_dropped_limit;       /* storage refused: series limit */
-	_Atomic uint64_t udp_dropped_error;       /* storage failed (I/O) */
-	_Atomic uint64_t udp_lines_bad;           /* bad lines of datagrams otherwise stored */
-	_Atomic uint64_t udp_points;              /* points stored from UDP */
-	_Atomic uint64_t udp_queue_depth;         /* gauge: datagrams waiting */
+	_Atomic uint64_t udp_dropped_busy;	  /* storage saturated (RDB_EBUSY) */
+	_Atomic uint64_t udp_dropped_limit;	  /* storage refused: series limit */
+	_Atomic uint64_t udp_dropped_error;	  /* storage failed (I/O) */
+	_Atomic uint64_t udp_lines_bad;		  /* bad lines of datagrams otherwise stored */
+	_Atomic uint64_t udp_points;		  /* points stored from UDP */
+	_Atomic uint64_t udp_queue_depth;	  /* gauge: datagrams waiting */
 	/* HTTP connections and request bodies (http.c) */
-	_Atomic uint64_t http_connections;        /* gauge: open connections */
-	_Atomic uint64_t http_shed_idle;          /* closed to make room (waited longest) */
-	_Atomic uint64_t http_refused_limit;      /* 503: past http_max_connections */
-	_Atomic uint64_t http_timed_out;          /* closed: request not whole by its deadline */
+	_Atomic uint64_t http_connections;	   /* gauge: open connections */
+	_Atomic uint64_t http_shed_idle;	   /* closed to make room (waited longest) */
+	_Atomic uint64_t http_refused_limit;	   /* 503: past http_max_connections */
+	_Atomic uint64_t http_timed_out;	   /* closed: request not whole by its deadline */
 	_Atomic uint64_t http_refused_body_budget; /* 503: past max_body_bytes_in_flight */
-	_Atomic uint64_t http_body_bytes;         /* gauge: body bytes reserved (http.c sets it) */
+	_Atomic uint64_t http_body_bytes;	   /* gauge: body bytes reserved (http.c sets it) */
 };
 
 /* Shared by every request; read-only after start except the counters. */
@@ -67,7 +67,7 @@ struct srv_auth_grant;
 struct srv_ctx {
 	const struct srv_config *cfg;
 	struct sto *sto;
-	struct ing_pipeline *pipe; /* every write goes through it (ingest/pipeline.h) */
+	struct ing_pipeline *pipe;  /* every write goes through it (ingest/pipeline.h) */
 	struct det_service *detect; /* detection (detect/service.h); NULL when off */
 	struct ing_limits limits;
 	struct srv_counters counters;
@@ -81,12 +81,12 @@ struct srv_req {
 	struct srv_arg args[SRV_MAX_ARGS];
 	int nargs;
 	bool args_overflow; /* more than SRV_MAX_ARGS query parameters */
-	bool args_nul;      /* a query parameter holds a NUL byte (%00): refused */
+	bool args_nul;	    /* a query parameter holds a NUL byte (%00): refused */
 	const uint8_t *body;
 	size_t body_len;
-	void *conn; /* the HTTP library's connection, for srv_req_header */
+	void *conn;	   /* the HTTP library's connection, for srv_req_header */
 	const char *param; /* the {job}/{name} segment of the matched route (route.h), or NULL */
-	const char *peer; /* client address "ip:port" ("?" if unknown); request's life */
+	const char *peer;  /* client address "ip:port" ("?" if unknown); request's life */
 	const struct srv_auth_grant *auth; /* the proven token (server/auth.h), NULL: none needed */
 };
 
@@ -104,10 +104,10 @@ struct srv_header {
 
 struct srv_resp {
 	int status;
-	const char *content_type; /* default application/json */
-	const char *retry_after;  /* Retry-After header, or NULL */
-	const char *allow;        /* Allow header (405), or NULL */
-	struct rdb_buf body;      /* owned; handed to the HTTP library */
+	const char *content_type;			 /* default application/json */
+	const char *retry_after;			 /* Retry-After header, or NULL */
+	const char *allow;				 /* Allow header (405), or NULL */
+	struct rdb_buf body;				 /* owned; handed to the HTTP library */
 	struct srv_header headers[SRV_MAX_RESP_HEADERS]; /* further headers (srv_resp_header) */
 	int nheaders;
 };
@@ -178,7 +178,7 @@ int srv_detect_job_fields(void *arg, const char *job, struct rdb_buf *out);
 int srv_parse_time_ns(const char *s, int64_t now_ns, int64_t *ts_ns);
 /* "<digits><unit>" (units as above) into ns, clamped. 0 or RDB_EINVAL. */
 int srv_parse_duration_ns(const char *s, int64_t *ns);
-#define SRV_TIME_HELP                                                                        \
+#define SRV_TIME_HELP                                                                              \
 	"ns since the epoch, an RFC 3339 time such as 2024-10-18T06:33:44Z, or now / now-1h"
 
 struct qry_error;
@@ -188,7 +188,7 @@ void srv_query_failed(struct srv_ctx *ctx, struct srv_resp *resp, const struct q
 
 /* Sets resp to status with body {"error": msg}. */
 void srv_error(struct srv_resp *resp, int status, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 struct srv_http;
 /* Starts listening per cfg (thread pool, keep-alive, limits). *port gets

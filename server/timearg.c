@@ -157,7 +157,7 @@ int srv_parse_time_ns(const char *s, int64_t now_ns, int64_t *ts_ns)
 		return RDB_EINVAL;
 	if (!parse_zone(p, &off))
 		return RDB_EINVAL;
-	*ts_ns = clamp_add(clamp_add(clamp_mul(days_from_civil(y, mo, d), INT64_C(86400000000000)),
-				     tod), -off);
+	*ts_ns = clamp_add(
+	    clamp_add(clamp_mul(days_from_civil(y, mo, d), INT64_C(86400000000000)), tod), -off);
 	return 0;
 }

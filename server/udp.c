@@ -405,9 +405,11 @@ static int open_socket(struct srv_udp *u, const struct srv_config *cfg)
 	int got = 0;
 	socklen_t gl = sizeof(got);
 	if (getsockopt(u->fd, SOL_SOCKET, SO_RCVBUF, &got, &gl) == 0 && got < rcvbuf)
-		rdb_warn("udp", "kernel UDP receive buffer is %d bytes (wanted %d): bursts will "
+		rdb_warn("udp",
+			 "kernel UDP receive buffer is %d bytes (wanted %d): bursts will "
 			 "be dropped sooner (counted as socket_buffer); raise net.core.rmem_max "
-			 "or run rankdbd with CAP_NET_ADMIN", got, rcvbuf);
+			 "or run rankdbd with CAP_NET_ADMIN",
+			 got, rcvbuf);
 	setsockopt(u->fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one));
 	if (bind(u->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
 		int rc = -errno;

@@ -146,8 +146,8 @@ static void h_ui(struct srv_req *req, struct srv_resp *resp, const struct srv_ro
 }
 
 static const struct srv_route rows[] = {
-	{SRV_READ_METHODS, "/", SRV_SCOPE_READ, h_ui, UI_ROOT, 0, NULL, NULL, NULL},
-	{SRV_READ_METHODS, "/ui", SRV_SCOPE_READ, h_ui, UI_BARE, 0, NULL, NULL, NULL},
-	{SRV_READ_METHODS, "/ui/*", SRV_SCOPE_READ, h_ui, UI_FILE, 0, NULL, NULL, NULL},
+    {SRV_READ_METHODS, "/", SRV_SCOPE_READ, h_ui, UI_ROOT, 0, NULL, NULL, NULL},
+    {SRV_READ_METHODS, "/ui", SRV_SCOPE_READ, h_ui, UI_BARE, 0, NULL, NULL, NULL},
+    {SRV_READ_METHODS, "/ui/*", SRV_SCOPE_READ, h_ui, UI_FILE, 0, NULL, NULL, NULL},
 };
 const struct srv_route_table srv_ui_routes = {rows, sizeof(rows) / sizeof(rows[0])};

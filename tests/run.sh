@@ -68,11 +68,12 @@ run_fallback() {
 	count_integration "$RDB_TEST_TMP/fallback-integration.log"
 }
 
-# Source rules (tools/checksrc.sh: banned functions, symbol prefixes, size
-# report) and docs generated from code (the configuration reference).
+# Source rules (tools/checksrc.sh: banned functions, symbol prefixes,
+# clang-format, size report) and docs generated from code (the
+# configuration reference).
 run_checks() {
 	echo "=== source checks"
-	if tools/checksrc.sh build; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+	if tools/checksrc.sh build --format; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 	if python3 tools/gen-config-doc.py --check; then
 		passed=$((passed + 1))
 	else

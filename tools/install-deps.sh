@@ -2,7 +2,7 @@
 # Installs what building and testing rankdb needs on Debian 12 (run as root,
 # or with sudo available). Idempotent: a no-op when everything is present.
 set -euo pipefail
-pkgs=(build-essential meson ninja-build pkg-config
+pkgs=(build-essential meson ninja-build pkg-config clang-format
       liblmdb-dev liburing-dev libzstd-dev libmicrohttpd-dev libjansson-dev libxxhash-dev
       zlib1g-dev libcurl4-gnutls-dev python3 curl
       prometheus-alertmanager

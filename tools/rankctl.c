@@ -56,27 +56,28 @@ struct opts {
 
 static void usage(void)
 {
-	fprintf(stderr,
-		"usage: rankctl (--url http://HOST:PORT [--token T] | --data-dir DIR) COMMAND\n"
-		"  stats [--job J]\n"
-		"  export --job J [--metric M,...] [--from NS] [--to NS] [--step-from N]\n"
-		"         [--step-to N] [--format ndjson|csv]\n"
-		"  delete JOB\n"
-		"  retention list | set JOB SECONDS | clear JOB | run\n"
-		"  compact [--min-live-pct N]\n"
-		"  verify [--quarantine]\n"
-		"  backup DIR              (with --url: DIR is on the server's machine)\n"
-		"  restore BACKUP DIR      (offline: DIR must not exist)\n"
-		"  checkpoint\n"
-		"  rules check FILE        (no server needed: validates a detector rules file)\n"
-		"  rules sample            (prints every built-in rule with its defaults)\n"
-		"  rules reload            (--url: the server re-reads its rules_file)\n"
-		"  rebuild-index           (--data-dir only, server stopped: recreate index/\n"
-		"                          from the segment files; the old index is kept as\n"
-		"                          index.old-<ns>; see docs/OPERATIONS.md for what is lost)\n"
-		"  token add FILE ID SCOPES [JOBS] | list FILE | revoke FILE ID\n"
-		"                          (offline: edits a tokens file; add prints the secret once)\n"
-		"The token may also come from the environment variable RANKDB_TOKEN.\n");
+	fprintf(
+	    stderr,
+	    "usage: rankctl (--url http://HOST:PORT [--token T] | --data-dir DIR) COMMAND\n"
+	    "  stats [--job J]\n"
+	    "  export --job J [--metric M,...] [--from NS] [--to NS] [--step-from N]\n"
+	    "         [--step-to N] [--format ndjson|csv]\n"
+	    "  delete JOB\n"
+	    "  retention list | set JOB SECONDS | clear JOB | run\n"
+	    "  compact [--min-live-pct N]\n"
+	    "  verify [--quarantine]\n"
+	    "  backup DIR              (with --url: DIR is on the server's machine)\n"
+	    "  restore BACKUP DIR      (offline: DIR must not exist)\n"
+	    "  checkpoint\n"
+	    "  rules check FILE        (no server needed: validates a detector rules file)\n"
+	    "  rules sample            (prints every built-in rule with its defaults)\n"
+	    "  rules reload            (--url: the server re-reads its rules_file)\n"
+	    "  rebuild-index           (--data-dir only, server stopped: recreate index/\n"
+	    "                          from the segment files; the old index is kept as\n"
+	    "                          index.old-<ns>; see docs/OPERATIONS.md for what is lost)\n"
+	    "  token add FILE ID SCOPES [JOBS] | list FILE | revoke FILE ID\n"
+	    "                          (offline: edits a tokens file; add prints the secret once)\n"
+	    "The token may also come from the environment variable RANKDB_TOKEN.\n");
 }
 
 static int parse_opts(int argc, char **argv, struct opts *o)
@@ -85,13 +86,17 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		const char *name;
 		size_t off;
 	} vals[] = {
-		{"--url", offsetof(struct opts, url)},		{"--token", offsetof(struct opts, token)},
-		{"--data-dir", offsetof(struct opts, data_dir)}, {"--job", offsetof(struct opts, job)},
-		{"--metric", offsetof(struct opts, metric)},	{"--format", offsetof(struct opts, format)},
-		{"--from", offsetof(struct opts, from)},	{"--to", offsetof(struct opts, to)},
-		{"--step-from", offsetof(struct opts, step_from)},
-		{"--step-to", offsetof(struct opts, step_to)},
-		{"--min-live-pct", offsetof(struct opts, min_live_pct)},
+	    {"--url", offsetof(struct opts, url)},
+	    {"--token", offsetof(struct opts, token)},
+	    {"--data-dir", offsetof(struct opts, data_dir)},
+	    {"--job", offsetof(struct opts, job)},
+	    {"--metric", offsetof(struct opts, metric)},
+	    {"--format", offsetof(struct opts, format)},
+	    {"--from", offsetof(struct opts, from)},
+	    {"--to", offsetof(struct opts, to)},
+	    {"--step-from", offsetof(struct opts, step_from)},
+	    {"--step-to", offsetof(struct opts, step_to)},
+	    {"--min-live-pct", offsetof(struct opts, min_live_pct)},
 	};
 	for (int i = 1; i < argc; i++) {
 		bool known = false;
@@ -136,7 +141,8 @@ static int url_parse(const char *url, struct http *h)
 		return -1;
 	memcpy(h->host, p, (size_t)(hend - p));
 	h->host[hend - p] = 0;
-	snprintf(h->port, sizeof(h->port), "%.*s", colon && colon < end ? (int)(end - colon - 1) : 4,
+	snprintf(h->port, sizeof(h->port), "%.*s",
+		 colon && colon < end ? (int)(end - colon - 1) : 4,
 		 colon && colon < end ? colon + 1 : "7461");
 	return 0;
 }
@@ -177,8 +183,10 @@ static int http_do(const struct opts *o, const char *method, const char *path, i
 	}
 	rdb_buf_init(&req, 1 << 20);
 	rdb_buf_init(&raw, RESP_MAX);
-	rdb_buf_printf(&req, "%s %s HTTP/1.1\r\nHost: %s:%s\r\nConnection: close\r\n"
-		       "Content-Length: 0\r\n", method, path, h.host, h.port);
+	rdb_buf_printf(&req,
+		       "%s %s HTTP/1.1\r\nHost: %s:%s\r\nConnection: close\r\n"
+		       "Content-Length: 0\r\n",
+		       method, path, h.host, h.port);
 	if (o->token)
 		rdb_buf_printf(&req, "Authorization: Bearer %s\r\n", o->token);
 	rdb_buf_puts(&req, "\r\n");
@@ -237,7 +245,8 @@ static int api(const struct opts *o, const char *method, const char *path)
 	if (rc == 0 && status / 100 == 2)
 		printf("%s\n", (char *)body.data);
 	else if (rc == 0)
-		fprintf(stderr, "rankctl: HTTP %d: %s\n", status, body.data ? (char *)body.data : "");
+		fprintf(stderr, "rankctl: HTTP %d: %s\n", status,
+			body.data ? (char *)body.data : "");
 	rdb_buf_free(&body);
 	return rc == 0 && status / 100 == 2 ? 0 : 1;
 }
@@ -271,7 +280,8 @@ static void emit_series(json_t *doc, bool csv)
 {
 	json_t *series = json_object_get(doc, "series"), *sr;
 	size_t i;
-	json_array_foreach(series, i, sr) {
+	json_array_foreach(series, i, sr)
+	{
 		json_t *ts = json_object_get(sr, "timestamps"), *st = json_object_get(sr, "steps");
 		json_t *at = json_object_get(sr, "attempts"), *va = json_object_get(sr, "values");
 		json_t *rank = json_object_get(sr, "rank");
@@ -333,9 +343,8 @@ static int metric_list(const char *text, char ***out, size_t *n)
 	size_t i;
 	*n = 0;
 	*out = calloc(json_array_size(m) + 1, sizeof(char *));
-	json_array_foreach(m, i, v)
-		if (*out && json_is_string(v))
-			(*out)[(*n)++] = strdup(json_string_value(v));
+	json_array_foreach(m, i, v) if (*out && json_is_string(v))(*out)[(*n)++] =
+	    strdup(json_string_value(v));
 	json_decref(doc);
 	return *out ? 0 : -1;
 }
@@ -413,15 +422,18 @@ static void emit_points(const struct qry_points *r, bool csv)
 		const struct mdl_series_key *k = &r->v[i].key;
 		const struct mdl_cols *p = &r->v[i].pts;
 		json_t *doc = json_object();
-		json_object_set_new(doc, "rank", k->rank == MDL_RANK_JOB ? json_string("job") :
-						     json_integer(k->rank));
+		json_object_set_new(doc, "rank",
+				    k->rank == MDL_RANK_JOB ? json_string("job")
+							    : json_integer(k->rank));
 		json_object_set_new(doc, "metric", json_string(k->metric));
 		json_object_set_new(doc, "job", json_string(k->job));
-		json_t *ts = json_array(), *st = json_array(), *at = json_array(), *va = json_array();
+		json_t *ts = json_array(), *st = json_array(), *at = json_array(),
+		       *va = json_array();
 		for (size_t n = 0; n < p->n; n++) {
 			json_array_append_new(ts, json_integer(p->ts_ns[n]));
-			json_array_append_new(st, p->step[n] == MDL_STEP_NONE ? json_null() :
-							 json_integer(p->step[n]));
+			json_array_append_new(st, p->step[n] == MDL_STEP_NONE
+						      ? json_null()
+						      : json_integer(p->step[n]));
 			json_array_append_new(at, json_integer(p->attempt[n]));
 			json_array_append_new(va, value_json(p->value[n]));
 		}
@@ -441,8 +453,8 @@ static int export_dir(struct sto *s, const struct opts *o, char **metrics, size_
 {
 	struct qry_error err;
 	int rc = 0;
-	struct qry_range_req r = {.job = o->job, .nmetrics = 1, .max_points = 1000000000,
-				  .attempt = QRY_ATTEMPT_ALL};
+	struct qry_range_req r = {
+	    .job = o->job, .nmetrics = 1, .max_points = 1000000000, .attempt = QRY_ATTEMPT_ALL};
 	r.range.from_ns = INT64_MIN;
 	r.range.to_ns = INT64_MAX;
 	r.range.step_from = INT64_MIN + 1;
@@ -504,8 +516,8 @@ static int cmd_export(const struct opts *o, struct sto *s)
 		rdb_buf_puts(&path, "/metrics");
 		rdb_buf_putc(&path, 0);
 		struct qry_metrics ml = {0};
-		rc = s ? qry_job_metrics(s, o->job, &ml, &err) :
-			 http_do(o, "GET", (char *)path.data, &status, &body);
+		rc = s ? qry_job_metrics(s, o->job, &ml, &err)
+		       : http_do(o, "GET", (char *)path.data, &status, &body);
 		if (rc == 0 && s)
 			rc = metric_names(&ml, &metrics, &nm);
 		else if (rc == 0 && status == 200 && rdb_buf_putc(&body, 0) == 0)
@@ -606,7 +618,8 @@ static int print_stats(void *arg, const struct sto_job_stats *js)
 	bool *first = arg;
 	printf("%s{\"job\":\"%s\",\"series\":%llu,\"chunks\":%llu,\"points\":%llu,\"chunk_bytes\":"
 	       "%llu,\"bytes_per_point\":%.3f,\"event_chunks\":%llu,\"events\":%llu,"
-	       "\"retention_s\":%llu}", *first ? "" : ",", js->job, (unsigned long long)js->series,
+	       "\"retention_s\":%llu}",
+	       *first ? "" : ",", js->job, (unsigned long long)js->series,
 	       (unsigned long long)js->chunks, (unsigned long long)js->points,
 	       (unsigned long long)js->chunk_bytes,
 	       js->points ? (double)js->chunk_bytes / (double)js->points : 0.0,
@@ -625,11 +638,12 @@ static int dir_stats(struct sto *s, const struct opts *o)
 	if (rc == 0)
 		rc = sto_disk_stats(s, &d);
 	if (rc == 0)
-		printf("],\"disk\":{\"segment_files\":%llu,\"segment_bytes\":%llu,\"live_bytes\":%llu,"
-		       "\"wal_bytes\":%llu,\"index_bytes\":%llu,\"quarantined_chunks\":%llu}}\n",
-		       (unsigned long long)d.segment_files, (unsigned long long)d.segment_bytes,
-		       (unsigned long long)d.live_bytes, (unsigned long long)d.wal_bytes,
-		       (unsigned long long)d.index_bytes, (unsigned long long)d.quarantined);
+		printf(
+		    "],\"disk\":{\"segment_files\":%llu,\"segment_bytes\":%llu,\"live_bytes\":%llu,"
+		    "\"wal_bytes\":%llu,\"index_bytes\":%llu,\"quarantined_chunks\":%llu}}\n",
+		    (unsigned long long)d.segment_files, (unsigned long long)d.segment_bytes,
+		    (unsigned long long)d.live_bytes, (unsigned long long)d.wal_bytes,
+		    (unsigned long long)d.index_bytes, (unsigned long long)d.quarantined);
 	return rc;
 }
 
@@ -687,7 +701,8 @@ static int dir_misc(struct sto *s, const struct opts *o)
 		if (rc == 0 && mrc != 0 && mrc != RDB_ENOTFOUND)
 			rc = mrc;
 		if (rc == 0)
-			printf("{\"deleted\":true,\"series\":%llu,\"chunks\":%llu,\"event_chunks\":%llu}\n",
+			printf("{\"deleted\":true,\"series\":%llu,\"chunks\":%llu,\"event_chunks\":"
+			       "%llu}\n",
 			       (unsigned long long)r.series, (unsigned long long)r.chunks,
 			       (unsigned long long)r.event_chunks);
 	} else if (strcmp(c, "compact") == 0) {
@@ -698,8 +713,9 @@ static int dir_misc(struct sto *s, const struct opts *o)
 			printf("{\"segments\":%llu,\"chunks\":%llu,\"bytes_before\":%llu,"
 			       "\"bytes_after\":%llu,\"merged_from\":%llu,\"merged_into\":%llu}\n",
 			       (unsigned long long)r.segments, (unsigned long long)r.chunks,
-			       (unsigned long long)r.bytes_before, (unsigned long long)r.bytes_after,
-			       (unsigned long long)r.merged_from, (unsigned long long)r.merged_into);
+			       (unsigned long long)r.bytes_before,
+			       (unsigned long long)r.bytes_after, (unsigned long long)r.merged_from,
+			       (unsigned long long)r.merged_into);
 	} else if (strcmp(c, "backup") == 0 && o->npos == 2) {
 		struct sto_backup_result r;
 		rc = sto_backup(s, o->pos[1], &r);
@@ -719,15 +735,16 @@ static int dir_verify(const struct opts *o, struct sto *s, struct sto_verify_rep
 	if (rc)
 		return rc;
 	rep.problems += wal->problems;
-	printf("{\"ok\":%s,\"segments\":%llu,\"records\":%llu,\"chunks\":%llu,\"event_chunks\":%llu,"
-	       "\"supersede_records\":%llu,\"wal_files\":%llu,\"damaged\":%llu,"
-	       "\"quarantined\":%llu,\"wal_damaged_ranges\":%llu,\"wal_damage_kept_files\":%llu}\n",
-	       rep.problems ? "false" : "true", (unsigned long long)rep.segments,
-	       (unsigned long long)rep.records, (unsigned long long)rep.chunks,
-	       (unsigned long long)rep.event_chunks, (unsigned long long)rep.supersede_records,
-	       (unsigned long long)wal->wal_files, (unsigned long long)rep.problems,
-	       (unsigned long long)rep.quarantined, (unsigned long long)wal->wal_damaged_ranges,
-	       (unsigned long long)rep.wal_kept_files);
+	printf(
+	    "{\"ok\":%s,\"segments\":%llu,\"records\":%llu,\"chunks\":%llu,\"event_chunks\":%llu,"
+	    "\"supersede_records\":%llu,\"wal_files\":%llu,\"damaged\":%llu,"
+	    "\"quarantined\":%llu,\"wal_damaged_ranges\":%llu,\"wal_damage_kept_files\":%llu}\n",
+	    rep.problems ? "false" : "true", (unsigned long long)rep.segments,
+	    (unsigned long long)rep.records, (unsigned long long)rep.chunks,
+	    (unsigned long long)rep.event_chunks, (unsigned long long)rep.supersede_records,
+	    (unsigned long long)wal->wal_files, (unsigned long long)rep.problems,
+	    (unsigned long long)rep.quarantined, (unsigned long long)wal->wal_damaged_ranges,
+	    (unsigned long long)rep.wal_kept_files);
 	return rep.problems ? 3 : 0;
 }
 
@@ -747,8 +764,8 @@ static int dir_cmd(const struct opts *o)
 	int rc = sto_open(&so, &s);
 	if (rc) {
 		fprintf(stderr, "rankctl: cannot open %s: %s%s\n", o->data_dir, rdb_strerror(rc),
-			rc == -EBUSY ? " (a running rankdbd holds its LOCK: stop it, or use --url)" :
-				       "");
+			rc == -EBUSY ? " (a running rankdbd holds its LOCK: stop it, or use --url)"
+				     : "");
 		if (verify)
 			printf("DAMAGED: data directory %s cannot be opened: %s\n{\"ok\":false}\n",
 			       o->data_dir, rdb_strerror(rc));
@@ -780,11 +797,12 @@ static int dir_rebuild(const struct opts *o)
 	struct sto_rebuild_result r;
 	char old[PATH_MAX + 64];
 	sto_options_default(&so);
-	struct sto_rebuild_options ro = {.data_dir = o->data_dir, .map_bytes = so.index_map_bytes,
-					 .fn = print_problem};
+	struct sto_rebuild_options ro = {
+	    .data_dir = o->data_dir, .map_bytes = so.index_map_bytes, .fn = print_problem};
 	int rc = sto_rebuild_index_opt(&ro, &r, old, sizeof(old));
 	if (rc) {
-		fprintf(stderr, "rankctl: rebuild-index of %s failed: %s%s; index/ was not replaced\n",
+		fprintf(stderr,
+			"rankctl: rebuild-index of %s failed: %s%s; index/ was not replaced\n",
 			o->data_dir, rdb_strerror(rc),
 			rc == -EBUSY ? " (a running rankdbd holds its LOCK: stop it first)" : "");
 		return 1;
@@ -803,8 +821,9 @@ static int dir_rebuild(const struct opts *o)
 	char *enc = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
 	printf("\"old_index\":%s", enc ? enc : "null");
 	if (old[0])
-		printf(",\"note\":\"the previous index is kept as old_index: remove it once rankdbd "
-		       "runs fine on the rebuilt one\"");
+		printf(
+		    ",\"note\":\"the previous index is kept as old_index: remove it once rankdbd "
+		    "runs fine on the rebuilt one\"");
 	printf("}\n");
 	free(enc);
 	json_decref(js);
@@ -836,8 +855,8 @@ static int rules_offline(const struct opts *o)
 	}
 	size_t jobs = 0, aliases = 0;
 	det_rules_counts(r, &jobs, &aliases);
-	printf("{\"file\":\"%s\",\"valid\":true,\"job_sections\":%zu,\"aliases\":%zu}\n",
-	       o->pos[2], jobs, aliases);
+	printf("{\"file\":\"%s\",\"valid\":true,\"job_sections\":%zu,\"aliases\":%zu}\n", o->pos[2],
+	       jobs, aliases);
 	det_rules_free(r);
 	return 0;
 }
@@ -853,8 +872,7 @@ int main(int argc, char **argv)
 	if (prc == 0 && o.npos >= 2 && strcmp(o.pos[0], "rules") == 0 &&
 	    strcmp(o.pos[1], "reload") != 0)
 		return rules_offline(&o);
-	if (prc != 0 || (!o.url == !o.data_dir &&
-						 strcmp(o.npos ? o.pos[0] : "", "restore") != 0)) {
+	if (prc != 0 || (!o.url == !o.data_dir && strcmp(o.npos ? o.pos[0] : "", "restore") != 0)) {
 		usage();
 		return 2;
 	}
@@ -866,8 +884,8 @@ int main(int argc, char **argv)
 		}
 		int rc = sto_restore(o.pos[1], o.pos[2]);
 		if (rc)
-			fprintf(stderr, "rankctl: restore of %s into %s failed: %s\n", o.pos[1], o.pos[2],
-				rdb_strerror(rc));
+			fprintf(stderr, "rankctl: restore of %s into %s failed: %s\n", o.pos[1],
+				o.pos[2], rdb_strerror(rc));
 		else
 			printf("{\"restored\":\"%s\"}\n", o.pos[2]);
 		return rc ? 1 : 0;
@@ -875,7 +893,7 @@ int main(int argc, char **argv)
 	if (strcmp(o.pos[0], "rebuild-index") == 0) {
 		if (o.url || o.npos != 1) {
 			fprintf(stderr, "rankctl: rebuild-index works offline: --data-dir DIR with "
-				"the server stopped\n");
+					"the server stopped\n");
 			usage();
 			return 2;
 		}

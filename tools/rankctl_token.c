@@ -138,14 +138,16 @@ int rankctl_token(int argc, char **argv)
 		const char *tid = argv[2], *scopes = argv[3], *jobs = argc == 5 ? argv[4] : "*";
 		if (!valid_word(tid, "_-") || strlen(tid) > 64 || !valid_word(scopes, ",") ||
 		    !valid_word(jobs, "*?[]!,._-")) {
-			fprintf(stderr, "rankctl: ID is 1..64 of [A-Za-z0-9_-], SCOPES a comma list, "
-					"JOBS patterns of [A-Za-z0-9._-*?[]!]\n");
+			fprintf(stderr,
+				"rankctl: ID is 1..64 of [A-Za-z0-9_-], SCOPES a comma list, "
+				"JOBS patterns of [A-Za-z0-9._-*?[]!]\n");
 			return 2;
 		}
 		for (int i = 0; i < n; i++) {
 			line_id(lines[i], id, sizeof(id));
 			if (strcmp(id, tid) == 0) {
-				fprintf(stderr, "rankctl: token '%s' exists; revoke it first\n", tid);
+				fprintf(stderr, "rankctl: token '%s' exists; revoke it first\n",
+					tid);
 				return 1;
 			}
 		}
@@ -172,8 +174,10 @@ int rankctl_token(int argc, char **argv)
 			return 1;
 		}
 		printf("%s.%s\n", tid, secret);
-		fprintf(stderr, "token '%s' added to %s; the line above is its secret, shown only "
-				"this once\n", tid, path);
+		fprintf(stderr,
+			"token '%s' added to %s; the line above is its secret, shown only "
+			"this once\n",
+			tid, path);
 		return 0;
 	}
 	return token_usage();

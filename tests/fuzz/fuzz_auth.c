@@ -34,8 +34,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int rc2 = srv_auth_parse(part[0], part[1], part[2], again, sizeof(again));
 	if (rc != rc2)
 		abort();
-	if (rc == 0 && (strnlen(tok, sizeof(tok)) >= sizeof(tok) || !tok[0] ||
-			strcmp(tok, again) != 0))
+	if (rc == 0 &&
+	    (strnlen(tok, sizeof(tok)) >= sizeof(tok) || !tok[0] || strcmp(tok, again) != 0))
 		abort();
 	if (rc != 0 && rc != RDB_EINVAL && rc != RDB_ENOTFOUND)
 		abort();

@@ -12,9 +12,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const char *const names[] = {"data_dir", "http_port", "max_body_bytes",
-				    "sync_policy", "retention_s", "log_level",
-				    "udp_queue_bytes", "detect"};
+static const char *const names[] = {"data_dir",	   "http_port", "max_body_bytes",  "sync_policy",
+				    "retention_s", "log_level", "udp_queue_bytes", "detect"};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -54,7 +54,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				abort();
 			if (e->duration_ns < 0)
 				abort();
-			if (!inside(&d, e->text, e->text_len) || !inside(&d, e->fields, e->fields_len))
+			if (!inside(&d, e->text, e->text_len) ||
+			    !inside(&d, e->fields, e->fields_len))
 				abort();
 		}
 	} else if (rc != RDB_ECORRUPT && rc != -ENOMEM && rc != RDB_ELIMIT) {

@@ -11,9 +11,10 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char *const paths[] = {
-	"/grafana/query", "/grafana/query",	 "/grafana/query",     "/grafana/metrics",
-	"/grafana/variable", "/grafana/tag-values", "/grafana/annotations", "/grafana/search",
-	"/grafana/metric-payload-options", "/grafana/tag-keys",
+    "/grafana/query",	    "/grafana/query",	 "/grafana/query",
+    "/grafana/metrics",	    "/grafana/variable", "/grafana/tag-values",
+    "/grafana/annotations", "/grafana/search",	 "/grafana/metric-payload-options",
+    "/grafana/tag-keys",
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -53,7 +53,8 @@ static int copy_cols(struct mdl_cols *dst, const struct mdl_cols *src)
 }
 
 static int member_cb(void *arg, unsigned member, unsigned m, uint64_t sid,
-		     const struct mdl_series_key *key, const struct mdl_cols *cols, const char *damage)
+		     const struct mdl_series_key *key, const struct mdl_cols *cols,
+		     const char *damage)
 {
 	struct seen *s = arg;
 	struct mdl_cols alone = MDL_COLS_INIT;

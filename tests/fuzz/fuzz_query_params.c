@@ -13,11 +13,19 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char *const paths[] = {
-	"/api/v1/query/range",	   "/api/v1/query/downsample", "/api/v1/query/crossrank",
-	"/api/v1/query/outliers",  "/api/v1/jobs",	       "/api/v1/jobs/j1",
-	"/api/v1/jobs/j1/metrics", "/api/v1/jobs/j1/ranks",    "/api/v1/logs",
-	"/api/v1/spans",	   "/api/v1/jobs/j1/meta",     "/metrics",
-	"/api/v1/logs/around",
+    "/api/v1/query/range",
+    "/api/v1/query/downsample",
+    "/api/v1/query/crossrank",
+    "/api/v1/query/outliers",
+    "/api/v1/jobs",
+    "/api/v1/jobs/j1",
+    "/api/v1/jobs/j1/metrics",
+    "/api/v1/jobs/j1/ranks",
+    "/api/v1/logs",
+    "/api/v1/spans",
+    "/api/v1/jobs/j1/meta",
+    "/metrics",
+    "/api/v1/logs/around",
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

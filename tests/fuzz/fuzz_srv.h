@@ -32,8 +32,12 @@ static void fz_cleanup(void)
 static void fz_run(const char *method, const char *path, struct srv_arg *args, int nargs,
 		   const uint8_t *body, size_t body_len)
 {
-	struct srv_req req = {.ctx = &fz_ctx, .method = method, .path = path, .body = body,
-			      .body_len = body_len, .peer = "127.0.0.1:1"};
+	struct srv_req req = {.ctx = &fz_ctx,
+			      .method = method,
+			      .path = path,
+			      .body = body,
+			      .body_len = body_len,
+			      .peer = "127.0.0.1:1"};
 	for (int i = 0; i < nargs && i < SRV_MAX_ARGS; i++)
 		req.args[req.nargs++] = args[i];
 	req.args_overflow = nargs > SRV_MAX_ARGS;
@@ -74,8 +78,9 @@ static int fz_init(void)
 			snprintf(rec, sizeof(rec),
 				 "{\"job\":\"j%d\",\"rank\":%d,\"step\":%d,\"timestamp\":%lld,"
 				 "\"metrics\":{\"loss\":%g,\"grad_norm\":%g,\"step_time\":%g}}\n",
-				 rank % 2 + 1, rank, step, 1700000000000000000ll + step * 1000000000ll +
-				 rank, 1.0 / (step + 1), 0.5 + rank, 1.0 + (rank == 3));
+				 rank % 2 + 1, rank, step,
+				 1700000000000000000ll + step * 1000000000ll + rank,
+				 1.0 / (step + 1), 0.5 + rank, 1.0 + (rank == 3));
 			rdb_buf_puts(&b, rec);
 		}
 	rdb_buf_puts(&b, "{\"type\":\"log\",\"job\":\"j1\",\"rank\":2,\"level\":\"error\","
@@ -84,9 +89,10 @@ static int fz_init(void)
 	fz_run("POST", "/api/v1/write", NULL, 0, b.data, b.len);
 	rdb_buf_free(&b);
 	sto_checkpoint(fz_ctx.sto); /* half the data in chunks, the rest in the head */
-	fz_run("POST", "/api/v1/write", NULL, 0,
-	       (const uint8_t *)"{\"job\":\"j1\",\"rank\":0,\"step\":500,\"metrics\":{\"loss\":0.1}}",
-	       55);
+	fz_run(
+	    "POST", "/api/v1/write", NULL, 0,
+	    (const uint8_t *)"{\"job\":\"j1\",\"rank\":0,\"step\":500,\"metrics\":{\"loss\":0.1}}",
+	    55);
 	return 0;
 }
 
