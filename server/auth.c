@@ -141,8 +141,9 @@ static int load_file(const char *path, struct token **out, size_t *n, struct sta
 				 path, lineno);
 			rc = RDB_EINVAL;
 		} else {
-			snprintf(t[k].id, sizeof(t[k].id), "%s", id);
-			snprintf(t[k].jobs, sizeof(t[k].jobs), "%s", jobs);
+			/* lengths checked above: they fit with their NUL */
+			memcpy(t[k].id, id, strlen(id) + 1);
+			memcpy(t[k].jobs, jobs, strlen(jobs) + 1);
 			k++;
 		}
 	}
