@@ -362,29 +362,23 @@ static int check_index(struct vctx *v, struct evv *ev)
 	return rc2 == -ENOMEM || rc3 == -ENOMEM || rc4 == -ENOMEM ? -ENOMEM : 0;
 }
 
+static void problem_kept_wal(void *arg, const char *path, uint64_t bytes)
+{
+	struct vctx *v = arg;
+	v->rep->wal_kept_files++;
+	problem(v,
+		"WAL damage kept in %s (%llu bytes): acknowledged writes in it were not "
+		"replayed; inspect it, then remove the file",
+		path, (unsigned long long)bytes);
+}
+
 /* Every quarantine/wal-*.damaged file (damaged WAL bytes a recovery kept)
  * is a problem until the operator removes it. */
 static void verify_kept_wal(struct vctx *v, const char *data_dir)
 {
-	char qdir[PATH_MAX], path[PATH_MAX + 300];
+	char qdir[PATH_MAX];
 	snprintf(qdir, sizeof(qdir), "%s/quarantine", data_dir);
-	DIR *d = opendir(qdir);
-	for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
-		size_t l = strlen(e->d_name);
-		struct stat st;
-		if (strncmp(e->d_name, "wal-", 4) || l < 8 || strcmp(e->d_name + l - 8, ".damaged"))
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", qdir, e->d_name);
-		if (stat(path, &st) != 0)
-			continue;
-		v->rep->wal_kept_files++;
-		problem(v,
-			"WAL damage kept in %s (%lld bytes): acknowledged writes in it were not "
-			"replayed; inspect it, then remove the file",
-			path, (long long)st.st_size);
-	}
-	if (d)
-		closedir(d);
+	sto_wal_kept_each(qdir, problem_kept_wal, v);
 }
 
 int sto_verify(struct sto *s, bool quarantine, sto_problem_fn fn, void *arg,

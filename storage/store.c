@@ -635,24 +635,19 @@ static int keep_wal_damage(struct sto *s, uint64_t gen, const struct sto_wal_rep
 
 /* Counts quarantine/wal-*.damaged (damaged WAL bytes kept by a recovery)
  * for /metrics and says so at every start until the operator removes them. */
+static void add_kept(void *arg, const char *path, uint64_t bytes)
+{
+	struct sto *s = arg;
+	(void)path;
+	s->st_wal_kept_files++;
+	s->st_wal_kept_bytes += bytes;
+}
+
 static void count_kept_damage(struct sto *s)
 {
-	char qdir[PATH_MAX + 16], path[PATH_MAX + 300];
+	char qdir[PATH_MAX + 16];
 	snprintf(qdir, sizeof(qdir), "%s/quarantine", s->dir);
-	DIR *d = opendir(qdir);
-	for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
-		size_t l = strlen(e->d_name);
-		struct stat st;
-		if (strncmp(e->d_name, "wal-", 4) || l < 8 || strcmp(e->d_name + l - 8, ".damaged"))
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", qdir, e->d_name);
-		if (stat(path, &st) != 0)
-			continue;
-		s->st_wal_kept_files++;
-		s->st_wal_kept_bytes += (uint64_t)st.st_size;
-	}
-	if (d)
-		closedir(d);
+	sto_wal_kept_each(qdir, add_kept, s);
 	if (s->st_wal_kept_files)
 		rdb_warn("store",
 			 "%s holds %llu file(s), %llu bytes, of damaged WAL records kept by "

@@ -991,6 +991,23 @@ int sto_wal_remove(const char *dir, uint64_t gen)
 	return fsync_dir(dir);
 }
 
+void sto_wal_kept_each(const char *keep_dir, sto_wal_kept_fn fn, void *arg)
+{
+	char path[PATH_MAX + 300];
+	DIR *d = opendir(keep_dir);
+	for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+		size_t l = strlen(e->d_name);
+		struct stat st;
+		if (strncmp(e->d_name, "wal-", 4) || l < 8 || strcmp(e->d_name + l - 8, ".damaged"))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", keep_dir, e->d_name);
+		if (stat(path, &st) == 0)
+			fn(arg, path, (uint64_t)st.st_size);
+	}
+	if (d)
+		closedir(d);
+}
+
 int sto_wal_keep_range(const char *dir, uint64_t gen, uint64_t off, uint64_t len,
 		       const char *keep_dir)
 {

@@ -119,6 +119,12 @@ int sto_wal_replay(const char *dir, uint64_t gen, sto_wal_replay_fn fn, void *ar
 int sto_wal_keep_range(const char *dir, uint64_t gen, uint64_t off, uint64_t len,
 		       const char *keep_dir);
 
+/* Calls fn for every kept damaged range (keep_dir/wal-*.damaged, written
+ * by sto_wal_keep_range) with its path and size. A missing keep_dir has
+ * none. Reads only. */
+typedef void (*sto_wal_kept_fn)(void *arg, const char *path, uint64_t bytes);
+void sto_wal_kept_each(const char *keep_dir, sto_wal_kept_fn fn, void *arg);
+
 /* Lists the generations of the wal-*.log files in dir, ascending, into a
  * malloc'ed array (caller frees). Ignores other names. 0 or -errno. */
 int sto_wal_list(const char *dir, uint64_t **gens, size_t *n);
