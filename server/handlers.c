@@ -227,8 +227,9 @@ static const char *req_arg(const struct srv_req *req, const char *key)
 	return NULL;
 }
 
-static void handle_write(struct srv_req *req, struct srv_resp *resp)
+static void h_write(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
 {
+	(void)r;
 	struct srv_ctx *ctx = req->ctx;
 	atomic_fetch_add(&ctx->counters.write_requests, 1);
 	struct mdl_batch *b = NULL;
@@ -454,8 +455,9 @@ void srv_query_failed(struct srv_ctx *ctx, struct srv_resp *resp, const struct q
 	srv_error(resp, srv_qry_status(e->code), "%s", e->msg);
 }
 
-static void handle_range(struct srv_req *req, struct srv_resp *resp)
+static void h_range(struct srv_req *req, struct srv_resp *resp, const struct srv_route *route)
 {
+	(void)route;
 	struct srv_ctx *ctx = req->ctx;
 	struct range_params *p = calloc(1, sizeof(*p));
 	struct qry_error *e = calloc(1, sizeof(*e));
@@ -518,8 +520,9 @@ static void handle_job(struct srv_req *req, struct srv_resp *resp, const struct 
 	free(e);
 }
 
-static void handle_jobs(struct srv_req *req, struct srv_resp *resp)
+static void h_jobs(struct srv_req *req, struct srv_resp *resp, const struct srv_route *route)
 {
+	(void)route;
 	struct qry_error *e = calloc(1, sizeof(*e));
 	if (!e) {
 		srv_error(resp, 500, "out of memory");
@@ -613,8 +616,9 @@ static void metrics_subscribers(struct rdb_buf *b, struct ing_pipeline *p)
 	ing_pipeline_stats(p, subscriber_metric, b);
 }
 
-static void handle_metrics(struct srv_req *req, struct srv_resp *resp)
+static void h_metrics(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
 {
+	(void)r;
 	struct srv_ctx *ctx = req->ctx;
 	struct srv_counters *c = &ctx->counters;
 	struct sto_stats st;
@@ -719,30 +723,6 @@ static void h_health(struct srv_req *req, struct srv_resp *resp, const struct sr
 	(void)r;
 	resp->status = 200;
 	rdb_buf_puts(&resp->body, "{\"status\":\"ok\"}");
-}
-
-static void h_metrics(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
-{
-	(void)r;
-	handle_metrics(req, resp);
-}
-
-static void h_write(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
-{
-	(void)r;
-	handle_write(req, resp);
-}
-
-static void h_range(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
-{
-	(void)r;
-	handle_range(req, resp);
-}
-
-static void h_jobs(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
-{
-	(void)r;
-	handle_jobs(req, resp);
 }
 
 static const struct srv_route core_rows[] = {
