@@ -135,6 +135,19 @@ static int64_t clamp(int64_t x, int64_t lo, int64_t hi)
 	return x < lo ? lo : x > hi ? hi : x;
 }
 
+/* Adds the clamped corners of a chunk's or rollup record's time and step
+ * span to e. */
+static void extent_add_span(struct qry_extent *e, const struct sto_range *r, int64_t min_ts,
+			    int64_t max_ts, int64_t min_step, int64_t max_step)
+{
+	if (min_step != MDL_STEP_NONE && r->by_step) {
+		min_step = clamp(min_step, r->step_from, r->step_to);
+		max_step = clamp(max_step, r->step_from, r->step_to);
+	}
+	extent_add(e, clamp(min_ts, r->from_ns, r->to_ns), min_step);
+	extent_add(e, clamp(max_ts, r->from_ns, r->to_ns), max_step);
+}
+
 int qry_agg_extent(struct qry_scan *sc, uint64_t id, const struct sto_range *r,
 		   struct qry_extent *e)
 {
@@ -155,27 +168,11 @@ int qry_agg_extent(struct qry_scan *sc, uint64_t id, const struct sto_range *r,
 		const struct sto_rollup *ru = &v.rollups[i].r;
 		if (ru->last_ts_ns < r->from_ns || ru->first_ts_ns > r->to_ns)
 			continue;
-		int64_t lo = clamp(ru->first_ts_ns, r->from_ns, r->to_ns);
-		int64_t hi = clamp(ru->last_ts_ns, r->from_ns, r->to_ns);
-		int64_t slo = ru->min_step, shi = ru->max_step;
-		if (slo != MDL_STEP_NONE && r->by_step) {
-			slo = clamp(slo, r->step_from, r->step_to);
-			shi = clamp(shi, r->step_from, r->step_to);
-		}
-		extent_add(e, lo, slo);
-		extent_add(e, hi, shi);
+		extent_add_span(e, r, ru->first_ts_ns, ru->last_ts_ns, ru->min_step, ru->max_step);
 	}
 	for (size_t i = 0; i < v.nchunks; i++) {
 		const struct sto_chunk_stats *st = &v.chunks[i].stats;
-		int64_t lo = clamp(st->min_ts_ns, r->from_ns, r->to_ns);
-		int64_t hi = clamp(st->max_ts_ns, r->from_ns, r->to_ns);
-		int64_t slo = st->min_step, shi = st->max_step;
-		if (slo != MDL_STEP_NONE && r->by_step) {
-			slo = clamp(slo, r->step_from, r->step_to);
-			shi = clamp(shi, r->step_from, r->step_to);
-		}
-		extent_add(e, lo, slo);
-		extent_add(e, hi, shi);
+		extent_add_span(e, r, st->min_ts_ns, st->max_ts_ns, st->min_step, st->max_step);
 	}
 	sto_view_free(&v);
 	return 0;
