@@ -266,8 +266,15 @@ def test_spool_bound_drops_oldest_and_counts():
     # start record and the start log line)
     assert len(fs.records) + st["spool_dropped_records"] == n + 2, (len(fs.records), st)
     assert st["warnings"].get("spool-full", 0) >= 1, st
-    # the oldest went: what arrived is the newest steps
-    assert max(got) == n - 1 and min(got) > 0
+    # the oldest spooled batches went: the missing steps are one run of old
+    # steps and everything newer arrived. The batch the sender had in hand
+    # while the server was away (the first, at most batch_max_records steps)
+    # is retried from memory, not from the spool, so it may arrive although
+    # it is older than the dropped ones.
+    missing = sorted(set(range(n)) - set(got))
+    assert missing, st
+    assert missing == list(range(missing[0], missing[-1] + 1)), missing[:20]
+    assert missing[0] <= 200 and max(got) == n - 1, (missing[0], max(got))
     c.finish()
     fs.close()
 
