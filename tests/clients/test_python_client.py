@@ -266,15 +266,15 @@ def test_spool_bound_drops_oldest_and_counts():
     # start record and the start log line)
     assert len(fs.records) + st["spool_dropped_records"] == n + 2, (len(fs.records), st)
     assert st["warnings"].get("spool-full", 0) >= 1, st
-    # the oldest spooled batches went: the missing steps are one run of old
-    # steps and everything newer arrived. The batch the sender had in hand
-    # while the server was away (the first, at most batch_max_records steps)
-    # is retried from memory, not from the spool, so it may arrive although
-    # it is older than the dropped ones.
-    missing = sorted(set(range(n)) - set(got))
+    # the oldest went, never the newest: the last batch's steps all arrived
+    # and every missing step is older. (Which old batches went depends on
+    # timing: the batch the sender holds in memory while the server is away
+    # is retried from memory, not from the spool, and may arrive although
+    # older ones were dropped.)
+    missing = set(range(n)) - set(got)
     assert missing, st
-    assert missing == list(range(missing[0], missing[-1] + 1)), missing[:20]
-    assert missing[0] <= 200 and max(got) == n - 1, (missing[0], max(got))
+    assert max(missing) < n - 200 and all(s in got for s in range(n - 200, n)), \
+        (max(missing), max(got))
     c.finish()
     fs.close()
 
