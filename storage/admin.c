@@ -22,9 +22,10 @@
  * when the backup is on another file system) every segment file. Segment
  * files only ever grow by appends and are removed only by compaction, so
  * the links hold every record the copied index points at. The job metadata
- * documents (<data_dir>/meta/<job>.json, query/meta.c) are copied file by
- * file: each is replaced only by an atomic rename, so every copy is one whole
- * document (a document stored during the backup may or may not be in it).
+ * documents (<data_dir>/meta/, storage/jobmeta/) are copied file by file by
+ * their module: each is replaced only by an atomic rename, so every copy is
+ * one whole document (a document stored during the backup may or may not be
+ * in it). Verification checks each document's checksum the same way.
  */
 #include "storage/admin.h"
 #include "common/rdb_err.h"
@@ -34,6 +35,7 @@
 #include "storage/evstore.h"
 #include "storage/group.h"
 #include "storage/index.h"
+#include "storage/jobmeta/jobmeta.h"
 #include "storage/segment.h"
 
 #include <dirent.h>
@@ -397,6 +399,8 @@ int sto_verify(struct sto *s, bool quarantine, sto_problem_fn fn, void *arg,
 		rc = quarantine_all(&v, &ev);
 	if (rc == 0)
 		verify_kept_wal(&v, v.p.dir);
+	if (rc == 0)
+		sto_jobmeta_verify(v.p.dir, fn, arg, rep);
 	sto_compact_resume(s);
 	for (size_t i = 0; i < ev.nbad; i++)
 		free(ev.bad[i].val);
@@ -614,18 +618,17 @@ int sto_backup(struct sto *s, const char *dir, struct sto_backup_result *r)
 	snprintf(path, sizeof(path), "%s/FORMAT", dir);
 	if (rc == 0)
 		rc = copy_file(from, path);
-	snprintf(from, sizeof(from), "%s/meta", p.dir);
-	snprintf(path, sizeof(path), "%s/meta", dir);
-	if (rc == 0 && access(from, F_OK) == 0)
-		rc = copy_dir(from, path, "", false, &r->meta_docs, NULL);
+	if (rc == 0)
+		rc = sto_jobmeta_copy(p.dir, dir, &r->meta_docs, &r->meta_damaged);
 	if (rc)
 		rdb_error("admin", "backup into %s failed: %s", dir, rdb_strerror(rc));
 	else
 		rdb_info("admin",
 			 "backup into %s: index snapshot, %llu segment files "
-			 "(%llu bytes), %llu job metadata documents",
+			 "(%llu bytes), %llu job metadata documents (%llu of them damaged, "
+			 "copied as they are)",
 			 dir, (unsigned long long)r->segments, (unsigned long long)r->bytes,
-			 (unsigned long long)r->meta_docs);
+			 (unsigned long long)r->meta_docs, (unsigned long long)r->meta_damaged);
 	return rc;
 }
 
@@ -649,12 +652,16 @@ int sto_restore(const char *backup_dir, const char *dir)
 	snprintf(b, sizeof(b), "%s/chunks", dir);
 	if (rc == 0)
 		rc = copy_dir(a, b, "seg-", false, NULL, NULL);
-	snprintf(a, sizeof(a), "%s/meta", backup_dir);
-	snprintf(b, sizeof(b), "%s/meta", dir);
-	if (rc == 0 && access(a, F_OK) == 0)
-		rc = copy_dir(a, b, "", false, NULL, NULL);
+	uint64_t docs = 0, damaged = 0;
+	if (rc == 0)
+		rc = sto_jobmeta_copy(backup_dir, dir, &docs, &damaged);
 	snprintf(b, sizeof(b), "%s/wal", dir);
 	if (rc == 0 && mkdir(b, 0755) != 0)
 		rc = -errno;
+	if (rc == 0 && damaged)
+		rdb_warn("admin",
+			 "restore into %s: %llu of %llu job metadata documents are damaged; they "
+			 "are not served, 'rankctl verify' names them",
+			 dir, (unsigned long long)damaged, (unsigned long long)docs);
 	return rc;
 }

@@ -10,6 +10,7 @@
  *   index/                LMDB environment (derived: rebuildable from chunks/)
  *   wal/wal-<gen %016x>.log  write-ahead log, one file per generation
  *   chunks/seg-<id %016x>.dat segment files holding chunk records
+ *   meta/<job>.meta       job metadata documents (checksummed, see below)
  */
 #ifndef STO_FORMAT_H
 #define STO_FORMAT_H
@@ -175,6 +176,24 @@ enum sto_wal_rec_type {
  */
 #define STO_EVENTRY_FIXED 80u
 
+/* ---- Job metadata document (meta/<job>.meta) ----------------------------
+ * One file per job, written whole (temporary file, fsync, rename, directory
+ * fsync) by storage/jobmeta/jobmeta.c:
+ *   0  magic[8]   "RDBJMETA"
+ *   8  u32        version (STO_JOBMETA_VERSION)
+ *   12 u32        document length L (<= STO_JOBMETA_MAX_BYTES)
+ *   16 u64        XXH3-64 of the L document bytes, seed = XXH3-64 (seed 0) of
+ *                 bytes 0..15 of this header followed by the job id's bytes
+ *                 (as in the file name)
+ *   24 u8[L]      the document, exactly as the client sent it (a JSON object)
+ * The file is exactly 24 + L bytes. Version 0 is the legacy form
+ * meta/<job>.json (the bare document, no checksum), upgraded in place at
+ * open. */
+#define STO_JOBMETA_MAGIC	"RDBJMETA"
+#define STO_JOBMETA_VERSION	1u
+#define STO_JOBMETA_HEADER_SIZE 24u
+#define STO_JOBMETA_MAX_BYTES	(1u << 20)
+
 /* ---- Data model bounds ----------------------------------------------------
  * The bounds of job ids, metric names, ranks and steps, and the value bits of
  * null, are the data model's (model/series.h); the on-disk layouts above
@@ -185,5 +204,6 @@ _Static_assert(MDL_METRIC_MAX <= 65535, "metric length is a u16 on disk");
 
 _Static_assert(sizeof(STO_WAL_MAGIC) - 1 == 8, "wal magic is 8 bytes");
 _Static_assert(sizeof(STO_SEG_MAGIC) - 1 == 8, "segment magic is 8 bytes");
+_Static_assert(sizeof(STO_JOBMETA_MAGIC) - 1 == 8, "job metadata magic is 8 bytes");
 
 #endif

@@ -25,6 +25,7 @@
 #include "storage/admin.h"
 #include "storage/codec.h"
 #include "storage/evstore.h"
+#include "storage/jobmeta/jobmeta.h"
 #include "storage/segment.h"
 
 #include <errno.h>
@@ -730,6 +731,11 @@ int sto_delete_job(struct sto *s, const char *job, struct sto_delete_result *r)
 	struct del_job d = {.job = job, .res = r};
 	memset(r, 0, sizeof(*r));
 	int rc = sti_run_on_flusher(s, delete_job_op, &d);
+	int mrc = rc == 0 || rc == RDB_ENOTFOUND ? sto_jobmeta_delete(s, job) : RDB_ENOTFOUND;
+	if (rc == RDB_ENOTFOUND && mrc == 0)
+		rc = 0; /* a job with only a metadata document */
+	else if (rc == 0 && mrc != RDB_ENOTFOUND)
+		rc = mrc;
 	free(d.series.v);
 	free(d.keys);
 	free(d.chunks.v);

@@ -34,6 +34,7 @@
 #include "storage/batch_codec.h"
 #include "storage/codec.h"
 #include "storage/evstore.h"
+#include "storage/jobmeta/jobmeta.h"
 #include "storage/segment.h"
 #include "storage/uring.h"
 
@@ -783,6 +784,7 @@ static void destroy(struct sto *s)
 	sti_head_free(s->active);
 	sti_head_free(s->frozen);
 	sto_index_close(s->ix);
+	sto_jobmeta_close(s->jobmeta);
 	sti_cache_free(s);
 	sti_batch_free_all(s);
 	free(s->seal_queue);
@@ -875,6 +877,8 @@ int sto_open(const struct sto_options *opt, struct sto **out)
 	if (s->opt.chunk_max_points < 1 || s->opt.chunk_max_points > STO_CHUNK_MAX_POINTS)
 		s->opt.chunk_max_points = STO_CHUNK_MAX_POINTS;
 	int rc = open_dirs(s);
+	if (rc == 0)
+		rc = sto_jobmeta_open(s->dir, s->opt.read_only, &s->jobmeta);
 	if (rc == 0)
 		rc = open_index(s);
 	if (rc == 0)

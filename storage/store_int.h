@@ -75,6 +75,7 @@ struct sto {
 	struct sto_index *ix;
 	struct sto_wal *wal;
 	struct sto_seg_readers *readers;
+	struct sto_jobmeta *jobmeta; /* job metadata documents (jobmeta/jobmeta.h) */
 
 	pthread_rwlock_t write_lock; /* shared: a write; exclusive: rotation */
 	pthread_rwlock_t view_lock;  /* shared: a read snapshot; exclusive: head -> chunk */
