@@ -66,7 +66,7 @@
  *   txn: the caller must abort it. The index is derived data: it can be
  *   rebuilt from the segment files.
  */
-#include "storage/index.h"
+#include "storage/index/index.h"
 
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
