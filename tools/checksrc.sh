@@ -7,7 +7,8 @@
 #   2. symbol prefixes: every global symbol a module's static library defines
 #      carries its module prefix, or one of the module's internal sub-prefixes
 #      for symbols shared between its own files (hidden outside the library):
-#      storage sti_ (engine internals), evh_/evc_/eve_/evf_/ev_rec_ (events);
+#      storage sti_ (engine internals), ix_ (index tables),
+#      evh_/evc_/eve_/evf_/ev_rec_ (events);
 #      ingest ijs_ (JSON lexer), ilp_ (line protocol); detect deti_ (engine
 #      internals); server gf_ (Grafana)
 #      (nm on the built libraries);
@@ -52,7 +53,7 @@ check_lib() {
 }
 check_lib "$build/common/librdb_common.a" 'rdb_'
 check_lib "$build/model/librdb_model.a" 'mdl_'
-check_lib "$build/storage/librdb_storage.a" 'sto_|sti_|evh_|evc_|eve_|evf_|ev_rec_'
+check_lib "$build/storage/librdb_storage.a" 'sto_|sti_|ix_|evh_|evc_|eve_|evf_|ev_rec_'
 check_lib "$build/ingest/librdb_ingest.a" 'ing_|ijs_|ilp_'
 check_lib "$build/ingest/librdb_pipeline.a" 'ing_'
 check_lib "$build/query/librdb_query.a" 'qry_'

@@ -12,7 +12,7 @@
  * trash entry removed. At open, a set compact_out means an unfinished copy
  * (its file is removed) and every seg_trash id is unlinked.
  *
- * Merging small chunks runs first, before the segment pass: storage/merge.c.
+ * Merging small chunks runs first, before the segment pass: storage/lifecycle/merge.c.
  *
  * Supersede records: the replaced records stay on disk until their segments
  * are rewritten, and rebuild-index reads only the disk. So each merged chunk
@@ -33,10 +33,10 @@
 #include "common/rdb_map.h"
 #include "common/rdb_time.h"
 #include "storage/admin.h"
-#include "storage/codec.h"
-#include "storage/evstore.h"
-#include "storage/group.h"
-#include "storage/segment.h"
+#include "storage/chunk/codec.h"
+#include "storage/events/evstore.h"
+#include "storage/chunk/group.h"
+#include "storage/chunk/segment.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -23,9 +23,9 @@
 #include "common/rdb_log.h"
 #include "common/rdb_map.h"
 #include "storage/admin.h"
-#include "storage/codec.h"
-#include "storage/group.h"
-#include "storage/segment.h"
+#include "storage/chunk/codec.h"
+#include "storage/chunk/group.h"
+#include "storage/chunk/segment.h"
 
 #include <errno.h>
 #include <stdint.h>

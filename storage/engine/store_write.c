@@ -21,10 +21,10 @@
 #include "common/rdb_map.h"
 #include "common/rdb_time.h"
 #include "storage/admin.h"
-#include "storage/batch_codec.h"
-#include "storage/codec.h"
-#include "storage/evstore.h"
-#include "storage/segment.h"
+#include "storage/wal/batch_codec.h"
+#include "storage/chunk/codec.h"
+#include "storage/events/evstore.h"
+#include "storage/chunk/segment.h"
 
 #include <errno.h>
 #include <fcntl.h>
