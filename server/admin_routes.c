@@ -443,12 +443,14 @@ static void do_verify(struct srv_req *req, struct srv_resp *resp)
 	rdb_buf_printf(b,
 		       "],\"ok\":%s,\"segments\":%llu,\"records\":%llu,\"chunks\":%llu,"
 		       "\"event_chunks\":%llu,\"damaged\":%llu,\"quarantined\":%llu,"
-		       "\"wal_damage_kept_files\":%llu,\"meta_docs\":%llu,\"meta_damaged\":%llu}",
+		       "\"wal_damage_kept_files\":%llu,\"index_damaged\":%llu,\"meta_docs\":%llu,"
+		       "\"meta_damaged\":%llu}",
 		       rep.problems ? "false" : "true", (unsigned long long)rep.segments,
 		       (unsigned long long)rep.records, (unsigned long long)rep.chunks,
 		       (unsigned long long)rep.event_chunks, (unsigned long long)rep.problems,
 		       (unsigned long long)rep.quarantined, (unsigned long long)rep.wal_kept_files,
-		       (unsigned long long)rep.meta_docs, (unsigned long long)rep.meta_damaged);
+		       (unsigned long long)rep.index_damaged, (unsigned long long)rep.meta_docs,
+		       (unsigned long long)rep.meta_damaged);
 	resp->status = 200;
 }
 

@@ -64,6 +64,8 @@ struct vctx {
 	struct mdl_cols cols;
 	struct sto_chunk_ref *bad; /* damaged point chunks, quarantined afterwards */
 	size_t nbad;
+	struct sto_chunk_ref *fix; /* damaged entries of sound chunks, rewritten */
+	size_t nfix;
 };
 
 static void problem(struct vctx *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -213,11 +215,49 @@ static int bad_push(struct vctx *v, const struct sto_chunk_ref *ref)
 	return 0;
 }
 
+static int fix_push(struct vctx *v, const struct sto_chunk_ref *ref)
+{
+	struct sto_chunk_ref *p = realloc(v->fix, (v->nfix + 1) * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	v->fix = p;
+	p[v->nfix++] = *ref;
+	return 0;
+}
+
+/* An index entry that failed its checksum: a problem either way; with
+ * quarantine, rewritten from its chunk when that reads back whole, else
+ * quarantined like a damaged chunk. */
+static int check_damaged_entry(struct vctx *v, const struct sto_chunk_ref *ref)
+{
+	struct sto_read_error err;
+	struct sto_chunk_ref fixed;
+	v->rep->index_damaged++;
+	int rc = sto_chunk_ref_repair(v->s, ref, &fixed, &err);
+	if (rc == 0) {
+		problem(
+		    v,
+		    "index entry of chunk %llu (series %llu): its statistics fail their "
+		    "checksum; queries decode the chunk instead; 'verify --quarantine' rewrites "
+		    "the entry from the chunk (which is intact)",
+		    (unsigned long long)ref->uid, (unsigned long long)ref->series_id);
+		return fix_push(v, &fixed);
+	}
+	problem(v,
+		"index entry of chunk %llu (series %llu): fails its checksum and does not lead "
+		"to its chunk (%s); queries of that series fail until 'verify --quarantine' "
+		"moves it aside or the index is rebuilt",
+		(unsigned long long)ref->uid, (unsigned long long)ref->series_id, err.msg);
+	return bad_push(v, ref);
+}
+
 static int check_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 {
 	struct vctx *v = arg;
 	struct sto_read_error err;
 	v->rep->chunks++;
+	if (ref->damaged)
+		return check_damaged_entry(v, ref);
 	int rc = sto_read_chunk(v->s, ref, &v->rec, &v->cols, &err);
 	if (rc == 0)
 		return 0;
@@ -289,6 +329,8 @@ static int quarantine_all(struct vctx *v, struct evv *ev)
 		return rc;
 	for (size_t i = 0; rc == 0 && i < v->nbad; i++)
 		rc = sto_quarantine_chunk(t, &v->bad[i]);
+	for (size_t i = 0; rc == 0 && i < v->nfix; i++)
+		rc = sto_chunk_put(t, &v->fix[i]);
 	for (size_t i = 0; rc == 0 && i < ev->nbad; i++)
 		rc = sto_quarantine_evchunk(t, ev->bad[i].job, ev->bad[i].min_ts_ns, ev->bad[i].uid,
 					    ev->bad[i].val, ev->bad[i].len);
@@ -347,6 +389,7 @@ static int check_index(struct vctx *v, struct evv *ev)
 	int rc = sto_txn_begin(v->p.ix, false, &t);
 	if (rc)
 		return rc;
+	sto_txn_pass_damaged(t); /* each damaged entry is a problem, not the end */
 	rc = sto_index_check_all(t, &keys);
 	if (rc)
 		problem(v, "LMDB index: a database cannot be read (%s)", rdb_strerror(rc));
@@ -395,7 +438,7 @@ int sto_verify(struct sto *s, bool quarantine, sto_problem_fn fn, void *arg,
 	int rc = walk_segments(&v);
 	if (rc == 0)
 		rc = check_index(&v, &ev);
-	if (rc == 0 && quarantine && (v.nbad || ev.nbad))
+	if (rc == 0 && quarantine && (v.nbad || ev.nbad || v.nfix))
 		rc = quarantine_all(&v, &ev);
 	if (rc == 0)
 		verify_kept_wal(&v, v.p.dir);
@@ -406,6 +449,7 @@ int sto_verify(struct sto *s, bool quarantine, sto_problem_fn fn, void *arg,
 		free(ev.bad[i].val);
 	free(ev.bad);
 	free(v.bad);
+	free(v.fix);
 	mdl_cols_free(&v.cols);
 	rdb_buf_free(&v.rec);
 	return rc;

@@ -90,6 +90,7 @@ struct sto_verify_report {
 	uint64_t supersede_records;  /* SUP1 records found in segment files */
 	uint64_t wal_damaged_ranges; /* sto_verify_wal: damage in the middle of WAL files */
 	uint64_t wal_kept_files;     /* sto_verify: quarantine/wal-*.damaged files */
+	uint64_t index_damaged;	     /* chunk index entries failing their checksum */
 	uint64_t meta_docs;	     /* job metadata documents checked */
 	uint64_t meta_damaged;	     /* ... of them damaged (each one a problem) */
 	uint64_t meta_unchecked;     /* legacy documents without a checksum (not a

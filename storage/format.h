@@ -5,7 +5,7 @@
  * big-endian so that they sort numerically.
  *
  * Data directory:
- *   FORMAT                text: "rankdb data directory\nformat 2\n"
+ *   FORMAT                text: "rankdb data directory\nformat 3\n"
  *   LOCK                  flock(2)ed by the running server
  *   index/                LMDB environment (derived: rebuildable from chunks/)
  *   wal/wal-<gen %016x>.log  write-ahead log, one file per generation
@@ -19,12 +19,17 @@
 
 #include <stdint.h>
 
-#define STO_FORMAT_VERSION 2u
+#define STO_FORMAT_VERSION 3u
 /* The oldest version this build reads. A directory of format 1 (before
- * group and supersede records) is upgraded in place at its first open:
- * FORMAT and the index's format_version say 2 from then on, so that an
- * older rankdbd refuses it instead of misreading group records. WAL files
- * of format 1 replay as they are (the WAL layout did not change). */
+ * group and supersede records) or 2 (before checksums in index values) is
+ * upgraded in place at its first open: FORMAT says 3 from then on, so that
+ * an older rankdbd refuses it instead of misreading group records or
+ * 136-byte chunk entries; the index's format_version says 3 once every
+ * chunk entry has been rewritten with its checksum (bounded transactions,
+ * storage/index/index.c; until then entries without one are read as they
+ * are, and a crash in the middle is finished at the next open). WAL and
+ * segment files of formats 1 and 2 are read as they are (their layouts did
+ * not change). */
 #define STO_FORMAT_VERSION_OLDEST 1u
 
 /* ---- WAL file ------------------------------------------------------------

@@ -129,6 +129,7 @@ struct sto {
 	/* WAL damage (recovery): ranges found at this open, and the copies
 	 * kept in quarantine/ (files and bytes, counted at open). */
 	uint64_t st_wal_damaged_ranges, st_wal_kept_files, st_wal_kept_bytes;
+	_Atomic uint64_t st_index_damaged; /* reads that met a damaged chunk entry */
 };
 
 struct tomb {

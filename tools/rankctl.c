@@ -733,14 +733,16 @@ static int dir_verify(const struct opts *o, struct sto *s, struct sto_verify_rep
 	    "{\"ok\":%s,\"segments\":%llu,\"records\":%llu,\"chunks\":%llu,\"event_chunks\":%llu,"
 	    "\"supersede_records\":%llu,\"wal_files\":%llu,\"damaged\":%llu,"
 	    "\"quarantined\":%llu,\"wal_damaged_ranges\":%llu,\"wal_damage_kept_files\":%llu,"
-	    "\"meta_docs\":%llu,\"meta_damaged\":%llu,\"meta_unchecked\":%llu}\n",
+	    "\"index_damaged\":%llu,\"meta_docs\":%llu,\"meta_damaged\":%llu,"
+	    "\"meta_unchecked\":%llu}\n",
 	    rep.problems ? "false" : "true", (unsigned long long)rep.segments,
 	    (unsigned long long)rep.records, (unsigned long long)rep.chunks,
 	    (unsigned long long)rep.event_chunks, (unsigned long long)rep.supersede_records,
 	    (unsigned long long)wal->wal_files, (unsigned long long)rep.problems,
 	    (unsigned long long)rep.quarantined, (unsigned long long)wal->wal_damaged_ranges,
-	    (unsigned long long)rep.wal_kept_files, (unsigned long long)rep.meta_docs,
-	    (unsigned long long)rep.meta_damaged, (unsigned long long)rep.meta_unchecked);
+	    (unsigned long long)rep.wal_kept_files, (unsigned long long)rep.index_damaged,
+	    (unsigned long long)rep.meta_docs, (unsigned long long)rep.meta_damaged,
+	    (unsigned long long)rep.meta_unchecked);
 	return rep.problems ? 3 : 0;
 }
 

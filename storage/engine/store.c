@@ -311,9 +311,9 @@ static int check_format(const char *dir)
 		if (v == STO_FORMAT_VERSION)
 			return 0;
 		rdb_info("store",
-			 "%s: upgrading the data directory from format %u to %u (adds "
-			 "group and supersede records; older rankdbd releases will refuse it from "
-			 "now on)",
+			 "%s: upgrading the data directory from format %u to %u (format 2 adds "
+			 "group and supersede records, 3 checksums in index values; older rankdbd "
+			 "releases will refuse it from now on)",
 			 path, v, STO_FORMAT_VERSION);
 		return write_format_file(dir);
 	}

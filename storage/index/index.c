@@ -14,14 +14,15 @@
  *     meta     key: the name's bytes (no NUL)      value: u64 LE (8 bytes)
  *     series   key: job, 0x00, rank be32, metric   value: series id u64 LE
  *     sid      key: series id be64                 value: the series key bytes
- *     chunks   key: chunk key (24 bytes, below)    value: chunk entry (120 bytes)
+ *     chunks   key: chunk key (24 bytes, below)    value: chunk entry (136 bytes)
  *     pending  key: gen be64 + chunk key (32)      value: empty
  *   Chunk key: series id be64, min_ts as be64 of ((uint64_t)min_ts ^ 2^63)
  *   (so negative timestamps sort first), uid be64. Keys are big-endian so
  *   LMDB's memcmp order is numeric order; values are little-endian.
  *
- * Chunk entry value, version 1, 128 bytes, little-endian:
- *     0  u8      entry version (1)
+ * Chunk entry value, version 2, 136 bytes, little-endian:
+ *     0  u8      entry version (2; 1 = the first 128 bytes, no checksum:
+ *                read only while an upgrade to format 3 is under way)
  *     1  u8      group member count m: 0 for a chunk record of its own,
  *                2..STO_GROUP_MAX_MEMBERS for a member of a group record
  *     2  u8      member number (< m; 0 when m = 0)
@@ -45,7 +46,11 @@
  *   112  u64     last value bits
  *   120  u32     step_count: points that have a step (== count: every point)
  *   124  u32     group members: head length H of the group record (0 otherwise)
- *   series id and uid live only in the key.
+ *   128  u64     XXH3-64 (seed 0) of the 24-byte key, then bytes 0..127
+ *   series id and uid live only in the key. A damaged entry (checksum,
+ *   size, version or fields) is RDB_ECORRUPT, or, in a transaction marked
+ *   sto_txn_pass_damaged (queries, verify), a ref marked damaged whose
+ *   statistics the caller recomputes by decoding the chunk.
  *
  * Invariants
  *   - Series id 0 is never assigned: meta next_series_id absent means 1.
@@ -200,8 +205,45 @@ static int check_format(struct sto_txn *t, bool read_only)
 			  STO_FORMAT_VERSION);
 		return RDB_EFORMAT;
 	}
-	if (found < STO_FORMAT_VERSION && !read_only) /* upgraded in place: see format.h */
-		return sto_meta_put(t, "format_version", STO_FORMAT_VERSION);
+	/* Older: values without checksums are read as they are until
+	 * upgrade_values (not read-only) has rewritten them (format.h). */
+	t->ix->legacy_values = found < STO_FORMAT_VERSION;
+	return 0;
+}
+
+#define UPGRADE_BATCH 4096u /* entries rewritten per write transaction */
+
+/* Format 3: every chunk entry gets its checksum, in bounded transactions;
+ * format_version says 3 only once all are rewritten, so a crash in the
+ * middle is finished at the next open. */
+static int upgrade_values(struct sto_index *ix)
+{
+	uint64_t chunks = 0, damaged = 0;
+	struct sto_txn *t = NULL;
+	rdb_info(SUBSYS, "LMDB index %s: upgrading to format %u (checksums in index values)",
+		 ix->dir, STO_FORMAT_VERSION);
+	int ret = ix_chunks_upgrade(ix, UPGRADE_BATCH, &chunks, &damaged);
+	if (ret == 0)
+		ret = sto_txn_begin(ix, true, &t);
+	if (ret == 0)
+		ret = sto_meta_put(t, "format_version", STO_FORMAT_VERSION);
+	if (ret == 0)
+		ret = sto_txn_commit(t);
+	else
+		sto_txn_abort(t);
+	if (ret != 0) {
+		rdb_error(SUBSYS,
+			  "LMDB index %s: the upgrade to format %u failed (%s); it is "
+			  "finished at the next start",
+			  ix->dir, STO_FORMAT_VERSION, rdb_strerror(ret));
+		return ret;
+	}
+	ix->legacy_values = false;
+	rdb_info(SUBSYS, "LMDB index %s: format %u: %llu chunk entries given a checksum%s", ix->dir,
+		 STO_FORMAT_VERSION, (unsigned long long)chunks,
+		 damaged ? "; some entries do not decode and were left as they are: run "
+			   "'rankctl verify'"
+			 : "");
 	return 0;
 }
 
@@ -257,6 +299,8 @@ static int index_open(const char *dir, uint64_t map_bytes, bool read_only, struc
 		goto out;
 	ret = sto_txn_commit(t); /* read-only too: an aborted txn closes its dbi handles */
 	t = NULL;
+	if (ret == 0 && ix->legacy_values && !read_only)
+		ret = upgrade_values(ix);
 	if (ret != 0)
 		goto out;
 	*out = ix;

@@ -4,7 +4,10 @@ documents (meta/<job>.meta) and the chunk statistics in the LMDB index."""
 
 import json
 import os
+import struct
 import subprocess
+import tarfile
+import urllib.parse
 
 from harness import Server
 
@@ -101,3 +104,121 @@ def test_legacy_job_metadata_is_upgraded_in_place():
     s.stop()
     r = _rankctl("--data-dir", s.data_dir, "verify")
     assert r.returncode == 0 and '"meta_docs":1' in r.stdout, r.stdout
+
+
+# ---------------------------------------------------------------------------
+# chunk statistics in the LMDB index (the issue: min 1000 served as 744)
+
+SEC = 1_000_000_000
+T0 = 1_700_000_000 * SEC
+MIN_MAX = struct.pack("<dd", 1000.0, 1999.0)  # the entry's min and max fields
+
+
+def _write_ramp(s, job="st"):
+    recs = [{"job": job, "rank": 0, "step": i, "timestamp": T0 + i * SEC,
+             "metrics": {"m": 1000.0 + i}} for i in range(1000)]
+    s.write_ok(recs)
+
+
+def _min_from_stats(s, job="st"):
+    """The downsample min over one bucket holding the whole chunk."""
+    st, obj = s.get_json("/api/v1/query/downsample?" + urllib.parse.urlencode(
+        {"job": job, "metric": "m", "agg": "min,count", "time_width_ns": 10_000 * SEC}))
+    return st, obj
+
+
+def _flip_stats_min(data_dir):
+    """Turns the min 1000.0 of every stored copy of the entry into 744.0 (one
+    byte: 0x408F4... -> 0x40874...), as the torture run did. Returns copies."""
+    path = os.path.join(data_dir, "index", "data.mdb")
+    with open(path, "rb") as f:
+        raw = bytearray(f.read())
+    n, pos = 0, raw.find(MIN_MAX)
+    while pos >= 0:
+        raw[pos + 6] ^= 0x08
+        assert struct.unpack_from("<d", raw, pos)[0] == 744.0
+        n += 1
+        pos = raw.find(MIN_MAX, pos + 1)
+    with open(path, "wb") as f:
+        f.write(raw)
+    return n
+
+
+def test_damaged_chunk_statistics_are_never_served():
+    s = Server(["--detect", "off", "--chunk-max-points", "1000"]).start()
+    _write_ramp(s)
+    s.stop()  # sealed: one chunk, answered from its statistics
+    s.start()
+    st, obj = _min_from_stats(s)
+    assert st == 200 and obj["series"][0]["min"] == [1000.0], obj
+    assert obj["chunks_from_stats"] == 1, obj
+    s.stop()
+    assert _flip_stats_min(s.data_dir) >= 1
+    # verify (read-only) finds it and changes nothing
+    before = _tree(s.data_dir)
+    r = _rankctl("--data-dir", s.data_dir, "verify")
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+    assert "DAMAGED" in r.stdout and "index entry of chunk" in r.stdout, r.stdout
+    assert '"index_damaged":1' in r.stdout, r.stdout
+    assert _tree(s.data_dir) == before, "verify changed the data directory"
+    # the query decodes the chunk instead: the right minimum, never 744
+    s.start()
+    st, obj = _min_from_stats(s)
+    assert st == 200, (st, obj)
+    ser = obj["series"][0]
+    assert ser["min"] == [1000.0] and ser["count"] == [1000], ser  # recomputed from the chunk
+    assert _metric(s, "rankdb_index_damaged_reads_total") >= 1
+    assert "failed its checksum" in s.log_text()
+    raw = s.query_ok(job="st", metric="m")
+    assert raw["points"] == 1000
+    s.stop()
+    # verify --quarantine rewrites the entry from the intact chunk
+    r = _rankctl("--data-dir", s.data_dir, "verify", "--quarantine")
+    assert r.returncode == 3 and '"index_damaged":1' in r.stdout, r.stdout
+    r = _rankctl("--data-dir", s.data_dir, "verify")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    s.start()
+    st, obj = _min_from_stats(s)
+    assert st == 200 and obj["series"][0]["min"] == [1000.0], obj
+    assert obj["chunks_from_stats"] == 1, obj
+    s.stop()
+
+
+FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures",
+                       "format2-datadir.tar.gz")
+
+
+def test_format2_index_is_upgraded_with_checksums():
+    """A data directory written by the previous release (format 2: chunk
+    entries without checksums; tests/integration/fixtures/README.md) is read
+    as it is by verify, upgraded in place at the first start, answers the
+    same, and from then on a flipped statistic is detected."""
+    s = Server(["--detect", "off"])
+    with tarfile.open(FIXTURE) as tf:
+        tf.extractall(s.workdir)
+    data = os.path.join(s.workdir, "data")
+    s.data_dir = data
+    with open(os.path.join(data, "FORMAT")) as f:
+        assert f.read() == "rankdb data directory\nformat 2\n"
+    before = _tree(data)
+    r = _rankctl("--data-dir", data, "verify")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    assert _tree(data) == before
+    s.start()
+    assert "upgrading to format 3" in s.log_text()
+    st, obj = _min_from_stats(s, "old")
+    assert st == 200 and obj["series"][0]["min"] == [1000.0], obj
+    assert obj["series"][0]["count"] == [1000] and obj["chunks_from_stats"] == 1, obj
+    assert s.get_json("/api/v1/jobs/old/meta") == (200, {"world_size": 8})
+    s.stop()
+    with open(os.path.join(data, "FORMAT")) as f:
+        assert f.read() == "rankdb data directory\nformat 3\n"
+    r = _rankctl("--data-dir", data, "verify")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    assert _flip_stats_min(data) >= 1
+    r = _rankctl("--data-dir", data, "verify")
+    assert r.returncode == 3 and '"index_damaged":1' in r.stdout, r.stdout
+    s.start()
+    st, obj = _min_from_stats(s, "old")
+    assert st == 200 and obj["series"][0]["min"] == [1000.0], obj
+    s.stop()
