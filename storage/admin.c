@@ -382,6 +382,11 @@ static int check_sup_cb(void *arg, const struct sto_sup_entry *e)
 	return 0;
 }
 
+static void value_problem(void *arg, const char *msg)
+{
+	problem(arg, "LMDB index: %s", msg);
+}
+
 static int check_index(struct vctx *v, struct evv *ev)
 {
 	struct sto_txn *t;
@@ -399,6 +404,10 @@ static int check_index(struct vctx *v, struct evv *ev)
 	int rc3 = sto_evidx_scan_all(t, check_ev_cb, ev);
 	if (rc3)
 		problem(v, "LMDB index: the event database cannot be read (%s)", rdb_strerror(rc3));
+	int rc5 = sto_index_check_values(t, value_problem, v, &v->rep->index_damaged);
+	if (rc5)
+		problem(v, "LMDB index: the series catalog or rollups cannot be read (%s)",
+			rdb_strerror(rc5));
 	int rc4 = sto_sup_scan(t, check_sup_cb, v);
 	if (rc4)
 		problem(v, "LMDB index: the supersede database cannot be read (%s)",

@@ -126,6 +126,25 @@ void ix_entry_encode(const struct sto_chunk_ref *r, uint8_t *p);
  * Idempotent: a crash in the middle is finished by the next call. */
 int ix_chunks_upgrade(struct sto_index *ix, size_t batch, uint64_t *rewritten, uint64_t *damaged);
 
+/* ---- value checks with checksums (format 3), for upgrade and verify ----
+ * Each checks one key/value pair of its table: 0 when it is sound; 1 when it
+ * is a value of format 1/2 (no checksum; only while t->ix->legacy_values),
+ * with *fixed / *fixed_len the same value with its checksum (fixed holds
+ * IX_VALUE_MAX bytes); RDB_ECORRUPT with *why when it is damaged. */
+#define IX_VALUE_MAX 1024u
+typedef int (*ix_check_fn)(const struct sto_txn *t, const MDB_val *k, const MDB_val *v,
+			   uint8_t *fixed, size_t *fixed_len, const char **why);
+int ix_rollup_check(const struct sto_txn *t, const MDB_val *k, const MDB_val *v, uint8_t *fixed,
+		    size_t *fixed_len, const char **why);
+int ix_series_check(const struct sto_txn *t, const MDB_val *k, const MDB_val *v, uint8_t *fixed,
+		    size_t *fixed_len, const char **why);
+int ix_sid_check(const struct sto_txn *t, const MDB_val *k, const MDB_val *v, uint8_t *fixed,
+		 size_t *fixed_len, const char **why);
+/* Rewrites every value of dbi that check says is of format 1/2, in write
+ * transactions of at most batch pairs; damaged ones are left and counted. */
+int ix_rewrite_legacy(struct sto_index *ix, MDB_dbi dbi, ix_check_fn check, size_t batch,
+		      uint64_t *rewritten, uint64_t *damaged);
+
 /* ---- ix_events.c ---- */
 /* Writes the events key of (job, min_ts_ns, uid) into p; returns its length. */
 size_t ix_ev_key_put(uint8_t *p, const char *job, int64_t min_ts_ns, uint64_t uid);

@@ -926,6 +926,66 @@ static void test_entry_checksum(void)
 	rm_dir(dir);
 }
 
+static void count_problem(void *arg, const char *msg)
+{
+	(void)msg;
+	(*(int *)arg)++;
+}
+
+/* Series catalog values and rollup records carry checksums too: a flipped
+ * series id (which would answer a query with another series' points) and a
+ * flipped rollup min are RDB_ECORRUPT on read and found by the value check. */
+static void test_value_checksums(void)
+{
+	char dir[600], mdb[700];
+	new_dir(dir, sizeof(dir));
+	struct sto_index *ix = open_ok(dir, MAP_BYTES);
+	struct sto_txn *t = begin(ix, true);
+	uint64_t a = create_series(t, "vc", 0, "alpha"), b = create_series(t, "vc", 0, "beta");
+	CHECK(a == 1 && b == 2);
+	struct sto_rollup r = {.count = 10, .sum = 12345.0, .min = 1000.0, .max = 1999.0};
+	CHECK_EQ_INT(sto_rollup_put(t, a, 0, 60, &r), 0);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+	t = begin(ix, false);
+	int problems = 0;
+	uint64_t damaged = 0;
+	CHECK_EQ_INT(sto_index_check_values(t, count_problem, &problems, &damaged), 0);
+	CHECK_EQ_INT(damaged, 0);
+	sto_txn_abort(t);
+	sto_index_close(ix);
+
+	/* the series db pair: key "vc\0" rank 0 "alpha", then the id 1 (LE):
+	 * id 1 -> 2 would be series beta */
+	uint8_t key[3 + 4 + 5 + 1] = {'v', 'c', 0, 0, 0, 0, 0, 'a', 'l', 'p', 'h', 'a', 1};
+	uint8_t pat[16];
+	snprintf(mdb, sizeof(mdb), "%s/data.mdb", dir);
+	CHECK(flip_pattern(mdb, key, sizeof(key), 12, 0x03) >= 1);
+	rdb_put_le64(pat, rdb_f64_bits(12345.0));
+	rdb_put_le64(pat + 8, rdb_f64_bits(1000.0));
+	CHECK(flip_pattern(mdb, pat, sizeof(pat), 14, 0x08) >= 1); /* min 1000 -> 744 */
+
+	ix = open_ok(dir, MAP_BYTES);
+	t = begin(ix, false);
+	struct mdl_series_key k;
+	uint64_t id = 0;
+	make_key(&k, "vc", 0, "alpha");
+	CHECK_EQ_INT(sto_series_lookup(t, &k, &id), RDB_ECORRUPT);
+	CHECK_EQ_INT(id, 0);
+	make_key(&k, "vc", 0, "beta");
+	CHECK_EQ_INT(sto_series_lookup(t, &k, &id), 0);
+	CHECK_EQ_INT(id, b);
+	struct sto_rollup got;
+	CHECK_EQ_INT(sto_rollup_get(t, a, 0, 60, &got), RDB_ECORRUPT);
+	problems = 0;
+	damaged = 0;
+	CHECK_EQ_INT(sto_index_check_values(t, count_problem, &problems, &damaged), 0);
+	CHECK_EQ_INT(damaged, 2);
+	CHECK_EQ_INT(problems, 2);
+	sto_txn_abort(t);
+	sto_index_close(ix);
+	rm_dir(dir);
+}
+
 int main(void)
 {
 	const char *base = getenv("RDB_TEST_TMP");
@@ -951,6 +1011,7 @@ int main(void)
 	RUN(test_trash_has);
 	RUN(test_supersede);
 	RUN(test_entry_checksum);
+	RUN(test_value_checksums);
 	rmdir(tmp_root);
 	return check_summary("index");
 }
