@@ -551,6 +551,7 @@ static int del_collect(struct sto *s, struct del_job *d)
 	int rc = sto_txn_begin(s->ix, false, &t);
 	if (rc)
 		return rc;
+	sto_txn_pass_damaged(t); /* deletion needs only keys: a damaged entry goes too */
 	d->ev.job = d->job;
 	rc = sto_series_scan(t, d->job, del_series_cb, d);
 	for (size_t i = 0; rc == 0 && i < d->series.n; i++)
