@@ -14,7 +14,7 @@
  * Failure: a damaged chunk or an I/O error fails the read with an error;
  * nothing is changed.
  */
-#include "storage/store_int.h"
+#include "storage/engine/engine.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"

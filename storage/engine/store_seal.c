@@ -12,7 +12,7 @@
  * Failure: a seal failure (segment I/O, index) is logged; the points stay
  * in the head and the WAL, and the flusher retries.
  */
-#include "storage/store_int.h"
+#include "storage/engine/engine.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
