@@ -13,7 +13,7 @@
  * Failure: a WAL failure fails the write (nothing applied). Writers get
  * RDB_EBUSY once the head is over head_max_bytes.
  */
-#include "storage/store_int.h"
+#include "storage/engine/engine.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
