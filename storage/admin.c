@@ -251,6 +251,51 @@ static int check_damaged_entry(struct vctx *v, const struct sto_chunk_ref *ref)
 	return bad_push(v, ref);
 }
 
+static bool same_f64(double a, double b)
+{
+	return rdb_f64_bits(a) == rdb_f64_bits(b);
+}
+
+/* The first statistic of a that differs from b, or NULL. */
+static const char *stats_diff(const struct sto_chunk_stats *a, const struct sto_chunk_stats *b)
+{
+	if (a->count != b->count || a->nan_count != b->nan_count || a->step_count != b->step_count)
+		return "point counts";
+	if (a->min_ts_ns != b->min_ts_ns || a->max_ts_ns != b->max_ts_ns)
+		return "time range";
+	if (a->min_step != b->min_step || a->max_step != b->max_step)
+		return "step range";
+	if (a->min_attempt != b->min_attempt || a->max_attempt != b->max_attempt)
+		return "attempt range";
+	if (!same_f64(a->min, b->min) || !same_f64(a->max, b->max) || !same_f64(a->sum, b->sum))
+		return "min, max or sum";
+	if (a->first != b->first || a->last != b->last)
+		return "first or last value";
+	return NULL;
+}
+
+/* An entry whose checksum holds must still describe its chunk: statistics
+ * written before format 3 (or damaged before the upgrade gave them a
+ * checksum) are compared with the ones the decoded points give (every
+ * writer computes them with sto_chunk_stats_compute from these same points,
+ * so they match bit for bit). A difference is a problem; with quarantine
+ * the entry is rewritten from the chunk. */
+static int check_stats(struct vctx *v, const struct sto_chunk_ref *ref)
+{
+	struct sto_chunk_ref fixed = *ref;
+	sto_chunk_stats_compute(&v->cols, &fixed.stats);
+	const char *what = stats_diff(&ref->stats, &fixed.stats);
+	if (!what)
+		return 0;
+	v->rep->index_damaged++;
+	problem(v,
+		"index entry of chunk %llu (series %llu): its statistics (%s) differ from the "
+		"chunk's points; queries answering from them would be wrong; 'verify "
+		"--quarantine' rewrites the entry from the chunk",
+		(unsigned long long)ref->uid, (unsigned long long)ref->series_id, what);
+	return fix_push(v, &fixed);
+}
+
 static int check_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 {
 	struct vctx *v = arg;
@@ -260,7 +305,7 @@ static int check_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 		return check_damaged_entry(v, ref);
 	int rc = sto_read_chunk(v->s, ref, &v->rec, &v->cols, &err);
 	if (rc == 0)
-		return 0;
+		return check_stats(v, ref);
 	problem(v, "index entry: %s", err.msg);
 	return bad_push(v, ref);
 }

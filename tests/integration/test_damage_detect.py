@@ -222,3 +222,29 @@ def test_format2_index_is_upgraded_with_checksums():
     st, obj = _min_from_stats(s, "old")
     assert st == 200 and obj["series"][0]["min"] == [1000.0], obj
     s.stop()
+
+
+def test_statistics_damaged_before_the_upgrade_are_found_by_verify():
+    """A format 2 entry has no checksum: damage from before the upgrade is
+    given one by it. verify compares every entry's statistics with its
+    chunk's points, so it still finds it (before and after the upgrade) and
+    --quarantine rewrites the entry from the chunk."""
+    s = Server(["--detect", "off"])
+    with tarfile.open(FIXTURE) as tf:
+        tf.extractall(s.workdir)
+    data = os.path.join(s.workdir, "data")
+    s.data_dir = data
+    assert _flip_stats_min(data) >= 1
+    r = _rankctl("--data-dir", data, "verify")
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+    assert "differ from the chunk's points" in r.stdout and '"index_damaged":1' in r.stdout, r.stdout
+    s.start()  # the upgrade: the damaged statistics get a checksum
+    s.stop()
+    r = _rankctl("--data-dir", data, "verify", "--quarantine")
+    assert r.returncode == 3 and "differ from the chunk's points" in r.stdout, r.stdout
+    r = _rankctl("--data-dir", data, "verify")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    s.start()
+    st, obj = _min_from_stats(s, "old")
+    assert st == 200 and obj["series"][0]["min"] == [1000.0], obj
+    s.stop()
