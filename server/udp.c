@@ -249,15 +249,15 @@ static void log_bad(const char *kind, long line, const char *msg)
 			kind, line, msg);
 }
 
-/* Counts a refused datagram and says so (rate-limited): reason, key id,
- * sender. */
+/* Counts a refused datagram and says so (rate-limited per reason, so a
+ * flood of one kind does not hide another): reason, key id, sender. */
 static void refuse(const struct dgram *d, enum srv_udp_verdict v, const char *key_id)
 {
-	static struct rdb_log_ratelimit rl;
+	static struct rdb_log_ratelimit rls[SRV_UDP_VERDICTS];
 	char addr[INET_ADDRSTRLEN] = "?";
 	srv_udp_auth_count(v);
 	inet_ntop(AF_INET, &d->from.sin_addr, addr, sizeof(addr));
-	rdb_log_limited(&rl, 10, RDB_LOG_WARN, "udp",
+	rdb_log_limited(&rls[v], 10, RDB_LOG_WARN, "udp",
 			"dropped a datagram from %s:%u: %s (key '%s'); counted in "
 			"rankdb_udp_dropped_total{reason=\"%s\"}",
 			addr, ntohs(d->from.sin_port), srv_udp_verdict_name(v),
