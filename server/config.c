@@ -322,8 +322,9 @@ static const struct opt opts[] = {
      FIELD(tls_cert_file),
      .help = "PEM certificate (chain) to serve HTTPS with (empty: plain HTTP)",
      .doc = "With tls_key_file set too, the HTTP API speaks only HTTPS (TLS through "
-	    "libmicrohttpd's GnuTLS support) on http_port. Read at start; to rotate the "
-	    "certificate, restart rankdbd."},
+	    "libmicrohttpd's GnuTLS support) on http_port. Read at start and again on SIGHUP "
+	    "and POST /api/v1/admin/tls/reload (new connections get the new certificate; a "
+	    "bad one is refused and the old one stays)."},
     {.name = "tls_key_file",
      .type = OPT_STRING,
      .def = "",
