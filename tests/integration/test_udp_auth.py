@@ -207,7 +207,8 @@ def test_tls_certificate_reload_on_sighup():
                 g.write(f.read())
             os.replace(dst + ".tmp", dst)
     install(cert_a, key_a)
-    proc, pf, logf = spawn(os.path.join(base, "srv"), "--tls-cert-file", cert, "--tls-key-file", key)
+    proc, pf, logf = spawn(os.path.join(base, "srv"), "--tls-cert-file", cert, "--tls-key-file", key,
+                           "--admin-token", "adm1n")
     wait_until(lambda: os.path.exists(pf) and open(pf).read().endswith("\n") or
                proc.poll() is not None, timeout=60)
     assert proc.poll() is None, open(logf).read()
@@ -239,5 +240,20 @@ def test_tls_certificate_reload_on_sighup():
     proc.send_signal(signal.SIGHUP)
     wait_until(lambda: open(logf).read().count("reload REFUSED") == 2, what="garbage refused")
     assert served_cert(port) == der(cert_b)
+
+    # the admin endpoint: 422 for the bad file, 200 once the files are good again
+    def admin_reload():
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.load_verify_locations(cert_b)
+        c = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=30)
+        c.request("POST", "/api/v1/admin/tls/reload", body="",
+                  headers={"Authorization": "Bearer adm1n"})
+        st = c.getresponse().status
+        c.close()
+        return st
+    assert admin_reload() == 422
+    install(cert_a, key_a)
+    assert admin_reload() == 200
+    assert served_cert(port) == der(cert_a)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0
