@@ -39,7 +39,7 @@ struct tls_set {
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static struct tls_set *g_cur;			  /* under mu */
+static struct tls_set *g_cur;			   /* under mu */
 static struct tls_set *g_retired[TLS_RETIRED_MAX]; /* ring, under mu */
 static unsigned g_next_retired;
 

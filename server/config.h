@@ -65,9 +65,6 @@ struct srv_config {
 	uint64_t max_series_per_job;	  /* distinct series of one job (storage enforces) */
 	uint32_t udp_port;		  /* UDP listener port; 0 = no UDP listener */
 	char udp_addr[64];		  /* UDP listen address */
-	char udp_keys_file[4096];	  /* per-job UDP signing keys (udp_auth.c); "" = none */
-	char udp_allow_unauthenticated[8]; /* "auto", "on" or "off": store unsigned datagrams */
-	uint32_t udp_max_skew_s;	  /* signed datagram timestamps within now ± this */
 	uint32_t udp_queue_datagrams;	  /* datagrams waiting to be parsed; beyond: dropped */
 	uint64_t udp_queue_bytes;	  /* bytes of datagrams waiting; beyond: dropped */
 	uint64_t udp_max_datagram_bytes;  /* larger datagrams are dropped (oversize) */
@@ -80,6 +77,11 @@ struct srv_config {
 	uint32_t detect_max_jobs;	  /* jobs with detector state */
 	uint64_t detect_max_bytes;	  /* memory bound of detector state */
 	char public_url[512];		  /* base URL for links in alerts; "" = http://addr:port */
+
+	/* authenticated UDP (udp_auth.c) */
+	char udp_keys_file[4096];	   /* per-job UDP signing keys; "" = none */
+	char udp_allow_unauthenticated[8]; /* "auto", "on", "off": store unsigned datagrams */
+	uint32_t udp_max_skew_s;	   /* signed datagram timestamps within now ± this */
 };
 
 /* Fills *c with the default of every option. Cannot fail. */

@@ -63,8 +63,8 @@ static int load(char *msg, size_t msglen)
 	if (rc == 0) {
 		rc = rdb_tls_set(cert, clen, key, klen, why, sizeof(why));
 		if (rc)
-			snprintf(msg, msglen, "%s / %s: %s", cfg->tls_cert_file,
-				 cfg->tls_key_file, why);
+			snprintf(msg, msglen, "%s / %s: %s", cfg->tls_cert_file, cfg->tls_key_file,
+				 why);
 	}
 	if (key)
 		memset(key, 0, klen); /* the private key leaves no copy */

@@ -256,8 +256,9 @@ static int load_file(const char *path, struct key **out, size_t *n, struct stat 
 		return rc;
 	}
 	if (st->st_mode & 077)
-		rdb_warn("udp", "udp_keys_file %s is readable by others (mode %03o): it holds the "
-				"secrets in clear; chmod 600 it",
+		rdb_warn("udp",
+			 "udp_keys_file %s is readable by others (mode %03o): it holds the "
+			 "secrets in clear; chmod 600 it",
 			 path, (unsigned)(st->st_mode & 0777));
 	*out = t;
 	*n = k;

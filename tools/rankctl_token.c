@@ -95,7 +95,7 @@ static bool valid_word(const char *s, const char *extra)
 
 /* Removes the line of id from lines (n of them); prints and writes. 0 or 1. */
 static int revoke_id(const char *what, const char *path, char lines[][LINE_BYTES], int n,
-		  const char *rid)
+		     const char *rid)
 {
 	char id[128];
 	int k = 0;

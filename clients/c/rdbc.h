@@ -42,9 +42,10 @@ extern "C" {
 struct rdbc;
 
 /* Options. rdbc_opts_default() fills every field from the environment
- * (RANKDB_URL, RANKDB_JOB, RANKDB_UDP_KEY_ID, RANKDB_UDP_KEY_SECRET, torchrun's RANK/WORLD_SIZE/LOCAL_RANK/
- * TORCHELASTIC_RUN_ID/TORCHELASTIC_RESTART_COUNT, SLURM_PROCID/SLURM_NTASKS/
- * SLURM_LOCALID/SLURM_JOB_ID/SLURM_RESTART_COUNT, RANKDB_SPOOL_DIR) and
+ * (RANKDB_URL, RANKDB_JOB, RANKDB_UDP_KEY_ID, RANKDB_UDP_KEY_SECRET,
+ * torchrun's RANK/WORLD_SIZE/LOCAL_RANK/TORCHELASTIC_RUN_ID/
+ * TORCHELASTIC_RESTART_COUNT, SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID/
+ * SLURM_JOB_ID/SLURM_RESTART_COUNT, RANKDB_SPOOL_DIR) and
  * defaults; change what you need before rdbc_open(). Strings are borrowed
  * until rdbc_open() returns (it copies them). */
 struct rdbc_opts {
@@ -57,8 +58,6 @@ struct rdbc_opts {
 	uint64_t config_hash;	    /* sent as config_hash when != 0 (52 bits kept) */
 	const char *spool_dir;	    /* root of the spool; NULL or "" = no spool */
 	const char *udp_addr;	    /* "host:port": send over UDP instead of HTTP */
-	const char *udp_key_id;	    /* with udp_key_secret: sign every datagram */
-	const char *udp_key_secret; /* the key's secret as hex (rankctl udp-key add) */
 	size_t queue_max_records;   /* records waiting for the batcher (100000) */
 	size_t batch_max_bytes;	    /* a batch is sealed at this size (1 MiB) */
 	uint32_t flush_interval_ms; /* ... or this old (1000) */
@@ -67,6 +66,8 @@ struct rdbc_opts {
 	uint32_t backoff_max_ms;    /* longest wait between retries (30000) */
 	uint64_t spool_max_bytes;   /* on-disk bound; oldest dropped (256 MiB) */
 	size_t mem_max_bytes;	    /* sealed batches held in memory (16 MiB) */
+	const char *udp_key_id;	    /* UDP: with udp_key_secret: sign every datagram */
+	const char *udp_key_secret; /* the key's secret as hex (rankctl udp-key add) */
 };
 
 struct rdbc_kv {

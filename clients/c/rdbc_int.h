@@ -57,8 +57,8 @@ void rdbc_spool_close(struct rdbc_spool *s);
 struct rdbc_sender;
 
 struct rdbc_sender_opts {
-	const char *url;      /* base URL */
-	const char *udp_addr; /* non-NULL: UDP transport */
+	const char *url;	/* base URL */
+	const char *udp_addr;	/* non-NULL: UDP transport */
 	const char *udp_key_id; /* non-NULL: sign datagrams with this key */
 	const uint8_t *udp_key; /* its secret (copied), udp_key_len bytes */
 	size_t udp_key_len;

@@ -67,11 +67,11 @@ struct rdbc_sender {
 	int udp_fd;
 	struct sockaddr_storage udp_sa;
 	socklen_t udp_salen;
-	char udp_key_id[65];  /* "" = unsigned datagrams */
-	uint8_t udp_key[64];  /* the key's secret */
+	char udp_key_id[65]; /* "" = unsigned datagrams */
+	uint8_t udp_key[64]; /* the key's secret */
 	size_t udp_key_len;
-	uint64_t udp_nonce;   /* next nonce */
-	uint8_t *udp_signed;  /* UDP_DATAGRAM_MAX + UDP_ENVELOPE_MAX bytes, when signing */
+	uint64_t udp_nonce;  /* next nonce */
+	uint8_t *udp_signed; /* UDP_DATAGRAM_MAX + UDP_ENVELOPE_MAX bytes, when signing */
 	/* counters (written under lock) */
 	uint64_t sent_batches, sent_records, duplicates, retries;
 	uint64_t refused_batches, refused_records, lost_records, udp_datagrams, udp_errors;
@@ -567,7 +567,8 @@ int rdbc_sender_start(const struct rdbc_sender_opts *o, struct rdbc_sender **out
 			snprintf(s->udp_key_id, sizeof(s->udp_key_id), "%s", o->udp_key_id);
 			memcpy(s->udp_key, o->udp_key, o->udp_key_len);
 			s->udp_key_len = o->udp_key_len;
-			if (getrandom(&s->udp_nonce, sizeof(s->udp_nonce), 0) != sizeof(s->udp_nonce))
+			if (getrandom(&s->udp_nonce, sizeof(s->udp_nonce), 0) !=
+			    sizeof(s->udp_nonce))
 				s->udp_nonce = s->rng;
 			if (!(s->udp_signed = malloc(UDP_DATAGRAM_MAX + UDP_ENVELOPE_MAX)))
 				goto fail;

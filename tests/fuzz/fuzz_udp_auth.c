@@ -61,9 +61,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	size_t idlen = strlen(e.key_id);
 	if (idlen == 0 || idlen > SRV_UDP_KEY_ID_MAX || e.data != data ||
-	    e.payload != data + SRV_UDP_ENV_HEADER + idlen ||
-	    e.payload + e.payload_len != e.mac || e.mac + SRV_UDP_ENV_MAC != data + size ||
-	    e.signed_len + SRV_UDP_ENV_MAC != size)
+	    e.payload != data + SRV_UDP_ENV_HEADER + idlen || e.payload + e.payload_len != e.mac ||
+	    e.mac + SRV_UDP_ENV_MAC != data + size || e.signed_len + SRV_UDP_ENV_MAC != size)
 		abort();
 	check_resign(&e, data, size, secret);
 	return 0;

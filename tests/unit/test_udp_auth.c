@@ -197,8 +197,7 @@ static void test_bad_files(void)
 int main(void)
 {
 	const char *dir = getenv("RDB_TEST_TMP");
-	snprintf(keys_path, sizeof(keys_path), "%s/udp_keys_%d", dir ? dir : "/tmp",
-		 (int)getpid());
+	snprintf(keys_path, sizeof(keys_path), "%s/udp_keys_%d", dir ? dir : "/tmp", (int)getpid());
 	for (int i = 0; i < 32; i++)
 		ex_secret[i] = (uint8_t)i;
 	srv_config_default(&cfg);

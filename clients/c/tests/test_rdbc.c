@@ -623,7 +623,8 @@ static void test_udp_signed(void)
 	for (int i = 0; i < 32; i++)
 		secret[i] = (uint8_t)i;
 	CHECK(rdbc_udp_sign("team-a", secret, 32, 1767225600000ull, 42, ex_payload,
-			    strlen(ex_payload), out, sizeof(out), &n) == 0 && n == 106,
+			    strlen(ex_payload), out, sizeof(out), &n) == 0 &&
+		  n == 106,
 	      "sign the worked example (%zu bytes)", n);
 	for (int i = 0; i < 32; i++)
 		snprintf(hex + 2 * i, 3, "%02x", out[n - 32 + i]);
