@@ -75,7 +75,7 @@ struct udp_worker {
 	struct mdl_batch *scratch, *all;
 	struct mdl_events *scratch_ev, *all_ev;
 	struct ing_parse_result res;
-	char jobs[SRV_UDP_KEY_JOBS_MAX + 1]; /* patterns of the datagram's key */
+	char jobs[SRV_UDP_KEY_JOBS_MAX + 1];	      /* patterns of the datagram's key */
 	size_t all_dgrams, all_lines_ok, all_strings; /* what `all` holds */
 	struct dgram taken[COALESCE_DGRAMS];
 	size_t ntaken;
