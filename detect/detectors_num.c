@@ -29,9 +29,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAD_SCALE     1.4826 /* MAD -> standard deviation for normal noise */
-#define REFRESH_EVERY 8	     /* values between baseline recomputations */
-#define SPIKE_RECENT  5	     /* a spike also clears the median of this many latest values */
+#define MAD_SCALE	1.4826 /* MAD -> standard deviation for normal noise */
+#define REFRESH_EVERY	8      /* values between baseline recomputations */
+#define SPIKE_RECENT	5      /* a spike also clears the median of this many latest values */
+#define DIV_BASE_LOWEST 5      /* divergence baseline: median of this many lowest block medians */
+#define DIV_MIN_DIFFS	3      /* block-median differences needed for the between-block noise */
+#define DIV_PREV_FRAC	0.75   /* the block before the latest is this far past the limit too */
 
 /* ---- feeding ---------------------------------------------------------------------------- */
 
@@ -111,34 +114,77 @@ static void spike_judge(struct deti_num *n, const struct det_rule_eff *sp, doubl
 	n->sp_quiet = 0;
 }
 
+/* Noise of one block median (its standard error) over the history, two
+ * estimates, the larger wins: within blocks, the median MAD of the blocks'
+ * points scaled to the standard error of a median of `block` points (1.2533
+ * sigma / sqrt(block)); between blocks, the MAD of the differences of
+ * consecutive block medians (a steady trend shifts every difference alike
+ * and drops out; fluctuations slower than a block do not). b[0] = newest. */
+static double div_noise(const struct deti_num *n, const double *b, uint32_t nb, uint32_t block)
+{
+	double v[DETI_BLKS_MAX];
+	for (uint32_t i = 0; i < nb; i++)
+		v[i] = n->bmad[(n->bhead + DETI_BLKS_MAX - 1 - i) % DETI_BLKS_MAX];
+	double within = 1.2533 * MAD_SCALE * deti_median(v, nb) / sqrt((double)block);
+	uint32_t nd = 0;
+	for (uint32_t i = 0; i + 1 < nb; i++)
+		v[nd++] = b[i] - b[i + 1];
+	double between = 0;
+	if (nd >= DIV_MIN_DIFFS) {
+		double med = deti_median(v, nd);
+		between = MAD_SCALE * deti_mad(v, nd, med) / sqrt(2.0);
+	}
+	return fmax(within, between);
+}
+
 static void div_judge(struct deti_num *n, const struct det_rule_eff *dv, int64_t step,
 		      int64_t now_ns)
 {
 	uint32_t nb = n->nblk, rising = (uint32_t)dv->p[DET_P_DV_RISING];
 	if (nb < (uint32_t)dv->p[DET_P_DV_MIN_BLOCKS] || nb <= rising)
 		return;
-	double b[DETI_BLKS_MAX];
+	double b[DETI_BLKS_MAX], s[DETI_BLKS_MAX];
 	for (uint32_t i = 0; i < nb; i++) /* b[0] = newest */
-		b[i] = n->blk[(n->bhead + DETI_BLKS_MAX - 1 - i) % DETI_BLKS_MAX];
-	double lo = b[0];
-	for (uint32_t i = 1; i < nb; i++)
-		lo = fmin(lo, b[i]);
-	double rel = dv->p[DET_P_DV_REL];
+		s[i] = b[i] = n->blk[(n->bhead + DETI_BLKS_MAX - 1 - i) % DETI_BLKS_MAX];
 	if (n->dv_active) {
 		n->dv_value = b[0];
-		n->dv_base = lo;
-		if (b[0] < lo + 0.5 * rel * fabs(lo))
+		if (b[0] < n->dv_base + 0.5 * n->dv_thr)
 			n->dv_active = false;
 		return;
 	}
+	/* An upward trend over the latest rising + 1 block medians: every pair in
+	 * order (newer higher) but at most one (Mann-Kendall: S >= pairs - 2). A
+	 * strict run breaks on one noisy block even on a steep rise. */
+	int mk = 0, pairs = (int)(rising * (rising + 1) / 2);
 	for (uint32_t i = 0; i < rising; i++)
-		if (!(b[i] > b[i + 1]))
-			return;
-	if (!(b[0] > lo + rel * fabs(lo)))
+		for (uint32_t j = i + 1; j <= rising; j++)
+			mk += b[i] > b[j] ? 1 : b[i] < b[j] ? -1 : 0;
+	if (mk < pairs - 2)
+		return;
+	/* Baseline: the median of the DIV_BASE_LOWEST lowest block medians (a
+	 * partial selection sort of s). On a
+	 * converged, noisy loss the single lowest one is a low outlier (about 1.8
+	 * standard errors below the mean of 16), and a rise over it is mostly
+	 * that outlier's distance. */
+	uint32_t nlow = nb < DIV_BASE_LOWEST ? nb : DIV_BASE_LOWEST;
+	for (uint32_t i = 0; i < nlow; i++)
+		for (uint32_t j = i + 1; j < nb; j++)
+			if (s[j] < s[i]) {
+				double t = s[i];
+				s[i] = s[j];
+				s[j] = t;
+			}
+	double base = s[nlow / 2];
+	double thr = fmax(dv->p[DET_P_DV_REL] * fabs(base),
+			  dv->p[DET_P_DV_K] * div_noise(n, b, nb, (uint32_t)dv->p[DET_P_DV_BLOCK]));
+	/* The latest block is past the limit and the one before nearly so: one
+	 * lucky block of a heavy-tailed noise is not a trend. */
+	if (!(b[0] > base + thr) || !(b[1] > base + DIV_PREV_FRAC * thr))
 		return;
 	n->dv_active = true;
 	n->dv_value = b[0];
-	n->dv_base = lo;
+	n->dv_base = base;
+	n->dv_thr = thr;
 	n->dv_step = step;
 	n->dv_first_ns = now_ns;
 }
@@ -154,7 +200,9 @@ static void div_feed(struct deti_num *n, const struct det_rule_eff *dv, double v
 	double tmp[DETI_BLOCK_MAX];
 	for (uint32_t i = 0; i < n->ncur; i++)
 		tmp[i] = n->cur[i];
-	n->blk[n->bhead] = (float)deti_median(tmp, n->ncur);
+	double med = deti_median(tmp, n->ncur);
+	n->blk[n->bhead] = (float)med;
+	n->bmad[n->bhead] = (float)deti_mad(tmp, n->ncur, med);
 	n->bhead = (uint16_t)((n->bhead + 1) % DETI_BLKS_MAX);
 	if (n->nblk < DETI_BLKS_MAX)
 		n->nblk++;

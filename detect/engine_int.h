@@ -56,9 +56,11 @@ struct deti_num {
 	/* divergence (loss only) */
 	float cur[DETI_BLOCK_MAX]; /* the block being filled */
 	uint16_t ncur, nblk, bhead;
-	float blk[DETI_BLKS_MAX]; /* ring of block medians */
+	float blk[DETI_BLKS_MAX];  /* ring of block medians */
+	float bmad[DETI_BLKS_MAX]; /* MAD of each block's points (same ring) */
 	bool dv_active;
 	double dv_value, dv_base;
+	double dv_thr; /* the excess that raised the alert (clears below half of it) */
 	int64_t dv_step, dv_first_ns;
 };
 

@@ -71,15 +71,22 @@ static const struct det_rule_spec specs[DET_RULE_COUNT] = {
 	 true,
 	 0,
 	 DET_SEV_CRITICAL,
-	 "The loss trends upward: the medians of consecutive blocks of points rise "
-	 "`rising` times in a row and the latest is more than rel above the lowest block "
-	 "median of the recent history (at most 16 blocks). Clears when the latest block "
-	 "median falls back below half that excess.",
-	 6,
+	 "The loss trends upward: the medians of the latest rising + 1 blocks of points "
+	 "rise (every pair in order but at most one, a Mann-Kendall test), the latest is "
+	 "more than max(rel x |baseline|, k x noise) above the baseline and the one before "
+	 "it three quarters as far. The baseline is the median of the 5 lowest block "
+	 "medians of the recent history (at most 16 blocks), not the single lowest (a low "
+	 "outlier on a noisy loss); noise is the standard error of a block median, from the "
+	 "spread of the points within blocks or of the differences between consecutive block "
+	 "medians, whichever is larger. A converged loss that only fluctuates, however "
+	 "noisy, does not rise that far. Clears when the latest block median falls back "
+	 "below half the excess that raised it.",
+	 7,
 	 {P("block", 8, 2, 64, true, "Points per block; the block median smooths noise."),
-	  P("rising", 3, 2, 15, true, "Consecutive rising block medians."),
+	  P("rising", 3, 2, 15, true,
+	    "Block medians after the oldest of the trend test (rising + 1 blocks)."),
 	  P("rel", 0.2, 0.01, 1000, false,
-	    "Rise of the latest block median over the lowest one (0.2 = 20 %)."),
+	    "Minimum rise of the latest block median over the baseline (0.2 = 20 %)."),
 	  P("min_blocks", 8, 3, 16, true,
 	    "Blocks of history needed before judging (warm-up: min_blocks x block "
 	    "points); must exceed rising."),
@@ -87,7 +94,10 @@ static const struct det_rule_spec specs[DET_RULE_COUNT] = {
 	  P("settle_s", 60, 0, 3600, false,
 	    "A single rank's alert waits until its peers have reported one more block past "
 	    "the step where it diverged, or this many seconds: ranks that share a divergence "
-	    "cross the limit up to a block apart, and that is one job-level alert.")}},
+	    "cross the limit up to a block apart, and that is one job-level alert."),
+	  P("k", 6, 0, 1000, false,
+	    "Minimum rise of the latest block median over the baseline in block-median "
+	    "noise (standard errors); 0 = rel alone.")}},
     [DET_R_GRAD_NORM_SPIKE] =
 	{"GradNormSpike",
 	 true,
