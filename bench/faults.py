@@ -50,7 +50,7 @@ AM_BIN = os.environ.get("RDB_ALERTMANAGER") or "/usr/bin/prometheus-alertmanager
 PLAN = {
     "nan_loss": (40, 20, 300, 0, "for 0s"),
     "loss_spike": (40, 20, 300, 0, "for 0s"),
-    "divergence": (80, 120, 300, None, "3 rising medians of 8-step blocks, +20 %"),
+    "divergence": (80, 120, 300, None, "rising medians of 4 8-step blocks, +max(20 %, 6 SE)"),
     "grad_spike": (40, 20, 300, 0, "for 0s"),
     "loss_scale": (40, 40, 300, None, "4 halvings within 200 steps"),
     "hang": (40, 40, 300, "window", "window max(10 s, 10 x median step time)"),

@@ -305,12 +305,13 @@ static void describe(const struct deti_job *j, const struct agg *a, const struct
 			 phase);
 		break;
 	case K_DIV:
-		snprintf(
-		    buf, n,
-		    "%s block median %.6g at step %lld is %.0f %% above the lowest recent block "
-		    "median %.6g and still rising",
-		    a->metric, h->value, (long long)h->step,
-		    h->base != 0 ? 100.0 * (h->value - h->base) / fabs(h->base) : 0.0, h->base);
+		snprintf(buf, n,
+			 "%s block median %.6g at step %lld is %.0f %% above its recent low "
+			 "(median of the "
+			 "lowest block medians) %.6g and rising past the noise",
+			 a->metric, h->value, (long long)h->step,
+			 h->base != 0 ? 100.0 * (h->value - h->base) / fabs(h->base) : 0.0,
+			 h->base);
 		break;
 	case K_LS_SCALE:
 	case K_LS_SKIP:
