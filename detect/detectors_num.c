@@ -215,7 +215,14 @@ void deti_num_feed(struct deti_job *j, struct deti_num *n, int which, double v, 
 {
 	const struct det_rule_eff *sp =
 	    &j->eff[which == DETI_NUM_LOSS ? DET_R_LOSS_SPIKE : DET_R_GRAD_NORM_SPIKE];
-	if (step != DET_STEP_NONE && (n->last_step == DET_STEP_NONE || step > n->last_step))
+	/* Divergence blocks take each step once, in order: a point at or before
+	 * the latest step is late or fed twice (the start-up warm-up replays what
+	 * is stored, and the writes stored before the detector's first callback
+	 * are delivered too), and a second copy of early, high losses after the
+	 * late ones would be a rise that never happened. */
+	bool in_order =
+	    step == DET_STEP_NONE || n->last_step == DET_STEP_NONE || step > n->last_step;
+	if (in_order && step != DET_STEP_NONE)
 		n->last_step = step;
 	n->last_ns = now_ns;
 	if (!isfinite(v)) {
@@ -236,7 +243,7 @@ void deti_num_feed(struct deti_job *j, struct deti_num *n, int which, double v, 
 	num_add(n, v);
 	n->prev = v;
 	n->npoints++;
-	if (which == DETI_NUM_LOSS)
+	if (which == DETI_NUM_LOSS && in_order)
 		div_feed(n, &j->eff[DET_R_LOSS_DIVERGENCE], v, step, now_ns);
 }
 

@@ -280,16 +280,18 @@ def test_job_listing_tells_about_the_run():
     from harness import wait_until
     s = Server().start()
     now = time.time_ns()
-    recs = [{"job": "lj", "rank": r, "step": i, "timestamp": now - (60 - i) * SEC + r,
-             "metrics": {"loss": 1.0 + i * i * 0.5}} for i in range(60) for r in range(3)]
+    # 80 steps: LossDivergence judges from 8 blocks of 8 points on (each step
+    # counts once, however often the detector is fed it)
+    recs = [{"job": "lj", "rank": r, "step": i, "timestamp": now - (80 - i) * SEC + r,
+             "metrics": {"loss": 1.0 + i * i * 0.5}} for i in range(80) for r in range(3)]
     s.write_ok(recs)
-    s.write_ok([{"job": "lj", "rank": "job", "step": 60, "timestamp": now,
+    s.write_ok([{"job": "lj", "rank": "job", "step": 80, "timestamp": now,
                  "metrics": {"tokens_per_sec": 5.0}}])
     st, r = s.get_json("/api/v1/jobs")
     assert st == 200, r
     e = [j for j in r["jobs"] if j["job"] == "lj"][0]
-    assert e["first_ts"] == now - 60 * SEC and e["last_ts"] == now, e
-    assert e["last_step"] == 60 and e["ranks"] == 3, e
+    assert e["first_ts"] == now - 80 * SEC and e["last_ts"] == now, e
+    assert e["last_step"] == 80 and e["ranks"] == 3, e
     # detection: the job's state and its firing alerts (loss diverging)
     def firing():
         e2 = [j for j in s.get_json("/api/v1/jobs")[1]["jobs"] if j["job"] == "lj"][0]
