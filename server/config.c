@@ -384,6 +384,20 @@ static const struct opt opts[] = {
 	    "points at) are below this percentage of its size, then deletes the old file. "
 	    "Lower values rewrite less often and leave more dead space; 100 rewrites every "
 	    "segment with any dead byte."},
+    {.name = "index_compact_free_pct",
+     .type = OPT_UINT,
+     .def = "25",
+     .min = 0,
+     .max = 100,
+     FIELD(index_compact_free_pct),
+     .help = "compact the LMDB index file once this percent of its pages is free; 0 = never",
+     .doc = "LMDB never shrinks index/data.mdb: pages freed by compaction, merges and "
+	    "checkpoints stay in the file for reuse. After a checkpoint or a compaction, once "
+	    "at least this percentage of the file's pages is free (and the file is at least "
+	    "4 MiB), the index is rewritten without them: a compacted copy beside it, then a "
+	    "rename, with index reads and writes paused only for the swap. Needs free disk "
+	    "space for the live index. 0 turns the automatic rewrite off (rankctl compact "
+	    "--index runs it by hand)."},
     {.name = "rollup_time_width_s",
      .type = OPT_DURATION,
      .def = "60",

@@ -77,10 +77,14 @@
 #include "common/rdb_log.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
 
 /* ---- error border -------------------------------------------------------- */
 
@@ -155,24 +159,38 @@ int ix_u64_value(const struct sto_txn *t, const MDB_val *v, const char *what, ui
 
 /* ---- environment and transactions ---------------------------------------- */
 
+void ix_db_names(struct sto_index *ix, struct ix_db_name *names)
+{
+	const struct ix_db_name v[IX_NDBS] = {{"meta", &ix->meta},
+					      {"series", &ix->series},
+					      {"sid", &ix->sid},
+					      {"chunks", &ix->chunks},
+					      {"pending", &ix->pending},
+					      {"events", &ix->events},
+					      {"evpending", &ix->evpending},
+					      {"batch_ids", &ix->batch_ids},
+					      {"batch_time", &ix->batch_time},
+					      {"tombstones", &ix->tombstones},
+					      {"retention", &ix->retention},
+					      {"quarantine", &ix->quarantine},
+					      {"seg_trash", &ix->seg_trash},
+					      {"rollups", &ix->rollups},
+					      {"supersede", &ix->supersede}};
+	memcpy(names, v, sizeof(v));
+}
+
 static int open_dbs(struct sto_index *ix, MDB_txn *txn, bool read_only)
 {
-	static const char *const names[] = {"meta",	  "series",	"sid",	     "chunks",
-					    "pending",	  "events",	"evpending", "batch_ids",
-					    "batch_time", "tombstones", "retention", "quarantine",
-					    "seg_trash",  "rollups",	"supersede"};
-	MDB_dbi *dbis[] = {&ix->meta,	    &ix->series,     &ix->sid,	     &ix->chunks,
-			   &ix->pending,    &ix->events,     &ix->evpending, &ix->batch_ids,
-			   &ix->batch_time, &ix->tombstones, &ix->retention, &ix->quarantine,
-			   &ix->seg_trash,  &ix->rollups,    &ix->supersede};
+	struct ix_db_name names[IX_NDBS];
 
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		int rc = mdb_dbi_open(txn, names[i], read_only ? 0 : MDB_CREATE, dbis[i]);
+	ix_db_names(ix, names);
+	for (size_t i = 0; i < IX_NDBS; i++) {
+		int rc = mdb_dbi_open(txn, names[i].name, read_only ? 0 : MDB_CREATE, names[i].dbi);
 		if (rc == MDB_NOTFOUND && read_only)
 			rdb_error(SUBSYS,
 				  "LMDB index %s has no database '%s' (written by an older "
 				  "rankdbd): start rankdbd on it once to upgrade it, then retry",
-				  ix->dir, names[i]);
+				  ix->dir, names[i].name);
 		if (rc != 0)
 			return ix_err(ix, rc, "open database");
 	}
@@ -226,6 +244,23 @@ static int env_setup(struct sto_index *ix, const char *dir, uint64_t map_bytes, 
 	return 0;
 }
 
+/* Removes data.mdb.compact, an index compaction's copy that a crash left
+ * before its rename (ix_compact.c): the index never used it. */
+static int remove_compact_leftover(const char *dir)
+{
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/data.mdb.compact", dir);
+	if (unlink(path) == 0) {
+		rdb_warn(SUBSYS,
+			 "removed %s, the copy of an interrupted index compaction "
+			 "(the index in use is data.mdb)",
+			 path);
+		return 0;
+	}
+	return errno == ENOENT ? 0 : -errno;
+}
+
 static int index_open(const char *dir, uint64_t map_bytes, bool read_only, struct sto_index **out)
 {
 	struct sto_index *ix = NULL;
@@ -242,9 +277,16 @@ static int index_open(const char *dir, uint64_t map_bytes, bool read_only, struc
 	ix = calloc(1, sizeof(*ix));
 	if (!ix)
 		return -ENOMEM;
+	pthread_mutex_init(&ix->gate_mu, NULL);
+	pthread_cond_init(&ix->gate_cv, NULL);
+	ix->read_only = read_only;
 	ix->map_bytes = map_bytes;
 	ix->dir = strdup(dir);
-	ret = ix->dir ? env_setup(ix, dir, map_bytes, read_only) : -ENOMEM;
+	ret = ix->dir ? 0 : -ENOMEM;
+	if (ret == 0 && !read_only)
+		ret = remove_compact_leftover(dir);
+	if (ret == 0)
+		ret = env_setup(ix, dir, map_bytes, read_only);
 	if (ret != 0)
 		goto out;
 	ret = sto_txn_begin(ix, !read_only, &t);
@@ -277,14 +319,112 @@ int sto_index_open_ro(const char *dir, uint64_t map_bytes, struct sto_index **ou
 	return index_open(dir, map_bytes, true, out);
 }
 
+int ix_reopen(struct sto_index *ix)
+{
+	MDB_txn *txn = NULL;
+	int ret = env_setup(ix, ix->dir, ix->map_bytes, ix->read_only);
+
+	if (ret == 0)
+		ret = ix_err(ix, mdb_txn_begin(ix->env, NULL, ix->read_only ? MDB_RDONLY : 0, &txn),
+			     "begin transaction");
+	if (ret == 0) {
+		ret = open_dbs(ix, txn, ix->read_only);
+		int rc = ret == 0 ? mdb_txn_commit(txn) : (mdb_txn_abort(txn), 0);
+		if (ret == 0)
+			ret = ix_err(ix, rc, "commit");
+	}
+	if (ret != 0 && ix->env) {
+		mdb_env_close(ix->env);
+		ix->env = NULL;
+	}
+	return ret;
+}
+
 void sto_index_close(struct sto_index *ix)
 {
 	if (!ix)
 		return;
 	if (ix->env)
 		mdb_env_close(ix->env);
+	pthread_cond_destroy(&ix->gate_cv);
+	pthread_mutex_destroy(&ix->gate_mu);
 	free(ix->dir);
 	free(ix);
+}
+
+/* ---- transaction gate (see ix_int.h and ix_compact.c) --------------------- */
+
+static void gate_enter(struct sto_index *ix, bool write)
+{
+	pthread_mutex_lock(&ix->gate_mu);
+	while (ix->hold_all || (write && ix->hold_writers))
+		pthread_cond_wait(&ix->gate_cv, &ix->gate_mu);
+	if (write)
+		ix->active_write++;
+	else
+		ix->active_read++;
+	pthread_mutex_unlock(&ix->gate_mu);
+}
+
+static void gate_leave(struct sto_index *ix, bool write)
+{
+	pthread_mutex_lock(&ix->gate_mu);
+	if (write)
+		ix->active_write--;
+	else
+		ix->active_read--;
+	if (ix->hold_writers)
+		pthread_cond_broadcast(&ix->gate_cv);
+	pthread_mutex_unlock(&ix->gate_mu);
+}
+
+/* Waits (gate_mu held) until the held kinds of transactions are all closed;
+ * on timeout reopens the gate. */
+static int gate_drain(struct sto_index *ix, uint32_t timeout_ms)
+{
+	struct timespec until;
+	int ret = 0;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += timeout_ms / 1000;
+	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	while (ix->active_write || (ix->hold_all && ix->active_read)) {
+		if (pthread_cond_timedwait(&ix->gate_cv, &ix->gate_mu, &until) == ETIMEDOUT &&
+		    (ix->active_write || (ix->hold_all && ix->active_read))) {
+			ix->hold_writers = ix->hold_all = false;
+			pthread_cond_broadcast(&ix->gate_cv);
+			ret = RDB_EBUSY;
+			break;
+		}
+	}
+	return ret;
+}
+
+int ix_gate_close(struct sto_index *ix, bool all, uint32_t timeout_ms)
+{
+	pthread_mutex_lock(&ix->gate_mu);
+	ix->hold_writers = true;
+	ix->hold_all = all;
+	int ret = gate_drain(ix, timeout_ms);
+	pthread_mutex_unlock(&ix->gate_mu);
+	return ret;
+}
+
+int ix_gate_widen(struct sto_index *ix, uint32_t timeout_ms)
+{
+	return ix_gate_close(ix, true, timeout_ms);
+}
+
+void ix_gate_open(struct sto_index *ix)
+{
+	pthread_mutex_lock(&ix->gate_mu);
+	ix->hold_writers = ix->hold_all = false;
+	pthread_cond_broadcast(&ix->gate_cv);
+	pthread_mutex_unlock(&ix->gate_mu);
 }
 
 int sto_txn_begin(struct sto_index *ix, bool write, struct sto_txn **out)
@@ -294,8 +434,15 @@ int sto_txn_begin(struct sto_index *ix, bool write, struct sto_txn **out)
 
 	if (!t)
 		return -ENOMEM;
+	gate_enter(ix, write);
+	if (!ix->env) { /* a reopen after an index compaction failed (logged) */
+		gate_leave(ix, write);
+		free(t);
+		return RDB_EIO;
+	}
 	rc = mdb_txn_begin(ix->env, NULL, write ? 0 : MDB_RDONLY, &t->txn);
 	if (rc != 0) {
+		gate_leave(ix, write);
 		free(t);
 		return ix_err(ix, rc, "begin transaction");
 	}
@@ -310,6 +457,7 @@ int sto_txn_commit(struct sto_txn *t)
 	int rc = mdb_txn_commit(t->txn);
 	int ret = ix_err(t->ix, rc, "commit");
 
+	gate_leave(t->ix, t->write);
 	free(t);
 	return ret;
 }
@@ -319,6 +467,7 @@ void sto_txn_abort(struct sto_txn *t)
 	if (!t)
 		return;
 	mdb_txn_abort(t->txn);
+	gate_leave(t->ix, t->write);
 	free(t);
 }
 
@@ -383,7 +532,9 @@ int sto_index_copy(struct sto_index *ix, const char *dir)
 {
 	if (mkdir(dir, 0755) != 0 && errno != EEXIST)
 		return -errno;
-	int rc = mdb_env_copy2(ix->env, dir, MDB_CP_COMPACT);
+	gate_enter(ix, false); /* its read snapshot keeps the environment open */
+	int rc = ix->env ? mdb_env_copy2(ix->env, dir, MDB_CP_COMPACT) : EIO;
+	gate_leave(ix, false);
 	if (rc != 0)
 		rdb_error(SUBSYS, "copy of LMDB index %s to %s failed: %s", ix->dir, dir,
 			  mdb_strerror(rc));

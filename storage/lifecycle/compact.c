@@ -458,6 +458,8 @@ int sti_compact_from(struct sto *s, uint64_t from, struct sto_compact_result *r)
 	return rc;
 }
 
+static void index_compact_after(struct sto *s, struct sto_compact_result *r);
+
 int sti_compact_op(struct sto *s, void *arg)
 {
 	struct compact_args *a = arg;
@@ -492,7 +494,73 @@ int sti_compact_op(struct sto *s, void *arg)
 		    (unsigned long long)a->r->bytes_before, (unsigned long long)a->r->bytes_after);
 	set_free(&ss);
 	free(ids.v);
+	if (rc == 0)
+		index_compact_after(s, a->r);
 	return rc;
+}
+
+/* ---- index compaction ---------------------------------------------------
+ * LMDB keeps the pages the deletes above free (merged and repointed chunk
+ * entries, cleared pending entries) in data.mdb; sto_index_compact
+ * (storage/index/ix_compact.c) rewrites the file without them. Here: when.
+ * On the flusher, so the engine's own seals and checkpoints never commit
+ * during the copy; other writers (series creation, admin) are rare. */
+#define IXC_DRAIN_TIMEOUT_MS 2000u
+
+struct ixc_args {
+	bool force;
+	struct sto_index_compact_result *r;
+};
+
+static int index_compact_op(struct sto *s, void *arg)
+{
+	struct ixc_args *a = arg;
+	double ratio = s->life.index_compact_free_ratio;
+	if (!a->force && ratio <= 0)
+		return 0;
+	return sto_index_compact(s->ix, a->force, ratio, s->life.index_compact_min_bytes,
+				 IXC_DRAIN_TIMEOUT_MS, a->r);
+}
+
+void sti_index_compact_check(struct sto *s)
+{
+	struct sto_index_compact_result r;
+	struct ixc_args a = {.force = false, .r = &r};
+	if (s->opt.read_only)
+		return;
+	int rc = index_compact_op(s, &a);
+	if (rc != 0 && rc != RDB_EBUSY && rc != -ENOSPC) /* those two are logged already */
+		rdb_warn("store",
+			 "index compaction failed: %s; the index keeps its size, retried "
+			 "after the next checkpoint",
+			 rdb_strerror(rc));
+}
+
+/* After a compaction: the merges freed index pages (no transaction is open). */
+static void index_compact_after(struct sto *s, struct sto_compact_result *r)
+{
+	struct sto_index_compact_result ir = {0};
+	struct ixc_args a = {.force = false, .r = &ir};
+	int rc = index_compact_op(s, &a);
+	if (rc != 0 && rc != RDB_EBUSY && rc != -ENOSPC)
+		rdb_warn("store",
+			 "index compaction failed: %s; the index keeps its size, retried "
+			 "after the next checkpoint",
+			 rdb_strerror(rc));
+	r->index_bytes_before = ir.bytes_before;
+	r->index_bytes_after = ir.bytes_after;
+}
+
+int sto_compact_index(struct sto *s, bool force, struct sto_index_compact_result *r)
+{
+	struct ixc_args a = {.force = force, .r = r};
+	memset(r, 0, sizeof(*r));
+	return sti_run_on_flusher(s, index_compact_op, &a);
+}
+
+int sto_index_info(struct sto *s, struct sto_index_stat *out)
+{
+	return sto_index_stat(s->ix, out);
 }
 
 static int compact_locked_op(struct sto *s, void *arg)

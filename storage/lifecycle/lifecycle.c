@@ -49,6 +49,8 @@ void sto_lifecycle_default(struct sto_lifecycle *l)
 	l->compact_min_live = 0.5;
 	l->rollup_time_width_s = 60;
 	l->rollup_step_width = 100;
+	l->index_compact_free_ratio = 0.25;
+	l->index_compact_min_bytes = 4u << 20;
 }
 
 void sto_set_lifecycle(struct sto *s, const struct sto_lifecycle *l)
@@ -792,6 +794,11 @@ int sto_retention_list(struct sto *s, sto_jobval_fn fn, void *arg)
 /* Background: retention and compaction every retention_check_s. Flusher. */
 void sti_lifecycle_tick(struct sto *s)
 {
+	uint64_t ckpts = atomic_load(&s->st_checkpoints);
+	if (ckpts != s->ixc_seen_ckpts) { /* a checkpoint cleared pending entries */
+		s->ixc_seen_ckpts = ckpts;
+		sti_index_compact_check(s);
+	}
 	if (s->life.retention_check_s == 0)
 		return;
 	int64_t now = rdb_now_mono_ns();
@@ -803,7 +810,7 @@ void sti_lifecycle_tick(struct sto *s)
 	struct compact_args a = {.min_live = s->life.compact_min_live, .r = &cr};
 	int rc = retention_op(s, &rr);
 	if (rc == 0 && pthread_mutex_trylock(&s->compact_lock) == 0) {
-		rc = sti_compact_op(s, &a);
+		rc = sti_compact_op(s, &a); /* ends with an index compaction check */
 		pthread_mutex_unlock(&s->compact_lock);
 	}
 	if (rc)
