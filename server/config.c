@@ -391,13 +391,13 @@ static const struct opt opts[] = {
      .max = 100,
      FIELD(index_compact_free_pct),
      .help = "compact the LMDB index file once this percent of its pages is free; 0 = never",
-     .doc = "LMDB never shrinks index/data.mdb: pages freed by compaction, merges and "
-	    "checkpoints stay in the file for reuse. After a checkpoint or a compaction, once "
-	    "at least this percentage of the file's pages is free (and the file is at least "
-	    "4 MiB), the index is rewritten without them: a compacted copy beside it, then a "
-	    "rename, with index reads and writes paused only for the swap. Needs free disk "
-	    "space for the live index. 0 turns the automatic rewrite off (rankctl compact "
-	    "--index runs it by hand)."},
+     .doc = "LMDB never shrinks index/data.mdb: pages freed by merges, compaction and "
+	    "retention stay in the file for reuse. At the end of each compaction (rankctl "
+	    "compact, or the background pass), once at least this percentage of the file's "
+	    "pages is free (and the file is at least 4 MiB), the index is rewritten without "
+	    "them: a compacted copy beside it, then a rename, with index reads and writes "
+	    "paused only for the swap. Needs free disk space for the live index. 0 turns the "
+	    "automatic rewrite off (rankctl compact --index runs it by hand)."},
     {.name = "rollup_time_width_s",
      .type = OPT_DURATION,
      .def = "60",

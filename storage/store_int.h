@@ -121,7 +121,6 @@ struct sto {
 	const struct sti_engine_ops *eng; /* engine steps lifecycle/ calls (set at open) */
 	int64_t last_retention_mono_ns;
 	int64_t trash_due_mono_ns; /* 0, or when the compacted-away segments go */
-	uint64_t ixc_seen_ckpts;   /* st_checkpoints at the last index compaction check */
 
 	_Atomic bool closing;
 	_Atomic uint32_t fault_prepare, fault_wal_append; /* sto_fault_inject */

@@ -794,11 +794,6 @@ int sto_retention_list(struct sto *s, sto_jobval_fn fn, void *arg)
 /* Background: retention and compaction every retention_check_s. Flusher. */
 void sti_lifecycle_tick(struct sto *s)
 {
-	uint64_t ckpts = atomic_load(&s->st_checkpoints);
-	if (ckpts != s->ixc_seen_ckpts) { /* a checkpoint cleared pending entries */
-		s->ixc_seen_ckpts = ckpts;
-		sti_index_compact_check(s);
-	}
 	if (s->life.retention_check_s == 0)
 		return;
 	int64_t now = rdb_now_mono_ns();
@@ -810,7 +805,7 @@ void sti_lifecycle_tick(struct sto *s)
 	struct compact_args a = {.min_live = s->life.compact_min_live, .r = &cr};
 	int rc = retention_op(s, &rr);
 	if (rc == 0 && pthread_mutex_trylock(&s->compact_lock) == 0) {
-		rc = sti_compact_op(s, &a); /* ends with an index compaction check */
+		rc = sti_compact_op(s, &a); /* ends with the index compaction check */
 		pthread_mutex_unlock(&s->compact_lock);
 	}
 	if (rc)

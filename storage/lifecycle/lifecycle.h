@@ -75,12 +75,6 @@ int sti_id_push(struct id_list *l, uint64_t v);
 /* Chunk scan callback: appends *ref to the key_list arg. */
 int sti_key_push(void *arg, const struct sto_chunk_ref *ref);
 
-/* ---- compact.c: index compaction ---- */
-/* Compacts the index file when the lifecycle thresholds say so (logs a
- * failure; RDB_EBUSY is retried at the next check). Flusher only, holding
- * no index transaction. */
-void sti_index_compact_check(struct sto *s);
-
 /* ---- rollup.c ---- */
 struct sti_rollup_ent {
 	uint64_t series_id;
