@@ -394,7 +394,7 @@ static const struct opt opts[] = {
      .doc = "LMDB never shrinks index/data.mdb: pages freed by merges, compaction and "
 	    "retention stay in the file for reuse. At the end of each compaction (rankctl "
 	    "compact, or the background pass), once at least this percentage of the file's "
-	    "pages is free (and the file is at least 4 MiB), the index is rewritten without "
+	    "pages is free (and the file is at least 1 MiB), the index is rewritten without "
 	    "them: a compacted copy beside it, then a rename, with index reads and writes "
 	    "paused only for the swap. Needs free disk space for the live index. 0 turns the "
 	    "automatic rewrite off (rankctl compact --index runs it by hand)."},

@@ -50,7 +50,7 @@ void sto_lifecycle_default(struct sto_lifecycle *l)
 	l->rollup_time_width_s = 60;
 	l->rollup_step_width = 100;
 	l->index_compact_free_ratio = 0.25;
-	l->index_compact_min_bytes = 4u << 20;
+	l->index_compact_min_bytes = 1u << 20;
 }
 
 void sto_set_lifecycle(struct sto *s, const struct sto_lifecycle *l)
