@@ -55,7 +55,6 @@ struct srv_config {
 	uint64_t retention_s;		  /* default retention of sealed data; 0 = forever */
 	uint32_t retention_check_s;	  /* background retention + compaction period */
 	uint32_t compact_min_live_pct;	  /* compact segments less live than this percent */
-	uint32_t index_compact_free_pct;  /* rewrite the index file once this % is free; 0 = never */
 	uint32_t rollup_time_width_s;	  /* time rollup tier bucket width; 0 = off */
 	uint64_t rollup_step_width;	  /* step rollup tier bucket width; 0 = off */
 	char log_level[16];		  /* "debug", "info", "warn" or "error" */
@@ -78,6 +77,9 @@ struct srv_config {
 	uint32_t detect_max_jobs;	  /* jobs with detector state */
 	uint64_t detect_max_bytes;	  /* memory bound of detector state */
 	char public_url[512];		  /* base URL for links in alerts; "" = http://addr:port */
+
+	/* index compaction: rewrite index/data.mdb once this % of it is free; 0 = never */
+	uint32_t index_compact_free_pct;
 
 	/* authenticated UDP (udp_auth.c) */
 	char udp_keys_file[4096];	   /* per-job UDP signing keys; "" = none */
