@@ -198,11 +198,13 @@ static int repack_db(MDB_env *dst, MDB_txn *rt, MDB_dbi src, const char *name)
 	MDB_txn *wt = NULL;
 	MDB_dbi d;
 	MDB_val k, v;
-	unsigned n = 0;
-	int rc = mdb_txn_begin(dst, NULL, 0, &wt);
+	unsigned n = 0, flags = 0;
+	int rc = mdb_dbi_flags(rt, src, &flags); /* the same flags (none today) */
 
 	if (rc == 0)
-		rc = mdb_dbi_open(wt, name, MDB_CREATE, &d);
+		rc = mdb_txn_begin(dst, NULL, 0, &wt);
+	if (rc == 0)
+		rc = mdb_dbi_open(wt, name, MDB_CREATE | flags, &d);
 	if (rc == 0)
 		rc = mdb_cursor_open(rt, src, &cur);
 	for (int op = MDB_FIRST; rc == 0; op = MDB_NEXT) {
