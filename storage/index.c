@@ -497,6 +497,18 @@ int sto_txn_begin(struct sto_index *ix, bool write, struct sto_txn **out)
 
 int sto_txn_commit(struct sto_txn *t)
 {
+	return sto_txn_commit_at(t, STO_FP_INDEX_COMMIT);
+}
+
+int sto_txn_commit_at(struct sto_txn *t, enum sto_fault_point point)
+{
+	int fault = t->write ? sto_fault_hit(point) : 0;
+	if (fault == 0 && t->write && point != STO_FP_INDEX_COMMIT)
+		fault = sto_fault_hit(STO_FP_INDEX_COMMIT);
+	if (fault) {
+		sto_txn_abort(t);
+		return fault;
+	}
 	int rc = mdb_txn_commit(t->txn);
 	int ret = ix_err(t->ix, rc, "commit");
 

@@ -693,7 +693,7 @@ static int delete_job_op(struct sto *s, void *arg)
 		return rc;
 	}
 	pthread_rwlock_wrlock(&s->view_lock);
-	rc = sto_txn_commit(t);
+	rc = sto_txn_commit_at(t, STO_FP_JOB_DELETE);
 	if (rc == 0) {
 		pthread_mutex_lock(&s->head_lock);
 		del_head(s, d);
@@ -834,7 +834,7 @@ static int ret_drop_chunks(struct sto *s, struct ret_ctx *c, size_t from, size_t
 		return rc;
 	}
 	pthread_rwlock_wrlock(&s->view_lock); /* readers see chunks + rollups consistently */
-	rc = sto_txn_commit(t);
+	rc = sto_txn_commit_at(t, STO_FP_RETENTION_COMMIT);
 	pthread_rwlock_unlock(&s->view_lock);
 	for (size_t i = from; rc == 0 && i < to; i++) {
 		r->chunks++;
@@ -867,7 +867,7 @@ static int ret_drop(struct sto *s, struct ret_ctx *c, struct sto_retention_resul
 			r->events += c->ev.v[k].count;
 		}
 		if (rc == 0)
-			rc = sto_txn_commit(t);
+			rc = sto_txn_commit_at(t, STO_FP_RETENTION_COMMIT);
 		else
 			sto_txn_abort(t);
 	}
@@ -927,7 +927,7 @@ static int retention_write(struct sto *s, const char *job, bool set, uint64_t se
 	rc = set ? sto_jobval_put(t, STO_JOBDB_RETENTION, job, seconds)
 		 : sto_jobval_del(t, STO_JOBDB_RETENTION, job);
 	if (rc == 0)
-		return sto_txn_commit(t);
+		return sto_txn_commit_at(t, STO_FP_META_COMMIT);
 	sto_txn_abort(t);
 	return rc;
 }

@@ -211,15 +211,7 @@ struct sto_stats {
 };
 void sto_get_stats(struct sto *s, struct sto_stats *out);
 
-/* Fault injection for tests (rankdbd never calls it): the next `count`
- * writes fail at the given point, as if memory ran out while making room
- * in the head (before the WAL append) or the WAL append failed. Either
- * way nothing of such a write is stored and its error is returned. */
-enum sto_fault {
-	STO_FAULT_PREPARE = 1,	  /* -ENOMEM before the WAL append */
-	STO_FAULT_WAL_APPEND = 2, /* -EIO from the WAL append */
-};
-void sto_fault_inject(struct sto *s, enum sto_fault f, uint32_t count);
+/* Fault injection at every write site: storage/fault.h (sto_fault_set). */
 
 /* Forces a checkpoint now (seals the whole head) and waits for it. */
 int sto_checkpoint(struct sto *s);

@@ -78,7 +78,9 @@ static int remove_wal_upto(struct sto *s, uint64_t gen)
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		if (gens[i] > gen)
 			continue;
-		int r2 = sto_wal_remove(s->wal_dir, gens[i]);
+		int r2 = sto_fault_hit(STO_FP_WAL_TRIM);
+		if (r2 == 0)
+			r2 = sto_wal_remove(s->wal_dir, gens[i]);
 		if (r2 && r2 != -ENOENT)
 			rdb_warn("store",
 				 "cannot remove checkpointed WAL generation %llu in %s: %s",
@@ -108,7 +110,9 @@ int sti_finish_checkpoint(struct sto *s)
 	pthread_mutex_unlock(&s->head_lock);
 	if (!items)
 		return -ENOMEM;
-	int rc = sti_seal_items(s, h, items, k, true);
+	int rc = sto_fault_hit(STO_FP_CKPT_SEAL);
+	if (rc == 0)
+		rc = sti_seal_items(s, h, items, k, true);
 	free(items);
 	if (rc == 0)
 		rc = sti_seal_events(s, h);
@@ -126,7 +130,7 @@ int sti_finish_checkpoint(struct sto *s)
 		if (rc == 0)
 			rc = sti_batch_persist(s, t, h->gen);
 		if (rc == 0)
-			rc = sto_txn_commit(t);
+			rc = sto_txn_commit_at(t, STO_FP_CKPT_COMMIT);
 		else
 			sto_txn_abort(t);
 	}

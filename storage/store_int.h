@@ -121,7 +121,6 @@ struct sto {
 	int64_t trash_due_mono_ns; /* 0, or when the compacted-away segments go */
 
 	_Atomic bool closing;
-	_Atomic uint32_t fault_prepare, fault_wal_append; /* sto_fault_inject */
 	_Atomic uint64_t st_points_written, st_batches_written, st_write_busy;
 	_Atomic uint64_t st_chunks, st_points_sealed, st_chunk_bytes, st_checkpoints;
 	_Atomic uint64_t st_events_written, st_event_chunks, st_batch_dups;

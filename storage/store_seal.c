@@ -56,7 +56,7 @@ int sti_uid_reserve(struct sto *s, uint64_t n)
 		sto_txn_abort(t);
 		return rc;
 	}
-	rc = sto_txn_commit(t);
+	rc = sto_txn_commit_at(t, STO_FP_META_COMMIT);
 	if (rc == 0)
 		s->uid_limit = limit;
 	return rc;
@@ -107,7 +107,7 @@ static int ensure_segment(struct sto *s)
 		sto_txn_abort(t);
 		return rc;
 	}
-	rc = sto_txn_commit(t);
+	rc = sto_txn_commit_at(t, STO_FP_META_COMMIT);
 	if (rc == 0)
 		rc = sto_seg_create(s->seg_dir, id, s->ring, &s->seg);
 	return rc;
@@ -456,7 +456,7 @@ static int commit_events(struct ev_seal *es)
 	es->t = NULL;
 	if (!t)
 		return 0;
-	int rc = sto_seg_append(s->seg, es->buf.data, es->buf.len);
+	int rc = sto_seg_append_at(s->seg, es->buf.data, es->buf.len, STO_FP_EVENT_SEAL);
 	if (rc == 0)
 		rc = sto_meta_put(t, "next_chunk_uid", s->uid_limit);
 	if (rc) {

@@ -216,7 +216,7 @@ int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_e
 		sti_job_counts_reset(s); /* counts may include series of the aborted txn */
 		goto out;
 	}
-	rc = sto_txn_commit(t);
+	rc = sto_txn_commit_at(t, STO_FP_SERIES_CREATE);
 	if (rc) {
 		sti_job_counts_reset(s);
 		goto out;
@@ -560,26 +560,13 @@ static int encode_request(const struct sto_write_req *req, struct rdb_buf *rec, 
 	return rc;
 }
 
-/* Whether an injected fault is due (and uses it up). */
-static bool take_fault(_Atomic uint32_t *f)
-{
-	uint32_t v = atomic_load(f);
-	while (v && !atomic_compare_exchange_weak(f, &v, v - 1))
-		;
-	return v != 0;
-}
-
-void sto_fault_inject(struct sto *s, enum sto_fault f, uint32_t count)
-{
-	atomic_store(f == STO_FAULT_PREPARE ? &s->fault_prepare : &s->fault_wal_append, count);
-}
-
 int sti_prepare_request(struct sto *s, struct head *h, const struct mdl_batch *pts,
 			struct series_ent **ents, const struct mdl_events *ev, struct sti_prep *pp)
 {
 	memset(pp, 0, sizeof(*pp));
-	if (take_fault(&s->fault_prepare))
-		return -ENOMEM;
+	int frc = sto_fault_hit(STO_FP_PREPARE);
+	if (frc)
+		return frc;
 	size_t n = pts ? mdl_batch_nseries(pts) : 0;
 	size_t nev = ev ? mdl_events_count(ev) : 0;
 	pp->hs = calloc(n ? n : 1, sizeof(*pp->hs));
@@ -692,9 +679,7 @@ static int append_and_apply(struct sto *s, const struct sto_write_req *req,
 		pthread_mutex_unlock(&s->head_lock);
 	}
 	if (rc == 0) {
-		rc = take_fault(&s->fault_wal_append)
-			 ? -EIO
-			 : sto_wal_append(s->wal, type, rec->data, rec->len);
+		rc = sto_wal_append(s->wal, type, rec->data, rec->len);
 		pthread_mutex_lock(&s->head_lock);
 		uint64_t gen = h->gen;
 		if (rc == 0) {

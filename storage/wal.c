@@ -57,6 +57,7 @@
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
 #include "common/rdb_time.h"
+#include "storage/fault.h"
 #include "storage/format.h"
 #include "storage/uring.h"
 
@@ -325,8 +326,9 @@ static int build_iov(struct sto_wal *w, struct group *g)
 	return cnt;
 }
 
-/* Test hook: a torn write of the first half of the group, then write_err. */
-static int injected_write(struct sto_wal *w, struct group *g, int cnt)
+/* Test hook / fault point: a torn write of the first half of the group,
+ * then err. */
+static int injected_write(struct sto_wal *w, struct group *g, int cnt, int err)
 {
 	uint64_t left = g->bytes / 2;
 	int n = 0;
@@ -334,7 +336,7 @@ static int injected_write(struct sto_wal *w, struct group *g, int cnt)
 		left -= w->iov[n++].iov_len;
 	if (n > 0)
 		(void)sto_ring_writev(w->ring, g->fd, w->iov, n, g->off, false);
-	return g->inject_write_err;
+	return err;
 }
 
 static void undo_failed_write(struct sto_wal *w, struct group *g)
@@ -370,8 +372,9 @@ static void commit_group(struct sto_wal *w, struct group *g)
 	int cnt = build_iov(w, g);
 	bool datasync = w->sync == STO_SYNC_FDATASYNC;
 	int64_t t0 = rdb_now_mono_ns();
-	if (g->inject_write_err)
-		g->result = injected_write(w, g, cnt);
+	int fault = g->inject_write_err ? g->inject_write_err : sto_fault_hit(STO_FP_WAL_APPEND);
+	if (fault)
+		g->result = injected_write(w, g, cnt, fault);
 	else
 		g->result = sto_ring_writev(w->ring, g->fd, w->iov, cnt, g->off, datasync);
 	g->ns = (uint64_t)(rdb_now_mono_ns() - t0);
@@ -533,7 +536,9 @@ int sto_wal_rotate(struct sto_wal *w, uint64_t new_gen)
 		if (result)
 			goto out;
 	}
-	result = create_file(w->dir, new_gen, &fd);
+	result = sto_fault_hit(STO_FP_WAL_ROTATE);
+	if (result == 0)
+		result = create_file(w->dir, new_gen, &fd);
 	if (result)
 		goto out;
 	pthread_mutex_lock(&w->mu);

@@ -624,10 +624,10 @@ static void test_failed_write_retry_is_exactly_once(void)
 	CHECK_EQ_INT(sto_open(&o, &s), 0);
 	CHECK_EQ_INT(write_points(s, "j1", 0, "loss", 1000, 10, 10), 0);
 	/* memory runs out while making room: nothing appended, error returned */
-	sto_fault_inject(s, STO_FAULT_PREPARE, 1);
+	sto_fault_set(STO_FP_PREPARE, ENOMEM, 1, false);
 	CHECK_EQ_INT(write_points(s, "j1", 0, "loss", 1010, 10, 10), -ENOMEM);
 	/* the WAL append fails after the room was made: released, error */
-	sto_fault_inject(s, STO_FAULT_WAL_APPEND, 1);
+	sto_fault_set(STO_FP_WAL_APPEND, EIO, 1, false);
 	CHECK_EQ_INT(write_points(s, "j1", 0, "loss", 1010, 10, 10), -EIO);
 	/* the client retries without a batch id */
 	CHECK_EQ_INT(write_points(s, "j1", 0, "loss", 1010, 10, 10), 0);
