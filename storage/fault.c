@@ -51,6 +51,7 @@ static const char *const names[STO_FP_COUNT] = {
     [STO_FP_RETENTION_COMMIT] = "retention_commit",
     [STO_FP_ROLLUP_WRITE] = "rollup_write",
     [STO_FP_JOB_DELETE] = "job_delete",
+    [STO_FP_HEAD_NEW] = "head_new",
 };
 
 static bool valid(enum sto_fault_point p)

@@ -47,6 +47,7 @@ enum sto_fault_point {
 	STO_FP_RETENTION_COMMIT, /* retention dropping chunks from the index */
 	STO_FP_ROLLUP_WRITE,	 /* retention storing rollup records */
 	STO_FP_JOB_DELETE,	 /* a job deletion's index commit */
+	STO_FP_HEAD_NEW,	 /* the next generation's head at a WAL rotation (ENOMEM) */
 	STO_FP_COUNT
 };
 

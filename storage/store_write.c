@@ -248,6 +248,8 @@ out:
 
 struct head *sti_head_new(uint64_t gen)
 {
+	if (sto_fault_hit(STO_FP_HEAD_NEW))
+		return NULL;
 	struct head *h = calloc(1, sizeof(*h));
 	if (!h)
 		return NULL;
