@@ -156,7 +156,11 @@ int sti_finish_checkpoint(struct sto *s)
 }
 
 /* Finishes a checkpoint left over from an earlier failure, then rotates the
- * WAL and the active head and seals the frozen head. */
+ * WAL and the active head and seals the frozen head. The new head is made
+ * before the WAL rotates: a WAL one generation ahead of the head would put
+ * new points into a file the head's checkpoint does not cover, and the
+ * next start would replay them next to their sealed chunks (issue 10,
+ * item 8). Either both move or neither does. */
 int sti_checkpoint(struct sto *s)
 {
 	if (s->frozen) {
@@ -166,9 +170,9 @@ int sti_checkpoint(struct sto *s)
 	}
 	pthread_rwlock_wrlock(&s->write_lock);
 	uint64_t gen = s->active->gen + 1;
-	int rc = sto_wal_rotate(s->wal, gen);
-	struct head *fresh = rc == 0 ? sti_head_new(gen) : NULL;
-	if (rc == 0 && fresh) {
+	struct head *fresh = sti_head_new(gen);
+	int rc = fresh ? sto_wal_rotate(s->wal, gen) : -ENOMEM;
+	if (rc == 0) {
 		pthread_mutex_lock(&s->head_lock);
 		s->frozen = s->active;
 		s->active = fresh;
@@ -176,10 +180,13 @@ int sti_checkpoint(struct sto *s)
 		pthread_mutex_unlock(&s->head_lock);
 	}
 	pthread_rwlock_unlock(&s->write_lock);
-	if (rc || !fresh) {
-		rdb_error("store", "cannot rotate the WAL to generation %llu: %s",
-			  (unsigned long long)gen, rdb_strerror(rc ? rc : -ENOMEM));
-		return rc ? rc : -ENOMEM;
+	if (rc) {
+		sti_head_free(fresh);
+		rdb_error("store",
+			  "cannot rotate the WAL to generation %llu: %s; writes go on into "
+			  "generation %llu, retrying at the next checkpoint",
+			  (unsigned long long)gen, rdb_strerror(rc), (unsigned long long)gen - 1);
+		return rc;
 	}
 	return sti_finish_checkpoint(s);
 }
@@ -953,6 +960,21 @@ int sto_close_rc(struct sto *s)
 	if (s->frozen)
 		rc = sti_finish_checkpoint(s);
 	if (rc == 0) {
+		/* The head's generation must be the WAL file's: the checkpoint
+		 * deletes WAL files up to it (see sti_checkpoint). Should they
+		 * ever differ, the newer one covers both. */
+		uint64_t wal_gen = sto_wal_gen(s->wal);
+		if (wal_gen != s->active->gen) {
+			rdb_error("store",
+				  "closing: the head is at WAL generation %llu but the WAL at "
+				  "%llu; checkpointing as %llu so that no WAL file outlives the "
+				  "points it holds",
+				  (unsigned long long)s->active->gen, (unsigned long long)wal_gen,
+				  (unsigned long long)(wal_gen > s->active->gen ? wal_gen
+										: s->active->gen));
+			if (wal_gen > s->active->gen)
+				s->active->gen = wal_gen;
+		}
 		s->frozen = s->active;
 		s->active = NULL;
 		sto_wal_close(s->wal);

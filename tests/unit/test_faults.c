@@ -187,8 +187,8 @@ static void *writer_main(void *arg)
 			usleep(1000);
 			rc = write_batch(w, b);
 		}
-		w->state[b] = rc == 0 ? 1 : 2;
 		w->acked += rc == 0;
+		__atomic_store_n(&w->state[b], rc == 0 ? 1 : 2, __ATOMIC_RELEASE);
 	}
 	return NULL;
 }
@@ -429,6 +429,11 @@ static unsigned walk_one(enum sto_fault_point p, uint64_t nth, bool every, bool 
 		else
 			sto_fault_set(p, p == STO_FP_PREPARE ? ENOMEM : ENOSPC, nth, every);
 		start_writers(sh->ws, th, s, 40, 100);
+		/* each writer's first batch is answered before the background work
+		 * starts: its checkpoint then has points and events to seal */
+		for (unsigned i = 0; i < NWRITERS; i++)
+			while (__atomic_load_n(&sh->ws[i].state[40], __ATOMIC_ACQUIRE) == 0)
+				usleep(100);
 		background_work(s, true);
 		join_writers(th);
 		if (!crash)
