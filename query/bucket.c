@@ -22,7 +22,7 @@
  * smallest/largest (ts, step), NaN included (as chunk statistics define them).
  *
  * Rollups (downsample only, bk->use_rollups): the points retention dropped
- * survive as per-bucket rollup records (storage/index.h), read from the same
+ * survive as per-bucket rollup records (storage/index/index.h), read from the same
  * snapshot as the chunks, so a point is in exactly one of them. When the
  * width is a multiple of the axis tier's width, every record lying inside
  * the range and inside one query bucket is merged into that bucket like a

@@ -13,7 +13,7 @@
  *   - point chunks: the key record after the codec payload names the
  *     series; the series id of the record header is kept; statistics are
  *     recomputed by decoding (sto_codec_decode + sto_chunk_stats_compute);
- *   - group records (storage/group.h): checked whole (head and every
+ *   - group records (storage/chunk/group.h): checked whole (head and every
  *     section checksum), then one entry per member, as for a point chunk;
  *   - event chunks: decoded (evc_decode) and re-encoded with evc_encode
  *     only to recompute the entry (stats, kinds/levels, token filter);
@@ -46,12 +46,12 @@
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
 #include "common/rdb_map.h"
-#include "storage/codec.h"
-#include "storage/evstore.h"
-#include "storage/group.h"
-#include "storage/index.h"
-#include "storage/segment.h"
-#include "storage/wal.h"
+#include "storage/chunk/codec.h"
+#include "storage/events/evstore.h"
+#include "storage/chunk/group.h"
+#include "storage/index/index.h"
+#include "storage/chunk/segment.h"
+#include "storage/wal/wal.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -19,9 +19,9 @@
 #include "model/batch.h"
 #include "model/cols.h"
 #include "model/events.h"
-#include "storage/index.h"
+#include "storage/index/index.h"
 #include "storage/series.h"
-#include "storage/wal.h"
+#include "storage/wal/wal.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -211,7 +211,7 @@ struct sto_stats {
 };
 void sto_get_stats(struct sto *s, struct sto_stats *out);
 
-/* Fault injection at every write site: storage/fault.h (sto_fault_set). */
+/* Fault injection at every write site: storage/io/fault.h (sto_fault_set). */
 
 /* Forces a checkpoint now (seals the whole head) and waits for it. */
 int sto_checkpoint(struct sto *s);

@@ -1,4 +1,4 @@
-/* test_faults.c - the storage fault-point registry (storage/fault.h) and
+/* test_faults.c - the storage fault-point registry (storage/io/fault.h) and
  * exactly-once after injected I/O errors at the store's write sites: a
  * final checkpoint that fails on a full disk (issue 10, item 8), and each
  * point failing under concurrent writers followed by a close or a crash
@@ -7,7 +7,7 @@
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
 #include "storage/admin.h"
-#include "storage/fault.h"
+#include "storage/io/fault.h"
 #include "storage/sto.h"
 
 #include <errno.h>

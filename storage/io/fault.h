@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The write sites. Keep sto_fault_name()'s table (fault.c) in this order. */
+/* The write sites. Keep sto_fault_name()'s table (io/fault.c) in this order. */
 enum sto_fault_point {
 	STO_FP_PREPARE,		 /* making room in the head before a WAL append (ENOMEM) */
 	STO_FP_WAL_APPEND,	 /* a WAL group write: half written, then the error */

@@ -18,14 +18,14 @@
  * same members merge into one group record the same way. A run that cannot
  * be merged (a damaged chunk) is left as it is; the others go on.
  */
-#include "storage/store_int.h"
+#include "storage/lifecycle/lifecycle.h"
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
 #include "common/rdb_map.h"
 #include "storage/admin.h"
-#include "storage/codec.h"
-#include "storage/group.h"
-#include "storage/segment.h"
+#include "storage/chunk/codec.h"
+#include "storage/chunk/group.h"
+#include "storage/chunk/segment.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -188,7 +188,7 @@ static int merge_run(struct sto *s, struct merge_set *m, size_t a, size_t b,
 	struct sto_chunk_ref ref = {0};
 	m->pts.n = 0;
 	for (size_t i = a; i < b; i++) {
-		int rc = sto_read_chunk(s, &m->all.v[i], &m->rec, &m->one, &err);
+		int rc = s->eng->read_chunk(s, &m->all.v[i], &m->rec, &m->one, &err);
 		if (rc) {
 			rdb_warn("store", "merging small chunks: %s; that run is left as it is",
 				 err.msg);
@@ -207,7 +207,7 @@ static int merge_run(struct sto *s, struct merge_set *m, size_t a, size_t b,
 	if (rc == 0)
 		rc = sto_codec_encode(&m->pts, &m->codec, NULL);
 	if (rc == 0)
-		rc = sti_uid_reserve(s, 1);
+		rc = s->eng->uid_reserve(s, 1);
 	if (rc)
 		return rc;
 	ref.series_id = m->all.v[a].series_id;
@@ -372,7 +372,7 @@ static int group_member_points(struct sto *s, struct merge_set *m, size_t a, siz
 	for (size_t i = a; i < b; i++) {
 		const struct grp_info *g = rdb_map_get(&m->groups, m->all.v[i].uid + 1);
 		const struct sto_chunk_ref *r = &m->all.v[g->idx[k]];
-		int rc = sto_read_chunk(s, r, &m->rec, &m->one, &err);
+		int rc = s->eng->read_chunk(s, r, &m->rec, &m->one, &err);
 		if (rc) {
 			rdb_warn("store",
 				 "merging small group records: %s; that run is left as it is",
@@ -412,7 +412,7 @@ static int merge_group_run(struct sto *s, struct merge_set *m, size_t a, size_t 
 						   &m->gpts[k]};
 	}
 	if (rc == 0)
-		rc = sti_uid_reserve(s, nm);
+		rc = s->eng->uid_reserve(s, nm);
 	if (rc)
 		return rc;
 	uid = s->next_uid;

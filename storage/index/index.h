@@ -22,7 +22,7 @@
 #define STO_INDEX_H
 
 #include "storage/series.h"
-#include "storage/fault.h"
+#include "storage/io/fault.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -46,7 +46,7 @@ int sto_txn_begin(struct sto_index *ix, bool write, struct sto_txn **out);
  * the txn is freed either way. */
 int sto_txn_commit(struct sto_txn *t);
 /* sto_txn_commit at a named write site: when fault point `point` (or
- * STO_FP_INDEX_COMMIT, storage/fault.h) is armed and fires, the txn is
+ * STO_FP_INDEX_COMMIT, storage/io/fault.h) is armed and fires, the txn is
  * aborted instead and the injected -errno returned (nothing committed). */
 int sto_txn_commit_at(struct sto_txn *t, enum sto_fault_point point);
 void sto_txn_abort(struct sto_txn *t); /* frees; NULL ok */

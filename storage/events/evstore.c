@@ -12,11 +12,11 @@
  * the decompressed size; anything off is RDB_ECORRUPT.
  * Threading: none here; store.c holds its locks around head access.
  */
-#include "storage/evstore.h"
+#include "storage/events/evstore.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
-#include "storage/codec.h"
+#include "storage/chunk/codec.h"
 #include "storage/format.h"
 #include "storage/series.h"
 

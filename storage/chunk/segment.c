@@ -16,14 +16,14 @@
  * no points, only the list of chunks a merged chunk replaces, and are never
  * read by queries: only by rebuild-index, verify and compaction.
  */
-#include "storage/segment.h"
+#include "storage/chunk/segment.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
 #include "common/rdb_map.h"
 #include "common/rdb_time.h"
-#include "storage/fault.h"
+#include "storage/io/fault.h"
 #include "storage/format.h"
 
 #include <errno.h>

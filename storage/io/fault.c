@@ -12,7 +12,7 @@
  * arming so that a test (or an operator who set RANKDB_FAULTS) sees in the
  * server log which write site failed on purpose.
  */
-#include "storage/fault.h"
+#include "storage/io/fault.h"
 #include "common/rdb_log.h"
 
 #include <errno.h>

@@ -15,7 +15,7 @@
  * be read because it is corrupt is dropped without a rollup (logged); an
  * I/O error stops the retention pass (nothing of that batch is dropped).
  */
-#include "storage/store_int.h"
+#include "storage/lifecycle/lifecycle.h"
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
@@ -153,7 +153,7 @@ int sti_rollup_fold(struct sto *s, struct sti_rollup_acc *a, const struct sto_ch
 	struct mdl_cols c = {0};
 	if (s->life.rollup_time_width_s == 0 && s->life.rollup_step_width == 0)
 		return 0;
-	int rc = sto_read_chunk(s, ref, &a->rec, &c, &err);
+	int rc = s->eng->read_chunk(s, ref, &a->rec, &c, &err);
 	if (rc == RDB_ECORRUPT) {
 		rdb_warn("store", "retention: %s; the chunk is dropped without a rollup", err.msg);
 		rc = 0;

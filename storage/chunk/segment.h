@@ -9,10 +9,10 @@
 #define STO_SEGMENT_H
 
 #include "common/rdb_buf.h"
-#include "storage/fault.h"
-#include "storage/index.h"
+#include "storage/io/fault.h"
+#include "storage/index/index.h"
 #include "storage/series.h"
-#include "storage/uring.h"
+#include "storage/io/uring.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -30,7 +30,7 @@ uint64_t sto_seg_size(const struct sto_seg_writer *w);
  * file is truncated back so that it never ends in a torn record. 0/-errno. */
 int sto_seg_append(struct sto_seg_writer *w, const void *buf, size_t len);
 /* sto_seg_append at a named write site: fault point `point` (or
- * STO_FP_SEG_APPEND, storage/fault.h) armed and firing writes half of buf,
+ * STO_FP_SEG_APPEND, storage/io/fault.h) armed and firing writes half of buf,
  * then fails like a full disk (truncated back, the injected -errno). */
 int sto_seg_append_at(struct sto_seg_writer *w, const void *buf, size_t len,
 		      enum sto_fault_point point);

@@ -13,7 +13,7 @@
  * Failure: a WAL failure fails the write (nothing applied). Writers get
  * RDB_EBUSY once the head is over head_max_bytes.
  */
-#include "storage/store_int.h"
+#include "storage/engine/engine.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
@@ -21,10 +21,10 @@
 #include "common/rdb_map.h"
 #include "common/rdb_time.h"
 #include "storage/admin.h"
-#include "storage/batch_codec.h"
-#include "storage/codec.h"
-#include "storage/evstore.h"
-#include "storage/segment.h"
+#include "storage/wal/batch_codec.h"
+#include "storage/chunk/codec.h"
+#include "storage/events/evstore.h"
+#include "storage/chunk/segment.h"
 
 #include <errno.h>
 #include <fcntl.h>
