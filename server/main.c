@@ -39,7 +39,8 @@ static int write_port_file(const char *path, uint16_t port)
 }
 
 /* RANKDB_FAULTS (tests only, docs/OPERATIONS.md "Fault injection"): arms
- * storage fault points before the store opens. Only the environment of the
+ * storage fault points once the store is open (recovery runs clean; hit
+ * numbers count from there). Only the environment of the
  * process can set it; nothing on the network reads or changes it. 0, or -1
  * when the text does not parse (logged; rankdbd then refuses to start). */
 static int arm_test_faults(void)
@@ -190,12 +191,14 @@ int main(int argc, char **argv)
 
 	struct sto_options so;
 	storage_options(&cfg, &so);
-	if (arm_test_faults() != 0)
-		return 1;
 	int rc = sto_open(&so, &ctx.sto);
 	if (rc) {
 		rdb_error("main", "cannot open the data directory %s: %s; exiting", cfg.data_dir,
 			  rdb_strerror(rc));
+		return 1;
+	}
+	if (arm_test_faults() != 0) { /* after recovery: hits count from here */
+		sto_close(ctx.sto);
 		return 1;
 	}
 	struct ing_pipeline_options po = {.max_series = cfg.max_series,
