@@ -468,6 +468,7 @@ struct replay_ctx {
 	struct mdl_batch *b;
 	struct mdl_events *ev;
 	uint64_t points, events;
+	uint64_t dup_batches;	  /* records skipped: their batch id was already stored */
 	uint64_t gen;		  /* of the record being replayed */
 	struct mdl_batch *keep_b; /* scratch: the record minus deleted jobs */
 	struct mdl_events *keep_ev;
@@ -538,7 +539,23 @@ static int replay_apply(struct replay_ctx *c, bool has_points, bool has_events)
 	return rc;
 }
 
-/* Splits a STO_WAL_REC_BATCH payload (format.h) and registers its id. */
+/* Whether a client batch id is in the index (a checkpointed generation
+ * stored it). An index that cannot be read counts as "not stored". */
+static bool batch_id_stored(struct sto *s, const char *id, size_t len)
+{
+	struct sto_txn *t;
+	uint64_t seen_ns;
+	if (sto_txn_begin(s->ix, false, &t) != 0)
+		return false;
+	bool found = sto_batchid_get(t, id, len, &seen_ns) == 0;
+	sto_txn_abort(t);
+	return found;
+}
+
+/* Splits a STO_WAL_REC_BATCH payload (format.h) and registers its id. A
+ * record whose id is already known (earlier in this replay, or stored by a
+ * checkpoint) is skipped: the same batch reached the WAL twice (a write that
+ * failed after its bytes landed, then was retried), and it is applied once. */
 static int replay_batch(struct replay_ctx *c, uint64_t gen, const uint8_t *p, size_t len)
 {
 	const uint8_t *end = p + len;
@@ -565,9 +582,14 @@ static int replay_batch(struct replay_ctx *c, uint64_t gen, const uint8_t *p, si
 		struct batch_ent *e;
 		uint64_t h = sti_batch_hash(id, il);
 		pthread_mutex_lock(&c->s->batch_lock);
-		if (!sti_batch_find(c->s, id, il, h))
+		bool seen = sti_batch_find(c->s, id, il, h) || batch_id_stored(c->s, id, il);
+		if (!seen)
 			rc = sti_batch_add(c->s, id, il, h, true, gen, &e);
 		pthread_mutex_unlock(&c->s->batch_lock);
+		if (seen) {
+			c->dup_batches++;
+			return 0;
+		}
 	}
 	return rc ? rc : replay_apply(c, plen[0] > 0, plen[1] > 0);
 }
@@ -708,6 +730,12 @@ static int recover(struct sto *s)
 	if (rc)
 		return rc;
 	s->active->gen = newest;
+	if (c.dup_batches)
+		rdb_warn("store",
+			 "WAL replay skipped %llu record(s) whose client batch id was already "
+			 "stored: the same batch reached the WAL twice (a write that failed after "
+			 "its bytes landed, then was retried); each is stored once",
+			 (unsigned long long)c.dup_batches);
 	if (c.points || c.events)
 		rdb_info("store",
 			 "recovered %llu points and %llu events from the WAL; sealing "

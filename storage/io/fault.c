@@ -35,6 +35,8 @@ static struct point points[STO_FP_COUNT];
 static const char *const names[STO_FP_COUNT] = {
     [STO_FP_PREPARE] = "prepare",
     [STO_FP_WAL_APPEND] = "wal_append",
+    [STO_FP_WAL_SYNC] = "wal_sync",
+    [STO_FP_WAL_TRUNCATE] = "wal_truncate",
     [STO_FP_WAL_ROTATE] = "wal_rotate",
     [STO_FP_WAL_TRIM] = "wal_trim",
     [STO_FP_SEG_CREATE] = "seg_create",
@@ -218,7 +220,7 @@ int sto_fault_parse(const char *spec, char *err, size_t errlen)
 				 "RANKDB_FAULTS item '%.*s': %s (expected name=ENOSPC@N or "
 				 "name=EIO@N+, comma-separated; names: see docs/OPERATIONS.md)",
 				 (int)(len > 64 ? 64 : len), s,
-				 rc == -ENOENT  ? "no such fault point"
+				 rc == -ENOENT	? "no such fault point"
 				 : rc == -E2BIG ? "too many items"
 						: "malformed");
 			return -EINVAL;

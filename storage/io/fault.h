@@ -31,6 +31,8 @@
 enum sto_fault_point {
 	STO_FP_PREPARE,		 /* making room in the head before a WAL append (ENOMEM) */
 	STO_FP_WAL_APPEND,	 /* a WAL group write: half written, then the error */
+	STO_FP_WAL_SYNC,	 /* a WAL group written whole, then its fdatasync fails */
+	STO_FP_WAL_TRUNCATE,	 /* cutting a failed group off the WAL (the WAL breaks) */
 	STO_FP_WAL_ROTATE,	 /* creating the next WAL generation file */
 	STO_FP_WAL_TRIM,	 /* deleting checkpointed WAL files (checkpoint step 4) */
 	STO_FP_SEG_CREATE,	 /* creating a segment file */

@@ -343,7 +343,10 @@ static void undo_failed_write(struct sto_wal *w, struct group *g)
 {
 	char name[NAME_LEN + 1];
 	snprintf(name, sizeof(name), "wal-%016llx.log", (unsigned long long)g->gen);
-	int rc = g->inject_truncate_err ? g->inject_truncate_err : truncate_fd(g->fd, g->off);
+	int rc =
+	    g->inject_truncate_err ? g->inject_truncate_err : sto_fault_hit(STO_FP_WAL_TRUNCATE);
+	if (rc == 0)
+		rc = truncate_fd(g->fd, g->off);
 	if (rc == 0) {
 		rdb_warn(SUBSYS,
 			 "%s/%s: writing %zu records (%llu bytes) at offset %llu failed: %s; "
@@ -377,6 +380,8 @@ static void commit_group(struct sto_wal *w, struct group *g)
 		g->result = injected_write(w, g, cnt, fault);
 	else
 		g->result = sto_ring_writev(w->ring, g->fd, w->iov, cnt, g->off, datasync);
+	if (!fault && g->result == 0) /* the group landed whole, then its sync "failed" */
+		g->result = sto_fault_hit(STO_FP_WAL_SYNC);
 	g->ns = (uint64_t)(rdb_now_mono_ns() - t0);
 	g->synced = datasync;
 	if (g->result)

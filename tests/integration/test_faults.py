@@ -27,8 +27,12 @@ PER = 40  # records (points) per batch
 RUN_S = 0.7  # writing time per run, under the fault for most of it
 
 # (point, hit from which it fails): early enough to fire in a short run,
-# late enough that the same site succeeded a few times before.
-POINTS = [("prepare", 20), ("wal_append", 20), ("wal_rotate", 2), ("wal_trim", 2),
+# late enough that the same site succeeded a few times before. Not here:
+# wal_truncate (cutting a failed group off the WAL failing too): a writer
+# WITHOUT a batch id that retries such a write may then be stored twice, a
+# documented limit (docs/OPERATIONS.md); tests/unit/test_faults.c walks it
+# and checks that batch ids stay exactly-once.
+POINTS = [("prepare", 20), ("wal_append", 20), ("wal_sync", 20), ("wal_rotate", 2), ("wal_trim", 2),
           ("seg_create", 2), ("seg_append", 3), ("seg_sync", 2), ("index_commit", 10),
           ("series_create", 2), ("meta_commit", 1), ("ckpt_seal", 2), ("ckpt_commit", 2),
           ("event_seal", 2), ("compact_write", 1), ("compact_commit", 1),
@@ -182,7 +186,8 @@ def test_fault_walk_every_write_site_is_exactly_once():
 def test_full_disk_sigterm_final_checkpoint_fails_then_exactly_once():
     # every write site fails from its 2nd hit on (a disk that fills), as in
     # the torture run: SIGTERM, the final checkpoint fails, exit 1
-    spec = ",".join("%s=ENOSPC@2+" % p for p, _ in POINTS if p not in ("prepare", "head_new"))
+    spec = ",".join("%s=ENOSPC@2+" % p for p, _ in POINTS
+                    if p not in ("prepare", "head_new", "wal_sync"))
     s = Server(FLAGS)
     ws = _run(s, spec, kill=False)
     assert s.last_rc == 1, "SIGTERM on a full disk exited %s" % s.last_rc

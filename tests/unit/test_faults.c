@@ -92,9 +92,10 @@ static void test_parse_spec(void)
 	CHECK_EQ_INT(sto_fault_hit(STO_FP_WAL_ROTATE), 0);
 	CHECK_EQ_INT(sto_fault_hit(STO_FP_CKPT_COMMIT), -5);
 	static const char *const bad[] = {
-	    "nope=EIO@1",	  "seg_append",	       "seg_append=EIO",  "seg_append=EIO@0",
-	    "seg_append=EIO@x",	  "seg_append=EBOGUS@1", "seg_append=@1", "seg_append=EIO@-1",
-	    "seg_append=EIO@1++", "=EIO@1",		 "seg_append=0@1", "wal_trim=EIO@1,bad",
+	    "nope=EIO@1",	"seg_append",	     "seg_append=EIO",
+	    "seg_append=EIO@0", "seg_append=EIO@x",  "seg_append=EBOGUS@1",
+	    "seg_append=@1",	"seg_append=EIO@-1", "seg_append=EIO@1++",
+	    "=EIO@1",		"seg_append=0@1",    "wal_trim=EIO@1,bad",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		err[0] = 0;
@@ -110,11 +111,11 @@ static void test_parse_spec(void)
 
 /* ---- the store: exactly once after a fault ------------------------------ */
 
-#define NWRITERS   4
-#define PER_BATCH  50u
-#define CHUNK_MAX  64u
-#define MAX_BATCH  4096u
-#define EV_WRITER  3u /* writes one log event with each batch */
+#define NWRITERS  4
+#define PER_BATCH 50u
+#define CHUNK_MAX 64u
+#define MAX_BATCH 4096u
+#define EV_WRITER 3u /* writes one log event with each batch */
 
 static void opts(struct sto_options *o, const char *dir)
 {
@@ -242,7 +243,8 @@ static unsigned check_events(struct sto *s, const struct writer *w, unsigned *du
 	for (unsigned b = 0; b < MAX_BATCH; b++) {
 		unsigned char state = b < w->nbatches ? w->state[b] : 0;
 		dups += count[b] > 1;
-		bad += count[b] > 1 || (state == 1 && count[b] != 1) || (state == 0 && count[b] != 0);
+		bad +=
+		    count[b] > 1 || (state == 1 && count[b] != 1) || (state == 0 && count[b] != 0);
 	}
 	if (bad)
 		fprintf(stderr, "events of writer %u: %u problems (%u twice or more)\n", w->id, bad,
@@ -287,8 +289,9 @@ static unsigned check_writer(struct sto *s, const struct writer *w, unsigned *du
 		       (state == 0 && count[st] != 0);
 	}
 	if (bad)
-		fprintf(stderr, "writer %u: %zu points read, %u problems (%u steps twice or more)\n",
-			w->id, c.n, bad, dups);
+		fprintf(stderr,
+			"writer %u: %zu points read, %u problems (%u steps twice or more)\n", w->id,
+			c.n, bad, dups);
 	*dups_out += dups;
 	free(count);
 	mdl_cols_free(&c);
@@ -402,8 +405,8 @@ static unsigned walk_one(enum sto_fault_point p, uint64_t nth, bool every, bool 
 	snprintf(dir, sizeof(dir), "%s/walk.%d", base, dir_seq++);
 	struct sto_options o;
 	opts(&o, dir);
-	struct walk_shared *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
-				      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct walk_shared *sh =
+	    mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (sh == MAP_FAILED)
 		return 1;
 	memset(sh, 0, sizeof(*sh));
@@ -428,6 +431,8 @@ static unsigned walk_one(enum sto_fault_point p, uint64_t nth, bool every, bool 
 				sto_fault_set((enum sto_fault_point)i, ENOSPC, nth, every);
 		else
 			sto_fault_set(p, p == STO_FP_PREPARE ? ENOMEM : ENOSPC, nth, every);
+		if (p == STO_FP_WAL_TRUNCATE) /* it only runs after a failed group */
+			sto_fault_set(STO_FP_WAL_SYNC, EIO, nth, every);
 		start_writers(sh->ws, th, s, 40, 100);
 		/* each writer's first batch is answered before the background work
 		 * starts: its checkpoint then has points and events to seal */
@@ -476,6 +481,69 @@ static unsigned walk_one(enum sto_fault_point p, uint64_t nth, bool every, bool 
 	return bad;
 }
 
+static int write_one(struct sto *s, const char *id, int64_t step0)
+{
+	struct mdl_batch *mb;
+	int rc = mdl_batch_new(1 << 20, 1024, &mb);
+	for (int i = 0; rc == 0 && i < 50; i++)
+		rc = mdl_batch_add(mb, "x", 1, 0, "m", 1, 1000000000 + step0 + i, step0 + i, 0,
+				   rdb_f64_bits(1.0));
+	struct sto_write_req req = {
+	    .points = mb, .batch_id = id, .batch_id_len = id ? strlen(id) : 0};
+	struct sto_write_result res;
+	if (rc == 0)
+		rc = sto_write_req(s, &req, &res);
+	mdl_batch_free(mb);
+	return rc;
+}
+
+/* A WAL group that landed whole although its write failed (its fdatasync
+ * failed and so did cutting it off again), then the client retried with
+ * the same batch id into the next WAL file (the checkpoint that rotated
+ * could not finish, so both files are replayed after a crash): the batch is
+ * stored once, not twice - replay skips a batch id it already has. */
+static void test_landed_failed_write_retried_with_batch_id_is_once(void)
+{
+	char dir[4200];
+	snprintf(dir, sizeof(dir), "%s/store.%d", base, dir_seq++);
+	struct sto_options o;
+	opts(&o, dir);
+	sto_fault_reset();
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct sto *s;
+		if (sto_open(&o, &s) != 0)
+			_exit(3);
+		sto_fault_set(STO_FP_WAL_SYNC, EIO, 1, false);
+		sto_fault_set(STO_FP_WAL_TRUNCATE, EIO, 1, false);
+		sto_fault_set(STO_FP_CKPT_COMMIT, ENOSPC, 1, true);
+		int rc1 = write_one(s, "X", 0);	  /* fails, but its bytes stay */
+		int rc2 = write_one(s, "Y", 100); /* the WAL is broken: refused */
+		int rc3 = sto_checkpoint(s);	  /* rotates; the checkpoint fails */
+		int rc4 = write_one(s, "X", 0);	  /* the retry */
+		_exit(rc1 != 0 && rc2 != 0 && rc3 != 0 && rc4 == 0 ? 0 : 4); /* kill -9 */
+	}
+	int st = 0;
+	waitpid(pid, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	struct sto *s;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	struct mdl_series_key k = {.rank = 0};
+	snprintf(k.job, sizeof(k.job), "x");
+	snprintf(k.metric, sizeof(k.metric), "m");
+	uint64_t sid = 0;
+	CHECK_EQ_INT(sto_lookup_series(s, &k, &sid), 0);
+	struct sto_range r = {INT64_MIN, INT64_MAX, false, 0, 0};
+	struct mdl_cols c = MDL_COLS_INIT;
+	struct sto_read_error err;
+	CHECK_EQ_INT(sto_read(s, sid, &r, 1000000, &c, &err), 0);
+	CHECK_EQ_INT(c.n, 50); /* batch X once; nothing of Y */
+	for (size_t i = 0; i < c.n; i++)
+		CHECK_EQ_INT(c.step[i], (int64_t)i);
+	mdl_cols_free(&c);
+	sto_close(s);
+}
+
 static void test_walk_every_fault_point(void)
 {
 	for (int p = 0; p <= STO_FP_COUNT; p++) { /* STO_FP_COUNT: all at once */
@@ -484,8 +552,8 @@ static void test_walk_every_fault_point(void)
 		static const uint64_t nths[] = {1, 2, 5};
 		for (size_t m = 0; m < sizeof(nths) / sizeof(nths[0]) * 4; m++) {
 			unsigned dups = 0;
-			unsigned bad = walk_one((enum sto_fault_point)p, nths[m / 4], m & 1,
-						m & 2, &dups);
+			unsigned bad =
+			    walk_one((enum sto_fault_point)p, nths[m / 4], m & 1, m & 2, &dups);
 			CHECK_EQ_INT(bad, 0);
 			CHECK_EQ_INT(dups, 0);
 		}
@@ -506,6 +574,7 @@ int main(void)
 	RUN(test_nth_hit_and_every_from);
 	RUN(test_parse_spec);
 	RUN(test_final_checkpoint_enospc_is_exactly_once);
+	RUN(test_landed_failed_write_retried_with_batch_id_is_once);
 	RUN(test_walk_every_fault_point);
 	int rc = check_summary("faults");
 	if (rc == 0) {
