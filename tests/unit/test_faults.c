@@ -547,13 +547,18 @@ static void test_landed_failed_write_retried_with_batch_id_is_once(void)
 static void test_walk_every_fault_point(void)
 {
 	for (int p = 0; p <= STO_FP_COUNT; p++) { /* STO_FP_COUNT: all at once */
-		/* from the 1st, 2nd, 5th hit on (a full disk) or only then (a
-		 * transient error); then SIGTERM or kill -9 */
-		static const uint64_t nths[] = {1, 2, 5};
-		for (size_t m = 0; m < sizeof(nths) / sizeof(nths[0]) * 4; m++) {
+		/* from the 1st hit on (a full disk) or only then (a transient
+		 * error), and from the 3rd on (after the site worked twice);
+		 * then SIGTERM or kill -9 */
+		static const struct {
+			uint64_t nth;
+			bool every, crash;
+		} modes[] = {{1, true, false}, {1, true, true},	 {1, false, false},
+			     {1, false, true}, {3, true, false}, {3, true, true}};
+		for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
 			unsigned dups = 0;
-			unsigned bad =
-			    walk_one((enum sto_fault_point)p, nths[m / 4], m & 1, m & 2, &dups);
+			unsigned bad = walk_one((enum sto_fault_point)p, modes[m].nth,
+						modes[m].every, modes[m].crash, &dups);
 			CHECK_EQ_INT(bad, 0);
 			CHECK_EQ_INT(dups, 0);
 		}
