@@ -46,6 +46,7 @@
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
 #include "common/rdb_map.h"
+#include "common/rdb_sort.h"
 #include "storage/chunk/codec.h"
 #include "storage/events/evstore.h"
 #include "storage/chunk/group.h"
@@ -231,7 +232,7 @@ static int list_segments(const char *seg_dir, struct id_set *out)
 	}
 	closedir(d);
 	if (rc == 0 && out->n)
-		qsort(out->v, out->n, sizeof(uint64_t), cmp_u64);
+		rdb_sort(out->v, out->n, sizeof(uint64_t), cmp_u64);
 	return rc;
 }
 
@@ -832,7 +833,7 @@ static int sup_apply_one(struct rb *b, struct sto_sup_entry *e, bool eff)
 		free(seg);
 		return rc < 0 ? rc : sto_sup_del(b->t, e->sup.merged_uid);
 	}
-	qsort(seg, n, sizeof(*seg), cmp_u64s);
+	rdb_sort(seg, n, sizeof(*seg), cmp_u64s);
 	uint32_t k = 0;
 	for (uint32_t i = 0; i < n; i++)
 		if (k == 0 || seg[i] != seg[k - 1])
@@ -849,7 +850,7 @@ static int apply_supersede(struct rb *b)
 {
 	struct sup_all l = {0};
 	if (b->dups.n)
-		qsort(b->dups.v, b->dups.n, sizeof(*b->dups.v), cmp_dup);
+		rdb_sort(b->dups.v, b->dups.n, sizeof(*b->dups.v), cmp_dup);
 	int rc = sto_sup_scan(b->t, sup_collect_cb, &l);
 	if (rc == 0 && l.n && !(l.eff = calloc(l.n, sizeof(*l.eff))))
 		rc = -ENOMEM;

@@ -2,7 +2,8 @@
 # checksrc.sh - the source rules CI keeps (in the spirit of curl's checksrc):
 #
 #   1. banned functions: sprintf, vsprintf, strcpy, strcat, atoi, atol, atoll,
-#      strtok, gets (use snprintf, rdb_buf, strtoll with checks) - in the
+#      strtok, gets (use snprintf, rdb_buf, strtoll with checks), and bare
+#      qsort (use rdb_sort: qsort(NULL, 0) is undefined) - in the
 #      product's code (tests may build fixtures as they like);
 #   2. symbol prefixes: every global symbol a module's static library defines
 #      carries its module prefix, or one of the module's internal sub-prefixes
@@ -40,6 +41,15 @@ hits=$(grep -rnE '\b(sprintf|vsprintf|strcpy|strcat|atoi|atol|atoll|strtok|gets)
 if [ -n "$hits" ]; then
 	echo "$hits"
 	echo "checksrc: banned functions above (use snprintf, rdb_buf_*, strtoll with checks)"
+	fail=1
+fi
+# qsort(NULL, 0, ...) is undefined (UBSan aborts): sorts go through rdb_sort.
+# shellcheck disable=SC2086
+hits=$(grep -rnE '\bqsort[[:space:]]*\(' --include='*.c' --include='*.h' $product 2>/dev/null |
+	grep -vE '^(common/rdb_sort\.h|clients/c/)' || true)
+if [ -n "$hits" ]; then
+	echo "$hits"
+	echo "checksrc: bare qsort above (use rdb_sort from common/rdb_sort.h: defined for n == 0)"
 	fail=1
 fi
 

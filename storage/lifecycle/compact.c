@@ -32,6 +32,7 @@
 #include "common/rdb_log.h"
 #include "common/rdb_map.h"
 #include "common/rdb_time.h"
+#include "common/rdb_sort.h"
 #include "storage/admin.h"
 #include "storage/chunk/codec.h"
 #include "storage/events/evstore.h"
@@ -425,7 +426,7 @@ static int list_segments(struct sto *s, struct id_list *ids)
 	/* Oldest first: the sources of a supersede record are always in older
 	 * segments than the record, so one pass can drop both. */
 	if (rc == 0 && ids->n)
-		qsort(ids->v, ids->n, sizeof(*ids->v), sti_cmp_u64);
+		rdb_sort(ids->v, ids->n, sizeof(*ids->v), sti_cmp_u64);
 	return rc;
 }
 

@@ -22,6 +22,7 @@
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
 #include "common/rdb_map.h"
+#include "common/rdb_sort.h"
 #include "storage/admin.h"
 #include "storage/chunk/codec.h"
 #include "storage/chunk/group.h"
@@ -66,13 +67,13 @@ static int cmp_src(const void *a, const void *b)
 static void sup_normalize(struct sto_sup_entry *e)
 {
 	size_t k = 0;
-	qsort(e->sup.src, e->sup.nsrc, sizeof(*e->sup.src), cmp_src);
+	rdb_sort(e->sup.src, e->sup.nsrc, sizeof(*e->sup.src), cmp_src);
 	for (size_t i = 0; i < e->sup.nsrc; i++)
 		if (k == 0 || e->sup.src[i].uid != e->sup.src[k - 1].uid)
 			e->sup.src[k++] = e->sup.src[i];
 	e->sup.nsrc = (uint32_t)k;
 	k = 0;
-	qsort(e->seg, e->nseg, sizeof(*e->seg), sti_cmp_u64);
+	rdb_sort(e->seg, e->nseg, sizeof(*e->seg), sti_cmp_u64);
 	for (size_t i = 0; i < e->nseg; i++)
 		if (k == 0 || e->seg[i] != e->seg[k - 1])
 			e->seg[k++] = e->seg[i];

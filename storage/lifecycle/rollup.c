@@ -19,6 +19,7 @@
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
+#include "common/rdb_sort.h"
 #include "storage/format.h"
 
 #include <errno.h>
@@ -178,7 +179,7 @@ int sti_rollup_commit(struct sti_rollup_acc *a, struct sto_txn *t)
 {
 	if (a->n == 0)
 		return 0;
-	qsort(a->v, a->n, sizeof(*a->v), cmp_ent);
+	rdb_sort(a->v, a->n, sizeof(*a->v), cmp_ent);
 	int rc = sto_fault_hit(STO_FP_ROLLUP_WRITE);
 	for (size_t i = 0; rc == 0 && i < a->n;) {
 		struct sti_rollup_ent *e = &a->v[i];

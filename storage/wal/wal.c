@@ -57,6 +57,7 @@
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
 #include "common/rdb_time.h"
+#include "common/rdb_sort.h"
 #include "storage/io/fault.h"
 #include "storage/format.h"
 #include "storage/io/uring.h"
@@ -984,7 +985,7 @@ int sto_wal_list(const char *dir, uint64_t **gens, size_t *n)
 		return result;
 	}
 	if (cnt > 1)
-		qsort(v, cnt, sizeof(*v), cmp_u64);
+		rdb_sort(v, cnt, sizeof(*v), cmp_u64);
 	*gens = v;
 	*n = cnt;
 	return 0;
