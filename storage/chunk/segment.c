@@ -137,6 +137,20 @@ int sto_seg_append_at(struct sto_seg_writer *w, const void *buf, size_t len,
 	return 0;
 }
 
+int sto_seg_truncate(struct sto_seg_writer *w, uint64_t size)
+{
+	int rc = sto_fault_hit(STO_FP_SEG_TRUNCATE);
+	if (rc == 0 && ftruncate(w->fd, (off_t)size) != 0)
+		rc = -errno;
+	if (rc) {
+		rdb_error("segment", "cutting %s back to %llu bytes failed: %s", w->path,
+			  (unsigned long long)size, rdb_strerror(rc));
+		return rc;
+	}
+	w->size = size;
+	return 0;
+}
+
 int sto_seg_sync(struct sto_seg_writer *w)
 {
 	int rc = sto_fault_hit(STO_FP_SEG_SYNC);

@@ -35,6 +35,10 @@ int sto_seg_append(struct sto_seg_writer *w, const void *buf, size_t len);
 int sto_seg_append_at(struct sto_seg_writer *w, const void *buf, size_t len,
 		      enum sto_fault_point point);
 int sto_seg_sync(struct sto_seg_writer *w);
+/* Cuts the file back to size bytes (<= its size): records appended after
+ * size whose index commit failed. 0, or -errno (the writer is then unusable:
+ * close it). */
+int sto_seg_truncate(struct sto_seg_writer *w, uint64_t size);
 /* Syncs and closes. NULL ok. */
 int sto_seg_close(struct sto_seg_writer *w);
 

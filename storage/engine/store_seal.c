@@ -271,6 +271,26 @@ static void head_consume(struct sto *s, struct head *h, struct head_series *hs, 
 	}
 }
 
+/* After records were appended at `size` but their index commit failed (rc):
+ * cuts them off again, so that no record without an index entry outlives
+ * the WAL file that also holds its points (rankctl rebuild-index would
+ * index it next to the points sealed again: issue 10, item 8). If the cut
+ * fails, the segment is closed (the next seal starts a new one) and the
+ * record stays until the next unclean start rewrites the segment. */
+static int cut_back(struct sto *s, uint64_t size, int rc)
+{
+	if (sto_seg_truncate(s->seg, size) != 0) {
+		rdb_error("store",
+			  "segment %llu keeps chunk records without index entries past offset "
+			  "%llu; closing it. Do not run rankctl rebuild-index before the next "
+			  "restart has rewritten it",
+			  (unsigned long long)sto_seg_id(s->seg), (unsigned long long)size);
+		sto_seg_close(s->seg);
+		s->seg = NULL;
+	}
+	return rc;
+}
+
 /* Writes the round's chunks to the segment, indexes them (with pending
  * entries: they belong to a generation newer than ckpt_gen) and removes
  * the sealed points from the head, atomically for readers. */
@@ -279,13 +299,14 @@ static int commit_round(struct sto *s, struct head *h, struct seal_round *r,
 {
 	if (r->nrefs == 0)
 		return 0;
+	uint64_t before = sto_seg_size(s->seg);
 	int rc = sto_seg_append(s->seg, r->buf.data, r->buf.len);
 	if (rc)
 		return rc;
 	struct sto_txn *t;
 	rc = sto_txn_begin(s->ix, true, &t);
 	if (rc)
-		return rc;
+		return cut_back(s, before, rc);
 	for (size_t i = 0; i < r->nrefs && rc == 0; i++) {
 		rc = sto_chunk_put(t, &r->refs[i]);
 		if (rc == 0)
@@ -295,7 +316,7 @@ static int commit_round(struct sto *s, struct head *h, struct seal_round *r,
 		rc = sto_meta_put(t, "next_chunk_uid", s->uid_limit);
 	if (rc) {
 		sto_txn_abort(t);
-		return rc;
+		return cut_back(s, before, rc);
 	}
 	pthread_rwlock_wrlock(&s->view_lock);
 	rc = sto_txn_commit(t);
@@ -307,7 +328,7 @@ static int commit_round(struct sto *s, struct head *h, struct seal_round *r,
 	}
 	pthread_rwlock_unlock(&s->view_lock);
 	if (rc)
-		return rc;
+		return cut_back(s, before, rc);
 	uint64_t pts = 0;
 	for (size_t i = 0; i < r->nrefs; i++)
 		pts += r->refs[i].stats.count;
@@ -457,12 +478,14 @@ static int commit_events(struct ev_seal *es)
 	es->t = NULL;
 	if (!t)
 		return 0;
+	uint64_t before = sto_seg_size(s->seg);
 	int rc = sto_seg_append_at(s->seg, es->buf.data, es->buf.len, STO_FP_EVENT_SEAL);
+	bool appended = rc == 0;
 	if (rc == 0)
 		rc = sto_meta_put(t, "next_chunk_uid", s->uid_limit);
 	if (rc) {
 		sto_txn_abort(t);
-		return rc;
+		return appended ? cut_back(s, before, rc) : rc;
 	}
 	pthread_rwlock_wrlock(&s->view_lock);
 	rc = sto_txn_commit(t);
@@ -476,6 +499,8 @@ static int commit_events(struct ev_seal *es)
 		pthread_mutex_unlock(&s->head_lock);
 	}
 	pthread_rwlock_unlock(&s->view_lock);
+	if (rc)
+		return cut_back(s, before, rc);
 	atomic_fetch_add(&s->st_chunk_bytes, es->buf.len);
 	es->buf.len = 0;
 	es->n = 0;

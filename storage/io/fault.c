@@ -42,6 +42,7 @@ static const char *const names[STO_FP_COUNT] = {
     [STO_FP_SEG_CREATE] = "seg_create",
     [STO_FP_SEG_APPEND] = "seg_append",
     [STO_FP_SEG_SYNC] = "seg_sync",
+    [STO_FP_SEG_TRUNCATE] = "seg_truncate",
     [STO_FP_INDEX_COMMIT] = "index_commit",
     [STO_FP_SERIES_CREATE] = "series_create",
     [STO_FP_META_COMMIT] = "meta_commit",

@@ -38,6 +38,7 @@ enum sto_fault_point {
 	STO_FP_SEG_CREATE,	 /* creating a segment file */
 	STO_FP_SEG_APPEND,	 /* appending chunk records: half written, then the error */
 	STO_FP_SEG_SYNC,	 /* fdatasync of a segment file */
+	STO_FP_SEG_TRUNCATE,	 /* cutting records whose index commit failed off a segment */
 	STO_FP_INDEX_COMMIT,	 /* any LMDB write transaction's commit */
 	STO_FP_SERIES_CREATE,	 /* committing new series to the index */
 	STO_FP_META_COMMIT,	 /* meta counters (segment id, chunk uid block), job settings */
