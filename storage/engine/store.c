@@ -90,6 +90,19 @@ static int remove_wal_upto(struct sto *s, uint64_t gen)
 	return rc;
 }
 
+/* Meta ckpt_seg (+ 1): the lowest segment id a record of a generation after
+ * this checkpoint can land in (the open segment, else the next new one);
+ * see drop_uncheckpointed. */
+static int put_ckpt_seg(struct sto *s, struct sto_txn *t)
+{
+	uint64_t next = 0;
+	if (s->seg)
+		next = sto_seg_id(s->seg);
+	else if (sto_meta_get(t, "next_segment_id", &next) != 0)
+		next = 0;
+	return sto_meta_put(t, "ckpt_seg", next + 1);
+}
+
 /* Seals everything in s->frozen, makes it durable, records the checkpoint
  * and deletes the WAL files it covered. Flusher (or open/close) only. */
 int sti_finish_checkpoint(struct sto *s)
@@ -123,6 +136,8 @@ int sti_finish_checkpoint(struct sto *s)
 		rc = sto_txn_begin(s->ix, true, &t);
 	if (rc == 0) {
 		rc = sto_meta_put(t, "ckpt_gen", h->gen);
+		if (rc == 0)
+			rc = put_ckpt_seg(s, t);
 		if (rc == 0)
 			rc = sto_pending_clear(t, h->gen);
 		if (rc == 0)
@@ -396,11 +411,15 @@ static int drop_evpending_cb(void *arg, uint64_t gen, const char *job, int64_t m
  * meta recovery_seg (lowest segment id holding one, + 1) asks recover()
  * to rewrite those segments before the WAL files are deleted, so that
  * rankctl rebuild-index can never index them next to the replayed points
- * (FORMAT.md, "Rebuilding the index", rule 1). */
-static int drop_uncheckpointed(struct sto *s)
+ * (FORMAT.md, "Rebuilding the index", rule 1). When WAL files will be
+ * replayed (replaying), the rewrite also starts no later than meta ckpt_seg:
+ * a crash between a segment append and its index commit leaves records
+ * that no index entry (pending or not) names, in a segment written since
+ * the last checkpoint. */
+static int drop_uncheckpointed(struct sto *s, bool replaying)
 {
 	struct drop_ctx d = {.min_seg = UINT64_MAX};
-	uint64_t prev;
+	uint64_t prev, since;
 	int rc = sto_txn_begin(s->ix, true, &d.t);
 	if (rc)
 		return rc;
@@ -411,6 +430,9 @@ static int drop_uncheckpointed(struct sto *s)
 		rc = sto_evpending_scan(d.t, s->ckpt_gen, drop_evpending_cb, &d);
 	if (rc == 0)
 		rc = sto_evpending_drop_after(d.t, s->ckpt_gen);
+	if (rc == 0 && replaying && sto_meta_get(d.t, "ckpt_seg", &since) == 0 && since &&
+	    since - 1 < d.min_seg)
+		d.min_seg = since - 1;
 	if (rc == 0 && d.min_seg != UINT64_MAX) {
 		if (sto_meta_get(d.t, "recovery_seg", &prev) == 0 && prev && prev - 1 < d.min_seg)
 			d.min_seg = prev - 1;
@@ -696,11 +718,16 @@ static int recover(struct sto *s)
 {
 	uint64_t *gens = NULL;
 	size_t n = 0;
-	int rc = drop_uncheckpointed(s);
+	int rc = sto_wal_list(s->wal_dir, &gens, &n);
+	bool replaying = false;
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		replaying |= gens[i] > s->ckpt_gen;
 	if (rc == 0)
-		rc = sto_wal_list(s->wal_dir, &gens, &n);
-	if (rc)
+		rc = drop_uncheckpointed(s, replaying);
+	if (rc) {
+		free(gens);
 		return rc;
+	}
 	uint64_t newest = s->ckpt_gen;
 	struct replay_ctx c = {.s = s};
 	rc = mdl_batch_new(SIZE_MAX, SIZE_MAX, &c.b);

@@ -36,7 +36,10 @@ POINTS = [("prepare", 20), ("wal_append", 20), ("wal_sync", 20), ("wal_rotate", 
           ("seg_create", 2), ("seg_append", 3), ("seg_sync", 2), ("index_commit", 10),
           ("series_create", 2), ("meta_commit", 1), ("ckpt_seal", 2), ("ckpt_commit", 2),
           ("event_seal", 2), ("compact_write", 1), ("compact_commit", 1),
-          ("retention_commit", 1), ("rollup_write", 1), ("job_delete", 1), ("head_new", 2)]
+          ("retention_commit", 1), ("rollup_write", 1), ("job_delete", 1), ("head_new", 2),
+          ("seg_truncate", 1)]
+# points that only run after another failure: armed together with it
+PAIRED = {"seg_truncate": ",index_commit=EIO@10+"}
 
 
 def _admin(s, method, path):
@@ -175,7 +178,7 @@ def test_fault_walk_every_write_site_is_exactly_once():
     for i, (point, nth) in enumerate(POINTS):
         kill = i % 2 == 1  # alternate SIGTERM and kill -9
         s = Server(FLAGS, name="walk-" + point)
-        ws = _run(s, "%s=ENOSPC@%d+" % (point, nth), kill)
+        ws = _run(s, "%s=ENOSPC@%d+%s" % (point, nth, PAIRED.get(point, "")), kill)
         assert "injected fault: write site %s " % point in s.log_text(), \
             "%s never fired: the walk did not reach this write site\n%s" % (point, s.log_tail(20))
         s.start()
@@ -187,7 +190,7 @@ def test_full_disk_sigterm_final_checkpoint_fails_then_exactly_once():
     # every write site fails from its 2nd hit on (a disk that fills), as in
     # the torture run: SIGTERM, the final checkpoint fails, exit 1
     spec = ",".join("%s=ENOSPC@2+" % p for p, _ in POINTS
-                    if p not in ("prepare", "head_new", "wal_sync"))
+                    if p not in ("prepare", "head_new", "wal_sync", "seg_truncate"))
     s = Server(FLAGS)
     ws = _run(s, spec, kill=False)
     assert s.last_rc == 1, "SIGTERM on a full disk exited %s" % s.last_rc
