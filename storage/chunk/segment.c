@@ -124,10 +124,11 @@ int sto_seg_append_at(struct sto_seg_writer *w, const void *buf, size_t len,
 		rc = sto_ring_writev(w->ring, w->fd, &iov, 1, w->size, false);
 	}
 	if (rc) {
-		rdb_error("segment",
-			  "append of %zu bytes to %s at offset %llu failed: %s; "
-			  "truncating back, the chunks stay in memory and the WAL",
-			  len, w->path, (unsigned long long)w->size, rdb_strerror(rc));
+		static struct rdb_log_ratelimit rl; /* the flusher retries every 200 ms */
+		rdb_log_limited(&rl, 10, RDB_LOG_ERROR, "segment",
+				"append of %zu bytes to %s at offset %llu failed: %s; "
+				"truncating back, the chunks stay in memory and the WAL",
+				len, w->path, (unsigned long long)w->size, rdb_strerror(rc));
 		if (ftruncate(w->fd, (off_t)w->size) != 0)
 			rdb_error("segment", "truncate of %s failed too: %s", w->path,
 				  strerror(errno));

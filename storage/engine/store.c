@@ -150,10 +150,11 @@ int sti_finish_checkpoint(struct sto *s)
 			sto_txn_abort(t);
 	}
 	if (rc) {
-		rdb_error("store",
-			  "checkpoint of WAL generation %llu failed: %s; its points stay "
-			  "in memory and in the WAL, retrying",
-			  (unsigned long long)h->gen, rdb_strerror(rc));
+		static struct rdb_log_ratelimit rl; /* retried every 200 ms while it fails */
+		rdb_log_limited(&rl, 10, RDB_LOG_ERROR, "store",
+				"checkpoint of WAL generation %llu failed: %s; its points stay "
+				"in memory and in the WAL, retrying",
+				(unsigned long long)h->gen, rdb_strerror(rc));
 		return rc;
 	}
 	s->ckpt_gen = h->gen;

@@ -125,8 +125,15 @@ int ix_err(const struct sto_index *ix, int rc, const char *op)
 				op, dir, IX_MAXREADERS);
 		return RDB_EBUSY;
 	default:
-		if (rc > 0)
+		if (rc > 0) {
+			/* LMDB turns a short write (a full disk) into EIO */
+			rdb_log_limited(&rl_other, 10, RDB_LOG_ERROR, SUBSYS,
+					"%s: LMDB index %s: %s%s", op, dir, strerror(rc),
+					rc == EIO ? " (LMDB reports a full disk this way too: "
+						    "check free space)"
+						  : "");
 			return -rc;
+		}
 		rdb_log_limited(&rl_other, 10, RDB_LOG_ERROR, SUBSYS,
 				"%s: LMDB index %s: unexpected error %d (%s)", op, dir, rc,
 				mdb_strerror(rc));
