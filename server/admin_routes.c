@@ -13,6 +13,8 @@
  *   POST   /api/v1/admin/checkpoint             seal and checkpoint now
  *   POST   /api/v1/admin/rules/reload           re-read the detector rules file
  *   POST   /api/v1/admin/tokens/reload          re-read the tokens file (server/auth.h)
+ *   POST   /api/v1/admin/udp-keys/reload        re-read the UDP keys file (server/udp_auth.h)
+ *   POST   /api/v1/admin/tls/reload             re-read the TLS certificate (server/tls.h)
  *
  * Protection: with a tokens_file or admin_token, a token with the admin
  * scope (server/auth.h; the admin_token is one); neither ->
@@ -32,6 +34,8 @@
 #include "server/route.h"
 #include "server/srv.h"
 #include "server/auth.h"
+#include "server/tls.h"
+#include "server/udp_auth.h"
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
 #include "common/rdb_time.h"
@@ -309,13 +313,7 @@ static void do_stats(struct srv_req *req, struct srv_resp *resp)
 static void do_delete(struct srv_req *req, struct srv_resp *resp, const char *job)
 {
 	struct sto_delete_result r;
-	int rc = sto_delete_job(req->ctx->sto, job, &r);
-	int mrc = rc == 0 || rc == RDB_ENOTFOUND ? qry_meta_delete(req->ctx->cfg->data_dir, job)
-						 : RDB_ENOTFOUND;
-	if (rc == RDB_ENOTFOUND && mrc == 0)
-		rc = 0; /* a job with only a metadata document */
-	if (rc == 0 && mrc != 0 && mrc != RDB_ENOTFOUND)
-		rc = mrc;
+	int rc = sto_delete_job(req->ctx->sto, job, &r); /* its metadata document too */
 	if (rc) {
 		fail(resp, rc, rc == RDB_ENOTFOUND ? "no such job" : "delete job");
 		return;
@@ -449,11 +447,14 @@ static void do_verify(struct srv_req *req, struct srv_resp *resp)
 	rdb_buf_printf(b,
 		       "],\"ok\":%s,\"segments\":%llu,\"records\":%llu,\"chunks\":%llu,"
 		       "\"event_chunks\":%llu,\"damaged\":%llu,\"quarantined\":%llu,"
-		       "\"wal_damage_kept_files\":%llu}",
+		       "\"wal_damage_kept_files\":%llu,\"index_damaged\":%llu,\"meta_docs\":%llu,"
+		       "\"meta_damaged\":%llu}",
 		       rep.problems ? "false" : "true", (unsigned long long)rep.segments,
 		       (unsigned long long)rep.records, (unsigned long long)rep.chunks,
 		       (unsigned long long)rep.event_chunks, (unsigned long long)rep.problems,
-		       (unsigned long long)rep.quarantined, (unsigned long long)rep.wal_kept_files);
+		       (unsigned long long)rep.quarantined, (unsigned long long)rep.wal_kept_files,
+		       (unsigned long long)rep.index_damaged, (unsigned long long)rep.meta_docs,
+		       (unsigned long long)rep.meta_damaged);
 	resp->status = 200;
 }
 
@@ -556,6 +557,22 @@ static void do_tokens_reload(struct srv_resp *resp)
 	rdb_buf_putc(&resp->body, '}');
 }
 
+/* The other reloads (UDP keys, TLS certificate): 200, 409 when the file is
+ * not configured, 422 when refused (what is in force stays). */
+static void do_reload(struct srv_resp *resp, int (*fn)(char *, size_t))
+{
+	char msg[1024];
+	int rc = fn(msg, sizeof(msg));
+	if (rc) {
+		srv_error(resp, rc == RDB_ENOTFOUND ? 409 : 422, "%s", msg);
+		return;
+	}
+	resp->status = 200;
+	rdb_buf_puts(&resp->body, "{\"reloaded\":true,\"message\":");
+	rdb_buf_json_str(&resp->body, msg, strlen(msg));
+	rdb_buf_putc(&resp->body, '}');
+}
+
 /* Routes an authorized request; *action names it for the audit log. */
 static void route(struct srv_req *req, struct srv_resp *resp, const char *rest, const char **action,
 		  const char **target, char *job, size_t jlen)
@@ -599,6 +616,12 @@ static void route(struct srv_req *req, struct srv_resp *resp, const char *rest, 
 	} else if (strcmp(rest, "tokens/reload") == 0 && is(req, "POST")) {
 		*action = "tokens_reload";
 		do_tokens_reload(resp);
+	} else if (strcmp(rest, "udp-keys/reload") == 0 && is(req, "POST")) {
+		*action = "udp_keys_reload";
+		do_reload(resp, srv_udp_auth_reload);
+	} else if (strcmp(rest, "tls/reload") == 0 && is(req, "POST")) {
+		*action = "tls_reload";
+		do_reload(resp, srv_tls_reload);
 	} else if (strcmp(rest, "rules/reload") == 0 && is(req, "POST")) {
 		*action = "rules_reload";
 		do_rules_reload(req, resp);

@@ -77,6 +77,8 @@ static void usage(void)
 	    "                          index.old-<ns>; see docs/OPERATIONS.md for what is lost)\n"
 	    "  token add FILE ID SCOPES [JOBS] | list FILE | revoke FILE ID\n"
 	    "                          (offline: edits a tokens file; add prints the secret once)\n"
+	    "  udp-key add FILE ID [JOBS] | list FILE | revoke FILE ID\n"
+	    "                          (offline: edits a UDP keys file; add prints id and secret)\n"
 	    "The token may also come from the environment variable RANKDB_TOKEN.\n");
 }
 
@@ -693,13 +695,7 @@ static int dir_misc(struct sto *s, const struct opts *o)
 	int rc = 2;
 	if (strcmp(c, "delete") == 0 && o->npos == 2) {
 		struct sto_delete_result r;
-		rc = sto_delete_job(s, o->pos[1], &r);
-		int mrc = rc == 0 || rc == RDB_ENOTFOUND ? qry_meta_delete(o->data_dir, o->pos[1])
-							 : RDB_ENOTFOUND;
-		if (rc == RDB_ENOTFOUND && mrc == 0)
-			rc = 0; /* a job with only a metadata document */
-		if (rc == 0 && mrc != 0 && mrc != RDB_ENOTFOUND)
-			rc = mrc;
+		rc = sto_delete_job(s, o->pos[1], &r); /* its metadata document too */
 		if (rc == 0)
 			printf("{\"deleted\":true,\"series\":%llu,\"chunks\":%llu,\"event_chunks\":"
 			       "%llu}\n",
@@ -738,13 +734,17 @@ static int dir_verify(const struct opts *o, struct sto *s, struct sto_verify_rep
 	printf(
 	    "{\"ok\":%s,\"segments\":%llu,\"records\":%llu,\"chunks\":%llu,\"event_chunks\":%llu,"
 	    "\"supersede_records\":%llu,\"wal_files\":%llu,\"damaged\":%llu,"
-	    "\"quarantined\":%llu,\"wal_damaged_ranges\":%llu,\"wal_damage_kept_files\":%llu}\n",
+	    "\"quarantined\":%llu,\"wal_damaged_ranges\":%llu,\"wal_damage_kept_files\":%llu,"
+	    "\"index_damaged\":%llu,\"meta_docs\":%llu,\"meta_damaged\":%llu,"
+	    "\"meta_unchecked\":%llu}\n",
 	    rep.problems ? "false" : "true", (unsigned long long)rep.segments,
 	    (unsigned long long)rep.records, (unsigned long long)rep.chunks,
 	    (unsigned long long)rep.event_chunks, (unsigned long long)rep.supersede_records,
 	    (unsigned long long)wal->wal_files, (unsigned long long)rep.problems,
 	    (unsigned long long)rep.quarantined, (unsigned long long)wal->wal_damaged_ranges,
-	    (unsigned long long)rep.wal_kept_files);
+	    (unsigned long long)rep.wal_kept_files, (unsigned long long)rep.index_damaged,
+	    (unsigned long long)rep.meta_docs, (unsigned long long)rep.meta_damaged,
+	    (unsigned long long)rep.meta_unchecked);
 	return rep.problems ? 3 : 0;
 }
 
@@ -861,13 +861,16 @@ static int rules_offline(const struct opts *o)
 	return 0;
 }
 
-int rankctl_token(int argc, char **argv); /* rankctl_token.c */
+int rankctl_token(int argc, char **argv);   /* rankctl_token.c */
+int rankctl_udp_key(int argc, char **argv); /* rankctl_token.c */
 
 int main(int argc, char **argv)
 {
 	struct opts o = {0};
 	if (argc >= 2 && strcmp(argv[1], "token") == 0) /* offline: edits a tokens file */
 		return rankctl_token(argc - 2, argv + 2);
+	if (argc >= 2 && strcmp(argv[1], "udp-key") == 0) /* offline: edits a UDP keys file */
+		return rankctl_udp_key(argc - 2, argv + 2);
 	int prc = parse_opts(argc, argv, &o);
 	if (prc == 0 && o.npos >= 2 && strcmp(o.pos[0], "rules") == 0 &&
 	    strcmp(o.pos[1], "reload") != 0)
