@@ -327,6 +327,60 @@ int ing_submit(struct ing_pipeline *p, const struct ing_write *w, struct ing_out
 	return rc;
 }
 
+struct ing_ticket {
+	struct ing_pipeline *p;
+	struct ing_write w; /* the caller's, valid until ing_finish */
+	int rc;		    /* set by the storage completion */
+	ing_ready_fn ready;
+	void *arg;
+};
+
+/* The storage engine's completion (WAL thread): note the result, then hand
+ * over; the ticket is the caller's from here on. */
+static void ticket_done(void *arg, int rc)
+{
+	struct ing_ticket *tk = arg;
+	tk->rc = rc;
+	tk->ready(tk->arg);
+}
+
+int ing_submit_async(struct ing_pipeline *p, const struct ing_write *w, struct ing_outcome *out,
+		     ing_ready_fn ready, void *arg, struct ing_ticket **tk_out)
+{
+	struct ing_ticket *tk = malloc(sizeof(*tk));
+	if (!tk) {
+		outcome_set(p, out, -ENOMEM);
+		out->duplicate = false;
+		return 0;
+	}
+	*tk = (struct ing_ticket){.p = p, .w = *w, .ready = ready, .arg = arg};
+	*tk_out = tk;
+	struct sto_write_req req = {.points = w->points,
+				    .events = w->events,
+				    .batch_id = w->batch_id,
+				    .batch_id_len = w->batch_id_len};
+	struct sto_write_result res = {0};
+	int rc = sto_write_submit(p->sto, &req, &res, ticket_done, tk);
+	if (rc == STO_PENDING)
+		return ING_PENDING; /* tk may already be handed over */
+	free(tk);
+	*tk_out = NULL;
+	outcome_set(p, out, rc);
+	out->duplicate = rc == 0 && res.duplicate;
+	return 0;
+}
+
+int ing_finish(struct ing_ticket *tk, struct ing_outcome *out)
+{
+	int rc = tk->rc;
+	outcome_set(tk->p, out, rc);
+	out->duplicate = false;
+	if (rc == 0)
+		publish(tk->p, &tk->w);
+	free(tk);
+	return rc;
+}
+
 void ing_pipeline_stats(struct ing_pipeline *p,
 			void (*fn)(void *arg, const struct ing_subscriber_stats *st), void *arg)
 {

@@ -80,6 +80,8 @@ struct conn_state {
 struct srv_http {
 	struct MHD_Daemon *d;
 	struct srv_ctx *ctx;
+	_Atomic uint64_t parked;       /* requests parked (srv_submit), answered or not */
+	_Atomic bool parks_closed;     /* stopping: srv_submit no longer parks */
 	_Atomic uint64_t body_bytes; /* reserved for request bodies, all connections */
 	pthread_mutex_t mu;
 	struct conn_state *head, *tail; /* registry, oldest first */
@@ -91,6 +93,12 @@ struct srv_http {
 	char *tls_cert, *tls_key; /* PEM (tls_cert_file, tls_key_file), NULL: plain HTTP */
 };
 
+/* A parked request's state (srv_submit): PARK_PENDING from the submit
+ * until the handler suspended the connection (PARK_SUSPENDED), PARK_READY
+ * once the write's outcome is known. Whichever of the handler and the
+ * completion comes second resumes the connection. */
+enum { PARK_NONE = 0, PARK_PENDING, PARK_SUSPENDED, PARK_READY };
+
 struct conn_req {
 	struct srv_http *h;
 	struct rdb_buf body;
@@ -98,6 +106,14 @@ struct conn_req {
 	bool too_large;
 	bool busy;     /* the body budget could not hold it: 503 */
 	bool answered; /* a response was queued early (413, 503, 400) */
+	/* parked write (srv_submit) */
+	struct MHD_Connection *conn;
+	_Atomic int park;	 /* PARK_* */
+	bool parked;		 /* the handler parked: the answer comes from fin */
+	struct ing_ticket *tk;	 /* the pending write */
+	srv_finish_fn fin;	 /* answers it */
+	void *fin_state;
+	char peer[INET6_ADDRSTRLEN + 8]; /* srv_req.peer, kept for the resumed answer */
 };
 
 static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -354,6 +370,123 @@ static void peer_address(struct MHD_Connection *conn, char *out, size_t len)
 	snprintf(out, len, "%s:%u", ip, port);
 }
 
+/* ---- parked writes: acknowledged when durable, no thread held ------------------ */
+
+/* The write's completion (the WAL thread, or inside ing_submit_async):
+ * mark it ready; if the handler already suspended the connection, resume
+ * it (its worker then calls on_request, which answers). Touches nothing of
+ * cr after the exchange unless the connection is suspended (then cr lives
+ * until it is resumed and answered). */
+static void park_ready(void *arg)
+{
+	struct conn_req *cr = arg;
+	struct MHD_Connection *conn = cr->conn;
+	if (atomic_exchange(&cr->park, PARK_READY) == PARK_SUSPENDED)
+		MHD_resume_connection(conn);
+}
+
+/* After a handler parked: suspend the connection unless the write is
+ * already done, in which case resume it at once (libmicrohttpd then calls
+ * on_request again, which answers). */
+static void park_suspend(struct MHD_Connection *conn, struct conn_req *cr)
+{
+	MHD_suspend_connection(conn);
+	int expect = PARK_PENDING;
+	if (!atomic_compare_exchange_strong(&cr->park, &expect, PARK_SUSPENDED))
+		MHD_resume_connection(conn); /* PARK_READY: the completion came first */
+}
+
+/* Finishes a parked write: its outcome, the handler's answer. Frees the
+ * handler's state; resp may be NULL when nobody is left to answer. */
+static void park_finish(struct conn_req *cr, struct srv_resp *resp)
+{
+	struct srv_http *h = cr->h;
+	struct ing_outcome o;
+	ing_finish(cr->tk, &o);
+	cr->tk = NULL;
+	struct srv_resp discard = {0};
+	if (!resp) {
+		rdb_buf_init(&discard.body, h->ctx->cfg->max_response_bytes + 4096);
+		resp = &discard;
+	}
+	cr->fin(cr->fin_state, &o, resp);
+	cr->fin = NULL;
+	rdb_buf_free(&discard.body);
+	atomic_fetch_sub(&h->parked, 1);
+	atomic_store(&h->ctx->counters.http_parked, atomic_load(&h->parked));
+}
+
+/* on_request for a resumed parked request: answer it. */
+static enum MHD_Result answer_parked(struct MHD_Connection *conn, struct conn_req *cr)
+{
+	struct srv_ctx *ctx = cr->h->ctx;
+	if (atomic_load(&cr->park) != PARK_READY)
+		return MHD_YES; /* not ours to answer yet (never expected) */
+	if (!cr->fin)
+		return MHD_YES; /* answered already */
+	struct srv_resp resp = {0};
+	rdb_buf_init(&resp.body, ctx->cfg->max_response_bytes + 4096);
+	park_finish(cr, &resp);
+	enum MHD_Result ok = send_resp(conn, ctx, &resp);
+	rdb_buf_free(&resp.body);
+	return ok;
+}
+
+static void max_store(_Atomic uint64_t *m, uint64_t v)
+{
+	uint64_t cur = atomic_load(m);
+	while (v > cur && !atomic_compare_exchange_weak(m, &cur, v))
+		;
+}
+
+int srv_submit(struct srv_req *req, const struct ing_write *w, struct ing_outcome *o,
+	       srv_finish_fn fin, void *state)
+{
+	struct srv_ctx *ctx = req->ctx;
+	struct conn_req *cr = req->park;
+	if (!cr || ctx->cfg->http_max_parked == 0 || strcmp(ctx->cfg->sync_policy, "none") == 0) {
+		ing_submit(ctx->pipe, w, o);
+		return 0;
+	}
+	struct srv_http *h = cr->h;
+	/* Counted before the stop flag is read: http_free sees it or we see the flag. */
+	uint64_t n = atomic_fetch_add(&h->parked, 1) + 1;
+	if (atomic_load(&h->parks_closed)) {
+		atomic_fetch_sub(&h->parked, 1);
+		ing_submit(ctx->pipe, w, o); /* stopping: wait on this thread as before */
+		return 0;
+	}
+	if (n > ctx->cfg->http_max_parked) {
+		atomic_fetch_sub(&h->parked, 1);
+		atomic_fetch_add(&ctx->counters.http_refused_parked, 1);
+		*o = (struct ing_outcome){.rc = RDB_EBUSY,
+					  .reason = ING_BUSY,
+					  .status = 503,
+					  .retry_after = "1"};
+		snprintf(o->msg, sizeof(o->msg),
+			 "busy: %llu writes are already waiting for their WAL sync (http_max_parked); "
+			 "nothing of this request was stored, retry after the Retry-After delay",
+			 (unsigned long long)ctx->cfg->http_max_parked);
+		return 0;
+	}
+	atomic_store(&ctx->counters.http_parked, n);
+	max_store(&ctx->counters.http_parked_max, n);
+	atomic_store(&cr->park, PARK_PENDING);
+	cr->fin = fin;
+	cr->fin_state = state;
+	int rc = ing_submit_async(ctx->pipe, w, o, park_ready, cr, &cr->tk);
+	if (rc != ING_PENDING) {
+		atomic_store(&cr->park, PARK_NONE);
+		cr->fin = NULL;
+		atomic_fetch_sub(&h->parked, 1);
+		atomic_store(&ctx->counters.http_parked, atomic_load(&h->parked));
+		return 0;
+	}
+	atomic_fetch_add(&ctx->counters.http_parked_total, 1);
+	cr->parked = true;
+	return SRV_PARKED;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
 				  const char *method, const char *version, const char *upload_data,
 				  size_t *upload_data_size, void **con_cls)
@@ -364,6 +497,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (*con_cls == NULL)
 		return begin(conn, h, url, con_cls);
 	struct conn_req *cr = *con_cls;
+	if (cr->parked)
+		return answer_parked(conn, cr);
 	if (*upload_data_size) {
 		size_t n = *upload_data_size;
 		struct conn_state *cs = conn_state_of(conn);
@@ -392,15 +527,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			      "max_body_bytes_in_flight; retry shortly");
 	}
 	set_phase(h, conn_state_of(conn), CS_HANDLING);
-	char peer[INET6_ADDRSTRLEN + 8];
-	peer_address(conn, peer, sizeof(peer));
+	peer_address(conn, cr->peer, sizeof(cr->peer));
+	cr->conn = conn;
 	struct srv_req req = {.ctx = ctx,
 			      .method = method,
 			      .path = url,
 			      .body = cr->body.data,
 			      .body_len = cr->body.len,
 			      .conn = conn,
-			      .peer = peer};
+			      .peer = cr->peer,
+			      .park = cr};
 	MHD_get_connection_values_n(conn, MHD_GET_ARGUMENT_KIND, collect_arg, &req);
 	struct srv_resp resp = {0};
 	rdb_buf_init(&resp.body, ctx->cfg->max_response_bytes + 4096);
@@ -410,6 +546,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			  "than cut there");
 	else
 		srv_dispatch(&req, &resp);
+	if (cr->parked) {
+		rdb_buf_free(&resp.body);
+		park_suspend(conn, cr);
+		return MHD_YES;
+	}
 	enum MHD_Result ok = send_resp(conn, ctx, &resp);
 	rdb_buf_free(&resp.body);
 	return ok;
@@ -443,6 +584,19 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	set_phase(h, conn_state_of(conn), CS_WAITING);
 	if (!cr)
 		return;
+	if (cr->fin) {
+		/* Parked and never answered (the connection went away after its
+		 * resume): the write's outcome stands, nobody hears it. A write
+		 * still pending cannot get here: its connection is suspended. */
+		if (atomic_load(&cr->park) == PARK_READY) {
+			park_finish(cr, NULL);
+		} else {
+			rdb_error("http", "a parked write's request ended before its WAL sync; "
+					  "its state is leaked");
+			*con_cls = NULL;
+			return;
+		}
+	}
 	rdb_buf_free(&cr->body);
 	budget_give(h, cr->charged);
 	free(cr);
@@ -588,8 +742,32 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 	rdb_log_limited(&rl, 10, RDB_LOG_WARN, "http", "%s", line);
 }
 
+/* Stopping: no more parking, then waits until every parked request was
+ * resumed and answered (their WAL syncs finish on their own; the storage
+ * engine is still open), because libmicrohttpd must not be stopped with a
+ * suspended connection. */
+static void drain_parked(struct srv_http *h)
+{
+	atomic_store(&h->parks_closed, true);
+	int64_t t0 = rdb_now_mono_ns(), next_log = t0 + 5000000000ll;
+	while (atomic_load(&h->parked) > 0) {
+		struct timespec ts = {0, 2000000};
+		nanosleep(&ts, NULL);
+		int64_t now = rdb_now_mono_ns();
+		if (now >= next_log) {
+			rdb_warn("http",
+				 "stopping: still waiting for %llu parked writes to be answered "
+				 "(%.0f s; their WAL sync has not finished)",
+				 (unsigned long long)atomic_load(&h->parked), (double)(now - t0) / 1e9);
+			next_log = now + 5000000000ll;
+		}
+	}
+}
+
 static void http_free(struct srv_http *h)
 {
+	if (h->d)
+		drain_parked(h);
 	if (h->reaper_started) {
 		pthread_mutex_lock(&h->mu);
 		h->stopping = true;
@@ -684,7 +862,9 @@ int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
 		tls_flag = MHD_USE_TLS;
 	}
 	h->d = MHD_start_daemon(
-	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG | tls_flag, 0, NULL,
+	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+		MHD_USE_ERROR_LOG | tls_flag,
+	    0, NULL,
 	    NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
 	    (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE, threads,
 	    MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_CONNECTION_TIMEOUT,

@@ -160,7 +160,7 @@ int sti_checkpoint(struct sto *s)
 		if (rc)
 			return rc;
 	}
-	pthread_rwlock_wrlock(&s->write_lock);
+	sti_write_exclusive(s);
 	uint64_t gen = s->active->gen + 1;
 	int rc = sto_wal_rotate(s->wal, gen);
 	struct head *fresh = rc == 0 ? sti_head_new(gen) : NULL;
@@ -772,6 +772,8 @@ static void init_locks(struct sto *s)
 	pthread_mutex_init(&s->flush_lock, NULL);
 	pthread_cond_init(&s->flush_cond, NULL);
 	pthread_cond_init(&s->ckpt_cond, NULL);
+	pthread_mutex_init(&s->async_mu, NULL);
+	pthread_cond_init(&s->async_cv, NULL);
 }
 
 static void destroy(struct sto *s)
@@ -797,6 +799,8 @@ static void destroy(struct sto *s)
 	pthread_mutex_destroy(&s->series_lock);
 	pthread_mutex_destroy(&s->batch_lock);
 	pthread_mutex_destroy(&s->flush_lock);
+	pthread_mutex_destroy(&s->async_mu);
+	pthread_cond_destroy(&s->async_cv);
 	pthread_cond_destroy(&s->flush_cond);
 	pthread_cond_destroy(&s->ckpt_cond);
 	free(s);
@@ -934,7 +938,7 @@ int sto_close_rc(struct sto *s)
 	}
 	atomic_store(&s->closing, true);
 	/* Wait for writes in flight, then stop the flusher. */
-	pthread_rwlock_wrlock(&s->write_lock);
+	sti_write_exclusive(s);
 	pthread_rwlock_unlock(&s->write_lock);
 	pthread_mutex_lock(&s->flush_lock);
 	s->stop = true;

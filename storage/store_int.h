@@ -121,6 +121,13 @@ struct sto {
 	int64_t trash_due_mono_ns; /* 0, or when the compacted-away segments go */
 
 	_Atomic bool closing;
+	/* Asynchronous writes (sto_write_submit) whose WAL record is queued but
+	 * not yet applied: an exclusive holder of write_lock waits for 0
+	 * (sti_write_exclusive), so every record of WAL generation g is in head
+	 * g. async_mu is a leaf. */
+	pthread_mutex_t async_mu;
+	pthread_cond_t async_cv;
+	uint64_t async_pending;
 	_Atomic uint32_t fault_prepare, fault_wal_append; /* sto_fault_inject */
 	_Atomic uint64_t st_points_written, st_batches_written, st_write_busy;
 	_Atomic uint64_t st_chunks, st_points_sealed, st_chunk_bytes, st_checkpoints;
@@ -319,5 +326,10 @@ int sti_merge_small_chunks(struct sto *s, struct sto_compact_result *r);
  * whatever its live fraction; counts into *r (skipped: left as they were).
  * Used by recovery. 0 or -errno/RDB_E*. */
 int sti_compact_from(struct sto *s, uint64_t from, struct sto_compact_result *r);
+
+/* Takes write_lock exclusively and waits until no asynchronous write is
+ * pending (store_write.c): what a WAL rotation, a job delete or close
+ * needs. Release with pthread_rwlock_unlock(&s->write_lock). */
+void sti_write_exclusive(struct sto *s);
 
 #endif
