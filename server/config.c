@@ -116,15 +116,17 @@ static const struct opt opts[] = {
 	    "number of CPU cores is a good start."},
     {.name = "http_max_connections",
      .type = OPT_UINT,
-     .def = "1024",
+     .def = "8192",
      .min = 1,
      .max = 65536,
      FIELD(http_max_connections),
      .help = "most open client connections",
      .doc = "Most open client connections. Connections beyond it are refused, so a flood of "
-	    "clients cannot exhaust file descriptors or memory. When many training ranks push "
-	    "directly, raise it together with the process's file descriptor limit "
-	    "(ulimit -n)."},
+	    "clients cannot exhaust file descriptors or memory. The default holds a 4,096-rank "
+	    "job with one keep-alive connection per rank plus clients and headroom. At start "
+	    "rankdbd raises its soft open-file limit up to the hard limit when this (plus a "
+	    "quarter for answering refusals, and 512 spare) needs it, and logs a warning when "
+	    "the hard limit is too low (raise LimitNOFILE / ulimit -n then)."},
     {.name = "http_max_parked",
      .type = OPT_UINT,
      .def = "4096",

@@ -55,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -813,6 +814,38 @@ static int read_pem(const char *what, const char *path, char **out)
 	return 0;
 }
 
+#define FD_SPARE 512u /* descriptors kept for data files, the index, logs, UDP */
+
+/* Raises the soft open-file limit to the hard one when the connection
+ * limit needs more than the soft limit allows (distributions start
+ * services at 1024): the defaults must hold thousands of connections
+ * without tuning. Says so when even the hard limit is too low. */
+static void raise_fd_limit(unsigned connections)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return;
+	rlim_t need = (rlim_t)connections + FD_SPARE;
+	if (rl.rlim_cur >= need)
+		return;
+	rlim_t old = rl.rlim_cur;
+	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
+	if (rl.rlim_cur > old && setrlimit(RLIMIT_NOFILE, &rl) == 0)
+		rdb_info("http", "raised the open-file limit from %llu to %llu for %u connections",
+			 (unsigned long long)old, (unsigned long long)rl.rlim_cur, connections);
+	else
+		rl.rlim_cur = old;
+	if (rl.rlim_cur < need)
+		rdb_warn("http",
+			 "the open-file limit (%llu, hard limit %llu) is below the %llu that "
+			 "http_max_connections plus its reserve need: connections past about "
+			 "%llu will fail to be accepted; raise LimitNOFILE / ulimit -n or lower "
+			 "http_max_connections",
+			 (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
+			 (unsigned long long)need,
+			 (unsigned long long)(rl.rlim_cur > FD_SPARE ? rl.rlim_cur - FD_SPARE : 0));
+}
+
 int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
 {
 	const struct srv_config *cfg = ctx->cfg;
@@ -836,6 +869,7 @@ int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
 	 * whose share is 0 never wakes for MHD_stop_daemon, and shutdown hangs.
 	 * So no more workers than connections they may hold. */
 	unsigned limit = (unsigned)cfg->http_max_connections + reserve;
+	raise_fd_limit(limit);
 	unsigned threads =
 	    (unsigned)cfg->http_threads < limit ? (unsigned)cfg->http_threads : limit;
 	struct MHD_OptionItem tls[3] = {{MHD_OPTION_END, 0, NULL}};
