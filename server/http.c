@@ -67,12 +67,17 @@
 enum conn_phase { CS_WAITING, CS_BODY, CS_HANDLING };
 
 /* One TCP connection (libmicrohttpd's socket context). Fields under
- * srv_http.mu, except body_bytes (atomic: the reaper reads it). */
+ * srv_http.mu, except state and body_bytes (atomics: the connection's
+ * worker sets them three times a request without the registry's lock, the
+ * reaper and the shedder read them). */
 struct conn_state {
 	struct conn_state *prev, *next; /* registry */
 	int fd;
-	enum conn_phase phase;
-	int64_t wait_start_ns;	     /* mono: connection start or end of the previous response */
+	/* The phase (low 2 bits) and, above them, the monotonic ns when the
+	 * connection started waiting for its request (connection start or end
+	 * of the previous response), in one word so a reader never pairs a new
+	 * phase with an old start. */
+	_Atomic uint64_t state;
 	_Atomic uint64_t body_bytes; /* body bytes of the current request received */
 	bool over_limit;	     /* accepted past http_max_connections: answered 503 */
 	bool shut;		     /* the reaper or the shedder shut its socket down */
@@ -289,17 +294,32 @@ static struct conn_state *conn_state_of(struct MHD_Connection *conn)
 	return ci ? ci->socket_context : NULL;
 }
 
+static uint64_t state_pack(enum conn_phase ph, int64_t wait_start_ns)
+{
+	return ((uint64_t)wait_start_ns & ~(uint64_t)3) | (uint64_t)ph;
+}
+
+static enum conn_phase state_phase(uint64_t st)
+{
+	return (enum conn_phase)(st & 3);
+}
+
+static int64_t state_wait_start_ns(uint64_t st)
+{
+	return (int64_t)(st & ~(uint64_t)3);
+}
+
+/* Lock-free: the registry's mutex is for the list, not per request. */
 static void set_phase(struct srv_http *h, struct conn_state *cs, enum conn_phase ph)
 {
+	(void)h;
 	if (!cs)
 		return;
-	pthread_mutex_lock(&h->mu);
-	cs->phase = ph;
-	if (ph == CS_WAITING)
-		cs->wait_start_ns = rdb_now_mono_ns();
+	uint64_t st = atomic_load(&cs->state);
+	int64_t start = ph == CS_WAITING ? rdb_now_mono_ns() : state_wait_start_ns(st);
 	if (ph == CS_BODY)
 		atomic_store(&cs->body_bytes, 0);
-	pthread_mutex_unlock(&h->mu);
+	atomic_store(&cs->state, state_pack(ph, start));
 }
 
 /* First call for a request: set up its state; refuse, before any body byte
@@ -633,11 +653,16 @@ static void shut(struct conn_state *cs)
 static bool shed_one(struct srv_http *h, int64_t now_ns)
 {
 	struct conn_state *best = NULL;
-	for (struct conn_state *c = h->head; c; c = c->next)
-		if (c->phase == CS_WAITING && !c->shut &&
-		    now_ns - c->wait_start_ns >= SHED_MIN_WAIT_MS * 1000000ll &&
-		    (!best || c->wait_start_ns < best->wait_start_ns))
+	int64_t best_start = 0;
+	for (struct conn_state *c = h->head; c; c = c->next) {
+		uint64_t st = atomic_load(&c->state);
+		int64_t start = state_wait_start_ns(st);
+		if (state_phase(st) == CS_WAITING && !c->shut &&
+		    now_ns - start >= SHED_MIN_WAIT_MS * 1000000ll && (!best || start < best_start)) {
 			best = c;
+			best_start = start;
+		}
+	}
 	if (best)
 		shut(best);
 	return best != NULL;
@@ -667,9 +692,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 	const union MHD_ConnectionInfo *ci =
 	    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	cs->fd = ci ? ci->connect_fd : -1;
-	cs->phase = CS_WAITING;
 	int64_t now = rdb_now_mono_ns();
-	cs->wait_start_ns = now;
+	atomic_store(&cs->state, state_pack(CS_WAITING, now));
 	pthread_mutex_lock(&h->mu);
 	if (h->nconns >= h->ctx->cfg->http_max_connections) {
 		if (shed_one(h, now))
@@ -693,12 +717,13 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 static int64_t deadline_ns(const struct srv_http *h, const struct conn_state *cs)
 {
 	const struct srv_config *cfg = h->ctx->cfg;
-	if (cs->phase == CS_HANDLING)
+	uint64_t st = atomic_load(&cs->state);
+	if (state_phase(st) == CS_HANDLING)
 		return 0;
 	if (cs->over_limit)
-		return cs->wait_start_ns + OVER_LIMIT_WAIT_S * 1000000000ll;
-	int64_t d = cs->wait_start_ns + (int64_t)cfg->http_timeout_s * 1000000000ll;
-	if (cs->phase == CS_BODY) {
+		return state_wait_start_ns(st) + OVER_LIMIT_WAIT_S * 1000000000ll;
+	int64_t d = state_wait_start_ns(st) + (int64_t)cfg->http_timeout_s * 1000000000ll;
+	if (state_phase(st) == CS_BODY) {
 		uint64_t extra_s = atomic_load(&cs->body_bytes) / cfg->http_min_body_rate_bytes;
 		d += (int64_t)(extra_s < 86400 * 365 ? extra_s : 86400 * 365) * 1000000000ll;
 	}

@@ -124,10 +124,12 @@ struct sto {
 	/* Asynchronous writes (sto_write_submit) whose WAL record is queued but
 	 * not yet applied: an exclusive holder of write_lock waits for 0
 	 * (sti_write_exclusive), so every record of WAL generation g is in head
-	 * g. async_mu is a leaf. */
+	 * g. Counted without a lock (under write_lock shared, so never while
+	 * an exclusive holder waits); async_mu / async_cv only wake that
+	 * waiter when the count reaches 0. async_mu is a leaf. */
 	pthread_mutex_t async_mu;
 	pthread_cond_t async_cv;
-	uint64_t async_pending;
+	_Atomic uint64_t async_pending;
 	_Atomic uint32_t fault_prepare, fault_wal_append; /* sto_fault_inject */
 	_Atomic uint64_t st_points_written, st_batches_written, st_write_busy;
 	_Atomic uint64_t st_chunks, st_points_sealed, st_chunk_bytes, st_checkpoints;

@@ -831,10 +831,11 @@ static void async_finish(struct async_write *a, int rc, bool tell)
 		batch_finish(s, a->bent, rc == 0, gen);
 	if (rc == 0)
 		count_written(s, &a->req);
-	pthread_mutex_lock(&s->async_mu);
-	if (--s->async_pending == 0)
+	if (atomic_fetch_sub(&s->async_pending, 1) == 1) {
+		pthread_mutex_lock(&s->async_mu);
 		pthread_cond_broadcast(&s->async_cv);
-	pthread_mutex_unlock(&s->async_mu);
+		pthread_mutex_unlock(&s->async_mu);
+	}
 	if (wake || (rc == 0 && sto_wal_size(s->wal) > s->opt.wal_rotate_bytes))
 		wake_flusher(s);
 	sto_write_done_fn fn = a->fn;
@@ -854,7 +855,7 @@ void sti_write_exclusive(struct sto *s)
 {
 	pthread_rwlock_wrlock(&s->write_lock);
 	pthread_mutex_lock(&s->async_mu);
-	while (s->async_pending)
+	while (atomic_load(&s->async_pending))
 		pthread_cond_wait(&s->async_cv, &s->async_mu);
 	pthread_mutex_unlock(&s->async_mu);
 }
@@ -890,9 +891,7 @@ static int async_append(struct async_write *a, bool *freed)
 		pthread_rwlock_unlock(&s->write_lock);
 		return rc;
 	}
-	pthread_mutex_lock(&s->async_mu);
-	s->async_pending++;
-	pthread_mutex_unlock(&s->async_mu);
+	atomic_fetch_add(&s->async_pending, 1);
 	bool fault = take_fault(&s->fault_wal_append);
 	if (!fault)
 		rc = sto_wal_append_async(s->wal, a->type, a->rec.data, a->rec.len, &a->wa,
