@@ -13,8 +13,8 @@
  *
  * Threading: ing_submit is thread-safe and blocks until the write is durable
  * (the storage sync policy); ing_submit_async returns at once and calls back
- * when it is, so a front end can park the request instead of a thread. Subscribers' callbacks run on the subscriber's
- * own thread, one call at a time, never on a request thread.
+ * when it is, so a front end can park the request instead of a thread. Subscribers' callbacks run
+ * on the subscriber's own thread, one call at a time, never on a request thread.
  */
 #ifndef ING_PIPELINE_H
 #define ING_PIPELINE_H

@@ -86,8 +86,8 @@ struct conn_state {
 struct srv_http {
 	struct MHD_Daemon *d;
 	struct srv_ctx *ctx;
-	_Atomic uint64_t parked;       /* requests parked (srv_submit), answered or not */
-	_Atomic bool parks_closed;     /* stopping: srv_submit no longer parks */
+	_Atomic uint64_t parked;     /* requests parked (srv_submit), answered or not */
+	_Atomic bool parks_closed;   /* stopping: srv_submit no longer parks */
 	_Atomic uint64_t body_bytes; /* reserved for request bodies, all connections */
 	pthread_mutex_t mu;
 	struct conn_state *head, *tail; /* registry, oldest first */
@@ -114,10 +114,10 @@ struct conn_req {
 	bool answered; /* a response was queued early (413, 503, 400) */
 	/* parked write (srv_submit) */
 	struct MHD_Connection *conn;
-	_Atomic int park;	 /* PARK_* */
-	bool parked;		 /* the handler parked: the answer comes from fin */
-	struct ing_ticket *tk;	 /* the pending write */
-	srv_finish_fn fin;	 /* answers it */
+	_Atomic int park;      /* PARK_* */
+	bool parked;	       /* the handler parked: the answer comes from fin */
+	struct ing_ticket *tk; /* the pending write */
+	srv_finish_fn fin;     /* answers it */
 	void *fin_state;
 	char peer[INET6_ADDRSTRLEN + 8]; /* srv_req.peer, kept for the resumed answer */
 };
@@ -480,14 +480,13 @@ int srv_submit(struct srv_req *req, const struct ing_write *w, struct ing_outcom
 	if (n > ctx->cfg->http_max_parked) {
 		atomic_fetch_sub(&h->parked, 1);
 		atomic_fetch_add(&ctx->counters.http_refused_parked, 1);
-		*o = (struct ing_outcome){.rc = RDB_EBUSY,
-					  .reason = ING_BUSY,
-					  .status = 503,
-					  .retry_after = "1"};
-		snprintf(o->msg, sizeof(o->msg),
-			 "busy: %llu writes are already waiting for their WAL sync (http_max_parked); "
-			 "nothing of this request was stored, retry after the Retry-After delay",
-			 (unsigned long long)ctx->cfg->http_max_parked);
+		*o = (struct ing_outcome){
+		    .rc = RDB_EBUSY, .reason = ING_BUSY, .status = 503, .retry_after = "1"};
+		snprintf(
+		    o->msg, sizeof(o->msg),
+		    "busy: %llu writes are already waiting for their WAL sync (http_max_parked); "
+		    "nothing of this request was stored, retry after the Retry-After delay",
+		    (unsigned long long)ctx->cfg->http_max_parked);
 		return 0;
 	}
 	atomic_store(&ctx->counters.http_parked, n);
@@ -658,7 +657,8 @@ static bool shed_one(struct srv_http *h, int64_t now_ns)
 		uint64_t st = atomic_load(&c->state);
 		int64_t start = state_wait_start_ns(st);
 		if (state_phase(st) == CS_WAITING && !c->shut &&
-		    now_ns - start >= SHED_MIN_WAIT_MS * 1000000ll && (!best || start < best_start)) {
+		    now_ns - start >= SHED_MIN_WAIT_MS * 1000000ll &&
+		    (!best || start < best_start)) {
 			best = c;
 			best_start = start;
 		}
@@ -784,7 +784,8 @@ static void drain_parked(struct srv_http *h)
 			rdb_warn("http",
 				 "stopping: still waiting for %llu parked writes to be answered "
 				 "(%.0f s; their WAL sync has not finished)",
-				 (unsigned long long)atomic_load(&h->parked), (double)(now - t0) / 1e9);
+				 (unsigned long long)atomic_load(&h->parked),
+				 (double)(now - t0) / 1e9);
 			next_log = now + 5000000000ll;
 		}
 	}
@@ -923,9 +924,8 @@ int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
 	h->d = MHD_start_daemon(
 	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
 		MHD_USE_ERROR_LOG | tls_flag,
-	    0, NULL,
-	    NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
-	    (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE, threads,
+	    0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE, threads,
 	    MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_CONNECTION_TIMEOUT,
 	    (unsigned)cfg->http_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
 	    MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,

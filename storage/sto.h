@@ -19,9 +19,9 @@
 #include "model/batch.h"
 #include "model/cols.h"
 #include "model/events.h"
-#include "storage/index.h"
+#include "storage/index/index.h"
 #include "storage/series.h"
-#include "storage/wal.h"
+#include "storage/wal/wal.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -117,8 +117,8 @@ typedef void (*sto_write_done_fn)(void *arg, int rc);
  * batch id: res->duplicate), or an error as sto_write_req (nothing stored);
  * fn is not called in either case. Blocks only while the WAL queue is full.
  * Any number of writes may be pending; a checkpoint waits for them. */
-int sto_write_submit(struct sto *s, const struct sto_write_req *req,
-		     struct sto_write_result *res, sto_write_done_fn fn, void *arg);
+int sto_write_submit(struct sto *s, const struct sto_write_req *req, struct sto_write_result *res,
+		     sto_write_done_fn fn, void *arg);
 
 /* Catalog. Callbacks run inside a read transaction: copy what you keep. */
 int sto_list_jobs(struct sto *s, sto_job_fn fn, void *arg);

@@ -315,6 +315,17 @@ static const char *exactly(int from, int to, unsigned times)
 	return why[0] ? why : NULL;
 }
 
+/* Heartbeats are sent on the client's own timer (heartbeat_ms): on a busy
+ * machine a fixed sleep may see only one, so the test waits for two. */
+static bool two_heartbeats(struct rdbc *c)
+{
+	(void)c;
+	pthread_mutex_lock(&F.lock);
+	bool ok = F.heartbeats >= 2;
+	pthread_mutex_unlock(&F.lock);
+	return ok;
+}
+
 static bool wait_for(bool (*pred)(struct rdbc *), struct rdbc *c, double timeout_s)
 {
 	double end = now_s() + timeout_s;
@@ -375,7 +386,7 @@ static void test_roundtrip(void)
 		rdbc_message(c, RDBC_WARN, RDBC_NO_STEP, "step done \"quoted\" \xff bad byte");
 		rdbc_step_done(c, s, 1000);
 	}
-	usleep(100000); /* a few heartbeats */
+	CHECK(wait_for(two_heartbeats, c, 30), "fewer than 2 heartbeats in 30 s (heartbeat_ms 20)");
 	struct rdbc_stats st;
 	CHECK(rdbc_close(c, "finished", 20000, &st) == 0, "close did not deliver everything");
 	const char *why = exactly(0, 500, 1);

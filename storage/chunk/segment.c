@@ -16,7 +16,7 @@
  * no points, only the list of chunks a merged chunk replaces, and are never
  * read by queries: only by rebuild-index, verify and compaction.
  */
-#include "storage/segment.h"
+#include "storage/chunk/segment.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"

@@ -15,10 +15,11 @@
  * be read because it is corrupt is dropped without a rollup (logged); an
  * I/O error stops the retention pass (nothing of that batch is dropped).
  */
-#include "storage/store_int.h"
+#include "storage/lifecycle/lifecycle.h"
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
+#include "common/rdb_sort.h"
 #include "storage/format.h"
 
 #include <errno.h>
@@ -153,7 +154,7 @@ int sti_rollup_fold(struct sto *s, struct sti_rollup_acc *a, const struct sto_ch
 	struct mdl_cols c = {0};
 	if (s->life.rollup_time_width_s == 0 && s->life.rollup_step_width == 0)
 		return 0;
-	int rc = sto_read_chunk(s, ref, &a->rec, &c, &err);
+	int rc = s->eng->read_chunk(s, ref, &a->rec, &c, &err);
 	if (rc == RDB_ECORRUPT) {
 		rdb_warn("store", "retention: %s; the chunk is dropped without a rollup", err.msg);
 		rc = 0;
@@ -178,7 +179,7 @@ int sti_rollup_commit(struct sti_rollup_acc *a, struct sto_txn *t)
 {
 	if (a->n == 0)
 		return 0;
-	qsort(a->v, a->n, sizeof(*a->v), cmp_ent);
+	rdb_sort(a->v, a->n, sizeof(*a->v), cmp_ent);
 	int rc = 0;
 	for (size_t i = 0; rc == 0 && i < a->n;) {
 		struct sti_rollup_ent *e = &a->v[i];

@@ -12,18 +12,19 @@
  * Failure: a seal failure (segment I/O, index) is logged; the points stay
  * in the head and the WAL, and the flusher retries.
  */
-#include "storage/store_int.h"
+#include "storage/engine/engine.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
 #include "common/rdb_map.h"
 #include "common/rdb_time.h"
+#include "common/rdb_sort.h"
 #include "storage/admin.h"
-#include "storage/codec.h"
-#include "storage/evstore.h"
-#include "storage/group.h"
-#include "storage/segment.h"
+#include "storage/chunk/codec.h"
+#include "storage/events/evstore.h"
+#include "storage/chunk/group.h"
+#include "storage/chunk/segment.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -373,7 +374,7 @@ int sti_seal_items(struct sto *s, struct head *h, struct seal_item *items, size_
 		uids += (items[i].taken + s->opt.chunk_max_points - 1) / s->opt.chunk_max_points;
 	rc = sti_uid_reserve(s, uids);
 	if (nitems > 1)
-		qsort(items, nitems, sizeof(*items), item_cmp);
+		rdb_sort(items, nitems, sizeof(*items), item_cmp);
 	for (size_t i = 0; i < nitems && rc == 0;) {
 		size_t j = run_end(items, nitems, i);
 		if (!s->seg || r.buf.len == 0) {

@@ -14,18 +14,19 @@
  * Failure: a damaged chunk or an I/O error fails the read with an error;
  * nothing is changed.
  */
-#include "storage/store_int.h"
+#include "storage/engine/engine.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
 #include "common/rdb_map.h"
 #include "common/rdb_time.h"
+#include "common/rdb_sort.h"
 #include "storage/admin.h"
-#include "storage/codec.h"
-#include "storage/evstore.h"
-#include "storage/group.h"
-#include "storage/segment.h"
+#include "storage/chunk/codec.h"
+#include "storage/events/evstore.h"
+#include "storage/chunk/group.h"
+#include "storage/chunk/segment.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -518,7 +519,7 @@ int sto_events_read(struct sto *s, const struct sto_ev_filter *f, size_t max_eve
 	for (size_t i = 0; rc == 0 && i < r.nchunks; i++)
 		rc = read_event_chunk(&r, &r.chunks[i], &rec, &dec, err);
 	if (rc == 0 && r.n > 1)
-		qsort(r.hits, r.n, sizeof(*r.hits), cmp_hit);
+		rdb_sort(r.hits, r.n, sizeof(*r.hits), cmp_hit);
 	size_t jl = strlen(f->job);
 	for (size_t i = 0; rc == 0 && i < r.n; i++) {
 		struct mdl_event e;

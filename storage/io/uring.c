@@ -24,7 +24,7 @@
  * seccomp'ed containers, -EPERM with io_uring_disabled) is not a failure:
  * it is logged once per process and the synchronous syscalls are used.
  */
-#include "storage/uring.h"
+#include "storage/io/uring.h"
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
 

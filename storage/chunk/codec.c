@@ -92,7 +92,7 @@
  * Failure: encode leaves out->len unchanged; decode sets out->n = 0 (the
  * arrays' contents are then unspecified) and returns the error.
  */
-#include "storage/codec.h"
+#include "storage/chunk/codec.h"
 
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"

@@ -1,8 +1,10 @@
 /* lifecycle.c - the data-lifecycle operations that move head data or own the
- * segment writer (contract: storage/admin.h): the flusher work queue, job
- * tombstones, statistics, job deletion and retention; compaction is in
- * compact.c. Each online operation runs on the flusher thread; the calling
- * thread blocks until it finishes.
+ * segment writer (contract: storage/admin.h): job tombstones, statistics,
+ * job deletion and retention, and the background tick; compaction is in
+ * compact.c, the flusher work queue in flushq.c, the segment-file helpers in
+ * segfiles.c. Each online operation runs on the flusher thread (a queued
+ * item, flushq.c); the calling thread blocks until it finishes. Engine
+ * steps (checkpoint, head rotation) go through s->eng (lifecycle.h).
  *
  * Deletion: on the flusher thread, a checkpoint first (everything older is
  * in chunks), then, holding the write lock exclusively (no write in
@@ -15,7 +17,7 @@
  * Writers that resolved series ids before the delete see del_epoch change
  * and resolve again.
  */
-#include "storage/store_int.h"
+#include "storage/lifecycle/lifecycle.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
@@ -23,9 +25,9 @@
 #include "common/rdb_map.h"
 #include "common/rdb_time.h"
 #include "storage/admin.h"
-#include "storage/codec.h"
-#include "storage/evstore.h"
-#include "storage/segment.h"
+#include "storage/chunk/codec.h"
+#include "storage/events/evstore.h"
+#include "storage/chunk/segment.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -86,98 +88,6 @@ static int tomb_load_cb(void *arg, const char *job, uint64_t gen)
 	return tomb_note(arg, job, gen);
 }
 
-static int fsync_dir_path(const char *dir)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int rc = fsync(fd) ? -errno : 0;
-	close(fd);
-	return rc;
-}
-
-int sti_unlink_segment(struct sto *s, uint64_t id)
-{
-	char path[PATH_MAX + 64];
-	sto_seg_path(s->seg_dir, id, path, sizeof(path));
-	if (unlink(path) != 0 && errno != ENOENT) {
-		int rc = -errno;
-		rdb_warn("store", "cannot remove compacted segment %s: %s", path, strerror(-rc));
-		return rc;
-	}
-	return fsync_dir_path(s->seg_dir);
-}
-
-int sti_id_push(struct id_list *l, uint64_t v)
-{
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 16;
-		uint64_t *p = realloc(l->v, cap * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		l->v = p;
-		l->cap = cap;
-	}
-	l->v[l->n++] = v;
-	return 0;
-}
-
-static int id_push_cb(void *arg, uint64_t v)
-{
-	return sti_id_push(arg, v);
-}
-
-/* Unlinks the files in seg_trash and forgets them. */
-int sti_empty_trash(struct sto *s)
-{
-	struct id_list l = {0};
-	struct sto_txn *t;
-	int rc = sto_txn_begin(s->ix, true, &t);
-	if (rc)
-		return rc;
-	rc = sto_trash_scan(t, id_push_cb, &l);
-	for (size_t i = 0; rc == 0 && i < l.n; i++) {
-		rc = sti_unlink_segment(s, l.v[i]);
-		if (rc == 0)
-			rc = sto_trash_del(t, l.v[i]);
-	}
-	if (rc == 0)
-		rc = sto_txn_commit(t);
-	else
-		sto_txn_abort(t);
-	free(l.v);
-	return rc;
-}
-
-int sti_readers_refresh(struct sto *s)
-{
-	struct sto_seg_readers *fresh = NULL, *old;
-	int rc = sto_seg_readers_new(s->seg_dir, &fresh);
-	if (rc)
-		return rc;
-	pthread_rwlock_wrlock(&s->seg_lock);
-	old = s->readers;
-	s->readers = fresh;
-	pthread_rwlock_unlock(&s->seg_lock);
-	sto_seg_readers_free(old);
-	return 0;
-}
-
-void sti_trash_tick(struct sto *s)
-{
-	if (!s->trash_due_mono_ns || rdb_now_mono_ns() < s->trash_due_mono_ns)
-		return;
-	/* fds opened during the grace (stale reads) would keep the files' space */
-	int rc = sti_readers_refresh(s);
-	if (rc == 0)
-		rc = sti_empty_trash(s);
-	if (rc == 0)
-		s->trash_due_mono_ns = 0;
-	else
-		rdb_warn("store", "removing compacted-away segment files failed: %s; retrying",
-			 rdb_strerror(rc));
-}
-
 /* Open hook: tombstones into memory, leftovers of an interrupted compaction. */
 int sti_lifecycle_open(struct sto *s)
 {
@@ -216,65 +126,6 @@ void sti_lifecycle_free(struct sto *s)
 		free(e);
 	}
 	free(s->tombs);
-}
-
-/* ---- flusher work queue -------------------------------------------------------- */
-
-struct admin_op {
-	admin_fn fn;
-	void *arg;
-	int rc;
-	bool started, done;
-	struct admin_op *next;
-};
-
-/* Runs fn(s, arg) on the flusher thread and waits for it. */
-int sti_run_on_flusher(struct sto *s, admin_fn fn, void *arg)
-{
-	struct admin_op op = {.fn = fn, .arg = arg};
-	pthread_mutex_lock(&s->flush_lock);
-	if (s->stop || !s->flusher_running) {
-		pthread_mutex_unlock(&s->flush_lock);
-		return -ESHUTDOWN;
-	}
-	struct admin_op **pp = &s->ops;
-	while (*pp)
-		pp = &(*pp)->next;
-	*pp = &op;
-	pthread_cond_signal(&s->flush_cond);
-	while (!op.done && !(s->stop && !op.started))
-		pthread_cond_wait(&s->ckpt_cond, &s->flush_lock);
-	if (!op.done) {
-		for (pp = &s->ops; *pp; pp = &(*pp)->next)
-			if (*pp == &op) {
-				*pp = op.next;
-				break;
-			}
-		op.rc = -ESHUTDOWN;
-	}
-	pthread_mutex_unlock(&s->flush_lock);
-	return op.rc;
-}
-
-void sti_run_admin_ops(struct sto *s)
-{
-	for (;;) {
-		pthread_mutex_lock(&s->flush_lock);
-		struct admin_op *op = s->ops;
-		if (op) {
-			s->ops = op->next;
-			op->started = true;
-		}
-		pthread_mutex_unlock(&s->flush_lock);
-		if (!op)
-			return;
-		int rc = op->fn(s, op->arg);
-		pthread_mutex_lock(&s->flush_lock);
-		op->rc = rc;
-		op->done = true;
-		pthread_cond_broadcast(&s->ckpt_cond);
-		pthread_mutex_unlock(&s->flush_lock);
-	}
 }
 
 /* ---- statistics ------------------------------------------------------------------ */
@@ -464,21 +315,6 @@ int sto_disk_stats(struct sto *s, struct sto_disk_stats *out)
 
 /* ---- delete a job ------------------------------------------------------------------ */
 
-int sti_key_push(void *arg, const struct sto_chunk_ref *ref)
-{
-	struct key_list *l = arg;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		struct sto_chunk_ref *p = realloc(l->v, cap * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		l->v = p;
-		l->cap = cap;
-	}
-	l->v[l->n++] = *ref;
-	return 0;
-}
-
 struct ev_key {
 	char job[MDL_JOB_MAX + 1];
 	int64_t min_ts_ns, max_ts_ns;
@@ -593,7 +429,7 @@ static void del_head(struct sto *s, struct del_job *d)
 		struct head_series *hs = rdb_map_get(&h->series, d->series.v[i].series_id);
 		if (!hs)
 			continue;
-		uint64_t freed = sti_cols_bytes(&hs->pts) + HEAD_SERIES_OVERHEAD;
+		uint64_t freed = s->eng->cols_bytes(&hs->pts) + HEAD_SERIES_OVERHEAD;
 		h->points -= hs->pts.n;
 		rdb_map_del(&h->series, d->series.v[i].series_id);
 		mdl_cols_free(&hs->pts);
@@ -614,7 +450,7 @@ static void del_head(struct sto *s, struct del_job *d)
 static void del_cache(struct sto *s, struct del_job *d)
 {
 	pthread_mutex_lock(&s->series_lock);
-	sti_job_counts_reset(s);
+	s->eng->job_counts_reset(s);
 	for (size_t i = 0; i < d->series.n; i++) {
 		struct series_ent *e = rdb_map_get(&s->series_by_id, d->series.v[i].series_id);
 		if (!e)
@@ -645,12 +481,12 @@ static void del_cache(struct sto *s, struct del_job *d)
 static int rotate_locked(struct sto *s)
 {
 	uint64_t gen = s->active->gen + 1;
-	struct head *fresh = sti_head_new(gen);
+	struct head *fresh = s->eng->head_new(gen);
 	if (!fresh)
 		return -ENOMEM;
 	int rc = sto_wal_rotate(s->wal, gen);
 	if (rc) {
-		sti_head_free(fresh);
+		s->eng->head_free(fresh);
 		return rc;
 	}
 	pthread_mutex_lock(&s->head_lock);
@@ -672,7 +508,7 @@ static bool head_has_job_events(struct sto *s, const char *job)
 static int delete_job_op(struct sto *s, void *arg)
 {
 	struct del_job *d = arg;
-	int rc = sti_checkpoint(s);
+	int rc = s->eng->checkpoint(s);
 	if (rc == 0)
 		rc = del_collect(s, d);
 	if (rc == 0 && d->series.n == 0 && d->ev.n == 0 && !head_has_job_events(s, d->job))
@@ -680,7 +516,7 @@ static int delete_job_op(struct sto *s, void *arg)
 	if (rc)
 		return rc;
 	struct sto_txn *t = NULL;
-	sti_write_exclusive(s);
+	s->eng->write_exclusive(s);
 	uint64_t gen = s->active->gen;
 	rc = sto_txn_begin(s->ix, true, &t);
 	if (rc == 0)
@@ -720,7 +556,7 @@ static int delete_job_op(struct sto *s, void *arg)
 		 "deleted job %s: %zu series, %zu chunks, %zu event chunks (tombstone "
 		 "at WAL generation %llu); compaction reclaims the space",
 		 d->job, d->series.n, d->chunks.n, d->ev.n, (unsigned long long)gen);
-	return sti_finish_checkpoint(s);
+	return s->eng->finish_checkpoint(s);
 }
 
 int sto_delete_job(struct sto *s, const char *job, struct sto_delete_result *r)
@@ -906,7 +742,7 @@ static int retention_op(struct sto *s, void *arg)
 
 static int retention_run_op(struct sto *s, void *arg)
 {
-	int rc = sti_checkpoint(s); /* everything sealed and checkpointed is eligible */
+	int rc = s->eng->checkpoint(s); /* everything sealed and checkpointed is eligible */
 	return rc ? rc : retention_op(s, arg);
 }
 

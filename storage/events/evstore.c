@@ -12,11 +12,12 @@
  * the decompressed size; anything off is RDB_ECORRUPT.
  * Threading: none here; store.c holds its locks around head access.
  */
-#include "storage/evstore.h"
+#include "storage/events/evstore.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
-#include "storage/codec.h"
+#include "common/rdb_sort.h"
+#include "storage/chunk/codec.h"
 #include "storage/format.h"
 #include "storage/series.h"
 
@@ -354,7 +355,7 @@ static int cmp_rec(const void *a, const void *b)
 
 void evc_sort(struct ev_rec **recs, size_t n)
 {
-	qsort(recs, n, sizeof(*recs), cmp_rec);
+	rdb_sort(recs, n, sizeof(*recs), cmp_rec);
 }
 
 size_t evc_chunk_len(struct ev_rec **recs, size_t from, size_t n)

@@ -23,7 +23,7 @@
  * Failure: a seal failure (segment I/O, index) during a checkpoint is
  * logged; the points stay in the head and the WAL, and the flusher retries.
  */
-#include "storage/store_int.h"
+#include "storage/engine/engine.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
@@ -31,11 +31,11 @@
 #include "common/rdb_map.h"
 #include "common/rdb_time.h"
 #include "storage/admin.h"
-#include "storage/batch_codec.h"
-#include "storage/codec.h"
-#include "storage/evstore.h"
-#include "storage/segment.h"
-#include "storage/uring.h"
+#include "storage/wal/batch_codec.h"
+#include "storage/chunk/codec.h"
+#include "storage/events/evstore.h"
+#include "storage/chunk/segment.h"
+#include "storage/io/uring.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -863,11 +863,27 @@ static int open_dirs(struct sto *s)
 	return rc;
 }
 
+/* The engine steps lifecycle/ may take (it calls them only through this
+ * table, never directly: lifecycle/ sits below the engine). */
+static const struct sti_engine_ops engine_ops = {
+    .checkpoint = sti_checkpoint,
+    .finish_checkpoint = sti_finish_checkpoint,
+    .head_new = sti_head_new,
+    .head_free = sti_head_free,
+    .cols_bytes = sti_cols_bytes,
+    .job_counts_reset = sti_job_counts_reset,
+    .uid_reserve = sti_uid_reserve,
+    .seg_read = sti_seg_read,
+    .read_chunk = sto_read_chunk,
+    .write_exclusive = sti_write_exclusive,
+};
+
 int sto_open(const struct sto_options *opt, struct sto **out)
 {
 	struct sto *s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
+	s->eng = &engine_ops;
 	s->opt = *opt;
 	sto_ring_set_fallback(!opt->io_uring); /* before any ring (WAL, segments) opens */
 	s->lock_fd = -1;

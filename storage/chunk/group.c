@@ -1,12 +1,12 @@
-/* group.c - group records (contract: storage/group.h, layout:
+/* group.c - group records (contract: storage/chunk/group.h, layout:
  * storage/format.h). Decoding trusts nothing: checksums are checked, and
  * every length is bounds-checked again anyway. */
-#include "storage/group.h"
+#include "storage/chunk/group.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
-#include "storage/codec.h"
-#include "storage/segment.h"
+#include "storage/chunk/codec.h"
+#include "storage/chunk/segment.h"
 
 #include <errno.h>
 #include <stdbool.h>

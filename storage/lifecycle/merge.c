@@ -18,14 +18,15 @@
  * same members merge into one group record the same way. A run that cannot
  * be merged (a damaged chunk) is left as it is; the others go on.
  */
-#include "storage/store_int.h"
+#include "storage/lifecycle/lifecycle.h"
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
 #include "common/rdb_map.h"
+#include "common/rdb_sort.h"
 #include "storage/admin.h"
-#include "storage/codec.h"
-#include "storage/group.h"
-#include "storage/segment.h"
+#include "storage/chunk/codec.h"
+#include "storage/chunk/group.h"
+#include "storage/chunk/segment.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -66,13 +67,13 @@ static int cmp_src(const void *a, const void *b)
 static void sup_normalize(struct sto_sup_entry *e)
 {
 	size_t k = 0;
-	qsort(e->sup.src, e->sup.nsrc, sizeof(*e->sup.src), cmp_src);
+	rdb_sort(e->sup.src, e->sup.nsrc, sizeof(*e->sup.src), cmp_src);
 	for (size_t i = 0; i < e->sup.nsrc; i++)
 		if (k == 0 || e->sup.src[i].uid != e->sup.src[k - 1].uid)
 			e->sup.src[k++] = e->sup.src[i];
 	e->sup.nsrc = (uint32_t)k;
 	k = 0;
-	qsort(e->seg, e->nseg, sizeof(*e->seg), sti_cmp_u64);
+	rdb_sort(e->seg, e->nseg, sizeof(*e->seg), sti_cmp_u64);
 	for (size_t i = 0; i < e->nseg; i++)
 		if (k == 0 || e->seg[i] != e->seg[k - 1])
 			e->seg[k++] = e->seg[i];
@@ -188,7 +189,7 @@ static int merge_run(struct sto *s, struct merge_set *m, size_t a, size_t b,
 	struct sto_chunk_ref ref = {0};
 	m->pts.n = 0;
 	for (size_t i = a; i < b; i++) {
-		int rc = sto_read_chunk(s, &m->all.v[i], &m->rec, &m->one, &err);
+		int rc = s->eng->read_chunk(s, &m->all.v[i], &m->rec, &m->one, &err);
 		if (rc) {
 			rdb_warn("store", "merging small chunks: %s; that run is left as it is",
 				 err.msg);
@@ -207,7 +208,7 @@ static int merge_run(struct sto *s, struct merge_set *m, size_t a, size_t b,
 	if (rc == 0)
 		rc = sto_codec_encode(&m->pts, &m->codec, NULL);
 	if (rc == 0)
-		rc = sti_uid_reserve(s, 1);
+		rc = s->eng->uid_reserve(s, 1);
 	if (rc)
 		return rc;
 	ref.series_id = m->all.v[a].series_id;
@@ -372,7 +373,7 @@ static int group_member_points(struct sto *s, struct merge_set *m, size_t a, siz
 	for (size_t i = a; i < b; i++) {
 		const struct grp_info *g = rdb_map_get(&m->groups, m->all.v[i].uid + 1);
 		const struct sto_chunk_ref *r = &m->all.v[g->idx[k]];
-		int rc = sto_read_chunk(s, r, &m->rec, &m->one, &err);
+		int rc = s->eng->read_chunk(s, r, &m->rec, &m->one, &err);
 		if (rc) {
 			rdb_warn("store",
 				 "merging small group records: %s; that run is left as it is",
@@ -412,7 +413,7 @@ static int merge_group_run(struct sto *s, struct merge_set *m, size_t a, size_t 
 						   &m->gpts[k]};
 	}
 	if (rc == 0)
-		rc = sti_uid_reserve(s, nm);
+		rc = s->eng->uid_reserve(s, nm);
 	if (rc)
 		return rc;
 	uid = s->next_uid;

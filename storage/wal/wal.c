@@ -9,7 +9,7 @@
  * caller's payload (no copy). The caller then sleeps until its request is
  * done. The WAL thread takes every queued request at once (a group), writes
  * them with one writev at the end of the file and, with STO_SYNC_FDATASYNC,
- * one fdatasync linked to it (storage/uring.h); then it stores the result in
+ * one fdatasync linked to it (storage/io/uring.h); then it stores the result in
  * each request and wakes all callers. While a group is in flight the next
  * one accumulates: that is the group commit, and under load many appends
  * share one fdatasync.
@@ -56,14 +56,15 @@
  * damaged bytes aside (sto_wal_keep_range) is the caller's decision; only a
  * bad file header is an error.
  */
-#include "storage/wal.h"
+#include "storage/wal/wal.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
 #include "common/rdb_time.h"
+#include "common/rdb_sort.h"
 #include "storage/format.h"
-#include "storage/uring.h"
+#include "storage/io/uring.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -1019,7 +1020,7 @@ int sto_wal_list(const char *dir, uint64_t **gens, size_t *n)
 		return result;
 	}
 	if (cnt > 1)
-		qsort(v, cnt, sizeof(*v), cmp_u64);
+		rdb_sort(v, cnt, sizeof(*v), cmp_u64);
 	*gens = v;
 	*n = cnt;
 	return 0;

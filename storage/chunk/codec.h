@@ -35,7 +35,7 @@ int sto_codec_encode(const struct mdl_cols *cols, struct rdb_buf *out, struct st
 int sto_codec_decode(const uint8_t *src, size_t len, uint32_t max_points, struct mdl_cols *out,
 		     size_t *used);
 
-/* Group records (storage/group.h) store the point columns that their
+/* Group records (storage/chunk/group.h) store the point columns that their
  * members share once and each member's value column on its own:
  *   shared := u32 n  column(ts) column(step) column(attempt)
  *   values := column(value)

@@ -9,9 +9,9 @@
 #define STO_SEGMENT_H
 
 #include "common/rdb_buf.h"
-#include "storage/index.h"
+#include "storage/index/index.h"
 #include "storage/series.h"
-#include "storage/uring.h"
+#include "storage/io/uring.h"
 
 #include <stddef.h>
 #include <stdint.h>

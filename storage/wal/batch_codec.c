@@ -5,7 +5,7 @@
  * file is where they meet the on-disk format. Decoders treat their input as
  * hostile: they replay WAL payloads. Pure functions.
  */
-#include "storage/batch_codec.h"
+#include "storage/wal/batch_codec.h"
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
 #include "storage/format.h"

@@ -20,7 +20,7 @@
  * Failure: a WAL failure fails the write (nothing applied). Writers get
  * RDB_EBUSY once the head is over head_max_bytes.
  */
-#include "storage/store_int.h"
+#include "storage/engine/engine.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
@@ -28,10 +28,10 @@
 #include "common/rdb_map.h"
 #include "common/rdb_time.h"
 #include "storage/admin.h"
-#include "storage/batch_codec.h"
-#include "storage/codec.h"
-#include "storage/evstore.h"
-#include "storage/segment.h"
+#include "storage/wal/batch_codec.h"
+#include "storage/chunk/codec.h"
+#include "storage/events/evstore.h"
+#include "storage/chunk/segment.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -723,8 +723,8 @@ static int append_and_apply(struct sto *s, const struct sto_write_req *req,
 /* Checks shared by both write entry points. 0: go on (*bent reserved when
  * the request has a batch id); 1: nothing to write (res->duplicate says
  * whether it was a duplicate); else the error. */
-static int write_begin(struct sto *s, const struct sto_write_req *req,
-		       struct sto_write_result *res, struct batch_ent **bent)
+static int write_begin(struct sto *s, const struct sto_write_req *req, struct sto_write_result *res,
+		       struct batch_ent **bent)
 {
 	res->duplicate = false;
 	*bent = NULL;
@@ -910,8 +910,8 @@ static int async_append(struct async_write *a, bool *freed)
 	return STO_PENDING;
 }
 
-int sto_write_submit(struct sto *s, const struct sto_write_req *req,
-		     struct sto_write_result *res, sto_write_done_fn fn, void *arg)
+int sto_write_submit(struct sto *s, const struct sto_write_req *req, struct sto_write_result *res,
+		     sto_write_done_fn fn, void *arg)
 {
 	struct batch_ent *bent = NULL;
 	int rc = write_begin(s, req, res, &bent);

@@ -12,7 +12,7 @@
  * trash entry removed. At open, a set compact_out means an unfinished copy
  * (its file is removed) and every seg_trash id is unlinked.
  *
- * Merging small chunks runs first, before the segment pass: storage/merge.c.
+ * Merging small chunks runs first, before the segment pass: storage/lifecycle/merge.c.
  *
  * Supersede records: the replaced records stay on disk until their segments
  * are rewritten, and rebuild-index reads only the disk. So each merged chunk
@@ -25,18 +25,19 @@
  * still exists, and drops the entry otherwise. Segments go oldest first, so
  * sources go before their records. Rules: docs/FORMAT.md.
  */
-#include "storage/store_int.h"
+#include "storage/lifecycle/lifecycle.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
 #include "common/rdb_map.h"
 #include "common/rdb_time.h"
+#include "common/rdb_sort.h"
 #include "storage/admin.h"
-#include "storage/codec.h"
-#include "storage/evstore.h"
-#include "storage/group.h"
-#include "storage/segment.h"
+#include "storage/chunk/codec.h"
+#include "storage/events/evstore.h"
+#include "storage/chunk/group.h"
+#include "storage/chunk/segment.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -74,40 +75,6 @@ struct seg_set {
 	size_t ncarry;	      /* sups[0, ncarry) go along, the rest are dropped */
 	struct rdb_map live;  /* all segments: id + 1 -> live bytes (as a pointer value) */
 };
-
-/* Frees the entries from `keep` on. */
-int sti_cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return x < y ? -1 : x > y;
-}
-
-void sti_sup_list_trim(struct sup_list *l, size_t keep)
-{
-	for (size_t i = keep; i < l->n; i++)
-		sto_sup_entry_free(&l->v[i]);
-	l->n = keep < l->n ? keep : l->n;
-}
-
-void sti_sup_list_clear(struct sup_list *l)
-{
-	sti_sup_list_trim(l, 0);
-}
-
-/* Appends *e (taking its arrays) to l; on failure e still owns them. */
-int sti_sup_list_push(struct sup_list *l, struct sto_sup_entry *e)
-{
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 16;
-		struct sto_sup_entry *p = realloc(l->v, cap * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		l->v = p;
-		l->cap = cap;
-	}
-	l->v[l->n++] = *e;
-	return 0;
-}
 
 static void live_add(struct rdb_map *m, uint64_t seg, uint64_t bytes)
 {
@@ -276,7 +243,7 @@ static int copy_record(struct sto *s, struct rdb_buf *buf, uint64_t seg, uint64_
 	size_t at = buf->len;
 	int rc = rdb_buf_reserve(buf, len);
 	if (rc == 0)
-		rc = sti_seg_read(s, seg, off, buf->data + at, len);
+		rc = s->eng->seg_read(s, seg, off, buf->data + at, len);
 	if (rc == 0 && magic == STO_GROUP_MAGIC)
 		rc = sto_group_prune(buf->data + at, len, uid, live, &removed, &why);
 	else if (rc == 0)
@@ -399,38 +366,11 @@ out:
 }
 
 /* After the switch: no cached fd may keep the old file alive, and the file
- * goes after the grace (store_int.h, STI_TRASH_GRACE_NS). */
+ * goes after the grace (lifecycle.h, STI_TRASH_GRACE_NS). */
 static int drop_old_segment(struct sto *s)
 {
 	s->trash_due_mono_ns = rdb_now_mono_ns() + STI_TRASH_GRACE_NS;
 	return sti_readers_refresh(s);
-}
-
-int sti_compact_begin(struct sto *s, uint64_t *new_id)
-{
-	struct sto_txn *t;
-	int rc = sto_txn_begin(s->ix, true, &t);
-	if (rc)
-		return rc;
-	rc = sto_meta_next(t, "next_segment_id", new_id);
-	if (rc == 0)
-		rc = sto_meta_put(t, "compact_out", *new_id + 1);
-	if (rc == 0)
-		return sto_txn_commit(t);
-	sto_txn_abort(t);
-	return rc;
-}
-
-void sti_compact_abandon(struct sto *s, uint64_t new_id)
-{
-	struct sto_txn *t;
-	sti_unlink_segment(s, new_id);
-	if (sto_txn_begin(s->ix, true, &t) != 0)
-		return;
-	if (sto_meta_put(t, "compact_out", 0) == 0)
-		sto_txn_commit(t);
-	else
-		sto_txn_abort(t);
 }
 
 /* Rewrites segment ss->seg (entries collected) into a new segment. */
@@ -486,7 +426,7 @@ static int list_segments(struct sto *s, struct id_list *ids)
 	/* Oldest first: the sources of a supersede record are always in older
 	 * segments than the record, so one pass can drop both. */
 	if (rc == 0 && ids->n)
-		qsort(ids->v, ids->n, sizeof(*ids->v), sti_cmp_u64);
+		rdb_sort(ids->v, ids->n, sizeof(*ids->v), sti_cmp_u64);
 	return rc;
 }
 
