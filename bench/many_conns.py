@@ -9,9 +9,10 @@ server's CPU (from /proc/PID/stat) over the run.
 
     bench/many_conns.py --port P --pid PID --connections 4096 --duration-s 30
                         [--interval-s 1] [--metrics 32] [--path /write?precision=ns]
-                        [--procs 2] [--out FILE.kv]
+                        [--procs 3] [--out FILE.kv]
 
-One event loop (selectors, non-blocking sockets) per process; --procs
+One event loop (selectors, non-blocking sockets, a heap of due times) per
+process; --procs
 spreads the connections over that many processes so the client is not the
 bottleneck. Rank r's first step is at r/N of the interval (the ranks of a
 real job finish a step at about the same time; spreading them over the
@@ -21,6 +22,7 @@ reopened (counted). Prints key=value lines (and writes them to --out).
 Traffic: 127.0.0.1 only.
 """
 import argparse
+import heapq
 import multiprocessing
 import os
 import selectors
@@ -88,33 +90,37 @@ def worker(args, ranks, q):
         sel.register(c.sock, selectors.EVENT_READ, c)
     end = start + args.duration_s
     path = args.path.encode()
+    due = [(c.due, c.rank, c) for c in conns]  # idle connections by due time
+    heapq.heapify(due)
+    busy = 0  # connections with a request out
     while True:
         now = time.monotonic()
-        if now >= end and all(c.state == "idle" for c in conns):
+        if now >= end and busy == 0:
             break
         if now >= end + 30:
-            errors += sum(1 for c in conns if c.state != "idle")
+            errors += busy
             break
-        for c in conns:
-            if c.state == "idle" and now >= c.due and now < end:
+        while due and due[0][0] <= now:
+            c = heapq.heappop(due)[2]
+            if now < end:
                 b = body(args.job, c.rank, c.step, args.metrics)
                 c.out = (b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
                          b"Content-Length: " + str(len(b)).encode() + b"\r\n\r\n" + b)
                 c.sent_at = now
                 c.state = "sending"
+                busy += 1
                 try:
                     n = c.sock.send(c.out)
                     c.out = c.out[n:]
                 except BlockingIOError:
                     pass
                 except OSError:
-                    errors += 1
-                    c.state = "reconnect"
+                    c.out = b""  # the read side sees the close: counted there
                 if c.state == "sending" and not c.out:
                     c.state = "reading"
                 elif c.state == "sending":
                     sel.modify(c.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, c)
-        timeout = 0.005
+        timeout = max(0.0, min(0.005, due[0][0] - time.monotonic())) if due else 0.005
         for key, ev in sel.select(timeout):
             c = key.data
             if ev & selectors.EVENT_WRITE and c.state == "sending":
@@ -122,8 +128,7 @@ def worker(args, ranks, q):
                     n = c.sock.send(c.out)
                     c.out = c.out[n:]
                 except OSError:
-                    errors += 1
-                    c.state = "reconnect"
+                    c.out = b""  # the read side sees the close: counted there
                 if c.state == "sending" and not c.out:
                     c.state = "reading"
                     sel.modify(c.sock, selectors.EVENT_READ, c)
@@ -137,6 +142,7 @@ def worker(args, ranks, q):
                 if not data:
                     if c.state != "idle":
                         errors += 1
+                        busy -= 1
                     c.state = "reconnect"
                 else:
                     c.buf += data
@@ -152,9 +158,11 @@ def worker(args, ranks, q):
                         else:
                             non2xx += 1
                         c.state = "idle"
+                        busy -= 1
                         c.due += args.interval_s
                         while c.due < t - args.interval_s:  # far behind: skip, do not burst
                             c.due += args.interval_s
+                        heapq.heappush(due, (c.due, c.rank, c))
             if c.state == "reconnect":
                 try:
                     sel.unregister(c.sock)
@@ -168,6 +176,7 @@ def worker(args, ranks, q):
                 sel.register(c.sock, selectors.EVENT_READ, c)
                 c.state = "idle"
                 c.due = time.monotonic() + args.interval_s
+                heapq.heappush(due, (c.due, c.rank, c))
     for c in conns:
         c.sock.close()
     q.put((lat, errors, reconnects, acks, non2xx))
@@ -189,7 +198,7 @@ def main():
     ap.add_argument("--metrics", type=int, default=32)
     ap.add_argument("--job", default="many-1")
     ap.add_argument("--path", default="/write?precision=ns")
-    ap.add_argument("--procs", type=int, default=2)
+    ap.add_argument("--procs", type=int, default=3)
     ap.add_argument("--out")
     args = ap.parse_args()
     procs = max(1, min(args.procs, args.connections))
