@@ -88,7 +88,14 @@ struct sto {
 	pthread_mutex_t batch_lock; /* batch_ids */
 	struct rdb_map batch_ids;   /* id hash -> struct batch_ent chain */
 
-	pthread_mutex_t series_lock;   /* the series cache */
+	pthread_mutex_t series_lock; /* the series cache */
+	/* Series creation queue (store_write.c, sti_resolve_series): requests
+	 * that need new series, and whether a leader is creating a group.
+	 * create_mu is taken before series_lock, never while holding it. */
+	pthread_mutex_t create_mu;
+	pthread_cond_t create_cv;
+	struct series_waiter *create_q;
+	bool creating;
 	struct rdb_map series_by_hash; /* key hash -> series_ent chain */
 	struct rdb_map series_by_id;   /* id -> series_ent */
 	struct rdb_map job_counts;     /* job hash -> struct job_count chain (max_series_per_job) */

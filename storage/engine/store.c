@@ -773,6 +773,8 @@ static void init_locks(struct sto *s)
 	pthread_cond_init(&s->flush_cond, NULL);
 	pthread_cond_init(&s->ckpt_cond, NULL);
 	pthread_mutex_init(&s->async_mu, NULL);
+	pthread_mutex_init(&s->create_mu, NULL);
+	pthread_cond_init(&s->create_cv, NULL);
 	pthread_cond_init(&s->async_cv, NULL);
 }
 
@@ -800,6 +802,8 @@ static void destroy(struct sto *s)
 	pthread_mutex_destroy(&s->batch_lock);
 	pthread_mutex_destroy(&s->flush_lock);
 	pthread_mutex_destroy(&s->async_mu);
+	pthread_mutex_destroy(&s->create_mu);
+	pthread_cond_destroy(&s->create_cv);
 	pthread_cond_destroy(&s->async_cv);
 	pthread_cond_destroy(&s->flush_cond);
 	pthread_cond_destroy(&s->ckpt_cond);

@@ -171,68 +171,61 @@ void sti_cache_free(struct sto *s)
 	rdb_map_free(&s->series_by_hash);
 }
 
-/* Resolves (creating if needed) the series of every key in b into ents[].
- * New series are created in one LMDB write transaction. */
-int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_ent **ents)
+/* Fills ents[] from the cache; returns how many are missing (a batch
+ * series that cannot be read counts as missing: create_missing reports
+ * it). Caller holds series_lock. */
+static size_t resolve_cached(struct sto *s, const struct mdl_batch *b, struct series_ent **ents)
 {
 	size_t n = mdl_batch_nseries(b), missing = 0;
-	int rc = 0;
-	pthread_mutex_lock(&s->series_lock);
 	for (size_t i = 0; i < n; i++) {
 		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
-		if (!bs) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		ents[i] = cache_find(s, &bs->key, series_hash(&bs->key));
+		ents[i] = bs ? cache_find(s, &bs->key, series_hash(&bs->key)) : NULL;
 		missing += ents[i] == NULL;
 	}
-	if (missing == 0)
-		goto out;
-	struct sto_txn *t = NULL;
-	rc = sto_txn_begin(s->ix, true, &t);
-	if (rc)
-		goto out;
-	uint64_t created = 0;
+	return missing;
+}
+
+/* Creates in t the series of b that ents[] lacks (counting the limits
+ * inside t). *created counts the new ones. Caller holds series_lock. */
+static int create_missing(struct sto *s, struct sto_txn *t, const struct mdl_batch *b,
+			  struct series_ent **ents, uint64_t *created)
+{
+	size_t n = mdl_batch_nseries(b);
+	int rc = 0;
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		if (ents[i])
 			continue;
 		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
+		if (!bs)
+			return -ENOMEM;
 		uint64_t id;
 		bool is_new = false;
 		rc = sto_series_lookup(t, &bs->key, &id);
 		if (rc == RDB_ENOTFOUND) {
 			struct job_count *jc = NULL;
-			if (s->nseries + created >= s->opt.max_series) {
-				rc = RDB_ELIMIT;
-				break;
-			}
+			if (s->nseries + *created >= s->opt.max_series)
+				return RDB_ELIMIT;
 			/* counted inside this txn: includes series created just before */
 			rc = job_count_get(s, t, bs->key.job, &jc);
 			if (rc == 0 && jc->n >= s->opt.max_series_per_job)
 				rc = RDB_ELIMIT;
 			if (rc == 0)
 				rc = sto_series_get_or_create(t, &bs->key, &id, &is_new);
-			created += is_new;
+			*created += is_new;
 			if (rc == 0 && is_new)
 				jc->n++;
 		}
 	}
-	if (rc) {
-		sto_txn_abort(t);
-		sti_job_counts_reset(s); /* counts may include series of the aborted txn */
-		goto out;
-	}
-	rc = sto_txn_commit(t);
-	if (rc) {
-		sti_job_counts_reset(s);
-		goto out;
-	}
-	s->nseries += created;
-	/* Now cache them (ids are durable). A second pass reads the ids back. */
-	rc = sto_txn_begin(s->ix, false, &t);
-	if (rc)
-		goto out;
+	return rc;
+}
+
+/* Caches the ids (now durable) of b's series that ents[] lacks, read back
+ * in t. Caller holds series_lock. */
+static int cache_missing(struct sto *s, struct sto_txn *t, const struct mdl_batch *b,
+			 struct series_ent **ents)
+{
+	size_t n = mdl_batch_nseries(b);
+	int rc = 0;
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		if (ents[i])
 			continue;
@@ -245,10 +238,122 @@ int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_e
 		if (rc == 0)
 			rc = cache_add(s, &bs->key, h, id, &ents[i]);
 	}
-	sto_txn_abort(t);
-out:
-	pthread_mutex_unlock(&s->series_lock);
 	return rc;
+}
+
+/* One request's series creation in its own write transaction. Caller
+ * holds series_lock. */
+static int resolve_alone(struct sto *s, const struct mdl_batch *b, struct series_ent **ents)
+{
+	if (resolve_cached(s, b, ents) == 0)
+		return 0;
+	struct sto_txn *t = NULL;
+	uint64_t created = 0;
+	int rc = sto_txn_begin(s->ix, true, &t);
+	if (rc)
+		return rc;
+	rc = create_missing(s, t, b, ents, &created);
+	if (rc) {
+		sto_txn_abort(t);
+		sti_job_counts_reset(s); /* counts may include series of the aborted txn */
+		return rc;
+	}
+	rc = sto_txn_commit(t);
+	if (rc) {
+		sti_job_counts_reset(s);
+		return rc;
+	}
+	s->nseries += created;
+	rc = sto_txn_begin(s->ix, false, &t);
+	if (rc == 0) {
+		rc = cache_missing(s, t, b, ents);
+		sto_txn_abort(t);
+	}
+	return rc;
+}
+
+/* Series creation is group-committed like the WAL: requests that need new
+ * series queue here, and one of them (the leader) creates the series of
+ * every queued request in one LMDB write transaction (one sync), so a job
+ * whose thousands of ranks all send their first step at once does not
+ * pay one sync per rank, one after the other. If anything in the group
+ * fails (a series limit, say), the transaction is dropped and each request
+ * of the group is done alone, exactly as before: a refused request never
+ * creates a series. */
+struct series_waiter {
+	struct series_waiter *next;
+	const struct mdl_batch *b;
+	struct series_ent **ents;
+	int rc;
+	bool done;
+};
+
+/* The leader's work: creates the series of the whole group. Caller holds
+ * series_lock. Sets every waiter's rc. */
+static void create_group(struct sto *s, struct series_waiter *g)
+{
+	struct sto_txn *t = NULL;
+	uint64_t created = 0;
+	size_t missing = 0;
+	for (struct series_waiter *w = g; w; w = w->next)
+		missing += resolve_cached(s, w->b, w->ents);
+	int rc = missing ? sto_txn_begin(s->ix, true, &t) : 0;
+	for (struct series_waiter *w = g; w && rc == 0 && missing; w = w->next)
+		rc = create_missing(s, t, w->b, w->ents, &created);
+	if (missing && rc == 0) {
+		rc = sto_txn_commit(t);
+		t = NULL;
+	}
+	if (rc) {
+		if (t)
+			sto_txn_abort(t);
+		sti_job_counts_reset(s);
+		for (struct series_waiter *w = g; w; w = w->next)
+			w->rc = resolve_alone(s, w->b, w->ents);
+		return;
+	}
+	s->nseries += created;
+	rc = missing ? sto_txn_begin(s->ix, false, &t) : 0;
+	for (struct series_waiter *w = g; w; w = w->next)
+		w->rc = rc ? rc : missing ? cache_missing(s, t, w->b, w->ents) : 0;
+	if (missing && rc == 0)
+		sto_txn_abort(t);
+}
+
+/* Resolves (creating if needed) the series of every key in b into ents[]. */
+int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_ent **ents)
+{
+	pthread_mutex_lock(&s->series_lock);
+	size_t missing = resolve_cached(s, b, ents);
+	pthread_mutex_unlock(&s->series_lock);
+	if (missing == 0)
+		return 0;
+	struct series_waiter me = {.b = b, .ents = ents};
+	pthread_mutex_lock(&s->create_mu);
+	me.next = s->create_q;
+	s->create_q = &me;
+	while (!me.done) {
+		if (s->creating) {
+			pthread_cond_wait(&s->create_cv, &s->create_mu);
+			continue;
+		}
+		s->creating = true;
+		struct series_waiter *g = s->create_q;
+		s->create_q = NULL;
+		pthread_mutex_unlock(&s->create_mu);
+		pthread_mutex_lock(&s->series_lock);
+		create_group(s, g);
+		pthread_mutex_unlock(&s->series_lock);
+		pthread_mutex_lock(&s->create_mu);
+		for (struct series_waiter *w = g, *next; w; w = next) {
+			next = w->next;
+			w->done = true; /* its owner may return (its stack goes) */
+		}
+		s->creating = false;
+		pthread_cond_broadcast(&s->create_cv);
+	}
+	pthread_mutex_unlock(&s->create_mu);
+	return me.rc;
 }
 
 /* ---- heads --------------------------------------------------------------- */

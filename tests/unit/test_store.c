@@ -729,6 +729,68 @@ static void test_async_submit(void)
 	mdl_batch_free(extra);
 }
 
+/* Series created by concurrent writers are group-committed; a writer
+ * refused by max_series never leaves a series behind, whatever else was in
+ * its group, and every accepted writer's series all exist. */
+struct creator {
+	struct sto *s;
+	uint32_t rank;
+	int rc;
+};
+
+static void *creator_main(void *arg)
+{
+	struct creator *c = arg;
+	struct mdl_batch *b;
+	c->rc = mdl_batch_new(64, 64, &b);
+	for (int m = 0; c->rc == 0 && m < 8; m++) {
+		char name[8];
+		snprintf(name, sizeof(name), "m%d", m);
+		c->rc = mdl_batch_add(b, "cj", 2, c->rank, name, strlen(name), 1000, 0, 0, 0);
+	}
+	if (c->rc == 0)
+		c->rc = sto_write(c->s, b);
+	mdl_batch_free(b);
+	return NULL;
+}
+
+static void test_concurrent_series_creation(void)
+{
+	char dir[4200];
+	new_dir(dir, sizeof(dir));
+	struct sto_options o;
+	opts(&o, dir, 1000);
+	o.sync = STO_SYNC_FDATASYNC;
+	o.max_series = 60; /* room for 7 writers of 8 series */
+	struct sto *s;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	enum { W = 16 };
+	struct creator c[W];
+	pthread_t th[W];
+	for (int i = 0; i < W; i++) {
+		c[i] = (struct creator){.s = s, .rank = (uint32_t)i};
+		CHECK_EQ_INT(pthread_create(&th[i], NULL, creator_main, &c[i]), 0);
+	}
+	int ok = 0, bad = 0;
+	for (int i = 0; i < W; i++) {
+		pthread_join(th[i], NULL);
+		CHECK(c[i].rc == 0 || c[i].rc == RDB_ELIMIT);
+		ok += c[i].rc == 0;
+		int found = 0;
+		for (int m = 0; m < 8; m++) {
+			struct mdl_series_key k = {.rank = (uint32_t)i};
+			snprintf(k.job, sizeof(k.job), "cj");
+			snprintf(k.metric, sizeof(k.metric), "m%d", m);
+			uint64_t id;
+			found += sto_lookup_series(s, &k, &id) == 0;
+		}
+		bad += found != (c[i].rc == 0 ? 8 : 0);
+	}
+	CHECK_EQ_INT(bad, 0);
+	CHECK_EQ_INT(ok, 7);
+	sto_close(s);
+}
+
 int main(void)
 {
 	const char *tmp = getenv("RDB_TEST_TMP");
@@ -750,6 +812,7 @@ int main(void)
 	RUN(test_view_survives_merge);
 	RUN(test_failed_write_retry_is_exactly_once);
 	RUN(test_async_submit);
+	RUN(test_concurrent_series_creation);
 	int rc = check_summary("store");
 	if (rc == 0) {
 		char cmd[4200];
