@@ -36,6 +36,17 @@
  * Content-Length past 2^64-1 itself with a 413 whose status line and
  * headers it sends twice; neither request reaches rankdb's code.
  *
+ * Parked writes (srv_submit): a write whose WAL sync is pending does not
+ * hold its worker. The handler returns SRV_PARKED, on_request suspends the
+ * connection (MHD_ALLOW_SUSPEND_RESUME; libmicrohttpd's ITC wakes the
+ * owning worker), the WAL thread's completion resumes it, and the worker
+ * calls on_request again, which answers through the handler's finish
+ * function. A small state machine (PARK_*) lets the completion come before
+ * the suspend. Parked connections are in CS_HANDLING: no deadline, never
+ * shed. At most http_max_parked at once (503 past it); at stop no more are
+ * parked and http_free waits until every parked one was answered, since
+ * libmicrohttpd must not be stopped with a suspended connection.
+ *
  * A request's memory (struct conn_req) is freed in one place, the
  * completion callback; a connection's (struct conn_state) in the
  * connection-closed callback, which libmicrohttpd calls before it closes
