@@ -227,7 +227,7 @@ int sto_group_member_decode(const uint8_t *head, const uint8_t *section,
 	int rc = decode_shared(head, dir, out, why);
 	if (rc == 0)
 		rc = decode_section(section, sect->length, &k, out, why);
-	if (rc == 0 && out->n != ref->stats.count) {
+	if (rc == 0 && !ref->damaged && out->n != ref->stats.count) {
 		*why = "chunk point count differs from its index entry";
 		rc = RDB_ECORRUPT;
 	}
@@ -376,7 +376,7 @@ int sto_record_decode(const uint8_t *rec, const struct sto_chunk_ref *ref, struc
 	rc = sto_codec_decode(payload, plen, STO_CHUNK_MAX_POINTS, out, &used);
 	if (rc == RDB_ECORRUPT)
 		*why = "chunk payload does not decode";
-	if (rc == 0 && out->n != ref->stats.count) {
+	if (rc == 0 && !ref->damaged && out->n != ref->stats.count) {
 		*why = "chunk point count differs from its index entry";
 		rc = RDB_ECORRUPT;
 	}
