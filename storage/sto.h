@@ -98,6 +98,28 @@ struct sto_write_result {
  * (retry; it will then be acknowledged as a duplicate). */
 int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_write_result *res);
 
+/* The completion of sto_write_submit: rc 0 once the write is durable (per
+ * the sync policy) and applied to the head, or the error that refused it
+ * (nothing of it stored). Called exactly once, on the WAL thread (or on
+ * the submitting thread before sto_write_submit returns, for an injected
+ * fault), never under a storage lock; it must not block for long (it
+ * delays the next group commit) and must not call into the write path. */
+typedef void (*sto_write_done_fn)(void *arg, int rc);
+#define STO_PENDING 1
+
+/* sto_write_req without waiting for the WAL: makes room in the head (so
+ * applying cannot fail), queues the WAL record and returns STO_PENDING.
+ * When the record's group commit is durable the engine applies the write
+ * to the head, then calls fn(arg, 0); on a WAL failure it releases the
+ * room and calls fn(arg, error). Never acknowledge before fn. The
+ * request's points, events and batch id must stay valid until fn ran.
+ * Returns 0 when the write needs no WAL record (empty, or a duplicate
+ * batch id: res->duplicate), or an error as sto_write_req (nothing stored);
+ * fn is not called in either case. Blocks only while the WAL queue is full.
+ * Any number of writes may be pending; a checkpoint waits for them. */
+int sto_write_submit(struct sto *s, const struct sto_write_req *req, struct sto_write_result *res,
+		     sto_write_done_fn fn, void *arg);
+
 /* Catalog. Callbacks run inside a read transaction: copy what you keep. */
 int sto_list_jobs(struct sto *s, sto_job_fn fn, void *arg);
 int sto_list_series(struct sto *s, const char *job, sto_series_fn fn, void *arg);

@@ -185,7 +185,7 @@ int sti_checkpoint(struct sto *s)
 		if (rc)
 			return rc;
 	}
-	pthread_rwlock_wrlock(&s->write_lock);
+	sti_write_exclusive(s);
 	uint64_t gen = s->active->gen + 1;
 	struct head *fresh = sti_head_new(gen);
 	int rc = fresh ? sto_wal_rotate(s->wal, gen) : -ENOMEM;
@@ -840,6 +840,10 @@ static void init_locks(struct sto *s)
 	pthread_mutex_init(&s->flush_lock, NULL);
 	pthread_cond_init(&s->flush_cond, NULL);
 	pthread_cond_init(&s->ckpt_cond, NULL);
+	pthread_mutex_init(&s->async_mu, NULL);
+	pthread_mutex_init(&s->create_mu, NULL);
+	pthread_cond_init(&s->create_cv, NULL);
+	pthread_cond_init(&s->async_cv, NULL);
 }
 
 static void destroy(struct sto *s)
@@ -866,6 +870,10 @@ static void destroy(struct sto *s)
 	pthread_mutex_destroy(&s->series_lock);
 	pthread_mutex_destroy(&s->batch_lock);
 	pthread_mutex_destroy(&s->flush_lock);
+	pthread_mutex_destroy(&s->async_mu);
+	pthread_mutex_destroy(&s->create_mu);
+	pthread_cond_destroy(&s->create_cv);
+	pthread_cond_destroy(&s->async_cv);
 	pthread_cond_destroy(&s->flush_cond);
 	pthread_cond_destroy(&s->ckpt_cond);
 	free(s);
@@ -940,6 +948,7 @@ static const struct sti_engine_ops engine_ops = {
     .uid_reserve = sti_uid_reserve,
     .seg_read = sti_seg_read,
     .read_chunk = sto_read_chunk,
+    .write_exclusive = sti_write_exclusive,
 };
 
 int sto_open(const struct sto_options *opt, struct sto **out)
@@ -1020,7 +1029,7 @@ int sto_close_rc(struct sto *s)
 	}
 	atomic_store(&s->closing, true);
 	/* Wait for writes in flight, then stop the flusher. */
-	pthread_rwlock_wrlock(&s->write_lock);
+	sti_write_exclusive(s);
 	pthread_rwlock_unlock(&s->write_lock);
 	pthread_mutex_lock(&s->flush_lock);
 	s->stop = true;

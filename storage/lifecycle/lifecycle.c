@@ -518,7 +518,7 @@ static int delete_job_op(struct sto *s, void *arg)
 	if (rc)
 		return rc;
 	struct sto_txn *t = NULL;
-	pthread_rwlock_wrlock(&s->write_lock);
+	s->eng->write_exclusive(s);
 	uint64_t gen = s->active->gen;
 	rc = sto_txn_begin(s->ix, true, &t);
 	if (rc == 0)
