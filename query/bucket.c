@@ -17,6 +17,10 @@
  *   3. decoded and head points are filtered (range, step presence, attempt),
  *      on the step axis the latest attempt per step is kept, and they are
  *      folded into buckets together with the STATS chunks.
+ * A caller that reads no bucket timestamp (bk->ts_unused: cross-rank,
+ * outliers) gets its chunks decoded without their timestamp column where
+ * that provably changes nothing it reads (no_ts_ok): the column is often
+ * the costliest to decode.
  * NaN and null values are counted in nan_count and left out of
  * min/max/sum/avg/quantiles; first/last are the values of the points with the
  * smallest/largest (ts, step), NaN included (as chunk statistics define them).
@@ -657,8 +661,8 @@ static bool ordered_by_key(const struct pt *p, size_t n)
 
 /* Plans and reads the chunks of v: stats partials into parts, points into pv. */
 static int read_chunks(struct qry_scan *sc, const struct sto_series_view *v,
-		       const struct qry_bucketing *bk, const bool *conflict, struct pt_vec *pv,
-		       struct qry_bucket *parts, size_t *nparts)
+		       const struct qry_bucketing *bk, unsigned flags, const bool *conflict,
+		       struct pt_vec *pv, struct qry_bucket *parts, size_t *nparts)
 {
 	int rc = 0;
 	for (size_t i = 0; rc == 0 && i < v->nchunks; i++) {
@@ -674,7 +678,7 @@ static int read_chunks(struct qry_scan *sc, const struct sto_series_view *v,
 		}
 		if (sc->points_read + st->count > sc->max_points)
 			return RDB_ELIMIT;
-		rc = sto_read_chunk(sc->s, &v->chunks[i], &sc->rec, &sc->tmp, &sc->re);
+		rc = sto_read_chunk_flags(sc->s, &v->chunks[i], flags, &sc->rec, &sc->tmp, &sc->re);
 		sc->points_read += st->count;
 		sc->chunks_decoded++;
 		if (rc == 0)
@@ -803,32 +807,58 @@ static int view_of(struct qry_scan *sc, uint64_t id, const struct qry_bucketing 
 	return sto_view_series_rollups(sc->s, id, &bk->range, left, (unsigned)tier, left, v);
 }
 
-int qry_agg_series(struct qry_scan *sc, uint64_t id, const struct qry_bucketing *bk,
-		   struct qry_buckets *out)
+/* Chunks may be decoded without their timestamps (STO_READ_NO_TS) when the
+ * caller reads none (bk->ts_unused) and the stand-ins cannot change which
+ * points are taken or their order: step axis, no head point, every chunk
+ * inside the time range (so the range test passes either way) and the
+ * chunks disjoint in time in view order. Then the true timestamps of the
+ * points taken do not decrease, and the stand-ins (a chunk's min_ts for its
+ * first point, its max_ts for the others) do not either, so "in final
+ * order" (in_order) is decided by the steps alone in both cases. When the
+ * points come out of order they would be sorted by timestamp: that read is
+ * done again with timestamps. */
+static bool no_ts_ok(const struct sto_series_view *v, const struct qry_bucketing *bk)
 {
-	struct sto_series_view v;
+	if (!bk->ts_unused || bk->axis != QRY_AXIS_STEP || v->head.n)
+		return false;
+	for (size_t i = 0; i < v->nchunks; i++) {
+		const struct sto_chunk_stats *st = &v->chunks[i].stats;
+		if (st->min_ts_ns < bk->range.from_ns || st->max_ts_ns > bk->range.to_ns)
+			return false;
+		if (i && v->chunks[i - 1].stats.max_ts_ns > st->min_ts_ns)
+			return false;
+	}
+	return true;
+}
+
+/* The buckets of view v into out. With flags (STO_READ_NO_TS) and points
+ * out of order, *redo is set and out is not built. */
+static int read_view(struct qry_scan *sc, const struct sto_series_view *v,
+		     const struct qry_bucketing *bk, unsigned flags, struct qry_buckets *out,
+		     bool *redo)
+{
 	struct pt_vec pv = PT_VEC_INIT;
 	struct qry_bucket *parts = NULL;
 	bool *conflict = NULL;
 	size_t nparts = 0;
 	out->n = out->nvals = 0;
-	sc->re.msg[0] = 0;
-	int rc = view_of(sc, id, bk, &v);
-	if (rc)
-		return rc;
-	sc->points_read += v.head.n + v.nrollups;
-	rc = find_conflicts(&v, bk, &conflict);
-	if (rc == 0 && v.nchunks + v.nrollups &&
-	    !(parts = malloc((v.nchunks + v.nrollups) * sizeof(*parts))))
+	*redo = false;
+	int rc = find_conflicts(v, bk, &conflict);
+	if (rc == 0 && v->nchunks + v->nrollups &&
+	    !(parts = malloc((v->nchunks + v->nrollups) * sizeof(*parts))))
 		rc = -ENOMEM;
 	if (rc == 0)
-		rc = take_points(&pv, &v.head, bk);
+		rc = take_points(&pv, &v->head, bk);
 	if (rc == 0)
-		rc = read_chunks(sc, &v, bk, conflict, &pv, parts, &nparts);
+		rc = read_chunks(sc, v, bk, flags, conflict, &pv, parts, &nparts);
 	if (rc == 0)
-		rc = read_rollups(sc, &v, bk, parts, &nparts);
+		rc = read_rollups(sc, v, bk, parts, &nparts);
 	if (rc)
 		goto out;
+	if (flags && !pv.ordered) {
+		*redo = true;
+		goto out;
+	}
 	if (!pv.ordered && bk->axis == QRY_AXIS_STEP && bk->attempt == QRY_ATTEMPT_LATEST)
 		keep_latest(&pv);
 	if (!pv.ordered && pv.n && !ordered_by_key(pv.p, pv.n))
@@ -840,6 +870,31 @@ out:
 	free(pv.p);
 	free(parts);
 	free(conflict);
+	return rc;
+}
+
+int qry_agg_series(struct qry_scan *sc, uint64_t id, const struct qry_bucketing *bk,
+		   struct qry_buckets *out)
+{
+	struct sto_series_view v;
+	out->n = out->nvals = 0;
+	sc->re.msg[0] = 0;
+	int rc = view_of(sc, id, bk, &v);
+	if (rc)
+		return rc;
+	sc->points_read += v.head.n + v.nrollups;
+	/* the counters, for a read done again */
+	uint64_t pr = sc->points_read, cs = sc->chunks_stats, cd = sc->chunks_decoded,
+		 fr = sc->from_rollups;
+	bool redo = false;
+	rc = read_view(sc, &v, bk, no_ts_ok(&v, bk) ? STO_READ_NO_TS : 0, out, &redo);
+	if (rc == 0 && redo) {
+		sc->points_read = pr;
+		sc->chunks_stats = cs;
+		sc->chunks_decoded = cd;
+		sc->from_rollups = fr;
+		rc = read_view(sc, &v, bk, 0, out, &redo);
+	}
 	sto_view_free(&v);
 	return rc;
 }

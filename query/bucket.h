@@ -57,6 +57,11 @@ struct qry_bucketing {
 	/* Downsample: answer points retention dropped from the rollup tier of
 	 * the axis when the width is a multiple of the tier's width. */
 	bool use_rollups;
+	/* The caller reads no timestamp of the buckets (first_ts_ns,
+	 * last_ts_ns) and no first/last value: on the step axis chunks may then
+	 * be decoded without their timestamp column (see bucket.c, "Reading a
+	 * series"). count, nan_count, min, max and sum are exact either way. */
+	bool ts_unused;
 };
 
 /* One bucket of one series: its key and the partial aggregate of its

@@ -326,6 +326,7 @@ static int resolve_window(struct qry_scan *sc, struct ostate *o, struct qry_erro
 	spec.axis = spec.range.by_step ? QRY_AXIS_STEP : QRY_AXIS_TIME;
 	spec.width = 0;
 	qry_agg_choose(&spec, NULL, &o->bk);
+	o->bk.ts_unused = true; /* window means only */
 	return 0;
 }
 

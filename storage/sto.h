@@ -130,6 +130,15 @@ int sto_read(struct sto *s, uint64_t series_id, const struct sto_range *r, size_
 int sto_read_chunk(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_buf *rec,
 		   struct mdl_cols *out, struct sto_read_error *err);
 
+/* sto_read_chunk with flags. STO_READ_NO_TS: the timestamp column is not
+ * decoded (checksums are still checked); out->ts_ns[0] is the chunk's
+ * stats.min_ts_ns and every later point's ts_ns its stats.max_ts_ns (the
+ * true timestamps are sorted and lie between those). For readers that
+ * need steps and values only. */
+#define STO_READ_NO_TS 1u
+int sto_read_chunk_flags(struct sto *s, const struct sto_chunk_ref *ref, unsigned flags,
+			 struct rdb_buf *rec, struct mdl_cols *out, struct sto_read_error *err);
+
 /* A consistent view of one series over a range, for queries that answer
  * from chunk statistics and decode only what they must: the head points in
  * range (copied, unsorted) and the index entries of the chunks overlapping
