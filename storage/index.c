@@ -74,10 +74,13 @@
 
 #include <errno.h>
 #include <lmdb.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #define SUBSYS "index"
 
@@ -130,6 +133,8 @@ struct sto_index {
 	MDB_dbi supersede;  /* merged uid -> supersede entry (small-chunk merges) */
 	uint64_t map_bytes; /* as configured, for the map-full log line */
 	char *dir;	    /* owned copy, for log lines */
+	void *map_addr;	    /* LMDB's map of the file (find_map); NULL: unknown */
+	size_t map_len;
 };
 
 struct sto_txn {
@@ -408,12 +413,53 @@ static int env_setup(struct sto_index *ix, const char *dir, uint64_t map_bytes, 
 		rc = mdb_env_set_maxreaders(ix->env, IX_MAXREADERS);
 	if (rc == 0)
 		rc = mdb_env_open(ix->env, dir,
-				  MDB_NOTLS | (read_only ? MDB_RDONLY | MDB_NOLOCK : 0), 0644);
+				  MDB_NOTLS | MDB_NORDAHEAD |
+				      (read_only ? MDB_RDONLY | MDB_NOLOCK : 0),
+				  0644);
 	if (rc != 0) {
 		rdb_error(SUBSYS, "cannot open LMDB index %s: %s", dir, mdb_strerror(rc));
 		return ix_err(ix, rc, "open environment");
 	}
 	return 0;
+}
+
+/* Where LMDB mapped the file (it does not say): the mapping in
+ * /proc/self/maps that holds a value read in a read transaction (those
+ * point into the map). Left unknown (NULL) when anything fails. */
+static void find_map(struct sto_index *ix)
+{
+	MDB_txn *txn = NULL;
+	MDB_val k = {.mv_size = strlen("format_version"), .mv_data = (void *)"format_version"}, v;
+	uintptr_t p = 0;
+	if (mdb_txn_begin(ix->env, NULL, MDB_RDONLY, &txn) != 0)
+		return;
+	if (mdb_get(txn, ix->meta, &k, &v) == 0)
+		p = (uintptr_t)v.mv_data;
+	mdb_txn_abort(txn);
+	FILE *f = p ? fopen("/proc/self/maps", "re") : NULL;
+	char line[512];
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && p >= lo && p < hi) {
+			ix->map_addr = (void *)lo;
+			ix->map_len = hi - lo;
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+}
+
+void sto_index_release_pages(struct sto_index *ix)
+{
+	int fd;
+	struct stat st;
+	if (!ix || !ix->map_addr || mdb_env_get_fd(ix->env, &fd) != 0 || fstat(fd, &st) != 0)
+		return;
+	size_t len = (size_t)st.st_size < ix->map_len ? (size_t)st.st_size : ix->map_len;
+	/* a shared, read-only file mapping: readers refault from the page cache */
+	if (madvise(ix->map_addr, len, MADV_DONTNEED) != 0)
+		rdb_debug(SUBSYS, "madvise of the index map failed: %s", strerror(errno));
 }
 
 static int index_open(const char *dir, uint64_t map_bytes, bool read_only, struct sto_index **out)
@@ -449,6 +495,7 @@ static int index_open(const char *dir, uint64_t map_bytes, bool read_only, struc
 	t = NULL;
 	if (ret != 0)
 		goto out;
+	find_map(ix);
 	*out = ix;
 	ix = NULL;
 out:
