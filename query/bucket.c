@@ -681,6 +681,7 @@ static int read_chunks(struct qry_scan *sc, const struct sto_series_view *v,
 		rc = sto_read_chunk_flags(sc->s, &v->chunks[i], flags, &sc->rec, &sc->tmp, &sc->re);
 		sc->points_read += st->count;
 		sc->chunks_decoded++;
+		sc->chunks_no_ts += flags != 0;
 		if (rc == 0)
 			rc = take_points(pv, &sc->tmp, bk);
 	}
@@ -885,7 +886,7 @@ int qry_agg_series(struct qry_scan *sc, uint64_t id, const struct qry_bucketing 
 	sc->points_read += v.head.n + v.nrollups;
 	/* the counters, for a read done again */
 	uint64_t pr = sc->points_read, cs = sc->chunks_stats, cd = sc->chunks_decoded,
-		 fr = sc->from_rollups;
+		 fr = sc->from_rollups, nt = sc->chunks_no_ts;
 	bool redo = false;
 	rc = read_view(sc, &v, bk, no_ts_ok(&v, bk) ? STO_READ_NO_TS : 0, out, &redo);
 	if (rc == 0 && redo) {
@@ -893,6 +894,7 @@ int qry_agg_series(struct qry_scan *sc, uint64_t id, const struct qry_bucketing 
 		sc->chunks_stats = cs;
 		sc->chunks_decoded = cd;
 		sc->from_rollups = fr;
+		sc->chunks_no_ts = nt;
 		rc = read_view(sc, &v, bk, 0, out, &redo);
 	}
 	sto_view_free(&v);

@@ -100,6 +100,7 @@ struct qry_scan {
 	uint64_t chunks_stats; /* chunks answered from their index stats */
 	uint64_t chunks_decoded;
 	uint64_t from_rollups; /* rollup records merged into buckets */
+	uint64_t chunks_no_ts; /* of chunks_decoded: without timestamps (ts_unused) */
 	struct rdb_buf rec;
 	struct mdl_cols tmp;
 	struct sto_read_error re; /* why the last read failed */

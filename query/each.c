@@ -92,6 +92,7 @@ int qry_agg_each(struct qry_scan *sc, const struct qry_match *m, const struct qr
 			sc->chunks_stats += h[k].sc.chunks_stats;
 			sc->chunks_decoded += h[k].sc.chunks_decoded;
 			sc->from_rollups += h[k].sc.from_rollups;
+			sc->chunks_no_ts += h[k].sc.chunks_no_ts;
 		}
 		qry_scan_free(&h[k].sc);
 	}
