@@ -23,6 +23,7 @@
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_log.h"
+#include "common/rdb_sort.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -446,7 +447,7 @@ int det_alerts_list(struct det_alerts *a, const struct det_alert_filter *f,
 			v[n++] = e;
 	}
 	if (n > 1)
-		qsort(v, n, sizeof(*v), newest_first);
+		rdb_sort(v, n, sizeof(*v), newest_first);
 	for (size_t i = 0; i < n && rc == 0; i++)
 		rc = fn(arg, &v[i]->al);
 out:

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "common/rdb_sort.h"
 
 /* ---- GPU ---------------------------------------------------------------------------------- */
 
@@ -203,7 +204,7 @@ static int cmp_step(const void *a, const void *b)
  * its count. */
 static int64_t majority(struct deti_hit *h, size_t n, size_t *count)
 {
-	qsort(h, n, sizeof(*h), cmp_step);
+	rdb_sort(h, n, sizeof(*h), cmp_step);
 	int64_t best = n ? h[0].step : 0;
 	*count = 0;
 	for (size_t i = 0; i < n;) {

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "common/rdb_sort.h"
 
 #define MAD_SCALE 1.4826
 
@@ -212,7 +213,7 @@ static const char *phase_or(const char *p)
  * one. Returns the rank to label (or DET_RANK_NONE) and writes the text. */
 static int64_t hang_culprits(struct deti_hit *h, size_t n, char *buf, size_t len)
 {
-	qsort(h, n, sizeof(*h), cmp_activity);
+	rdb_sort(h, n, sizeof(*h), cmp_activity);
 	size_t best = 0, best_n = 0;
 	for (size_t i = 0; i < n;) {
 		size_t k = i;

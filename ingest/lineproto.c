@@ -73,6 +73,7 @@
  */
 #include "ingest/lp_int.h"
 #include "common/rdb_err.h"
+#include "common/rdb_sort.h"
 #include "model/series.h"
 
 #include <errno.h>
@@ -807,7 +808,7 @@ static int sort_tags(struct lp *ps)
 			t[j] = x;
 		}
 	} else {
-		qsort(t, n, sizeof(*t), cmp_tag);
+		rdb_sort(t, n, sizeof(*t), cmp_tag);
 	}
 	for (size_t i = 1; i < n; i++)
 		if (ilp_span_cmp(t[i - 1].key, t[i].key) == 0)
@@ -837,7 +838,7 @@ static int mark_duplicates_sorted(struct lp *ps)
 	struct dup_ent *e = ps->dups;
 	for (size_t i = 0; i < n; i++)
 		e[i] = (struct dup_ent){&ps->fields[i], i};
-	qsort(e, n, sizeof(*e), cmp_dup);
+	rdb_sort(e, n, sizeof(*e), cmp_dup);
 	for (size_t i = 1; i < n; i++)
 		if (ilp_span_cmp(e[i - 1].f->key, e[i].f->key) == 0)
 			ps->fields[e[i - 1].idx].dead = true;

@@ -28,6 +28,7 @@
 #include "ingest/lp_int.h"
 #include "common/rdb_buf.h"
 #include "common/rdb_err.h"
+#include "common/rdb_sort.h"
 #include "model/events.h"
 
 #include <errno.h>
@@ -88,7 +89,7 @@ static int collect_items(struct lp *ps, size_t *nitems)
 		if (!ps->fields[i].dead && !ps->fields[i].used)
 			ps->items[n++] = (struct lp_item){ps->fields[i].key, NULL, &ps->fields[i]};
 	if (n > 1)
-		qsort(ps->items, n, sizeof(*ps->items), cmp_item);
+		rdb_sort(ps->items, n, sizeof(*ps->items), cmp_item);
 	for (size_t i = 1; i < n; i++)
 		if (ilp_span_cmp(ps->items[i - 1].key, ps->items[i].key) == 0)
 			return ilp_fail(ps, RDB_EINVAL, ps->items[i].key,

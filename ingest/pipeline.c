@@ -2,7 +2,7 @@
  *
  * Publishing: after sto_write_req succeeded (the write is durable and
  * acknowledged by the caller's answer), the write is encoded with the WAL
- * codec (storage/batch_codec.h) into one heap blob per subscriber queue.
+ * codec (storage/wal/batch_codec.h) into one heap blob per subscriber queue.
  * Each subscriber has a ring bounded in entries (QUEUE_SLOTS) and bytes
  * (queue_bytes); a write that does not fit is dropped for that subscriber
  * and counted, never waited for. Its thread decodes blobs into its own
@@ -19,7 +19,7 @@
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
 #include "common/rdb_time.h"
-#include "storage/batch_codec.h"
+#include "storage/wal/batch_codec.h"
 #include "storage/sto.h"
 
 #include <errno.h>

@@ -26,7 +26,7 @@
  * smallest/largest (ts, step), NaN included (as chunk statistics define them).
  *
  * Rollups (downsample only, bk->use_rollups): the points retention dropped
- * survive as per-bucket rollup records (storage/index.h), read from the same
+ * survive as per-bucket rollup records (storage/index/index.h), read from the same
  * snapshot as the chunks, so a point is in exactly one of them. When the
  * width is a multiple of the axis tier's width, every record lying inside
  * the range and inside one query bucket is merged into that bucket like a
@@ -42,6 +42,7 @@
 #include "query/bucket.h"
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
+#include "common/rdb_sort.h"
 
 #include <errno.h>
 #include <math.h>
@@ -316,7 +317,7 @@ static int head_conflicts(const struct sto_series_view *v, bool *conflict)
 		if (v->head.step[i] != MDL_STEP_NONE)
 			h[n++] =
 			    (struct pt){.step = v->head.step[i], .attempt = v->head.attempt[i]};
-	qsort(h, n, sizeof(*h), cmp_pt_step);
+	rdb_sort(h, n, sizeof(*h), cmp_pt_step);
 	for (size_t c = 0; c < v->nchunks && n; c++) {
 		const struct sto_chunk_stats *st = &v->chunks[c].stats;
 		if (!stepped(st) || conflict[c])
@@ -484,7 +485,7 @@ static void keep_latest(struct pt_vec *pv)
 		if (strict)
 			return; /* one point per step: each is its step's latest */
 	} else {
-		qsort(pv->p, pv->n, sizeof(*pv->p), cmp_pt_step);
+		rdb_sort(pv->p, pv->n, sizeof(*pv->p), cmp_pt_step);
 	}
 	size_t w = 0;
 	for (size_t i = 0; i < pv->n;) {
@@ -587,7 +588,7 @@ static int build(struct qry_buckets *out, const struct pt_vec *pv, const struct 
 		b->key = key;
 		b->vals_off = vals_off;
 		if (need_values)
-			qsort(out->vals + b->vals_off, b->a.count, sizeof(double), cmp_double);
+			rdb_sort(out->vals + b->vals_off, b->a.count, sizeof(double), cmp_double);
 	}
 	return 0;
 }
@@ -863,9 +864,9 @@ static int read_view(struct qry_scan *sc, const struct sto_series_view *v,
 	if (!pv.ordered && bk->axis == QRY_AXIS_STEP && bk->attempt == QRY_ATTEMPT_LATEST)
 		keep_latest(&pv);
 	if (!pv.ordered && pv.n && !ordered_by_key(pv.p, pv.n))
-		qsort(pv.p, pv.n, sizeof(*pv.p), cmp_pt_key);
+		rdb_sort(pv.p, pv.n, sizeof(*pv.p), cmp_pt_key);
 	if (nparts)
-		qsort(parts, nparts, sizeof(*parts), cmp_bucket_key);
+		rdb_sort(parts, nparts, sizeof(*parts), cmp_bucket_key);
 	rc = build(out, &pv, parts, nparts, bk->need_values);
 out:
 	free(pv.p);

@@ -7,6 +7,7 @@
 #include "query/qry.h"
 #include "query/bucket.h"
 #include "common/rdb_err.h"
+#include "common/rdb_sort.h"
 #include "query/agg.h"
 
 #include <errno.h>
@@ -210,7 +211,7 @@ int qry_job_metrics(struct sto *s, const char *job, struct qry_metrics *out, str
 	int rc = job_series(s, job, &l, err);
 	if (rc)
 		goto out;
-	qsort(l.keys, l.n, sizeof(*l.keys), cmp_metric);
+	rdb_sort(l.keys, l.n, sizeof(*l.keys), cmp_metric);
 	out->v = malloc(l.n * sizeof(*out->v));
 	if (!out->v) {
 		rc = fail(err, -ENOMEM, "listing metrics");

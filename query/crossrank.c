@@ -21,6 +21,7 @@
  */
 #include "query/agg.h"
 #include "common/rdb_err.h"
+#include "common/rdb_sort.h"
 
 #include <errno.h>
 #include <math.h>
@@ -141,7 +142,7 @@ static int sort_cells(struct qry_xr_part *p)
 	}
 	uint64_t span = (uint64_t)hi - (uint64_t)lo;
 	if (p->unsorted || span >= 4 * (uint64_t)p->n) {
-		qsort(p->v, p->n, sizeof(*p->v), cmp_cell);
+		rdb_sort(p->v, p->n, sizeof(*p->v), cmp_cell);
 		combine_equal(p);
 		return 0;
 	}
@@ -230,7 +231,7 @@ static void aggregate(struct xr_state *st, size_t lo, size_t hi, const double *q
 	if (!(st->cols & (QRY_XR_MEDIAN | QRY_XR_QUANTILES)))
 		return;
 	if (nan)
-		qsort(st->scratch, n, sizeof(double), cmp_double);
+		rdb_sort(st->scratch, n, sizeof(double), cmp_double);
 	else
 		sort_doubles(st->scratch, n, st->tmp);
 	row->median = qry_quantile_sorted(st->scratch, n, 0.5);

@@ -28,6 +28,7 @@
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
+#include "common/rdb_sort.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -135,7 +136,7 @@ static int evl_add(void *arg, const struct mdl_event *e)
 static void sort_evl(struct evl *l, int (*cmp)(const void *, const void *))
 {
 	if (l->n > 1)
-		qsort(l->v, l->n, sizeof(*l->v), cmp);
+		rdb_sort(l->v, l->n, sizeof(*l->v), cmp);
 }
 
 static void evl_swap(struct evl *a, struct evl *b)

@@ -7,6 +7,7 @@
  */
 #include "query/bucket.h"
 #include "common/rdb_err.h"
+#include "common/rdb_sort.h"
 #include "model/alias.h"
 
 #include <errno.h>
@@ -117,7 +118,7 @@ static bool match_by_lookup(struct sto *s, const struct qry_match_req *req, stru
 	}
 	if (m->n == 0)
 		goto no;
-	qsort(m->v, m->n, sizeof(*m->v), cmp_series);
+	rdb_sort(m->v, m->n, sizeof(*m->v), cmp_series);
 	size_t w = 1;
 	for (size_t i = 1; i < m->n; i++)
 		if (cmp_series(&m->v[w - 1], &m->v[i]) != 0)
@@ -157,7 +158,7 @@ int qry_match(struct sto *s, const struct qry_match_req *req, struct qry_match *
 				"%s'%.256s' (GET /api/v1/jobs/%.128s/metrics lists them)",
 				req->job, req->prefix ? "starting with " : "",
 				req->prefix ? req->prefix : req->metrics[0], req->job);
-	qsort(m->v, m->n, sizeof(*m->v), cmp_series);
+	rdb_sort(m->v, m->n, sizeof(*m->v), cmp_series);
 	return 0;
 }
 

@@ -24,6 +24,7 @@
  */
 #include "query/agg.h"
 #include "common/rdb_err.h"
+#include "common/rdb_sort.h"
 #include "query/events.h"
 
 #include <errno.h>
@@ -239,11 +240,11 @@ static int robust_scores(struct qry_out_result *o)
 		if (o->rows[i].ok)
 			v[n++] = o->rows[i].value;
 	if (n) {
-		qsort(v, n, sizeof(*v), cmp_double);
+		rdb_sort(v, n, sizeof(*v), cmp_double);
 		o->median = qry_quantile_sorted(v, n, 0.5);
 		for (size_t i = 0; i < n; i++)
 			v[i] = fabs(v[i] - o->median);
-		qsort(v, n, sizeof(*v), cmp_double);
+		rdb_sort(v, n, sizeof(*v), cmp_double);
 		o->mad = qry_quantile_sorted(v, n, 0.5);
 	}
 	o->scale = 1.4826 * o->mad;
@@ -395,7 +396,7 @@ static int span_means(struct sto *s, struct ostate *o, const struct qry_spans *s
 		    span_phase(o, e) >= 0)
 			ranks[nr++] = e->rank;
 	}
-	qsort(ranks, nr, sizeof(*ranks), cmp_u32);
+	rdb_sort(ranks, nr, sizeof(*ranks), cmp_u32);
 	size_t w = 0;
 	for (size_t i = 0; i < nr; i++)
 		if (w == 0 || ranks[w - 1] != ranks[i])

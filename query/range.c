@@ -14,6 +14,7 @@
 #include "query/qry.h"
 #include "query/bucket.h"
 #include "common/rdb_err.h"
+#include "common/rdb_sort.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -50,7 +51,7 @@ static int filter_attempt(struct mdl_cols *c, int64_t attempt)
 		for (size_t i = 0; i < c->n; i++)
 			if (c->step[i] != MDL_STEP_NONE)
 				sa[ns++] = (struct step_att){c->step[i], c->attempt[i]};
-		qsort(sa, ns, sizeof(*sa), cmp_step_att);
+		rdb_sort(sa, ns, sizeof(*sa), cmp_step_att);
 		size_t w = 0; /* the last pair of each step: its highest attempt */
 		for (size_t i = 0; i < ns; i++)
 			if (i + 1 == ns || sa[i + 1].step != sa[i].step)

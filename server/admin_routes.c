@@ -13,6 +13,8 @@
  *   POST   /api/v1/admin/checkpoint             seal and checkpoint now
  *   POST   /api/v1/admin/rules/reload           re-read the detector rules file
  *   POST   /api/v1/admin/tokens/reload          re-read the tokens file (server/auth.h)
+ *   POST   /api/v1/admin/udp-keys/reload        re-read the UDP keys file (server/udp_auth.h)
+ *   POST   /api/v1/admin/tls/reload             re-read the TLS certificate (server/tls.h)
  *
  * Protection: with a tokens_file or admin_token, a token with the admin
  * scope (server/auth.h; the admin_token is one); neither ->
@@ -32,6 +34,8 @@
 #include "server/route.h"
 #include "server/srv.h"
 #include "server/auth.h"
+#include "server/tls.h"
+#include "server/udp_auth.h"
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
 #include "common/rdb_time.h"
@@ -556,6 +560,22 @@ static void do_tokens_reload(struct srv_resp *resp)
 	rdb_buf_putc(&resp->body, '}');
 }
 
+/* The other reloads (UDP keys, TLS certificate): 200, 409 when the file is
+ * not configured, 422 when refused (what is in force stays). */
+static void do_reload(struct srv_resp *resp, int (*fn)(char *, size_t))
+{
+	char msg[1024];
+	int rc = fn(msg, sizeof(msg));
+	if (rc) {
+		srv_error(resp, rc == RDB_ENOTFOUND ? 409 : 422, "%s", msg);
+		return;
+	}
+	resp->status = 200;
+	rdb_buf_puts(&resp->body, "{\"reloaded\":true,\"message\":");
+	rdb_buf_json_str(&resp->body, msg, strlen(msg));
+	rdb_buf_putc(&resp->body, '}');
+}
+
 /* Routes an authorized request; *action names it for the audit log. */
 static void route(struct srv_req *req, struct srv_resp *resp, const char *rest, const char **action,
 		  const char **target, char *job, size_t jlen)
@@ -599,6 +619,12 @@ static void route(struct srv_req *req, struct srv_resp *resp, const char *rest, 
 	} else if (strcmp(rest, "tokens/reload") == 0 && is(req, "POST")) {
 		*action = "tokens_reload";
 		do_tokens_reload(resp);
+	} else if (strcmp(rest, "udp-keys/reload") == 0 && is(req, "POST")) {
+		*action = "udp_keys_reload";
+		do_reload(resp, srv_udp_auth_reload);
+	} else if (strcmp(rest, "tls/reload") == 0 && is(req, "POST")) {
+		*action = "tls_reload";
+		do_reload(resp, srv_tls_reload);
 	} else if (strcmp(rest, "rules/reload") == 0 && is(req, "POST")) {
 		*action = "rules_reload";
 		do_rules_reload(req, resp);

@@ -62,6 +62,7 @@ struct opt {
 
 static const char *const sync_values[] = {"fdatasync", "none", NULL};
 static const char *const onoff_values[] = {"on", "off", NULL};
+static const char *const auto_onoff_values[] = {"auto", "on", "off", NULL};
 static const char *const log_values[] = {"debug", "info", "warn", "error", NULL};
 
 static const struct opt opts[] = {
@@ -321,8 +322,9 @@ static const struct opt opts[] = {
      FIELD(tls_cert_file),
      .help = "PEM certificate (chain) to serve HTTPS with (empty: plain HTTP)",
      .doc = "With tls_key_file set too, the HTTP API speaks only HTTPS (TLS through "
-	    "libmicrohttpd's GnuTLS support) on http_port. Read at start; to rotate the "
-	    "certificate, restart rankdbd."},
+	    "libmicrohttpd's GnuTLS support) on http_port. Read at start and again on SIGHUP "
+	    "and POST /api/v1/admin/tls/reload (new connections get the new certificate; a "
+	    "bad one is refused and the old one stays)."},
     {.name = "tls_key_file",
      .type = OPT_STRING,
      .def = "",
@@ -347,10 +349,11 @@ static const struct opt opts[] = {
      .def = "off",
      .values = onoff_values,
      FIELD(allow_insecure),
-     .help = "on: allow a non-loopback http_addr without tokens, or udp_addr at all",
+     .help = "on: allow a non-loopback http_addr without tokens, or udp_addr without keys",
      .doc = "rankdbd refuses to start on an http_addr other than loopback without a "
 	    "tokens_file (anyone who reaches the port could read, write and delete), and on a "
-	    "udp_addr other than loopback (datagrams carry no credential). on lets it start "
+	    "udp_addr other than loopback unless unsigned datagrams are refused (udp_keys_file "
+	    "set, udp_allow_unauthenticated not on). on lets it start "
 	    "anyway (with a warning in the log); for trusted networks only."},
     {.name = "retention_s",
      .type = OPT_DURATION,
@@ -482,6 +485,38 @@ static const struct opt opts[] = {
      .help = "IP address the UDP listener binds to",
      .doc = "Address the UDP listener binds to. The default 127.0.0.1 only takes datagrams "
 	    "from this machine; set 0.0.0.0 to take them from the network."},
+    {.name = "udp_keys_file",
+     .type = OPT_STRING,
+     .def = "",
+     .min = 0,
+     FIELD(udp_keys_file),
+     .help = "file of per-job UDP signing keys (empty: none; see OPERATIONS.md)",
+     .doc = "One key a line: id, job-name patterns and the secret in hex (rankctl udp-key add "
+	    "writes it; keep the file mode 600). When set, a datagram must be signed with one "
+	    "of these keys (docs/API.md, Signed datagrams) and its records' jobs must match "
+	    "the key's patterns; anything else is dropped and counted by reason. Read again on "
+	    "SIGHUP, on POST /api/v1/admin/udp-keys/reload and when the file changes."},
+    {.name = "udp_allow_unauthenticated",
+     .type = OPT_ENUM,
+     .def = "auto",
+     .values = auto_onoff_values,
+     FIELD(udp_allow_unauthenticated),
+     .help = "store unsigned UDP datagrams: auto (only without udp_keys_file), on, off",
+     .doc = "Whether a datagram without a signature is stored. auto (the default): yes when "
+	    "no udp_keys_file is set (then udp_addr must be loopback unless allow_insecure = "
+	    "on), no when one is. on: always (a non-loopback udp_addr then needs "
+	    "allow_insecure = on). off: never. Refused datagrams count as "
+	    "reason=\"unsigned\"."},
+    {.name = "udp_max_skew_s",
+     .type = OPT_DURATION,
+     .def = "30",
+     .min = 1,
+     .max = 3600,
+     FIELD(udp_max_skew_s),
+     .help = "signed datagrams older or newer than this are dropped (stale)",
+     .doc = "A signed datagram whose timestamp is further than this from rankdbd's clock is "
+	    "dropped and counted as reason=\"stale\"; within it, each (timestamp, nonce) of a "
+	    "key is taken once (reason=\"replay\"). Keep the senders' clocks in sync (NTP)."},
     {.name = "udp_queue_datagrams",
      .type = OPT_UINT,
      .def = "65536",

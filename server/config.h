@@ -77,6 +77,11 @@ struct srv_config {
 	uint32_t detect_max_jobs;	  /* jobs with detector state */
 	uint64_t detect_max_bytes;	  /* memory bound of detector state */
 	char public_url[512];		  /* base URL for links in alerts; "" = http://addr:port */
+
+	/* authenticated UDP (udp_auth.c) */
+	char udp_keys_file[4096];	   /* per-job UDP signing keys; "" = none */
+	char udp_allow_unauthenticated[8]; /* "auto", "on", "off": store unsigned datagrams */
+	uint32_t udp_max_skew_s;	   /* signed datagram timestamps within now ± this */
 };
 
 /* Fills *c with the default of every option. Cannot fail. */

@@ -47,6 +47,7 @@
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
 #include "common/rdb_time.h"
+#include "common/rdb_sort.h"
 #include "query/agg.h"
 #include "server/json_out.h"
 #include "server/route.h"
@@ -153,7 +154,7 @@ static void names_uniq(struct names *ns)
 {
 	size_t w = 0;
 	if (ns->n > 1)
-		qsort(ns->v, ns->n, sizeof(*ns->v), cmp_name);
+		rdb_sort(ns->v, ns->n, sizeof(*ns->v), cmp_name);
 	for (size_t i = 0; i < ns->n; i++) {
 		if (w && strcmp(ns->v[w - 1], ns->v[i]) == 0)
 			free(ns->v[i]);

@@ -7,6 +7,7 @@
  */
 #include "server/grafana_int.h"
 #include "common/rdb_err.h"
+#include "common/rdb_sort.h"
 #include "query/events.h"
 
 #include <errno.h>
@@ -198,7 +199,7 @@ static int collect_events(struct gf *g, const struct gf_range *r, const struct g
 		rc = ev_read_job(g, &f, l);
 	}
 	if (rc == 0 && l->n > 1)
-		qsort(l->v, l->n, sizeof(*l->v), cmp_evc);
+		rdb_sort(l->v, l->n, sizeof(*l->v), cmp_evc);
 	for (; rc == 0 && l->n > l->limit; l->truncated = true)
 		free(l->v[--l->n].job);
 	free(ranks);

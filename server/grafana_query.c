@@ -13,6 +13,7 @@
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
 #include "common/rdb_time.h"
+#include "common/rdb_sort.h"
 #include "query/agg.h"
 
 #include <errno.h>
@@ -314,7 +315,7 @@ static int select_series(struct gf *g, const struct gf_filters *fs, const struct
 	}
 	gf_names_free(&jobs);
 	if (rc == 0 && s->n > 1)
-		qsort(s->v, s->n, sizeof(*s->v), cmp_sel);
+		rdb_sort(s->v, s->n, sizeof(*s->v), cmp_sel);
 	return gf_chk(g, rc);
 }
 

@@ -55,6 +55,7 @@
  */
 #include "server/srv.h"
 #include "server/auth.h"
+#include "server/udp_auth.h"
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
 #include "common/rdb_time.h"
@@ -582,6 +583,7 @@ static void metrics_ingest(struct rdb_buf *b, struct srv_counters *c)
 	labeled(b, drop, "reason", "busy", &c->udp_dropped_busy);
 	labeled(b, drop, "reason", "series_limit", &c->udp_dropped_limit);
 	labeled(b, drop, "reason", "error", &c->udp_dropped_error);
+	srv_udp_auth_metrics(b); /* unsigned, bad_mac, stale, replay, ... */
 	metric(b, "rankdb_udp_lines_dropped_total", "counter",
 	       "Bad lines skipped in UDP datagrams whose other lines were stored.",
 	       atomic_load(&c->udp_lines_bad));

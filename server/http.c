@@ -42,9 +42,11 @@
  * the socket, so the reaper never shuts down a reused descriptor.
  */
 #include "server/srv.h"
+#include "server/tls.h"
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
 #include "common/rdb_time.h"
+#include "common/rdb_tls.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -88,7 +90,7 @@ struct srv_http {
 	bool reaper_started;
 	bool stopping; /* under mu */
 	pthread_cond_t stop_cv;
-	char *tls_cert, *tls_key; /* PEM (tls_cert_file, tls_key_file), NULL: plain HTTP */
+	bool tls; /* HTTPS: the certificate comes from server/tls.c's callback */
 };
 
 struct conn_req {
@@ -601,38 +603,9 @@ static void http_free(struct srv_http *h)
 		MHD_stop_daemon(h->d); /* closes every connection: the registry empties */
 	pthread_mutex_destroy(&h->mu);
 	pthread_cond_destroy(&h->stop_cv);
-	if (h->tls_key)
-		memset(h->tls_key, 0, strlen(h->tls_key)); /* the private key leaves no copy */
-	free(h->tls_key);
-	free(h->tls_cert);
+	if (h->tls)
+		srv_tls_stop(); /* after the daemon: no handshake borrows a certificate */
 	free(h);
-}
-
-#define TLS_FILE_MAX (1u << 20) /* a PEM certificate chain or key */
-
-/* Reads a whole PEM file (at most TLS_FILE_MAX bytes) into *out (malloc'd,
- * NUL-terminated). 0 or -errno / RDB_ELIMIT with a log line. */
-static int read_pem(const char *what, const char *path, char **out)
-{
-	FILE *f = fopen(path, "re");
-	if (!f) {
-		int rc = -errno;
-		rdb_error("http", "cannot open %s %s: %s", what, path, strerror(errno));
-		return rc;
-	}
-	char *buf = malloc(TLS_FILE_MAX + 1);
-	size_t n = buf ? fread(buf, 1, TLS_FILE_MAX + 1, f) : 0;
-	int rc = !buf ? -ENOMEM : ferror(f) ? -EIO : n > TLS_FILE_MAX ? RDB_ELIMIT : 0;
-	fclose(f);
-	if (rc) {
-		rdb_error("http", "cannot read %s %s: %s", what, path,
-			  rc == RDB_ELIMIT ? "larger than 1 MiB" : rdb_strerror(rc));
-		free(buf);
-		return rc;
-	}
-	buf[n] = 0;
-	*out = buf;
-	return 0;
 }
 
 int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
@@ -660,27 +633,29 @@ int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
 	unsigned limit = (unsigned)cfg->http_max_connections + reserve;
 	unsigned threads =
 	    (unsigned)cfg->http_threads < limit ? (unsigned)cfg->http_threads : limit;
-	struct MHD_OptionItem tls[3] = {{MHD_OPTION_END, 0, NULL}};
+	struct MHD_OptionItem tls[2] = {{MHD_OPTION_END, 0, NULL}};
 	unsigned tls_flag = 0;
 	if (cfg->tls_cert_file[0] || cfg->tls_key_file[0]) {
 		int rc = 0;
 		if (!cfg->tls_cert_file[0] || !cfg->tls_key_file[0]) {
 			rdb_error("http", "TLS needs both tls_cert_file and tls_key_file");
 			rc = -EINVAL;
-		} else if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
-			rdb_error("http", "this libmicrohttpd has no TLS support");
+		} else if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES ||
+			   MHD_is_feature_supported(MHD_FEATURE_HTTPS_CERT_CALLBACK) != MHD_YES) {
+			rdb_error("http", "this libmicrohttpd has no TLS (or certificate "
+					  "callback) support");
 			rc = -ENOTSUP;
 		}
 		if (rc == 0)
-			rc = read_pem("tls_cert_file", cfg->tls_cert_file, &h->tls_cert);
-		if (rc == 0)
-			rc = read_pem("tls_key_file", cfg->tls_key_file, &h->tls_key);
+			rc = srv_tls_start(cfg);
+		h->tls = rc == 0;
 		if (rc) {
 			http_free(h);
 			return rc;
 		}
-		tls[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert};
-		tls[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key};
+		/* The certificate through a callback: SIGHUP swaps it (tls.c). */
+		tls[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_CERT_CALLBACK, 0,
+						 (void *)rdb_tls_callback()};
 		tls_flag = MHD_USE_TLS;
 	}
 	h->d = MHD_start_daemon(
@@ -696,9 +671,7 @@ int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
 			  "cannot listen on %s:%u (port in use, or address not "
 			  "available on this host%s)",
 			  cfg->http_addr, cfg->http_port,
-			  tls_flag ? ", or the TLS certificate or key is not valid PEM or does not "
-				     "match"
-				   : "");
+			  tls_flag ? ", or libmicrohttpd could not set up TLS" : "");
 		http_free(h);
 		return -EADDRINUSE;
 	}

@@ -14,6 +14,8 @@
 #include "server/srv.h"
 #include "server/udp.h"
 #include "server/auth.h"
+#include "server/udp_auth.h"
+#include "server/tls.h"
 #include "detect/service.h"
 
 #include <arpa/inet.h>
@@ -67,8 +69,8 @@ static bool loopback(const char *addr)
 
 /* Refuses a listener open to others unless allow_insecure = on (then
  * warns): a non-loopback http_addr without a tokens_file, and a
- * non-loopback udp_addr (datagrams carry no credential). 0 or -1 with the
- * reason logged. */
+ * non-loopback udp_addr that stores unsigned datagrams (no udp_keys_file,
+ * or udp_allow_unauthenticated = on). 0 or -1 with the reason logged. */
 static int insecure_bind(const struct srv_config *c)
 {
 	const char *open_addr = NULL, *why = NULL;
@@ -76,9 +78,10 @@ static int insecure_bind(const struct srv_config *c)
 		open_addr = c->http_addr;
 		why = "without a tokens_file: anyone who reaches it could read, write and "
 		      "delete data";
-	} else if (c->udp_port && !loopback(c->udp_addr)) {
+	} else if (c->udp_port && !loopback(c->udp_addr) && srv_udp_auth_unsigned_ok()) {
 		open_addr = c->udp_addr;
-		why = "for UDP: datagrams carry no credential, anyone who reaches it could write";
+		why = "for UDP storing unsigned datagrams (no udp_keys_file, or "
+		      "udp_allow_unauthenticated = on): anyone who reaches it could write";
 	}
 	if (!open_addr)
 		return 0;
@@ -109,10 +112,14 @@ static int wait_for_signal(struct srv_ctx *ctx)
 		if (sig != SIGHUP)
 			return sig;
 		char msg[1024];
-		rdb_info("main", "received SIGHUP: reloading the detector rules and the tokens");
+		rdb_info("main", "received SIGHUP: reloading the detector rules, the tokens, the "
+				 "UDP keys and the TLS certificate");
 		srv_detect_reload(ctx, msg, sizeof(msg));
 		if (srv_auth_enabled())
 			srv_auth_reload(msg, sizeof(msg));
+		if (srv_udp_auth_enabled())
+			srv_udp_auth_reload(msg, sizeof(msg));
+		srv_tls_reload(msg, sizeof(msg)); /* logs; RDB_ENOTFOUND when TLS is off */
 	}
 }
 
@@ -154,6 +161,10 @@ int main(int argc, char **argv)
 	}
 	srv_config_log(&cfg);
 	if (srv_auth_init(&cfg, err, sizeof(err)) != 0) {
+		rdb_error("main", "%s; exiting", err);
+		return 1;
+	}
+	if (srv_udp_auth_init(&cfg, err, sizeof(err)) != 0) {
 		rdb_error("main", "%s; exiting", err);
 		return 1;
 	}
@@ -237,6 +248,7 @@ int main(int argc, char **argv)
 	ing_pipeline_free(ctx.pipe);  /* after the last write: no submit is in flight */
 	det_service_stop(ctx.detect); /* its subscriber thread is gone with the pipeline */
 	rc = sto_close_rc(ctx.sto);
+	srv_udp_auth_shutdown();
 	det_notify_global_cleanup();
 	if (rc) {
 		rdb_error("main",

@@ -17,6 +17,13 @@
  *             line protocol, ing_lp_parse), merge the good ones into one
  *             combined batch and store it with one pipeline write, so many
  *             small datagrams share one WAL record and one fsync.
+ * Authentication (udp_auth.h): a worker first checks a datagram's signed
+ * envelope (key, MAC, skew, replay) or, for an unsigned one, whether
+ * unsigned datagrams are allowed; then parses the payload inside; then
+ * checks every record's job against the key's patterns. A refusal drops
+ * the whole datagram, counted under its reason, with a rate-limited log
+ * line naming the key id (never a secret) and the sender's address.
+ *
  * Invariants: the queue never passes its two bounds; a datagram is either
  * stored, or counted as dropped exactly once (one of only blank or comment
  * lines holds nothing and is neither); a datagram that is bad as a
@@ -30,6 +37,7 @@
  * queued and exit; then everything is freed.
  */
 #include "server/udp.h"
+#include "server/udp_auth.h"
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
 #include "common/rdb_time.h"
@@ -57,6 +65,7 @@ struct dgram {
 	uint8_t *data; /* owned by the queue, then by the worker that took it */
 	size_t len;
 	int64_t recv_ns; /* default timestamp of its records */
+	struct sockaddr_in from;
 };
 
 /* A worker's batches: scratch holds one datagram, all holds the merge. */
@@ -66,6 +75,7 @@ struct udp_worker {
 	struct mdl_batch *scratch, *all;
 	struct mdl_events *scratch_ev, *all_ev;
 	struct ing_parse_result res;
+	char jobs[SRV_UDP_KEY_JOBS_MAX + 1];	      /* patterns of the datagram's key */
 	size_t all_dgrams, all_lines_ok, all_strings; /* what `all` holds */
 	struct dgram taken[COALESCE_DGRAMS];
 	size_t ntaken;
@@ -94,7 +104,8 @@ struct srv_udp {
 /* ---- receiver ------------------------------------------------------------------- */
 
 /* Queues one datagram (copied), or counts it dropped. Called with mu held. */
-static void enqueue_locked(struct srv_udp *u, const uint8_t *p, size_t len, int64_t now)
+static void enqueue_locked(struct srv_udp *u, const uint8_t *p, size_t len, int64_t now,
+			   const struct sockaddr_in *from)
 {
 	struct srv_counters *c = &u->ctx->counters;
 	if (u->count == u->cap || u->bytes + len > u->max_bytes) {
@@ -111,6 +122,7 @@ static void enqueue_locked(struct srv_udp *u, const uint8_t *p, size_t len, int6
 	d->data = copy;
 	d->len = len;
 	d->recv_ns = now;
+	d->from = *from;
 	u->count++;
 	u->bytes += len;
 	atomic_store(&c->udp_queue_depth, u->count);
@@ -138,6 +150,7 @@ static int receive_batch(struct srv_udp *u)
 {
 	struct mmsghdr msgs[RX_BATCH];
 	struct iovec iov[RX_BATCH];
+	struct sockaddr_in from[RX_BATCH];
 	union {
 		char buf[CMSG_SPACE(sizeof(uint32_t))];
 		struct cmsghdr align;
@@ -146,6 +159,8 @@ static int receive_batch(struct srv_udp *u)
 	for (int i = 0; i < RX_BATCH; i++) {
 		iov[i].iov_base = u->rxbuf + (size_t)i * u->slot_bytes;
 		iov[i].iov_len = u->slot_bytes;
+		msgs[i].msg_hdr.msg_name = &from[i];
+		msgs[i].msg_hdr.msg_namelen = sizeof(from[i]);
 		msgs[i].msg_hdr.msg_iov = &iov[i];
 		msgs[i].msg_hdr.msg_iovlen = 1;
 		msgs[i].msg_hdr.msg_control = ctl[i].buf;
@@ -163,7 +178,7 @@ static int receive_batch(struct srv_udp *u)
 		if (msgs[i].msg_hdr.msg_flags & MSG_TRUNC)
 			atomic_fetch_add(&c->udp_dropped_oversize, 1);
 		else
-			enqueue_locked(u, iov[i].iov_base, msgs[i].msg_len, now);
+			enqueue_locked(u, iov[i].iov_base, msgs[i].msg_len, now, &from[i]);
 	}
 	pthread_cond_broadcast(&u->cv);
 	pthread_mutex_unlock(&u->mu);
@@ -234,6 +249,66 @@ static void log_bad(const char *kind, long line, const char *msg)
 			kind, line, msg);
 }
 
+/* Counts a refused datagram and says so (rate-limited per reason, so a
+ * flood of one kind does not hide another): reason, key id, sender. */
+static void refuse(const struct dgram *d, enum srv_udp_verdict v, const char *key_id)
+{
+	static struct rdb_log_ratelimit rls[SRV_UDP_VERDICTS];
+	char addr[INET_ADDRSTRLEN] = "?";
+	srv_udp_auth_count(v);
+	inet_ntop(AF_INET, &d->from.sin_addr, addr, sizeof(addr));
+	rdb_log_limited(&rls[v], 10, RDB_LOG_WARN, "udp",
+			"dropped a datagram from %s:%u: %s (key '%s'); counted in "
+			"rankdb_udp_dropped_total{reason=\"%s\"}",
+			addr, ntohs(d->from.sin_port), srv_udp_verdict_name(v),
+			key_id[0] ? key_id : "none", srv_udp_verdict_name(v));
+}
+
+/* Checks d's signature (or that unsigned datagrams are allowed) and points
+ * *payload / *len at what to parse; w->jobs gets the key's patterns
+ * ("" unsigned). SRV_UDP_OK, or the verdict (counted and logged here). */
+static enum srv_udp_verdict authenticate(struct udp_worker *w, const struct dgram *d,
+					 const uint8_t **payload, size_t *len, char *key_id,
+					 size_t idlen)
+{
+	struct srv_udp_envelope env;
+	enum srv_udp_verdict v;
+	int rc = srv_udp_envelope_parse(d->data, d->len, &env);
+	w->jobs[0] = 0;
+	key_id[0] = 0;
+	*payload = d->data;
+	*len = d->len;
+	if (rc == RDB_ENOTFOUND) {
+		v = srv_udp_auth_unsigned_ok() ? SRV_UDP_OK : SRV_UDP_UNSIGNED;
+	} else if (rc) {
+		v = SRV_UDP_MALFORMED;
+	} else {
+		snprintf(key_id, idlen, "%s", env.key_id);
+		v = srv_udp_auth_verify(&env, d->recv_ns / 1000000, w->jobs, sizeof(w->jobs));
+		*payload = env.payload;
+		*len = env.payload_len;
+	}
+	if (v != SRV_UDP_OK)
+		refuse(d, v, key_id);
+	return v;
+}
+
+/* True when every record of the scratch batches is of a job w->jobs allows. */
+static bool jobs_allowed(const struct udp_worker *w)
+{
+	for (size_t i = 0; i < mdl_batch_nseries(w->scratch); i++) {
+		const struct mdl_batch_series *s = mdl_batch_series_at(w->scratch, i);
+		if (!srv_udp_auth_job_ok(w->jobs, s->key.job, strlen(s->key.job)))
+			return false;
+	}
+	for (size_t i = 0; i < mdl_events_count(w->scratch_ev); i++) {
+		const struct mdl_event *e = mdl_events_at(w->scratch_ev, i);
+		if (!srv_udp_auth_job_ok(w->jobs, e->job, e->job_len))
+			return false;
+	}
+	return true;
+}
+
 /* Parses one datagram into the scratch batch. 0 when it holds something to
  * store; RDB_EINVAL when the datagram is dropped (counted here). */
 static int parse_one(struct udp_worker *w, const struct dgram *d)
@@ -251,11 +326,20 @@ static int parse_one(struct udp_worker *w, const struct dgram *d)
 	o->max_line_bytes = cfg->max_line_bytes;
 	o->max_fields_per_line = cfg->max_fields_per_line;
 	o->max_tags_per_line = cfg->max_tags_per_line;
-	const struct ing_protocol *proto = ing_protocol_probe(d->data, d->len);
+	const uint8_t *payload;
+	size_t len;
+	char key_id[SRV_UDP_KEY_ID_MAX + 1];
+	if (authenticate(w, d, &payload, &len, key_id, sizeof(key_id)) != SRV_UDP_OK)
+		return RDB_EINVAL;
+	const struct ing_protocol *proto = ing_protocol_probe(payload, len);
 	bool lp = proto == &ing_proto_lp;
-	int rc = proto->parse(d->data, d->len, &po, w->scratch, w->scratch_ev, &w->res);
+	int rc = proto->parse(payload, len, &po, w->scratch, w->scratch_ev, &w->res);
 	if (lp)
 		atomic_fetch_add(&c->lp_lines_bad, w->res.records_bad);
+	if (rc == 0 && w->jobs[0] && !jobs_allowed(w)) {
+		refuse(d, SRV_UDP_JOB_NOT_ALLOWED, key_id);
+		return RDB_EINVAL;
+	}
 	if (rc == 0) {
 		if (lp)
 			atomic_fetch_add(&c->udp_lines_bad, w->res.records_bad);

@@ -30,11 +30,11 @@
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
-#include "storage/codec.h"
-#include "storage/evstore.h"
-#include "storage/group.h"
-#include "storage/index.h"
-#include "storage/segment.h"
+#include "storage/chunk/codec.h"
+#include "storage/events/evstore.h"
+#include "storage/chunk/group.h"
+#include "storage/index/index.h"
+#include "storage/chunk/segment.h"
 
 #include <dirent.h>
 #include <errno.h>

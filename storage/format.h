@@ -93,7 +93,7 @@ enum sto_wal_rec_type {
  *   32 u32        point count
  *   36 u32        zero
  *   40 u64        XXH3-64, seed 0, over bytes 0..39 and the payload
- *   48 u8[P]      payload: codec output (storage/codec.h), then the series
+ *   48 u8[P]      payload: codec output (storage/chunk/codec.h), then the series
  *                 key record (u8 J, job, u32 rank, u16 M, metric) so that the
  *                 index can be rebuilt from segment files alone
  */
@@ -113,7 +113,7 @@ enum sto_wal_rec_type {
  * its siblings. Payload:
  *   0  u8   member count m (2..STO_GROUP_MAX_MEMBERS)    1 u8[3] zero
  *   4  shared part: u32 n, column(ts), column(step), column(attempt)
- *      (storage/codec.h)
+ *      (storage/chunk/codec.h)
  *   H - 24m  directory, m entries in member order: u64 series id, u32
  *      section offset (from the payload start), u32 section length, u64
  *      XXH3-64 (seed 0) of the section
@@ -137,7 +137,7 @@ enum sto_wal_rec_type {
 #define STO_EVCHUNK_MAX_EVENTS 4096u
 #define STO_EVCHUNK_MAX_RAW    (8u * 1024u * 1024u)
 
-/* Supersede records (compaction's small-chunk merge, storage/compact.c).
+/* Supersede records (compaction's small-chunk merge, storage/lifecycle/compact.c).
  * A merged chunk replaces a run of source chunks of the same series; their
  * records stay in older segments until those are rewritten, so the merge
  * writes, in the same append and immediately before the merged chunk

@@ -13,7 +13,7 @@
  *   - point chunks: the key record after the codec payload names the
  *     series; the series id of the record header is kept; statistics are
  *     recomputed by decoding (sto_codec_decode + sto_chunk_stats_compute);
- *   - group records (storage/group.h): checked whole (head and every
+ *   - group records (storage/chunk/group.h): checked whole (head and every
  *     section checksum), then one entry per member, as for a point chunk;
  *   - event chunks: decoded (evc_decode) and re-encoded with evc_encode
  *     only to recompute the entry (stats, kinds/levels, token filter);
@@ -46,12 +46,13 @@
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
 #include "common/rdb_map.h"
-#include "storage/codec.h"
-#include "storage/evstore.h"
-#include "storage/group.h"
-#include "storage/index.h"
-#include "storage/segment.h"
-#include "storage/wal.h"
+#include "common/rdb_sort.h"
+#include "storage/chunk/codec.h"
+#include "storage/events/evstore.h"
+#include "storage/chunk/group.h"
+#include "storage/index/index.h"
+#include "storage/chunk/segment.h"
+#include "storage/wal/wal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -231,7 +232,7 @@ static int list_segments(const char *seg_dir, struct id_set *out)
 	}
 	closedir(d);
 	if (rc == 0 && out->n)
-		qsort(out->v, out->n, sizeof(uint64_t), cmp_u64);
+		rdb_sort(out->v, out->n, sizeof(uint64_t), cmp_u64);
 	return rc;
 }
 
@@ -832,7 +833,7 @@ static int sup_apply_one(struct rb *b, struct sto_sup_entry *e, bool eff)
 		free(seg);
 		return rc < 0 ? rc : sto_sup_del(b->t, e->sup.merged_uid);
 	}
-	qsort(seg, n, sizeof(*seg), cmp_u64s);
+	rdb_sort(seg, n, sizeof(*seg), cmp_u64s);
 	uint32_t k = 0;
 	for (uint32_t i = 0; i < n; i++)
 		if (k == 0 || seg[i] != seg[k - 1])
@@ -849,7 +850,7 @@ static int apply_supersede(struct rb *b)
 {
 	struct sup_all l = {0};
 	if (b->dups.n)
-		qsort(b->dups.v, b->dups.n, sizeof(*b->dups.v), cmp_dup);
+		rdb_sort(b->dups.v, b->dups.n, sizeof(*b->dups.v), cmp_dup);
 	int rc = sto_sup_scan(b->t, sup_collect_cb, &l);
 	if (rc == 0 && l.n && !(l.eff = calloc(l.n, sizeof(*l.eff))))
 		rc = -ENOMEM;

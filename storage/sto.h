@@ -19,9 +19,9 @@
 #include "model/batch.h"
 #include "model/cols.h"
 #include "model/events.h"
-#include "storage/index.h"
+#include "storage/index/index.h"
 #include "storage/series.h"
-#include "storage/wal.h"
+#include "storage/wal/wal.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,7 +1,8 @@
-/* store_int.h - internal to storage/: the storage engine's private structs
- * and the functions its files (store.c, store_write.c, store_seal.c,
- * store_read.c, lifecycle.c, compact.c) share. Must not be included
- * outside storage/; the engine's public face is sto.h (and admin.h).
+/* store_int.h - internal to storage/: the storage engine's private state
+ * (struct sto, heads, the series cache), shared by engine/ and lifecycle/.
+ * Data only: the functions of engine/ are declared in engine/engine.h, the
+ * ones of lifecycle/ in lifecycle/lifecycle.h. Must not be included outside
+ * storage/; the engine's public face is sto.h (and admin.h).
  *
  * Recovery invariant: every chunk written by a generation newer than
  * ckpt_gen has a `pending` index entry. At open, those chunks are dropped
@@ -121,6 +122,7 @@ struct sto {
 	size_t ntombs;
 	struct admin_op *ops; /* flusher work queued by admin calls (flush_lock) */
 	struct sto_lifecycle life;
+	const struct sti_engine_ops *eng; /* engine steps lifecycle/ calls (set at open) */
 	int64_t last_retention_mono_ns;
 	int64_t trash_due_mono_ns; /* 0, or when the compacted-away segments go */
 
@@ -145,183 +147,5 @@ struct seal_item {
 	struct head_series *hs;
 	size_t taken;
 };
-
-/* ---- shared functions (contracts: one line each) ---- */
-
-/* Every chunk of one compaction or delete: index keys to move or drop. */
-struct key_list {
-	struct sto_chunk_ref *v; /* series_id, stats.min_ts_ns, uid (+ count) used */
-	size_t n, cap;
-};
-
-struct id_list {
-	uint64_t *v;
-	size_t n, cap;
-};
-
-struct compact_args {
-	double min_live;
-	struct sto_compact_result *r;
-};
-
-typedef int (*admin_fn)(struct sto *s, void *arg);
-
-/* ---- store_write.c ---- */
-/* Memory a head column accounts for (its capacity, not its length). */
-uint64_t sti_cols_bytes(const struct mdl_cols *c);
-/* A new empty head for WAL generation gen; NULL when out of memory. */
-struct head *sti_head_new(uint64_t gen);
-/* Frees h and everything it owns; accepts NULL. */
-void sti_head_free(struct head *h);
-/* Forgets every cached per-job series count. Caller holds series_lock. */
-void sti_job_counts_reset(struct sto *s);
-/* Frees the series cache (close). */
-void sti_cache_free(struct sto *s);
-/* Resolves (creating if needed) the series of every key in b into ents[]. */
-int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_ent **ents);
-/* Applies a durable request to head h (WAL replay): prepare + commit.
- * Caller holds write_lock shared and head_lock. 0 or -ENOMEM (nothing
- * applied). */
-int sti_apply_request(struct sto *s, struct head *h, const struct mdl_batch *pts,
-		      struct series_ent **ents, const struct mdl_events *ev, bool queue_full);
-
-/* A write's room in a head, made before its WAL append (see
- * sti_prepare_request). */
-struct sti_prep {
-	const struct mdl_batch *points; /* borrowed from the request */
-	const struct mdl_events *events;
-	struct head_series **hs; /* [nseries] where each batch series goes */
-	struct ev_job **jobs;	 /* [nev] */
-	struct ev_rec **recs;	 /* [nev] records allocated, not yet linked */
-	size_t nseries, nev;
-};
-/* Makes room in h for every point and event of the request (creates head
- * series and event jobs, grows their arrays, allocates event records) and
- * reserves it, so that sti_commit_request cannot fail. 0, or -ENOMEM with
- * nothing reserved. Caller holds head_lock (and write_lock shared, so h
- * stays the active head until commit or unprepare). */
-int sti_prepare_request(struct sto *s, struct head *h, const struct mdl_batch *pts,
-			struct series_ent **ents, const struct mdl_events *ev, struct sti_prep *pp);
-/* Applies the prepared request (cannot fail) and frees pp. Caller holds
- * head_lock. */
-void sti_commit_request(struct sto *s, struct head *h, struct sti_prep *pp, bool queue_full);
-/* Releases the room of a request that was not written (WAL append failed)
- * and frees pp. Caller holds head_lock. */
-void sti_unprepare_request(struct sto *s, struct head *h, struct sti_prep *pp);
-void sti_prep_free(struct sti_prep *pp);
-/* Hash of a client batch id (never 0). */
-uint64_t sti_batch_hash(const char *id, size_t len);
-/* The entry of batch id, or NULL. Caller holds batch_lock. */
-struct batch_ent *sti_batch_find(struct sto *s, const char *id, size_t len, uint64_t h);
-/* Adds batch id for generation gen; *out owned by s. Caller holds batch_lock. */
-int sti_batch_add(struct sto *s, const char *id, size_t len, uint64_t h, bool done, uint64_t gen,
-		  struct batch_ent **out);
-/* Moves the ids of generations <= gen into the index (inside txn t). */
-int sti_batch_persist(struct sto *s, struct sto_txn *t, uint64_t gen);
-/* After the checkpoint committed: forgets the ids of generations <= gen. */
-void sti_batch_forget(struct sto *s, uint64_t gen);
-/* Frees every batch id entry (close). */
-void sti_batch_free_all(struct sto *s);
-
-/* ---- store_seal.c ---- */
-/* Seals `taken` points of each item of head h into chunks. Flusher only. */
-int sti_seal_items(struct sto *s, struct head *h, struct seal_item *items, size_t nitems,
-		   bool drop_empty);
-/* Seals the full series queued by writers (size seal). Flusher only. */
-int sti_seal_full(struct sto *s);
-/* Makes uids [next_uid, next_uid + n) safe to write: the committed meta
- * next_chunk_uid is raised past them (in blocks) before any record using
- * them reaches a segment file, so a crash never lets a uid on disk be
- * handed out again. Opens its own write transaction: call with none open
- * in this thread. Flusher thread only. 0 or -errno/RDB_E*. */
-int sti_uid_reserve(struct sto *s, uint64_t n);
-/* Seals every job's events of frozen head h. Flusher only. */
-int sti_seal_events(struct sto *s, struct head *h);
-
-/* ---- store.c ---- */
-/* Finishes a pending checkpoint, rotates the WAL and seals the frozen head. Flusher only. */
-int sti_checkpoint(struct sto *s);
-/* Seals s->frozen, makes it durable and records the checkpoint. Flusher only. */
-int sti_finish_checkpoint(struct sto *s);
-
-/* ---- store_read.c ---- */
-/* Reads a segment range under seg_lock (shared); -ENOENT if compacted away. */
-int sti_seg_read(struct sto *s, uint64_t id, uint64_t off, void *buf, size_t len);
-
-/* ---- lifecycle.c ---- */
-/* True when a WAL record of job (jl bytes) in generation gen is tombstoned. */
-bool sti_tomb_skips(const struct sto *s, const char *job, size_t jl, uint64_t gen);
-/* Runs the admin work queued for the flusher. Flusher only. */
-void sti_run_admin_ops(struct sto *s);
-/* Background retention and compaction when due. Flusher only. */
-void sti_lifecycle_tick(struct sto *s);
-/* Open hook: tombstones into memory, leftovers of an interrupted compaction. */
-int sti_lifecycle_open(struct sto *s);
-/* Close hook: frees deleted cache entries and tombstones. */
-void sti_lifecycle_free(struct sto *s);
-/* Runs fn(s, arg) on the flusher thread and waits for it; -ESHUTDOWN if stopped. */
-int sti_run_on_flusher(struct sto *s, admin_fn fn, void *arg);
-/* Unlinks segment id (ENOENT is fine) and fsyncs the segment directory. */
-int sti_unlink_segment(struct sto *s, uint64_t id);
-/* Unlinks the files in seg_trash and forgets them. */
-int sti_empty_trash(struct sto *s);
-/* Appends v to l; -ENOMEM leaves l as it was. */
-int sti_id_push(struct id_list *l, uint64_t v);
-/* Chunk scan callback: appends *ref to the key_list arg. */
-int sti_key_push(void *arg, const struct sto_chunk_ref *ref);
-
-/* ---- rollup.c ---- */
-struct sti_rollup_ent {
-	uint64_t series_id;
-	unsigned tier;
-	int64_t bucket; /* start */
-	struct sto_rollup r;
-};
-/* Rollup records folded from chunks about to be dropped, not yet stored.
- * Initialize with {0} then rdb_buf_init(&rec, ...). */
-struct sti_rollup_acc {
-	struct sti_rollup_ent *v;
-	size_t n, cap;
-	struct rdb_buf rec; /* scratch: a chunk record */
-};
-/* Reads chunk ref and folds its points into a (a corrupt chunk: logged,
- * nothing folded, 0). Flusher only. */
-int sti_rollup_fold(struct sto *s, struct sti_rollup_acc *a, const struct sto_chunk_ref *ref);
-/* Merges every record of a into the stored ones (inside write txn t). */
-int sti_rollup_commit(struct sti_rollup_acc *a, struct sto_txn *t);
-void sti_rollup_acc_free(struct sti_rollup_acc *a);
-
-/* ---- compact.c ---- */
-/* Compacts every segment below a->min_live (struct compact_args *arg). Flusher only. */
-int sti_compact_op(struct sto *s, void *arg);
-/* Supersede index entries being collected (each owns its arrays). */
-struct sup_list {
-	struct sto_sup_entry *v;
-	size_t n, cap;
-};
-void sti_sup_list_trim(struct sup_list *l, size_t keep); /* frees entries from keep on */
-int sti_cmp_u64(const void *a, const void *b);		 /* qsort order of uint64_t */
-void sti_sup_list_clear(struct sup_list *l);
-/* Appends *e (taking its arrays) to l; on failure e still owns them. */
-int sti_sup_list_push(struct sup_list *l, struct sto_sup_entry *e);
-/* compact_out protocol: a new segment id, meta compact_out set (committed);
- * abandon removes the file and clears compact_out. */
-int sti_compact_begin(struct sto *s, uint64_t *new_id);
-void sti_compact_abandon(struct sto *s, uint64_t new_id);
-/* Swaps in fresh segment readers (no fd keeps an old file). 0 or -ENOMEM. */
-int sti_readers_refresh(struct sto *s);
-/* Compacted-away segment files (seg_trash) are unlinked STI_TRASH_GRACE_NS
- * after their switch, not at once: a query whose snapshot predates the
- * switch may still read a merged-away chunk from the old file (the reread
- * at the new place only finds chunks that were moved, not merged). The
- * flusher calls sti_trash_tick; close and recovery empty the trash at once. */
-#define STI_TRASH_GRACE_NS (5ll * 1000000000)
-void sti_trash_tick(struct sto *s);
-/* merge.c: merges runs of small checkpointed chunks and group records. */
-int sti_merge_small_chunks(struct sto *s, struct sto_compact_result *r);
-/* Rewrites every segment file with id >= from (as listed at the call),
- * whatever its live fraction; counts into *r (skipped: left as they were).
- * Used by recovery. 0 or -errno/RDB_E*. */
-int sti_compact_from(struct sto *s, uint64_t from, struct sto_compact_result *r);
 
 #endif

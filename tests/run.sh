@@ -57,7 +57,7 @@ run_build() { # name, meson args...
 	count_integration "$RDB_TEST_TMP/$dir-integration.log"
 }
 
-# The pwritev/fdatasync fallback of storage/uring.c (what runs where io_uring
+# The pwritev/fdatasync fallback of storage/io/uring.c (what runs where io_uring
 # is forbidden): the unit tests and the durability suite again with it.
 run_fallback() {
 	echo "=== io_uring fallback pass (RANKDB_IO_URING=off): unit tests, durability suite"

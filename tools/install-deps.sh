@@ -9,7 +9,7 @@ pkgs=(build-essential meson ninja-build pkg-config clang-format
       chromium fonts-dejavu-core # the dashboard's browser tests (tests/integration/test_ui.py)
       python3-venv python3-torch # clients/python tests and the DDP proof
       python3-influxdb # the real InfluxDB 1.x client against /ping and /query (tests/integration/test_newuser.py)
-      libgnutls28-dev) # SHA-256 of token secrets (common/rdb_sha256.c)
+      libgnutls28-dev) # SHA-256, HMAC-SHA256 and the TLS certificate (common/rdb_sha256.c, common/rdb_tls.c, clients/c/rdbc_sign.c)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -77,6 +77,8 @@ static void usage(void)
 	    "                          index.old-<ns>; see docs/OPERATIONS.md for what is lost)\n"
 	    "  token add FILE ID SCOPES [JOBS] | list FILE | revoke FILE ID\n"
 	    "                          (offline: edits a tokens file; add prints the secret once)\n"
+	    "  udp-key add FILE ID [JOBS] | list FILE | revoke FILE ID\n"
+	    "                          (offline: edits a UDP keys file; add prints id and secret)\n"
 	    "The token may also come from the environment variable RANKDB_TOKEN.\n");
 }
 
@@ -861,13 +863,16 @@ static int rules_offline(const struct opts *o)
 	return 0;
 }
 
-int rankctl_token(int argc, char **argv); /* rankctl_token.c */
+int rankctl_token(int argc, char **argv);   /* rankctl_token.c */
+int rankctl_udp_key(int argc, char **argv); /* rankctl_token.c */
 
 int main(int argc, char **argv)
 {
 	struct opts o = {0};
 	if (argc >= 2 && strcmp(argv[1], "token") == 0) /* offline: edits a tokens file */
 		return rankctl_token(argc - 2, argv + 2);
+	if (argc >= 2 && strcmp(argv[1], "udp-key") == 0) /* offline: edits a UDP keys file */
+		return rankctl_udp_key(argc - 2, argv + 2);
 	int prc = parse_opts(argc, argv, &o);
 	if (prc == 0 && o.npos >= 2 && strcmp(o.pos[0], "rules") == 0 &&
 	    strcmp(o.pos[1], "reload") != 0)

@@ -181,6 +181,8 @@ void rdbc_opts_default(struct rdbc_opts *o)
 	o->local_rank = env_int(local, 0);
 	o->attempt = env_int(attempt, 0);
 	o->spool_dir = getenv("RANKDB_SPOOL_DIR");
+	o->udp_key_id = getenv("RANKDB_UDP_KEY_ID");
+	o->udp_key_secret = getenv("RANKDB_UDP_KEY_SECRET");
 	o->queue_max_records = 100000;
 	o->batch_max_bytes = 1u << 20;
 	o->flush_interval_ms = 1000;
@@ -738,14 +740,26 @@ int rdbc_open(const struct rdbc_opts *o, struct rdbc **out)
 	if (c->spool_dir && !c->udp_addr)
 		c->spool = rdbc_spool_open(c->spool_dir, c->job, c->rank, c->session,
 					   o->spool_max_bytes ? o->spool_max_bytes : 256ull << 20);
+	uint8_t key[64];
+	size_t key_len = 0;
+	bool signing = c->udp_addr && o->udp_key_id && *o->udp_key_id;
+	if (signing && (rdbc_hex_decode(o->udp_key_secret, key, sizeof(key), &key_len) != 0 ||
+			key_len < 16 || strlen(o->udp_key_id) > 64)) {
+		rc = -EINVAL; /* a key that cannot sign: refuse rather than send unsigned */
+		goto fail;
+	}
 	struct rdbc_sender_opts so = {
 	    .url = c->url,
 	    .udp_addr = c->udp_addr,
+	    .udp_key_id = signing ? o->udp_key_id : NULL,
+	    .udp_key = key,
+	    .udp_key_len = key_len,
 	    .timeout_ms = o->http_timeout_ms ? o->http_timeout_ms : 10000,
 	    .backoff_max_ms = o->backoff_max_ms ? o->backoff_max_ms : 30000,
 	    .mem_max_bytes = o->mem_max_bytes ? o->mem_max_bytes : 16u << 20,
 	    .spool = c->spool};
 	rc = rdbc_sender_start(&so, &c->sender);
+	memset(key, 0, sizeof(key));
 	if (rc != 0)
 		goto fail;
 	rc = -pthread_create(&c->batcher, NULL, batcher, c);

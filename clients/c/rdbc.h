@@ -14,7 +14,10 @@
  * sent every heartbeat_ms whatever the training thread does.
  *
  * Optional UDP transport (udp_addr): fire-and-forget datagrams of the same
- * NDJSON records, no spool, no retries (the server counts drops).
+ * NDJSON records, no spool, no retries (the server counts drops); signed
+ * with a UDP key (udp_key_id, udp_key_secret) when the server has a
+ * udp_keys_file (docs/API.md, "Signed datagrams"). librdbc links GnuTLS
+ * for the HMAC.
  *
  * Threading: one rdbc handle may be shared by threads for rdbc_log and
  * rdbc_message; phases (rdbc_phase_begin/end) and rdbc_step_done belong to
@@ -39,9 +42,10 @@ extern "C" {
 struct rdbc;
 
 /* Options. rdbc_opts_default() fills every field from the environment
- * (RANKDB_URL, RANKDB_JOB, torchrun's RANK/WORLD_SIZE/LOCAL_RANK/
- * TORCHELASTIC_RUN_ID/TORCHELASTIC_RESTART_COUNT, SLURM_PROCID/SLURM_NTASKS/
- * SLURM_LOCALID/SLURM_JOB_ID/SLURM_RESTART_COUNT, RANKDB_SPOOL_DIR) and
+ * (RANKDB_URL, RANKDB_JOB, RANKDB_UDP_KEY_ID, RANKDB_UDP_KEY_SECRET,
+ * torchrun's RANK/WORLD_SIZE/LOCAL_RANK/TORCHELASTIC_RUN_ID/
+ * TORCHELASTIC_RESTART_COUNT, SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID/
+ * SLURM_JOB_ID/SLURM_RESTART_COUNT, RANKDB_SPOOL_DIR) and
  * defaults; change what you need before rdbc_open(). Strings are borrowed
  * until rdbc_open() returns (it copies them). */
 struct rdbc_opts {
@@ -62,6 +66,8 @@ struct rdbc_opts {
 	uint32_t backoff_max_ms;    /* longest wait between retries (30000) */
 	uint64_t spool_max_bytes;   /* on-disk bound; oldest dropped (256 MiB) */
 	size_t mem_max_bytes;	    /* sealed batches held in memory (16 MiB) */
+	const char *udp_key_id;	    /* UDP: with udp_key_secret: sign every datagram */
+	const char *udp_key_secret; /* the key's secret as hex (rankctl udp-key add) */
 };
 
 struct rdbc_kv {
@@ -133,6 +139,16 @@ RDBC_API int rdbc_flush(struct rdbc *c, uint32_t timeout_ms);
  * -ETIMEDOUT if not. Accepts NULL. */
 RDBC_API int rdbc_close(struct rdbc *c, const char *status, uint32_t timeout_ms,
 			struct rdbc_stats *final_stats);
+
+/* Writes the signed envelope of payload (len bytes) into out (cap bytes): key_id is
+ * 1..64 of [A-Za-z0-9._-], secret the key's raw bytes, ts_ms Unix
+ * milliseconds, nonce unique per key within the server's skew window; out
+ * must not overlap payload. Pure,
+ * thread-safe, independent of any handle. 0 with *outlen, -EINVAL (bad key
+ * id or arguments), -ENOSPC (cap too small), -EIO (HMAC failed). */
+RDBC_API int rdbc_udp_sign(const char *key_id, const void *secret, size_t secret_len,
+			   uint64_t ts_ms, uint64_t nonce, const void *payload, size_t len,
+			   void *out, size_t cap, size_t *outlen);
 
 /* Snapshot of the counters. */
 RDBC_API void rdbc_get_stats(struct rdbc *c, struct rdbc_stats *st);

@@ -57,8 +57,11 @@ void rdbc_spool_close(struct rdbc_spool *s);
 struct rdbc_sender;
 
 struct rdbc_sender_opts {
-	const char *url;      /* base URL */
-	const char *udp_addr; /* non-NULL: UDP transport */
+	const char *url;	/* base URL */
+	const char *udp_addr;	/* non-NULL: UDP transport */
+	const char *udp_key_id; /* non-NULL: sign datagrams with this key */
+	const uint8_t *udp_key; /* its secret (copied), udp_key_len bytes */
+	size_t udp_key_len;
 	uint32_t timeout_ms, backoff_max_ms;
 	size_t mem_max_bytes;
 	struct rdbc_spool *spool; /* may be NULL; owned by the caller */
@@ -79,6 +82,11 @@ size_t rdbc_sender_pending(struct rdbc_sender *s);
  * true if everything was delivered. st (may be NULL): the final counters. */
 bool rdbc_sender_stop(struct rdbc_sender *s, uint32_t timeout_ms, struct rdbc_stats *st);
 void rdbc_sender_stats(struct rdbc_sender *s, struct rdbc_stats *st);
+
+/* ---- signing (rdbc_sign.c) ---------------------------------------------------- */
+
+/* Decodes hex into out (at most cap bytes). 0 with *n, or -EINVAL. */
+int rdbc_hex_decode(const char *hex, uint8_t *out, size_t cap, size_t *n);
 
 /* ---- shared helpers (rdbc.c) ------------------------------------------------- */
 

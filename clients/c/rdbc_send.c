@@ -13,7 +13,9 @@
  * counted, warned.
  *
  * UDP (udp_addr set): each batch is cut at record boundaries into datagrams
- * of at most 60000 bytes and sent once (fire-and-forget, no spool).
+ * of at most 60000 bytes and sent once (fire-and-forget, no spool); with a
+ * UDP key each is wrapped in the signed envelope (rdbc_sign.c) with the
+ * current time and the next nonce (a random start, then counting).
  *
  * Threading: s->lock guards the memory list, the pending metadata and the
  * flags; the thread does network and spool I/O without holding it.
@@ -26,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -34,6 +37,7 @@
 #define RETRY_AFTER_MAX_MS 60000u
 #define BACKOFF_MIN_MS	   200u
 #define UDP_DATAGRAM_MAX   60000u
+#define UDP_ENVELOPE_MAX   (20u + 64u + 32u) /* header, key id, MAC */
 #define ANSWER_MAX	   4096u
 
 struct rdbc_sender {
@@ -63,6 +67,11 @@ struct rdbc_sender {
 	int udp_fd;
 	struct sockaddr_storage udp_sa;
 	socklen_t udp_salen;
+	char udp_key_id[65]; /* "" = unsigned datagrams */
+	uint8_t udp_key[64]; /* the key's secret */
+	size_t udp_key_len;
+	uint64_t udp_nonce;  /* next nonce */
+	uint8_t *udp_signed; /* UDP_DATAGRAM_MAX + UDP_ENVELOPE_MAX bytes, when signing */
 	/* counters (written under lock) */
 	uint64_t sent_batches, sent_records, duplicates, retries;
 	uint64_t refused_batches, refused_records, lost_records, udp_datagrams, udp_errors;
@@ -321,8 +330,19 @@ static enum post_result post_udp(struct rdbc_sender *s, const struct rdbc_batch 
 				break;
 			cut = end = next;
 		}
-		ssize_t w = sendto(s->udp_fd, b->body + off, cut - off, 0,
-				   (struct sockaddr *)&s->udp_sa, s->udp_salen);
+		const void *d = b->body + off;
+		size_t dlen = cut - off;
+		ssize_t w = -1;
+		if (s->udp_signed &&
+		    rdbc_udp_sign(s->udp_key_id, s->udp_key, s->udp_key_len,
+				  (uint64_t)(rdbc_now_ns() / 1000000), s->udp_nonce++, d, dlen,
+				  s->udp_signed, UDP_DATAGRAM_MAX + UDP_ENVELOPE_MAX, &dlen) == 0)
+			d = s->udp_signed;
+		else if (s->udp_signed)
+			d = NULL; /* a record longer than a datagram: counted as an error */
+		if (d)
+			w = sendto(s->udp_fd, d, dlen, 0, (struct sockaddr *)&s->udp_sa,
+				   s->udp_salen);
 		pthread_mutex_lock(&s->lock);
 		if (w < 0)
 			s->udp_errors++;
@@ -500,6 +520,8 @@ static void sender_free(struct rdbc_sender *s)
 		curl_easy_cleanup(s->curl);
 	if (s->udp_fd >= 0)
 		close(s->udp_fd);
+	memset(s->udp_key, 0, sizeof(s->udp_key));
+	free(s->udp_signed);
 	for (struct rdbc_batch *b = s->mem_head, *n; b; b = n) {
 		n = b->next;
 		free(b);
@@ -537,6 +559,20 @@ int rdbc_sender_start(const struct rdbc_sender_opts *o, struct rdbc_sender **out
 	if (o->udp_addr && *o->udp_addr) {
 		if ((rc = udp_open(s, o->udp_addr)) != 0)
 			goto fail;
+		if (o->udp_key_id) {
+			rc = -ENOMEM;
+			if (strlen(o->udp_key_id) >= sizeof(s->udp_key_id) ||
+			    o->udp_key_len > sizeof(s->udp_key))
+				goto fail;
+			snprintf(s->udp_key_id, sizeof(s->udp_key_id), "%s", o->udp_key_id);
+			memcpy(s->udp_key, o->udp_key, o->udp_key_len);
+			s->udp_key_len = o->udp_key_len;
+			if (getrandom(&s->udp_nonce, sizeof(s->udp_nonce), 0) !=
+			    sizeof(s->udp_nonce))
+				s->udp_nonce = s->rng;
+			if (!(s->udp_signed = malloc(UDP_DATAGRAM_MAX + UDP_ENVELOPE_MAX)))
+				goto fail;
+		}
 	} else {
 		pthread_once(&curl_once, curl_init_once);
 		if (!(s->curl = curl_easy_init()))

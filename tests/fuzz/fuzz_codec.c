@@ -1,4 +1,4 @@
-/* fuzz_codec.c - libFuzzer target for the chunk decoder (storage/codec.h).
+/* fuzz_codec.c - libFuzzer target for the chunk decoder (storage/chunk/codec.h).
  *
  * Decodes the input as an untrusted chunk payload (max_points 65536). The
  * decoder must never crash or read out of bounds (run under ASan). When the
@@ -7,7 +7,7 @@
  * the fuzzer (or the replay program, fuzz_main.c) reports. */
 #include "common/rdb_buf.h"
 #include "common/rdb_err.h"
-#include "storage/codec.h"
+#include "storage/chunk/codec.h"
 #include "storage/format.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* fuzz_events.c - libFuzzer target for event chunks (storage/evstore.h),
+/* fuzz_events.c - libFuzzer target for event chunks (storage/events/evstore.h),
  * the columnar logs and spans read back from segment files.
  *
  * Input byte 0 selects the path:
@@ -12,8 +12,8 @@
  * duration, strings inside the decoded buffer. A violation abort()s. */
 #include "common/rdb_buf.h"
 #include "common/rdb_err.h"
-#include "storage/codec.h"
-#include "storage/evstore.h"
+#include "storage/chunk/codec.h"
+#include "storage/events/evstore.h"
 
 #include <errno.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* fuzz_group.c - libFuzzer target for group records (storage/group.h).
+/* fuzz_group.c - libFuzzer target for group records (storage/chunk/group.h).
  *
  * The input is an untrusted group record payload preceded by a u32 head
  * length H. The harness frames it the way a writer would, with valid
@@ -15,7 +15,7 @@
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
 #include "storage/format.h"
-#include "storage/group.h"
+#include "storage/chunk/group.h"
 
 #include <errno.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* fuzz_wal.c - fuzz target for WAL replay (storage/wal.c) and the
+/* fuzz_wal.c - fuzz target for WAL replay (storage/wal/wal.c) and the
  * STO_WAL_REC_POINTS payload decoder (sto_batch_decode).
  *
  * Input: byte 0 is a mode, the rest is the WAL file body after a valid
@@ -11,14 +11,14 @@
  * The file lives at /tmp/rdb-fuzz-wal-<pid>/wal-<FUZZ_GEN>.log, one per
  * process, rewritten for each input and removed at exit. The target must
  * never crash, leak or read out of bounds, whatever the bytes. */
-#include "storage/batch_codec.h"
+#include "storage/wal/batch_codec.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
 #include "common/rdb_time.h"
 #include "model/batch.h"
 #include "storage/format.h"
-#include "storage/wal.h"
+#include "storage/wal/wal.h"
 
 #include <fcntl.h>
 #include <stdio.h>

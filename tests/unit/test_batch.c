@@ -1,6 +1,6 @@
 /* test_batch.c - unit tests for storage/batch.c: interning and grouped
  * views, bounds, the WAL payload round trip, hostile payloads, reset. */
-#include "storage/batch_codec.h"
+#include "storage/wal/batch_codec.h"
 #include "storage/format.h"
 #include "model/batch.h"
 #include "common/rdb_buf.h"

@@ -6,7 +6,7 @@
 #include "common/rdb_buf.h"
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
-#include "storage/codec.h"
+#include "storage/chunk/codec.h"
 #include "storage/format.h"
 #include "tests/unit/check.h"
 

@@ -51,6 +51,7 @@ static const struct bound bounds[] = {
     {"udp_queue_datagrams", F(udp_queue_datagrams), 16, 16777216},
     {"udp_queue_bytes", F(udp_queue_bytes), 64ull << 10, 16ull << 30},
     {"udp_max_datagram_bytes", F(udp_max_datagram_bytes), 512, 65507},
+    {"udp_max_skew_s", F(udp_max_skew_s), 1, 3600},
 };
 
 #define NBOUNDS (sizeof(bounds) / sizeof(bounds[0]))
@@ -87,6 +88,9 @@ static const char *const all_names[] = {
     "udp_queue_datagrams",
     "udp_queue_bytes",
     "udp_max_datagram_bytes",
+    "udp_keys_file",
+    "udp_allow_unauthenticated",
+    "udp_max_skew_s",
 };
 
 #define NNAMES (sizeof(all_names) / sizeof(all_names[0]))

@@ -3,7 +3,7 @@
  * the encode/decode round trip field by field, hostile decodes (every
  * truncation, garbled lengths, kinds and jobs, trailing bytes, random byte
  * flips) and level names. */
-#include "storage/batch_codec.h"
+#include "storage/wal/batch_codec.h"
 #include "model/events.h"
 #include "common/rdb_buf.h"
 #include "common/rdb_err.h"

@@ -5,9 +5,9 @@
 #include "check.h"
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
-#include "storage/codec.h"
-#include "storage/group.h"
-#include "storage/segment.h"
+#include "storage/chunk/codec.h"
+#include "storage/chunk/group.h"
+#include "storage/chunk/segment.h"
 
 #include <math.h>
 #include <stdbool.h>

@@ -1,4 +1,4 @@
-/* test_index.c - unit tests for the LMDB index (storage/index.h): open and
+/* test_index.c - unit tests for the LMDB index (storage/index/index.h): open and
  * reopen, format version check, meta counters, series ids and key layout,
  * job prefix isolation, chunk overlap scans, stats bit-exactness, pending
  * entries and map-full behaviour. Each test uses its own index directory
@@ -6,7 +6,7 @@
  */
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
-#include "storage/index.h"
+#include "storage/index/index.h"
 #include "tests/unit/check.h"
 
 #include <dirent.h>

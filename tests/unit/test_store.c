@@ -6,7 +6,7 @@
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
 #include "storage/admin.h"
-#include "storage/segment.h"
+#include "storage/chunk/segment.h"
 #include "storage/sto.h"
 
 #include <errno.h>

@@ -6,8 +6,8 @@
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
 #include "storage/format.h"
-#include "storage/uring.h"
-#include "storage/wal.h"
+#include "storage/io/uring.h"
+#include "storage/wal/wal.h"
 #include "tests/unit/check.h"
 
 #include <dirent.h>

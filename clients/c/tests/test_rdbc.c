@@ -315,6 +315,17 @@ static const char *exactly(int from, int to, unsigned times)
 	return why[0] ? why : NULL;
 }
 
+/* Heartbeats are sent on the client's own timer (heartbeat_ms): on a busy
+ * machine a fixed sleep may see only one, so the test waits for two. */
+static bool two_heartbeats(struct rdbc *c)
+{
+	(void)c;
+	pthread_mutex_lock(&F.lock);
+	bool ok = F.heartbeats >= 2;
+	pthread_mutex_unlock(&F.lock);
+	return ok;
+}
+
 static bool wait_for(bool (*pred)(struct rdbc *), struct rdbc *c, double timeout_s)
 {
 	double end = now_s() + timeout_s;
@@ -375,7 +386,7 @@ static void test_roundtrip(void)
 		rdbc_message(c, RDBC_WARN, RDBC_NO_STEP, "step done \"quoted\" \xff bad byte");
 		rdbc_step_done(c, s, 1000);
 	}
-	usleep(100000); /* a few heartbeats */
+	CHECK(wait_for(two_heartbeats, c, 30), "fewer than 2 heartbeats in 30 s (heartbeat_ms 20)");
 	struct rdbc_stats st;
 	CHECK(rdbc_close(c, "finished", 20000, &st) == 0, "close did not deliver everything");
 	const char *why = exactly(0, 500, 1);
@@ -609,6 +620,85 @@ static void test_udp(void)
 	CHECK(loss == 2000, "loss records over UDP: %u", loss);
 }
 
+/* The signing helper against docs/API.md's worked example, then a signed
+ * client: every datagram is an envelope whose MAC re-signing reproduces,
+ * with distinct nonces, and a bad key is refused at open. */
+static void test_udp_signed(void)
+{
+	static const char ex_payload[] = "train,job=team-a-run1,rank=0 loss=2.25,step=100i";
+	static const char ex_mac[] =
+	    "076cf1d3764d065e8b40cda0d76ea4508efd1520f4c2e91f97381cf056acd61a";
+	uint8_t secret[32], out[256];
+	char hex[65];
+	size_t n = 0;
+	for (int i = 0; i < 32; i++)
+		secret[i] = (uint8_t)i;
+	CHECK(rdbc_udp_sign("team-a", secret, 32, 1767225600000ull, 42, ex_payload,
+			    strlen(ex_payload), out, sizeof(out), &n) == 0 &&
+		  n == 106,
+	      "sign the worked example (%zu bytes)", n);
+	for (int i = 0; i < 32; i++)
+		snprintf(hex + 2 * i, 3, "%02x", out[n - 32 + i]);
+	CHECK(strcmp(hex, ex_mac) == 0, "worked example MAC %s", hex);
+	CHECK(rdbc_udp_sign("bad id", secret, 32, 1, 1, "x", 1, out, sizeof(out), &n) == -EINVAL,
+	      "bad key id");
+	CHECK(rdbc_udp_sign("k", secret, 32, 1, 1, "x", 1, out, 40, &n) == -ENOSPC, "small cap");
+
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), rcv = 8 << 20;
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof(rcv));
+	bind(fd, (struct sockaddr *)&a, sizeof(a));
+	socklen_t l = sizeof(a);
+	getsockname(fd, (struct sockaddr *)&a, &l);
+	char addr[64];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(a.sin_port));
+	struct rdbc_opts o;
+	rdbc_opts_default(&o);
+	o.udp_addr = addr;
+	o.udp_key_id = "team-a";
+	o.udp_key_secret = "zz";
+	struct rdbc *bad = NULL;
+	CHECK(rdbc_open(&o, &bad) == -EINVAL && !bad, "a secret that is not hex is refused");
+	o.udp_key_secret = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+	struct rdbc *c = client(job(), 0, &o);
+	log_steps(c, 0, 2000);
+	struct rdbc_stats st;
+	CHECK(rdbc_close(c, NULL, 10000, &st) == 0, "signed udp close");
+	static uint8_t buf[65536], again[65536];
+	uint64_t nonces[64];
+	unsigned datagrams = 0, good = 0, distinct = 1;
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	while (poll(&p, 1, 500) > 0) {
+		ssize_t r = recv(fd, buf, sizeof(buf), 0);
+		if (r <= 0)
+			break;
+		datagrams++;
+		if (r < 20 + 6 + 32 || buf[0] != 0xFE || buf[1] != 1 || buf[2] != 6 ||
+		    memcmp(buf + 20, "team-a", 6) != 0)
+			continue;
+		uint64_t ts = 0, nonce = 0;
+		for (int i = 7; i >= 0; i--) {
+			ts = ts << 8 | buf[4 + i];
+			nonce = nonce << 8 | buf[12 + i];
+		}
+		size_t m = 0;
+		if (rdbc_udp_sign("team-a", secret, 32, ts, nonce, buf + 26, (size_t)r - 26 - 32,
+				  again, sizeof(again), &m) == 0 &&
+		    m == (size_t)r && memcmp(again, buf, m) == 0)
+			good++;
+		for (unsigned i = 0; i < datagrams - 1 && i < 64; i++)
+			distinct &= nonces[i] != nonce;
+		if (datagrams <= 64)
+			nonces[datagrams - 1] = nonce;
+	}
+	close(fd);
+	CHECK(datagrams == st.udp_datagrams && datagrams > 1 && good == datagrams,
+	      "signed datagrams %u good %u stats %llu", datagrams, good,
+	      (unsigned long long)st.udp_datagrams);
+	CHECK(distinct, "every datagram has its own nonce");
+}
+
 static void test_env_defaults(void)
 {
 	struct rdbc_opts o;
@@ -662,6 +752,7 @@ int main(void)
 	    {"crash_replay", test_crash_replay},
 	    {"spool_bound", test_spool_bound},
 	    {"udp", test_udp},
+	    {"udp_signed", test_udp_signed},
 	};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		int before = failures;

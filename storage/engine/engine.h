@@ -1,0 +1,98 @@
+/* engine.h - internal to storage/engine/: the functions the engine's files
+ * (store.c, store_write.c, store_seal.c, store_read.c) share. Included only
+ * by storage/engine/ (tools/checksrc.sh fails the build otherwise): the
+ * layers below reach the engine only through struct sti_engine_ops
+ * (lifecycle/lifecycle.h), which store.c fills at open.
+ *
+ * Threading and failure: as each declaration says; the locks and the
+ * recovery invariant are store_int.h's.
+ */
+#ifndef STO_ENGINE_H
+#define STO_ENGINE_H
+
+#include "storage/store_int.h"
+#include "storage/lifecycle/lifecycle.h"
+
+/* ---- store_write.c ---- */
+/* Memory a head column accounts for (its capacity, not its length). */
+uint64_t sti_cols_bytes(const struct mdl_cols *c);
+/* A new empty head for WAL generation gen; NULL when out of memory. */
+struct head *sti_head_new(uint64_t gen);
+/* Frees h and everything it owns; accepts NULL. */
+void sti_head_free(struct head *h);
+/* Forgets every cached per-job series count. Caller holds series_lock. */
+void sti_job_counts_reset(struct sto *s);
+/* Frees the series cache (close). */
+void sti_cache_free(struct sto *s);
+/* Resolves (creating if needed) the series of every key in b into ents[]. */
+int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_ent **ents);
+/* Applies a durable request to head h (WAL replay): prepare + commit.
+ * Caller holds write_lock shared and head_lock. 0 or -ENOMEM (nothing
+ * applied). */
+int sti_apply_request(struct sto *s, struct head *h, const struct mdl_batch *pts,
+		      struct series_ent **ents, const struct mdl_events *ev, bool queue_full);
+
+/* A write's room in a head, made before its WAL append (see
+ * sti_prepare_request). */
+struct sti_prep {
+	const struct mdl_batch *points; /* borrowed from the request */
+	const struct mdl_events *events;
+	struct head_series **hs; /* [nseries] where each batch series goes */
+	struct ev_job **jobs;	 /* [nev] */
+	struct ev_rec **recs;	 /* [nev] records allocated, not yet linked */
+	size_t nseries, nev;
+};
+/* Makes room in h for every point and event of the request (creates head
+ * series and event jobs, grows their arrays, allocates event records) and
+ * reserves it, so that sti_commit_request cannot fail. 0, or -ENOMEM with
+ * nothing reserved. Caller holds head_lock (and write_lock shared, so h
+ * stays the active head until commit or unprepare). */
+int sti_prepare_request(struct sto *s, struct head *h, const struct mdl_batch *pts,
+			struct series_ent **ents, const struct mdl_events *ev, struct sti_prep *pp);
+/* Applies the prepared request (cannot fail) and frees pp. Caller holds
+ * head_lock. */
+void sti_commit_request(struct sto *s, struct head *h, struct sti_prep *pp, bool queue_full);
+/* Releases the room of a request that was not written (WAL append failed)
+ * and frees pp. Caller holds head_lock. */
+void sti_unprepare_request(struct sto *s, struct head *h, struct sti_prep *pp);
+void sti_prep_free(struct sti_prep *pp);
+/* Hash of a client batch id (never 0). */
+uint64_t sti_batch_hash(const char *id, size_t len);
+/* The entry of batch id, or NULL. Caller holds batch_lock. */
+struct batch_ent *sti_batch_find(struct sto *s, const char *id, size_t len, uint64_t h);
+/* Adds batch id for generation gen; *out owned by s. Caller holds batch_lock. */
+int sti_batch_add(struct sto *s, const char *id, size_t len, uint64_t h, bool done, uint64_t gen,
+		  struct batch_ent **out);
+/* Moves the ids of generations <= gen into the index (inside txn t). */
+int sti_batch_persist(struct sto *s, struct sto_txn *t, uint64_t gen);
+/* After the checkpoint committed: forgets the ids of generations <= gen. */
+void sti_batch_forget(struct sto *s, uint64_t gen);
+/* Frees every batch id entry (close). */
+void sti_batch_free_all(struct sto *s);
+
+/* ---- store_seal.c ---- */
+/* Seals `taken` points of each item of head h into chunks. Flusher only. */
+int sti_seal_items(struct sto *s, struct head *h, struct seal_item *items, size_t nitems,
+		   bool drop_empty);
+/* Seals the full series queued by writers (size seal). Flusher only. */
+int sti_seal_full(struct sto *s);
+/* Makes uids [next_uid, next_uid + n) safe to write: the committed meta
+ * next_chunk_uid is raised past them (in blocks) before any record using
+ * them reaches a segment file, so a crash never lets a uid on disk be
+ * handed out again. Opens its own write transaction: call with none open
+ * in this thread. Flusher thread only. 0 or -errno/RDB_E*. */
+int sti_uid_reserve(struct sto *s, uint64_t n);
+/* Seals every job's events of frozen head h. Flusher only. */
+int sti_seal_events(struct sto *s, struct head *h);
+
+/* ---- store.c ---- */
+/* Finishes a pending checkpoint, rotates the WAL and seals the frozen head. Flusher only. */
+int sti_checkpoint(struct sto *s);
+/* Seals s->frozen, makes it durable and records the checkpoint. Flusher only. */
+int sti_finish_checkpoint(struct sto *s);
+
+/* ---- store_read.c ---- */
+/* Reads a segment range under seg_lock (shared); -ENOENT if compacted away. */
+int sti_seg_read(struct sto *s, uint64_t id, uint64_t off, void *buf, size_t len);
+
+#endif

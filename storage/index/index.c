@@ -1,0 +1,460 @@
+/* index.c - the LMDB index and catalog: series ids, chunk entries with their
+ * statistics, pending chunks and meta counters (the contract is index.h).
+ * This file is the wrapper: it owns the LMDB environment, transactions, the
+ * error border (MDB_* codes become negative errno / RDB_E* in ix_err and
+ * nowhere else) and the cursor helpers; each table (or table family) has
+ * its own ix_<table>.c beside it. lmdb.h is included only by ix_int.h,
+ * which only storage/index/ includes (tools/checksrc.sh keeps it so).
+ *
+ * Design
+ *   One LMDB environment (index/) with named databases, all opened
+ *   with MDB_CREATE in a single write transaction by sto_index_open() (the
+ *   main five below; the data-lifecycle ones and `supersede` are described
+ *   with their functions):
+ *     meta     key: the name's bytes (no NUL)      value: u64 LE (8 bytes)
+ *     series   key: job, 0x00, rank be32, metric   value: series id u64 LE
+ *     sid      key: series id be64                 value: the series key bytes
+ *     chunks   key: chunk key (24 bytes, below)    value: chunk entry (120 bytes)
+ *     pending  key: gen be64 + chunk key (32)      value: empty
+ *   Chunk key: series id be64, min_ts as be64 of ((uint64_t)min_ts ^ 2^63)
+ *   (so negative timestamps sort first), uid be64. Keys are big-endian so
+ *   LMDB's memcmp order is numeric order; values are little-endian.
+ *
+ * Chunk entry value, version 1, 128 bytes, little-endian:
+ *     0  u8      entry version (1)
+ *     1  u8      group member count m: 0 for a chunk record of its own,
+ *                2..STO_GROUP_MAX_MEMBERS for a member of a group record
+ *     2  u8      member number (< m; 0 when m = 0)
+ *     3  u8      zero (ignored on read)
+ *     4  u32     length: chunk (or whole group) record bytes (header + payload)
+ *     8  u64     segment id
+ *    16  u64     offset of the chunk record header in the segment
+ *    24  u64     WAL generation
+ *    32  u32     count
+ *    36  u32     nan_count
+ *    40  i64     min_ts_ns (duplicates the key; must equal it)
+ *    48  i64     max_ts_ns (>= min_ts_ns)
+ *    56  i64     min_step (MDL_STEP_NONE if no point has a step)
+ *    64  i64     max_step
+ *    72  u32     min_attempt
+ *    76  u32     max_attempt
+ *    80  u64     min, IEEE-754 bits
+ *    88  u64     max, IEEE-754 bits
+ *    96  u64     sum, IEEE-754 bits
+ *   104  u64     first value bits
+ *   112  u64     last value bits
+ *   120  u32     step_count: points that have a step (== count: every point)
+ *   124  u32     group members: head length H of the group record (0 otherwise)
+ *   series id and uid live only in the key.
+ *
+ * Invariants
+ *   - Series id 0 is never assigned: meta next_series_id absent means 1.
+ *   - series and sid are exact inverses; get_or_create writes both in one txn.
+ *   - A job id never contains 0x00, so the prefix "job\0" selects exactly
+ *     that job's series ("a\0" never matches "a.b\0" or "ab\0").
+ *   - Every value is copied into caller memory before a call returns; no
+ *     pointer into the map escapes.
+ *
+ * Threading
+ *   LMDB rules: one write txn at a time (sto_txn_begin(write) blocks while
+ *   another is open); read txns run concurrently. The env is opened with
+ *   MDB_NOTLS so a read txn may move between pool threads, but a txn is used
+ *   by one thread at a time. All transactions must end before close.
+ *
+ * Failure
+ *   Disk data is hostile: a key or value of the wrong size, version or shape
+ *   is RDB_ECORRUPT with a log line naming it, never a crash. MDB_MAP_FULL is
+ *   RDB_ELIMIT and tells the operator to raise index_map_bytes. After an
+ *   error other than RDB_ENOTFOUND inside a write txn, LMDB has poisoned the
+ *   txn: the caller must abort it. The index is derived data: it can be
+ *   rebuilt from the segment files.
+ */
+#include "storage/index/index.h"
+#include "storage/index/ix_int.h"
+
+#include "common/rdb_err.h"
+#include "common/rdb_le.h"
+#include "common/rdb_log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* ---- error border -------------------------------------------------------- */
+
+int ix_err(const struct sto_index *ix, int rc, const char *op)
+{
+	static struct rdb_log_ratelimit rl_full, rl_corrupt, rl_other;
+	const char *dir = ix && ix->dir ? ix->dir : "?";
+
+	switch (rc) {
+	case MDB_SUCCESS:
+		return 0;
+	case MDB_NOTFOUND:
+		return RDB_ENOTFOUND;
+	case MDB_KEYEXIST:
+		return -EEXIST;
+	case MDB_MAP_FULL:
+	case MDB_TXN_FULL:
+		rdb_log_limited(&rl_full, 10, RDB_LOG_ERROR, SUBSYS,
+				"%s: LMDB index %s is full (%s, index_map_bytes = %llu); the write "
+				"transaction is rolled back; raise index_map_bytes in the config "
+				"and restart rankdbd",
+				op, dir, mdb_strerror(rc),
+				(unsigned long long)(ix ? ix->map_bytes : 0));
+		return RDB_ELIMIT;
+	case MDB_CORRUPTED:
+	case MDB_PAGE_NOTFOUND:
+	case MDB_INVALID:
+		rdb_log_limited(&rl_corrupt, 10, RDB_LOG_ERROR, SUBSYS,
+				"%s: LMDB index %s is corrupt (%s); the operation failed; the "
+				"index is derived data: rebuild it from the segment files",
+				op, dir, mdb_strerror(rc));
+		return RDB_ECORRUPT;
+	case MDB_VERSION_MISMATCH:
+		rdb_error(SUBSYS,
+			  "%s: LMDB index %s was written by an incompatible LMDB "
+			  "version (%s); refusing to open it",
+			  op, dir, mdb_strerror(rc));
+		return RDB_EFORMAT;
+	case MDB_READERS_FULL:
+		rdb_log_limited(&rl_other, 10, RDB_LOG_WARN, SUBSYS,
+				"%s: LMDB index %s: all %d reader slots in use; request refused",
+				op, dir, IX_MAXREADERS);
+		return RDB_EBUSY;
+	default:
+		if (rc > 0)
+			return -rc;
+		rdb_log_limited(&rl_other, 10, RDB_LOG_ERROR, SUBSYS,
+				"%s: LMDB index %s: unexpected error %d (%s)", op, dir, rc,
+				mdb_strerror(rc));
+		return RDB_EIO;
+	}
+}
+
+int ix_corrupt(const struct sto_txn *t, const char *what, size_t size)
+{
+	static struct rdb_log_ratelimit rl;
+
+	rdb_log_limited(&rl, 10, RDB_LOG_ERROR, SUBSYS,
+			"LMDB index %s: %s (%zu bytes) is malformed; the operation failed; "
+			"the index is derived data: rebuild it from the segment files",
+			t->ix->dir, what, size);
+	return RDB_ECORRUPT;
+}
+
+int ix_u64_value(const struct sto_txn *t, const MDB_val *v, const char *what, uint64_t *out)
+{
+	if (v->mv_size != 8)
+		return ix_corrupt(t, what, v->mv_size);
+	*out = rdb_get_le64(v->mv_data);
+	return 0;
+}
+
+/* ---- environment and transactions ---------------------------------------- */
+
+static int open_dbs(struct sto_index *ix, MDB_txn *txn, bool read_only)
+{
+	static const char *const names[] = {"meta",	  "series",	"sid",	     "chunks",
+					    "pending",	  "events",	"evpending", "batch_ids",
+					    "batch_time", "tombstones", "retention", "quarantine",
+					    "seg_trash",  "rollups",	"supersede"};
+	MDB_dbi *dbis[] = {&ix->meta,	    &ix->series,     &ix->sid,	     &ix->chunks,
+			   &ix->pending,    &ix->events,     &ix->evpending, &ix->batch_ids,
+			   &ix->batch_time, &ix->tombstones, &ix->retention, &ix->quarantine,
+			   &ix->seg_trash,  &ix->rollups,    &ix->supersede};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		int rc = mdb_dbi_open(txn, names[i], read_only ? 0 : MDB_CREATE, dbis[i]);
+		if (rc == MDB_NOTFOUND && read_only)
+			rdb_error(SUBSYS,
+				  "LMDB index %s has no database '%s' (written by an older "
+				  "rankdbd): start rankdbd on it once to upgrade it, then retry",
+				  ix->dir, names[i]);
+		if (rc != 0)
+			return ix_err(ix, rc, "open database");
+	}
+	return 0;
+}
+
+/* Writes format_version into a new index or checks an existing one
+ * (read-only: checks only). */
+static int check_format(struct sto_txn *t, bool read_only)
+{
+	uint64_t found;
+	int ret = sto_meta_get(t, "format_version", &found);
+
+	if (ret == RDB_ENOTFOUND && read_only)
+		return 0;
+	if (ret == RDB_ENOTFOUND)
+		return sto_meta_put(t, "format_version", STO_FORMAT_VERSION);
+	if (ret != 0)
+		return ret;
+	if (found < STO_FORMAT_VERSION_OLDEST || found > STO_FORMAT_VERSION) {
+		rdb_error(SUBSYS,
+			  "LMDB index %s has format version %llu, this rankdbd reads %u..%u; "
+			  "refusing to open it (rebuild the index from the segment files)",
+			  t->ix->dir, (unsigned long long)found, STO_FORMAT_VERSION_OLDEST,
+			  STO_FORMAT_VERSION);
+		return RDB_EFORMAT;
+	}
+	if (found < STO_FORMAT_VERSION && !read_only) /* upgraded in place: see format.h */
+		return sto_meta_put(t, "format_version", STO_FORMAT_VERSION);
+	return 0;
+}
+
+static int env_setup(struct sto_index *ix, const char *dir, uint64_t map_bytes, bool read_only)
+{
+	int rc = mdb_env_create(&ix->env);
+
+	if (rc != 0)
+		return ix_err(ix, rc, "create environment");
+	rc = mdb_env_set_maxdbs(ix->env, IX_MAXDBS);
+	if (rc == 0)
+		rc = mdb_env_set_mapsize(ix->env, (size_t)map_bytes);
+	if (rc == 0)
+		rc = mdb_env_set_maxreaders(ix->env, IX_MAXREADERS);
+	if (rc == 0)
+		rc = mdb_env_open(ix->env, dir,
+				  MDB_NOTLS | MDB_NORDAHEAD |
+				      (read_only ? MDB_RDONLY | MDB_NOLOCK : 0),
+				  0644);
+	if (rc != 0) {
+		rdb_error(SUBSYS, "cannot open LMDB index %s: %s", dir, mdb_strerror(rc));
+		return ix_err(ix, rc, "open environment");
+	}
+	return 0;
+}
+
+/* Where LMDB mapped the file (it does not say): the mapping in
+ * /proc/self/maps that holds a value read in a read transaction (those
+ * point into the map). Left unknown (NULL) when anything fails. */
+static void find_map(struct sto_index *ix)
+{
+	MDB_txn *txn = NULL;
+	MDB_val k = {.mv_size = strlen("format_version"), .mv_data = (void *)"format_version"}, v;
+	uintptr_t p = 0;
+	if (mdb_txn_begin(ix->env, NULL, MDB_RDONLY, &txn) != 0)
+		return;
+	if (mdb_get(txn, ix->meta, &k, &v) == 0)
+		p = (uintptr_t)v.mv_data;
+	mdb_txn_abort(txn);
+	FILE *f = p ? fopen("/proc/self/maps", "re") : NULL;
+	char line[512];
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && p >= lo && p < hi) {
+			ix->map_addr = (void *)lo;
+			ix->map_len = hi - lo;
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+}
+
+void sto_index_release_pages(struct sto_index *ix)
+{
+	int fd;
+	struct stat st;
+	if (!ix || !ix->map_addr || mdb_env_get_fd(ix->env, &fd) != 0 || fstat(fd, &st) != 0)
+		return;
+	size_t len = (size_t)st.st_size < ix->map_len ? (size_t)st.st_size : ix->map_len;
+	/* a shared, read-only file mapping: readers refault from the page cache */
+	if (madvise(ix->map_addr, len, MADV_DONTNEED) != 0)
+		rdb_debug(SUBSYS, "madvise of the index map failed: %s", strerror(errno));
+}
+
+static int index_open(const char *dir, uint64_t map_bytes, bool read_only, struct sto_index **out)
+{
+	struct sto_index *ix = NULL;
+	struct sto_txn *t = NULL;
+	int ret;
+
+	if (!dir || map_bytes == 0 || map_bytes > SIZE_MAX)
+		return -EINVAL;
+	if (!read_only && mkdir(dir, 0755) != 0 && errno != EEXIST) {
+		ret = -errno;
+		rdb_error(SUBSYS, "cannot create index directory %s: %s", dir, strerror(-ret));
+		return ret;
+	}
+	ix = calloc(1, sizeof(*ix));
+	if (!ix)
+		return -ENOMEM;
+	ix->map_bytes = map_bytes;
+	ix->dir = strdup(dir);
+	ret = ix->dir ? env_setup(ix, dir, map_bytes, read_only) : -ENOMEM;
+	if (ret != 0)
+		goto out;
+	ret = sto_txn_begin(ix, !read_only, &t);
+	if (ret != 0)
+		goto out;
+	ret = open_dbs(ix, t->txn, read_only);
+	if (ret == 0)
+		ret = check_format(t, read_only);
+	if (ret != 0)
+		goto out;
+	ret = sto_txn_commit(t); /* read-only too: an aborted txn closes its dbi handles */
+	t = NULL;
+	if (ret != 0)
+		goto out;
+	find_map(ix);
+	*out = ix;
+	ix = NULL;
+out:
+	sto_txn_abort(t);
+	sto_index_close(ix);
+	return ret;
+}
+
+int sto_index_open(const char *dir, uint64_t map_bytes, struct sto_index **out)
+{
+	return index_open(dir, map_bytes, false, out);
+}
+
+int sto_index_open_ro(const char *dir, uint64_t map_bytes, struct sto_index **out)
+{
+	return index_open(dir, map_bytes, true, out);
+}
+
+void sto_index_close(struct sto_index *ix)
+{
+	if (!ix)
+		return;
+	if (ix->env)
+		mdb_env_close(ix->env);
+	free(ix->dir);
+	free(ix);
+}
+
+int sto_txn_begin(struct sto_index *ix, bool write, struct sto_txn **out)
+{
+	struct sto_txn *t = calloc(1, sizeof(*t));
+	int rc;
+
+	if (!t)
+		return -ENOMEM;
+	rc = mdb_txn_begin(ix->env, NULL, write ? 0 : MDB_RDONLY, &t->txn);
+	if (rc != 0) {
+		free(t);
+		return ix_err(ix, rc, "begin transaction");
+	}
+	t->ix = ix;
+	t->write = write;
+	*out = t;
+	return 0;
+}
+
+int sto_txn_commit(struct sto_txn *t)
+{
+	int rc = mdb_txn_commit(t->txn);
+	int ret = ix_err(t->ix, rc, "commit");
+
+	free(t);
+	return ret;
+}
+
+void sto_txn_abort(struct sto_txn *t)
+{
+	if (!t)
+		return;
+	mdb_txn_abort(t->txn);
+	free(t);
+}
+
+int ix_cursor_open(struct sto_txn *t, MDB_dbi dbi, MDB_cursor **cur)
+{
+	return ix_err(t->ix, mdb_cursor_open(t->txn, dbi, cur), "cursor open");
+}
+
+/* Positions cur at the first key >= prefix (or the first key when plen is 0). */
+int ix_cursor_seek(struct sto_txn *t, MDB_cursor *cur, const void *prefix, size_t plen, MDB_val *k,
+		   MDB_val *v)
+{
+	k->mv_data = (void *)prefix;
+	k->mv_size = plen;
+	return ix_err(t->ix, mdb_cursor_get(cur, k, v, plen ? MDB_SET_RANGE : MDB_FIRST),
+		      "cursor seek");
+}
+
+int ix_cursor_next(struct sto_txn *t, MDB_cursor *cur, MDB_val *k, MDB_val *v)
+{
+	return ix_err(t->ix, mdb_cursor_get(cur, k, v, MDB_NEXT), "cursor next");
+}
+
+bool ix_has_prefix(const MDB_val *k, const uint8_t *prefix, size_t plen)
+{
+	return k->mv_size >= plen && memcmp(k->mv_data, prefix, plen) == 0;
+}
+
+/* Deletes the entries of a generation-keyed db (pending, evpending: keys
+ * start with gen be64) with lo <= gen <= hi. Re-seeks after each delete
+ * rather than relying on cursor position after mdb_cursor_del. */
+int ix_gen_delete_range(struct sto_txn *t, MDB_dbi dbi, const char *what, uint64_t lo, uint64_t hi)
+{
+	uint8_t seek[8];
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	int ret = ix_cursor_open(t, dbi, &cur);
+
+	if (ret != 0)
+		return ret;
+	rdb_put_be64(seek, lo);
+	for (;;) {
+		ret = ix_cursor_seek(t, cur, seek, sizeof(seek), &k, &v);
+		if (ret != 0)
+			break;
+		if (k.mv_size < 8) {
+			ret = ix_corrupt(t, what, k.mv_size);
+			break;
+		}
+		if (rdb_get_be64(k.mv_data) > hi)
+			break;
+		ret = ix_err(t->ix, mdb_cursor_del(cur, 0), what);
+		if (ret != 0)
+			break;
+	}
+	ret = ret == RDB_ENOTFOUND ? 0 : ret;
+	mdb_cursor_close(cur);
+	return ret;
+}
+
+int sto_index_copy(struct sto_index *ix, const char *dir)
+{
+	if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+		return -errno;
+	int rc = mdb_env_copy2(ix->env, dir, MDB_CP_COMPACT);
+	if (rc != 0)
+		rdb_error(SUBSYS, "copy of LMDB index %s to %s failed: %s", ix->dir, dir,
+			  mdb_strerror(rc));
+	return ix_err(ix, rc, "copy environment");
+}
+
+int sto_index_check_all(struct sto_txn *t, uint64_t *entries)
+{
+	MDB_dbi dbs[] = {t->ix->meta,	   t->ix->series,     t->ix->sid,	 t->ix->pending,
+			 t->ix->evpending, t->ix->batch_ids,  t->ix->batch_time, t->ix->tombstones,
+			 t->ix->retention, t->ix->quarantine, t->ix->seg_trash,	 t->ix->rollups,
+			 t->ix->supersede};
+	uint64_t n = 0;
+	int ret = 0;
+	for (size_t i = 0; ret == 0 && i < sizeof(dbs) / sizeof(dbs[0]); i++) {
+		MDB_cursor *cur = NULL;
+		MDB_val k, v;
+		ret = ix_cursor_open(t, dbs[i], &cur);
+		if (ret != 0)
+			break;
+		for (ret = ix_cursor_seek(t, cur, NULL, 0, &k, &v); ret == 0;
+		     ret = ix_cursor_next(t, cur, &k, &v))
+			n++;
+		ret = ret == RDB_ENOTFOUND ? 0 : ret;
+		mdb_cursor_close(cur);
+	}
+	*entries = n;
+	return ret;
+}

@@ -1,0 +1,118 @@
+/* ix_int.h - internal to storage/index/: the index's private structs and the
+ * helpers its table files (ix_*.c) share with the wrapper (index.c). The
+ * only header that includes lmdb.h; must not be included outside
+ * storage/index/ (tools/checksrc.sh fails the build otherwise). The public
+ * contract is index.h.
+ *
+ * Threading and failure: as index.c says (one thread per txn; after an
+ * error other than RDB_ENOTFOUND a write txn must be aborted).
+ */
+#ifndef STO_IX_INT_H
+#define STO_IX_INT_H
+
+#include "storage/index/index.h"
+
+#include <lmdb.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SUBSYS "index"
+
+#define IX_MAXDBS	16
+#define IX_MAXREADERS	256
+#define IX_META_KEY_MAX 255u
+
+#define CHUNK_KEY_SIZE	 24u
+#define PENDING_KEY_SIZE (8u + CHUNK_KEY_SIZE)
+#define SERIES_KEY_MAX	 (MDL_JOB_MAX + 1u + 4u + MDL_METRIC_MAX)
+
+/* Chunk entry value v1: byte offsets (see the top comment). */
+#define ENTRY_VERSION 1u
+enum {
+	E_VERSION = 0,
+	E_GROUP_N = 1, /* 0, or the member count of the group record */
+	E_MEMBER = 2,  /* member number within the group record */
+	E_LENGTH = 4,
+	E_SEGMENT = 8,
+	E_OFFSET = 16,
+	E_GEN = 24,
+	E_COUNT = 32,
+	E_NAN_COUNT = 36,
+	E_MIN_TS = 40,
+	E_MAX_TS = 48,
+	E_MIN_STEP = 56,
+	E_MAX_STEP = 64,
+	E_MIN_ATTEMPT = 72,
+	E_MAX_ATTEMPT = 76,
+	E_MIN = 80,
+	E_MAX = 88,
+	E_SUM = 96,
+	E_FIRST = 104,
+	E_LAST = 112,
+	E_STEP_COUNT = 120,
+	E_HEAD_LEN = 124, /* group members: head length H of the group record */
+	ENTRY_SIZE = 128,
+};
+_Static_assert(ENTRY_SIZE == 128 && E_HEAD_LEN + 4 == ENTRY_SIZE, "chunk entry v1 is 128 bytes");
+_Static_assert(SERIES_KEY_MAX <= 511u, "series key fits LMDB's default max key size");
+
+#define TS_FLIP 0x8000000000000000ull
+
+struct sto_index {
+	MDB_env *env;
+	MDB_dbi meta, series, sid, chunks, pending;
+	MDB_dbi events, evpending, batch_ids, batch_time;
+	MDB_dbi tombstones, retention, quarantine, seg_trash; /* data lifecycle */
+	MDB_dbi rollups;    /* aggregates of data retention dropped (not derived) */
+	MDB_dbi supersede;  /* merged uid -> supersede entry (small-chunk merges) */
+	uint64_t map_bytes; /* as configured, for the map-full log line */
+	char *dir;	    /* owned copy, for log lines */
+	void *map_addr;	    /* LMDB's map of the file (find_map); NULL: unknown */
+	size_t map_len;
+};
+
+struct sto_txn {
+	MDB_txn *txn;
+	struct sto_index *ix;
+	bool write;
+};
+
+/* ---- index.c: error border, values, cursors ---- */
+/* Maps an LMDB return code of operation op to 0 / negative errno / RDB_E*
+ * (MDB_NOTFOUND -> RDB_ENOTFOUND, MDB_MAP_FULL -> RDB_ELIMIT, corruption ->
+ * RDB_ECORRUPT), logging what the operator must know (rate-limited). */
+int ix_err(const struct sto_index *ix, int rc, const char *op);
+/* Logs a malformed key or value (what, size bytes); returns RDB_ECORRUPT. */
+int ix_corrupt(const struct sto_txn *t, const char *what, size_t size);
+/* Reads an 8-byte LE value into *out; RDB_ECORRUPT on another size. */
+int ix_u64_value(const struct sto_txn *t, const MDB_val *v, const char *what, uint64_t *out);
+/* Opens a cursor on dbi in t (the caller closes it with mdb_cursor_close). */
+int ix_cursor_open(struct sto_txn *t, MDB_dbi dbi, MDB_cursor **cur);
+/* Positions cur at the first key >= prefix (or the first key when plen is 0);
+ * RDB_ENOTFOUND past the end. */
+int ix_cursor_seek(struct sto_txn *t, MDB_cursor *cur, const void *prefix, size_t plen, MDB_val *k,
+		   MDB_val *v);
+/* The next pair; RDB_ENOTFOUND past the end. */
+int ix_cursor_next(struct sto_txn *t, MDB_cursor *cur, MDB_val *k, MDB_val *v);
+/* True when key k starts with prefix[0..plen). */
+bool ix_has_prefix(const MDB_val *k, const uint8_t *prefix, size_t plen);
+/* Deletes the entries of a generation-keyed db (keys start with gen be64)
+ * with lo <= gen <= hi. */
+int ix_gen_delete_range(struct sto_txn *t, MDB_dbi dbi, const char *what, uint64_t lo, uint64_t hi);
+
+/* ---- ix_meta.c ---- */
+/* Counter read-and-increment; absent reads as absent_val. */
+int ix_meta_next(struct sto_txn *t, const char *key, uint64_t absent_val, uint64_t *out);
+
+/* ---- ix_chunks.c: encodings shared with the quarantine table ---- */
+/* Writes the CHUNK_KEY_SIZE-byte chunk key into p. */
+void ix_chunk_key_put(uint8_t *p, uint64_t series_id, int64_t min_ts_ns, uint64_t uid);
+/* Writes the ENTRY_SIZE-byte chunk entry of r into p. */
+void ix_entry_encode(const struct sto_chunk_ref *r, uint8_t *p);
+
+/* ---- ix_events.c ---- */
+/* Writes the events key of (job, min_ts_ns, uid) into p; returns its length. */
+size_t ix_ev_key_put(uint8_t *p, const char *job, int64_t min_ts_ns, uint64_t uid);
+
+#endif

@@ -1,0 +1,239 @@
+/* ix_series.c - the series and sid tables (series key <-> series id,
+ * exact inverses) and the job listing derived from series.
+ *
+ * One file per LMDB table (or table family) of the index; the environment,
+ * transactions, error border and cursor helpers are index.c's (ix_int.h).
+ * Contracts: storage/index/index.h; key/value layouts: index.c's top comment
+ * and storage/format.h. Threading and failure as in index.c: the caller's
+ * transaction, RDB_ECORRUPT for malformed data, poisoned write txn on error.
+ */
+#include "storage/index/ix_int.h"
+
+#include "common/rdb_err.h"
+#include "common/rdb_le.h"
+#include "common/rdb_log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Encodes k into buf (SERIES_KEY_MAX bytes); RDB_EINVAL on bad lengths. */
+static int series_key_encode(const struct mdl_series_key *k, uint8_t *buf, size_t *len)
+{
+	size_t jl = strnlen(k->job, MDL_JOB_MAX + 1);
+	size_t ml = strnlen(k->metric, MDL_METRIC_MAX + 1);
+
+	if (jl == 0 || jl > MDL_JOB_MAX || ml == 0 || ml > MDL_METRIC_MAX)
+		return RDB_EINVAL;
+	memcpy(buf, k->job, jl);
+	buf[jl] = 0;
+	rdb_put_be32(buf + jl + 1, k->rank);
+	memcpy(buf + jl + 5, k->metric, ml);
+	*len = jl + 5 + ml;
+	return 0;
+}
+
+static int series_key_decode(const struct sto_txn *t, const MDB_val *v, struct mdl_series_key *out)
+{
+	const uint8_t *p = v->mv_data;
+	size_t n = v->mv_size;
+	size_t scan = n < MDL_JOB_MAX + 1 ? n : MDL_JOB_MAX + 1;
+	const uint8_t *nul = memchr(p, 0, scan);
+	size_t jl, ml;
+
+	if (!nul || nul == p || n - (size_t)(nul - p) - 1 < 5)
+		return ix_corrupt(t, "series key", n);
+	jl = (size_t)(nul - p);
+	ml = n - jl - 5;
+	if (ml > MDL_METRIC_MAX || memchr(p + jl + 5, 0, ml))
+		return ix_corrupt(t, "series key", n);
+	memcpy(out->job, p, jl);
+	out->job[jl] = 0;
+	out->rank = rdb_get_be32(p + jl + 1);
+	memcpy(out->metric, p + jl + 5, ml);
+	out->metric[ml] = 0;
+	return 0;
+}
+
+/* ---- series -------------------------------------------------------------- */
+
+int sto_series_lookup(struct sto_txn *t, const struct mdl_series_key *k, uint64_t *id)
+{
+	uint8_t buf[SERIES_KEY_MAX];
+	MDB_val key = {.mv_data = buf}, v;
+	int ret = series_key_encode(k, buf, &key.mv_size);
+
+	if (ret != 0)
+		return ret;
+	ret = ix_err(t->ix, mdb_get(t->txn, t->ix->series, &key, &v), "series lookup");
+	if (ret != 0)
+		return ret;
+	return ix_u64_value(t, &v, "series id value", id);
+}
+
+static int series_create(struct sto_txn *t, const MDB_val *skey, uint64_t *id)
+{
+	uint8_t idle[8], idbe[8];
+	MDB_val k = *skey, v = {.mv_size = 8, .mv_data = idle};
+	MDB_val sk = {.mv_size = 8, .mv_data = idbe}, sv = *skey;
+	uint64_t nid;
+	int ret = ix_meta_next(t, "next_series_id", 1, &nid);
+
+	if (ret != 0)
+		return ret;
+	if (nid == 0)
+		return ix_corrupt(t, "meta next_series_id (0)", 8);
+	rdb_put_le64(idle, nid);
+	rdb_put_be64(idbe, nid);
+	ret = ix_err(t->ix, mdb_put(t->txn, t->ix->sid, &sk, &sv, MDB_NOOVERWRITE), "sid put");
+	if (ret == -EEXIST)
+		return ix_corrupt(t, "meta next_series_id (already used)", 8);
+	if (ret != 0)
+		return ret;
+	ret = ix_err(t->ix, mdb_put(t->txn, t->ix->series, &k, &v, MDB_NOOVERWRITE), "series put");
+	if (ret == 0)
+		*id = nid;
+	return ret;
+}
+
+int sto_series_get_or_create(struct sto_txn *t, const struct mdl_series_key *k, uint64_t *id,
+			     bool *created)
+{
+	uint8_t buf[SERIES_KEY_MAX];
+	MDB_val key = {.mv_data = buf}, v;
+	int ret = series_key_encode(k, buf, &key.mv_size);
+
+	if (ret != 0)
+		return ret;
+	if (!t->write)
+		return -EACCES;
+	ret = ix_err(t->ix, mdb_get(t->txn, t->ix->series, &key, &v), "series lookup");
+	if (ret == 0) {
+		ret = ix_u64_value(t, &v, "series id value", id);
+		if (ret == 0)
+			*created = false;
+		return ret;
+	}
+	if (ret != RDB_ENOTFOUND)
+		return ret;
+	ret = series_create(t, &key, id);
+	if (ret == 0)
+		*created = true;
+	return ret;
+}
+
+int sto_series_key_of(struct sto_txn *t, uint64_t id, struct mdl_series_key *out)
+{
+	uint8_t buf[8];
+	MDB_val k = {.mv_size = 8, .mv_data = buf}, v;
+	int ret;
+
+	rdb_put_be64(buf, id);
+	ret = ix_err(t->ix, mdb_get(t->txn, t->ix->sid, &k, &v), "sid get");
+	if (ret != 0)
+		return ret;
+	return series_key_decode(t, &v, out);
+}
+
+int sto_series_scan(struct sto_txn *t, const char *job, sto_series_fn fn, void *arg)
+{
+	uint8_t prefix[MDL_JOB_MAX + 1];
+	size_t plen = 0;
+	struct mdl_series_key key;
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	uint64_t id;
+	int ret;
+
+	if (job) {
+		plen = strnlen(job, MDL_JOB_MAX + 1);
+		if (plen == 0 || plen > MDL_JOB_MAX)
+			return RDB_EINVAL;
+		memcpy(prefix, job, plen);
+		prefix[plen++] = 0;
+	}
+	ret = ix_cursor_open(t, t->ix->series, &cur);
+	if (ret != 0)
+		return ret;
+	for (ret = ix_cursor_seek(t, cur, prefix, plen, &k, &v); ret == 0;
+	     ret = ix_cursor_next(t, cur, &k, &v)) {
+		if (!ix_has_prefix(&k, prefix, plen))
+			break;
+		ret = series_key_decode(t, &k, &key);
+		if (ret == 0)
+			ret = ix_u64_value(t, &v, "series id value", &id);
+		if (ret == 0)
+			ret = fn(arg, &key, id);
+		if (ret != 0)
+			goto out;
+	}
+	ret = ret == RDB_ENOTFOUND ? 0 : ret;
+out:
+	mdb_cursor_close(cur);
+	return ret;
+}
+
+int sto_jobs_scan(struct sto_txn *t, sto_job_fn fn, void *arg)
+{
+	char job[MDL_JOB_MAX + 1] = "";
+	uint64_t n = 0;
+	struct mdl_series_key key;
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	int ret = ix_cursor_open(t, t->ix->series, &cur);
+
+	if (ret != 0)
+		return ret;
+	for (ret = ix_cursor_seek(t, cur, NULL, 0, &k, &v); ret == 0;
+	     ret = ix_cursor_next(t, cur, &k, &v)) {
+		ret = series_key_decode(t, &k, &key);
+		if (ret != 0)
+			goto out;
+		if (n > 0 && strcmp(job, key.job) != 0) {
+			ret = fn(arg, job, n);
+			if (ret != 0)
+				goto out;
+			n = 0;
+		}
+		if (n == 0)
+			memcpy(job, key.job, sizeof(job));
+		n++;
+	}
+	if (ret != RDB_ENOTFOUND)
+		goto out;
+	ret = n > 0 ? fn(arg, job, n) : 0;
+out:
+	mdb_cursor_close(cur);
+	return ret;
+}
+
+int sto_series_del(struct sto_txn *t, const struct mdl_series_key *k, uint64_t id)
+{
+	uint8_t buf[SERIES_KEY_MAX], idbe[8];
+	MDB_val key = {.mv_data = buf}, sk = {.mv_size = 8, .mv_data = idbe};
+	int ret = series_key_encode(k, buf, &key.mv_size);
+	if (ret != 0)
+		return ret;
+	rdb_put_be64(idbe, id);
+	ret = ix_err(t->ix, mdb_del(t->txn, t->ix->series, &key, NULL), "series del");
+	if (ret == 0 || ret == RDB_ENOTFOUND)
+		ret = ix_err(t->ix, mdb_del(t->txn, t->ix->sid, &sk, NULL), "sid del");
+	return ret == RDB_ENOTFOUND ? 0 : ret;
+}
+
+int sto_series_put(struct sto_txn *t, const struct mdl_series_key *k, uint64_t id)
+{
+	uint8_t buf[SERIES_KEY_MAX], idle[8], idbe[8];
+	MDB_val key = {.mv_data = buf}, v = {.mv_size = 8, .mv_data = idle};
+	MDB_val sk = {.mv_size = 8, .mv_data = idbe};
+	int ret = series_key_encode(k, buf, &key.mv_size);
+	if (ret != 0 || id == 0)
+		return ret ? ret : RDB_EINVAL;
+	rdb_put_le64(idle, id);
+	rdb_put_be64(idbe, id);
+	MDB_val sv = key;
+	ret = ix_err(t->ix, mdb_put(t->txn, t->ix->series, &key, &v, 0), "series put");
+	if (ret == 0)
+		ret = ix_err(t->ix, mdb_put(t->txn, t->ix->sid, &sk, &sv, 0), "sid put");
+	return ret;
+}

@@ -1,0 +1,1056 @@
+/* wal.c - the write-ahead log: group-committed, checksummed records, one
+ * file per generation (wal/wal-<gen %016llx>.log; layout in storage/format.h,
+ * normative text in docs/FORMAT.md).
+ *
+ * Design: sto_wal_append builds the 16-byte record header (length, type,
+ * zero bytes, XXH3-64 seeded with the generation over header bytes 0..7 and
+ * the payload) on the caller's stack, so hashing runs in parallel on the
+ * callers, and queues a request that points at that header and at the
+ * caller's payload (no copy). The caller then sleeps until its request is
+ * done. The WAL thread takes every queued request at once (a group), writes
+ * them with one writev at the end of the file and, with STO_SYNC_FDATASYNC,
+ * one fdatasync linked to it (storage/io/uring.h); then it stores the result in
+ * each request and wakes all callers. While a group is in flight the next
+ * one accumulates: that is the group commit, and under load many appends
+ * share one fdatasync.
+ *
+ * Invariants:
+ *  - `size` is the end of the last durable record: the file holds exactly
+ *    the header plus whole, checksummed records up to `size`. A group is
+ *    written at `size`; `size` moves past it only after the write (and the
+ *    fdatasync, by policy) succeeded.
+ *  - The queue never holds more than queue_max_records requests (0 in the
+ *    options means 1024); a caller beyond that waits (backpressure). A group
+ *    is thus at most queue_max_records records and 2x as many iovecs, and
+ *    the iovec array is allocated once at open.
+ *  - A request lives on its caller's stack; the WAL thread stops touching it
+ *    once it has set `done` under the mutex.
+ *
+ * Threading: any thread may append. The WAL thread alone uses the ring and
+ * the file descriptor for writes. Everything shared (queue, fd, stats,
+ * broken flag) is under `mu`; gen and size are also atomics so that the
+ * const getters need no lock. sto_wal_rotate and sto_wal_close are not
+ * called concurrently with appends (the engine's rwlock), which is also why
+ * the generation an append seeds its checksum with is the file it lands in.
+ *
+ * Failure: when a group's write or fdatasync fails, all its records get the
+ * error (they are not in the log and will not be replayed), stats.errors
+ * counts them, and the file is truncated back to `size` so no later record
+ * ever follows torn bytes. If that truncate fails, the WAL is broken: every
+ * append returns RDB_EIO until sto_wal_rotate succeeds (a fresh file is
+ * clean again; replay ignores the old file's bad tail).
+ *
+ * Replay tells a torn tail from damage: at a record that is incomplete or
+ * fails its checks it scans forward, byte by byte, for the next intact
+ * record (plausible header, known type, payload inside the file, matching
+ * XXH3-64). If one exists, the bad bytes in between are damage in the
+ * middle of the log: they are reported (sto_wal_replay_result.damaged, an
+ * ERROR line) and replay goes on with the intact records after them. If
+ * none exists, the bad bytes are the file's tail: the expected result of a
+ * crash mid-write when it is the newest file, logged as a WARN. Keeping
+ * damaged bytes aside (sto_wal_keep_range) is the caller's decision; only a
+ * bad file header is an error.
+ */
+#include "storage/wal/wal.h"
+#include "common/rdb_err.h"
+#include "common/rdb_hash.h"
+#include "common/rdb_le.h"
+#include "common/rdb_log.h"
+#include "common/rdb_time.h"
+#include "common/rdb_sort.h"
+#include "storage/format.h"
+#include "storage/io/uring.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define SUBSYS	      "wal"
+#define QUEUE_DEFAULT 1024u
+#define RING_DEPTH    8u
+#define READ_BLOCK    (1u << 20) /* replay reads the file in pieces of this size */
+#define NAME_LEN      24u	 /* "wal-" + 16 hex digits + ".log" */
+
+/* One queued append; lives on the caller's stack. */
+struct wal_req {
+	struct wal_req *next;
+	const void *payload; /* caller's, read until done */
+	uint32_t len;	     /* payload bytes */
+	uint8_t hdr[STO_WAL_REC_HEADER_SIZE];
+	int result; /* set by the WAL thread with done */
+	bool done;
+};
+
+struct sto_wal {
+	char *dir;
+	enum sto_sync_policy sync;
+	size_t queue_max;      /* requests; also the largest group */
+	struct sto_ring *ring; /* WAL thread only */
+	struct iovec *iov;     /* WAL thread only, 2 * queue_max entries */
+	pthread_t thread;
+	bool thread_started;
+	bool sync_inited;
+	pthread_mutex_t mu;
+	pthread_cond_t work_cv;	 /* WAL thread: queue not empty or stopping */
+	pthread_cond_t done_cv;	 /* appenders: a group finished */
+	pthread_cond_t space_cv; /* appenders: queue has room or WAL broken */
+	/* Under mu. */
+	struct wal_req *head, *tail;
+	size_t queued;
+	bool stopping;
+	bool broken;
+	int fd;
+	struct sto_wal_stats stats;
+	int inject_write_err; /* test hook, consumed by the next group */
+	int inject_truncate_err;
+	/* Under mu for writers; atomics for the const getters. */
+	_Atomic uint64_t gen;
+	_Atomic uint64_t size; /* bytes: end of the last durable record */
+};
+
+/* A group taken from the queue, with what the WAL thread needs unlocked. */
+struct group {
+	struct wal_req *first;
+	size_t n;
+	int fd;
+	uint64_t gen;
+	uint64_t off; /* file offset the group is written at */
+	uint64_t bytes;
+	bool broken;
+	int inject_write_err;
+	int inject_truncate_err;
+	/* Outcome. */
+	int result;
+	bool now_broken;
+	bool synced; /* an fdatasync was issued */
+	uint64_t ns; /* time in write + fdatasync */
+};
+
+/* ---- Files ---------------------------------------------------------------- */
+
+static int wal_path(char *buf, size_t cap, const char *dir, uint64_t gen)
+{
+	int n = snprintf(buf, cap, "%s/wal-%016llx.log", dir, (unsigned long long)gen);
+	if (n < 0 || (size_t)n >= cap)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+static int fsync_dir(const char *dir)
+{
+	int result = 0;
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd) != 0)
+		result = -errno;
+	close(fd);
+	if (result)
+		rdb_error(SUBSYS, "fsync of directory %s failed: %s", dir, rdb_strerror(result));
+	return result;
+}
+
+static int pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
+{
+	while (n > 0) {
+		ssize_t w = pwrite(fd, p, n, (off_t)off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		if (w == 0)
+			return -EIO;
+		p += w;
+		n -= (size_t)w;
+		off += (uint64_t)w;
+	}
+	return 0;
+}
+
+static int datasync_fd(int fd)
+{
+	while (fdatasync(fd) != 0) {
+		if (errno != EINTR)
+			return -errno;
+	}
+	return 0;
+}
+
+static int truncate_fd(int fd, uint64_t size)
+{
+	while (ftruncate(fd, (off_t)size) != 0) {
+		if (errno != EINTR)
+			return -errno;
+	}
+	return 0;
+}
+
+static void encode_file_header(uint8_t *h, uint64_t gen)
+{
+	memcpy(h, STO_WAL_MAGIC, 8);
+	rdb_put_le32(h + 8, STO_FORMAT_VERSION);
+	rdb_put_le32(h + 12, STO_WAL_HEADER_SIZE);
+	rdb_put_le64(h + 16, gen);
+	rdb_put_le64(h + 24, (uint64_t)rdb_now_ns());
+}
+
+/* Creates wal-<gen>.log with a synced header and a synced directory entry.
+ * On failure no file is left behind (unless it existed: -EEXIST). */
+static int create_file(const char *dir, uint64_t gen, int *fd_out)
+{
+	char path[PATH_MAX];
+	uint8_t hdr[STO_WAL_HEADER_SIZE];
+	int result = wal_path(path, sizeof(path), dir, gen);
+	if (result)
+		return result;
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		result = -errno;
+		rdb_error(SUBSYS, "cannot create %s: %s", path, rdb_strerror(result));
+		return result;
+	}
+	encode_file_header(hdr, gen);
+	result = pwrite_all(fd, hdr, sizeof(hdr), 0);
+	if (!result)
+		result = datasync_fd(fd);
+	if (!result)
+		result = fsync_dir(dir);
+	if (result) {
+		rdb_error(SUBSYS, "cannot write the header of %s: %s; removed the file", path,
+			  rdb_strerror(result));
+		close(fd);
+		unlink(path);
+		goto out;
+	}
+	*fd_out = fd;
+out:
+	return result;
+}
+
+/* ---- Append (caller threads) ---------------------------------------------- */
+
+static int build_rec_header(struct wal_req *req, uint8_t type, uint64_t gen)
+{
+	struct rdb_hash_state st;
+	rdb_put_le32(req->hdr, req->len);
+	req->hdr[4] = type;
+	memset(req->hdr + 5, 0, 3);
+	int rc = rdb_hash_begin(&st, gen);
+	if (rc)
+		return rc;
+	rdb_hash_update(&st, req->hdr, 8);
+	if (req->len)
+		rdb_hash_update(&st, req->payload, req->len);
+	rdb_put_le64(req->hdr + 8, rdb_hash_end(&st));
+	return 0;
+}
+
+int sto_wal_append(struct sto_wal *w, uint8_t type, const void *payload, size_t len)
+{
+	if (len > STO_WAL_MAX_PAYLOAD)
+		return RDB_ELIMIT;
+	if (len > 0 && !payload)
+		return -EINVAL;
+	struct wal_req req = {.payload = payload, .len = (uint32_t)len};
+	int result = build_rec_header(&req, type, atomic_load(&w->gen));
+	if (result)
+		return result;
+
+	pthread_mutex_lock(&w->mu);
+	while (!w->broken && w->queued >= w->queue_max)
+		pthread_cond_wait(&w->space_cv, &w->mu);
+	if (w->broken) {
+		w->stats.errors++;
+		result = RDB_EIO;
+		goto out;
+	}
+	if (w->tail)
+		w->tail->next = &req;
+	else
+		w->head = &req;
+	w->tail = &req;
+	w->queued++;
+	pthread_cond_signal(&w->work_cv);
+	while (!req.done)
+		pthread_cond_wait(&w->done_cv, &w->mu);
+	result = req.result;
+out:
+	pthread_mutex_unlock(&w->mu);
+	return result;
+}
+
+/* ---- Group commit (WAL thread) -------------------------------------------- */
+
+/* Under mu: moves the whole queue into g. */
+static void take_group(struct sto_wal *w, struct group *g)
+{
+	memset(g, 0, sizeof(*g));
+	g->first = w->head;
+	g->n = w->queued;
+	g->fd = w->fd;
+	g->gen = atomic_load(&w->gen);
+	g->off = atomic_load(&w->size);
+	g->broken = w->broken;
+	g->inject_write_err = w->inject_write_err;
+	g->inject_truncate_err = w->inject_truncate_err;
+	w->inject_write_err = 0;
+	w->inject_truncate_err = 0;
+	w->head = w->tail = NULL;
+	w->queued = 0;
+	pthread_cond_broadcast(&w->space_cv);
+}
+
+static int build_iov(struct sto_wal *w, struct group *g)
+{
+	int cnt = 0;
+	for (struct wal_req *r = g->first; r; r = r->next) {
+		w->iov[cnt].iov_base = r->hdr;
+		w->iov[cnt++].iov_len = STO_WAL_REC_HEADER_SIZE;
+		if (r->len) {
+			w->iov[cnt].iov_base = (void *)r->payload;
+			w->iov[cnt++].iov_len = r->len;
+		}
+		g->bytes += STO_WAL_REC_HEADER_SIZE + (uint64_t)r->len;
+	}
+	return cnt;
+}
+
+/* Test hook: a torn write of the first half of the group, then write_err. */
+static int injected_write(struct sto_wal *w, struct group *g, int cnt)
+{
+	uint64_t left = g->bytes / 2;
+	int n = 0;
+	while (n < cnt && left >= w->iov[n].iov_len)
+		left -= w->iov[n++].iov_len;
+	if (n > 0)
+		(void)sto_ring_writev(w->ring, g->fd, w->iov, n, g->off, false);
+	return g->inject_write_err;
+}
+
+static void undo_failed_write(struct sto_wal *w, struct group *g)
+{
+	char name[NAME_LEN + 1];
+	snprintf(name, sizeof(name), "wal-%016llx.log", (unsigned long long)g->gen);
+	int rc = g->inject_truncate_err ? g->inject_truncate_err : truncate_fd(g->fd, g->off);
+	if (rc == 0) {
+		rdb_warn(SUBSYS,
+			 "%s/%s: writing %zu records (%llu bytes) at offset %llu failed: %s; "
+			 "refused them, truncated the file back to %llu, still serving",
+			 w->dir, name, g->n, (unsigned long long)g->bytes,
+			 (unsigned long long)g->off, rdb_strerror(g->result),
+			 (unsigned long long)g->off);
+		return;
+	}
+	g->now_broken = true;
+	rdb_error(SUBSYS,
+		  "%s/%s: writing %zu records at offset %llu failed (%s) and truncating "
+		  "back to %llu failed too (%s); the WAL now refuses all appends until it is "
+		  "rotated or the server restarts; records before offset %llu are intact",
+		  w->dir, name, g->n, (unsigned long long)g->off, rdb_strerror(g->result),
+		  (unsigned long long)g->off, rdb_strerror(rc), (unsigned long long)g->off);
+}
+
+/* Unlocked: writes (and syncs) the group; sets g->result. */
+static void commit_group(struct sto_wal *w, struct group *g)
+{
+	if (g->broken) {
+		g->result = RDB_EIO;
+		return;
+	}
+	int cnt = build_iov(w, g);
+	bool datasync = w->sync == STO_SYNC_FDATASYNC;
+	int64_t t0 = rdb_now_mono_ns();
+	if (g->inject_write_err)
+		g->result = injected_write(w, g, cnt);
+	else
+		g->result = sto_ring_writev(w->ring, g->fd, w->iov, cnt, g->off, datasync);
+	g->ns = (uint64_t)(rdb_now_mono_ns() - t0);
+	g->synced = datasync;
+	if (g->result)
+		undo_failed_write(w, g);
+}
+
+/* Under mu: publishes the outcome and wakes the group's callers. */
+static void finish_group(struct sto_wal *w, struct group *g)
+{
+	struct sto_wal_stats *s = &w->stats;
+	if (g->result == 0) {
+		atomic_store(&w->size, g->off + g->bytes);
+		s->records += g->n;
+		s->bytes += g->bytes;
+	} else {
+		s->errors += g->n;
+	}
+	if (!g->broken) {
+		s->syncs += g->synced ? 1 : 0;
+		s->sync_ns_total += g->ns;
+		s->sync_ns_max = g->ns > s->sync_ns_max ? g->ns : s->sync_ns_max;
+	}
+	if (g->now_broken) {
+		w->broken = true;
+		pthread_cond_broadcast(&w->space_cv);
+	}
+	for (struct wal_req *r = g->first, *next; r; r = next) {
+		next = r->next;
+		r->result = g->result;
+		r->done = true;
+	}
+	pthread_cond_broadcast(&w->done_cv);
+}
+
+static void *wal_thread(void *arg)
+{
+	struct sto_wal *w = arg;
+	struct group g;
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		while (!w->head && !w->stopping)
+			pthread_cond_wait(&w->work_cv, &w->mu);
+		if (!w->head)
+			break; /* stopping, and the queue is drained */
+		take_group(w, &g);
+		pthread_mutex_unlock(&w->mu);
+		commit_group(w, &g);
+		pthread_mutex_lock(&w->mu);
+		finish_group(w, &g);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+/* ---- Lifecycle ------------------------------------------------------------ */
+
+static void wal_free(struct sto_wal *w)
+{
+	if (w->fd >= 0)
+		close(w->fd);
+	if (w->sync_inited) {
+		pthread_cond_destroy(&w->space_cv);
+		pthread_cond_destroy(&w->done_cv);
+		pthread_cond_destroy(&w->work_cv);
+		pthread_mutex_destroy(&w->mu);
+	}
+	sto_ring_close(w->ring);
+	free(w->iov);
+	free(w->dir);
+	free(w);
+}
+
+static int wal_init_sync(struct sto_wal *w)
+{
+	if (pthread_mutex_init(&w->mu, NULL) != 0)
+		return -ENOMEM;
+	if (pthread_cond_init(&w->work_cv, NULL) != 0)
+		goto err_mu;
+	if (pthread_cond_init(&w->done_cv, NULL) != 0)
+		goto err_work;
+	if (pthread_cond_init(&w->space_cv, NULL) != 0)
+		goto err_done;
+	w->sync_inited = true;
+	return 0;
+err_done:
+	pthread_cond_destroy(&w->done_cv);
+err_work:
+	pthread_cond_destroy(&w->work_cv);
+err_mu:
+	pthread_mutex_destroy(&w->mu);
+	return -ENOMEM;
+}
+
+static int wal_alloc(const struct sto_wal_options *opt, struct sto_wal **out)
+{
+	struct sto_wal *w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->fd = -1;
+	w->sync = opt->sync;
+	w->queue_max = opt->queue_max_records ? opt->queue_max_records : QUEUE_DEFAULT;
+	w->dir = strdup(opt->dir);
+	w->iov = calloc(2 * w->queue_max, sizeof(*w->iov));
+	int result = (w->dir && w->iov) ? wal_init_sync(w) : -ENOMEM;
+	if (!result)
+		result = sto_ring_open(RING_DEPTH, &w->ring);
+	if (result) {
+		wal_free(w);
+		return result;
+	}
+	*out = w;
+	return 0;
+}
+
+int sto_wal_open(const struct sto_wal_options *opt, struct sto_wal **out)
+{
+	struct sto_wal *w = NULL;
+	if (!opt->dir || (opt->sync != STO_SYNC_FDATASYNC && opt->sync != STO_SYNC_NONE))
+		return -EINVAL;
+	if (opt->queue_max_records > SIZE_MAX / (2 * sizeof(struct iovec)))
+		return -EINVAL;
+	int result = wal_alloc(opt, &w);
+	if (result)
+		return result;
+	result = create_file(w->dir, opt->gen, &w->fd);
+	if (result)
+		goto out;
+	atomic_store(&w->gen, opt->gen);
+	atomic_store(&w->size, STO_WAL_HEADER_SIZE);
+	result = -pthread_create(&w->thread, NULL, wal_thread, w);
+	if (result) {
+		rdb_error(SUBSYS,
+			  "cannot start the WAL thread for %s: %s; removing the new "
+			  "file",
+			  w->dir, rdb_strerror(result));
+		(void)sto_wal_remove(w->dir, opt->gen);
+		goto out;
+	}
+	w->thread_started = true;
+	*out = w;
+out:
+	if (result)
+		wal_free(w);
+	return result;
+}
+
+int sto_wal_rotate(struct sto_wal *w, uint64_t new_gen)
+{
+	int fd = -1;
+	int result = 0;
+	/* STO_SYNC_NONE acked records without fdatasync; the file we close
+	 * should still be durable before the engine can forget about it. */
+	if (w->sync == STO_SYNC_NONE) {
+		pthread_mutex_lock(&w->mu);
+		result = datasync_fd(w->fd);
+		pthread_mutex_unlock(&w->mu);
+		if (result)
+			goto out;
+	}
+	result = create_file(w->dir, new_gen, &fd);
+	if (result)
+		goto out;
+	pthread_mutex_lock(&w->mu);
+	int old = w->fd;
+	w->fd = fd;
+	w->broken = false;
+	atomic_store(&w->gen, new_gen);
+	atomic_store(&w->size, STO_WAL_HEADER_SIZE);
+	pthread_mutex_unlock(&w->mu);
+	close(old);
+out:
+	if (result)
+		rdb_error(SUBSYS,
+			  "rotating %s to generation %016llx failed: %s; still writing "
+			  "the current file",
+			  w->dir, (unsigned long long)new_gen, rdb_strerror(result));
+	return result;
+}
+
+uint64_t sto_wal_gen(const struct sto_wal *w)
+{
+	return atomic_load(&w->gen);
+}
+
+uint64_t sto_wal_size(const struct sto_wal *w)
+{
+	return atomic_load(&w->size);
+}
+
+void sto_wal_get_stats(struct sto_wal *w, struct sto_wal_stats *out)
+{
+	pthread_mutex_lock(&w->mu);
+	*out = w->stats;
+	pthread_mutex_unlock(&w->mu);
+}
+
+void sto_wal_test_fail_next(struct sto_wal *w, int write_err, int truncate_err)
+{
+	pthread_mutex_lock(&w->mu);
+	w->inject_write_err = write_err;
+	w->inject_truncate_err = truncate_err;
+	pthread_mutex_unlock(&w->mu);
+}
+
+void sto_wal_close(struct sto_wal *w)
+{
+	if (!w)
+		return;
+	if (w->thread_started) {
+		pthread_mutex_lock(&w->mu);
+		w->stopping = true;
+		pthread_cond_signal(&w->work_cv);
+		pthread_mutex_unlock(&w->mu);
+		pthread_join(w->thread, NULL);
+	}
+	wal_free(w);
+}
+
+/* ---- Replay --------------------------------------------------------------- */
+
+/* A window of the file: bytes [buf_off, buf_off + buf_len) are in buf. */
+struct reader {
+	int fd;
+	uint64_t file_bytes;
+	uint8_t *buf;
+	size_t buf_cap;
+	size_t buf_len;
+	uint64_t buf_off;
+};
+
+static int pread_full(int fd, uint8_t *p, size_t n, uint64_t off, size_t *got)
+{
+	*got = 0;
+	while (*got < n) {
+		ssize_t r = pread(fd, p + *got, n - *got, (off_t)(off + *got));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			break; /* the file shrank under us: the caller sees a torn tail */
+		*got += (size_t)r;
+	}
+	return 0;
+}
+
+/* Points *p at file bytes [off, off + n). 1 if the file ends first. */
+static int reader_get(struct reader *rd, uint64_t off, size_t n, const uint8_t **p)
+{
+	if (off >= rd->buf_off && off - rd->buf_off + n <= rd->buf_len) {
+		*p = rd->buf + (off - rd->buf_off);
+		return 0;
+	}
+	size_t want = n > READ_BLOCK ? n : READ_BLOCK;
+	if (want > rd->file_bytes - off)
+		want = (size_t)(rd->file_bytes - off);
+	if (want > rd->buf_cap) {
+		uint8_t *nb = realloc(rd->buf, want);
+		if (!nb)
+			return -ENOMEM;
+		rd->buf = nb;
+		rd->buf_cap = want;
+	}
+	rd->buf_off = off;
+	int rc = pread_full(rd->fd, rd->buf, want, off, &rd->buf_len);
+	if (rc)
+		return rc;
+	if (rd->buf_len < n)
+		return 1;
+	*p = rd->buf;
+	return 0;
+}
+
+static int check_file_header(const uint8_t *h, uint64_t gen, const char *path)
+{
+	if (memcmp(h, STO_WAL_MAGIC, 8) != 0) {
+		rdb_error(SUBSYS, "%s: bad magic at offset 0, not a rankdb WAL file; not replayed",
+			  path);
+		return RDB_ECORRUPT;
+	}
+	uint32_t version = rdb_get_le32(h + 8);
+	if (version < STO_FORMAT_VERSION_OLDEST || version > STO_FORMAT_VERSION) {
+		rdb_error(SUBSYS, "%s: format version %u, this rankdbd knows %u; not replayed",
+			  path, version, STO_FORMAT_VERSION);
+		return RDB_EFORMAT;
+	}
+	uint32_t hlen = rdb_get_le32(h + 12);
+	if (hlen != STO_WAL_HEADER_SIZE) {
+		rdb_error(SUBSYS,
+			  "%s: header length %u at offset 12, want %u; file header corrupt, "
+			  "not replayed",
+			  path, hlen, STO_WAL_HEADER_SIZE);
+		return RDB_ECORRUPT;
+	}
+	uint64_t file_gen = rdb_get_le64(h + 16);
+	if (file_gen != gen) {
+		rdb_error(SUBSYS,
+			  "%s: generation %016llx at offset 16 does not match the file "
+			  "name; file header corrupt, not replayed",
+			  path, (unsigned long long)file_gen);
+		return RDB_ECORRUPT;
+	}
+	return 0;
+}
+
+/* Checks one record header; returns 0, or 2 (corrupt) with *why set. */
+static int check_rec_header(const uint8_t *h, uint32_t *len, const char **why)
+{
+	*len = rdb_get_le32(h);
+	if (*len > STO_WAL_MAX_PAYLOAD) {
+		*why = "payload length out of range";
+		return 2;
+	}
+	if (h[5] || h[6] || h[7]) {
+		*why = "nonzero reserved bytes";
+		return 2;
+	}
+	return 0;
+}
+
+static int rec_checksum_ok(const uint8_t *rec, uint32_t len, uint64_t gen, int *err)
+{
+	struct rdb_hash_state st;
+	*err = rdb_hash_begin(&st, gen);
+	if (*err)
+		return 0;
+	rdb_hash_update(&st, rec, 8);
+	rdb_hash_update(&st, rec + STO_WAL_REC_HEADER_SIZE, len);
+	return rdb_hash_end(&st) == rdb_get_le64(rec + 8);
+}
+
+struct replay_ctx {
+	struct reader rd;
+	uint64_t gen;
+	sto_wal_replay_fn fn;
+	void *arg;
+	struct sto_wal_replay_result res;
+	const char *why;  /* the tail's reason, for the log */
+	const char *path; /* the file, for the log */
+};
+
+/* Reads the record at off. 0 and *rec_len, 1 torn, 2 corrupt, or < 0. */
+static int read_record(struct replay_ctx *c, uint64_t off, const uint8_t **rec, uint32_t *len)
+{
+	uint64_t left = c->rd.file_bytes - off;
+	c->why = "incomplete record";
+	if (left < STO_WAL_REC_HEADER_SIZE)
+		return 1;
+	int rc = reader_get(&c->rd, off, STO_WAL_REC_HEADER_SIZE, rec);
+	if (rc)
+		return rc;
+	rc = check_rec_header(*rec, len, &c->why);
+	if (rc)
+		return rc;
+	if (left - STO_WAL_REC_HEADER_SIZE < *len)
+		return 1;
+	rc = reader_get(&c->rd, off, STO_WAL_REC_HEADER_SIZE + (size_t)*len, rec);
+	if (rc)
+		return rc;
+	if (!rec_checksum_ok(*rec, *len, c->gen, &rc)) {
+		c->why = "checksum mismatch";
+		return rc ? rc : 2;
+	}
+	return 0;
+}
+
+/* Whether an intact record starts at off: a plausible header of a known
+ * type whose payload lies inside the file and whose checksum matches.
+ * Used only to resynchronize after damage. 1 yes, 0 no, < 0 I/O error. */
+static int intact_at(struct replay_ctx *c, uint64_t off)
+{
+	const uint8_t *h;
+	uint32_t len;
+	const char *why;
+	if (c->rd.file_bytes - off < STO_WAL_REC_HEADER_SIZE)
+		return 0;
+	int rc = reader_get(&c->rd, off, STO_WAL_REC_HEADER_SIZE, &h);
+	if (rc)
+		return rc < 0 ? rc : 0;
+	if (check_rec_header(h, &len, &why) || h[4] < STO_WAL_REC_POINTS ||
+	    h[4] > STO_WAL_REC_BATCH)
+		return 0;
+	if (c->rd.file_bytes - off - STO_WAL_REC_HEADER_SIZE < len)
+		return 0;
+	rc = reader_get(&c->rd, off, STO_WAL_REC_HEADER_SIZE + (size_t)len, &h);
+	if (rc)
+		return rc < 0 ? rc : 0;
+	int err = 0;
+	bool ok = rec_checksum_ok(h, len, c->gen, &err);
+	return err ? err : ok;
+}
+
+/* The offset of the first intact record after a bad one at bad_off, or
+ * the file size when none follows. 0 or < 0 (I/O error). The scan looks at
+ * every byte offset; a false match needs a 64-bit checksum to agree. */
+static int resync(struct replay_ctx *c, uint64_t bad_off, uint64_t *next)
+{
+	for (uint64_t off = bad_off + 1; off + STO_WAL_REC_HEADER_SIZE <= c->rd.file_bytes; off++) {
+		int rc = intact_at(c, off);
+		if (rc < 0)
+			return rc;
+		if (rc == 1) {
+			*next = off;
+			return 0;
+		}
+	}
+	*next = c->rd.file_bytes;
+	return 0;
+}
+
+static void note_damage(struct replay_ctx *c, uint64_t off, uint64_t len, int kind)
+{
+	struct sto_wal_replay_result *r = &c->res;
+	if (r->ndamaged < STO_WAL_DAMAGE_KEEP)
+		r->damaged[r->ndamaged] =
+		    (struct sto_wal_damage){.off = off, .len = len, .why = c->why};
+	r->ndamaged++;
+	r->damaged_bytes += len;
+	rdb_error(SUBSYS,
+		  "%s: %s record (%s) at offset %llu, but intact records follow %llu bytes "
+		  "later: this is damage, not a crash. Skipped the damaged bytes and replaying "
+		  "the records after them",
+		  c->path, kind == 1 ? "truncated" : "corrupt", c->why, (unsigned long long)off,
+		  (unsigned long long)len);
+}
+
+static int replay_records(struct replay_ctx *c)
+{
+	uint64_t off = STO_WAL_HEADER_SIZE;
+	int rc = 0;
+	c->res.valid_bytes = off;
+	while (off < c->rd.file_bytes) {
+		const uint8_t *rec;
+		uint32_t len = 0;
+		rc = read_record(c, off, &rec, &len);
+		if (rc < 0)
+			return rc;
+		if (rc > 0) {
+			uint64_t next;
+			int kind = rc;
+			rc = resync(c, off, &next);
+			if (rc)
+				return rc;
+			if (next >= c->rd.file_bytes) {
+				rc = kind; /* nothing intact after it: the tail */
+				break;
+			}
+			note_damage(c, off, next - off, kind);
+			off = next;
+			rc = 0;
+			continue;
+		}
+		rc = c->fn(c->arg, c->gen, rec[4], rec + STO_WAL_REC_HEADER_SIZE, len);
+		if (rc)
+			return rc;
+		c->res.records++;
+		off += STO_WAL_REC_HEADER_SIZE + (uint64_t)len;
+		c->res.valid_bytes = off;
+	}
+	c->res.tail = rc;
+	return 0;
+}
+
+static void log_tail(const struct replay_ctx *c, const char *path)
+{
+	const struct sto_wal_replay_result *r = &c->res;
+	if (r->tail == 0)
+		return;
+	rdb_warn(
+	    SUBSYS,
+	    "%s: %s record (%s) at offset %llu and no intact record after it; ignored the "
+	    "last %llu bytes after %llu good records. At the end of the newest WAL file this "
+	    "is expected after a crash during a write (if rankdbd did not crash, check the "
+	    "disk)",
+	    path, r->tail == 1 ? "torn" : "corrupt", c->why, (unsigned long long)r->valid_bytes,
+	    (unsigned long long)(r->file_bytes - r->valid_bytes), (unsigned long long)r->records);
+}
+
+static int replay_open(const char *path, struct reader *rd)
+{
+	struct stat st;
+	rd->fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (rd->fd < 0)
+		return -errno;
+	if (fstat(rd->fd, &st) != 0)
+		return -errno;
+	rd->file_bytes = (uint64_t)st.st_size;
+	return 0;
+}
+
+int sto_wal_replay(const char *dir, uint64_t gen, sto_wal_replay_fn fn, void *arg,
+		   struct sto_wal_replay_result *res)
+{
+	char path[PATH_MAX];
+	const uint8_t *h;
+	struct replay_ctx c = {.rd = {.fd = -1}, .gen = gen, .fn = fn, .arg = arg};
+	int result = wal_path(path, sizeof(path), dir, gen);
+	c.path = path;
+	if (!result)
+		result = replay_open(path, &c.rd);
+	if (result)
+		goto out;
+	c.res.file_bytes = c.rd.file_bytes;
+	if (c.rd.file_bytes < STO_WAL_HEADER_SIZE) {
+		c.res.tail = 1; /* created, crashed before its header was written */
+		c.why = "incomplete file header";
+		goto done;
+	}
+	result = reader_get(&c.rd, 0, STO_WAL_HEADER_SIZE, &h);
+	if (result == 1) {
+		c.res.tail = 1; /* shrank since fstat */
+		c.why = "incomplete file header";
+		result = 0;
+		goto done;
+	}
+	if (!result)
+		result = check_file_header(h, gen, path);
+	if (!result)
+		result = replay_records(&c);
+	if (result)
+		goto out;
+done:
+	log_tail(&c, path);
+	*res = c.res;
+out:
+	if (c.rd.fd >= 0)
+		close(c.rd.fd);
+	free(c.rd.buf);
+	return result;
+}
+
+/* ---- Directory ------------------------------------------------------------ */
+
+/* Parses "wal-<16 hex>.log"; 0 and *gen, or -1 for any other name. */
+static int parse_name(const char *name, uint64_t *gen)
+{
+	if (strlen(name) != NAME_LEN || memcmp(name, "wal-", 4) != 0 ||
+	    memcmp(name + 20, ".log", 4) != 0)
+		return -1;
+	uint64_t v = 0;
+	for (int i = 4; i < 20; i++) {
+		char ch = name[i];
+		int d;
+		if (ch >= '0' && ch <= '9')
+			d = ch - '0';
+		else if (ch >= 'a' && ch <= 'f')
+			d = ch - 'a' + 10;
+		else
+			return -1;
+		v = (v << 4) | (uint64_t)d;
+	}
+	*gen = v;
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+static int push_gen(uint64_t **v, size_t *n, size_t *cap, uint64_t gen)
+{
+	if (*n == *cap) {
+		size_t ncap = *cap ? *cap * 2 : 16;
+		uint64_t *nv = realloc(*v, ncap * sizeof(*nv));
+		if (!nv)
+			return -ENOMEM;
+		*v = nv;
+		*cap = ncap;
+	}
+	(*v)[(*n)++] = gen;
+	return 0;
+}
+
+int sto_wal_list(const char *dir, uint64_t **gens, size_t *n)
+{
+	uint64_t *v = NULL;
+	size_t cnt = 0, cap = 0;
+	int result = 0;
+	DIR *d = opendir(dir);
+	if (!d)
+		return -errno;
+	for (;;) {
+		errno = 0;
+		struct dirent *e = readdir(d);
+		if (!e) {
+			result = -errno;
+			break;
+		}
+		uint64_t gen;
+		if (parse_name(e->d_name, &gen) == 0 && (result = push_gen(&v, &cnt, &cap, gen)))
+			break;
+	}
+	closedir(d);
+	if (result) {
+		free(v);
+		return result;
+	}
+	if (cnt > 1)
+		rdb_sort(v, cnt, sizeof(*v), cmp_u64);
+	*gens = v;
+	*n = cnt;
+	return 0;
+}
+
+int sto_wal_remove(const char *dir, uint64_t gen)
+{
+	char path[PATH_MAX];
+	int result = wal_path(path, sizeof(path), dir, gen);
+	if (result)
+		return result;
+	if (unlink(path) != 0)
+		return -errno;
+	return fsync_dir(dir);
+}
+
+void sto_wal_kept_each(const char *keep_dir, sto_wal_kept_fn fn, void *arg)
+{
+	char path[PATH_MAX + 300];
+	DIR *d = opendir(keep_dir);
+	for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+		size_t l = strlen(e->d_name);
+		struct stat st;
+		if (strncmp(e->d_name, "wal-", 4) || l < 8 || strcmp(e->d_name + l - 8, ".damaged"))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", keep_dir, e->d_name);
+		if (stat(path, &st) == 0)
+			fn(arg, path, (uint64_t)st.st_size);
+	}
+	if (d)
+		closedir(d);
+}
+
+int sto_wal_keep_range(const char *dir, uint64_t gen, uint64_t off, uint64_t len,
+		       const char *keep_dir)
+{
+	char from[PATH_MAX], to[PATH_MAX];
+	int in = -1, out = -1;
+	int result = wal_path(from, sizeof(from), dir, gen);
+	if (result)
+		return result;
+	int n = snprintf(to, sizeof(to), "%s/wal-%016llx-%llu.damaged", keep_dir,
+			 (unsigned long long)gen, (unsigned long long)off);
+	if (n < 0 || (size_t)n >= sizeof(to))
+		return -ENAMETOOLONG;
+	if (mkdir(keep_dir, 0755) != 0 && errno != EEXIST)
+		return -errno;
+	in = open(from, O_RDONLY | O_CLOEXEC);
+	if (in < 0)
+		return -errno;
+	out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (out < 0) {
+		result = errno == EEXIST ? 0 : -errno; /* kept by an earlier start */
+		goto out;
+	}
+	uint8_t buf[1 << 16];
+	for (uint64_t done = 0; done < len && result == 0;) {
+		size_t want = len - done < sizeof(buf) ? (size_t)(len - done) : sizeof(buf);
+		size_t got = 0;
+		result = pread_full(in, buf, want, off + done, &got);
+		if (result == 0 && got != want)
+			result = -EIO; /* the file shrank under us */
+		if (result == 0)
+			result = pwrite_all(out, buf, got, done);
+		done += got;
+	}
+	if (result == 0)
+		result = datasync_fd(out);
+	if (result == 0)
+		result = fsync_dir(keep_dir);
+	if (result)
+		(void)unlink(to); /* a partial copy would pass for the whole range */
+out:
+	if (out >= 0)
+		close(out);
+	close(in);
+	return result;
+}
