@@ -197,6 +197,11 @@ struct qry_each {
 int qry_agg_each(struct qry_scan *sc, const struct qry_match *m, const struct qry_bucketing *bk,
 		 const struct qry_each *e, size_t *failed);
 
+/* Widens e by the extent of every series of m in r (qry_agg_extent), for
+ * many series by two threads (sc is only read). 0, or the error of the
+ * first failing series in match order with *failed its index. */
+int qry_agg_extent_all(struct qry_scan *sc, const struct qry_match *m, const struct sto_range *r,
+		       struct qry_extent *e, size_t *failed);
 /* Resolves spec for the series of m: runs qry_agg_extent over them when the
  * bucket width depends on the data, then qry_agg_choose. 0 or an error with
  * err filled. */
