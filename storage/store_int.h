@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SEAL_BUF_MAX	     (8u * 1024 * 1024) /* segment bytes written per seal round */
+#define SEAL_BUF_MAX (8u * 1024 * 1024) /* segment bytes written per seal round */
 /* What a series in a head costs besides its columns' capacity
  * (sti_cols_bytes): its struct head_series, its slot in the head's map (16
  * bytes, up to 4 slots per entry just after the map doubled), and malloc's

@@ -373,8 +373,8 @@ int sto_record_decode_flags(const uint8_t *rec, const struct sto_chunk_ref *ref,
 		struct sto_group_sect sect;
 		rc = sto_group_head_check(rec, ref, &sect, why);
 		if (rc == 0)
-			rc = sto_group_member_decode(rec, rec + sect.offset, ref, &sect, flags,
-						     out, why);
+			rc = sto_group_member_decode(rec, rec + sect.offset, ref, &sect, flags, out,
+						     why);
 		return rc;
 	}
 	rc = sto_chunk_check(rec, ref->length, STO_CHUNK_MAGIC, ref->series_id, ref->uid, &payload,

@@ -207,7 +207,8 @@ static bool checkpoint_due(struct sto *s)
 	struct head *h = s->active;
 	bool due = h->points > 0 && rdb_now_mono_ns() - h->first_mono_ns >=
 					(int64_t)s->opt.checkpoint_interval_s * 1000000000;
-	bool over = atomic_load(&s->head_bytes) > s->opt.head_max_bytes / HEAD_CKPT_FRACTION && h->points > 0;
+	bool over = atomic_load(&s->head_bytes) > s->opt.head_max_bytes / HEAD_CKPT_FRACTION &&
+		    h->points > 0;
 	pthread_mutex_unlock(&s->head_lock);
 	return due || over || s->frozen || sto_wal_size(s->wal) > s->opt.wal_rotate_bytes;
 }

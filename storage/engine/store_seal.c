@@ -399,7 +399,8 @@ int sti_seal_items(struct sto *s, struct head *h, struct seal_item *items, size_
 		rc = copy_run(s, &r, items, i, j);
 		if (rc == 0)
 			rc = encode_run(s, &r, items + i, j - i, h->gen);
-		if (rc == 0 && (r.buf.len >= SEAL_BUF_MAX || r.nrefs >= SEAL_REFS_MAX || j == nitems)) {
+		if (rc == 0 &&
+		    (r.buf.len >= SEAL_BUF_MAX || r.nrefs >= SEAL_REFS_MAX || j == nitems)) {
 			rc = commit_round(s, h, &r, items + first, j - first, drop_empty);
 			r.buf.len = 0;
 			r.nrefs = 0;

@@ -220,10 +220,9 @@ static int env_setup(struct sto_index *ix, const char *dir, uint64_t map_bytes, 
 	if (rc == 0)
 		rc = mdb_env_set_maxreaders(ix->env, IX_MAXREADERS);
 	if (rc == 0)
-		rc = mdb_env_open(ix->env, dir,
-				  MDB_NOTLS | MDB_NORDAHEAD |
-				      (read_only ? MDB_RDONLY | MDB_NOLOCK : 0),
-				  0644);
+		rc = mdb_env_open(
+		    ix->env, dir,
+		    MDB_NOTLS | MDB_NORDAHEAD | (read_only ? MDB_RDONLY | MDB_NOLOCK : 0), 0644);
 	if (rc != 0) {
 		rdb_error(SUBSYS, "cannot open LMDB index %s: %s", dir, mdb_strerror(rc));
 		return ix_err(ix, rc, "open environment");

@@ -341,10 +341,8 @@ static void step_axis_no_ts(uint64_t *no_ts)
 {
 	static const int64_t widths[] = {1, 7, 64, 0};
 	const struct sto_range ranges[] = {
-	    {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
-	    {INT64_MIN, INT64_MAX, true, 30, 150},
-	    {INT64_MIN, INT64_MAX, true, 3, 100},
-	    {INT64_MIN, INT64_MAX, true, 181, 199},
+	    {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},    {INT64_MIN, INT64_MAX, true, 30, 150},
+	    {INT64_MIN, INT64_MAX, true, 3, 100},	    {INT64_MIN, INT64_MAX, true, 181, 199},
 	    {T0 + 20000, T0 + 100000, false, 0, INT64_MAX},
 	};
 	static const int64_t attempts[] = {QRY_ATTEMPT_LATEST, QRY_ATTEMPT_ALL, 1};
@@ -374,8 +372,9 @@ static void test_step_axis_without_timestamps(void)
 	step_axis_no_ts(&with_head);
 	CHECK_EQ_INT(sto_checkpoint(store), 0); /* every point into chunks */
 	step_axis_no_ts(&chunks_only);
-	fprintf(stderr, "  chunks decoded without timestamps: %llu with head points, %llu after "
-			"a checkpoint\n",
+	fprintf(stderr,
+		"  chunks decoded without timestamps: %llu with head points, %llu after "
+		"a checkpoint\n",
 		(unsigned long long)with_head, (unsigned long long)chunks_only);
 	/* the path ran (for views without head points in range) both times */
 	CHECK(with_head > 0 && chunks_only > 0);
