@@ -256,6 +256,13 @@ struct pt_vec {
 	 * chunk after the other, each sorted by time, steps growing). */
 	bool ordered;
 	int64_t lo, hi, key; /* the last bucket found: key covers [lo, hi] */
+	/* Fold mode (read_view without timestamps): points are folded into
+	 * *fold's buckets as they come instead of being kept, which gives what
+	 * build() would for points in final order; a point out of order clears
+	 * `ordered` and the read is done again the ordinary way. */
+	struct qry_buckets *fold;
+	struct pt last; /* the last point taken (fold mode) */
+	bool have_last;
 };
 #define PT_VEC_INIT                                                                                \
 	{                                                                                          \
@@ -423,9 +430,66 @@ static bool in_order(const struct pt *a, const struct pt *b, bool step_axis)
 	return a->attempt <= b->attempt;
 }
 
+static void part_from_pt(struct qry_bucket *b, const struct pt *p);
+
+/* Fold mode: p (in final order after pv->last) into the last bucket of
+ * pv->fold or a new one. */
+static int fold_point(struct pt_vec *pv, const struct pt *p)
+{
+	struct qry_buckets *o = pv->fold;
+	if (o->n && o->b[o->n - 1].key == p->key) {
+		mdl_agg_append(&o->b[o->n - 1].a, p->ts, p->step, p->bits);
+		return 0;
+	}
+	if (o->n == o->cap) {
+		size_t cap = o->cap ? o->cap * 2 : 64;
+		struct qry_bucket *b = realloc(o->b, cap * sizeof(*b));
+		if (!b)
+			return -ENOMEM;
+		o->b = b;
+		o->cap = cap;
+	}
+	struct qry_bucket *b = &o->b[o->n++];
+	memset(b, 0, sizeof(*b));
+	part_from_pt(b, p);
+	return 0;
+}
+
+/* take_points in fold mode. */
+static int fold_points(struct pt_vec *pv, const struct mdl_cols *c, const struct qry_bucketing *bk)
+{
+	bool step_axis = bk->axis == QRY_AXIS_STEP;
+	for (size_t i = 0; i < c->n && pv->ordered; i++) {
+		int64_t step = c->step[i], ts = c->ts_ns[i];
+		if (!in_range(&bk->range, ts, step))
+			continue;
+		if (step_axis && step == MDL_STEP_NONE)
+			continue;
+		if (bk->attempt >= 0 && c->attempt[i] != (uint64_t)bk->attempt)
+			continue;
+		struct pt p = {.key = key_of(pv, bk, step_axis ? step : ts),
+			       .ts = ts,
+			       .step = step,
+			       .attempt = c->attempt[i],
+			       .bits = c->value[i]};
+		if (pv->have_last && !in_order(&pv->last, &p, step_axis)) {
+			pv->ordered = false;
+			break;
+		}
+		pv->last = p;
+		pv->have_last = true;
+		int rc = fold_point(pv, &p);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 /* Appends the points of c that the bucketing selects, with their keys. */
 static int take_points(struct pt_vec *pv, const struct mdl_cols *c, const struct qry_bucketing *bk)
 {
+	if (pv->fold)
+		return fold_points(pv, c, bk);
 	if (pv->n + c->n > pv->cap) {
 		size_t cap = pv->cap ? pv->cap : 256;
 		while (cap < pv->n + c->n)
@@ -590,6 +654,39 @@ static int build(struct qry_buckets *out, const struct pt_vec *pv, const struct 
 		if (need_values)
 			rdb_sort(out->vals + b->vals_off, b->a.count, sizeof(double), cmp_double);
 	}
+	return 0;
+}
+
+/* Fold mode's end: merges the sorted stats partials into the folded
+ * buckets of out (ascending by key), bucket by bucket as build() does:
+ * a key's points first, then its partials in order. */
+static int merge_parts(struct qry_buckets *out, const struct qry_bucket *parts, size_t nparts)
+{
+	if (nparts == 0)
+		return 0;
+	size_t n = out->n + nparts;
+	struct qry_bucket *m = malloc(n * sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	size_t i = 0, j = 0, k = 0;
+	while (i < out->n || j < nparts) {
+		int64_t key = i < out->n ? out->b[i].key : parts[j].key;
+		if (j < nparts && parts[j].key < key)
+			key = parts[j].key;
+		struct qry_bucket *b = &m[k++];
+		if (i < out->n && out->b[i].key == key)
+			*b = out->b[i++];
+		else
+			memset(b, 0, sizeof(*b));
+		for (; j < nparts && parts[j].key == key; j++)
+			mdl_agg_merge(&b->a, &parts[j].a);
+		b->key = key;
+		b->vals_off = 0;
+	}
+	free(out->b);
+	out->b = m;
+	out->n = k;
+	out->cap = n;
 	return 0;
 }
 
@@ -845,6 +942,8 @@ static int read_view(struct qry_scan *sc, const struct sto_series_view *v,
 	size_t nparts = 0;
 	out->n = out->nvals = 0;
 	*redo = false;
+	if (flags && !bk->need_values)
+		pv.fold = out; /* no values to keep: fold as the points come */
 	int rc = find_conflicts(v, bk, &conflict);
 	if (rc == 0 && v->nchunks + v->nrollups &&
 	    !(parts = malloc((v->nchunks + v->nrollups) * sizeof(*parts))))
@@ -861,12 +960,16 @@ static int read_view(struct qry_scan *sc, const struct sto_series_view *v,
 		*redo = true;
 		goto out;
 	}
+	if (nparts)
+		rdb_sort(parts, nparts, sizeof(*parts), cmp_bucket_key);
+	if (pv.fold) {
+		rc = merge_parts(out, parts, nparts);
+		goto out;
+	}
 	if (!pv.ordered && bk->axis == QRY_AXIS_STEP && bk->attempt == QRY_ATTEMPT_LATEST)
 		keep_latest(&pv);
 	if (!pv.ordered && pv.n && !ordered_by_key(pv.p, pv.n))
 		rdb_sort(pv.p, pv.n, sizeof(*pv.p), cmp_pt_key);
-	if (nparts)
-		rdb_sort(parts, nparts, sizeof(*parts), cmp_bucket_key);
 	rc = build(out, &pv, parts, nparts, bk->need_values);
 out:
 	free(pv.p);
