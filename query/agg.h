@@ -240,24 +240,21 @@ int qry_outliers(struct sto *s, const struct qry_out_req *req, struct qry_out_re
 #define QRY_META_MAX_BYTES (1u << 20)
 
 /* Validates doc (a JSON object of at most QRY_META_MAX_BYTES) and stores it
- * as <data_dir>/meta/<job>.json atomically and durably (temp file, fsync,
- * rename, fsync of the directory). Replaces any previous document. 0;
- * RDB_EINVAL (QRY_E_INVALID) for a bad job id or document; RDB_ELIMIT
- * (QRY_E_TOO_LARGE); -errno (QRY_E_INTERNAL). Blocks on the file system. */
-int qry_meta_put(const char *data_dir, const char *job, const void *doc, size_t len,
+ * as the job's metadata document through the storage engine
+ * (sto_jobmeta_put: atomic and durable, checksummed). Replaces any previous
+ * document. 0; RDB_EINVAL (QRY_E_INVALID) for a bad job id or document;
+ * RDB_ELIMIT (QRY_E_TOO_LARGE); -errno (QRY_E_INTERNAL). Blocks on the file
+ * system. (Deleting the job deletes its document: sto_delete_job.) */
+int qry_meta_put(struct sto *s, const char *job, const void *doc, size_t len,
 		 struct qry_error *err);
 
 /* Appends the bytes of the job's stored document (a JSON object's text) to
  * out, a byte buffer whose bound the caller sets. 0; RDB_ENOTFOUND
- * (QRY_E_NOT_FOUND) when there is none; RDB_ELIMIT (QRY_E_TOO_LARGE) past
+ * (QRY_E_NOT_FOUND) when there is none; RDB_ECORRUPT (QRY_E_INTERNAL, the
+ * message names the job and says what to do) when the stored document
+ * fails its checksum: nothing is appended; RDB_ELIMIT (QRY_E_TOO_LARGE) past
  * out's bound (out unchanged); RDB_EINVAL for a bad job id; -errno
  * (QRY_E_INTERNAL). */
-int qry_meta_get(const char *data_dir, const char *job, struct rdb_buf *out, struct qry_error *err);
-
-/* Removes the job's metadata document durably (unlink, fsync of the
- * directory): called when the job is deleted. 0 when removed; RDB_ENOTFOUND
- * when there was none; RDB_EINVAL for a bad job id; -errno. Blocks on the
- * file system. */
-int qry_meta_delete(const char *data_dir, const char *job);
+int qry_meta_get(struct sto *s, const char *job, struct rdb_buf *out, struct qry_error *err);
 
 #endif

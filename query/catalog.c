@@ -51,25 +51,28 @@ void qry_jobs_free(struct qry_jobs *j)
 }
 
 struct jobs_ctx {
+	struct sto *s;
 	struct qry_jobs *out;
-	const char *data_dir; /* for job metadata documents; NULL: none */
+	bool with_meta; /* add each job's metadata document */
 	size_t max_meta_bytes;
 };
 
-/* The job's metadata document (PUT /api/v1/jobs/{job}/meta) into jb, if any. */
+/* The job's metadata document (PUT /api/v1/jobs/{job}/meta) into jb, if any.
+ * A damaged one is left out (the storage engine logged and counted it; GET
+ * of the document answers why) rather than failing the whole list. */
 static int job_meta(struct jobs_ctx *c, struct qry_job *jb)
 {
 	struct qry_error e;
 	struct rdb_buf doc;
 	rdb_buf_init(&doc, c->max_meta_bytes - c->out->meta_bytes);
-	int rc = qry_meta_get(c->data_dir, jb->job, &doc, &e);
+	int rc = qry_meta_get(c->s, jb->job, &doc, &e);
 	if (rc == 0) {
 		jb->meta_len = doc.len;
 		jb->meta = (char *)rdb_buf_steal(&doc);
 		c->out->meta_bytes += jb->meta_len;
 	}
 	rdb_buf_free(&doc);
-	return rc == RDB_ENOTFOUND ? 0 : rc;
+	return rc == RDB_ENOTFOUND || rc == RDB_ECORRUPT ? 0 : rc;
 }
 
 static int job_cb(void *arg, const char *job, uint64_t nseries)
@@ -88,7 +91,7 @@ static int job_cb(void *arg, const char *job, uint64_t nseries)
 	memset(jb, 0, sizeof(*jb));
 	snprintf(jb->job, sizeof(jb->job), "%s", job);
 	jb->nseries = nseries;
-	return c->data_dir ? job_meta(c, jb) : 0;
+	return c->with_meta ? job_meta(c, jb) : 0;
 }
 
 /* The job's first/last timestamp, last step and ranks. */
@@ -135,10 +138,10 @@ static int job_extent(struct sto *s, struct qry_job *jb)
 	return rc;
 }
 
-int qry_jobs(struct sto *s, const char *data_dir, size_t max_meta_bytes, struct qry_jobs *out,
+int qry_jobs(struct sto *s, bool with_meta, size_t max_meta_bytes, struct qry_jobs *out,
 	     struct qry_error *err)
 {
-	struct jobs_ctx c = {out, data_dir, max_meta_bytes};
+	struct jobs_ctx c = {s, out, with_meta, max_meta_bytes};
 	memset(out, 0, sizeof(*out));
 	int rc = sto_list_jobs(s, job_cb, &c);
 	for (size_t i = 0; rc == 0 && i < out->n; i++)

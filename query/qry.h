@@ -78,11 +78,11 @@ void qry_jobs_free(struct qry_jobs *j); /* NULL ok; j becomes empty */
 
 /* Every job with series, with its first/last timestamp, last step and
  * ranks (from head points and chunk statistics: one index view per
- * series, no decoding); with data_dir, each with its metadata document
- * stored under data_dir (absent when none), at most max_meta_bytes of them
- * in all (QRY_E_TOO_LARGE beyond). 0 or an error with err filled (out
- * empty). One LMDB read transaction; blocks on the file system. */
-int qry_jobs(struct sto *s, const char *data_dir, size_t max_meta_bytes, struct qry_jobs *out,
+ * series, no decoding); with with_meta, each with its metadata document
+ * (absent when none or damaged), at most max_meta_bytes of them in all
+ * (QRY_E_TOO_LARGE beyond). 0 or an error with err filled (out empty). One
+ * LMDB read transaction; blocks on the file system. */
+int qry_jobs(struct sto *s, bool with_meta, size_t max_meta_bytes, struct qry_jobs *out,
 	     struct qry_error *err);
 
 struct qry_metrics {

@@ -313,13 +313,7 @@ static void do_stats(struct srv_req *req, struct srv_resp *resp)
 static void do_delete(struct srv_req *req, struct srv_resp *resp, const char *job)
 {
 	struct sto_delete_result r;
-	int rc = sto_delete_job(req->ctx->sto, job, &r);
-	int mrc = rc == 0 || rc == RDB_ENOTFOUND ? qry_meta_delete(req->ctx->cfg->data_dir, job)
-						 : RDB_ENOTFOUND;
-	if (rc == RDB_ENOTFOUND && mrc == 0)
-		rc = 0; /* a job with only a metadata document */
-	if (rc == 0 && mrc != 0 && mrc != RDB_ENOTFOUND)
-		rc = mrc;
+	int rc = sto_delete_job(req->ctx->sto, job, &r); /* its metadata document too */
 	if (rc) {
 		fail(resp, rc, rc == RDB_ENOTFOUND ? "no such job" : "delete job");
 		return;
@@ -453,11 +447,14 @@ static void do_verify(struct srv_req *req, struct srv_resp *resp)
 	rdb_buf_printf(b,
 		       "],\"ok\":%s,\"segments\":%llu,\"records\":%llu,\"chunks\":%llu,"
 		       "\"event_chunks\":%llu,\"damaged\":%llu,\"quarantined\":%llu,"
-		       "\"wal_damage_kept_files\":%llu}",
+		       "\"wal_damage_kept_files\":%llu,\"index_damaged\":%llu,\"meta_docs\":%llu,"
+		       "\"meta_damaged\":%llu}",
 		       rep.problems ? "false" : "true", (unsigned long long)rep.segments,
 		       (unsigned long long)rep.records, (unsigned long long)rep.chunks,
 		       (unsigned long long)rep.event_chunks, (unsigned long long)rep.problems,
-		       (unsigned long long)rep.quarantined, (unsigned long long)rep.wal_kept_files);
+		       (unsigned long long)rep.quarantined, (unsigned long long)rep.wal_kept_files,
+		       (unsigned long long)rep.index_damaged, (unsigned long long)rep.meta_docs,
+		       (unsigned long long)rep.meta_damaged);
 	resp->status = 200;
 }
 

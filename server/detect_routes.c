@@ -527,7 +527,7 @@ static int read_meta(void *arg, const char *job, struct det_job_meta *out)
 	if (!e)
 		return -ENOMEM;
 	rdb_buf_init(&doc, QRY_META_MAX_BYTES + 1);
-	int rc = qry_meta_get(ctx->cfg->data_dir, job, &doc, e);
+	int rc = qry_meta_get(ctx->sto, job, &doc, e);
 	free(e);
 	json_t *o = rc == 0 ? json_loadb((const char *)doc.data, doc.len, 0, NULL) : NULL;
 	rdb_buf_free(&doc);

@@ -64,6 +64,7 @@
 #include "query/bucket.h"
 #include "server/json_out.h"
 #include "server/route.h"
+#include "storage/jobmeta/jobmeta.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -530,8 +531,7 @@ static void h_jobs(struct srv_req *req, struct srv_resp *resp, const struct srv_
 		return;
 	}
 	struct qry_jobs r;
-	if (qry_jobs(req->ctx->sto, req->ctx->cfg->data_dir, req->ctx->cfg->max_response_bytes, &r,
-		     e) ||
+	if (qry_jobs(req->ctx->sto, true, req->ctx->cfg->max_response_bytes, &r, e) ||
 	    srv_write_jobs(&resp->body, &r, req->ctx->detect ? srv_detect_job_fields : NULL,
 			   req->ctx, e))
 		srv_query_failed(req->ctx, resp, e);
@@ -670,6 +670,18 @@ static void h_metrics(struct srv_req *req, struct srv_resp *resp, const struct s
 	       st.wal_kept_files);
 	metric(b, "rankdb_wal_damage_kept_bytes", "gauge", "Bytes of those files.",
 	       st.wal_kept_bytes);
+	metric(b, "rankdb_index_damaged_reads_total", "counter",
+	       "Reads that met a chunk index entry failing its checksum (answered by "
+	       "decoding the chunk, or failed).",
+	       st.index_damaged);
+	struct sto_jobmeta_stats jm;
+	sto_jobmeta_stats(ctx->sto, &jm);
+	metric(b, "rankdb_job_meta_damaged_documents", "gauge",
+	       "Job metadata documents that failed their checksum at this start.",
+	       jm.damaged_at_open);
+	metric(b, "rankdb_job_meta_damaged_reads_total", "counter",
+	       "Reads of a job metadata document refused: it failed its checksum.",
+	       jm.damaged_reads);
 	rdb_buf_printf(b,
 		       "# HELP rankdb_wal_sync_seconds_total Time in WAL write+fdatasync.\n"
 		       "# TYPE rankdb_wal_sync_seconds_total counter\n"

@@ -573,7 +573,6 @@ static void handle_query(struct srv_req *req, struct srv_resp *resp, enum endpoi
 
 static void handle_meta(struct srv_req *req, struct srv_resp *resp, const char *job)
 {
-	const char *dir = req->ctx->cfg->data_dir;
 	struct qry_error *e = calloc(1, sizeof(*e));
 	int rc;
 	if (!e) {
@@ -581,14 +580,14 @@ static void handle_meta(struct srv_req *req, struct srv_resp *resp, const char *
 		return;
 	}
 	if (strcmp(req->method, "PUT") == 0) {
-		rc = qry_meta_put(dir, job, req->body, req->body_len, e);
+		rc = qry_meta_put(req->ctx->sto, job, req->body, req->body_len, e);
 		if (rc == 0)
 			srv_detect_meta_changed(req->ctx, job);
 		if (rc == 0)
 			rdb_buf_printf(&resp->body, "{\"job\":\"%s\",\"bytes\":%zu}", job,
 				       req->body_len);
 	} else {
-		rc = qry_meta_get(dir, job, &resp->body, e);
+		rc = qry_meta_get(req->ctx->sto, job, &resp->body, e);
 	}
 	if (rc)
 		srv_query_failed(req->ctx, resp, e);

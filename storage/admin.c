@@ -22,9 +22,10 @@
  * when the backup is on another file system) every segment file. Segment
  * files only ever grow by appends and are removed only by compaction, so
  * the links hold every record the copied index points at. The job metadata
- * documents (<data_dir>/meta/<job>.json, query/meta.c) are copied file by
- * file: each is replaced only by an atomic rename, so every copy is one whole
- * document (a document stored during the backup may or may not be in it).
+ * documents (<data_dir>/meta/, storage/jobmeta/) are copied file by file by
+ * their module: each is replaced only by an atomic rename, so every copy is
+ * one whole document (a document stored during the backup may or may not be
+ * in it). Verification checks each document's checksum the same way.
  */
 #include "storage/admin.h"
 #include "common/rdb_err.h"
@@ -35,6 +36,7 @@
 #include "storage/chunk/group.h"
 #include "storage/index/index.h"
 #include "storage/chunk/segment.h"
+#include "storage/jobmeta/jobmeta.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -62,6 +64,8 @@ struct vctx {
 	struct mdl_cols cols;
 	struct sto_chunk_ref *bad; /* damaged point chunks, quarantined afterwards */
 	size_t nbad;
+	struct sto_chunk_ref *fix; /* damaged entries of sound chunks, rewritten */
+	size_t nfix;
 };
 
 static void problem(struct vctx *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -211,14 +215,97 @@ static int bad_push(struct vctx *v, const struct sto_chunk_ref *ref)
 	return 0;
 }
 
+static int fix_push(struct vctx *v, const struct sto_chunk_ref *ref)
+{
+	struct sto_chunk_ref *p = realloc(v->fix, (v->nfix + 1) * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	v->fix = p;
+	p[v->nfix++] = *ref;
+	return 0;
+}
+
+/* An index entry that failed its checksum: a problem either way; with
+ * quarantine, rewritten from its chunk when that reads back whole, else
+ * quarantined like a damaged chunk. */
+static int check_damaged_entry(struct vctx *v, const struct sto_chunk_ref *ref)
+{
+	struct sto_read_error err;
+	struct sto_chunk_ref fixed;
+	v->rep->index_damaged++;
+	int rc = sto_chunk_ref_repair(v->s, ref, &fixed, &err);
+	if (rc == 0) {
+		problem(
+		    v,
+		    "index entry of chunk %llu (series %llu): its statistics fail their "
+		    "checksum; queries decode the chunk instead; 'verify --quarantine' rewrites "
+		    "the entry from the chunk (which is intact)",
+		    (unsigned long long)ref->uid, (unsigned long long)ref->series_id);
+		return fix_push(v, &fixed);
+	}
+	problem(v,
+		"index entry of chunk %llu (series %llu): fails its checksum and does not lead "
+		"to its chunk (%s); queries of that series fail until 'verify --quarantine' "
+		"moves it aside or the index is rebuilt",
+		(unsigned long long)ref->uid, (unsigned long long)ref->series_id, err.msg);
+	return bad_push(v, ref);
+}
+
+static bool same_f64(double a, double b)
+{
+	return rdb_f64_bits(a) == rdb_f64_bits(b);
+}
+
+/* The first statistic of a that differs from b, or NULL. */
+static const char *stats_diff(const struct sto_chunk_stats *a, const struct sto_chunk_stats *b)
+{
+	if (a->count != b->count || a->nan_count != b->nan_count || a->step_count != b->step_count)
+		return "point counts";
+	if (a->min_ts_ns != b->min_ts_ns || a->max_ts_ns != b->max_ts_ns)
+		return "time range";
+	if (a->min_step != b->min_step || a->max_step != b->max_step)
+		return "step range";
+	if (a->min_attempt != b->min_attempt || a->max_attempt != b->max_attempt)
+		return "attempt range";
+	if (!same_f64(a->min, b->min) || !same_f64(a->max, b->max) || !same_f64(a->sum, b->sum))
+		return "min, max or sum";
+	if (a->first != b->first || a->last != b->last)
+		return "first or last value";
+	return NULL;
+}
+
+/* An entry whose checksum holds must still describe its chunk: statistics
+ * written before format 3 (or damaged before the upgrade gave them a
+ * checksum) are compared with the ones the decoded points give (every
+ * writer computes them with sto_chunk_stats_compute from these same points,
+ * so they match bit for bit). A difference is a problem; with quarantine
+ * the entry is rewritten from the chunk. */
+static int check_stats(struct vctx *v, const struct sto_chunk_ref *ref)
+{
+	struct sto_chunk_ref fixed = *ref;
+	sto_chunk_stats_compute(&v->cols, &fixed.stats);
+	const char *what = stats_diff(&ref->stats, &fixed.stats);
+	if (!what)
+		return 0;
+	v->rep->index_damaged++;
+	problem(v,
+		"index entry of chunk %llu (series %llu): its statistics (%s) differ from the "
+		"chunk's points; queries answering from them would be wrong; 'verify "
+		"--quarantine' rewrites the entry from the chunk",
+		(unsigned long long)ref->uid, (unsigned long long)ref->series_id, what);
+	return fix_push(v, &fixed);
+}
+
 static int check_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 {
 	struct vctx *v = arg;
 	struct sto_read_error err;
 	v->rep->chunks++;
+	if (ref->damaged)
+		return check_damaged_entry(v, ref);
 	int rc = sto_read_chunk(v->s, ref, &v->rec, &v->cols, &err);
 	if (rc == 0)
-		return 0;
+		return check_stats(v, ref);
 	problem(v, "index entry: %s", err.msg);
 	return bad_push(v, ref);
 }
@@ -287,6 +374,8 @@ static int quarantine_all(struct vctx *v, struct evv *ev)
 		return rc;
 	for (size_t i = 0; rc == 0 && i < v->nbad; i++)
 		rc = sto_quarantine_chunk(t, &v->bad[i]);
+	for (size_t i = 0; rc == 0 && i < v->nfix; i++)
+		rc = sto_chunk_put(t, &v->fix[i]);
 	for (size_t i = 0; rc == 0 && i < ev->nbad; i++)
 		rc = sto_quarantine_evchunk(t, ev->bad[i].job, ev->bad[i].min_ts_ns, ev->bad[i].uid,
 					    ev->bad[i].val, ev->bad[i].len);
@@ -338,6 +427,11 @@ static int check_sup_cb(void *arg, const struct sto_sup_entry *e)
 	return 0;
 }
 
+static void value_problem(void *arg, const char *msg)
+{
+	problem(arg, "LMDB index: %s", msg);
+}
+
 static int check_index(struct vctx *v, struct evv *ev)
 {
 	struct sto_txn *t;
@@ -345,6 +439,7 @@ static int check_index(struct vctx *v, struct evv *ev)
 	int rc = sto_txn_begin(v->p.ix, false, &t);
 	if (rc)
 		return rc;
+	sto_txn_pass_damaged(t); /* each damaged entry is a problem, not the end */
 	rc = sto_index_check_all(t, &keys);
 	if (rc)
 		problem(v, "LMDB index: a database cannot be read (%s)", rdb_strerror(rc));
@@ -354,6 +449,10 @@ static int check_index(struct vctx *v, struct evv *ev)
 	int rc3 = sto_evidx_scan_all(t, check_ev_cb, ev);
 	if (rc3)
 		problem(v, "LMDB index: the event database cannot be read (%s)", rdb_strerror(rc3));
+	int rc5 = sto_index_check_values(t, value_problem, v, &v->rep->index_damaged);
+	if (rc5)
+		problem(v, "LMDB index: the series catalog or rollups cannot be read (%s)",
+			rdb_strerror(rc5));
 	int rc4 = sto_sup_scan(t, check_sup_cb, v);
 	if (rc4)
 		problem(v, "LMDB index: the supersede database cannot be read (%s)",
@@ -393,15 +492,18 @@ int sto_verify(struct sto *s, bool quarantine, sto_problem_fn fn, void *arg,
 	int rc = walk_segments(&v);
 	if (rc == 0)
 		rc = check_index(&v, &ev);
-	if (rc == 0 && quarantine && (v.nbad || ev.nbad))
+	if (rc == 0 && quarantine && (v.nbad || ev.nbad || v.nfix))
 		rc = quarantine_all(&v, &ev);
 	if (rc == 0)
 		verify_kept_wal(&v, v.p.dir);
+	if (rc == 0)
+		sto_jobmeta_verify(v.p.dir, fn, arg, rep);
 	sto_compact_resume(s);
 	for (size_t i = 0; i < ev.nbad; i++)
 		free(ev.bad[i].val);
 	free(ev.bad);
 	free(v.bad);
+	free(v.fix);
 	mdl_cols_free(&v.cols);
 	rdb_buf_free(&v.rec);
 	return rc;
@@ -614,18 +716,17 @@ int sto_backup(struct sto *s, const char *dir, struct sto_backup_result *r)
 	snprintf(path, sizeof(path), "%s/FORMAT", dir);
 	if (rc == 0)
 		rc = copy_file(from, path);
-	snprintf(from, sizeof(from), "%s/meta", p.dir);
-	snprintf(path, sizeof(path), "%s/meta", dir);
-	if (rc == 0 && access(from, F_OK) == 0)
-		rc = copy_dir(from, path, "", false, &r->meta_docs, NULL);
+	if (rc == 0)
+		rc = sto_jobmeta_copy(p.dir, dir, &r->meta_docs, &r->meta_damaged);
 	if (rc)
 		rdb_error("admin", "backup into %s failed: %s", dir, rdb_strerror(rc));
 	else
 		rdb_info("admin",
 			 "backup into %s: index snapshot, %llu segment files "
-			 "(%llu bytes), %llu job metadata documents",
+			 "(%llu bytes), %llu job metadata documents (%llu of them damaged, "
+			 "copied as they are)",
 			 dir, (unsigned long long)r->segments, (unsigned long long)r->bytes,
-			 (unsigned long long)r->meta_docs);
+			 (unsigned long long)r->meta_docs, (unsigned long long)r->meta_damaged);
 	return rc;
 }
 
@@ -649,12 +750,16 @@ int sto_restore(const char *backup_dir, const char *dir)
 	snprintf(b, sizeof(b), "%s/chunks", dir);
 	if (rc == 0)
 		rc = copy_dir(a, b, "seg-", false, NULL, NULL);
-	snprintf(a, sizeof(a), "%s/meta", backup_dir);
-	snprintf(b, sizeof(b), "%s/meta", dir);
-	if (rc == 0 && access(a, F_OK) == 0)
-		rc = copy_dir(a, b, "", false, NULL, NULL);
+	uint64_t docs = 0, damaged = 0;
+	if (rc == 0)
+		rc = sto_jobmeta_copy(backup_dir, dir, &docs, &damaged);
 	snprintf(b, sizeof(b), "%s/wal", dir);
 	if (rc == 0 && mkdir(b, 0755) != 0)
 		rc = -errno;
+	if (rc == 0 && damaged)
+		rdb_warn("admin",
+			 "restore into %s: %llu of %llu job metadata documents are damaged; they "
+			 "are not served, 'rankctl verify' names them",
+			 dir, (unsigned long long)damaged, (unsigned long long)docs);
 	return rc;
 }

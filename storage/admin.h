@@ -51,9 +51,10 @@ struct sto_delete_result {
 	uint64_t series, chunks, event_chunks, tombstone_gen;
 };
 /* Deletes every chunk, event chunk, series entry and head point of job and
- * records a tombstone so that the WAL never brings it back. Blocks writes
- * for the time of one index transaction. RDB_ENOTFOUND if the job has no
- * series and no events. */
+ * records a tombstone so that the WAL never brings it back, then its
+ * metadata document (storage/jobmeta/jobmeta.h). Blocks writes for the time
+ * of one index transaction. RDB_ENOTFOUND if the job has no series, no
+ * events and no metadata document. */
 int sto_delete_job(struct sto *s, const char *job, struct sto_delete_result *r);
 
 /* Per-job retention override (seconds; 0 = keep forever). */
@@ -89,13 +90,19 @@ struct sto_verify_report {
 	uint64_t supersede_records;  /* SUP1 records found in segment files */
 	uint64_t wal_damaged_ranges; /* sto_verify_wal: damage in the middle of WAL files */
 	uint64_t wal_kept_files;     /* sto_verify: quarantine/wal-*.damaged files */
+	uint64_t index_damaged;	     /* chunk index entries failing their checksum */
+	uint64_t meta_docs;	     /* job metadata documents checked */
+	uint64_t meta_damaged;	     /* ... of them damaged (each one a problem) */
+	uint64_t meta_unchecked;     /* legacy documents without a checksum (not a
+				      * problem: the next start gives them one) */
 };
 /* Called once per problem with a one-line description. */
 typedef void (*sto_problem_fn)(void *arg, const char *msg);
 /* Checks every record of every segment file (magic, checksum), every index
- * entry against its record (ids, length, decode, point count), and the
- * index databases; each quarantine/wal-*.damaged file (damaged WAL bytes a
- * recovery kept aside) is a problem until removed. With quarantine, damaged
+ * entry against its record (ids, length, decode, point count), the index
+ * databases and every job metadata document (checksum); each
+ * quarantine/wal-*.damaged file (damaged WAL bytes a recovery kept aside) is
+ * a problem until removed. With quarantine, damaged
  * index entries are moved to the quarantine db (never served again). */
 int sto_verify(struct sto *s, bool quarantine, sto_problem_fn fn, void *arg,
 	       struct sto_verify_report *rep);
@@ -120,7 +127,8 @@ int sto_rebuild_index(const char *data_dir, uint64_t map_bytes, sto_problem_fn f
 		      struct sto_rebuild_result *r);
 struct sto_backup_result {
 	uint64_t segments, bytes, ckpt_gen;
-	uint64_t meta_docs; /* job metadata documents copied (<data_dir>/meta/) */
+	uint64_t meta_docs;    /* job metadata documents copied (<data_dir>/meta/) */
+	uint64_t meta_damaged; /* ... of them damaged (copied as they are, logged) */
 };
 /* Consistent backup of an open store into dir (must not exist or be
  * empty, and must not be or lie inside the data directory: RDB_EINVAL):

@@ -5,11 +5,12 @@
  * big-endian so that they sort numerically.
  *
  * Data directory:
- *   FORMAT                text: "rankdb data directory\nformat 2\n"
+ *   FORMAT                text: "rankdb data directory\nformat 3\n"
  *   LOCK                  flock(2)ed by the running server
  *   index/                LMDB environment (derived: rebuildable from chunks/)
  *   wal/wal-<gen %016x>.log  write-ahead log, one file per generation
  *   chunks/seg-<id %016x>.dat segment files holding chunk records
+ *   meta/<job>.meta       job metadata documents (checksummed, see below)
  */
 #ifndef STO_FORMAT_H
 #define STO_FORMAT_H
@@ -18,12 +19,17 @@
 
 #include <stdint.h>
 
-#define STO_FORMAT_VERSION 2u
+#define STO_FORMAT_VERSION 3u
 /* The oldest version this build reads. A directory of format 1 (before
- * group and supersede records) is upgraded in place at its first open:
- * FORMAT and the index's format_version say 2 from then on, so that an
- * older rankdbd refuses it instead of misreading group records. WAL files
- * of format 1 replay as they are (the WAL layout did not change). */
+ * group and supersede records) or 2 (before checksums in index values) is
+ * upgraded in place at its first open: FORMAT says 3 from then on, so that
+ * an older rankdbd refuses it instead of misreading group records or
+ * 136-byte chunk entries; the index's format_version says 3 once every
+ * chunk entry has been rewritten with its checksum (bounded transactions,
+ * storage/index/index.c; until then entries without one are read as they
+ * are, and a crash in the middle is finished at the next open). WAL and
+ * segment files of formats 1 and 2 are read as they are (their layouts did
+ * not change). */
 #define STO_FORMAT_VERSION_OLDEST 1u
 
 /* ---- WAL file ------------------------------------------------------------
@@ -175,6 +181,24 @@ enum sto_wal_rec_type {
  */
 #define STO_EVENTRY_FIXED 80u
 
+/* ---- Job metadata document (meta/<job>.meta) ----------------------------
+ * One file per job, written whole (temporary file, fsync, rename, directory
+ * fsync) by storage/jobmeta/jobmeta.c:
+ *   0  magic[8]   "RDBJMETA"
+ *   8  u32        version (STO_JOBMETA_VERSION)
+ *   12 u32        document length L (<= STO_JOBMETA_MAX_BYTES)
+ *   16 u64        XXH3-64 of the L document bytes, seed = XXH3-64 (seed 0) of
+ *                 bytes 0..15 of this header followed by the job id's bytes
+ *                 (as in the file name)
+ *   24 u8[L]      the document, exactly as the client sent it (a JSON object)
+ * The file is exactly 24 + L bytes. Version 0 is the legacy form
+ * meta/<job>.json (the bare document, no checksum), upgraded in place at
+ * open. */
+#define STO_JOBMETA_MAGIC	"RDBJMETA"
+#define STO_JOBMETA_VERSION	1u
+#define STO_JOBMETA_HEADER_SIZE 24u
+#define STO_JOBMETA_MAX_BYTES	(1u << 20)
+
 /* ---- Data model bounds ----------------------------------------------------
  * The bounds of job ids, metric names, ranks and steps, and the value bits of
  * null, are the data model's (model/series.h); the on-disk layouts above
@@ -185,5 +209,6 @@ _Static_assert(MDL_METRIC_MAX <= 65535, "metric length is a u16 on disk");
 
 _Static_assert(sizeof(STO_WAL_MAGIC) - 1 == 8, "wal magic is 8 bytes");
 _Static_assert(sizeof(STO_SEG_MAGIC) - 1 == 8, "segment magic is 8 bytes");
+_Static_assert(sizeof(STO_JOBMETA_MAGIC) - 1 == 8, "job metadata magic is 8 bytes");
 
 #endif

@@ -40,6 +40,10 @@ struct sto_chunk_ref {
 	uint32_t head_len;   /* group only: payload bytes of the group's head */
 	uint64_t gen;	     /* WAL generation whose records produced the chunk */
 	struct sto_chunk_stats stats;
+	bool damaged; /* the index entry failed its checksum (only with
+		       * sto_txn_pass_damaged): series_id, uid and stats.min_ts_ns
+		       * come from the key; the location is the entry's, to be
+		       * checked by reading the record; no other statistic holds */
 };
 
 /* Disk bytes a chunk accounts for: its record, or its share of a group

@@ -139,6 +139,14 @@ int sto_read_chunk(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_bu
 int sto_read_chunk_flags(struct sto *s, const struct sto_chunk_ref *ref, unsigned flags,
 			 struct rdb_buf *rec, struct mdl_cols *out, struct sto_read_error *err);
 
+/* For a ref marked damaged (its index entry failed its checksum): reads the
+ * chunk at the entry's location, checked like any read (record checksum,
+ * series id, uid), and fills out with ref and statistics recomputed from the
+ * points. 0, or RDB_ECORRUPT / -errno with err filled (the entry cannot be
+ * trusted to locate its chunk: nothing is answered from it). Blocks on I/O. */
+int sto_chunk_ref_repair(struct sto *s, const struct sto_chunk_ref *ref, struct sto_chunk_ref *out,
+			 struct sto_read_error *err);
+
 /* A consistent view of one series over a range, for queries that answer
  * from chunk statistics and decode only what they must: the head points in
  * range (copied, unsorted) and the index entries of the chunks overlapping
@@ -216,6 +224,8 @@ struct sto_stats {
 	uint64_t wal_damaged_ranges; /* damaged WAL ranges replay skipped at this start */
 	uint64_t wal_kept_files;     /* quarantine/wal-*.damaged files (damaged WAL bytes kept) */
 	uint64_t wal_kept_bytes;     /* their bytes */
+	uint64_t index_damaged;	     /* reads that met a chunk index entry failing its
+				      * checksum (answered by decoding the chunk) */
 	struct sto_wal_stats wal;
 };
 void sto_get_stats(struct sto *s, struct sto_stats *out);

@@ -80,6 +80,7 @@ struct sto {
 	struct sto_index *ix;
 	struct sto_wal *wal;
 	struct sto_seg_readers *readers;
+	struct sto_jobmeta *jobmeta; /* job metadata documents (jobmeta/jobmeta.h) */
 
 	pthread_rwlock_t write_lock; /* shared: a write; exclusive: rotation */
 	pthread_rwlock_t view_lock;  /* shared: a read snapshot; exclusive: head -> chunk */
@@ -134,6 +135,7 @@ struct sto {
 	/* WAL damage (recovery): ranges found at this open, and the copies
 	 * kept in quarantine/ (files and bytes, counted at open). */
 	uint64_t st_wal_damaged_ranges, st_wal_kept_files, st_wal_kept_bytes;
+	_Atomic uint64_t st_index_damaged; /* reads that met a damaged chunk entry */
 };
 
 struct tomb {

@@ -93,6 +93,7 @@ sto_rank() {
 	storage/sto.h | storage/admin.h | storage/rebuild.h) echo "40 api" ;;
 	storage/events/*) echo "50 events" ;;
 	storage/store_int.h) echo "60 state" ;;
+	storage/jobmeta/*) echo "65 jobmeta" ;;
 	# lifecycle/ inside: lifecycle.c -> compact.c -> merge.c -> the rest
 	storage/lifecycle/merge.c) echo "71 merge" ;;
 	storage/lifecycle/compact.c) echo "72 compact" ;;
@@ -140,7 +141,9 @@ if [ -d "$objdir" ]; then
 	for o in "$objdir"/*.o; do
 		src=$(basename "$o" .o)	   # e.g. lifecycle_compact.c
 		case $src in
-		io_* | wal_* | index_* | chunk_* | events_* | lifecycle_* | engine_*) src="storage/${src%%_*}/${src#*_}" ;;
+		io_* | wal_* | index_* | chunk_* | events_* | lifecycle_* | engine_* | jobmeta_*)
+			src="storage/${src%%_*}/${src#*_}"
+			;;
 		*) src="storage/$src" ;;
 		esac
 		read -r r g <<<"$(sto_rank "$src")"

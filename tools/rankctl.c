@@ -695,13 +695,7 @@ static int dir_misc(struct sto *s, const struct opts *o)
 	int rc = 2;
 	if (strcmp(c, "delete") == 0 && o->npos == 2) {
 		struct sto_delete_result r;
-		rc = sto_delete_job(s, o->pos[1], &r);
-		int mrc = rc == 0 || rc == RDB_ENOTFOUND ? qry_meta_delete(o->data_dir, o->pos[1])
-							 : RDB_ENOTFOUND;
-		if (rc == RDB_ENOTFOUND && mrc == 0)
-			rc = 0; /* a job with only a metadata document */
-		if (rc == 0 && mrc != 0 && mrc != RDB_ENOTFOUND)
-			rc = mrc;
+		rc = sto_delete_job(s, o->pos[1], &r); /* its metadata document too */
 		if (rc == 0)
 			printf("{\"deleted\":true,\"series\":%llu,\"chunks\":%llu,\"event_chunks\":"
 			       "%llu}\n",
@@ -740,13 +734,17 @@ static int dir_verify(const struct opts *o, struct sto *s, struct sto_verify_rep
 	printf(
 	    "{\"ok\":%s,\"segments\":%llu,\"records\":%llu,\"chunks\":%llu,\"event_chunks\":%llu,"
 	    "\"supersede_records\":%llu,\"wal_files\":%llu,\"damaged\":%llu,"
-	    "\"quarantined\":%llu,\"wal_damaged_ranges\":%llu,\"wal_damage_kept_files\":%llu}\n",
+	    "\"quarantined\":%llu,\"wal_damaged_ranges\":%llu,\"wal_damage_kept_files\":%llu,"
+	    "\"index_damaged\":%llu,\"meta_docs\":%llu,\"meta_damaged\":%llu,"
+	    "\"meta_unchecked\":%llu}\n",
 	    rep.problems ? "false" : "true", (unsigned long long)rep.segments,
 	    (unsigned long long)rep.records, (unsigned long long)rep.chunks,
 	    (unsigned long long)rep.event_chunks, (unsigned long long)rep.supersede_records,
 	    (unsigned long long)wal->wal_files, (unsigned long long)rep.problems,
 	    (unsigned long long)rep.quarantined, (unsigned long long)wal->wal_damaged_ranges,
-	    (unsigned long long)rep.wal_kept_files);
+	    (unsigned long long)rep.wal_kept_files, (unsigned long long)rep.index_damaged,
+	    (unsigned long long)rep.meta_docs, (unsigned long long)rep.meta_damaged,
+	    (unsigned long long)rep.meta_unchecked);
 	return rep.problems ? 3 : 0;
 }
 

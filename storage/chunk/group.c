@@ -228,7 +228,7 @@ int sto_group_member_decode(const uint8_t *head, const uint8_t *section,
 	int rc = decode_shared(head, dir, flags, out, why);
 	if (rc == 0)
 		rc = decode_section(section, sect->length, &k, out, why);
-	if (rc == 0 && out->n != ref->stats.count) {
+	if (rc == 0 && !ref->damaged && out->n != ref->stats.count) {
 		*why = "chunk point count differs from its index entry";
 		rc = RDB_ECORRUPT;
 	}
@@ -384,7 +384,7 @@ int sto_record_decode_flags(const uint8_t *rec, const struct sto_chunk_ref *ref,
 	rc = sto_codec_decode_flags(payload, plen, STO_CHUNK_MAX_POINTS, flags, out, &used);
 	if (rc == RDB_ECORRUPT)
 		*why = "chunk payload does not decode";
-	if (rc == 0 && out->n != ref->stats.count) {
+	if (rc == 0 && !ref->damaged && out->n != ref->stats.count) {
 		*why = "chunk point count differs from its index entry";
 		rc = RDB_ECORRUPT;
 	}

@@ -36,6 +36,7 @@
 #include "storage/events/evstore.h"
 #include "storage/chunk/segment.h"
 #include "storage/io/uring.h"
+#include "storage/jobmeta/jobmeta.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -332,9 +333,9 @@ static int check_format(const char *dir)
 		if (v == STO_FORMAT_VERSION)
 			return 0;
 		rdb_info("store",
-			 "%s: upgrading the data directory from format %u to %u (adds "
-			 "group and supersede records; older rankdbd releases will refuse it from "
-			 "now on)",
+			 "%s: upgrading the data directory from format %u to %u (format 2 adds "
+			 "group and supersede records, 3 checksums in index values; older rankdbd "
+			 "releases will refuse it from now on)",
 			 path, v, STO_FORMAT_VERSION);
 		return write_format_file(dir);
 	}
@@ -805,6 +806,7 @@ static void destroy(struct sto *s)
 	sti_head_free(s->active);
 	sti_head_free(s->frozen);
 	sto_index_close(s->ix);
+	sto_jobmeta_close(s->jobmeta);
 	sti_cache_free(s);
 	sti_batch_free_all(s);
 	free(s->seal_queue);
@@ -912,6 +914,8 @@ int sto_open(const struct sto_options *opt, struct sto **out)
 	if (s->opt.chunk_max_points < 1 || s->opt.chunk_max_points > STO_CHUNK_MAX_POINTS)
 		s->opt.chunk_max_points = STO_CHUNK_MAX_POINTS;
 	int rc = open_dirs(s);
+	if (rc == 0)
+		rc = sto_jobmeta_open(s->dir, s->opt.read_only, &s->jobmeta);
 	if (rc == 0)
 		rc = open_index(s);
 	if (rc == 0)

@@ -177,12 +177,56 @@ int sto_read_chunk_flags(struct sto *s, const struct sto_chunk_ref *ref, unsigne
 	return rc;
 }
 
+/* Counts and logs a chunk whose index entry failed its checksum. */
+static void note_damaged_entry(struct sto *s, const struct sto_chunk_ref *ref)
+{
+	static struct rdb_log_ratelimit rl;
+	atomic_fetch_add(&s->st_index_damaged, 1);
+	rdb_log_limited(&rl, 10, RDB_LOG_ERROR, "store",
+			"LMDB index: the entry of chunk %llu (series %llu) failed its checksum; "
+			"its statistics are not used, the chunk is decoded instead. 'rankctl "
+			"verify --quarantine' rewrites the entry from the chunk",
+			(unsigned long long)ref->uid, (unsigned long long)ref->series_id);
+}
+
+int sto_chunk_ref_repair(struct sto *s, const struct sto_chunk_ref *ref, struct sto_chunk_ref *out,
+			 struct sto_read_error *err)
+{
+	struct rdb_buf rec;
+	struct mdl_cols cols = {0};
+	rdb_buf_init(&rec, STO_CHUNK_HEADER_SIZE + STO_CHUNK_MAX_PAYLOAD);
+	int rc = sto_read_chunk(s, ref, &rec, &cols, err);
+	if (rc == 0 && cols.n == 0) {
+		snprintf(err->msg, sizeof(err->msg), "chunk %llu of series %llu holds no point",
+			 (unsigned long long)ref->uid, (unsigned long long)ref->series_id);
+		rc = RDB_ECORRUPT;
+	}
+	if (rc == 0) {
+		*out = *ref;
+		sto_chunk_stats_compute(&cols, &out->stats);
+		out->damaged = false;
+	}
+	if (rc == 0 && out->stats.min_ts_ns != ref->stats.min_ts_ns) {
+		snprintf(err->msg, sizeof(err->msg),
+			 "chunk %llu of series %llu starts at %lld, its index key says %lld",
+			 (unsigned long long)ref->uid, (unsigned long long)ref->series_id,
+			 (long long)out->stats.min_ts_ns, (long long)ref->stats.min_ts_ns);
+		rc = RDB_ECORRUPT;
+	}
+	mdl_cols_free(&cols);
+	rdb_buf_free(&rec);
+	return rc;
+}
+
 static int read_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 {
 	struct read_ctx *c = arg;
 	const struct sto_range *r = c->r;
-	if (r->by_step && (ref->stats.max_step == MDL_STEP_NONE ||
-			   ref->stats.max_step < r->step_from || ref->stats.min_step > r->step_to))
+	if (ref->damaged)
+		note_damaged_entry(c->s, ref); /* read in full below: filter_into selects */
+	else if (r->by_step &&
+		 (ref->stats.max_step == MDL_STEP_NONE || ref->stats.max_step < r->step_from ||
+		  ref->stats.min_step > r->step_to))
 		return 0;
 	int rc = sto_read_chunk(c->s, ref, &c->rec, &c->tmp, c->err);
 	if (rc)
@@ -223,8 +267,10 @@ int sto_read(struct sto *s, uint64_t series_id, const struct sto_range *r, size_
 	struct sto_txn *t = NULL;
 	pthread_rwlock_rdlock(&s->view_lock);
 	int rc = sto_txn_begin(s->ix, false, &t);
-	if (rc == 0)
+	if (rc == 0) {
+		sto_txn_pass_damaged(t);
 		rc = read_heads(s, series_id, r, max_points, out);
+	}
 	pthread_rwlock_unlock(&s->view_lock);
 	if (rc == 0)
 		rc = sto_chunk_scan(t, series_id, r->from_ns, r->to_ns, read_chunk_cb, &c);
@@ -239,15 +285,31 @@ int sto_read(struct sto *s, uint64_t series_id, const struct sto_range *r, size_
 }
 
 struct view_ctx {
+	struct sto *s;
 	struct sto_series_view *v;
 	const struct sto_range *r;
 	size_t cap;
 };
 
-static int view_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
+static int view_chunk_cb(void *arg, const struct sto_chunk_ref *ref_in)
 {
 	struct view_ctx *c = arg;
 	const struct sto_range *r = c->r;
+	const struct sto_chunk_ref *ref = ref_in;
+	struct sto_chunk_ref fixed;
+	if (ref->damaged) {
+		/* Statistics answer queries without decoding: recompute them from
+		 * the chunk (checked like any read), or fail; never use them. */
+		struct sto_read_error *err = malloc(sizeof(*err));
+		note_damaged_entry(c->s, ref);
+		int rc = err ? sto_chunk_ref_repair(c->s, ref, &fixed, err) : -ENOMEM;
+		free(err);
+		if (rc)
+			return rc;
+		ref = &fixed;
+		if (ref->stats.max_ts_ns < r->from_ns)
+			return 0;
+	}
 	if (r->by_step && (ref->stats.max_step == MDL_STEP_NONE ||
 			   ref->stats.max_step < r->step_from || ref->stats.min_step > r->step_to))
 		return 0;
@@ -313,12 +375,14 @@ static int view_series(struct sto *s, uint64_t series_id, const struct sto_range
 		       struct sto_series_view *out)
 {
 	memset(out, 0, sizeof(*out));
-	struct view_ctx c = {.v = out, .r = r};
+	struct view_ctx c = {.s = s, .v = out, .r = r};
 	struct sto_txn *t = NULL;
 	pthread_rwlock_rdlock(&s->view_lock);
 	int rc = sto_txn_begin(s->ix, false, &t);
-	if (rc == 0)
+	if (rc == 0) {
+		sto_txn_pass_damaged(t);
 		rc = read_heads(s, series_id, r, max_head_points, &out->head);
+	}
 	pthread_rwlock_unlock(&s->view_lock);
 	if (rc == 0)
 		rc = sto_chunk_scan(t, series_id, r->from_ns, r->to_ns, view_chunk_cb, &c);
@@ -614,6 +678,7 @@ void sto_get_stats(struct sto *s, struct sto_stats *out)
 	out->wal_damaged_ranges = s->st_wal_damaged_ranges; /* set at open, then constant */
 	out->wal_kept_files = s->st_wal_kept_files;
 	out->wal_kept_bytes = s->st_wal_kept_bytes;
+	out->index_damaged = atomic_load(&s->st_index_damaged);
 	if (s->wal)
 		sto_wal_get_stats(s->wal, &out->wal);
 }

@@ -12,16 +12,19 @@
  *   main five below; the data-lifecycle ones and `supersede` are described
  *   with their functions):
  *     meta     key: the name's bytes (no NUL)      value: u64 LE (8 bytes)
- *     series   key: job, 0x00, rank be32, metric   value: series id u64 LE
- *     sid      key: series id be64                 value: the series key bytes
- *     chunks   key: chunk key (24 bytes, below)    value: chunk entry (120 bytes)
+ *     series   key: job, 0x00, rank be32, metric   value: series id u64 LE,
+ *                                                  u64 XXH3-64 of key + id bytes
+ *     sid      key: series id be64                 value: the series key bytes,
+ *                                                  u64 XXH3-64 of key + those
+ *     chunks   key: chunk key (24 bytes, below)    value: chunk entry (136 bytes)
  *     pending  key: gen be64 + chunk key (32)      value: empty
  *   Chunk key: series id be64, min_ts as be64 of ((uint64_t)min_ts ^ 2^63)
  *   (so negative timestamps sort first), uid be64. Keys are big-endian so
  *   LMDB's memcmp order is numeric order; values are little-endian.
  *
- * Chunk entry value, version 1, 128 bytes, little-endian:
- *     0  u8      entry version (1)
+ * Chunk entry value, version 2, 136 bytes, little-endian:
+ *     0  u8      entry version (2; 1 = the first 128 bytes, no checksum:
+ *                read only while an upgrade to format 3 is under way)
  *     1  u8      group member count m: 0 for a chunk record of its own,
  *                2..STO_GROUP_MAX_MEMBERS for a member of a group record
  *     2  u8      member number (< m; 0 when m = 0)
@@ -45,7 +48,11 @@
  *   112  u64     last value bits
  *   120  u32     step_count: points that have a step (== count: every point)
  *   124  u32     group members: head length H of the group record (0 otherwise)
- *   series id and uid live only in the key.
+ *   128  u64     XXH3-64 (seed 0) of the 24-byte key, then bytes 0..127
+ *   series id and uid live only in the key. A damaged entry (checksum,
+ *   size, version or fields) is RDB_ECORRUPT, or, in a transaction marked
+ *   sto_txn_pass_damaged (queries, verify), a ref marked damaged whose
+ *   statistics the caller recomputes by decoding the chunk.
  *
  * Invariants
  *   - Series id 0 is never assigned: meta next_series_id absent means 1.
@@ -203,8 +210,140 @@ static int check_format(struct sto_txn *t, bool read_only)
 			  STO_FORMAT_VERSION);
 		return RDB_EFORMAT;
 	}
-	if (found < STO_FORMAT_VERSION && !read_only) /* upgraded in place: see format.h */
-		return sto_meta_put(t, "format_version", STO_FORMAT_VERSION);
+	/* Older: values without checksums are read as they are until
+	 * upgrade_values (not read-only) has rewritten them (format.h). */
+	t->ix->legacy_values = found < STO_FORMAT_VERSION;
+	return 0;
+}
+
+#define UPGRADE_BATCH 4096u /* entries rewritten per write transaction */
+
+struct rw_slot {
+	uint16_t klen, vlen;
+	uint8_t k[SERIES_KEY_MAX + 1];
+	uint8_t v[IX_VALUE_MAX];
+};
+
+/* Reads the pairs after from (all when !*have_from) into slots (up to max
+ * scanned); *more says whether the table goes on. */
+static int rw_collect(struct sto_txn *t, MDB_dbi dbi, ix_check_fn check, struct rw_slot *slots,
+		      size_t max, size_t *n, uint8_t *from, size_t *from_len, bool *more,
+		      uint64_t *damaged)
+{
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	size_t seen = 0;
+	int ret = ix_cursor_open(t, dbi, &cur);
+	if (ret != 0)
+		return ret;
+	*n = 0;
+	*more = false;
+	for (ret = ix_cursor_seek(t, cur, from, *from_len, &k, &v); ret == 0;
+	     ret = ix_cursor_next(t, cur, &k, &v)) {
+		if (*from_len && k.mv_size == *from_len && memcmp(k.mv_data, from, *from_len) == 0)
+			continue;
+		if (seen++ == max) {
+			*more = true;
+			break;
+		}
+		if (k.mv_size == 0 || k.mv_size > SERIES_KEY_MAX + 1) {
+			(*damaged)++;
+			continue;
+		}
+		memcpy(from, k.mv_data, k.mv_size);
+		*from_len = k.mv_size;
+		struct rw_slot *sl = &slots[*n];
+		size_t vlen = 0;
+		const char *why;
+		int rc = check(t, &k, &v, sl->v, &vlen, &why);
+		if (rc < 0)
+			(*damaged)++;
+		if (rc != 1)
+			continue;
+		sl->klen = (uint16_t)k.mv_size;
+		sl->vlen = (uint16_t)vlen;
+		memcpy(sl->k, k.mv_data, k.mv_size);
+		(*n)++;
+	}
+	ret = ret == RDB_ENOTFOUND ? 0 : ret;
+	mdb_cursor_close(cur);
+	return ret;
+}
+
+int ix_rewrite_legacy(struct sto_index *ix, MDB_dbi dbi, ix_check_fn check, size_t batch,
+		      uint64_t *rewritten, uint64_t *damaged)
+{
+	struct rw_slot *slots = calloc(batch, sizeof(*slots));
+	uint8_t from[SERIES_KEY_MAX + 1];
+	size_t from_len = 0, n = 0;
+	bool more = true;
+	int ret = slots ? 0 : -ENOMEM;
+	while (ret == 0 && more) {
+		struct sto_txn *t = NULL;
+		ret = sto_txn_begin(ix, true, &t);
+		if (ret != 0)
+			break;
+		ret = rw_collect(t, dbi, check, slots, batch, &n, from, &from_len, &more, damaged);
+		for (size_t i = 0; ret == 0 && i < n; i++) {
+			MDB_val k = {.mv_size = slots[i].klen, .mv_data = slots[i].k};
+			MDB_val v = {.mv_size = slots[i].vlen, .mv_data = slots[i].v};
+			ret = ix_err(ix, mdb_put(t->txn, dbi, &k, &v, 0), "upgrade put");
+		}
+		if (ret != 0) {
+			sto_txn_abort(t);
+			break;
+		}
+		ret = sto_txn_commit(t);
+		if (ret == 0)
+			*rewritten += n;
+	}
+	free(slots);
+	return ret;
+}
+
+/* Format 3: every chunk entry gets its checksum, in bounded transactions;
+ * format_version says 3 only once all are rewritten, so a crash in the
+ * middle is finished at the next open. */
+static int upgrade_values(struct sto_index *ix)
+{
+	uint64_t chunks = 0, others = 0, damaged = 0;
+	struct sto_txn *t = NULL;
+	rdb_info(SUBSYS, "LMDB index %s: upgrading to format %u (checksums in index values)",
+		 ix->dir, STO_FORMAT_VERSION);
+	int ret = ix_chunks_upgrade(ix, UPGRADE_BATCH, &chunks, &damaged);
+	if (ret == 0)
+		ret = ix_rewrite_legacy(ix, ix->series, ix_series_check, UPGRADE_BATCH, &others,
+					&damaged);
+	if (ret == 0)
+		ret =
+		    ix_rewrite_legacy(ix, ix->sid, ix_sid_check, UPGRADE_BATCH, &others, &damaged);
+	if (ret == 0)
+		ret = ix_rewrite_legacy(ix, ix->rollups, ix_rollup_check, UPGRADE_BATCH, &others,
+					&damaged);
+	if (ret == 0)
+		ret = sto_txn_begin(ix, true, &t);
+	if (ret == 0)
+		ret = sto_meta_put(t, "format_version", STO_FORMAT_VERSION);
+	if (ret == 0)
+		ret = sto_txn_commit(t);
+	else
+		sto_txn_abort(t);
+	if (ret != 0) {
+		rdb_error(SUBSYS,
+			  "LMDB index %s: the upgrade to format %u failed (%s); it is "
+			  "finished at the next start",
+			  ix->dir, STO_FORMAT_VERSION, rdb_strerror(ret));
+		return ret;
+	}
+	ix->legacy_values = false;
+	rdb_info(SUBSYS,
+		 "LMDB index %s: format %u: %llu chunk entries and %llu series catalog and "
+		 "rollup values given a checksum%s",
+		 ix->dir, STO_FORMAT_VERSION, (unsigned long long)chunks,
+		 (unsigned long long)others,
+		 damaged ? "; some entries do not decode and were left as they are: run "
+			   "'rankctl verify'"
+			 : "");
 	return 0;
 }
 
@@ -300,6 +439,8 @@ static int index_open(const char *dir, uint64_t map_bytes, bool read_only, struc
 		goto out;
 	ret = sto_txn_commit(t); /* read-only too: an aborted txn closes its dbi handles */
 	t = NULL;
+	if (ret == 0 && ix->legacy_values && !read_only)
+		ret = upgrade_values(ix);
 	if (ret != 0)
 		goto out;
 	find_map(ix);
@@ -455,5 +596,58 @@ int sto_index_check_all(struct sto_txn *t, uint64_t *entries)
 		mdb_cursor_close(cur);
 	}
 	*entries = n;
+	return ret;
+}
+
+/* ---- value checks for verify ---------------------------------------------- */
+
+static void describe(const MDB_val *k, int which, const char *why, char *msg, size_t size)
+{
+	const uint8_t *p = k->mv_data;
+	if (which == 2 && k->mv_size == 17)
+		snprintf(msg, size,
+			 "rollup record of series %llu, tier %u, bucket %lld: %s; queries over it "
+			 "fail; rollups are not derived data: restore index/ from a backup",
+			 (unsigned long long)rdb_get_be64(p), p[8],
+			 (long long)(rdb_get_be64(p + 9) ^ TS_FLIP), why);
+	else if (which == 1 && k->mv_size == 8)
+		snprintf(msg, size,
+			 "series catalog entry of series id %llu (id -> key): %s; queries of it "
+			 "fail; 'rankctl rebuild-index' recreates the catalog",
+			 (unsigned long long)rdb_get_be64(p), why);
+	else
+		snprintf(msg, size,
+			 "series catalog entry '%.*s' (key -> id; job, 0, rank, metric): %s; "
+			 "queries of it fail; 'rankctl rebuild-index' recreates the catalog",
+			 (int)(k->mv_size > 300 ? 300 : k->mv_size), (const char *)p, why);
+}
+
+int sto_index_check_values(struct sto_txn *t, sto_index_problem_fn fn, void *arg, uint64_t *damaged)
+{
+	MDB_dbi dbs[3] = {t->ix->series, t->ix->sid, t->ix->rollups};
+	ix_check_fn checks[3] = {ix_series_check, ix_sid_check, ix_rollup_check};
+	uint8_t fixed[IX_VALUE_MAX];
+	char msg[1024];
+	int ret = 0;
+	for (int i = 0; ret == 0 && i < 3; i++) {
+		MDB_cursor *cur = NULL;
+		MDB_val k, v;
+		ret = ix_cursor_open(t, dbs[i], &cur);
+		if (ret != 0)
+			break;
+		for (ret = ix_cursor_seek(t, cur, NULL, 0, &k, &v); ret == 0;
+		     ret = ix_cursor_next(t, cur, &k, &v)) {
+			size_t n;
+			const char *why;
+			if (checks[i](t, &k, &v, fixed, &n, &why) >= 0)
+				continue;
+			(*damaged)++;
+			describe(&k, i, why, msg, sizeof(msg));
+			if (fn)
+				fn(arg, msg);
+		}
+		ret = ret == RDB_ENOTFOUND ? 0 : ret;
+		mdb_cursor_close(cur);
+	}
 	return ret;
 }

@@ -53,6 +53,20 @@ int sto_txn_begin(struct sto_index *ix, bool write, struct sto_txn **out);
  * the txn is freed either way. */
 int sto_txn_commit(struct sto_txn *t);
 void sto_txn_abort(struct sto_txn *t); /* frees; NULL ok */
+/* From now on, a chunk entry of t that fails its checksum or shape does not
+ * fail the chunk scan or get that meets it: the callback gets a ref marked
+ * damaged (key fields and the entry's location, no statistics) for the
+ * caller to decode the chunk itself (queries, verify). Without it (every
+ * writer: compaction, retention, merge) such an entry is RDB_ECORRUPT. */
+void sto_txn_pass_damaged(struct sto_txn *t);
+
+/* Checks the checksum of every series catalog value (series, sid) and
+ * rollup record (chunk entries: sto_chunk_scan_all with pass_damaged);
+ * calls fn with a one-line description of each damaged one and counts it
+ * in *damaged. Read-only. 0 or the error that stopped the walk. */
+typedef void (*sto_index_problem_fn)(void *arg, const char *msg);
+int sto_index_check_values(struct sto_txn *t, sto_index_problem_fn fn, void *arg,
+			   uint64_t *damaged);
 
 /* meta: RDB_ENOTFOUND if the key is absent. */
 int sto_meta_get(struct sto_txn *t, const char *key, uint64_t *out);

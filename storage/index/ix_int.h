@@ -27,8 +27,11 @@
 #define PENDING_KEY_SIZE (8u + CHUNK_KEY_SIZE)
 #define SERIES_KEY_MAX	 (MDL_JOB_MAX + 1u + 4u + MDL_METRIC_MAX)
 
-/* Chunk entry value v1: byte offsets (see the top comment). */
-#define ENTRY_VERSION 1u
+/* Chunk entry value v2: byte offsets (see the top comment). Version 1 was
+ * the first 128 bytes without the checksum (read only while the index is
+ * being upgraded: sto_index.legacy_values). */
+#define ENTRY_VERSION	 2u
+#define ENTRY_VERSION_V1 1u
 enum {
 	E_VERSION = 0,
 	E_GROUP_N = 1, /* 0, or the member count of the group record */
@@ -52,9 +55,13 @@ enum {
 	E_LAST = 112,
 	E_STEP_COUNT = 120,
 	E_HEAD_LEN = 124, /* group members: head length H of the group record */
-	ENTRY_SIZE = 128,
+	ENTRY_SIZE_V1 = 128,
+	E_CHECKSUM = 128, /* XXH3-64 of the chunk key, then bytes 0..127 */
+	ENTRY_SIZE = 136,
 };
-_Static_assert(ENTRY_SIZE == 128 && E_HEAD_LEN + 4 == ENTRY_SIZE, "chunk entry v1 is 128 bytes");
+_Static_assert(ENTRY_SIZE_V1 == 128 && E_HEAD_LEN + 4 == ENTRY_SIZE_V1,
+	       "chunk entry v1: 128 bytes");
+_Static_assert(E_CHECKSUM + 8 == ENTRY_SIZE, "chunk entry v2: 136 bytes");
 _Static_assert(SERIES_KEY_MAX <= 511u, "series key fits LMDB's default max key size");
 
 #define TS_FLIP 0x8000000000000000ull
@@ -70,12 +77,16 @@ struct sto_index {
 	char *dir;	    /* owned copy, for log lines */
 	void *map_addr;	    /* LMDB's map of the file (find_map); NULL: unknown */
 	size_t map_len;
+	bool legacy_values; /* format_version < 3: values without checksums are
+			     * accepted (read-only open, or an upgrade under way) */
 };
 
 struct sto_txn {
 	MDB_txn *txn;
 	struct sto_index *ix;
 	bool write;
+	bool pass_damaged; /* sto_txn_pass_damaged: damaged chunk entries reach
+			    * scan callbacks marked instead of failing the scan */
 };
 
 /* ---- index.c: error border, values, cursors ---- */
@@ -108,8 +119,33 @@ int ix_meta_next(struct sto_txn *t, const char *key, uint64_t absent_val, uint64
 /* ---- ix_chunks.c: encodings shared with the quarantine table ---- */
 /* Writes the CHUNK_KEY_SIZE-byte chunk key into p. */
 void ix_chunk_key_put(uint8_t *p, uint64_t series_id, int64_t min_ts_ns, uint64_t uid);
-/* Writes the ENTRY_SIZE-byte chunk entry of r into p. */
+/* Writes the ENTRY_SIZE-byte chunk entry of r (with its checksum, over the
+ * key of r) into p. */
 void ix_entry_encode(const struct sto_chunk_ref *r, uint8_t *p);
+/* Rewrites every chunk entry without a checksum (version 1) as version 2,
+ * in write transactions of at most batch entries each; *rewritten counts
+ * them, *damaged the entries left as they are because they do not decode.
+ * Idempotent: a crash in the middle is finished by the next call. */
+int ix_chunks_upgrade(struct sto_index *ix, size_t batch, uint64_t *rewritten, uint64_t *damaged);
+
+/* ---- value checks with checksums (format 3), for upgrade and verify ----
+ * Each checks one key/value pair of its table: 0 when it is sound; 1 when it
+ * is a value of format 1/2 (no checksum; only while t->ix->legacy_values),
+ * with *fixed / *fixed_len the same value with its checksum (fixed holds
+ * IX_VALUE_MAX bytes); RDB_ECORRUPT with *why when it is damaged. */
+#define IX_VALUE_MAX 1024u
+typedef int (*ix_check_fn)(const struct sto_txn *t, const MDB_val *k, const MDB_val *v,
+			   uint8_t *fixed, size_t *fixed_len, const char **why);
+int ix_rollup_check(const struct sto_txn *t, const MDB_val *k, const MDB_val *v, uint8_t *fixed,
+		    size_t *fixed_len, const char **why);
+int ix_series_check(const struct sto_txn *t, const MDB_val *k, const MDB_val *v, uint8_t *fixed,
+		    size_t *fixed_len, const char **why);
+int ix_sid_check(const struct sto_txn *t, const MDB_val *k, const MDB_val *v, uint8_t *fixed,
+		 size_t *fixed_len, const char **why);
+/* Rewrites every value of dbi that check says is of format 1/2, in write
+ * transactions of at most batch pairs; damaged ones are left and counted. */
+int ix_rewrite_legacy(struct sto_index *ix, MDB_dbi dbi, ix_check_fn check, size_t batch,
+		      uint64_t *rewritten, uint64_t *damaged);
 
 /* ---- ix_events.c ---- */
 /* Writes the events key of (job, min_ts_ns, uid) into p; returns its length. */

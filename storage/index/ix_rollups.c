@@ -10,6 +10,7 @@
 #include "storage/index/ix_int.h"
 
 #include "common/rdb_err.h"
+#include "common/rdb_hash.h"
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
 
@@ -37,11 +38,19 @@ enum {
 	R_NOSTEP = 104,
 	R_MIN_ATT = 112,
 	R_MAX_ATT = 116,
-	R_RESERVED = 120,
+	R_CHECKSUM = 120, /* XXH3-64 of the key, then bytes 0..119 (0 before format 3) */
 	ROLLUP_SIZE = 128,
 };
-_Static_assert(ROLLUP_SIZE == STO_ROLLUP_RECORD_SIZE && R_RESERVED + 8 == ROLLUP_SIZE,
-	       "rollup record v1 is 128 bytes");
+_Static_assert(ROLLUP_SIZE == STO_ROLLUP_RECORD_SIZE && R_CHECKSUM + 8 == ROLLUP_SIZE,
+	       "rollup record is 128 bytes");
+
+static uint64_t rollup_checksum(const uint8_t *key, const uint8_t *p)
+{
+	uint8_t buf[RK_SIZE + R_CHECKSUM];
+	memcpy(buf, key, RK_SIZE);
+	memcpy(buf + RK_SIZE, p, R_CHECKSUM);
+	return rdb_hash64(buf, sizeof(buf), 0);
+}
 
 static void rollup_key(uint8_t *kb, uint64_t series_id, unsigned tier, int64_t bucket)
 {
@@ -50,7 +59,7 @@ static void rollup_key(uint8_t *kb, uint64_t series_id, unsigned tier, int64_t b
 	rdb_put_be64(kb + 9, (uint64_t)bucket ^ TS_FLIP);
 }
 
-static void rollup_encode(uint8_t *p, const struct sto_rollup *r)
+static void rollup_encode(const uint8_t *key, uint8_t *p, const struct sto_rollup *r)
 {
 	rdb_put_le64(p + R_COUNT, r->count);
 	rdb_put_le64(p + R_NAN, r->nan_count);
@@ -68,15 +77,48 @@ static void rollup_encode(uint8_t *p, const struct sto_rollup *r)
 	rdb_put_le64(p + R_NOSTEP, r->nostep_count);
 	rdb_put_le32(p + R_MIN_ATT, r->min_attempt);
 	rdb_put_le32(p + R_MAX_ATT, r->max_attempt);
-	rdb_put_le64(p + R_RESERVED, 0);
+	rdb_put_le64(p + R_CHECKSUM, rollup_checksum(key, p));
 }
 
-static int rollup_decode(struct sto_txn *t, const MDB_val *v, struct sto_rollup *r)
+int ix_rollup_check(const struct sto_txn *t, const MDB_val *k, const MDB_val *v, uint8_t *fixed,
+		    size_t *fixed_len, const char **why)
 {
 	const uint8_t *p = v->mv_data;
-	if (v->mv_size != ROLLUP_SIZE) {
-		rdb_warn("index", "%s: rollup record of %zu bytes (want %d): run rankctl verify",
-			 t->ix->dir, v->mv_size, ROLLUP_SIZE);
+	*why = "wrong size";
+	if (k->mv_size != RK_SIZE || v->mv_size != ROLLUP_SIZE)
+		return RDB_ECORRUPT;
+	uint64_t sum = rdb_get_le64(p + R_CHECKSUM);
+	if (sum == 0 && t->ix->legacy_values) { /* written before format 3 */
+		memcpy(fixed, p, ROLLUP_SIZE);
+		rdb_put_le64(fixed + R_CHECKSUM, rollup_checksum(k->mv_data, p));
+		*fixed_len = ROLLUP_SIZE;
+		return 1;
+	}
+	*why = "checksum mismatch";
+	return sum == rollup_checksum(k->mv_data, p) ? 0 : RDB_ECORRUPT;
+}
+
+/* Decodes a record after its check: a damaged one is RDB_ECORRUPT (no
+ * fallback: rollups are the only copy of what retention dropped). */
+static int rollup_decode(struct sto_txn *t, const MDB_val *k, const MDB_val *v,
+			 struct sto_rollup *r)
+{
+	static struct rdb_log_ratelimit rl;
+	const uint8_t *p = v->mv_data;
+	uint8_t fixed[ROLLUP_SIZE];
+	size_t fixed_len;
+	const char *why;
+	if (ix_rollup_check(t, k, v, fixed, &fixed_len, &why) < 0) {
+		const uint8_t *kb = k->mv_data;
+		bool key_ok = k->mv_size == RK_SIZE;
+		rdb_log_limited(
+		    &rl, 10, RDB_LOG_ERROR, SUBSYS,
+		    "LMDB index %s: rollup record of series %llu, tier %u, bucket %lld is "
+		    "damaged (%s); the query fails rather than answer from it. Rollups "
+		    "are not derived data: restore index/ from a backup",
+		    t->ix->dir, key_ok ? (unsigned long long)rdb_get_be64(kb) : 0ull,
+		    key_ok ? kb[8] : 0u, key_ok ? (long long)(rdb_get_be64(kb + 9) ^ TS_FLIP) : 0ll,
+		    why);
 		return RDB_ECORRUPT;
 	}
 	r->count = rdb_get_le64(p + R_COUNT);
@@ -105,7 +147,7 @@ int sto_rollup_get(struct sto_txn *t, uint64_t series_id, unsigned tier, int64_t
 	MDB_val k = {.mv_size = sizeof(kb), .mv_data = kb}, v;
 	rollup_key(kb, series_id, tier, bucket);
 	int ret = ix_err(t->ix, mdb_get(t->txn, t->ix->rollups, &k, &v), "rollup get");
-	return ret ? ret : rollup_decode(t, &v, out);
+	return ret ? ret : rollup_decode(t, &k, &v, out);
 }
 
 int sto_rollup_put(struct sto_txn *t, uint64_t series_id, unsigned tier, int64_t bucket,
@@ -115,7 +157,7 @@ int sto_rollup_put(struct sto_txn *t, uint64_t series_id, unsigned tier, int64_t
 	MDB_val k = {.mv_size = sizeof(kb), .mv_data = kb},
 		v = {.mv_size = sizeof(vb), .mv_data = vb};
 	rollup_key(kb, series_id, tier, bucket);
-	rollup_encode(vb, r);
+	rollup_encode(kb, vb, r);
 	return ix_err(t->ix, mdb_put(t->txn, t->ix->rollups, &k, &v, 0), "rollup put");
 }
 
@@ -140,7 +182,7 @@ int sto_rollup_scan(struct sto_txn *t, uint64_t series_id, unsigned tier, int64_
 		int64_t bucket = (int64_t)(rdb_get_be64((const uint8_t *)k.mv_data + 9) ^ TS_FLIP);
 		if (bucket > to_bucket)
 			break;
-		ret = rollup_decode(t, &v, &r);
+		ret = rollup_decode(t, &k, &v, &r);
 		if (ret == 0)
 			ret = fn(arg, bucket, &r);
 		if (ret != 0)

@@ -10,6 +10,7 @@
 #include "storage/index/ix_int.h"
 
 #include "common/rdb_err.h"
+#include "common/rdb_hash.h"
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
 
@@ -55,6 +56,99 @@ static int series_key_decode(const struct sto_txn *t, const MDB_val *v, struct m
 	return 0;
 }
 
+/* ---- values with checksums (format 3) ------------------------------------ *
+ * series value: id u64 LE, then XXH3-64 of the series key and those 8 bytes.
+ * sid value: the series key bytes, then XXH3-64 of the sid key (be64) and
+ * those bytes. Before format 3: the id alone / the key bytes alone. */
+
+#define SERIES_VALUE_SIZE 16u
+#define SUM_SIZE	  8u
+
+static uint64_t pair_sum(const void *k, size_t kn, const void *v, size_t vn)
+{
+	uint8_t buf[8 + SERIES_KEY_MAX + 8];
+	if (kn + vn > sizeof(buf))
+		return 0; /* callers pass bounded keys; a mismatch follows */
+	memcpy(buf, k, kn);
+	memcpy(buf + kn, v, vn);
+	return rdb_hash64(buf, kn + vn, 0);
+}
+
+static void series_value_put(const MDB_val *skey, uint64_t id, uint8_t *out)
+{
+	rdb_put_le64(out, id);
+	rdb_put_le64(out + 8, pair_sum(skey->mv_data, skey->mv_size, out, 8));
+}
+
+/* The sid value of (idbe, skey) into out (skey->mv_size + 8 bytes). */
+static void sid_value_put(const uint8_t *idbe, const MDB_val *skey, uint8_t *out)
+{
+	memcpy(out, skey->mv_data, skey->mv_size);
+	rdb_put_le64(out + skey->mv_size, pair_sum(idbe, 8, skey->mv_data, skey->mv_size));
+}
+
+int ix_series_check(const struct sto_txn *t, const MDB_val *k, const MDB_val *v, uint8_t *fixed,
+		    size_t *fixed_len, const char **why)
+{
+	*why = "wrong size";
+	if (k->mv_size > SERIES_KEY_MAX)
+		return RDB_ECORRUPT;
+	if (v->mv_size == 8 && t->ix->legacy_values) {
+		series_value_put(k, rdb_get_le64(v->mv_data), fixed);
+		*fixed_len = SERIES_VALUE_SIZE;
+		return 1;
+	}
+	if (v->mv_size != SERIES_VALUE_SIZE)
+		return RDB_ECORRUPT;
+	*why = "checksum mismatch";
+	const uint8_t *p = v->mv_data;
+	return rdb_get_le64(p + 8) == pair_sum(k->mv_data, k->mv_size, p, 8) ? 0 : RDB_ECORRUPT;
+}
+
+int ix_sid_check(const struct sto_txn *t, const MDB_val *k, const MDB_val *v, uint8_t *fixed,
+		 size_t *fixed_len, const char **why)
+{
+	const uint8_t *p = v->mv_data;
+	size_t n = v->mv_size;
+	*why = "wrong size";
+	if (k->mv_size != 8 || n > SERIES_KEY_MAX + SUM_SIZE)
+		return RDB_ECORRUPT;
+	if (n > SUM_SIZE &&
+	    rdb_get_le64(p + n - SUM_SIZE) == pair_sum(k->mv_data, 8, p, n - SUM_SIZE))
+		return 0;
+	if (t->ix->legacy_values && n <= SERIES_KEY_MAX) {
+		MDB_val skey = {.mv_size = n, .mv_data = (void *)p};
+		sid_value_put(k->mv_data, &skey, fixed);
+		*fixed_len = n + SUM_SIZE;
+		return 1;
+	}
+	*why = "checksum mismatch";
+	return RDB_ECORRUPT;
+}
+
+static int damaged_value(const struct sto_txn *t, const char *what, const char *why)
+{
+	static struct rdb_log_ratelimit rl;
+	rdb_log_limited(&rl, 10, RDB_LOG_ERROR, SUBSYS,
+			"LMDB index %s: a %s is damaged (%s); the operation failed rather than "
+			"answer from it. 'rankctl verify' names it; 'rankctl rebuild-index' "
+			"recreates the series catalog from the segment files",
+			t->ix->dir, what, why);
+	return RDB_ECORRUPT;
+}
+
+/* The series id of a series-db pair, checked. */
+static int series_id_of(const struct sto_txn *t, const MDB_val *k, const MDB_val *v, uint64_t *id)
+{
+	uint8_t fixed[SERIES_VALUE_SIZE];
+	size_t n;
+	const char *why;
+	if (ix_series_check(t, k, v, fixed, &n, &why) < 0)
+		return damaged_value(t, "series catalog entry (series key -> id)", why);
+	*id = rdb_get_le64(v->mv_data);
+	return 0;
+}
+
 /* ---- series -------------------------------------------------------------- */
 
 int sto_series_lookup(struct sto_txn *t, const struct mdl_series_key *k, uint64_t *id)
@@ -68,14 +162,15 @@ int sto_series_lookup(struct sto_txn *t, const struct mdl_series_key *k, uint64_
 	ret = ix_err(t->ix, mdb_get(t->txn, t->ix->series, &key, &v), "series lookup");
 	if (ret != 0)
 		return ret;
-	return ix_u64_value(t, &v, "series id value", id);
+	return series_id_of(t, &key, &v, id);
 }
 
 static int series_create(struct sto_txn *t, const MDB_val *skey, uint64_t *id)
 {
-	uint8_t idle[8], idbe[8];
-	MDB_val k = *skey, v = {.mv_size = 8, .mv_data = idle};
-	MDB_val sk = {.mv_size = 8, .mv_data = idbe}, sv = *skey;
+	uint8_t idle[SERIES_VALUE_SIZE], idbe[8], sidv[SERIES_KEY_MAX + SUM_SIZE];
+	MDB_val k = *skey, v = {.mv_size = sizeof(idle), .mv_data = idle};
+	MDB_val sk = {.mv_size = 8, .mv_data = idbe};
+	MDB_val sv = {.mv_size = skey->mv_size + SUM_SIZE, .mv_data = sidv};
 	uint64_t nid;
 	int ret = ix_meta_next(t, "next_series_id", 1, &nid);
 
@@ -83,8 +178,9 @@ static int series_create(struct sto_txn *t, const MDB_val *skey, uint64_t *id)
 		return ret;
 	if (nid == 0)
 		return ix_corrupt(t, "meta next_series_id (0)", 8);
-	rdb_put_le64(idle, nid);
+	series_value_put(skey, nid, idle);
 	rdb_put_be64(idbe, nid);
+	sid_value_put(idbe, skey, sidv);
 	ret = ix_err(t->ix, mdb_put(t->txn, t->ix->sid, &sk, &sv, MDB_NOOVERWRITE), "sid put");
 	if (ret == -EEXIST)
 		return ix_corrupt(t, "meta next_series_id (already used)", 8);
@@ -109,7 +205,7 @@ int sto_series_get_or_create(struct sto_txn *t, const struct mdl_series_key *k, 
 		return -EACCES;
 	ret = ix_err(t->ix, mdb_get(t->txn, t->ix->series, &key, &v), "series lookup");
 	if (ret == 0) {
-		ret = ix_u64_value(t, &v, "series id value", id);
+		ret = series_id_of(t, &key, &v, id);
 		if (ret == 0)
 			*created = false;
 		return ret;
@@ -132,6 +228,14 @@ int sto_series_key_of(struct sto_txn *t, uint64_t id, struct mdl_series_key *out
 	ret = ix_err(t->ix, mdb_get(t->txn, t->ix->sid, &k, &v), "sid get");
 	if (ret != 0)
 		return ret;
+	uint8_t fixed[SERIES_KEY_MAX + SUM_SIZE];
+	size_t n;
+	const char *why;
+	ret = ix_sid_check(t, &k, &v, fixed, &n, &why);
+	if (ret < 0)
+		return damaged_value(t, "series catalog entry (id -> series key)", why);
+	if (ret == 0)
+		v.mv_size -= SUM_SIZE; /* 1: a key without checksum (before format 3) */
 	return series_key_decode(t, &v, out);
 }
 
@@ -161,7 +265,7 @@ int sto_series_scan(struct sto_txn *t, const char *job, sto_series_fn fn, void *
 			break;
 		ret = series_key_decode(t, &k, &key);
 		if (ret == 0)
-			ret = ix_u64_value(t, &v, "series id value", &id);
+			ret = series_id_of(t, &k, &v, &id);
 		if (ret == 0)
 			ret = fn(arg, &key, id);
 		if (ret != 0)
@@ -223,15 +327,17 @@ int sto_series_del(struct sto_txn *t, const struct mdl_series_key *k, uint64_t i
 
 int sto_series_put(struct sto_txn *t, const struct mdl_series_key *k, uint64_t id)
 {
-	uint8_t buf[SERIES_KEY_MAX], idle[8], idbe[8];
-	MDB_val key = {.mv_data = buf}, v = {.mv_size = 8, .mv_data = idle};
+	uint8_t buf[SERIES_KEY_MAX], idle[SERIES_VALUE_SIZE], idbe[8],
+	    sidv[SERIES_KEY_MAX + SUM_SIZE];
+	MDB_val key = {.mv_data = buf}, v = {.mv_size = sizeof(idle), .mv_data = idle};
 	MDB_val sk = {.mv_size = 8, .mv_data = idbe};
 	int ret = series_key_encode(k, buf, &key.mv_size);
 	if (ret != 0 || id == 0)
 		return ret ? ret : RDB_EINVAL;
-	rdb_put_le64(idle, id);
+	series_value_put(&key, id, idle);
 	rdb_put_be64(idbe, id);
-	MDB_val sv = key;
+	sid_value_put(idbe, &key, sidv);
+	MDB_val sv = {.mv_size = key.mv_size + SUM_SIZE, .mv_data = sidv};
 	ret = ix_err(t->ix, mdb_put(t->txn, t->ix->series, &key, &v, 0), "series put");
 	if (ret == 0)
 		ret = ix_err(t->ix, mdb_put(t->txn, t->ix->sid, &sk, &sv, 0), "sid put");

@@ -28,6 +28,7 @@
 #include "storage/chunk/codec.h"
 #include "storage/events/evstore.h"
 #include "storage/chunk/segment.h"
+#include "storage/jobmeta/jobmeta.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -386,6 +387,7 @@ static int del_collect(struct sto *s, struct del_job *d)
 	int rc = sto_txn_begin(s->ix, false, &t);
 	if (rc)
 		return rc;
+	sto_txn_pass_damaged(t); /* deletion needs only keys: a damaged entry goes too */
 	d->ev.job = d->job;
 	rc = sto_series_scan(t, d->job, del_series_cb, d);
 	for (size_t i = 0; rc == 0 && i < d->series.n; i++)
@@ -566,6 +568,11 @@ int sto_delete_job(struct sto *s, const char *job, struct sto_delete_result *r)
 	struct del_job d = {.job = job, .res = r};
 	memset(r, 0, sizeof(*r));
 	int rc = sti_run_on_flusher(s, delete_job_op, &d);
+	int mrc = rc == 0 || rc == RDB_ENOTFOUND ? sto_jobmeta_delete(s, job) : RDB_ENOTFOUND;
+	if (rc == RDB_ENOTFOUND && mrc == 0)
+		rc = 0; /* a job with only a metadata document */
+	else if (rc == 0 && mrc != RDB_ENOTFOUND)
+		rc = mrc;
 	free(d.series.v);
 	free(d.keys);
 	free(d.chunks.v);

@@ -656,9 +656,7 @@ static void test_outliers_and_errors(void)
 
 static void test_meta(void)
 {
-	char dir[4300];
-	snprintf(dir, sizeof(dir), "%s/meta-data", base);
-	mkdir(dir, 0755);
+	struct sto *dir = open_store("meta", 16);
 	struct qry_error err;
 	struct rdb_buf out;
 	rdb_buf_init(&out, 1 << 21);
@@ -684,6 +682,7 @@ static void test_meta(void)
 	CHECK_EQ_INT(qry_meta_get(dir, "j1", &out, &err), 0); /* the old one is intact */
 	CHECK(out.len == strlen(doc));
 	rdb_buf_free(&out);
+	sto_close(dir);
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)

@@ -481,9 +481,9 @@ static void test_bad_file_header(void)
 	CHECK_EQ_INT(r.records, 12345); /* untouched on failure */
 	CHECK_EQ_INT(s->n, 0);
 	poke(path, 0, 0x20);
-	poke(path, 8, 0x02); /* version 1 -> 3 */
+	poke(path, 8, 0x40); /* a version no build knows (64 + the current one) */
 	CHECK_EQ_INT(replay(dir, 5, s, &r), RDB_EFORMAT);
-	poke(path, 8, 0x02);
+	poke(path, 8, 0x40);
 	poke(path, 16, 0x01); /* generation 5 -> 4 */
 	CHECK_EQ_INT(replay(dir, 5, s, &r), RDB_ECORRUPT);
 	poke(path, 16, 0x01);

@@ -1,0 +1,250 @@
+"""Issue 10 item 7: damage in what answers queries without being a chunk is
+detected, never served, counted and reported by verify: job metadata
+documents (meta/<job>.meta) and the chunk statistics in the LMDB index."""
+
+import json
+import os
+import struct
+import subprocess
+import tarfile
+import urllib.parse
+
+from harness import Server
+
+
+def _rankctl(*args):
+    binary = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+        os.environ.get("RDB_BIN") or "build/server/rankdbd"))), "tools", "rankctl")
+    return subprocess.run([binary] + list(args), capture_output=True, text=True, timeout=120)
+
+
+def _tree(d):
+    out = {}
+    for root, _, files in os.walk(d):
+        for f in files:
+            p = os.path.join(root, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, d)] = fh.read()
+    return out
+
+
+def _put_meta(s, job, doc):
+    st, _, body = s.request("PUT", "/api/v1/jobs/%s/meta" % job, body=json.dumps(doc).encode(),
+                            headers={"Content-Type": "application/json"})
+    assert st == 200, (st, body)
+
+
+def _metric(s, name):
+    st, _, body = s.get("/metrics")
+    assert st == 200
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError("no metric %s" % name)
+
+
+def test_damaged_job_metadata_is_never_served():
+    s = Server(["--detect", "off"]).start()
+    doc = {"world_size": 512, "lr": 0.0003, "model": "gpt-small"}
+    _put_meta(s, "mj", doc)
+    _put_meta(s, "ok", {"a": 1})
+    assert s.get_json("/api/v1/jobs/mj/meta") == (200, doc)
+    s.stop()
+    # one flipped bit in the middle of the stored document ("512" -> "5\x132")
+    path = os.path.join(s.data_dir, "meta", "mj.meta")
+    with open(path, "rb") as f:
+        raw = f.read()
+    pos = raw.index(b"512") + 1
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        f.write(bytes([raw[pos] ^ 0x02]))
+    # verify (read-only) reports it and changes nothing
+    before = _tree(s.data_dir)
+    r = _rankctl("--data-dir", s.data_dir, "verify")
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+    assert "DAMAGED" in r.stdout and "job mj" in r.stdout, r.stdout
+    assert '"meta_damaged":1' in r.stdout, r.stdout
+    assert _tree(s.data_dir) == before, "verify changed the data directory"
+    s.start()
+    st, _, body = s.get("/api/v1/jobs/mj/meta")
+    text = body.decode()
+    assert st == 500, (st, text)
+    assert "512" not in text and "job mj" in text and "damaged" in text, text
+    assert "PUT /api/v1/jobs/mj/meta" in text, text  # what the operator can do
+    assert s.get_json("/api/v1/jobs/ok/meta") == (200, {"a": 1})
+    assert _metric(s, "rankdb_job_meta_damaged_documents") == 1
+    assert _metric(s, "rankdb_job_meta_damaged_reads_total") == 1
+    # the job list still answers, without the damaged document
+    st, jobs = s.get_json("/api/v1/jobs")
+    assert st == 200, jobs
+    assert "512" not in json.dumps(jobs)
+    # storing it again repairs it; verify is clean again
+    _put_meta(s, "mj", doc)
+    assert s.get_json("/api/v1/jobs/mj/meta") == (200, doc)
+    s.stop()
+    r = _rankctl("--data-dir", s.data_dir, "verify")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+
+
+def test_legacy_job_metadata_is_upgraded_in_place():
+    s = Server(["--detect", "off"]).start()
+    s.stop()
+    # a document as the previous release stored it: meta/<job>.json, bare bytes
+    meta = os.path.join(s.data_dir, "meta")
+    os.makedirs(meta, exist_ok=True)
+    body = b'{"world_size": 8, "note": "written by the old layout"}'
+    with open(os.path.join(meta, "old.json"), "wb") as f:
+        f.write(body)
+    r = _rankctl("--data-dir", s.data_dir, "verify")
+    assert r.returncode == 0 and '"meta_unchecked":1' in r.stdout, r.stdout
+    s.start()
+    st, _, got = s.get("/api/v1/jobs/old/meta")
+    assert st == 200 and got == body, (st, got)
+    assert sorted(os.listdir(meta)) == ["old.meta"], os.listdir(meta)
+    s.stop()
+    r = _rankctl("--data-dir", s.data_dir, "verify")
+    assert r.returncode == 0 and '"meta_docs":1' in r.stdout, r.stdout
+
+
+# ---------------------------------------------------------------------------
+# chunk statistics in the LMDB index (the issue: min 1000 served as 744)
+
+SEC = 1_000_000_000
+T0 = 1_700_000_000 * SEC
+MIN_MAX = struct.pack("<dd", 1000.0, 1999.0)  # the entry's min and max fields
+
+
+def _write_ramp(s, job="st"):
+    recs = [{"job": job, "rank": 0, "step": i, "timestamp": T0 + i * SEC,
+             "metrics": {"m": 1000.0 + i}} for i in range(1000)]
+    s.write_ok(recs)
+
+
+def _min_from_stats(s, job="st"):
+    """The downsample min over one bucket holding the whole chunk."""
+    st, obj = s.get_json("/api/v1/query/downsample?" + urllib.parse.urlencode(
+        {"job": job, "metric": "m", "agg": "min,count", "time_width_ns": 10_000 * SEC}))
+    return st, obj
+
+
+def _flip_stats_min(data_dir):
+    """Turns the min 1000.0 of every stored copy of the entry into 744.0 (one
+    byte: 0x408F4... -> 0x40874...), as the torture run did. Returns copies."""
+    path = os.path.join(data_dir, "index", "data.mdb")
+    with open(path, "rb") as f:
+        raw = bytearray(f.read())
+    n, pos = 0, raw.find(MIN_MAX)
+    while pos >= 0:
+        raw[pos + 6] ^= 0x08
+        assert struct.unpack_from("<d", raw, pos)[0] == 744.0
+        n += 1
+        pos = raw.find(MIN_MAX, pos + 1)
+    with open(path, "wb") as f:
+        f.write(raw)
+    return n
+
+
+def test_damaged_chunk_statistics_are_never_served():
+    s = Server(["--detect", "off", "--chunk-max-points", "1000"]).start()
+    _write_ramp(s)
+    s.stop()  # sealed: one chunk, answered from its statistics
+    s.start()
+    st, obj = _min_from_stats(s)
+    assert st == 200 and obj["series"][0]["min"] == [1000.0], obj
+    assert obj["chunks_from_stats"] == 1, obj
+    s.stop()
+    assert _flip_stats_min(s.data_dir) >= 1
+    # verify (read-only) finds it and changes nothing
+    before = _tree(s.data_dir)
+    r = _rankctl("--data-dir", s.data_dir, "verify")
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+    assert "DAMAGED" in r.stdout and "index entry of chunk" in r.stdout, r.stdout
+    assert '"index_damaged":1' in r.stdout, r.stdout
+    assert _tree(s.data_dir) == before, "verify changed the data directory"
+    # the query decodes the chunk instead: the right minimum, never 744
+    s.start()
+    st, obj = _min_from_stats(s)
+    assert st == 200, (st, obj)
+    ser = obj["series"][0]
+    assert ser["min"] == [1000.0] and ser["count"] == [1000], ser  # recomputed from the chunk
+    assert _metric(s, "rankdb_index_damaged_reads_total") >= 1
+    assert "failed its checksum" in s.log_text()
+    raw = s.query_ok(job="st", metric="m")
+    assert raw["points"] == 1000
+    s.stop()
+    # verify --quarantine rewrites the entry from the intact chunk
+    r = _rankctl("--data-dir", s.data_dir, "verify", "--quarantine")
+    assert r.returncode == 3 and '"index_damaged":1' in r.stdout, r.stdout
+    r = _rankctl("--data-dir", s.data_dir, "verify")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    s.start()
+    st, obj = _min_from_stats(s)
+    assert st == 200 and obj["series"][0]["min"] == [1000.0], obj
+    assert obj["chunks_from_stats"] == 1, obj
+    s.stop()
+
+
+FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures",
+                       "format2-datadir.tar.gz")
+
+
+def test_format2_index_is_upgraded_with_checksums():
+    """A data directory written by the previous release (format 2: chunk
+    entries without checksums; tests/integration/fixtures/README.md) is read
+    as it is by verify, upgraded in place at the first start, answers the
+    same, and from then on a flipped statistic is detected."""
+    s = Server(["--detect", "off"])
+    with tarfile.open(FIXTURE) as tf:
+        tf.extractall(s.workdir)
+    data = os.path.join(s.workdir, "data")
+    s.data_dir = data
+    with open(os.path.join(data, "FORMAT")) as f:
+        assert f.read() == "rankdb data directory\nformat 2\n"
+    before = _tree(data)
+    r = _rankctl("--data-dir", data, "verify")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    assert _tree(data) == before
+    s.start()
+    assert "upgrading to format 3" in s.log_text()
+    st, obj = _min_from_stats(s, "old")
+    assert st == 200 and obj["series"][0]["min"] == [1000.0], obj
+    assert obj["series"][0]["count"] == [1000] and obj["chunks_from_stats"] == 1, obj
+    assert s.get_json("/api/v1/jobs/old/meta") == (200, {"world_size": 8})
+    s.stop()
+    with open(os.path.join(data, "FORMAT")) as f:
+        assert f.read() == "rankdb data directory\nformat 3\n"
+    r = _rankctl("--data-dir", data, "verify")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    assert _flip_stats_min(data) >= 1
+    r = _rankctl("--data-dir", data, "verify")
+    assert r.returncode == 3 and '"index_damaged":1' in r.stdout, r.stdout
+    s.start()
+    st, obj = _min_from_stats(s, "old")
+    assert st == 200 and obj["series"][0]["min"] == [1000.0], obj
+    s.stop()
+
+
+def test_statistics_damaged_before_the_upgrade_are_found_by_verify():
+    """A format 2 entry has no checksum: damage from before the upgrade is
+    given one by it. verify compares every entry's statistics with its
+    chunk's points, so it still finds it (before and after the upgrade) and
+    --quarantine rewrites the entry from the chunk."""
+    s = Server(["--detect", "off"])
+    with tarfile.open(FIXTURE) as tf:
+        tf.extractall(s.workdir)
+    data = os.path.join(s.workdir, "data")
+    s.data_dir = data
+    assert _flip_stats_min(data) >= 1
+    r = _rankctl("--data-dir", data, "verify")
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+    assert "differ from the chunk's points" in r.stdout and '"index_damaged":1' in r.stdout, r.stdout
+    s.start()  # the upgrade: the damaged statistics get a checksum
+    s.stop()
+    r = _rankctl("--data-dir", data, "verify", "--quarantine")
+    assert r.returncode == 3 and "differ from the chunk's points" in r.stdout, r.stdout
+    r = _rankctl("--data-dir", data, "verify")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    s.start()
+    st, obj = _min_from_stats(s, "old")
+    assert st == 200 and obj["series"][0]["min"] == [1000.0], obj
+    s.stop()
