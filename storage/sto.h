@@ -152,6 +152,15 @@ int sto_read(struct sto *s, uint64_t series_id, const struct sto_range *r, size_
 int sto_read_chunk(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_buf *rec,
 		   struct mdl_cols *out, struct sto_read_error *err);
 
+/* sto_read_chunk with flags. STO_READ_NO_TS: the timestamp column is not
+ * decoded (checksums are still checked); out->ts_ns[0] is the chunk's
+ * stats.min_ts_ns and every later point's ts_ns its stats.max_ts_ns (the
+ * true timestamps are sorted and lie between those). For readers that
+ * need steps and values only. */
+#define STO_READ_NO_TS 1u
+int sto_read_chunk_flags(struct sto *s, const struct sto_chunk_ref *ref, unsigned flags,
+			 struct rdb_buf *rec, struct mdl_cols *out, struct sto_read_error *err);
+
 /* For a ref marked damaged (its index entry failed its checksum): reads the
  * chunk at the entry's location, checked like any read (record checksum,
  * series id, uid), and fills out with ref and statistics recomputed from the

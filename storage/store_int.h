@@ -27,8 +27,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SEAL_BUF_MAX	     (8u * 1024 * 1024) /* segment bytes written per seal round */
-#define HEAD_SERIES_OVERHEAD 96u
+#define SEAL_BUF_MAX (8u * 1024 * 1024) /* segment bytes written per seal round */
+/* What a series in a head costs besides its columns' capacity
+ * (sti_cols_bytes): its struct head_series, its slot in the head's map (16
+ * bytes, up to 4 slots per entry just after the map doubled), and malloc's
+ * 16-byte header and rounding of the struct and its four column arrays. */
+#define HEAD_SERIES_OVERHEAD (sizeof(struct head_series) + 4u * 16u + 5u * 24u)
 
 /* A known series (cache entry): never freed while the store is open. */
 struct series_ent {

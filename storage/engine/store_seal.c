@@ -69,6 +69,16 @@ int sti_uid_reserve(struct sto *s, uint64_t n)
  * larger series still makes a run of its own). */
 #define RUN_MAX_POINTS (1u << 20)
 
+#define RELEASE_EVERY 1024u /* index entries put between two releases of the map */
+
+/* Index entries per seal round (one LMDB transaction). A transaction keeps
+ * a malloc'd copy of every page it changes until it commits, and LMDB keeps
+ * those copies for reuse after that: at 512 ranks x 32 metrics one
+ * transaction for a whole checkpoint changed ~12k leaf pages (~48 MB held
+ * for the server's life). Smaller rounds bound that to ~8 MB for a few
+ * more commits per checkpoint. */
+#define SEAL_REFS_MAX 2048u
+
 struct seal_round {
 	struct rdb_buf buf;	    /* framed chunk records for the segment */
 	struct rdb_buf codec;	    /* scratch: one chunk's codec payload */
@@ -311,6 +321,10 @@ static int commit_round(struct sto *s, struct head *h, struct seal_round *r,
 		rc = sto_chunk_put(t, &r->refs[i]);
 		if (rc == 0)
 			rc = sto_pending_add(t, r->refs[i].gen, &r->refs[i]);
+		/* the inserts read leaf pages all over the chunk tree through
+		 * LMDB's map: unmap them as we go (sto_index_release_pages) */
+		if (i % RELEASE_EVERY == RELEASE_EVERY - 1)
+			sto_index_release_pages(s->ix);
 	}
 	if (rc == 0)
 		rc = sto_meta_put(t, "next_chunk_uid", s->uid_limit);
@@ -406,7 +420,8 @@ int sti_seal_items(struct sto *s, struct head *h, struct seal_item *items, size_
 		rc = copy_run(s, &r, items, i, j);
 		if (rc == 0)
 			rc = encode_run(s, &r, items + i, j - i, h->gen);
-		if (rc == 0 && (r.buf.len >= SEAL_BUF_MAX || j == nitems)) {
+		if (rc == 0 &&
+		    (r.buf.len >= SEAL_BUF_MAX || r.nrefs >= SEAL_REFS_MAX || j == nitems)) {
 			rc = commit_round(s, h, &r, items + first, j - first, drop_empty);
 			r.buf.len = 0;
 			r.nrefs = 0;

@@ -87,8 +87,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 /* ---- error border -------------------------------------------------------- */
 
@@ -284,7 +286,7 @@ int ix_rewrite_legacy(struct sto_index *ix, MDB_dbi dbi, ix_check_fn check, size
 	bool more = true;
 	int ret = slots ? 0 : -ENOMEM;
 	while (ret == 0 && more) {
-		struct sto_txn *t;
+		struct sto_txn *t = NULL;
 		ret = sto_txn_begin(ix, true, &t);
 		if (ret != 0)
 			break;
@@ -364,13 +366,53 @@ static int env_setup(struct sto_index *ix, const char *dir, uint64_t map_bytes, 
 	if (rc == 0)
 		rc = mdb_env_set_maxreaders(ix->env, IX_MAXREADERS);
 	if (rc == 0)
-		rc = mdb_env_open(ix->env, dir,
-				  MDB_NOTLS | (read_only ? MDB_RDONLY | MDB_NOLOCK : 0), 0644);
+		rc = mdb_env_open(
+		    ix->env, dir,
+		    MDB_NOTLS | MDB_NORDAHEAD | (read_only ? MDB_RDONLY | MDB_NOLOCK : 0), 0644);
 	if (rc != 0) {
 		rdb_error(SUBSYS, "cannot open LMDB index %s: %s", dir, mdb_strerror(rc));
 		return ix_err(ix, rc, "open environment");
 	}
 	return 0;
+}
+
+/* Where LMDB mapped the file (it does not say): the mapping in
+ * /proc/self/maps that holds a value read in a read transaction (those
+ * point into the map). Left unknown (NULL) when anything fails. */
+static void find_map(struct sto_index *ix)
+{
+	MDB_txn *txn = NULL;
+	MDB_val k = {.mv_size = strlen("format_version"), .mv_data = (void *)"format_version"}, v;
+	uintptr_t p = 0;
+	if (mdb_txn_begin(ix->env, NULL, MDB_RDONLY, &txn) != 0)
+		return;
+	if (mdb_get(txn, ix->meta, &k, &v) == 0)
+		p = (uintptr_t)v.mv_data;
+	mdb_txn_abort(txn);
+	FILE *f = p ? fopen("/proc/self/maps", "re") : NULL;
+	char line[512];
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && p >= lo && p < hi) {
+			ix->map_addr = (void *)lo;
+			ix->map_len = hi - lo;
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+}
+
+void sto_index_release_pages(struct sto_index *ix)
+{
+	int fd;
+	struct stat st;
+	if (!ix || !ix->map_addr || mdb_env_get_fd(ix->env, &fd) != 0 || fstat(fd, &st) != 0)
+		return;
+	size_t len = (size_t)st.st_size < ix->map_len ? (size_t)st.st_size : ix->map_len;
+	/* a shared, read-only file mapping: readers refault from the page cache */
+	if (madvise(ix->map_addr, len, MADV_DONTNEED) != 0)
+		rdb_debug(SUBSYS, "madvise of the index map failed: %s", strerror(errno));
 }
 
 static int index_open(const char *dir, uint64_t map_bytes, bool read_only, struct sto_index **out)
@@ -408,6 +450,7 @@ static int index_open(const char *dir, uint64_t map_bytes, bool read_only, struc
 		ret = upgrade_values(ix);
 	if (ret != 0)
 		goto out;
+	find_map(ix);
 	*out = ix;
 	ix = NULL;
 out:

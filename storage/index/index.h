@@ -41,6 +41,14 @@ int sto_index_open(const char *dir, uint64_t map_bytes, struct sto_index **out);
 int sto_index_open_ro(const char *dir, uint64_t map_bytes, struct sto_index **out);
 void sto_index_close(struct sto_index *ix); /* NULL ok */
 
+/* Unmaps the index file's pages from this process (they stay in the page
+ * cache; the next read of a page maps it again, a minor fault). LMDB reads
+ * through a shared read-only map, and every checkpoint's inserts touch
+ * pages all over the chunk tree, so without this the whole file (live and
+ * free pages) ends up counted in the server's resident memory. Safe with
+ * concurrent readers and writers. Called after a checkpoint. NULL ok. */
+void sto_index_release_pages(struct sto_index *ix);
+
 int sto_txn_begin(struct sto_index *ix, bool write, struct sto_txn **out);
 /* Commits (write txn: durably, LMDB's default sync) and frees. 0 or -errno;
  * the txn is freed either way. */

@@ -75,6 +75,8 @@ struct sto_index {
 	MDB_dbi supersede;  /* merged uid -> supersede entry (small-chunk merges) */
 	uint64_t map_bytes; /* as configured, for the map-full log line */
 	char *dir;	    /* owned copy, for log lines */
+	void *map_addr;	    /* LMDB's map of the file (find_map); NULL: unknown */
+	size_t map_len;
 	bool legacy_values; /* format_version < 3: values without checksums are
 			     * accepted (read-only open, or an upgrade under way) */
 };
