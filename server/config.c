@@ -117,15 +117,32 @@ static const struct opt opts[] = {
 	    "number of CPU cores is a good start."},
     {.name = "http_max_connections",
      .type = OPT_UINT,
-     .def = "1024",
+     .def = "8192",
      .min = 1,
      .max = 65536,
      FIELD(http_max_connections),
      .help = "most open client connections",
      .doc = "Most open client connections. Connections beyond it are refused, so a flood of "
-	    "clients cannot exhaust file descriptors or memory. When many training ranks push "
-	    "directly, raise it together with the process's file descriptor limit "
-	    "(ulimit -n)."},
+	    "clients cannot exhaust file descriptors or memory. The default holds a 4,096-rank "
+	    "job with one keep-alive connection per rank plus clients and headroom. At start "
+	    "rankdbd raises its soft open-file limit up to the hard limit when this (plus a "
+	    "quarter for answering refusals, and 512 spare) needs it, and logs a warning when "
+	    "the hard limit is too low (raise LimitNOFILE / ulimit -n then)."},
+    {.name = "http_max_parked",
+     .type = OPT_UINT,
+     .def = "4096",
+     .min = 0,
+     .max = 1048576,
+     FIELD(http_max_parked),
+     .help = "most write requests waiting for their WAL sync without a thread (0: none)",
+     .doc = "With sync_policy = fdatasync a write is acknowledged once its WAL record is on "
+	    "stable storage. While it waits, its request is parked: the connection is "
+	    "suspended and no HTTP thread is held, so one fdatasync covers every write in "
+	    "flight, whatever the number of connections. This bounds how many requests may "
+	    "be parked at once (each keeps its body and parsed batch in memory); past it a "
+	    "write is answered 503 + Retry-After: 1 without being stored "
+	    "(rankdb_http_parked_refused_total). 0 disables parking: every write waits on "
+	    "its HTTP thread, as before."},
     {.name = "http_timeout_s",
      .type = OPT_DURATION,
      .def = "60",

@@ -30,6 +30,7 @@ struct srv_config {
 	char port_file[4096];		   /* write the bound port here; "" = don't */
 	uint32_t http_threads;		   /* worker threads of the HTTP server */
 	uint32_t http_max_connections;	   /* open connections; beyond: refused */
+	uint64_t http_max_parked;	   /* writes parked until durable; beyond: 503 */
 	uint32_t http_timeout_s;	   /* idle / slow-request timeout per connection */
 	uint64_t http_min_body_rate_bytes; /* body bytes that earn one more second */
 	uint64_t max_body_bytes_in_flight; /* request bodies of all connections together */

@@ -88,6 +88,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
@@ -136,8 +137,15 @@ int ix_err(const struct sto_index *ix, int rc, const char *op)
 				op, dir, IX_MAXREADERS);
 		return RDB_EBUSY;
 	default:
-		if (rc > 0)
+		if (rc > 0) {
+			/* LMDB turns a short write (a full disk) into EIO */
+			rdb_log_limited(&rl_other, 10, RDB_LOG_ERROR, SUBSYS,
+					"%s: LMDB index %s: %s%s", op, dir, strerror(rc),
+					rc == EIO ? " (LMDB reports a full disk this way too: "
+						    "check free space)"
+						  : "");
 			return -rc;
+		}
 		rdb_log_limited(&rl_other, 10, RDB_LOG_ERROR, SUBSYS,
 				"%s: LMDB index %s: unexpected error %d (%s)", op, dir, rc,
 				mdb_strerror(rc));
@@ -294,7 +302,7 @@ int ix_rewrite_legacy(struct sto_index *ix, MDB_dbi dbi, ix_check_fn check, size
 	bool more = true;
 	int ret = slots ? 0 : -ENOMEM;
 	while (ret == 0 && more) {
-		struct sto_txn *t;
+		struct sto_txn *t = NULL;
 		ret = sto_txn_begin(ix, true, &t);
 		if (ret != 0)
 			break;
@@ -374,8 +382,9 @@ static int env_setup(struct sto_index *ix, const char *dir, uint64_t map_bytes, 
 	if (rc == 0)
 		rc = mdb_env_set_maxreaders(ix->env, IX_MAXREADERS);
 	if (rc == 0)
-		rc = mdb_env_open(ix->env, dir,
-				  MDB_NOTLS | (read_only ? MDB_RDONLY | MDB_NOLOCK : 0), 0644);
+		rc = mdb_env_open(
+		    ix->env, dir,
+		    MDB_NOTLS | MDB_NORDAHEAD | (read_only ? MDB_RDONLY | MDB_NOLOCK : 0), 0644);
 	if (rc != 0) {
 		rdb_error(SUBSYS, "cannot open LMDB index %s: %s", dir, mdb_strerror(rc));
 		return ix_err(ix, rc, "open environment");
@@ -398,6 +407,52 @@ static int remove_compact_leftover(const char *dir)
 		return 0;
 	}
 	return errno == ENOENT ? 0 : -errno;
+}
+
+/* Where LMDB mapped the file (it does not say): the mapping in
+ * /proc/self/maps that holds a value read in a read transaction (those
+ * point into the map). Left unknown (NULL) when anything fails. */
+static void find_map(struct sto_index *ix)
+{
+	MDB_txn *txn = NULL;
+	MDB_val k = {.mv_size = strlen("format_version"), .mv_data = (void *)"format_version"}, v;
+	uintptr_t p = 0;
+	if (mdb_txn_begin(ix->env, NULL, MDB_RDONLY, &txn) != 0)
+		return;
+	if (mdb_get(txn, ix->meta, &k, &v) == 0)
+		p = (uintptr_t)v.mv_data;
+	mdb_txn_abort(txn);
+	FILE *f = p ? fopen("/proc/self/maps", "re") : NULL;
+	char line[512];
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && p >= lo && p < hi) {
+			ix->map_addr = (void *)lo;
+			ix->map_len = hi - lo;
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+}
+
+static void gate_enter(struct sto_index *ix, bool write);
+static void gate_leave(struct sto_index *ix, bool write);
+
+void sto_index_release_pages(struct sto_index *ix)
+{
+	int fd;
+	struct stat st;
+	if (!ix)
+		return;
+	gate_enter(ix, false); /* the map stays where it is (no index compaction swap) */
+	if (ix->env && ix->map_addr && mdb_env_get_fd(ix->env, &fd) == 0 && fstat(fd, &st) == 0) {
+		size_t len = (size_t)st.st_size < ix->map_len ? (size_t)st.st_size : ix->map_len;
+		/* a shared, read-only file mapping: readers refault from the page cache */
+		if (madvise(ix->map_addr, len, MADV_DONTNEED) != 0)
+			rdb_debug(SUBSYS, "madvise of the index map failed: %s", strerror(errno));
+	}
+	gate_leave(ix, false);
 }
 
 static int index_open(const char *dir, uint64_t map_bytes, bool read_only, struct sto_index **out)
@@ -442,6 +497,7 @@ static int index_open(const char *dir, uint64_t map_bytes, bool read_only, struc
 		ret = upgrade_values(ix);
 	if (ret != 0)
 		goto out;
+	find_map(ix);
 	*out = ix;
 	ix = NULL;
 out:
@@ -478,6 +534,8 @@ int ix_reopen(struct sto_index *ix)
 		mdb_env_close(ix->env);
 		ix->env = NULL;
 	}
+	if (ret == 0)
+		find_map(ix); /* the new map is elsewhere */
 	return ret;
 }
 
@@ -595,6 +653,18 @@ int sto_txn_begin(struct sto_index *ix, bool write, struct sto_txn **out)
 
 int sto_txn_commit(struct sto_txn *t)
 {
+	return sto_txn_commit_at(t, STO_FP_INDEX_COMMIT);
+}
+
+int sto_txn_commit_at(struct sto_txn *t, enum sto_fault_point point)
+{
+	int fault = t->write ? sto_fault_hit(point) : 0;
+	if (fault == 0 && t->write && point != STO_FP_INDEX_COMMIT)
+		fault = sto_fault_hit(STO_FP_INDEX_COMMIT);
+	if (fault) {
+		sto_txn_abort(t);
+		return fault;
+	}
 	int rc = mdb_txn_commit(t->txn);
 	int ret = ix_err(t->ix, rc, "commit");
 

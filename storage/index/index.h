@@ -22,6 +22,7 @@
 #define STO_INDEX_H
 
 #include "storage/series.h"
+#include "storage/io/fault.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -40,10 +41,22 @@ int sto_index_open(const char *dir, uint64_t map_bytes, struct sto_index **out);
 int sto_index_open_ro(const char *dir, uint64_t map_bytes, struct sto_index **out);
 void sto_index_close(struct sto_index *ix); /* NULL ok */
 
+/* Unmaps the index file's pages from this process (they stay in the page
+ * cache; the next read of a page maps it again, a minor fault). LMDB reads
+ * through a shared read-only map, and every checkpoint's inserts touch
+ * pages all over the chunk tree, so without this the whole file (live and
+ * free pages) ends up counted in the server's resident memory. Safe with
+ * concurrent readers and writers. Called after a checkpoint. NULL ok. */
+void sto_index_release_pages(struct sto_index *ix);
+
 int sto_txn_begin(struct sto_index *ix, bool write, struct sto_txn **out);
 /* Commits (write txn: durably, LMDB's default sync) and frees. 0 or -errno;
  * the txn is freed either way. */
 int sto_txn_commit(struct sto_txn *t);
+/* sto_txn_commit at a named write site: when fault point `point` (or
+ * STO_FP_INDEX_COMMIT, storage/io/fault.h) is armed and fires, the txn is
+ * aborted instead and the injected -errno returned (nothing committed). */
+int sto_txn_commit_at(struct sto_txn *t, enum sto_fault_point point);
 void sto_txn_abort(struct sto_txn *t); /* frees; NULL ok */
 /* From now on, a chunk entry of t that fails its checksum or shape does not
  * fail the chunk scan or get that meets it: the callback gets a ref marked

@@ -314,6 +314,8 @@ static int swap_in(struct sto_index *ix, const char *copy)
 	int ret;
 
 	snprintf(path, sizeof(path), "%s/data.mdb", ix->dir);
+	ix->map_addr = NULL; /* unmapped below: never madvise the old range */
+	ix->map_len = 0;
 	mdb_env_close(ix->env);
 	ix->env = NULL;
 	if (rename(copy, path) != 0) {

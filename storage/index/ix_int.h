@@ -85,6 +85,9 @@ struct sto_index {
 	pthread_cond_t gate_cv; /* counts dropped, or the gate reopened */
 	uint32_t active_read, active_write;
 	bool hold_writers, hold_all;
+	void *map_addr; /* LMDB's map of the file (find_map); NULL: unknown (or
+			 * closed by an index compaction: found again at reopen) */
+	size_t map_len;
 	bool legacy_values; /* format_version < 3: values without checksums are
 			     * accepted (read-only open, or an upgrade under way) */
 };

@@ -315,12 +315,12 @@ static int compact_copy(struct sto *s, struct seg_set *ss, struct sto_seg_writer
 			m->e.offset = new_off;
 		}
 		if (rc == 0 && buf.len >= SEAL_BUF_MAX) {
-			rc = sto_seg_append(w, buf.data, buf.len);
+			rc = sto_seg_append_at(w, buf.data, buf.len, STO_FP_COMPACT_WRITE);
 			buf.len = 0;
 		}
 	}
 	if (rc == 0 && buf.len)
-		rc = sto_seg_append(w, buf.data, buf.len);
+		rc = sto_seg_append_at(w, buf.data, buf.len, STO_FP_COMPACT_WRITE);
 	rdb_buf_free(&buf);
 	rdb_map_free(&moved);
 	rdb_map_free(&live);
@@ -358,7 +358,7 @@ static int compact_switch(struct sto *s, struct seg_set *ss)
 		goto out;
 	}
 	pthread_rwlock_wrlock(&s->view_lock);
-	rc = sto_txn_commit(t);
+	rc = sto_txn_commit_at(t, STO_FP_COMPACT_COMMIT);
 	pthread_rwlock_unlock(&s->view_lock);
 out:
 	rdb_buf_free(&entry);

@@ -520,7 +520,7 @@ static int delete_job_op(struct sto *s, void *arg)
 	if (rc)
 		return rc;
 	struct sto_txn *t = NULL;
-	pthread_rwlock_wrlock(&s->write_lock);
+	s->eng->write_exclusive(s);
 	uint64_t gen = s->active->gen;
 	rc = sto_txn_begin(s->ix, true, &t);
 	if (rc == 0)
@@ -533,7 +533,7 @@ static int delete_job_op(struct sto *s, void *arg)
 		return rc;
 	}
 	pthread_rwlock_wrlock(&s->view_lock);
-	rc = sto_txn_commit(t);
+	rc = sto_txn_commit_at(t, STO_FP_JOB_DELETE);
 	if (rc == 0) {
 		pthread_mutex_lock(&s->head_lock);
 		del_head(s, d);
@@ -679,7 +679,7 @@ static int ret_drop_chunks(struct sto *s, struct ret_ctx *c, size_t from, size_t
 		return rc;
 	}
 	pthread_rwlock_wrlock(&s->view_lock); /* readers see chunks + rollups consistently */
-	rc = sto_txn_commit(t);
+	rc = sto_txn_commit_at(t, STO_FP_RETENTION_COMMIT);
 	pthread_rwlock_unlock(&s->view_lock);
 	for (size_t i = from; rc == 0 && i < to; i++) {
 		r->chunks++;
@@ -712,7 +712,7 @@ static int ret_drop(struct sto *s, struct ret_ctx *c, struct sto_retention_resul
 			r->events += c->ev.v[k].count;
 		}
 		if (rc == 0)
-			rc = sto_txn_commit(t);
+			rc = sto_txn_commit_at(t, STO_FP_RETENTION_COMMIT);
 		else
 			sto_txn_abort(t);
 	}
@@ -772,7 +772,7 @@ static int retention_write(struct sto *s, const char *job, bool set, uint64_t se
 	rc = set ? sto_jobval_put(t, STO_JOBDB_RETENTION, job, seconds)
 		 : sto_jobval_del(t, STO_JOBDB_RETENTION, job);
 	if (rc == 0)
-		return sto_txn_commit(t);
+		return sto_txn_commit_at(t, STO_FP_META_COMMIT);
 	sto_txn_abort(t);
 	return rc;
 }
