@@ -308,14 +308,16 @@ start_influx() {
 stop_signal() { case "$1" in vm) echo INT ;; *) echo TERM ;; esac; }
 
 # settle DIR: waits (<= 120 s) until the files under DIR and their sizes stay
-# unchanged for 4 s in a row (background flushes and compactions are done)
+# unchanged for 7 s in a row (background flushes and compactions are done;
+# rankdb deletes compacted-away segments 5 s after the compaction, so a
+# shorter quiet spell measured them twice)
 settle() {
 	local prev="" cur same=0
 	for _ in $(seq 240); do
 		cur=$(find "$1" -type f -printf '%p %s\n' 2>/dev/null | sort | md5sum)
 		if [ "$cur" = "$prev" ]; then
 			same=$((same + 1))
-			[ "$same" -ge 8 ] && return 0
+			[ "$same" -ge 14 ] && return 0
 		else
 			same=0
 		fi
