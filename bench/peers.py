@@ -27,6 +27,7 @@ stderr and in the table), and prints one markdown table with ratios.
 Python 3 standard library only. Traffic: 127.0.0.1 only.
 """
 import argparse
+import glob
 import http.client
 import json
 import math
@@ -511,6 +512,83 @@ def cmd_table(a):
         print("peers: warning: " + w, file=sys.stderr)
 
 
+NAMES = {"rankdb": "rankdb", "vm": "VictoriaMetrics", "influx": "InfluxDB"}
+
+
+def median(v):
+    v = sorted(x for x in v if x is not None)
+    if not v:
+        return None
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def cmd_shape_table(a):
+    """Per-rank ingest and many-connection tables: every run of every system
+    (runs alternate between systems), the median, ratios against rankdb."""
+    systems = a.systems.split(",")
+    runs = {s: [read_kv(p) for p in sorted(glob.glob(os.path.join(a.dir, s + ".run*.kv")))]
+            for s in systems}
+    if a.shape == "per-rank":
+        title = ("### Per-rank ingest: %s connections, one record (%s metrics) per POST, %s records, "
+                 "%d run(s) per system, alternating" % (a.connections, a.metrics, a.records,
+                                                       max(len(r) for r in runs.values())))
+        rows = [("ingest points/s (median)", "points_per_s", True, ""),
+                ("requests/s (median)", "requests_per_s", True, ""),
+                ("ack latency p50 (median of runs)", "p50_ms", False, " ms"),
+                ("ack latency p99 (median of runs)", "p99_ms", False, " ms"),
+                ("server CPU per request (median)", "cpu_us_per_req", False, " us"),
+                ("write errors (all runs)", "errors", None, "")]
+    else:
+        title = ("### Many ranks at once: %s keep-alive connections, each POSTing one step (%s metrics) "
+                 "per second for %s s" % (a.connections, a.metrics, a.duration_s))
+        rows = [("acks/s (expected %s)" % a.connections, "acks_per_s", True, ""),
+                ("ack latency p50, steps after the first", "p50_ms", False, " ms"),
+                ("ack latency p99, steps after the first", "p99_ms", False, " ms"),
+                ("ack latency max", "max_ms", None, " ms"),
+                ("first step (creates the series) p99", "first_step_p99_ms", None, " ms"),
+                ("server CPU (% of one core)", "server_cpu_pct", False, " %"),
+                ("server CPU per ack", "server_cpu_us_per_ack", False, " us"),
+                ("errors / non-2xx / reconnects", None, None, "")]
+    peers = [s for s in systems if s != "rankdb"]
+    out = [title, "",
+           "| figure | " + " | ".join(NAMES[s] for s in systems) + "".join(
+               " | rankdb vs %s" % NAMES[p] for p in peers) + " |",
+           "|---" * (1 + len(systems) + (len(peers) if "rankdb" in systems else 0)) + "|"]
+    for label, key, higher, unit in rows:
+        cells, vals = [], {}
+        for s in systems:
+            if key is None:
+                cells.append(" / ".join(str(sum(int(fnum(r, k) or 0) for r in runs[s]))
+                                        for k in ("errors", "non2xx", "reconnects")))
+                continue
+            per_run = [fnum(r, key) for r in runs[s]]
+            if key == "errors":
+                v = sum(x or 0 for x in per_run)
+                cells.append("%d" % v)
+                continue
+            v = median(per_run)
+            vals[s] = v
+            shown = fmt_num(v, unit) if v is not None else "n/a"
+            if len(per_run) > 1 and v is not None:
+                shown += " (runs: " + ", ".join(fmt_num(x, unit) for x in per_run if x is not None) + ")"
+            cells.append(shown)
+        if "rankdb" in systems:
+            for p in peers:
+                cells.append(ratio(vals.get("rankdb"), vals.get(p), higher) if higher is not None else "")
+        out.append("| " + label + " | " + " | ".join(cells) + " |")
+    if a.shape == "per-rank" and runs.get("rankdb"):
+        rps = [fnum(r, "records_per_sync") for r in runs["rankdb"]]
+        out += ["", "- rankdb WAL records per fdatasync: " + ", ".join(
+            "%.1f" % x for x in rps if x is not None) + " (every acknowledgement is durable; "
+            "VictoriaMetrics and InfluxDB do not fsync before answering)"]
+    out += ["- machine: " + a.machine, ""]
+    text = "\n".join(out) + "\n"
+    sys.stdout.write(text)
+    with open(a.out, "w") as f:
+        f.write(text)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -532,9 +610,21 @@ def main():
     pt.add_argument("--batch-records", default="?")
     pt.add_argument("--reps", type=int, default=0)
     pt.add_argument("--machine", default="?")
+    ps = sub.add_parser("shape-table")
+    ps.add_argument("--shape", choices=["per-rank", "many-conns"], required=True)
+    ps.add_argument("--dir", required=True)
+    ps.add_argument("--systems", required=True)
+    ps.add_argument("--out", required=True)
+    ps.add_argument("--connections", default="?")
+    ps.add_argument("--metrics", default="32")
+    ps.add_argument("--records", default="?")
+    ps.add_argument("--duration-s", default="?")
+    ps.add_argument("--machine", default="?")
     a = ap.parse_args()
     if a.cmd == "query":
         cmd_query(a)
+    elif a.cmd == "shape-table":
+        cmd_shape_table(a)
     else:
         cmd_table(a)
 

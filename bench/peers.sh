@@ -4,6 +4,14 @@
 #   bench/peers.sh [--size small|default|large] [--connections C]
 #                  [--batch-records N] [--reps N] [--query-budget-s S]
 #                  [--systems rankdb,vm,influx] [--no-build] [--no-install] [--keep]
+#   bench/peers.sh --shape per-rank [--connections C] [--ranks R --steps S] [--runs N]
+#   bench/peers.sh --shape many-conns [--connections C] [--duration-s S]
+#
+# Without --size, --shape, --connections or --batch-records it makes the
+# whole report (bench/out/results-all.md): bulk ingest + queries at the
+# default size (64 ranks) and at large (512 ranks); per-rank ingest (one
+# record per POST) with 64 and with 512 connections; 1,024 and 4,096
+# keep-alive connections each posting one step per second (rankdb and VM).
 #
 # Installs the peers from Debian's packages if missing (victoria-metrics,
 # influxdb), builds rdb-gen/rdb-load/rankdbd, then for every system: starts
@@ -28,6 +36,12 @@ cd "$repo"
 size=default
 connections=8
 batch_records=64
+shape=bulk
+ranks=
+steps=
+runs=2
+duration_s=30
+all=1
 reps=20
 query_budget_s=30
 systems=rankdb,vm,influx
@@ -36,19 +50,58 @@ install=1
 keep=0
 while [ $# -gt 0 ]; do
 	case "$1" in
-	--size) size=$2; shift 2 ;;
-	--connections) connections=$2; shift 2 ;;
-	--batch-records) batch_records=$2; shift 2 ;;
+	--size) size=$2; all=0; shift 2 ;;
+	--connections) connections=$2; all=0; shift 2 ;;
+	--batch-records) batch_records=$2; all=0; shift 2 ;;
+	--shape) shape=$2; all=0; shift 2 ;;
+	--ranks) ranks=$2; shift 2 ;;
+	--steps) steps=$2; shift 2 ;;
+	--runs) runs=$2; shift 2 ;;
+	--duration-s) duration_s=$2; shift 2 ;;
 	--reps) reps=$2; shift 2 ;;
 	--query-budget-s) query_budget_s=$2; shift 2 ;;
 	--systems) systems=$2; shift 2 ;;
 	--no-build) build=0; shift ;;
 	--no-install) install=0; shift ;;
 	--keep) keep=1; shift ;;
-	-h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,36p' "$0"; exit 0 ;;
 	*) echo "peers.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
+case "$shape" in bulk|per-rank|many-conns) ;; *) echo "peers.sh: bad --shape $shape" >&2; exit 2 ;; esac
+
+# The whole report: every shape, one after the other, one table file.
+if [ "$all" = 1 ]; then
+	common=(--reps "$reps" --query-budget-s "$query_budget_s")
+	[ "$install" = 1 ] || common+=(--no-install)
+	[ "$keep" = 0 ] || common+=(--keep)
+	nb=()
+	[ "$build" = 1 ] || nb=(--no-build)
+	mc_systems=$(echo ",$systems," | sed 's/,influx,/,/; s/^,//; s/,$//')
+	set -x
+	"$0" --size default --systems "$systems" "${common[@]}" "${nb[@]}"
+	"$0" --size large --systems "$systems" "${common[@]}" --no-build
+	"$0" --shape per-rank --connections 64 --systems "$systems" --runs "$runs" "${common[@]}" --no-build
+	"$0" --shape per-rank --connections 512 --ranks 512 --steps 200 --systems "$systems" \
+		--runs "$runs" "${common[@]}" --no-build
+	for c in 1024 4096; do
+		"$0" --shape many-conns --connections "$c" --duration-s "$duration_s" \
+			--systems "$mc_systems" "${common[@]}" --no-build
+	done
+	set +x
+	{
+		echo "# bench/peers.sh: the whole report ($(date -u +%Y-%m-%dT%H:%MZ))"
+		echo
+		for f in results-default.md results-large.md results-per-rank-64.md \
+			results-per-rank-512.md results-many-conns-1024.md results-many-conns-4096.md; do
+			cat "bench/out/$f"
+			echo
+		done
+	} >bench/out/results-all.md
+	echo "peers.sh: wrote bench/out/results-all.md"
+	exit 0
+fi
+
 case "$size" in
 small) sink_repeat=200 ;;
 default) sink_repeat=10 ;;
@@ -255,14 +308,16 @@ start_influx() {
 stop_signal() { case "$1" in vm) echo INT ;; *) echo TERM ;; esac; }
 
 # settle DIR: waits (<= 120 s) until the files under DIR and their sizes stay
-# unchanged for 4 s in a row (background flushes and compactions are done)
+# unchanged for 7 s in a row (background flushes and compactions are done;
+# rankdb deletes compacted-away segments 5 s after the compaction, so a
+# shorter quiet spell measured them twice)
 settle() {
 	local prev="" cur same=0
 	for _ in $(seq 240); do
 		cur=$(find "$1" -type f -printf '%p %s\n' 2>/dev/null | sort | md5sum)
 		if [ "$cur" = "$prev" ]; then
 			same=$((same + 1))
-			[ "$same" -ge 8 ] && return 0
+			[ "$same" -ge 14 ] && return 0
 		else
 			same=0
 		fi
@@ -271,13 +326,6 @@ settle() {
 	done
 	echo "peers.sh: $1 still changing after 120 s; measuring anyway" >&2
 }
-
-# ---- workload ----
-
-"$gen" --size "$size" --info >"$tmp/info"
-job=$(sed -n 's/^job=//p' "$tmp/info")
-load_args=(--size "$size" --format lp --connections "$connections"
-	--batch-records "$batch_records")
 
 machine="$(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)),"
 machine+=" $(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo),"
@@ -289,6 +337,100 @@ if has rankdb; then
 	machine+=", rankdb $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')"
 	git -C "$repo" diff --quiet 2>/dev/null || machine+="+dirty"
 fi
+load_failed=0
+
+# ---- per-rank and many-connection shapes (ingest only) ----
+
+# cpu_ticks PID: utime + stime of the process, in clock ticks
+cpu_ticks() { awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
+
+write_path() {
+	case "$1" in
+	influx)
+		curl -s -f -o /dev/null -X POST "http://127.0.0.1:$port/query" \
+			--data-urlencode "q=CREATE DATABASE bench"
+		echo "/write?db=bench&precision=ns"
+		;;
+	*) echo "/write?precision=ns" ;;
+	esac
+}
+
+if [ "$shape" = per-rank ]; then
+	wl=(--size "$size")
+	[ -z "$ranks" ] || wl+=(--ranks "$ranks")
+	[ -z "$steps" ] || wl+=(--steps "$steps")
+	echo "== per-rank ingest: ${wl[*]}, $connections connections, 1 record per POST, $runs run(s) per system"
+	hz=$(getconf CLK_TCK)
+	records=
+	for r in $(seq "$runs"); do
+		for s in ${systems//,/ }; do
+			mkdir -p "$tmp/$s"
+			rm -rf "$tmp/$s/data" "$tmp/$s/db"
+			"start_$s"
+			path=$(write_path "$s")
+			c0=$(cpu_ticks "$pid")
+			rc=0
+			"$load" "${wl[@]}" --format lp --connections "$connections" --batch-records 1 \
+				--host 127.0.0.1 --port "$port" --path "$path" >"$tmp/$s.load" || rc=$?
+			c1=$(cpu_ticks "$pid")
+			[ "$rc" = 0 ] || { load_failed=1; echo "peers.sh: loading $s failed (exit $rc)" >&2; }
+			req=$(kv "$tmp/$s.load" bodies) # one record per body: requests
+			records=$req
+			rps=""
+			if [ "$s" = rankdb ]; then
+				m=$(curl -s "http://127.0.0.1:$port/metrics")
+				rps=$(echo "$m" | awk '/^rankdb_wal_records_total /{ r = $2 } /^rankdb_wal_syncs_total /{ s = $2 } END { if (s) printf "%.2f", r / s }')
+			fi
+			secs=$(kv "$tmp/$s.load" seconds)
+			{
+				echo "points_per_s=$(kv "$tmp/$s.load" points_per_s)"
+				echo "seconds=$secs"
+				echo "errors=$(kv "$tmp/$s.load" errors)"
+				echo "requests_per_s=$(awk -v n="$req" -v t="$secs" 'BEGIN { if (t > 0) printf "%.0f", n / t }')"
+				echo "cpu_us_per_req=$(awk -v a="$c0" -v b="$c1" -v n="$req" -v hz="$hz" 'BEGIN { if (n > 0) printf "%.1f", (b - a) * 1e6 / hz / n }')"
+				echo "records_per_sync=$rps"
+				echo "p50_ms=$(kv "$tmp/$s.load" p50_ms)"
+				echo "p99_ms=$(kv "$tmp/$s.load" p99_ms)"
+			} >"$tmp/$s.run$r.kv"
+			echo "== $s run $r: $(kv "$tmp/$s.load" points_per_s) points/s, $(sed -n 's/cpu_us_per_req=//p' "$tmp/$s.run$r.kv") us CPU/request"
+			stop_server "$(stop_signal "$s")"
+		done
+	done
+	mkdir -p bench/out
+	python3 bench/peers.py shape-table --shape per-rank --dir "$tmp" --systems "$systems" \
+		--out "bench/out/results-per-rank-$connections.md" --connections "$connections" \
+		--records "$records" --machine "$machine"
+	[ "$load_failed" = 0 ] || { echo "peers.sh: some loads failed" >&2; exit 1; }
+	exit 0
+fi
+
+if [ "$shape" = many-conns ]; then
+	echo "== many connections: $connections, one step per second each, ${duration_s}s"
+	for s in ${systems//,/ }; do
+		mkdir -p "$tmp/$s"
+		rm -rf "$tmp/$s/data" "$tmp/$s/db"
+		"start_$s"
+		path=$(write_path "$s")
+		python3 bench/many_conns.py --port "$port" --pid "$pid" --connections "$connections" \
+			--duration-s "$duration_s" --path "$path" --out "$tmp/$s.run1.kv" ||
+			{ load_failed=1; echo "peers.sh: $s had errors at $connections connections" >&2; }
+		stop_server "$(stop_signal "$s")"
+	done
+	mkdir -p bench/out
+	python3 bench/peers.py shape-table --shape many-conns --dir "$tmp" --systems "$systems" \
+		--out "bench/out/results-many-conns-$connections.md" --connections "$connections" \
+		--duration-s "$duration_s" --machine "$machine"
+	[ "$load_failed" = 0 ] || { echo "peers.sh: some runs had errors" >&2; exit 1; }
+	exit 0
+fi
+
+# ---- workload ----
+
+"$gen" --size "$size" --info >"$tmp/info"
+job=$(sed -n 's/^job=//p' "$tmp/info")
+load_args=(--size "$size" --format lp --connections "$connections"
+	--batch-records "$batch_records")
+
 
 echo "== workload: $(tr '\n' ' ' <"$tmp/info")"
 echo "== loader ceiling (line protocol, in-process discard sink)"

@@ -5,7 +5,8 @@
  * codec (storage/wal/batch_codec.h) into one heap blob per subscriber queue.
  * Each subscriber has a ring bounded in entries (QUEUE_SLOTS) and bytes
  * (queue_bytes); a write that does not fit is dropped for that subscriber
- * and counted, never waited for. Its thread decodes blobs into its own
+ * and counted, never waited for. Wake-ups of the subscriber threads are
+ * coalesced (WAKE_BATCH, COALESCE_MS). Its thread decodes blobs into its own
  * batches and calls deliver(), or tick() when the wait times out.
  *
  * Failure: an encoding or allocation failure while publishing drops the
@@ -33,6 +34,13 @@
 #define MAX_SUBSCRIBERS	    8
 #define QUEUE_SLOTS	    4096		  /* writes waiting per subscriber */
 #define DEFAULT_QUEUE_BYTES (64ull * 1024 * 1024) /* bytes waiting per subscriber */
+/* Wake-ups are coalesced: a push wakes the subscriber's thread only when
+ * the queue was empty or reaches WAKE_BATCH writes, and a thread woken for
+ * fewer waits up to COALESCE_MS for more. So at one write per request the
+ * subscriber does not cost a context switch per request; a write reaches
+ * it at most COALESCE_MS later. */
+#define WAKE_BATCH  64
+#define COALESCE_MS 2
 
 struct blob {
 	uint8_t *data; /* u32 P, P bytes points payload, u32 E, E bytes events payload */
@@ -124,6 +132,11 @@ static void *sub_main(void *arg)
 				pthread_cond_wait(&u->cv, &u->mu);
 			}
 		}
+		if (u->count && u->count < WAKE_BATCH && !u->stop) {
+			struct timespec ts;
+			deadline_in(&ts, COALESCE_MS);
+			pthread_cond_timedwait(&u->cv, &u->mu, &ts);
+		}
 		struct blob bl = {0};
 		if (u->count && !u->stop) {
 			bl = u->ring[u->head];
@@ -202,41 +215,36 @@ static int encode(const struct ing_write *w, struct rdb_buf *out)
 	return rc;
 }
 
-/* Hands a copy of blob (len bytes) to u, or counts it dropped. */
-static void push(struct sub *u, const uint8_t *data, size_t len, int64_t ack_ns, uint8_t source)
+/* Hands data (len bytes, malloc'd; owned from here on) to u, or frees it
+ * and counts it dropped. */
+static void push(struct sub *u, uint8_t *data, size_t len, int64_t ack_ns, uint8_t source)
 {
 	pthread_mutex_lock(&u->mu);
-	bool fits = u->count < QUEUE_SLOTS && u->bytes + len <= u->max_bytes;
 	size_t waiting = u->count, waiting_bytes = u->bytes;
-	pthread_mutex_unlock(&u->mu);
-	uint8_t *copy = fits ? malloc(len) : NULL;
-	if (!copy) {
-		atomic_fetch_add(&u->dropped, 1);
-		static struct rdb_log_ratelimit rl;
-		rdb_log_limited(&rl, 10, RDB_LOG_WARN, "pipeline",
-				"subscriber '%s' is behind (queue full: %zu writes, %zu bytes "
-				"waiting); an acknowledged write was not handed to it (it is "
-				"stored; the subscriber misses it)",
-				u->s.name, waiting, waiting_bytes);
-		return;
-	}
-	memcpy(copy, data, len);
-	pthread_mutex_lock(&u->mu);
-	if (u->count < QUEUE_SLOTS && u->bytes + len <= u->max_bytes) {
+	bool fits = data && u->count < QUEUE_SLOTS && u->bytes + len <= u->max_bytes;
+	if (fits) {
 		u->ring[(u->head + u->count) % QUEUE_SLOTS] =
-		    (struct blob){.data = copy, .len = len, .ack_ns = ack_ns, .source = source};
+		    (struct blob){.data = data, .len = len, .ack_ns = ack_ns, .source = source};
 		u->count++;
 		u->bytes += len;
-		copy = NULL;
-		pthread_cond_signal(&u->cv);
+		if (u->count == 1 || u->count == WAKE_BATCH)
+			pthread_cond_signal(&u->cv);
 	}
 	pthread_mutex_unlock(&u->mu);
-	if (copy) {
-		free(copy);
-		atomic_fetch_add(&u->dropped, 1);
-	}
+	if (fits)
+		return;
+	free(data);
+	atomic_fetch_add(&u->dropped, 1);
+	static struct rdb_log_ratelimit rl;
+	rdb_log_limited(&rl, 10, RDB_LOG_WARN, "pipeline",
+			"subscriber '%s' is behind (queue full: %zu writes, %zu bytes "
+			"waiting); an acknowledged write was not handed to it (it is "
+			"stored; the subscriber misses it)",
+			u->s.name, waiting, waiting_bytes);
 }
 
+/* Encodes w once; the last subscriber gets the encoding itself, the
+ * others copies. */
 static void publish(struct ing_pipeline *p, const struct ing_write *w)
 {
 	if (p->nsubs == 0)
@@ -245,8 +253,14 @@ static void publish(struct ing_pipeline *p, const struct ing_write *w)
 	rdb_buf_init(&buf, DEFAULT_QUEUE_BYTES * 4);
 	int64_t now = rdb_now_ns();
 	if (encode(w, &buf) == 0) {
-		for (size_t i = 0; i < p->nsubs; i++)
-			push(p->subs[i], buf.data, buf.len, now, w->source);
+		size_t len = buf.len;
+		for (size_t i = 0; i + 1 < p->nsubs; i++) {
+			uint8_t *copy = malloc(len);
+			if (copy)
+				memcpy(copy, buf.data, len);
+			push(p->subs[i], copy, len, now, w->source);
+		}
+		push(p->subs[p->nsubs - 1], rdb_buf_steal(&buf), len, now, w->source);
 	} else {
 		for (size_t i = 0; i < p->nsubs; i++)
 			atomic_fetch_add(&p->subs[i]->dropped, 1);
@@ -324,6 +338,60 @@ int ing_submit(struct ing_pipeline *p, const struct ing_write *w, struct ing_out
 	out->duplicate = rc == 0 && res.duplicate;
 	if (rc == 0 && !res.duplicate)
 		publish(p, w);
+	return rc;
+}
+
+struct ing_ticket {
+	struct ing_pipeline *p;
+	struct ing_write w; /* the caller's, valid until ing_finish */
+	int rc;		    /* set by the storage completion */
+	ing_ready_fn ready;
+	void *arg;
+};
+
+/* The storage engine's completion (WAL thread): note the result, then hand
+ * over; the ticket is the caller's from here on. */
+static void ticket_done(void *arg, int rc)
+{
+	struct ing_ticket *tk = arg;
+	tk->rc = rc;
+	tk->ready(tk->arg);
+}
+
+int ing_submit_async(struct ing_pipeline *p, const struct ing_write *w, struct ing_outcome *out,
+		     ing_ready_fn ready, void *arg, struct ing_ticket **tk_out)
+{
+	struct ing_ticket *tk = malloc(sizeof(*tk));
+	if (!tk) {
+		outcome_set(p, out, -ENOMEM);
+		out->duplicate = false;
+		return 0;
+	}
+	*tk = (struct ing_ticket){.p = p, .w = *w, .ready = ready, .arg = arg};
+	*tk_out = tk;
+	struct sto_write_req req = {.points = w->points,
+				    .events = w->events,
+				    .batch_id = w->batch_id,
+				    .batch_id_len = w->batch_id_len};
+	struct sto_write_result res = {0};
+	int rc = sto_write_submit(p->sto, &req, &res, ticket_done, tk);
+	if (rc == STO_PENDING)
+		return ING_PENDING; /* tk may already be handed over */
+	free(tk);
+	*tk_out = NULL;
+	outcome_set(p, out, rc);
+	out->duplicate = rc == 0 && res.duplicate;
+	return 0;
+}
+
+int ing_finish(struct ing_ticket *tk, struct ing_outcome *out)
+{
+	int rc = tk->rc;
+	outcome_set(tk->p, out, rc);
+	out->duplicate = false;
+	if (rc == 0)
+		publish(tk->p, &tk->w);
+	free(tk);
 	return rc;
 }
 

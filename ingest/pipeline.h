@@ -12,8 +12,9 @@
  * subscriber and counts it (the write itself is stored and acknowledged).
  *
  * Threading: ing_submit is thread-safe and blocks until the write is durable
- * (the storage sync policy). Subscribers' callbacks run on the subscriber's
- * own thread, one call at a time, never on a request thread.
+ * (the storage sync policy); ing_submit_async returns at once and calls back
+ * when it is, so a front end can park the request instead of a thread. Subscribers' callbacks run
+ * on the subscriber's own thread, one call at a time, never on a request thread.
  */
 #ifndef ING_PIPELINE_H
 #define ING_PIPELINE_H
@@ -113,6 +114,29 @@ int ing_pipeline_subscribe(struct ing_pipeline *p, const struct ing_subscriber *
 /* Stores w and fills *out. Returns out->rc: 0 when the write is durable (or
  * a duplicate batch id), else the storage error (nothing of w stored). */
 int ing_submit(struct ing_pipeline *p, const struct ing_write *w, struct ing_outcome *out);
+
+/* ---- Asynchronous submit: acknowledge without holding a thread ----------- */
+
+struct ing_ticket;
+/* Called once, from another thread (the WAL's) or from inside
+ * ing_submit_async, when the write's outcome is known; then call
+ * ing_finish. Must not block; must not call ing_finish itself if the
+ * caller may still be inside ing_submit_async (hand it over instead). */
+typedef void (*ing_ready_fn)(void *arg);
+#define ING_PENDING 1
+
+/* ing_submit without the wait. Returns 0 with *out filled when the answer
+ * is known now (a refusal, an empty write, a duplicate batch id): ready is
+ * not called. Returns ING_PENDING with *tk set when the WAL record is
+ * queued: ready(arg) is called once it is durable and applied (or failed),
+ * then ing_finish(*tk, out) gives the same outcome ing_submit would have.
+ * w and everything it points to must stay valid until ing_finish. */
+int ing_submit_async(struct ing_pipeline *p, const struct ing_write *w, struct ing_outcome *out,
+		     ing_ready_fn ready, void *arg, struct ing_ticket **tk);
+
+/* Fills *out for a pending write whose ready callback has run, publishes
+ * it to the subscribers if it was stored, and frees tk. Returns out->rc. */
+int ing_finish(struct ing_ticket *tk, struct ing_outcome *out);
 
 /* Subscriber counters, fn once per subscriber. */
 void ing_pipeline_stats(struct ing_pipeline *p,

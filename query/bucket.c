@@ -17,6 +17,10 @@
  *   3. decoded and head points are filtered (range, step presence, attempt),
  *      on the step axis the latest attempt per step is kept, and they are
  *      folded into buckets together with the STATS chunks.
+ * A caller that reads no bucket timestamp (bk->ts_unused: cross-rank,
+ * outliers) gets its chunks decoded without their timestamp column where
+ * that provably changes nothing it reads (no_ts_ok): the column is often
+ * the costliest to decode.
  * NaN and null values are counted in nan_count and left out of
  * min/max/sum/avg/quantiles; first/last are the values of the points with the
  * smallest/largest (ts, step), NaN included (as chunk statistics define them).
@@ -252,6 +256,13 @@ struct pt_vec {
 	 * chunk after the other, each sorted by time, steps growing). */
 	bool ordered;
 	int64_t lo, hi, key; /* the last bucket found: key covers [lo, hi] */
+	/* Fold mode (read_view without timestamps): points are folded into
+	 * *fold's buckets as they come instead of being kept, which gives what
+	 * build() would for points in final order; a point out of order clears
+	 * `ordered` and the read is done again the ordinary way. */
+	struct qry_buckets *fold;
+	struct pt last; /* the last point taken (fold mode) */
+	bool have_last;
 };
 #define PT_VEC_INIT                                                                                \
 	{                                                                                          \
@@ -419,9 +430,66 @@ static bool in_order(const struct pt *a, const struct pt *b, bool step_axis)
 	return a->attempt <= b->attempt;
 }
 
+static void part_from_pt(struct qry_bucket *b, const struct pt *p);
+
+/* Fold mode: p (in final order after pv->last) into the last bucket of
+ * pv->fold or a new one. */
+static int fold_point(struct pt_vec *pv, const struct pt *p)
+{
+	struct qry_buckets *o = pv->fold;
+	if (o->n && o->b[o->n - 1].key == p->key) {
+		mdl_agg_append(&o->b[o->n - 1].a, p->ts, p->step, p->bits);
+		return 0;
+	}
+	if (o->n == o->cap) {
+		size_t cap = o->cap ? o->cap * 2 : 64;
+		struct qry_bucket *b = realloc(o->b, cap * sizeof(*b));
+		if (!b)
+			return -ENOMEM;
+		o->b = b;
+		o->cap = cap;
+	}
+	struct qry_bucket *b = &o->b[o->n++];
+	memset(b, 0, sizeof(*b));
+	part_from_pt(b, p);
+	return 0;
+}
+
+/* take_points in fold mode. */
+static int fold_points(struct pt_vec *pv, const struct mdl_cols *c, const struct qry_bucketing *bk)
+{
+	bool step_axis = bk->axis == QRY_AXIS_STEP;
+	for (size_t i = 0; i < c->n && pv->ordered; i++) {
+		int64_t step = c->step[i], ts = c->ts_ns[i];
+		if (!in_range(&bk->range, ts, step))
+			continue;
+		if (step_axis && step == MDL_STEP_NONE)
+			continue;
+		if (bk->attempt >= 0 && c->attempt[i] != (uint64_t)bk->attempt)
+			continue;
+		struct pt p = {.key = key_of(pv, bk, step_axis ? step : ts),
+			       .ts = ts,
+			       .step = step,
+			       .attempt = c->attempt[i],
+			       .bits = c->value[i]};
+		if (pv->have_last && !in_order(&pv->last, &p, step_axis)) {
+			pv->ordered = false;
+			break;
+		}
+		pv->last = p;
+		pv->have_last = true;
+		int rc = fold_point(pv, &p);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 /* Appends the points of c that the bucketing selects, with their keys. */
 static int take_points(struct pt_vec *pv, const struct mdl_cols *c, const struct qry_bucketing *bk)
 {
+	if (pv->fold)
+		return fold_points(pv, c, bk);
 	if (pv->n + c->n > pv->cap) {
 		size_t cap = pv->cap ? pv->cap : 256;
 		while (cap < pv->n + c->n)
@@ -589,6 +657,39 @@ static int build(struct qry_buckets *out, const struct pt_vec *pv, const struct 
 	return 0;
 }
 
+/* Fold mode's end: merges the sorted stats partials into the folded
+ * buckets of out (ascending by key), bucket by bucket as build() does:
+ * a key's points first, then its partials in order. */
+static int merge_parts(struct qry_buckets *out, const struct qry_bucket *parts, size_t nparts)
+{
+	if (nparts == 0)
+		return 0;
+	size_t n = out->n + nparts;
+	struct qry_bucket *m = malloc(n * sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	size_t i = 0, j = 0, k = 0;
+	while (i < out->n || j < nparts) {
+		int64_t key = i < out->n ? out->b[i].key : parts[j].key;
+		if (j < nparts && parts[j].key < key)
+			key = parts[j].key;
+		struct qry_bucket *b = &m[k++];
+		if (i < out->n && out->b[i].key == key)
+			*b = out->b[i++];
+		else
+			memset(b, 0, sizeof(*b));
+		for (; j < nparts && parts[j].key == key; j++)
+			mdl_agg_merge(&b->a, &parts[j].a);
+		b->key = key;
+		b->vals_off = 0;
+	}
+	free(out->b);
+	out->b = m;
+	out->n = k;
+	out->cap = n;
+	return 0;
+}
+
 /* ---- merging bucket lists ------------------------------------------------------- */
 
 static const double *vals_of(const struct qry_buckets *bs, const struct qry_bucket *b)
@@ -658,8 +759,8 @@ static bool ordered_by_key(const struct pt *p, size_t n)
 
 /* Plans and reads the chunks of v: stats partials into parts, points into pv. */
 static int read_chunks(struct qry_scan *sc, const struct sto_series_view *v,
-		       const struct qry_bucketing *bk, const bool *conflict, struct pt_vec *pv,
-		       struct qry_bucket *parts, size_t *nparts)
+		       const struct qry_bucketing *bk, unsigned flags, const bool *conflict,
+		       struct pt_vec *pv, struct qry_bucket *parts, size_t *nparts)
 {
 	int rc = 0;
 	for (size_t i = 0; rc == 0 && i < v->nchunks; i++) {
@@ -675,9 +776,10 @@ static int read_chunks(struct qry_scan *sc, const struct sto_series_view *v,
 		}
 		if (sc->points_read + st->count > sc->max_points)
 			return RDB_ELIMIT;
-		rc = sto_read_chunk(sc->s, &v->chunks[i], &sc->rec, &sc->tmp, &sc->re);
+		rc = sto_read_chunk_flags(sc->s, &v->chunks[i], flags, &sc->rec, &sc->tmp, &sc->re);
 		sc->points_read += st->count;
 		sc->chunks_decoded++;
+		sc->chunks_no_ts += flags != 0;
 		if (rc == 0)
 			rc = take_points(pv, &sc->tmp, bk);
 	}
@@ -804,43 +906,101 @@ static int view_of(struct qry_scan *sc, uint64_t id, const struct qry_bucketing 
 	return sto_view_series_rollups(sc->s, id, &bk->range, left, (unsigned)tier, left, v);
 }
 
-int qry_agg_series(struct qry_scan *sc, uint64_t id, const struct qry_bucketing *bk,
-		   struct qry_buckets *out)
+/* Chunks may be decoded without their timestamps (STO_READ_NO_TS) when the
+ * caller reads none (bk->ts_unused) and the stand-ins cannot change which
+ * points are taken or their order: step axis, no head point, every chunk
+ * inside the time range (so the range test passes either way) and the
+ * chunks disjoint in time in view order. Then the true timestamps of the
+ * points taken do not decrease, and the stand-ins (a chunk's min_ts for its
+ * first point, its max_ts for the others) do not either, so "in final
+ * order" (in_order) is decided by the steps alone in both cases. When the
+ * points come out of order they would be sorted by timestamp: that read is
+ * done again with timestamps. */
+static bool no_ts_ok(const struct sto_series_view *v, const struct qry_bucketing *bk)
 {
-	struct sto_series_view v;
+	if (!bk->ts_unused || bk->axis != QRY_AXIS_STEP || v->head.n)
+		return false;
+	for (size_t i = 0; i < v->nchunks; i++) {
+		const struct sto_chunk_stats *st = &v->chunks[i].stats;
+		if (st->min_ts_ns < bk->range.from_ns || st->max_ts_ns > bk->range.to_ns)
+			return false;
+		if (i && v->chunks[i - 1].stats.max_ts_ns > st->min_ts_ns)
+			return false;
+	}
+	return true;
+}
+
+/* The buckets of view v into out. With flags (STO_READ_NO_TS) and points
+ * out of order, *redo is set and out is not built. */
+static int read_view(struct qry_scan *sc, const struct sto_series_view *v,
+		     const struct qry_bucketing *bk, unsigned flags, struct qry_buckets *out,
+		     bool *redo)
+{
 	struct pt_vec pv = PT_VEC_INIT;
 	struct qry_bucket *parts = NULL;
 	bool *conflict = NULL;
 	size_t nparts = 0;
+	out->n = out->nvals = 0;
+	*redo = false;
+	if (flags && !bk->need_values)
+		pv.fold = out; /* no values to keep: fold as the points come */
+	int rc = find_conflicts(v, bk, &conflict);
+	if (rc == 0 && v->nchunks + v->nrollups &&
+	    !(parts = malloc((v->nchunks + v->nrollups) * sizeof(*parts))))
+		rc = -ENOMEM;
+	if (rc == 0)
+		rc = take_points(&pv, &v->head, bk);
+	if (rc == 0)
+		rc = read_chunks(sc, v, bk, flags, conflict, &pv, parts, &nparts);
+	if (rc == 0)
+		rc = read_rollups(sc, v, bk, parts, &nparts);
+	if (rc)
+		goto out;
+	if (flags && !pv.ordered) {
+		*redo = true;
+		goto out;
+	}
+	if (nparts)
+		rdb_sort(parts, nparts, sizeof(*parts), cmp_bucket_key);
+	if (pv.fold) {
+		rc = merge_parts(out, parts, nparts);
+		goto out;
+	}
+	if (!pv.ordered && bk->axis == QRY_AXIS_STEP && bk->attempt == QRY_ATTEMPT_LATEST)
+		keep_latest(&pv);
+	if (!pv.ordered && pv.n && !ordered_by_key(pv.p, pv.n))
+		rdb_sort(pv.p, pv.n, sizeof(*pv.p), cmp_pt_key);
+	rc = build(out, &pv, parts, nparts, bk->need_values);
+out:
+	free(pv.p);
+	free(parts);
+	free(conflict);
+	return rc;
+}
+
+int qry_agg_series(struct qry_scan *sc, uint64_t id, const struct qry_bucketing *bk,
+		   struct qry_buckets *out)
+{
+	struct sto_series_view v;
 	out->n = out->nvals = 0;
 	sc->re.msg[0] = 0;
 	int rc = view_of(sc, id, bk, &v);
 	if (rc)
 		return rc;
 	sc->points_read += v.head.n + v.nrollups;
-	rc = find_conflicts(&v, bk, &conflict);
-	if (rc == 0 && v.nchunks + v.nrollups &&
-	    !(parts = malloc((v.nchunks + v.nrollups) * sizeof(*parts))))
-		rc = -ENOMEM;
-	if (rc == 0)
-		rc = take_points(&pv, &v.head, bk);
-	if (rc == 0)
-		rc = read_chunks(sc, &v, bk, conflict, &pv, parts, &nparts);
-	if (rc == 0)
-		rc = read_rollups(sc, &v, bk, parts, &nparts);
-	if (rc)
-		goto out;
-	if (!pv.ordered && bk->axis == QRY_AXIS_STEP && bk->attempt == QRY_ATTEMPT_LATEST)
-		keep_latest(&pv);
-	if (!pv.ordered && pv.n && !ordered_by_key(pv.p, pv.n))
-		rdb_sort(pv.p, pv.n, sizeof(*pv.p), cmp_pt_key);
-	if (nparts)
-		rdb_sort(parts, nparts, sizeof(*parts), cmp_bucket_key);
-	rc = build(out, &pv, parts, nparts, bk->need_values);
-out:
-	free(pv.p);
-	free(parts);
-	free(conflict);
+	/* the counters, for a read done again */
+	uint64_t pr = sc->points_read, cs = sc->chunks_stats, cd = sc->chunks_decoded,
+		 fr = sc->from_rollups, nt = sc->chunks_no_ts;
+	bool redo = false;
+	rc = read_view(sc, &v, bk, no_ts_ok(&v, bk) ? STO_READ_NO_TS : 0, out, &redo);
+	if (rc == 0 && redo) {
+		sc->points_read = pr;
+		sc->chunks_stats = cs;
+		sc->chunks_decoded = cd;
+		sc->from_rollups = fr;
+		sc->chunks_no_ts = nt;
+		rc = read_view(sc, &v, bk, 0, out, &redo);
+	}
 	sto_view_free(&v);
 	return rc;
 }

@@ -57,6 +57,11 @@ struct qry_bucketing {
 	/* Downsample: answer points retention dropped from the rollup tier of
 	 * the axis when the width is a multiple of the tier's width. */
 	bool use_rollups;
+	/* The caller reads no timestamp of the buckets (first_ts_ns,
+	 * last_ts_ns) and no first/last value: on the step axis chunks may then
+	 * be decoded without their timestamp column (see bucket.c, "Reading a
+	 * series"). count, nan_count, min, max and sum are exact either way. */
+	bool ts_unused;
 };
 
 /* One bucket of one series: its key and the partial aggregate of its
@@ -95,6 +100,7 @@ struct qry_scan {
 	uint64_t chunks_stats; /* chunks answered from their index stats */
 	uint64_t chunks_decoded;
 	uint64_t from_rollups; /* rollup records merged into buckets */
+	uint64_t chunks_no_ts; /* of chunks_decoded: without timestamps (ts_unused) */
 	struct rdb_buf rec;
 	struct mdl_cols tmp;
 	struct sto_read_error re; /* why the last read failed */
@@ -191,6 +197,11 @@ struct qry_each {
 int qry_agg_each(struct qry_scan *sc, const struct qry_match *m, const struct qry_bucketing *bk,
 		 const struct qry_each *e, size_t *failed);
 
+/* Widens e by the extent of every series of m in r (qry_agg_extent), for
+ * many series by two threads (sc is only read). 0, or the error of the
+ * first failing series in match order with *failed its index. */
+int qry_agg_extent_all(struct qry_scan *sc, const struct qry_match *m, const struct sto_range *r,
+		       struct qry_extent *e, size_t *failed);
 /* Resolves spec for the series of m: runs qry_agg_extent over them when the
  * bucket width depends on the data, then qry_agg_choose. 0 or an error with
  * err filled. */

@@ -92,6 +92,7 @@ int qry_agg_each(struct qry_scan *sc, const struct qry_match *m, const struct qr
 			sc->chunks_stats += h[k].sc.chunks_stats;
 			sc->chunks_decoded += h[k].sc.chunks_decoded;
 			sc->from_rollups += h[k].sc.from_rollups;
+			sc->chunks_no_ts += h[k].sc.chunks_no_ts;
 		}
 		qry_scan_free(&h[k].sc);
 	}
@@ -126,16 +127,76 @@ int qry_agg_read_error(struct qry_error *err, int rc, const struct mdl_series_ke
 			k->rank, k->metric, why);
 }
 
+/* ---- extents ------------------------------------------------------------------------ */
+
+struct ext_half {
+	struct qry_scan *sc; /* shared: qry_agg_extent only reads it */
+	const struct qry_match *m;
+	const struct sto_range *r;
+	size_t lo, hi, failed;
+	struct qry_extent e;
+	int rc;
+};
+
+static void *ext_run(void *arg)
+{
+	struct ext_half *h = arg;
+	for (size_t i = h->lo; h->rc == 0 && i < h->hi; i++) {
+		h->rc = qry_agg_extent(h->sc, h->m->v[i].id, h->r, &h->e);
+		if (h->rc)
+			h->failed = i;
+	}
+	return NULL;
+}
+
+static void extent_merge(struct qry_extent *to, const struct qry_extent *x)
+{
+	to->any |= x->any;
+	to->has_steps |= x->has_steps;
+	to->min_ts = x->min_ts < to->min_ts ? x->min_ts : to->min_ts;
+	to->max_ts = x->max_ts > to->max_ts ? x->max_ts : to->max_ts;
+	to->min_step = x->min_step < to->min_step ? x->min_step : to->min_step;
+	to->max_step = x->max_step > to->max_step ? x->max_step : to->max_step;
+}
+
+int qry_agg_extent_all(struct qry_scan *sc, const struct qry_match *m, const struct sto_range *r,
+		       struct qry_extent *e, size_t *failed)
+{
+	struct ext_half h[2];
+	for (unsigned k = 0; k < 2; k++) {
+		h[k] = (struct ext_half){.sc = sc, .m = m, .r = r};
+		qry_extent_init(&h[k].e);
+	}
+	h[0].hi = h[1].lo = m->n < SPLIT_MIN_SERIES ? m->n : m->n / 2;
+	h[1].hi = m->n;
+	pthread_t t;
+	bool threaded = h[1].lo < h[1].hi && pthread_create(&t, NULL, ext_run, &h[1]) == 0;
+	ext_run(&h[0]);
+	if (threaded)
+		pthread_join(t, NULL);
+	else
+		ext_run(&h[1]);
+	for (unsigned k = 0; k < 2; k++) {
+		if (h[k].rc) { /* the first failure in series order, as a plain loop */
+			*failed = h[k].failed;
+			return h[k].rc;
+		}
+		extent_merge(e, &h[k].e);
+	}
+	return 0;
+}
+
 int qry_agg_resolve(struct qry_scan *sc, const struct qry_match *m,
 		    const struct qry_bucket_spec *spec, struct qry_bucketing *out,
 		    struct qry_error *err)
 {
 	struct qry_extent e;
 	qry_extent_init(&e);
-	for (size_t i = 0; i < m->n && qry_agg_needs_extent(spec); i++) {
-		int rc = qry_agg_extent(sc, m->v[i].id, &spec->range, &e);
+	if (qry_agg_needs_extent(spec)) {
+		size_t failed = 0;
+		int rc = qry_agg_extent_all(sc, m, &spec->range, &e, &failed);
 		if (rc)
-			return qry_agg_read_error(err, rc, &m->v[i].key, sc);
+			return qry_agg_read_error(err, rc, &m->v[failed].key, sc);
 	}
 	qry_agg_choose(spec, &e, out);
 	return 0;

@@ -307,12 +307,11 @@ static int resolve_window(struct qry_scan *sc, struct ostate *o, struct qry_erro
 	struct qry_bucket_spec spec = o->req->spec;
 	if (o->req->last_steps > 0) {
 		struct qry_extent e;
+		size_t failed = 0;
 		qry_extent_init(&e);
-		for (size_t i = 0; i < o->m.n; i++) {
-			int rc = qry_agg_extent(sc, o->m.v[i].id, &spec.range, &e);
-			if (rc)
-				return qry_agg_read_error(err, rc, &o->m.v[i].key, sc);
-		}
+		int rc = qry_agg_extent_all(sc, &o->m, &spec.range, &e, &failed);
+		if (rc)
+			return qry_agg_read_error(err, rc, &o->m.v[failed].key, sc);
 		if (!e.has_steps)
 			return fail(err, QRY_E_INVALID, RDB_EINVAL,
 				    "last_steps: the metric has no points "
@@ -327,6 +326,7 @@ static int resolve_window(struct qry_scan *sc, struct ostate *o, struct qry_erro
 	spec.axis = spec.range.by_step ? QRY_AXIS_STEP : QRY_AXIS_TIME;
 	spec.width = 0;
 	qry_agg_choose(&spec, NULL, &o->bk);
+	o->bk.ts_unused = true; /* window means only */
 	return 0;
 }
 

@@ -64,6 +64,7 @@ void srv_admin_init(struct srv_ctx *ctx)
 	l.retention_s = c->retention_s;
 	l.retention_check_s = c->retention_check_s;
 	l.compact_min_live = c->compact_min_live_pct / 100.0;
+	l.index_compact_free_ratio = c->index_compact_free_pct / 100.0;
 	l.rollup_time_width_s = c->rollup_time_width_s;
 	l.rollup_step_width = c->rollup_step_width;
 	sto_set_lifecycle(ctx->sto, &l);
@@ -400,6 +401,21 @@ static void do_compact(struct srv_req *req, struct srv_resp *resp)
 	struct sto_compact_result r;
 	uint64_t pct = 0;
 	double live = -1;
+	const char *ix = arg(req, "index");
+	if (ix && strcmp(ix, "0") != 0) { /* only the index file, unconditionally */
+		struct sto_index_compact_result ir;
+		int irc = sto_compact_index(req->ctx->sto, true, &ir);
+		if (irc) {
+			fail(resp, irc, "compact index");
+			return;
+		}
+		resp->body.len = 0;
+		rdb_buf_printf(
+		    &resp->body, "{\"index_bytes_before\":%llu,\"index_bytes_after\":%llu}",
+		    (unsigned long long)ir.bytes_before, (unsigned long long)ir.bytes_after);
+		resp->status = 200;
+		return;
+	}
 	int rc = arg_u64(req, "min_live_pct", &pct);
 	if (rc == 0 && pct <= 100)
 		live = (double)pct / 100.0;
@@ -413,14 +429,16 @@ static void do_compact(struct srv_req *req, struct srv_resp *resp)
 		return;
 	}
 	resp->body.len = 0;
-	rdb_buf_printf(&resp->body,
-		       "{\"segments\":%llu,\"chunks\":%llu,\"bytes_before\":%llu,"
-		       "\"bytes_after\":%llu,\"skipped\":%llu,\"merged_from\":%llu,"
-		       "\"merged_into\":%llu}",
-		       (unsigned long long)r.segments, (unsigned long long)r.chunks,
-		       (unsigned long long)r.bytes_before, (unsigned long long)r.bytes_after,
-		       (unsigned long long)r.skipped, (unsigned long long)r.merged_from,
-		       (unsigned long long)r.merged_into);
+	rdb_buf_printf(
+	    &resp->body,
+	    "{\"segments\":%llu,\"chunks\":%llu,\"bytes_before\":%llu,"
+	    "\"bytes_after\":%llu,\"skipped\":%llu,\"merged_from\":%llu,"
+	    "\"merged_into\":%llu,\"index_bytes_before\":%llu,\"index_bytes_after\":%llu}",
+	    (unsigned long long)r.segments, (unsigned long long)r.chunks,
+	    (unsigned long long)r.bytes_before, (unsigned long long)r.bytes_after,
+	    (unsigned long long)r.skipped, (unsigned long long)r.merged_from,
+	    (unsigned long long)r.merged_into, (unsigned long long)r.index_bytes_before,
+	    (unsigned long long)r.index_bytes_after);
 	resp->status = 200;
 }
 

@@ -117,15 +117,32 @@ static const struct opt opts[] = {
 	    "number of CPU cores is a good start."},
     {.name = "http_max_connections",
      .type = OPT_UINT,
-     .def = "1024",
+     .def = "8192",
      .min = 1,
      .max = 65536,
      FIELD(http_max_connections),
      .help = "most open client connections",
      .doc = "Most open client connections. Connections beyond it are refused, so a flood of "
-	    "clients cannot exhaust file descriptors or memory. When many training ranks push "
-	    "directly, raise it together with the process's file descriptor limit "
-	    "(ulimit -n)."},
+	    "clients cannot exhaust file descriptors or memory. The default holds a 4,096-rank "
+	    "job with one keep-alive connection per rank plus clients and headroom. At start "
+	    "rankdbd raises its soft open-file limit up to the hard limit when this (plus a "
+	    "quarter for answering refusals, and 512 spare) needs it, and logs a warning when "
+	    "the hard limit is too low (raise LimitNOFILE / ulimit -n then)."},
+    {.name = "http_max_parked",
+     .type = OPT_UINT,
+     .def = "4096",
+     .min = 0,
+     .max = 1048576,
+     FIELD(http_max_parked),
+     .help = "most write requests waiting for their WAL sync without a thread (0: none)",
+     .doc = "With sync_policy = fdatasync a write is acknowledged once its WAL record is on "
+	    "stable storage. While it waits, its request is parked: the connection is "
+	    "suspended and no HTTP thread is held, so one fdatasync covers every write in "
+	    "flight, whatever the number of connections. This bounds how many requests may "
+	    "be parked at once (each keeps its body and parsed batch in memory); past it a "
+	    "write is answered 503 + Retry-After: 1 without being stored "
+	    "(rankdb_http_parked_refused_total). 0 disables parking: every write waits on "
+	    "its HTTP thread, as before."},
     {.name = "http_timeout_s",
      .type = OPT_DURATION,
      .def = "60",
@@ -387,6 +404,20 @@ static const struct opt opts[] = {
 	    "points at) are below this percentage of its size, then deletes the old file. "
 	    "Lower values rewrite less often and leave more dead space; 100 rewrites every "
 	    "segment with any dead byte."},
+    {.name = "index_compact_free_pct",
+     .type = OPT_UINT,
+     .def = "25",
+     .min = 0,
+     .max = 100,
+     FIELD(index_compact_free_pct),
+     .help = "compact the LMDB index file once this percent of its pages is free; 0 = never",
+     .doc = "LMDB never shrinks index/data.mdb: pages freed by merges, compaction and "
+	    "retention stay in the file for reuse. At the end of each compaction (rankctl "
+	    "compact, or the background pass), once at least this percentage of the file's "
+	    "pages is free (and the file is at least 1 MiB), the index is rewritten without "
+	    "them: a compacted copy beside it, then a rename, with index reads and writes "
+	    "paused only for the swap. Needs free disk space for the live index. 0 turns the "
+	    "automatic rewrite off (rankctl compact --index runs it by hand)."},
     {.name = "rollup_time_width_s",
      .type = OPT_DURATION,
      .def = "60",

@@ -30,6 +30,7 @@ struct srv_config {
 	char port_file[4096];		   /* write the bound port here; "" = don't */
 	uint32_t http_threads;		   /* worker threads of the HTTP server */
 	uint32_t http_max_connections;	   /* open connections; beyond: refused */
+	uint64_t http_max_parked;	   /* writes parked until durable; beyond: 503 */
 	uint32_t http_timeout_s;	   /* idle / slow-request timeout per connection */
 	uint64_t http_min_body_rate_bytes; /* body bytes that earn one more second */
 	uint64_t max_body_bytes_in_flight; /* request bodies of all connections together */
@@ -77,6 +78,9 @@ struct srv_config {
 	uint32_t detect_max_jobs;	  /* jobs with detector state */
 	uint64_t detect_max_bytes;	  /* memory bound of detector state */
 	char public_url[512];		  /* base URL for links in alerts; "" = http://addr:port */
+
+	/* index compaction: rewrite index/data.mdb once this % of it is free; 0 = never */
+	uint32_t index_compact_free_pct;
 
 	/* authenticated UDP (udp_auth.c) */
 	char udp_keys_file[4096];	   /* per-job UDP signing keys; "" = none */

@@ -229,13 +229,48 @@ static const char *req_arg(const struct srv_req *req, const char *key)
 	return NULL;
 }
 
+/* A JSON write between its submit and its answer. */
+struct json_write {
+	struct srv_ctx *ctx;
+	struct mdl_batch *b;
+	struct mdl_events *ev;
+	size_t records_ok;
+};
+
+static void json_write_free(struct json_write *jw)
+{
+	mdl_events_free(jw->ev);
+	mdl_batch_free(jw->b);
+	free(jw);
+}
+
+/* Answers a submitted JSON write (now, or when its parked request
+ * resumes: srv_submit) and frees jw. */
+static void json_write_answer(void *state, const struct ing_outcome *o, struct srv_resp *resp)
+{
+	struct json_write *jw = state;
+	struct srv_ctx *ctx = jw->ctx;
+	if (o->rc == 0) {
+		atomic_fetch_add(&ctx->counters.write_records, jw->records_ok);
+		resp->status = 200;
+		rdb_buf_printf(
+		    &resp->body,
+		    "{\"accepted_points\":%zu,\"accepted_events\":%zu,\"records\":%zu%s}",
+		    mdl_batch_points(jw->b), mdl_events_count(jw->ev), jw->records_ok,
+		    o->duplicate ? ",\"duplicate\":true" : "");
+	} else {
+		srv_count_outcome(ctx, o);
+		srv_error(resp, o->status, "%s", o->msg);
+		resp->retry_after = o->retry_after;
+	}
+	json_write_free(jw);
+}
+
 static void h_write(struct srv_req *req, struct srv_resp *resp, const struct srv_route *r)
 {
 	(void)r;
 	struct srv_ctx *ctx = req->ctx;
 	atomic_fetch_add(&ctx->counters.write_requests, 1);
-	struct mdl_batch *b = NULL;
-	struct mdl_events *ev = NULL;
 	struct ing_parse_result res = {0};
 	struct ing_write w = {.source = ING_SRC_HTTP_JSON};
 	struct ing_outcome o;
@@ -255,39 +290,36 @@ static void h_write(struct srv_req *req, struct srv_resp *resp, const struct srv
 		srv_error(resp, 400, "%s", why);
 		return;
 	}
-	int rc = mdl_batch_new(max_points, max_points, &b);
+	struct json_write *jw = calloc(1, sizeof(*jw));
+	int rc = jw ? 0 : -ENOMEM;
+	if (rc == 0) {
+		jw->ctx = ctx;
+		rc = mdl_batch_new(max_points, max_points, &jw->b);
+	}
 	if (rc == 0)
 		rc = mdl_events_new(ctx->cfg->max_records_per_request, ctx->cfg->max_body_bytes * 2,
-				    &ev);
+				    &jw->ev);
 	if (rc) {
 		atomic_fetch_add(&ctx->counters.write_failed, 1);
 		srv_error(resp, 500, "out of memory; nothing of this request was stored");
 		goto out;
 	}
-	if (parse_json_body(req, resp, precision_ns, b, ev, &res))
+	if (parse_json_body(req, resp, precision_ns, jw->b, jw->ev, &res))
 		goto out;
-	w.points = b;
-	w.events = ev;
-	if (!srv_auth_write_ok(req, b, ev)) {
+	jw->records_ok = res.records_ok;
+	w.points = jw->b;
+	w.events = jw->ev;
+	if (!srv_auth_write_ok(req, jw->b, jw->ev)) {
 		srv_error(resp, 403, "forbidden");
 		goto out;
 	}
-	if (ing_submit(ctx->pipe, &w, &o) == 0) {
-		atomic_fetch_add(&ctx->counters.write_records, res.records_ok);
-		resp->status = 200;
-		rdb_buf_printf(
-		    &resp->body,
-		    "{\"accepted_points\":%zu,\"accepted_events\":%zu,\"records\":%zu%s}",
-		    mdl_batch_points(b), mdl_events_count(ev), res.records_ok,
-		    o.duplicate ? ",\"duplicate\":true" : "");
-	} else {
-		srv_count_outcome(ctx, &o);
-		srv_error(resp, o.status, "%s", o.msg);
-		resp->retry_after = o.retry_after;
-	}
+	if (srv_submit(req, &w, &o, json_write_answer, jw) == SRV_PARKED)
+		return;
+	json_write_answer(jw, &o, resp); /* frees jw */
+	return;
 out:
-	mdl_events_free(ev);
-	mdl_batch_free(b);
+	if (jw)
+		json_write_free(jw);
 }
 
 /* ---- query parameters -------------------------------------------------------- */
@@ -662,6 +694,15 @@ static void h_metrics(struct srv_req *req, struct srv_resp *resp, const struct s
 	       st.wal.syncs);
 	metric(b, "rankdb_wal_errors_total", "counter", "WAL write or sync failures.",
 	       st.wal.errors);
+	metric(b, "rankdb_wal_group_records_max", "gauge",
+	       "Most WAL records (write requests) one group commit (write + fdatasync) covered.",
+	       st.wal.group_max);
+	rdb_buf_printf(b,
+		       "# HELP rankdb_wal_records_per_sync WAL records per fdatasync since start "
+		       "(requests one sync acknowledged, on average).\n"
+		       "# TYPE rankdb_wal_records_per_sync gauge\n"
+		       "rankdb_wal_records_per_sync %.3f\n",
+		       st.wal.syncs ? (double)st.wal.records / (double)st.wal.syncs : 0.0);
 	metric(b, "rankdb_wal_damaged_ranges", "gauge",
 	       "Damaged WAL ranges (not a torn tail) the recovery at this start skipped.",
 	       st.wal_damaged_ranges);
@@ -703,6 +744,16 @@ static void h_metrics(struct srv_req *req, struct srv_resp *resp, const struct s
 	srv_auth_metrics(b);
 	metric(b, "rankdb_http_connections", "gauge", "Open HTTP connections.",
 	       atomic_load(&c->http_connections));
+	metric(b, "rankdb_http_parked", "gauge",
+	       "Write requests parked (no thread held) until their WAL sync is done.",
+	       atomic_load(&c->http_parked));
+	metric(b, "rankdb_http_parked_max", "gauge", "Most write requests parked at once.",
+	       atomic_load(&c->http_parked_max));
+	metric(b, "rankdb_http_parked_total", "counter", "Write requests ever parked.",
+	       atomic_load(&c->http_parked_total));
+	metric(b, "rankdb_http_parked_refused_total", "counter",
+	       "Write requests answered 503 because http_max_parked were already parked.",
+	       atomic_load(&c->http_refused_parked));
 	metric(b, "rankdb_http_connections_shed_total", "counter",
 	       "Connections closed to make room past http_max_connections (the one that waited "
 	       "longest for a request).",

@@ -36,6 +36,17 @@
  * Content-Length past 2^64-1 itself with a 413 whose status line and
  * headers it sends twice; neither request reaches rankdb's code.
  *
+ * Parked writes (srv_submit): a write whose WAL sync is pending does not
+ * hold its worker. The handler returns SRV_PARKED, on_request suspends the
+ * connection (MHD_ALLOW_SUSPEND_RESUME; libmicrohttpd's ITC wakes the
+ * owning worker), the WAL thread's completion resumes it, and the worker
+ * calls on_request again, which answers through the handler's finish
+ * function. A small state machine (PARK_*) lets the completion come before
+ * the suspend. Parked connections are in CS_HANDLING: no deadline, never
+ * shed. At most http_max_parked at once (503 past it); at stop no more are
+ * parked and http_free waits until every parked one was answered, since
+ * libmicrohttpd must not be stopped with a suspended connection.
+ *
  * A request's memory (struct conn_req) is freed in one place, the
  * completion callback; a connection's (struct conn_state) in the
  * connection-closed callback, which libmicrohttpd calls before it closes
@@ -57,6 +68,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -68,12 +80,17 @@
 enum conn_phase { CS_WAITING, CS_BODY, CS_HANDLING };
 
 /* One TCP connection (libmicrohttpd's socket context). Fields under
- * srv_http.mu, except body_bytes (atomic: the reaper reads it). */
+ * srv_http.mu, except state and body_bytes (atomics: the connection's
+ * worker sets them three times a request without the registry's lock, the
+ * reaper and the shedder read them). */
 struct conn_state {
 	struct conn_state *prev, *next; /* registry */
 	int fd;
-	enum conn_phase phase;
-	int64_t wait_start_ns;	     /* mono: connection start or end of the previous response */
+	/* The phase (low 2 bits) and, above them, the monotonic ns when the
+	 * connection started waiting for its request (connection start or end
+	 * of the previous response), in one word so a reader never pairs a new
+	 * phase with an old start. */
+	_Atomic uint64_t state;
 	_Atomic uint64_t body_bytes; /* body bytes of the current request received */
 	bool over_limit;	     /* accepted past http_max_connections: answered 503 */
 	bool shut;		     /* the reaper or the shedder shut its socket down */
@@ -82,6 +99,8 @@ struct conn_state {
 struct srv_http {
 	struct MHD_Daemon *d;
 	struct srv_ctx *ctx;
+	_Atomic uint64_t parked;     /* requests parked (srv_submit), answered or not */
+	_Atomic bool parks_closed;   /* stopping: srv_submit no longer parks */
 	_Atomic uint64_t body_bytes; /* reserved for request bodies, all connections */
 	pthread_mutex_t mu;
 	struct conn_state *head, *tail; /* registry, oldest first */
@@ -93,6 +112,12 @@ struct srv_http {
 	bool tls; /* HTTPS: the certificate comes from server/tls.c's callback */
 };
 
+/* A parked request's state (srv_submit): PARK_PENDING from the submit
+ * until the handler suspended the connection (PARK_SUSPENDED), PARK_READY
+ * once the write's outcome is known. Whichever of the handler and the
+ * completion comes second resumes the connection. */
+enum { PARK_NONE = 0, PARK_PENDING, PARK_SUSPENDED, PARK_READY };
+
 struct conn_req {
 	struct srv_http *h;
 	struct rdb_buf body;
@@ -100,6 +125,14 @@ struct conn_req {
 	bool too_large;
 	bool busy;     /* the body budget could not hold it: 503 */
 	bool answered; /* a response was queued early (413, 503, 400) */
+	/* parked write (srv_submit) */
+	struct MHD_Connection *conn;
+	_Atomic int park;      /* PARK_* */
+	bool parked;	       /* the handler parked: the answer comes from fin */
+	struct ing_ticket *tk; /* the pending write */
+	srv_finish_fn fin;     /* answers it */
+	void *fin_state;
+	char peer[INET6_ADDRSTRLEN + 8]; /* srv_req.peer, kept for the resumed answer */
 };
 
 static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -274,17 +307,32 @@ static struct conn_state *conn_state_of(struct MHD_Connection *conn)
 	return ci ? ci->socket_context : NULL;
 }
 
+static uint64_t state_pack(enum conn_phase ph, int64_t wait_start_ns)
+{
+	return ((uint64_t)wait_start_ns & ~(uint64_t)3) | (uint64_t)ph;
+}
+
+static enum conn_phase state_phase(uint64_t st)
+{
+	return (enum conn_phase)(st & 3);
+}
+
+static int64_t state_wait_start_ns(uint64_t st)
+{
+	return (int64_t)(st & ~(uint64_t)3);
+}
+
+/* Lock-free: the registry's mutex is for the list, not per request. */
 static void set_phase(struct srv_http *h, struct conn_state *cs, enum conn_phase ph)
 {
+	(void)h;
 	if (!cs)
 		return;
-	pthread_mutex_lock(&h->mu);
-	cs->phase = ph;
-	if (ph == CS_WAITING)
-		cs->wait_start_ns = rdb_now_mono_ns();
+	uint64_t st = atomic_load(&cs->state);
+	int64_t start = ph == CS_WAITING ? rdb_now_mono_ns() : state_wait_start_ns(st);
 	if (ph == CS_BODY)
 		atomic_store(&cs->body_bytes, 0);
-	pthread_mutex_unlock(&h->mu);
+	atomic_store(&cs->state, state_pack(ph, start));
 }
 
 /* First call for a request: set up its state; refuse, before any body byte
@@ -356,6 +404,122 @@ static void peer_address(struct MHD_Connection *conn, char *out, size_t len)
 	snprintf(out, len, "%s:%u", ip, port);
 }
 
+/* ---- parked writes: acknowledged when durable, no thread held ------------------ */
+
+/* The write's completion (the WAL thread, or inside ing_submit_async):
+ * mark it ready; if the handler already suspended the connection, resume
+ * it (its worker then calls on_request, which answers). Touches nothing of
+ * cr after the exchange unless the connection is suspended (then cr lives
+ * until it is resumed and answered). */
+static void park_ready(void *arg)
+{
+	struct conn_req *cr = arg;
+	struct MHD_Connection *conn = cr->conn;
+	if (atomic_exchange(&cr->park, PARK_READY) == PARK_SUSPENDED)
+		MHD_resume_connection(conn);
+}
+
+/* After a handler parked: suspend the connection unless the write is
+ * already done, in which case resume it at once (libmicrohttpd then calls
+ * on_request again, which answers). */
+static void park_suspend(struct MHD_Connection *conn, struct conn_req *cr)
+{
+	MHD_suspend_connection(conn);
+	int expect = PARK_PENDING;
+	if (!atomic_compare_exchange_strong(&cr->park, &expect, PARK_SUSPENDED))
+		MHD_resume_connection(conn); /* PARK_READY: the completion came first */
+}
+
+/* Finishes a parked write: its outcome, the handler's answer. Frees the
+ * handler's state; resp may be NULL when nobody is left to answer. */
+static void park_finish(struct conn_req *cr, struct srv_resp *resp)
+{
+	struct srv_http *h = cr->h;
+	struct ing_outcome o;
+	ing_finish(cr->tk, &o);
+	cr->tk = NULL;
+	struct srv_resp discard = {0};
+	if (!resp) {
+		rdb_buf_init(&discard.body, h->ctx->cfg->max_response_bytes + 4096);
+		resp = &discard;
+	}
+	cr->fin(cr->fin_state, &o, resp);
+	cr->fin = NULL;
+	rdb_buf_free(&discard.body);
+	atomic_fetch_sub(&h->parked, 1);
+	atomic_store(&h->ctx->counters.http_parked, atomic_load(&h->parked));
+}
+
+/* on_request for a resumed parked request: answer it. */
+static enum MHD_Result answer_parked(struct MHD_Connection *conn, struct conn_req *cr)
+{
+	struct srv_ctx *ctx = cr->h->ctx;
+	if (atomic_load(&cr->park) != PARK_READY)
+		return MHD_YES; /* not ours to answer yet (never expected) */
+	if (!cr->fin)
+		return MHD_YES; /* answered already */
+	struct srv_resp resp = {0};
+	rdb_buf_init(&resp.body, ctx->cfg->max_response_bytes + 4096);
+	park_finish(cr, &resp);
+	enum MHD_Result ok = send_resp(conn, ctx, &resp);
+	rdb_buf_free(&resp.body);
+	return ok;
+}
+
+static void max_store(_Atomic uint64_t *m, uint64_t v)
+{
+	uint64_t cur = atomic_load(m);
+	while (v > cur && !atomic_compare_exchange_weak(m, &cur, v))
+		;
+}
+
+int srv_submit(struct srv_req *req, const struct ing_write *w, struct ing_outcome *o,
+	       srv_finish_fn fin, void *state)
+{
+	struct srv_ctx *ctx = req->ctx;
+	struct conn_req *cr = req->park;
+	if (!cr || ctx->cfg->http_max_parked == 0 || strcmp(ctx->cfg->sync_policy, "none") == 0) {
+		ing_submit(ctx->pipe, w, o);
+		return 0;
+	}
+	struct srv_http *h = cr->h;
+	/* Counted before the stop flag is read: http_free sees it or we see the flag. */
+	uint64_t n = atomic_fetch_add(&h->parked, 1) + 1;
+	if (atomic_load(&h->parks_closed)) {
+		atomic_fetch_sub(&h->parked, 1);
+		ing_submit(ctx->pipe, w, o); /* stopping: wait on this thread as before */
+		return 0;
+	}
+	if (n > ctx->cfg->http_max_parked) {
+		atomic_fetch_sub(&h->parked, 1);
+		atomic_fetch_add(&ctx->counters.http_refused_parked, 1);
+		*o = (struct ing_outcome){
+		    .rc = RDB_EBUSY, .reason = ING_BUSY, .status = 503, .retry_after = "1"};
+		snprintf(
+		    o->msg, sizeof(o->msg),
+		    "busy: %llu writes are already waiting for their WAL sync (http_max_parked); "
+		    "nothing of this request was stored, retry after the Retry-After delay",
+		    (unsigned long long)ctx->cfg->http_max_parked);
+		return 0;
+	}
+	atomic_store(&ctx->counters.http_parked, n);
+	max_store(&ctx->counters.http_parked_max, n);
+	atomic_store(&cr->park, PARK_PENDING);
+	cr->fin = fin;
+	cr->fin_state = state;
+	int rc = ing_submit_async(ctx->pipe, w, o, park_ready, cr, &cr->tk);
+	if (rc != ING_PENDING) {
+		atomic_store(&cr->park, PARK_NONE);
+		cr->fin = NULL;
+		atomic_fetch_sub(&h->parked, 1);
+		atomic_store(&ctx->counters.http_parked, atomic_load(&h->parked));
+		return 0;
+	}
+	atomic_fetch_add(&ctx->counters.http_parked_total, 1);
+	cr->parked = true;
+	return SRV_PARKED;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
 				  const char *method, const char *version, const char *upload_data,
 				  size_t *upload_data_size, void **con_cls)
@@ -366,6 +530,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (*con_cls == NULL)
 		return begin(conn, h, url, con_cls);
 	struct conn_req *cr = *con_cls;
+	if (cr->parked)
+		return answer_parked(conn, cr);
 	if (*upload_data_size) {
 		size_t n = *upload_data_size;
 		struct conn_state *cs = conn_state_of(conn);
@@ -394,15 +560,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			      "max_body_bytes_in_flight; retry shortly");
 	}
 	set_phase(h, conn_state_of(conn), CS_HANDLING);
-	char peer[INET6_ADDRSTRLEN + 8];
-	peer_address(conn, peer, sizeof(peer));
+	peer_address(conn, cr->peer, sizeof(cr->peer));
+	cr->conn = conn;
 	struct srv_req req = {.ctx = ctx,
 			      .method = method,
 			      .path = url,
 			      .body = cr->body.data,
 			      .body_len = cr->body.len,
 			      .conn = conn,
-			      .peer = peer};
+			      .peer = cr->peer,
+			      .park = cr};
 	MHD_get_connection_values_n(conn, MHD_GET_ARGUMENT_KIND, collect_arg, &req);
 	struct srv_resp resp = {0};
 	rdb_buf_init(&resp.body, ctx->cfg->max_response_bytes + 4096);
@@ -412,6 +579,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			  "than cut there");
 	else
 		srv_dispatch(&req, &resp);
+	if (cr->parked) {
+		rdb_buf_free(&resp.body);
+		park_suspend(conn, cr);
+		return MHD_YES;
+	}
 	enum MHD_Result ok = send_resp(conn, ctx, &resp);
 	rdb_buf_free(&resp.body);
 	return ok;
@@ -445,6 +617,19 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	set_phase(h, conn_state_of(conn), CS_WAITING);
 	if (!cr)
 		return;
+	if (cr->fin) {
+		/* Parked and never answered (the connection went away after its
+		 * resume): the write's outcome stands, nobody hears it. A write
+		 * still pending cannot get here: its connection is suspended. */
+		if (atomic_load(&cr->park) == PARK_READY) {
+			park_finish(cr, NULL);
+		} else {
+			rdb_error("http", "a parked write's request ended before its WAL sync; "
+					  "its state is leaked");
+			*con_cls = NULL;
+			return;
+		}
+	}
 	rdb_buf_free(&cr->body);
 	budget_give(h, cr->charged);
 	free(cr);
@@ -480,11 +665,17 @@ static void shut(struct conn_state *cs)
 static bool shed_one(struct srv_http *h, int64_t now_ns)
 {
 	struct conn_state *best = NULL;
-	for (struct conn_state *c = h->head; c; c = c->next)
-		if (c->phase == CS_WAITING && !c->shut &&
-		    now_ns - c->wait_start_ns >= SHED_MIN_WAIT_MS * 1000000ll &&
-		    (!best || c->wait_start_ns < best->wait_start_ns))
+	int64_t best_start = 0;
+	for (struct conn_state *c = h->head; c; c = c->next) {
+		uint64_t st = atomic_load(&c->state);
+		int64_t start = state_wait_start_ns(st);
+		if (state_phase(st) == CS_WAITING && !c->shut &&
+		    now_ns - start >= SHED_MIN_WAIT_MS * 1000000ll &&
+		    (!best || start < best_start)) {
 			best = c;
+			best_start = start;
+		}
+	}
 	if (best)
 		shut(best);
 	return best != NULL;
@@ -514,9 +705,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 	const union MHD_ConnectionInfo *ci =
 	    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	cs->fd = ci ? ci->connect_fd : -1;
-	cs->phase = CS_WAITING;
 	int64_t now = rdb_now_mono_ns();
-	cs->wait_start_ns = now;
+	atomic_store(&cs->state, state_pack(CS_WAITING, now));
 	pthread_mutex_lock(&h->mu);
 	if (h->nconns >= h->ctx->cfg->http_max_connections) {
 		if (shed_one(h, now))
@@ -540,12 +730,13 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 static int64_t deadline_ns(const struct srv_http *h, const struct conn_state *cs)
 {
 	const struct srv_config *cfg = h->ctx->cfg;
-	if (cs->phase == CS_HANDLING)
+	uint64_t st = atomic_load(&cs->state);
+	if (state_phase(st) == CS_HANDLING)
 		return 0;
 	if (cs->over_limit)
-		return cs->wait_start_ns + OVER_LIMIT_WAIT_S * 1000000000ll;
-	int64_t d = cs->wait_start_ns + (int64_t)cfg->http_timeout_s * 1000000000ll;
-	if (cs->phase == CS_BODY) {
+		return state_wait_start_ns(st) + OVER_LIMIT_WAIT_S * 1000000000ll;
+	int64_t d = state_wait_start_ns(st) + (int64_t)cfg->http_timeout_s * 1000000000ll;
+	if (state_phase(st) == CS_BODY) {
 		uint64_t extra_s = atomic_load(&cs->body_bytes) / cfg->http_min_body_rate_bytes;
 		d += (int64_t)(extra_s < 86400 * 365 ? extra_s : 86400 * 365) * 1000000000ll;
 	}
@@ -590,8 +781,33 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 	rdb_log_limited(&rl, 10, RDB_LOG_WARN, "http", "%s", line);
 }
 
+/* Stopping: no more parking, then waits until every parked request was
+ * resumed and answered (their WAL syncs finish on their own; the storage
+ * engine is still open), because libmicrohttpd must not be stopped with a
+ * suspended connection. */
+static void drain_parked(struct srv_http *h)
+{
+	atomic_store(&h->parks_closed, true);
+	int64_t t0 = rdb_now_mono_ns(), next_log = t0 + 5000000000ll;
+	while (atomic_load(&h->parked) > 0) {
+		struct timespec ts = {0, 2000000};
+		nanosleep(&ts, NULL);
+		int64_t now = rdb_now_mono_ns();
+		if (now >= next_log) {
+			rdb_warn("http",
+				 "stopping: still waiting for %llu parked writes to be answered "
+				 "(%.0f s; their WAL sync has not finished)",
+				 (unsigned long long)atomic_load(&h->parked),
+				 (double)(now - t0) / 1e9);
+			next_log = now + 5000000000ll;
+		}
+	}
+}
+
 static void http_free(struct srv_http *h)
 {
+	if (h->d)
+		drain_parked(h);
 	if (h->reaper_started) {
 		pthread_mutex_lock(&h->mu);
 		h->stopping = true;
@@ -606,6 +822,38 @@ static void http_free(struct srv_http *h)
 	if (h->tls)
 		srv_tls_stop(); /* after the daemon: no handshake borrows a certificate */
 	free(h);
+}
+
+#define FD_SPARE 512u /* descriptors kept for data files, the index, logs, UDP */
+
+/* Raises the soft open-file limit to the hard one when the connection
+ * limit needs more than the soft limit allows (distributions start
+ * services at 1024): the defaults must hold thousands of connections
+ * without tuning. Says so when even the hard limit is too low. */
+static void raise_fd_limit(unsigned connections)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return;
+	rlim_t need = (rlim_t)connections + FD_SPARE;
+	if (rl.rlim_cur >= need)
+		return;
+	rlim_t old = rl.rlim_cur;
+	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
+	if (rl.rlim_cur > old && setrlimit(RLIMIT_NOFILE, &rl) == 0)
+		rdb_info("http", "raised the open-file limit from %llu to %llu for %u connections",
+			 (unsigned long long)old, (unsigned long long)rl.rlim_cur, connections);
+	else
+		rl.rlim_cur = old;
+	if (rl.rlim_cur < need)
+		rdb_warn("http",
+			 "the open-file limit (%llu, hard limit %llu) is below the %llu that "
+			 "http_max_connections plus its reserve need: connections past about "
+			 "%llu will fail to be accepted; raise LimitNOFILE / ulimit -n or lower "
+			 "http_max_connections",
+			 (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
+			 (unsigned long long)need,
+			 (unsigned long long)(rl.rlim_cur > FD_SPARE ? rl.rlim_cur - FD_SPARE : 0));
 }
 
 int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
@@ -631,6 +879,7 @@ int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
 	 * whose share is 0 never wakes for MHD_stop_daemon, and shutdown hangs.
 	 * So no more workers than connections they may hold. */
 	unsigned limit = (unsigned)cfg->http_max_connections + reserve;
+	raise_fd_limit(limit);
 	unsigned threads =
 	    (unsigned)cfg->http_threads < limit ? (unsigned)cfg->http_threads : limit;
 	struct MHD_OptionItem tls[2] = {{MHD_OPTION_END, 0, NULL}};
@@ -659,9 +908,10 @@ int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
 		tls_flag = MHD_USE_TLS;
 	}
 	h->d = MHD_start_daemon(
-	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG | tls_flag, 0, NULL,
-	    NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
-	    (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE, threads,
+	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+		MHD_USE_ERROR_LOG | tls_flag,
+	    0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE, threads,
 	    MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_CONNECTION_TIMEOUT,
 	    (unsigned)cfg->http_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
 	    MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,

@@ -54,6 +54,7 @@ enum api { API_V1, API_V2 };
 
 /* One request's state; lp_req_free releases all of it. */
 struct lp_req {
+	struct srv_ctx *ctx;
 	enum api api;
 	int64_t precision_ns;
 	const char *batch_id;
@@ -293,9 +294,32 @@ static int parse_body(struct srv_ctx *ctx, struct lp_req *r, struct srv_resp *re
 	return rc;
 }
 
-static void write_lines(struct srv_ctx *ctx, struct lp_req *r, struct srv_resp *resp)
+/* Answers a submitted write from its outcome (now, or when a parked
+ * request resumes: srv_submit) and frees r. */
+static void write_answer(void *state, const struct ing_outcome *o, struct srv_resp *resp)
 {
-	struct srv_counters *c = &ctx->counters;
+	struct lp_req *r = state;
+	struct srv_counters *c = &r->ctx->counters;
+	const struct ing_parse_result *res = &r->res;
+	if (o->rc) {
+		store_failed(r->ctx, resp, r->api, o);
+	} else {
+		atomic_fetch_add(&c->write_records, res->records_ok);
+		atomic_fetch_add(&c->lp_lines_ok, res->records_ok);
+		atomic_fetch_add(&c->lp_string_fields_skipped, res->string_fields_skipped);
+		if (res->records_bad)
+			bad_lines_answer(resp, r, o->duplicate);
+		else
+			resp->status = 204;
+	}
+	lp_req_free(r);
+}
+
+/* Stores r's lines and answers; r is freed (now, or by the parked
+ * request's answer). */
+static void write_lines(struct srv_req *req, struct lp_req *r, struct srv_resp *resp)
+{
+	struct srv_counters *c = &r->ctx->counters;
 	const struct ing_parse_result *res = &r->res;
 	struct ing_write w = {.points = r->b,
 			      .events = r->ev,
@@ -311,19 +335,12 @@ static void write_lines(struct srv_ctx *ctx, struct lp_req *r, struct srv_resp *
 		} else {
 			resp->status = 204; /* nothing but blank and comment lines */
 		}
+		lp_req_free(r);
 		return;
 	}
-	if (ing_submit(ctx->pipe, &w, &o)) {
-		store_failed(ctx, resp, r->api, &o);
+	if (srv_submit(req, &w, &o, write_answer, r) == SRV_PARKED)
 		return;
-	}
-	atomic_fetch_add(&c->write_records, res->records_ok);
-	atomic_fetch_add(&c->lp_lines_ok, res->records_ok);
-	atomic_fetch_add(&c->lp_string_fields_skipped, res->string_fields_skipped);
-	if (res->records_bad)
-		bad_lines_answer(resp, r, o.duplicate);
-	else
-		resp->status = 204;
+	write_answer(r, &o, resp);
 }
 
 static void handle_lp_write(struct srv_req *req, struct srv_resp *resp, enum api api)
@@ -335,6 +352,7 @@ static void handle_lp_write(struct srv_req *req, struct srv_resp *resp, enum api
 		lp_error(resp, api, 500, "out of memory");
 		return;
 	}
+	r->ctx = ctx;
 	r->api = api;
 	if (parse_params(req, r)) {
 		atomic_fetch_add(&ctx->counters.write_rejected_invalid, 1);
@@ -350,10 +368,12 @@ static void handle_lp_write(struct srv_req *req, struct srv_resp *resp, enum api
 	}
 	if (parse_body(ctx, r, resp) != 0)
 		goto out;
-	if (!srv_auth_write_ok(req, r->b, r->ev)) /* a job-limited token: every record's job */
+	if (!srv_auth_write_ok(req, r->b, r->ev)) { /* a job-limited token: every record's job */
 		lp_error(resp, api, 403, "forbidden");
-	else
-		write_lines(ctx, r, resp);
+		goto out;
+	}
+	write_lines(req, r, resp); /* frees r */
+	return;
 out:
 	lp_req_free(r);
 }

@@ -17,6 +17,7 @@
 #include "server/udp_auth.h"
 #include "server/tls.h"
 #include "detect/service.h"
+#include "storage/io/fault.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -37,6 +38,28 @@ static int write_port_file(const char *path, uint16_t port)
 	if (fclose(f) != 0)
 		return -errno;
 	return rename(tmp, path) == 0 ? 0 : -errno; /* readers never see a partial file */
+}
+
+/* RANKDB_FAULTS (tests only, docs/OPERATIONS.md "Fault injection"): arms
+ * storage fault points once the store is open (recovery runs clean; hit
+ * numbers count from there). Only the environment of the
+ * process can set it; nothing on the network reads or changes it. 0, or -1
+ * when the text does not parse (logged; rankdbd then refuses to start). */
+static int arm_test_faults(void)
+{
+	const char *spec = getenv("RANKDB_FAULTS");
+	char err[512];
+	if (!spec || !*spec)
+		return 0;
+	if (sto_fault_parse(spec, err, sizeof(err)) != 0) {
+		rdb_error("main", "%s; exiting", err);
+		return -1;
+	}
+	rdb_warn("main",
+		 "RANKDB_FAULTS=%.200s is set: storage write sites will fail on purpose (fault "
+		 "injection for tests); never set it in production, unset it and restart",
+		 spec);
+	return 0;
 }
 
 static int storage_options(const struct srv_config *cfg, struct sto_options *o)
@@ -183,6 +206,10 @@ int main(int argc, char **argv)
 	if (rc) {
 		rdb_error("main", "cannot open the data directory %s: %s; exiting", cfg.data_dir,
 			  rdb_strerror(rc));
+		return 1;
+	}
+	if (arm_test_faults() != 0) { /* after recovery: hits count from here */
+		sto_close(ctx.sto);
 		return 1;
 	}
 	struct ing_pipeline_options po = {.max_series = cfg.max_series,

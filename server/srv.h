@@ -58,6 +58,10 @@ struct srv_counters {
 	_Atomic uint64_t http_timed_out;	   /* closed: request not whole by its deadline */
 	_Atomic uint64_t http_refused_body_budget; /* 503: past max_body_bytes_in_flight */
 	_Atomic uint64_t http_body_bytes;	   /* gauge: body bytes reserved (http.c sets it) */
+	_Atomic uint64_t http_parked;		   /* gauge: requests parked until durable */
+	_Atomic uint64_t http_parked_max;	   /* high-water mark of http_parked */
+	_Atomic uint64_t http_parked_total;	   /* requests ever parked */
+	_Atomic uint64_t http_refused_parked;	   /* 503: past http_max_parked */
 };
 
 /* Shared by every request; read-only after start except the counters. */
@@ -88,7 +92,27 @@ struct srv_req {
 	const char *param; /* the {job}/{name} segment of the matched route (route.h), or NULL */
 	const char *peer;  /* client address "ip:port" ("?" if unknown); request's life */
 	const struct srv_auth_grant *auth; /* the proven token (server/auth.h), NULL: none needed */
+	void *park; /* the HTTP layer's parking slot for srv_submit, NULL: cannot park */
 };
+
+struct srv_resp;
+/* Answers a write from its outcome and frees state (srv_submit). */
+typedef void (*srv_finish_fn)(void *state, const struct ing_outcome *o, struct srv_resp *resp);
+#define SRV_PARKED 1
+
+/* Submits a write for req without holding the thread while it becomes
+ * durable (http.c). Returns 0 with *o filled when the answer is known now
+ * (stored with sync_policy none, refused, or not parkable: then the write
+ * was done with ing_submit, blocking); the caller answers (typically
+ * fin(state, o, resp)). Returns SRV_PARKED when the request is parked: the
+ * caller returns from its handler leaving resp untouched, and the HTTP
+ * layer later calls fin(state, o, resp) on a worker thread with the same
+ * outcome ing_submit would have given; w (and what it points to, which
+ * state must own) stays valid until then. Past http_max_parked parked
+ * requests, *o is a 503 refusal with Retry-After (nothing stored, counted
+ * in http_refused_parked). */
+int srv_submit(struct srv_req *req, const struct ing_write *w, struct ing_outcome *o,
+	       srv_finish_fn fin, void *state);
 
 /* A request header's value (case-insensitive name), or NULL. Valid for
  * the request's life. */

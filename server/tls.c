@@ -62,9 +62,11 @@ static int load(char *msg, size_t msglen)
 		rc = read_pem("tls_key_file", cfg->tls_key_file, &key, &klen, msg, msglen);
 	if (rc == 0) {
 		rc = rdb_tls_set(cert, clen, key, klen, why, sizeof(why));
-		if (rc)
-			snprintf(msg, msglen, "%s / %s: %s", cfg->tls_cert_file, cfg->tls_key_file,
-				 why);
+		/* a long path may cut the message; it stays readable (and the
+		 * result is looked at, which -O3's -Wformat-truncation wants) */
+		if (rc && snprintf(msg, msglen, "%s / %s: %s", cfg->tls_cert_file,
+				   cfg->tls_key_file, why) < 0)
+			msg[0] = 0;
 	}
 	if (key)
 		memset(key, 0, klen); /* the private key leaves no copy */

@@ -25,6 +25,12 @@ struct sto_lifecycle {
 	double compact_min_live;      /* rewrite segments whose live fraction is below */
 	uint32_t rollup_time_width_s; /* time tier bucket width; 0 = no time tier */
 	uint64_t rollup_step_width;   /* step tier bucket width; 0 = no step tier */
+	/* Index compaction (sto_compact_index): after a checkpoint or a
+	 * compaction, when the LMDB freelist holds at least this fraction of
+	 * the index file's pages (0 = never on its own) and the file is at
+	 * least index_compact_min_bytes. */
+	double index_compact_free_ratio;
+	uint64_t index_compact_min_bytes;
 };
 void sto_lifecycle_default(struct sto_lifecycle *l);
 void sto_set_lifecycle(struct sto *s, const struct sto_lifecycle *l);
@@ -72,6 +78,7 @@ int sto_retention_run(struct sto *s, struct sto_retention_result *r);
 struct sto_compact_result {
 	uint64_t segments, chunks, bytes_before, bytes_after, skipped;
 	uint64_t merged_from, merged_into; /* small chunks merged, chunks they became */
+	uint64_t index_bytes_before, index_bytes_after; /* index/data.mdb (index compaction) */
 };
 /* First merges each series' runs of consecutive small chunks (each under
  * chunk_max_points / 4 points, together at most chunk_max_points, all
@@ -79,6 +86,16 @@ struct sto_compact_result {
  * whose live fraction is below min_live (a negative value: the configured
  * one) into a new one. */
 int sto_compact(struct sto *s, double min_live, struct sto_compact_result *r);
+/* Index compaction (storage/index/index.h, sto_index_compact): rewrites
+ * index/data.mdb without its free pages when force, or when the thresholds
+ * of struct sto_lifecycle say so. Runs on the flusher thread; readers and
+ * writers wait only while the environment is closed and reopened (writers
+ * also during a second copy when one committed during the first). Needs
+ * free disk space for the live index (-ENOSPC otherwise, logged).
+ * RDB_EBUSY when transactions did not end in time (nothing changed). */
+int sto_compact_index(struct sto *s, bool force, struct sto_index_compact_result *r);
+/* Page accounting of the index (one read snapshot). */
+int sto_index_info(struct sto *s, struct sto_index_stat *out);
 /* Pauses / resumes compaction (backup). */
 void sto_compact_pause(struct sto *s);
 void sto_compact_resume(struct sto *s);

@@ -98,6 +98,28 @@ struct sto_write_result {
  * (retry; it will then be acknowledged as a duplicate). */
 int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_write_result *res);
 
+/* The completion of sto_write_submit: rc 0 once the write is durable (per
+ * the sync policy) and applied to the head, or the error that refused it
+ * (nothing of it stored). Called exactly once, on the WAL thread (or on
+ * the submitting thread before sto_write_submit returns, for an injected
+ * fault), never under a storage lock; it must not block for long (it
+ * delays the next group commit) and must not call into the write path. */
+typedef void (*sto_write_done_fn)(void *arg, int rc);
+#define STO_PENDING 1
+
+/* sto_write_req without waiting for the WAL: makes room in the head (so
+ * applying cannot fail), queues the WAL record and returns STO_PENDING.
+ * When the record's group commit is durable the engine applies the write
+ * to the head, then calls fn(arg, 0); on a WAL failure it releases the
+ * room and calls fn(arg, error). Never acknowledge before fn. The
+ * request's points, events and batch id must stay valid until fn ran.
+ * Returns 0 when the write needs no WAL record (empty, or a duplicate
+ * batch id: res->duplicate), or an error as sto_write_req (nothing stored);
+ * fn is not called in either case. Blocks only while the WAL queue is full.
+ * Any number of writes may be pending; a checkpoint waits for them. */
+int sto_write_submit(struct sto *s, const struct sto_write_req *req, struct sto_write_result *res,
+		     sto_write_done_fn fn, void *arg);
+
 /* Catalog. Callbacks run inside a read transaction: copy what you keep. */
 int sto_list_jobs(struct sto *s, sto_job_fn fn, void *arg);
 int sto_list_series(struct sto *s, const char *job, sto_series_fn fn, void *arg);
@@ -129,6 +151,15 @@ int sto_read(struct sto *s, uint64_t series_id, const struct sto_range *r, size_
  * memory. RDB_ECORRUPT (err says which file, offset, what) or -errno. */
 int sto_read_chunk(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_buf *rec,
 		   struct mdl_cols *out, struct sto_read_error *err);
+
+/* sto_read_chunk with flags. STO_READ_NO_TS: the timestamp column is not
+ * decoded (checksums are still checked); out->ts_ns[0] is the chunk's
+ * stats.min_ts_ns and every later point's ts_ns its stats.max_ts_ns (the
+ * true timestamps are sorted and lie between those). For readers that
+ * need steps and values only. */
+#define STO_READ_NO_TS 1u
+int sto_read_chunk_flags(struct sto *s, const struct sto_chunk_ref *ref, unsigned flags,
+			 struct rdb_buf *rec, struct mdl_cols *out, struct sto_read_error *err);
 
 /* For a ref marked damaged (its index entry failed its checksum): reads the
  * chunk at the entry's location, checked like any read (record checksum,
@@ -221,15 +252,7 @@ struct sto_stats {
 };
 void sto_get_stats(struct sto *s, struct sto_stats *out);
 
-/* Fault injection for tests (rankdbd never calls it): the next `count`
- * writes fail at the given point, as if memory ran out while making room
- * in the head (before the WAL append) or the WAL append failed. Either
- * way nothing of such a write is stored and its error is returned. */
-enum sto_fault {
-	STO_FAULT_PREPARE = 1,	  /* -ENOMEM before the WAL append */
-	STO_FAULT_WAL_APPEND = 2, /* -EIO from the WAL append */
-};
-void sto_fault_inject(struct sto *s, enum sto_fault f, uint32_t count);
+/* Fault injection at every write site: storage/io/fault.h (sto_fault_set). */
 
 /* Forces a checkpoint now (seals the whole head) and waits for it. */
 int sto_checkpoint(struct sto *s);

@@ -27,8 +27,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SEAL_BUF_MAX	     (8u * 1024 * 1024) /* segment bytes written per seal round */
-#define HEAD_SERIES_OVERHEAD 96u
+#define SEAL_BUF_MAX (8u * 1024 * 1024) /* segment bytes written per seal round */
+/* What a series in a head costs besides its columns' capacity
+ * (sti_cols_bytes): its struct head_series, its slot in the head's map (16
+ * bytes, up to 4 slots per entry just after the map doubled), and malloc's
+ * 16-byte header and rounding of the struct and its four column arrays. */
+#define HEAD_SERIES_OVERHEAD (sizeof(struct head_series) + 4u * 16u + 5u * 24u)
 
 /* A known series (cache entry): never freed while the store is open. */
 struct series_ent {
@@ -89,7 +93,14 @@ struct sto {
 	pthread_mutex_t batch_lock; /* batch_ids */
 	struct rdb_map batch_ids;   /* id hash -> struct batch_ent chain */
 
-	pthread_mutex_t series_lock;   /* the series cache */
+	pthread_mutex_t series_lock; /* the series cache */
+	/* Series creation queue (store_write.c, sti_resolve_series): requests
+	 * that need new series, and whether a leader is creating a group.
+	 * create_mu is taken before series_lock, never while holding it. */
+	pthread_mutex_t create_mu;
+	pthread_cond_t create_cv;
+	struct series_waiter *create_q;
+	bool creating;
 	struct rdb_map series_by_hash; /* key hash -> series_ent chain */
 	struct rdb_map series_by_id;   /* id -> series_ent */
 	struct rdb_map job_counts;     /* job hash -> struct job_count chain (max_series_per_job) */
@@ -124,7 +135,15 @@ struct sto {
 	int64_t trash_due_mono_ns; /* 0, or when the compacted-away segments go */
 
 	_Atomic bool closing;
-	_Atomic uint32_t fault_prepare, fault_wal_append; /* sto_fault_inject */
+	/* Asynchronous writes (sto_write_submit) whose WAL record is queued but
+	 * not yet applied: an exclusive holder of write_lock waits for 0
+	 * (sti_write_exclusive), so every record of WAL generation g is in head
+	 * g. Counted without a lock (under write_lock shared, so never while
+	 * an exclusive holder waits); async_mu / async_cv only wake that
+	 * waiter when the count reaches 0. async_mu is a leaf. */
+	pthread_mutex_t async_mu;
+	pthread_cond_t async_cv;
+	_Atomic uint64_t async_pending;
 	_Atomic uint64_t st_points_written, st_batches_written, st_write_busy;
 	_Atomic uint64_t st_chunks, st_points_sealed, st_chunk_bytes, st_checkpoints;
 	_Atomic uint64_t st_events_written, st_event_chunks, st_batch_dups;

@@ -12,7 +12,8 @@
  * Commands: stats [--job J]; export --job J [--metric M,...] [--from NS]
  * [--to NS] [--step-from N] [--step-to N] [--format ndjson|csv];
  * delete JOB; retention list|set JOB SECONDS|clear JOB|run;
- * compact [--min-live-pct N]; verify [--quarantine]; backup DIR;
+ * compact [--min-live-pct N]; compact --index; index-stat (--data-dir);
+ * verify [--quarantine]; backup DIR;
  * restore BACKUP DIR (offline); checkpoint; rebuild-index (--data-dir
  * only: recreates index/ from the segment files, keeping the old one).
  *
@@ -49,7 +50,7 @@ struct opts {
 	const char *url, *token, *data_dir;
 	const char *job, *metric, *format;
 	const char *from, *to, *step_from, *step_to, *min_live_pct;
-	bool quarantine;
+	bool quarantine, index;
 	const char *pos[4];
 	int npos;
 };
@@ -64,7 +65,9 @@ static void usage(void)
 	    "         [--step-to N] [--format ndjson|csv]\n"
 	    "  delete JOB\n"
 	    "  retention list | set JOB SECONDS | clear JOB | run\n"
-	    "  compact [--min-live-pct N]\n"
+	    "  compact [--min-live-pct N] | compact --index\n"
+	    "                          (--index: rewrite index/data.mdb without its free pages)\n"
+	    "  index-stat              (--data-dir only: pages of the LMDB index, per database)\n"
 	    "  verify [--quarantine]\n"
 	    "  backup DIR              (with --url: DIR is on the server's machine)\n"
 	    "  restore BACKUP DIR      (offline: DIR must not exist)\n"
@@ -114,6 +117,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			continue;
 		if (strcmp(argv[i], "--quarantine") == 0)
 			o->quarantine = true;
+		else if (strcmp(argv[i], "--index") == 0)
+			o->index = true;
 		else if (argv[i][0] == '-' || o->npos == 4)
 			return -1;
 		else
@@ -580,7 +585,9 @@ static int url_cmd(const struct opts *o)
 		url_escape(&p, a2);
 	} else if (strcmp(c, "compact") == 0) {
 		rdb_buf_puts(&p, "compact");
-		if (o->min_live_pct)
+		if (o->index)
+			rdb_buf_puts(&p, "?index=1");
+		else if (o->min_live_pct)
 			rdb_buf_printf(&p, "?min_live_pct=%s", o->min_live_pct);
 	} else if (strcmp(c, "verify") == 0) {
 		rdb_buf_puts(&p, o->quarantine ? "verify?quarantine=1" : "verify");
@@ -689,6 +696,29 @@ static int dir_retention(struct sto *s, const struct opts *o)
 	return rc;
 }
 
+/* index-stat: page accounting of index/data.mdb, per database. */
+static int dir_index_stat(struct sto *s)
+{
+	struct sto_index_stat st;
+	int rc = sto_index_info(s, &st);
+	if (rc)
+		return rc;
+	printf("{\"file_bytes\":%llu,\"page_bytes\":%llu,\"used_pages\":%llu,\"free_pages\":%llu,"
+	       "\"dbs\":{",
+	       (unsigned long long)st.file_bytes, (unsigned long long)st.page_bytes,
+	       (unsigned long long)st.used_pages, (unsigned long long)st.free_pages);
+	for (unsigned i = 0; i < st.ndb; i++) {
+		const struct sto_index_db_stat *d = &st.db[i];
+		printf("%s\"%s\":{\"entries\":%llu,\"depth\":%llu,\"branch_pages\":%llu,"
+		       "\"leaf_pages\":%llu,\"overflow_pages\":%llu}",
+		       i ? "," : "", d->name, (unsigned long long)d->entries,
+		       (unsigned long long)d->depth, (unsigned long long)d->branch_pages,
+		       (unsigned long long)d->leaf_pages, (unsigned long long)d->overflow_pages);
+	}
+	printf("}}\n");
+	return 0;
+}
+
 static int dir_misc(struct sto *s, const struct opts *o)
 {
 	const char *c = o->pos[0];
@@ -701,17 +731,29 @@ static int dir_misc(struct sto *s, const struct opts *o)
 			       "%llu}\n",
 			       (unsigned long long)r.series, (unsigned long long)r.chunks,
 			       (unsigned long long)r.event_chunks);
+	} else if (strcmp(c, "compact") == 0 && o->index) {
+		struct sto_index_compact_result r;
+		rc = sto_compact_index(s, true, &r);
+		if (rc == 0)
+			printf("{\"index_bytes_before\":%llu,\"index_bytes_after\":%llu}\n",
+			       (unsigned long long)r.bytes_before,
+			       (unsigned long long)r.bytes_after);
+	} else if (strcmp(c, "index-stat") == 0) {
+		rc = dir_index_stat(s);
 	} else if (strcmp(c, "compact") == 0) {
 		struct sto_compact_result r;
 		double live = o->min_live_pct ? atof(o->min_live_pct) / 100.0 : -1;
 		rc = sto_compact(s, live, &r);
 		if (rc == 0)
 			printf("{\"segments\":%llu,\"chunks\":%llu,\"bytes_before\":%llu,"
-			       "\"bytes_after\":%llu,\"merged_from\":%llu,\"merged_into\":%llu}\n",
+			       "\"bytes_after\":%llu,\"merged_from\":%llu,\"merged_into\":%llu,"
+			       "\"index_bytes_before\":%llu,\"index_bytes_after\":%llu}\n",
 			       (unsigned long long)r.segments, (unsigned long long)r.chunks,
 			       (unsigned long long)r.bytes_before,
 			       (unsigned long long)r.bytes_after, (unsigned long long)r.merged_from,
-			       (unsigned long long)r.merged_into);
+			       (unsigned long long)r.merged_into,
+			       (unsigned long long)r.index_bytes_before,
+			       (unsigned long long)r.index_bytes_after);
 	} else if (strcmp(c, "backup") == 0 && o->npos == 2) {
 		struct sto_backup_result r;
 		rc = sto_backup(s, o->pos[1], &r);

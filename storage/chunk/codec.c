@@ -1353,15 +1353,17 @@ static int column_at(const uint8_t *src, size_t len, size_t *pos, uint8_t *enc, 
 	return 0;
 }
 
-/* Decodes columns [first, first + count) of n points from src after *pos. */
+/* Decodes columns [first, first + count) of n points from src after *pos;
+ * with STO_CODEC_SKIP_TS the ts column's bounds are checked, its body is
+ * not decoded. */
 static int decode_columns(const uint8_t *src, size_t len, size_t *pos, int first, int count,
-			  size_t n, struct mdl_cols *out)
+			  size_t n, unsigned flags, struct mdl_cols *out)
 {
 	for (int i = first; i < first + count; i++) {
 		uint8_t enc;
 		size_t clen;
 		int rc = column_at(src, len, pos, &enc, &clen);
-		if (rc == 0)
+		if (rc == 0 && !(i == 0 && (flags & STO_CODEC_SKIP_TS)))
 			rc = decode_column(i, enc, src + *pos, clen, n, out);
 		if (rc)
 			return rc;
@@ -1385,12 +1387,18 @@ static int decode_n(const uint8_t *src, size_t len, uint32_t max_points, struct 
 int sto_codec_decode(const uint8_t *src, size_t len, uint32_t max_points, struct mdl_cols *out,
 		     size_t *used)
 {
+	return sto_codec_decode_flags(src, len, max_points, 0, out, used);
+}
+
+int sto_codec_decode_flags(const uint8_t *src, size_t len, uint32_t max_points, unsigned flags,
+			   struct mdl_cols *out, size_t *used)
+{
 	out->n = 0;
 	uint32_t n;
 	size_t pos = 4;
 	int rc = decode_n(src, len, max_points, out, &n);
 	if (rc == 0)
-		rc = decode_columns(src, len, &pos, 0, 4, n, out);
+		rc = decode_columns(src, len, &pos, 0, 4, n, flags, out);
 	if (rc)
 		return rc;
 	out->n = n;
@@ -1402,12 +1410,18 @@ int sto_codec_decode(const uint8_t *src, size_t len, uint32_t max_points, struct
 int sto_codec_decode_shared(const uint8_t *src, size_t len, uint32_t max_points,
 			    struct mdl_cols *out, size_t *used)
 {
+	return sto_codec_decode_shared_flags(src, len, max_points, 0, out, used);
+}
+
+int sto_codec_decode_shared_flags(const uint8_t *src, size_t len, uint32_t max_points,
+				  unsigned flags, struct mdl_cols *out, size_t *used)
+{
 	out->n = 0;
 	uint32_t n;
 	size_t pos = 4;
 	int rc = decode_n(src, len, max_points, out, &n);
 	if (rc == 0)
-		rc = decode_columns(src, len, &pos, 0, 3, n, out);
+		rc = decode_columns(src, len, &pos, 0, 3, n, flags, out);
 	if (rc)
 		return rc;
 	out->n = n;
@@ -1421,7 +1435,7 @@ int sto_codec_decode_values(const uint8_t *src, size_t len, struct mdl_cols *out
 	size_t pos = 0;
 	if (out->n == 0 || out->n > out->cap)
 		return RDB_EINVAL;
-	int rc = decode_columns(src, len, &pos, 3, 1, out->n, out);
+	int rc = decode_columns(src, len, &pos, 3, 1, out->n, 0, out);
 	if (rc)
 		return rc;
 	if (used)

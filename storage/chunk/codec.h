@@ -35,6 +35,16 @@ int sto_codec_encode(const struct mdl_cols *cols, struct rdb_buf *out, struct st
 int sto_codec_decode(const uint8_t *src, size_t len, uint32_t max_points, struct mdl_cols *out,
 		     size_t *used);
 
+/* Decode flags. STO_CODEC_SKIP_TS: the ts column's bounds are checked but
+ * its body is not decoded; out->ts_ns is left as it was (the caller fills
+ * it). For readers that need no timestamps: the ts column is often the
+ * costliest to decode. */
+#define STO_CODEC_SKIP_TS 1u
+
+/* sto_codec_decode with flags (STO_CODEC_*). */
+int sto_codec_decode_flags(const uint8_t *src, size_t len, uint32_t max_points, unsigned flags,
+			   struct mdl_cols *out, size_t *used);
+
 /* Group records (storage/chunk/group.h) store the point columns that their
  * members share once and each member's value column on its own:
  *   shared := u32 n  column(ts) column(step) column(attempt)
@@ -47,6 +57,9 @@ int sto_codec_encode_values(const struct mdl_cols *cols, struct rdb_buf *out);
  * room for them reserved). Same contract as sto_codec_decode. */
 int sto_codec_decode_shared(const uint8_t *src, size_t len, uint32_t max_points,
 			    struct mdl_cols *out, size_t *used);
+/* sto_codec_decode_shared with flags (STO_CODEC_*). */
+int sto_codec_decode_shared_flags(const uint8_t *src, size_t len, uint32_t max_points,
+				  unsigned flags, struct mdl_cols *out, size_t *used);
 /* Decodes one value column of out->n points (out->n >= 1, set by
  * sto_codec_decode_shared) into out->value. RDB_ECORRUPT, RDB_EINVAL. */
 int sto_codec_decode_values(const uint8_t *src, size_t len, struct mdl_cols *out, size_t *used);

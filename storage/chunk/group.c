@@ -179,11 +179,12 @@ int sto_group_head_check(const uint8_t *head, const struct sto_chunk_ref *ref,
 /* ---- decoding ----------------------------------------------------------------------- */
 
 /* The shared columns: payload bytes [FIXED, dir), consumed exactly. */
-static int decode_shared(const uint8_t *rec, size_t dir, struct mdl_cols *out, const char **why)
+static int decode_shared(const uint8_t *rec, size_t dir, unsigned flags, struct mdl_cols *out,
+			 const char **why)
 {
 	size_t used;
-	int rc = sto_codec_decode_shared(rec + HDR + FIXED, dir - FIXED, STO_CHUNK_MAX_POINTS, out,
-					 &used);
+	int rc = sto_codec_decode_shared_flags(rec + HDR + FIXED, dir - FIXED, STO_CHUNK_MAX_POINTS,
+					       flags, out, &used);
 	if (rc == 0 && used != dir - FIXED)
 		rc = RDB_ECORRUPT;
 	if (rc == RDB_ECORRUPT)
@@ -215,7 +216,7 @@ static int decode_section(const uint8_t *p, size_t len, struct mdl_series_key *k
 
 int sto_group_member_decode(const uint8_t *head, const uint8_t *section,
 			    const struct sto_chunk_ref *ref, const struct sto_group_sect *sect,
-			    struct mdl_cols *out, const char **why)
+			    unsigned flags, struct mdl_cols *out, const char **why)
 {
 	struct mdl_series_key k;
 	out->n = 0;
@@ -224,7 +225,7 @@ int sto_group_member_decode(const uint8_t *head, const uint8_t *section,
 		return RDB_ECORRUPT;
 	}
 	size_t dir = ref->head_len - (size_t)ref->group_n * DIR_ENTRY;
-	int rc = decode_shared(head, dir, out, why);
+	int rc = decode_shared(head, dir, flags, out, why);
 	if (rc == 0)
 		rc = decode_section(section, sect->length, &k, out, why);
 	if (rc == 0 && !ref->damaged && out->n != ref->stats.count) {
@@ -332,7 +333,7 @@ int sto_group_each(const uint8_t *rec, size_t len, struct mdl_cols *cols, sto_gr
 	}
 	int rc = check_layout(rec, len, rdb_get_le64(rec + 16), &hl, &m, &dir, why);
 	if (rc == 0)
-		rc = decode_shared(rec, dir, cols, why);
+		rc = decode_shared(rec, dir, 0, cols, why);
 	size_t n = cols->n;
 	for (unsigned i = 0; rc == 0 && i < m; i++) {
 		uint64_t sid;
@@ -359,6 +360,12 @@ int sto_group_each(const uint8_t *rec, size_t len, struct mdl_cols *cols, sto_gr
 int sto_record_decode(const uint8_t *rec, const struct sto_chunk_ref *ref, struct mdl_cols *out,
 		      const char **why)
 {
+	return sto_record_decode_flags(rec, ref, 0, out, why);
+}
+
+int sto_record_decode_flags(const uint8_t *rec, const struct sto_chunk_ref *ref, unsigned flags,
+			    struct mdl_cols *out, const char **why)
+{
 	const uint8_t *payload;
 	size_t plen, used;
 	int rc;
@@ -366,14 +373,15 @@ int sto_record_decode(const uint8_t *rec, const struct sto_chunk_ref *ref, struc
 		struct sto_group_sect sect;
 		rc = sto_group_head_check(rec, ref, &sect, why);
 		if (rc == 0)
-			rc = sto_group_member_decode(rec, rec + sect.offset, ref, &sect, out, why);
+			rc = sto_group_member_decode(rec, rec + sect.offset, ref, &sect, flags, out,
+						     why);
 		return rc;
 	}
 	rc = sto_chunk_check(rec, ref->length, STO_CHUNK_MAGIC, ref->series_id, ref->uid, &payload,
 			     &plen, why);
 	if (rc)
 		return rc;
-	rc = sto_codec_decode(payload, plen, STO_CHUNK_MAX_POINTS, out, &used);
+	rc = sto_codec_decode_flags(payload, plen, STO_CHUNK_MAX_POINTS, flags, out, &used);
 	if (rc == RDB_ECORRUPT)
 		*why = "chunk payload does not decode";
 	if (rc == 0 && !ref->damaged && out->n != ref->stats.count) {

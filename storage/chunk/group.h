@@ -46,11 +46,11 @@ int sto_group_head_check(const uint8_t *head, const struct sto_chunk_ref *ref,
 			 struct sto_group_sect *sect, const char **why);
 
 /* Decodes ref's points from its checked head and its section bytes
- * (checksum checked here) into out; count checked against ref.
- * RDB_ECORRUPT with *why, or -ENOMEM. */
+ * (checksum checked here) into out; count checked against ref. flags:
+ * STO_CODEC_* (storage/codec.h). RDB_ECORRUPT with *why, or -ENOMEM. */
 int sto_group_member_decode(const uint8_t *head, const uint8_t *section,
 			    const struct sto_chunk_ref *ref, const struct sto_group_sect *sect,
-			    struct mdl_cols *out, const char **why);
+			    unsigned flags, struct mdl_cols *out, const char **why);
 
 /* Checks a whole group record read from disk (magic, uid, lengths, head
  * checksum, sections back to back, every section's checksum but those of
@@ -86,5 +86,8 @@ int sto_group_each(const uint8_t *rec, size_t len, struct mdl_cols *cols, sto_gr
  * against ref. RDB_ECORRUPT with *why, or -ENOMEM. */
 int sto_record_decode(const uint8_t *rec, const struct sto_chunk_ref *ref, struct mdl_cols *out,
 		      const char **why);
+/* sto_record_decode with flags (STO_CODEC_*, storage/codec.h). */
+int sto_record_decode_flags(const uint8_t *rec, const struct sto_chunk_ref *ref, unsigned flags,
+			    struct mdl_cols *out, const char **why);
 
 #endif

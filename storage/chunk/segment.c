@@ -23,6 +23,7 @@
 #include "common/rdb_log.h"
 #include "common/rdb_map.h"
 #include "common/rdb_time.h"
+#include "storage/io/fault.h"
 #include "storage/format.h"
 
 #include <errno.h>
@@ -64,10 +65,10 @@ int sto_seg_create(const char *dir, uint64_t id, struct sto_ring *ring, struct s
 	w->id = id;
 	w->ring = ring;
 	sto_seg_path(dir, id, w->path, sizeof(w->path));
-	int rc;
-	w->fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	int rc = sto_fault_hit(STO_FP_SEG_CREATE);
+	w->fd = rc ? -1 : open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (w->fd < 0) {
-		rc = -errno;
+		rc = rc ? rc : -errno;
 		rdb_error("segment", "cannot create %s: %s", w->path, strerror(-rc));
 		free(w);
 		return rc;
@@ -106,13 +107,28 @@ uint64_t sto_seg_size(const struct sto_seg_writer *w)
 
 int sto_seg_append(struct sto_seg_writer *w, const void *buf, size_t len)
 {
+	return sto_seg_append_at(w, buf, len, STO_FP_SEG_APPEND);
+}
+
+int sto_seg_append_at(struct sto_seg_writer *w, const void *buf, size_t len,
+		      enum sto_fault_point point)
+{
 	struct iovec iov = {(void *)buf, len};
-	int rc = sto_ring_writev(w->ring, w->fd, &iov, 1, w->size, false);
+	int rc = sto_fault_hit(point);
+	if (rc == 0 && point != STO_FP_SEG_APPEND)
+		rc = sto_fault_hit(STO_FP_SEG_APPEND);
+	if (rc) { /* as a full disk would: a torn part lands, then the error */
+		iov.iov_len = len / 2;
+		(void)sto_ring_writev(w->ring, w->fd, &iov, 1, w->size, false);
+	} else {
+		rc = sto_ring_writev(w->ring, w->fd, &iov, 1, w->size, false);
+	}
 	if (rc) {
-		rdb_error("segment",
-			  "append of %zu bytes to %s at offset %llu failed: %s; "
-			  "truncating back, the chunks stay in memory and the WAL",
-			  len, w->path, (unsigned long long)w->size, rdb_strerror(rc));
+		static struct rdb_log_ratelimit rl; /* the flusher retries every 200 ms */
+		rdb_log_limited(&rl, 10, RDB_LOG_ERROR, "segment",
+				"append of %zu bytes to %s at offset %llu failed: %s; "
+				"truncating back, the chunks stay in memory and the WAL",
+				len, w->path, (unsigned long long)w->size, rdb_strerror(rc));
 		if (ftruncate(w->fd, (off_t)w->size) != 0)
 			rdb_error("segment", "truncate of %s failed too: %s", w->path,
 				  strerror(errno));
@@ -122,9 +138,25 @@ int sto_seg_append(struct sto_seg_writer *w, const void *buf, size_t len)
 	return 0;
 }
 
+int sto_seg_truncate(struct sto_seg_writer *w, uint64_t size)
+{
+	int rc = sto_fault_hit(STO_FP_SEG_TRUNCATE);
+	if (rc == 0 && ftruncate(w->fd, (off_t)size) != 0)
+		rc = -errno;
+	if (rc) {
+		rdb_error("segment", "cutting %s back to %llu bytes failed: %s", w->path,
+			  (unsigned long long)size, rdb_strerror(rc));
+		return rc;
+	}
+	w->size = size;
+	return 0;
+}
+
 int sto_seg_sync(struct sto_seg_writer *w)
 {
-	int rc = sto_ring_datasync(w->ring, w->fd);
+	int rc = sto_fault_hit(STO_FP_SEG_SYNC);
+	if (rc == 0)
+		rc = sto_ring_datasync(w->ring, w->fd);
 	if (rc)
 		rdb_error("segment", "fdatasync of %s failed: %s", w->path, rdb_strerror(rc));
 	return rc;

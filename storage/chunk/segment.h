@@ -9,6 +9,7 @@
 #define STO_SEGMENT_H
 
 #include "common/rdb_buf.h"
+#include "storage/io/fault.h"
 #include "storage/index/index.h"
 #include "storage/series.h"
 #include "storage/io/uring.h"
@@ -28,7 +29,16 @@ uint64_t sto_seg_size(const struct sto_seg_writer *w);
 /* Appends buf (whole chunk records) at the end. Not synced. On failure the
  * file is truncated back so that it never ends in a torn record. 0/-errno. */
 int sto_seg_append(struct sto_seg_writer *w, const void *buf, size_t len);
+/* sto_seg_append at a named write site: fault point `point` (or
+ * STO_FP_SEG_APPEND, storage/io/fault.h) armed and firing writes half of buf,
+ * then fails like a full disk (truncated back, the injected -errno). */
+int sto_seg_append_at(struct sto_seg_writer *w, const void *buf, size_t len,
+		      enum sto_fault_point point);
 int sto_seg_sync(struct sto_seg_writer *w);
+/* Cuts the file back to size bytes (<= its size): records appended after
+ * size whose index commit failed. 0, or -errno (the writer is then unusable:
+ * close it). */
+int sto_seg_truncate(struct sto_seg_writer *w, uint64_t size);
 /* Syncs and closes. NULL ok. */
 int sto_seg_close(struct sto_seg_writer *w);
 

@@ -14,6 +14,10 @@
 #include "storage/lifecycle/lifecycle.h"
 
 /* ---- store_write.c ---- */
+/* Takes write_lock exclusively and waits until no asynchronous write is
+ * pending (sto_write_submit): what a WAL rotation, a job delete or close
+ * needs. Release with pthread_rwlock_unlock(&s->write_lock). */
+void sti_write_exclusive(struct sto *s);
 /* Memory a head column accounts for (its capacity, not its length). */
 uint64_t sti_cols_bytes(const struct mdl_cols *c);
 /* A new empty head for WAL generation gen; NULL when out of memory. */

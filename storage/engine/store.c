@@ -39,6 +39,7 @@
 #include "storage/jobmeta/jobmeta.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -79,7 +80,9 @@ static int remove_wal_upto(struct sto *s, uint64_t gen)
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		if (gens[i] > gen)
 			continue;
-		int r2 = sto_wal_remove(s->wal_dir, gens[i]);
+		int r2 = sto_fault_hit(STO_FP_WAL_TRIM);
+		if (r2 == 0)
+			r2 = sto_wal_remove(s->wal_dir, gens[i]);
 		if (r2 && r2 != -ENOENT)
 			rdb_warn("store",
 				 "cannot remove checkpointed WAL generation %llu in %s: %s",
@@ -87,6 +90,29 @@ static int remove_wal_upto(struct sto *s, uint64_t gen)
 	}
 	free(gens);
 	return rc;
+}
+
+/* Meta ckpt_seg (+ 1): the lowest segment id a record of a generation after
+ * this checkpoint can land in (the open segment, else the next new one);
+ * see drop_uncheckpointed. */
+static int put_ckpt_seg(struct sto *s, struct sto_txn *t)
+{
+	uint64_t next = 0;
+	if (s->seg)
+		next = sto_seg_id(s->seg);
+	else if (sto_meta_get(t, "next_segment_id", &next) != 0)
+		next = 0;
+	return sto_meta_put(t, "ckpt_seg", next + 1);
+}
+
+/* After a checkpoint, gives memory back: the sealed head's columns were
+ * freed into glibc's arenas (one per writer thread on a busy server), which
+ * keep freed pages resident until trimmed; and the index map's pages
+ * (sto_index_release_pages). Both cost a few ms on the flusher thread. */
+static void release_memory(struct sto *s)
+{
+	malloc_trim(0);
+	sto_index_release_pages(s->ix);
 }
 
 /* Seals everything in s->frozen, makes it durable, records the checkpoint
@@ -109,7 +135,9 @@ int sti_finish_checkpoint(struct sto *s)
 	pthread_mutex_unlock(&s->head_lock);
 	if (!items)
 		return -ENOMEM;
-	int rc = sti_seal_items(s, h, items, k, true);
+	int rc = sto_fault_hit(STO_FP_CKPT_SEAL);
+	if (rc == 0)
+		rc = sti_seal_items(s, h, items, k, true);
 	free(items);
 	if (rc == 0)
 		rc = sti_seal_events(s, h);
@@ -121,21 +149,24 @@ int sti_finish_checkpoint(struct sto *s)
 	if (rc == 0) {
 		rc = sto_meta_put(t, "ckpt_gen", h->gen);
 		if (rc == 0)
+			rc = put_ckpt_seg(s, t);
+		if (rc == 0)
 			rc = sto_pending_clear(t, h->gen);
 		if (rc == 0)
 			rc = sto_evpending_clear(t, h->gen);
 		if (rc == 0)
 			rc = sti_batch_persist(s, t, h->gen);
 		if (rc == 0)
-			rc = sto_txn_commit(t);
+			rc = sto_txn_commit_at(t, STO_FP_CKPT_COMMIT);
 		else
 			sto_txn_abort(t);
 	}
 	if (rc) {
-		rdb_error("store",
-			  "checkpoint of WAL generation %llu failed: %s; its points stay "
-			  "in memory and in the WAL, retrying",
-			  (unsigned long long)h->gen, rdb_strerror(rc));
+		static struct rdb_log_ratelimit rl; /* retried every 200 ms while it fails */
+		rdb_log_limited(&rl, 10, RDB_LOG_ERROR, "store",
+				"checkpoint of WAL generation %llu failed: %s; its points stay "
+				"in memory and in the WAL, retrying",
+				(unsigned long long)h->gen, rdb_strerror(rc));
 		return rc;
 	}
 	s->ckpt_gen = h->gen;
@@ -148,12 +179,17 @@ int sti_finish_checkpoint(struct sto *s)
 	pthread_rwlock_unlock(&s->view_lock);
 	sti_head_free(h);
 	remove_wal_upto(s, s->ckpt_gen);
+	release_memory(s);
 	atomic_fetch_add(&s->st_checkpoints, 1);
 	return 0;
 }
 
 /* Finishes a checkpoint left over from an earlier failure, then rotates the
- * WAL and the active head and seals the frozen head. */
+ * WAL and the active head and seals the frozen head. The new head is made
+ * before the WAL rotates: a WAL one generation ahead of the head would put
+ * new points into a file the head's checkpoint does not cover, and the
+ * next start would replay them next to their sealed chunks (issue 10,
+ * item 8). Either both move or neither does. */
 int sti_checkpoint(struct sto *s)
 {
 	if (s->frozen) {
@@ -161,11 +197,11 @@ int sti_checkpoint(struct sto *s)
 		if (rc)
 			return rc;
 	}
-	pthread_rwlock_wrlock(&s->write_lock);
+	sti_write_exclusive(s);
 	uint64_t gen = s->active->gen + 1;
-	int rc = sto_wal_rotate(s->wal, gen);
-	struct head *fresh = rc == 0 ? sti_head_new(gen) : NULL;
-	if (rc == 0 && fresh) {
+	struct head *fresh = sti_head_new(gen);
+	int rc = fresh ? sto_wal_rotate(s->wal, gen) : -ENOMEM;
+	if (rc == 0) {
 		pthread_mutex_lock(&s->head_lock);
 		s->frozen = s->active;
 		s->active = fresh;
@@ -173,13 +209,25 @@ int sti_checkpoint(struct sto *s)
 		pthread_mutex_unlock(&s->head_lock);
 	}
 	pthread_rwlock_unlock(&s->write_lock);
-	if (rc || !fresh) {
-		rdb_error("store", "cannot rotate the WAL to generation %llu: %s",
-			  (unsigned long long)gen, rdb_strerror(rc ? rc : -ENOMEM));
-		return rc ? rc : -ENOMEM;
+	if (rc) {
+		sti_head_free(fresh);
+		rdb_error("store",
+			  "cannot rotate the WAL to generation %llu: %s; writes go on into "
+			  "generation %llu, retrying at the next checkpoint",
+			  (unsigned long long)gen, rdb_strerror(rc), (unsigned long long)gen - 1);
+		return rc;
 	}
 	return sti_finish_checkpoint(s);
 }
+
+/* A checkpoint starts once the head holds head_max_bytes / this much
+ * (128 MiB by default), whatever the WAL size: the head costs ~28 bytes per
+ * point against the WAL's ~16, so with small WAL records memory, not
+ * wal_rotate_bytes, is the bound that matters. The rest of head_max_bytes
+ * is room for the active head while the frozen one is sealed. (An eighth
+ * was tried: on a loaded 2-core machine the seal of a 64 MiB head fell
+ * behind a 2 M points/s load and the peak grew instead.) */
+#define HEAD_CKPT_FRACTION 4
 
 static bool checkpoint_due(struct sto *s)
 {
@@ -187,7 +235,8 @@ static bool checkpoint_due(struct sto *s)
 	struct head *h = s->active;
 	bool due = h->points > 0 && rdb_now_mono_ns() - h->first_mono_ns >=
 					(int64_t)s->opt.checkpoint_interval_s * 1000000000;
-	bool over = atomic_load(&s->head_bytes) > s->opt.head_max_bytes / 2 && h->points > 0;
+	bool over = atomic_load(&s->head_bytes) > s->opt.head_max_bytes / HEAD_CKPT_FRACTION &&
+		    h->points > 0;
 	pthread_mutex_unlock(&s->head_lock);
 	return due || over || s->frozen || sto_wal_size(s->wal) > s->opt.wal_rotate_bytes;
 }
@@ -386,11 +435,15 @@ static int drop_evpending_cb(void *arg, uint64_t gen, const char *job, int64_t m
  * meta recovery_seg (lowest segment id holding one, + 1) asks recover()
  * to rewrite those segments before the WAL files are deleted, so that
  * rankctl rebuild-index can never index them next to the replayed points
- * (FORMAT.md, "Rebuilding the index", rule 1). */
-static int drop_uncheckpointed(struct sto *s)
+ * (FORMAT.md, "Rebuilding the index", rule 1). When WAL files will be
+ * replayed (replaying), the rewrite also starts no later than meta ckpt_seg:
+ * a crash between a segment append and its index commit leaves records
+ * that no index entry (pending or not) names, in a segment written since
+ * the last checkpoint. */
+static int drop_uncheckpointed(struct sto *s, bool replaying)
 {
 	struct drop_ctx d = {.min_seg = UINT64_MAX};
-	uint64_t prev;
+	uint64_t prev, since;
 	int rc = sto_txn_begin(s->ix, true, &d.t);
 	if (rc)
 		return rc;
@@ -401,6 +454,9 @@ static int drop_uncheckpointed(struct sto *s)
 		rc = sto_evpending_scan(d.t, s->ckpt_gen, drop_evpending_cb, &d);
 	if (rc == 0)
 		rc = sto_evpending_drop_after(d.t, s->ckpt_gen);
+	if (rc == 0 && replaying && sto_meta_get(d.t, "ckpt_seg", &since) == 0 && since &&
+	    since - 1 < d.min_seg)
+		d.min_seg = since - 1;
 	if (rc == 0 && d.min_seg != UINT64_MAX) {
 		if (sto_meta_get(d.t, "recovery_seg", &prev) == 0 && prev && prev - 1 < d.min_seg)
 			d.min_seg = prev - 1;
@@ -458,6 +514,7 @@ struct replay_ctx {
 	struct mdl_batch *b;
 	struct mdl_events *ev;
 	uint64_t points, events;
+	uint64_t dup_batches;	  /* records skipped: their batch id was already stored */
 	uint64_t gen;		  /* of the record being replayed */
 	struct mdl_batch *keep_b; /* scratch: the record minus deleted jobs */
 	struct mdl_events *keep_ev;
@@ -528,7 +585,23 @@ static int replay_apply(struct replay_ctx *c, bool has_points, bool has_events)
 	return rc;
 }
 
-/* Splits a STO_WAL_REC_BATCH payload (format.h) and registers its id. */
+/* Whether a client batch id is in the index (a checkpointed generation
+ * stored it). An index that cannot be read counts as "not stored". */
+static bool batch_id_stored(struct sto *s, const char *id, size_t len)
+{
+	struct sto_txn *t;
+	uint64_t seen_ns;
+	if (sto_txn_begin(s->ix, false, &t) != 0)
+		return false;
+	bool found = sto_batchid_get(t, id, len, &seen_ns) == 0;
+	sto_txn_abort(t);
+	return found;
+}
+
+/* Splits a STO_WAL_REC_BATCH payload (format.h) and registers its id. A
+ * record whose id is already known (earlier in this replay, or stored by a
+ * checkpoint) is skipped: the same batch reached the WAL twice (a write that
+ * failed after its bytes landed, then was retried), and it is applied once. */
 static int replay_batch(struct replay_ctx *c, uint64_t gen, const uint8_t *p, size_t len)
 {
 	const uint8_t *end = p + len;
@@ -555,9 +628,14 @@ static int replay_batch(struct replay_ctx *c, uint64_t gen, const uint8_t *p, si
 		struct batch_ent *e;
 		uint64_t h = sti_batch_hash(id, il);
 		pthread_mutex_lock(&c->s->batch_lock);
-		if (!sti_batch_find(c->s, id, il, h))
+		bool seen = sti_batch_find(c->s, id, il, h) || batch_id_stored(c->s, id, il);
+		if (!seen)
 			rc = sti_batch_add(c->s, id, il, h, true, gen, &e);
 		pthread_mutex_unlock(&c->s->batch_lock);
+		if (seen) {
+			c->dup_batches++;
+			return 0;
+		}
 	}
 	return rc ? rc : replay_apply(c, plen[0] > 0, plen[1] > 0);
 }
@@ -664,11 +742,16 @@ static int recover(struct sto *s)
 {
 	uint64_t *gens = NULL;
 	size_t n = 0;
-	int rc = drop_uncheckpointed(s);
+	int rc = sto_wal_list(s->wal_dir, &gens, &n);
+	bool replaying = false;
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		replaying |= gens[i] > s->ckpt_gen;
 	if (rc == 0)
-		rc = sto_wal_list(s->wal_dir, &gens, &n);
-	if (rc)
+		rc = drop_uncheckpointed(s, replaying);
+	if (rc) {
+		free(gens);
 		return rc;
+	}
 	uint64_t newest = s->ckpt_gen;
 	struct replay_ctx c = {.s = s};
 	rc = mdl_batch_new(SIZE_MAX, SIZE_MAX, &c.b);
@@ -698,6 +781,12 @@ static int recover(struct sto *s)
 	if (rc)
 		return rc;
 	s->active->gen = newest;
+	if (c.dup_batches)
+		rdb_warn("store",
+			 "WAL replay skipped %llu record(s) whose client batch id was already "
+			 "stored: the same batch reached the WAL twice (a write that failed after "
+			 "its bytes landed, then was retried); each is stored once",
+			 (unsigned long long)c.dup_batches);
 	if (c.points || c.events)
 		rdb_info("store",
 			 "recovered %llu points and %llu events from the WAL; sealing "
@@ -773,6 +862,10 @@ static void init_locks(struct sto *s)
 	pthread_mutex_init(&s->flush_lock, NULL);
 	pthread_cond_init(&s->flush_cond, NULL);
 	pthread_cond_init(&s->ckpt_cond, NULL);
+	pthread_mutex_init(&s->async_mu, NULL);
+	pthread_mutex_init(&s->create_mu, NULL);
+	pthread_cond_init(&s->create_cv, NULL);
+	pthread_cond_init(&s->async_cv, NULL);
 }
 
 static void destroy(struct sto *s)
@@ -799,6 +892,10 @@ static void destroy(struct sto *s)
 	pthread_mutex_destroy(&s->series_lock);
 	pthread_mutex_destroy(&s->batch_lock);
 	pthread_mutex_destroy(&s->flush_lock);
+	pthread_mutex_destroy(&s->async_mu);
+	pthread_mutex_destroy(&s->create_mu);
+	pthread_cond_destroy(&s->create_cv);
+	pthread_cond_destroy(&s->async_cv);
 	pthread_cond_destroy(&s->flush_cond);
 	pthread_cond_destroy(&s->ckpt_cond);
 	free(s);
@@ -873,6 +970,7 @@ static const struct sti_engine_ops engine_ops = {
     .uid_reserve = sti_uid_reserve,
     .seg_read = sti_seg_read,
     .read_chunk = sto_read_chunk,
+    .write_exclusive = sti_write_exclusive,
 };
 
 int sto_open(const struct sto_options *opt, struct sto **out)
@@ -953,7 +1051,7 @@ int sto_close_rc(struct sto *s)
 	}
 	atomic_store(&s->closing, true);
 	/* Wait for writes in flight, then stop the flusher. */
-	pthread_rwlock_wrlock(&s->write_lock);
+	sti_write_exclusive(s);
 	pthread_rwlock_unlock(&s->write_lock);
 	pthread_mutex_lock(&s->flush_lock);
 	s->stop = true;
@@ -968,6 +1066,21 @@ int sto_close_rc(struct sto *s)
 	if (s->frozen)
 		rc = sti_finish_checkpoint(s);
 	if (rc == 0) {
+		/* The head's generation must be the WAL file's: the checkpoint
+		 * deletes WAL files up to it (see sti_checkpoint). Should they
+		 * ever differ, the newer one covers both. */
+		uint64_t wal_gen = sto_wal_gen(s->wal);
+		if (wal_gen != s->active->gen) {
+			rdb_error("store",
+				  "closing: the head is at WAL generation %llu but the WAL at "
+				  "%llu; checkpointing as %llu so that no WAL file outlives the "
+				  "points it holds",
+				  (unsigned long long)s->active->gen, (unsigned long long)wal_gen,
+				  (unsigned long long)(wal_gen > s->active->gen ? wal_gen
+										: s->active->gen));
+			if (wal_gen > s->active->gen)
+				s->active->gen = wal_gen;
+		}
 		s->frozen = s->active;
 		s->active = NULL;
 		sto_wal_close(s->wal);

@@ -99,8 +99,8 @@ static int read_record_bytes(struct sto *s, const struct sto_chunk_ref *ref,
 }
 
 /* A group member: the group's head, then only this member's section. */
-static int read_member(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_buf *rec,
-		       struct mdl_cols *out, const char **why)
+static int read_member(struct sto *s, const struct sto_chunk_ref *ref, unsigned flags,
+		       struct rdb_buf *rec, struct mdl_cols *out, const char **why)
 {
 	struct sto_chunk_ref cur = *ref;
 	struct sto_group_sect sect;
@@ -120,7 +120,8 @@ static int read_member(struct sto *s, const struct sto_chunk_ref *ref, struct rd
 		rc = read_record_bytes(s, ref, &cur, sect.offset, rec->data + head, sect.length,
 				       why);
 	if (rc == 0)
-		rc = sto_group_member_decode(rec->data, rec->data + head, ref, &sect, out, why);
+		rc = sto_group_member_decode(rec->data, rec->data + head, ref, &sect, flags, out,
+					     why);
 	return rc;
 }
 
@@ -128,20 +129,37 @@ static int read_member(struct sto *s, const struct sto_chunk_ref *ref, struct rd
 int sto_read_chunk(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_buf *rec,
 		   struct mdl_cols *out, struct sto_read_error *err)
 {
+	return sto_read_chunk_flags(s, ref, 0, rec, out, err);
+}
+
+/* Timestamps not decoded (STO_READ_NO_TS): the chunk's first point gets
+ * its min_ts, the others its max_ts (points are sorted by time). */
+static void bound_ts(const struct sto_chunk_ref *ref, struct mdl_cols *out)
+{
+	for (size_t i = 0; i < out->n; i++)
+		out->ts_ns[i] = i ? ref->stats.max_ts_ns : ref->stats.min_ts_ns;
+}
+
+int sto_read_chunk_flags(struct sto *s, const struct sto_chunk_ref *ref, unsigned flags,
+			 struct rdb_buf *rec, struct mdl_cols *out, struct sto_read_error *err)
+{
+	unsigned cflags = (flags & STO_READ_NO_TS) ? STO_CODEC_SKIP_TS : 0;
 	rec->len = 0;
 	const char *why = "read failed";
 	char path[PATH_MAX + 64];
 	struct sto_chunk_ref cur = *ref;
 	int rc;
 	if (ref->group_n) {
-		rc = read_member(s, ref, rec, out, &why);
+		rc = read_member(s, ref, cflags, rec, out, &why);
 	} else {
 		rc = rdb_buf_reserve(rec, ref->length);
 		if (rc == 0)
 			rc = read_record_bytes(s, ref, &cur, 0, rec->data, ref->length, &why);
 		if (rc == 0)
-			rc = sto_record_decode(rec->data, ref, out, &why);
+			rc = sto_record_decode_flags(rec->data, ref, cflags, out, &why);
 	}
+	if (rc == 0 && cflags)
+		bound_ts(ref, out);
 	if (rc == 0)
 		return 0;
 	sto_seg_path(s->seg_dir, ref->segment_id, path, sizeof(path));

@@ -57,7 +57,7 @@ int sti_uid_reserve(struct sto *s, uint64_t n)
 		sto_txn_abort(t);
 		return rc;
 	}
-	rc = sto_txn_commit(t);
+	rc = sto_txn_commit_at(t, STO_FP_META_COMMIT);
 	if (rc == 0)
 		s->uid_limit = limit;
 	return rc;
@@ -68,6 +68,16 @@ int sti_uid_reserve(struct sto *s, uint64_t n)
  * STO_GROUP_MAX_MEMBERS series and RUN_MAX_POINTS copied points (a single
  * larger series still makes a run of its own). */
 #define RUN_MAX_POINTS (1u << 20)
+
+#define RELEASE_EVERY 1024u /* index entries put between two releases of the map */
+
+/* Index entries per seal round (one LMDB transaction). A transaction keeps
+ * a malloc'd copy of every page it changes until it commits, and LMDB keeps
+ * those copies for reuse after that: at 512 ranks x 32 metrics one
+ * transaction for a whole checkpoint changed ~12k leaf pages (~48 MB held
+ * for the server's life). Smaller rounds bound that to ~8 MB for a few
+ * more commits per checkpoint. */
+#define SEAL_REFS_MAX 2048u
 
 struct seal_round {
 	struct rdb_buf buf;	    /* framed chunk records for the segment */
@@ -108,7 +118,7 @@ static int ensure_segment(struct sto *s)
 		sto_txn_abort(t);
 		return rc;
 	}
-	rc = sto_txn_commit(t);
+	rc = sto_txn_commit_at(t, STO_FP_META_COMMIT);
 	if (rc == 0)
 		rc = sto_seg_create(s->seg_dir, id, s->ring, &s->seg);
 	return rc;
@@ -271,6 +281,26 @@ static void head_consume(struct sto *s, struct head *h, struct head_series *hs, 
 	}
 }
 
+/* After records were appended at `size` but their index commit failed (rc):
+ * cuts them off again, so that no record without an index entry outlives
+ * the WAL file that also holds its points (rankctl rebuild-index would
+ * index it next to the points sealed again: issue 10, item 8). If the cut
+ * fails, the segment is closed (the next seal starts a new one) and the
+ * record stays until the next unclean start rewrites the segment. */
+static int cut_back(struct sto *s, uint64_t size, int rc)
+{
+	if (sto_seg_truncate(s->seg, size) != 0) {
+		rdb_error("store",
+			  "segment %llu keeps chunk records without index entries past offset "
+			  "%llu; closing it. Do not run rankctl rebuild-index before the next "
+			  "restart has rewritten it",
+			  (unsigned long long)sto_seg_id(s->seg), (unsigned long long)size);
+		sto_seg_close(s->seg);
+		s->seg = NULL;
+	}
+	return rc;
+}
+
 /* Writes the round's chunks to the segment, indexes them (with pending
  * entries: they belong to a generation newer than ckpt_gen) and removes
  * the sealed points from the head, atomically for readers. */
@@ -279,23 +309,28 @@ static int commit_round(struct sto *s, struct head *h, struct seal_round *r,
 {
 	if (r->nrefs == 0)
 		return 0;
+	uint64_t before = sto_seg_size(s->seg);
 	int rc = sto_seg_append(s->seg, r->buf.data, r->buf.len);
 	if (rc)
 		return rc;
 	struct sto_txn *t;
 	rc = sto_txn_begin(s->ix, true, &t);
 	if (rc)
-		return rc;
+		return cut_back(s, before, rc);
 	for (size_t i = 0; i < r->nrefs && rc == 0; i++) {
 		rc = sto_chunk_put(t, &r->refs[i]);
 		if (rc == 0)
 			rc = sto_pending_add(t, r->refs[i].gen, &r->refs[i]);
+		/* the inserts read leaf pages all over the chunk tree through
+		 * LMDB's map: unmap them as we go (sto_index_release_pages) */
+		if (i % RELEASE_EVERY == RELEASE_EVERY - 1)
+			sto_index_release_pages(s->ix);
 	}
 	if (rc == 0)
 		rc = sto_meta_put(t, "next_chunk_uid", s->uid_limit);
 	if (rc) {
 		sto_txn_abort(t);
-		return rc;
+		return cut_back(s, before, rc);
 	}
 	pthread_rwlock_wrlock(&s->view_lock);
 	rc = sto_txn_commit(t);
@@ -307,7 +342,7 @@ static int commit_round(struct sto *s, struct head *h, struct seal_round *r,
 	}
 	pthread_rwlock_unlock(&s->view_lock);
 	if (rc)
-		return rc;
+		return cut_back(s, before, rc);
 	uint64_t pts = 0;
 	for (size_t i = 0; i < r->nrefs; i++)
 		pts += r->refs[i].stats.count;
@@ -385,7 +420,8 @@ int sti_seal_items(struct sto *s, struct head *h, struct seal_item *items, size_
 		rc = copy_run(s, &r, items, i, j);
 		if (rc == 0)
 			rc = encode_run(s, &r, items + i, j - i, h->gen);
-		if (rc == 0 && (r.buf.len >= SEAL_BUF_MAX || j == nitems)) {
+		if (rc == 0 &&
+		    (r.buf.len >= SEAL_BUF_MAX || r.nrefs >= SEAL_REFS_MAX || j == nitems)) {
 			rc = commit_round(s, h, &r, items + first, j - first, drop_empty);
 			r.buf.len = 0;
 			r.nrefs = 0;
@@ -457,12 +493,14 @@ static int commit_events(struct ev_seal *es)
 	es->t = NULL;
 	if (!t)
 		return 0;
-	int rc = sto_seg_append(s->seg, es->buf.data, es->buf.len);
+	uint64_t before = sto_seg_size(s->seg);
+	int rc = sto_seg_append_at(s->seg, es->buf.data, es->buf.len, STO_FP_EVENT_SEAL);
+	bool appended = rc == 0;
 	if (rc == 0)
 		rc = sto_meta_put(t, "next_chunk_uid", s->uid_limit);
 	if (rc) {
 		sto_txn_abort(t);
-		return rc;
+		return appended ? cut_back(s, before, rc) : rc;
 	}
 	pthread_rwlock_wrlock(&s->view_lock);
 	rc = sto_txn_commit(t);
@@ -476,6 +514,8 @@ static int commit_events(struct ev_seal *es)
 		pthread_mutex_unlock(&s->head_lock);
 	}
 	pthread_rwlock_unlock(&s->view_lock);
+	if (rc)
+		return cut_back(s, before, rc);
 	atomic_fetch_add(&s->st_chunk_bytes, es->buf.len);
 	es->buf.len = 0;
 	es->n = 0;

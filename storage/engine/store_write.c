@@ -7,6 +7,13 @@
  * that a WAL rotation (exclusive) sees no write half done: every record in
  * WAL generation g is in head g.
  *
+ * sto_write_submit is the same write without the wait: the record is
+ * queued (write lock shared only until then), and the WAL thread's
+ * completion applies it to the head it was prepared in and then tells the
+ * caller. A pending write is counted in async_pending; whoever takes the
+ * write lock exclusively (rotation, job delete, close) waits for that count
+ * to reach 0 (sti_write_exclusive), so the invariant holds for both kinds.
+ *
  * Threading: any number of writer threads; the locks are in struct sto
  * (store_int.h, with the lock order).
  *
@@ -164,68 +171,61 @@ void sti_cache_free(struct sto *s)
 	rdb_map_free(&s->series_by_hash);
 }
 
-/* Resolves (creating if needed) the series of every key in b into ents[].
- * New series are created in one LMDB write transaction. */
-int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_ent **ents)
+/* Fills ents[] from the cache; returns how many are missing (a batch
+ * series that cannot be read counts as missing: create_missing reports
+ * it). Caller holds series_lock. */
+static size_t resolve_cached(struct sto *s, const struct mdl_batch *b, struct series_ent **ents)
 {
 	size_t n = mdl_batch_nseries(b), missing = 0;
-	int rc = 0;
-	pthread_mutex_lock(&s->series_lock);
 	for (size_t i = 0; i < n; i++) {
 		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
-		if (!bs) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		ents[i] = cache_find(s, &bs->key, series_hash(&bs->key));
+		ents[i] = bs ? cache_find(s, &bs->key, series_hash(&bs->key)) : NULL;
 		missing += ents[i] == NULL;
 	}
-	if (missing == 0)
-		goto out;
-	struct sto_txn *t = NULL;
-	rc = sto_txn_begin(s->ix, true, &t);
-	if (rc)
-		goto out;
-	uint64_t created = 0;
+	return missing;
+}
+
+/* Creates in t the series of b that ents[] lacks (counting the limits
+ * inside t). *created counts the new ones. Caller holds series_lock. */
+static int create_missing(struct sto *s, struct sto_txn *t, const struct mdl_batch *b,
+			  struct series_ent **ents, uint64_t *created)
+{
+	size_t n = mdl_batch_nseries(b);
+	int rc = 0;
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		if (ents[i])
 			continue;
 		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
+		if (!bs)
+			return -ENOMEM;
 		uint64_t id;
 		bool is_new = false;
 		rc = sto_series_lookup(t, &bs->key, &id);
 		if (rc == RDB_ENOTFOUND) {
 			struct job_count *jc = NULL;
-			if (s->nseries + created >= s->opt.max_series) {
-				rc = RDB_ELIMIT;
-				break;
-			}
+			if (s->nseries + *created >= s->opt.max_series)
+				return RDB_ELIMIT;
 			/* counted inside this txn: includes series created just before */
 			rc = job_count_get(s, t, bs->key.job, &jc);
 			if (rc == 0 && jc->n >= s->opt.max_series_per_job)
 				rc = RDB_ELIMIT;
 			if (rc == 0)
 				rc = sto_series_get_or_create(t, &bs->key, &id, &is_new);
-			created += is_new;
+			*created += is_new;
 			if (rc == 0 && is_new)
 				jc->n++;
 		}
 	}
-	if (rc) {
-		sto_txn_abort(t);
-		sti_job_counts_reset(s); /* counts may include series of the aborted txn */
-		goto out;
-	}
-	rc = sto_txn_commit(t);
-	if (rc) {
-		sti_job_counts_reset(s);
-		goto out;
-	}
-	s->nseries += created;
-	/* Now cache them (ids are durable). A second pass reads the ids back. */
-	rc = sto_txn_begin(s->ix, false, &t);
-	if (rc)
-		goto out;
+	return rc;
+}
+
+/* Caches the ids (now durable) of b's series that ents[] lacks, read back
+ * in t. Caller holds series_lock. */
+static int cache_missing(struct sto *s, struct sto_txn *t, const struct mdl_batch *b,
+			 struct series_ent **ents)
+{
+	size_t n = mdl_batch_nseries(b);
+	int rc = 0;
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		if (ents[i])
 			continue;
@@ -238,16 +238,130 @@ int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_e
 		if (rc == 0)
 			rc = cache_add(s, &bs->key, h, id, &ents[i]);
 	}
-	sto_txn_abort(t);
-out:
-	pthread_mutex_unlock(&s->series_lock);
 	return rc;
+}
+
+/* One request's series creation in its own write transaction. Caller
+ * holds series_lock. */
+static int resolve_alone(struct sto *s, const struct mdl_batch *b, struct series_ent **ents)
+{
+	if (resolve_cached(s, b, ents) == 0)
+		return 0;
+	struct sto_txn *t = NULL;
+	uint64_t created = 0;
+	int rc = sto_txn_begin(s->ix, true, &t);
+	if (rc)
+		return rc;
+	rc = create_missing(s, t, b, ents, &created);
+	if (rc) {
+		sto_txn_abort(t);
+		sti_job_counts_reset(s); /* counts may include series of the aborted txn */
+		return rc;
+	}
+	rc = sto_txn_commit_at(t, STO_FP_SERIES_CREATE);
+	if (rc) {
+		sti_job_counts_reset(s);
+		return rc;
+	}
+	s->nseries += created;
+	rc = sto_txn_begin(s->ix, false, &t);
+	if (rc == 0) {
+		rc = cache_missing(s, t, b, ents);
+		sto_txn_abort(t);
+	}
+	return rc;
+}
+
+/* Series creation is group-committed like the WAL: requests that need new
+ * series queue here, and one of them (the leader) creates the series of
+ * every queued request in one LMDB write transaction (one sync), so a job
+ * whose thousands of ranks all send their first step at once does not
+ * pay one sync per rank, one after the other. If anything in the group
+ * fails (a series limit, say), the transaction is dropped and each request
+ * of the group is done alone, exactly as before: a refused request never
+ * creates a series. */
+struct series_waiter {
+	struct series_waiter *next;
+	const struct mdl_batch *b;
+	struct series_ent **ents;
+	int rc;
+	bool done;
+};
+
+/* The leader's work: creates the series of the whole group. Caller holds
+ * series_lock. Sets every waiter's rc. */
+static void create_group(struct sto *s, struct series_waiter *g)
+{
+	struct sto_txn *t = NULL;
+	uint64_t created = 0;
+	size_t missing = 0;
+	for (struct series_waiter *w = g; w; w = w->next)
+		missing += resolve_cached(s, w->b, w->ents);
+	int rc = missing ? sto_txn_begin(s->ix, true, &t) : 0;
+	for (struct series_waiter *w = g; w && rc == 0 && missing; w = w->next)
+		rc = create_missing(s, t, w->b, w->ents, &created);
+	if (missing && rc == 0) {
+		rc = sto_txn_commit_at(t, STO_FP_SERIES_CREATE);
+		t = NULL;
+	}
+	if (rc) {
+		if (t)
+			sto_txn_abort(t);
+		sti_job_counts_reset(s);
+		for (struct series_waiter *w = g; w; w = w->next)
+			w->rc = resolve_alone(s, w->b, w->ents);
+		return;
+	}
+	s->nseries += created;
+	rc = missing ? sto_txn_begin(s->ix, false, &t) : 0;
+	for (struct series_waiter *w = g; w; w = w->next)
+		w->rc = rc ? rc : missing ? cache_missing(s, t, w->b, w->ents) : 0;
+	if (missing && rc == 0)
+		sto_txn_abort(t);
+}
+
+/* Resolves (creating if needed) the series of every key in b into ents[]. */
+int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_ent **ents)
+{
+	pthread_mutex_lock(&s->series_lock);
+	size_t missing = resolve_cached(s, b, ents);
+	pthread_mutex_unlock(&s->series_lock);
+	if (missing == 0)
+		return 0;
+	struct series_waiter me = {.b = b, .ents = ents};
+	pthread_mutex_lock(&s->create_mu);
+	me.next = s->create_q;
+	s->create_q = &me;
+	while (!me.done) {
+		if (s->creating) {
+			pthread_cond_wait(&s->create_cv, &s->create_mu);
+			continue;
+		}
+		s->creating = true;
+		struct series_waiter *g = s->create_q;
+		s->create_q = NULL;
+		pthread_mutex_unlock(&s->create_mu);
+		pthread_mutex_lock(&s->series_lock);
+		create_group(s, g);
+		pthread_mutex_unlock(&s->series_lock);
+		pthread_mutex_lock(&s->create_mu);
+		for (struct series_waiter *w = g, *next; w; w = next) {
+			next = w->next;
+			w->done = true; /* its owner may return (its stack goes) */
+		}
+		s->creating = false;
+		pthread_cond_broadcast(&s->create_cv);
+	}
+	pthread_mutex_unlock(&s->create_mu);
+	return me.rc;
 }
 
 /* ---- heads --------------------------------------------------------------- */
 
 struct head *sti_head_new(uint64_t gen)
 {
+	if (sto_fault_hit(STO_FP_HEAD_NEW))
+		return NULL;
 	struct head *h = calloc(1, sizeof(*h));
 	if (!h)
 		return NULL;
@@ -560,26 +674,13 @@ static int encode_request(const struct sto_write_req *req, struct rdb_buf *rec, 
 	return rc;
 }
 
-/* Whether an injected fault is due (and uses it up). */
-static bool take_fault(_Atomic uint32_t *f)
-{
-	uint32_t v = atomic_load(f);
-	while (v && !atomic_compare_exchange_weak(f, &v, v - 1))
-		;
-	return v != 0;
-}
-
-void sto_fault_inject(struct sto *s, enum sto_fault f, uint32_t count)
-{
-	atomic_store(f == STO_FAULT_PREPARE ? &s->fault_prepare : &s->fault_wal_append, count);
-}
-
 int sti_prepare_request(struct sto *s, struct head *h, const struct mdl_batch *pts,
 			struct series_ent **ents, const struct mdl_events *ev, struct sti_prep *pp)
 {
 	memset(pp, 0, sizeof(*pp));
-	if (take_fault(&s->fault_prepare))
-		return -ENOMEM;
+	int frc = sto_fault_hit(STO_FP_PREPARE);
+	if (frc)
+		return frc;
 	size_t n = pts ? mdl_batch_nseries(pts) : 0;
 	size_t nev = ev ? mdl_events_count(ev) : 0;
 	pp->hs = calloc(n ? n : 1, sizeof(*pp->hs));
@@ -692,9 +793,7 @@ static int append_and_apply(struct sto *s, const struct sto_write_req *req,
 		pthread_mutex_unlock(&s->head_lock);
 	}
 	if (rc == 0) {
-		rc = take_fault(&s->fault_wal_append)
-			 ? -EIO
-			 : sto_wal_append(s->wal, type, rec->data, rec->len);
+		rc = sto_wal_append(s->wal, type, rec->data, rec->len);
 		pthread_mutex_lock(&s->head_lock);
 		uint64_t gen = h->gen;
 		if (rc == 0) {
@@ -713,35 +812,54 @@ static int append_and_apply(struct sto *s, const struct sto_write_req *req,
 	return rc;
 }
 
-int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_write_result *res)
+/* Checks shared by both write entry points. 0: go on (*bent reserved when
+ * the request has a batch id); 1: nothing to write (res->duplicate says
+ * whether it was a duplicate); else the error. */
+static int write_begin(struct sto *s, const struct sto_write_req *req, struct sto_write_result *res,
+		       struct batch_ent **bent)
 {
 	res->duplicate = false;
+	*bent = NULL;
 	size_t n = req->points ? mdl_batch_nseries(req->points) : 0;
 	size_t nev = req->events ? mdl_events_count(req->events) : 0;
 	if (req->batch_id && (req->batch_id_len == 0 || req->batch_id_len > STO_BATCH_ID_MAX))
 		return RDB_EINVAL;
 	if (n == 0 && nev == 0 && !req->batch_id)
-		return 0;
+		return 1;
 	if (atomic_load(&s->closing))
 		return -ESHUTDOWN;
 	if (over_memory(s))
 		return RDB_EBUSY;
-	struct batch_ent *bent = NULL;
 	if (req->batch_id) {
-		int r = batch_reserve(s, req->batch_id, req->batch_id_len, &bent);
+		int r = batch_reserve(s, req->batch_id, req->batch_id_len, bent);
 		if (r == 1) {
 			res->duplicate = true;
 			atomic_fetch_add(&s->st_batch_dups, 1);
-			return 0;
 		}
-		if (r)
-			return r;
+		return r;
 	}
+	return 0;
+}
+
+static void count_written(struct sto *s, const struct sto_write_req *req)
+{
+	atomic_fetch_add(&s->st_points_written, req->points ? mdl_batch_points(req->points) : 0);
+	atomic_fetch_add(&s->st_events_written, req->events ? mdl_events_count(req->events) : 0);
+	atomic_fetch_add(&s->st_batches_written, 1);
+}
+
+int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_write_result *res)
+{
+	struct batch_ent *bent = NULL;
+	int rc = write_begin(s, req, res, &bent);
+	if (rc)
+		return rc == 1 ? 0 : rc;
+	size_t n = req->points ? mdl_batch_nseries(req->points) : 0;
 	struct rdb_buf rec;
 	rdb_buf_init(&rec, STO_WAL_MAX_PAYLOAD);
 	uint8_t type = 0;
 	struct series_ent **ents = malloc((n ? n : 1) * sizeof(*ents));
-	int rc = ents ? 0 : -ENOMEM;
+	rc = ents ? 0 : -ENOMEM;
 	if (rc == 0 && n)
 		rc = sti_resolve_series(s, req->points, ents);
 	if (rc == 0)
@@ -751,16 +869,168 @@ int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_wri
 		rc = append_and_apply(s, req, ents, &rec, type, &bent, &wake);
 	if (bent)
 		batch_finish(s, bent, false, 0);
-	if (rc == 0) {
-		atomic_fetch_add(&s->st_points_written,
-				 req->points ? mdl_batch_points(req->points) : 0);
-		atomic_fetch_add(&s->st_events_written, nev);
-		atomic_fetch_add(&s->st_batches_written, 1);
-	}
+	if (rc == 0)
+		count_written(s, req);
 	if (wake || (rc == 0 && sto_wal_size(s->wal) > s->opt.wal_rotate_bytes))
 		wake_flusher(s);
 	free(ents);
 	rdb_buf_free(&rec);
+	return rc;
+}
+
+/* ---- asynchronous write ---------------------------------------------------------- */
+
+/* One pending sto_write_submit, from its WAL append to its completion. */
+struct async_write {
+	struct sto *s;
+	struct sto_wal_async wa; /* the WAL's part; must not move */
+	struct sto_write_req req;
+	struct rdb_buf rec;
+	uint8_t type; /* of the WAL record */
+	struct series_ent **ents;
+	struct head *h; /* prepared in; stays active while we are pending */
+	struct sti_prep pp;
+	struct batch_ent *bent;
+	sto_write_done_fn fn;
+	void *arg;
+};
+
+static void async_free(struct async_write *a)
+{
+	free(a->ents);
+	rdb_buf_free(&a->rec);
+	free(a);
+}
+
+/* Applies (rc 0) or releases a prepared write, stops counting it pending,
+ * frees it and, if tell, calls its completion. Runs while async_pending
+ * counts it, so the head it prepared in is still the active one. No lock
+ * held. */
+static void async_finish(struct async_write *a, int rc, bool tell)
+{
+	struct sto *s = a->s;
+	bool wake = false;
+	pthread_mutex_lock(&s->head_lock);
+	uint64_t gen = a->h->gen;
+	if (rc == 0) {
+		sti_commit_request(s, a->h, &a->pp, true);
+		wake = s->seal_queue_n > 0;
+	} else {
+		sti_unprepare_request(s, a->h, &a->pp);
+	}
+	pthread_mutex_unlock(&s->head_lock);
+	if (a->bent)
+		batch_finish(s, a->bent, rc == 0, gen);
+	if (rc == 0)
+		count_written(s, &a->req);
+	if (atomic_fetch_sub(&s->async_pending, 1) == 1) {
+		pthread_mutex_lock(&s->async_mu);
+		pthread_cond_broadcast(&s->async_cv);
+		pthread_mutex_unlock(&s->async_mu);
+	}
+	if (wake || (rc == 0 && sto_wal_size(s->wal) > s->opt.wal_rotate_bytes))
+		wake_flusher(s);
+	sto_write_done_fn fn = a->fn;
+	void *fn_arg = a->arg;
+	async_free(a);
+	if (tell)
+		fn(fn_arg, rc);
+}
+
+/* The WAL's completion of our record (WAL thread). */
+static void async_done(void *arg, int rc)
+{
+	async_finish(arg, rc, true);
+}
+
+void sti_write_exclusive(struct sto *s)
+{
+	pthread_rwlock_wrlock(&s->write_lock);
+	pthread_mutex_lock(&s->async_mu);
+	while (atomic_load(&s->async_pending))
+		pthread_cond_wait(&s->async_cv, &s->async_mu);
+	pthread_mutex_unlock(&s->async_mu);
+}
+
+/* The locked part of an asynchronous write: append_and_apply up to the
+ * append, which is queued instead of awaited. write_lock is held shared
+ * only until the record is queued; a rotation then waits for
+ * async_pending. STO_PENDING, or an error with a released (not yet
+ * pending) or freed a: *freed says which. */
+static int async_append(struct async_write *a, bool *freed)
+{
+	struct sto *s = a->s;
+	const struct sto_write_req *req = &a->req;
+	size_t n = req->points ? mdl_batch_nseries(req->points) : 0;
+	uint64_t epoch = atomic_load(&s->del_epoch);
+	int rc = 0;
+	*freed = false;
+	pthread_rwlock_rdlock(&s->write_lock);
+	/* A job deleted since we resolved our series ids: resolve again. */
+	while (rc == 0 && n && epoch != atomic_load(&s->del_epoch)) {
+		pthread_rwlock_unlock(&s->write_lock);
+		epoch = atomic_load(&s->del_epoch);
+		rc = sti_resolve_series(s, req->points, a->ents);
+		pthread_rwlock_rdlock(&s->write_lock);
+	}
+	if (rc == 0) {
+		pthread_mutex_lock(&s->head_lock);
+		a->h = s->active;
+		rc = sti_prepare_request(s, a->h, req->points, a->ents, req->events, &a->pp);
+		pthread_mutex_unlock(&s->head_lock);
+	}
+	if (rc) {
+		pthread_rwlock_unlock(&s->write_lock);
+		return rc;
+	}
+	atomic_fetch_add(&s->async_pending, 1);
+	rc = sto_wal_append_async(s->wal, a->type, a->rec.data, a->rec.len, &a->wa, async_done, a);
+	/* From here on a may be completed and freed by the WAL thread. */
+	pthread_rwlock_unlock(&s->write_lock);
+	if (rc) {
+		*freed = true;
+		async_finish(a, rc, false); /* not queued: the caller gets rc */
+		return rc;
+	}
+	return STO_PENDING;
+}
+
+int sto_write_submit(struct sto *s, const struct sto_write_req *req, struct sto_write_result *res,
+		     sto_write_done_fn fn, void *arg)
+{
+	struct batch_ent *bent = NULL;
+	int rc = write_begin(s, req, res, &bent);
+	if (rc)
+		return rc == 1 ? 0 : rc;
+	size_t n = req->points ? mdl_batch_nseries(req->points) : 0;
+	struct async_write *a = calloc(1, sizeof(*a));
+	if (a) {
+		a->s = s;
+		a->req = *req;
+		a->fn = fn;
+		a->arg = arg;
+		a->bent = bent;
+		rdb_buf_init(&a->rec, STO_WAL_MAX_PAYLOAD);
+		a->ents = malloc((n ? n : 1) * sizeof(*a->ents));
+	}
+	rc = a && a->ents ? 0 : -ENOMEM;
+	if (rc == 0 && n)
+		rc = sti_resolve_series(s, req->points, a->ents);
+	if (rc == 0)
+		rc = encode_request(req, &a->rec, &a->type);
+	bool freed = false;
+	if (rc == 0)
+		rc = async_append(a, &freed);
+	if (rc == STO_PENDING)
+		return rc;
+	/* Not queued: nothing of it is anywhere (async_finish released the
+	 * batch id when it freed a). */
+	if (!freed) {
+		if (bent)
+			batch_finish(s, bent, false, 0);
+		if (a)
+			async_free(a);
+	}
 	return rc;
 }
 

@@ -84,11 +84,15 @@
 #include "common/rdb_log.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
 
 /* ---- error border -------------------------------------------------------- */
 
@@ -133,8 +137,15 @@ int ix_err(const struct sto_index *ix, int rc, const char *op)
 				op, dir, IX_MAXREADERS);
 		return RDB_EBUSY;
 	default:
-		if (rc > 0)
+		if (rc > 0) {
+			/* LMDB turns a short write (a full disk) into EIO */
+			rdb_log_limited(&rl_other, 10, RDB_LOG_ERROR, SUBSYS,
+					"%s: LMDB index %s: %s%s", op, dir, strerror(rc),
+					rc == EIO ? " (LMDB reports a full disk this way too: "
+						    "check free space)"
+						  : "");
 			return -rc;
+		}
 		rdb_log_limited(&rl_other, 10, RDB_LOG_ERROR, SUBSYS,
 				"%s: LMDB index %s: unexpected error %d (%s)", op, dir, rc,
 				mdb_strerror(rc));
@@ -163,24 +174,38 @@ int ix_u64_value(const struct sto_txn *t, const MDB_val *v, const char *what, ui
 
 /* ---- environment and transactions ---------------------------------------- */
 
+void ix_db_names(struct sto_index *ix, struct ix_db_name *names)
+{
+	const struct ix_db_name v[IX_NDBS] = {{"meta", &ix->meta},
+					      {"series", &ix->series},
+					      {"sid", &ix->sid},
+					      {"chunks", &ix->chunks},
+					      {"pending", &ix->pending},
+					      {"events", &ix->events},
+					      {"evpending", &ix->evpending},
+					      {"batch_ids", &ix->batch_ids},
+					      {"batch_time", &ix->batch_time},
+					      {"tombstones", &ix->tombstones},
+					      {"retention", &ix->retention},
+					      {"quarantine", &ix->quarantine},
+					      {"seg_trash", &ix->seg_trash},
+					      {"rollups", &ix->rollups},
+					      {"supersede", &ix->supersede}};
+	memcpy(names, v, sizeof(v));
+}
+
 static int open_dbs(struct sto_index *ix, MDB_txn *txn, bool read_only)
 {
-	static const char *const names[] = {"meta",	  "series",	"sid",	     "chunks",
-					    "pending",	  "events",	"evpending", "batch_ids",
-					    "batch_time", "tombstones", "retention", "quarantine",
-					    "seg_trash",  "rollups",	"supersede"};
-	MDB_dbi *dbis[] = {&ix->meta,	    &ix->series,     &ix->sid,	     &ix->chunks,
-			   &ix->pending,    &ix->events,     &ix->evpending, &ix->batch_ids,
-			   &ix->batch_time, &ix->tombstones, &ix->retention, &ix->quarantine,
-			   &ix->seg_trash,  &ix->rollups,    &ix->supersede};
+	struct ix_db_name names[IX_NDBS];
 
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		int rc = mdb_dbi_open(txn, names[i], read_only ? 0 : MDB_CREATE, dbis[i]);
+	ix_db_names(ix, names);
+	for (size_t i = 0; i < IX_NDBS; i++) {
+		int rc = mdb_dbi_open(txn, names[i].name, read_only ? 0 : MDB_CREATE, names[i].dbi);
 		if (rc == MDB_NOTFOUND && read_only)
 			rdb_error(SUBSYS,
 				  "LMDB index %s has no database '%s' (written by an older "
 				  "rankdbd): start rankdbd on it once to upgrade it, then retry",
-				  ix->dir, names[i]);
+				  ix->dir, names[i].name);
 		if (rc != 0)
 			return ix_err(ix, rc, "open database");
 	}
@@ -277,7 +302,7 @@ int ix_rewrite_legacy(struct sto_index *ix, MDB_dbi dbi, ix_check_fn check, size
 	bool more = true;
 	int ret = slots ? 0 : -ENOMEM;
 	while (ret == 0 && more) {
-		struct sto_txn *t;
+		struct sto_txn *t = NULL;
 		ret = sto_txn_begin(ix, true, &t);
 		if (ret != 0)
 			break;
@@ -357,13 +382,77 @@ static int env_setup(struct sto_index *ix, const char *dir, uint64_t map_bytes, 
 	if (rc == 0)
 		rc = mdb_env_set_maxreaders(ix->env, IX_MAXREADERS);
 	if (rc == 0)
-		rc = mdb_env_open(ix->env, dir,
-				  MDB_NOTLS | (read_only ? MDB_RDONLY | MDB_NOLOCK : 0), 0644);
+		rc = mdb_env_open(
+		    ix->env, dir,
+		    MDB_NOTLS | MDB_NORDAHEAD | (read_only ? MDB_RDONLY | MDB_NOLOCK : 0), 0644);
 	if (rc != 0) {
 		rdb_error(SUBSYS, "cannot open LMDB index %s: %s", dir, mdb_strerror(rc));
 		return ix_err(ix, rc, "open environment");
 	}
 	return 0;
+}
+
+/* Removes data.mdb.compact, an index compaction's copy that a crash left
+ * before its rename (ix_compact.c): the index never used it. */
+static int remove_compact_leftover(const char *dir)
+{
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/data.mdb.compact", dir);
+	if (unlink(path) == 0) {
+		rdb_warn(SUBSYS,
+			 "removed %s, the copy of an interrupted index compaction "
+			 "(the index in use is data.mdb)",
+			 path);
+		return 0;
+	}
+	return errno == ENOENT ? 0 : -errno;
+}
+
+/* Where LMDB mapped the file (it does not say): the mapping in
+ * /proc/self/maps that holds a value read in a read transaction (those
+ * point into the map). Left unknown (NULL) when anything fails. */
+static void find_map(struct sto_index *ix)
+{
+	MDB_txn *txn = NULL;
+	MDB_val k = {.mv_size = strlen("format_version"), .mv_data = (void *)"format_version"}, v;
+	uintptr_t p = 0;
+	if (mdb_txn_begin(ix->env, NULL, MDB_RDONLY, &txn) != 0)
+		return;
+	if (mdb_get(txn, ix->meta, &k, &v) == 0)
+		p = (uintptr_t)v.mv_data;
+	mdb_txn_abort(txn);
+	FILE *f = p ? fopen("/proc/self/maps", "re") : NULL;
+	char line[512];
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && p >= lo && p < hi) {
+			ix->map_addr = (void *)lo;
+			ix->map_len = hi - lo;
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+}
+
+static void gate_enter(struct sto_index *ix, bool write);
+static void gate_leave(struct sto_index *ix, bool write);
+
+void sto_index_release_pages(struct sto_index *ix)
+{
+	int fd;
+	struct stat st;
+	if (!ix)
+		return;
+	gate_enter(ix, false); /* the map stays where it is (no index compaction swap) */
+	if (ix->env && ix->map_addr && mdb_env_get_fd(ix->env, &fd) == 0 && fstat(fd, &st) == 0) {
+		size_t len = (size_t)st.st_size < ix->map_len ? (size_t)st.st_size : ix->map_len;
+		/* a shared, read-only file mapping: readers refault from the page cache */
+		if (madvise(ix->map_addr, len, MADV_DONTNEED) != 0)
+			rdb_debug(SUBSYS, "madvise of the index map failed: %s", strerror(errno));
+	}
+	gate_leave(ix, false);
 }
 
 static int index_open(const char *dir, uint64_t map_bytes, bool read_only, struct sto_index **out)
@@ -382,9 +471,16 @@ static int index_open(const char *dir, uint64_t map_bytes, bool read_only, struc
 	ix = calloc(1, sizeof(*ix));
 	if (!ix)
 		return -ENOMEM;
+	pthread_mutex_init(&ix->gate_mu, NULL);
+	pthread_cond_init(&ix->gate_cv, NULL);
+	ix->read_only = read_only;
 	ix->map_bytes = map_bytes;
 	ix->dir = strdup(dir);
-	ret = ix->dir ? env_setup(ix, dir, map_bytes, read_only) : -ENOMEM;
+	ret = ix->dir ? 0 : -ENOMEM;
+	if (ret == 0 && !read_only)
+		ret = remove_compact_leftover(dir);
+	if (ret == 0)
+		ret = env_setup(ix, dir, map_bytes, read_only);
 	if (ret != 0)
 		goto out;
 	ret = sto_txn_begin(ix, !read_only, &t);
@@ -401,6 +497,7 @@ static int index_open(const char *dir, uint64_t map_bytes, bool read_only, struc
 		ret = upgrade_values(ix);
 	if (ret != 0)
 		goto out;
+	find_map(ix);
 	*out = ix;
 	ix = NULL;
 out:
@@ -419,14 +516,114 @@ int sto_index_open_ro(const char *dir, uint64_t map_bytes, struct sto_index **ou
 	return index_open(dir, map_bytes, true, out);
 }
 
+int ix_reopen(struct sto_index *ix)
+{
+	MDB_txn *txn = NULL;
+	int ret = env_setup(ix, ix->dir, ix->map_bytes, ix->read_only);
+
+	if (ret == 0)
+		ret = ix_err(ix, mdb_txn_begin(ix->env, NULL, ix->read_only ? MDB_RDONLY : 0, &txn),
+			     "begin transaction");
+	if (ret == 0) {
+		ret = open_dbs(ix, txn, ix->read_only);
+		int rc = ret == 0 ? mdb_txn_commit(txn) : (mdb_txn_abort(txn), 0);
+		if (ret == 0)
+			ret = ix_err(ix, rc, "commit");
+	}
+	if (ret != 0 && ix->env) {
+		mdb_env_close(ix->env);
+		ix->env = NULL;
+	}
+	if (ret == 0)
+		find_map(ix); /* the new map is elsewhere */
+	return ret;
+}
+
 void sto_index_close(struct sto_index *ix)
 {
 	if (!ix)
 		return;
 	if (ix->env)
 		mdb_env_close(ix->env);
+	pthread_cond_destroy(&ix->gate_cv);
+	pthread_mutex_destroy(&ix->gate_mu);
 	free(ix->dir);
 	free(ix);
+}
+
+/* ---- transaction gate (see ix_int.h and ix_compact.c) --------------------- */
+
+static void gate_enter(struct sto_index *ix, bool write)
+{
+	pthread_mutex_lock(&ix->gate_mu);
+	while (ix->hold_all || (write && ix->hold_writers))
+		pthread_cond_wait(&ix->gate_cv, &ix->gate_mu);
+	if (write)
+		ix->active_write++;
+	else
+		ix->active_read++;
+	pthread_mutex_unlock(&ix->gate_mu);
+}
+
+static void gate_leave(struct sto_index *ix, bool write)
+{
+	pthread_mutex_lock(&ix->gate_mu);
+	if (write)
+		ix->active_write--;
+	else
+		ix->active_read--;
+	if (ix->hold_writers)
+		pthread_cond_broadcast(&ix->gate_cv);
+	pthread_mutex_unlock(&ix->gate_mu);
+}
+
+/* Waits (gate_mu held) until the held kinds of transactions are all closed;
+ * on timeout reopens the gate. */
+static int gate_drain(struct sto_index *ix, uint32_t timeout_ms)
+{
+	struct timespec until;
+	int ret = 0;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += timeout_ms / 1000;
+	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	while (ix->active_write || (ix->hold_all && ix->active_read)) {
+		if (pthread_cond_timedwait(&ix->gate_cv, &ix->gate_mu, &until) == ETIMEDOUT &&
+		    (ix->active_write || (ix->hold_all && ix->active_read))) {
+			ix->hold_writers = ix->hold_all = false;
+			pthread_cond_broadcast(&ix->gate_cv);
+			ret = RDB_EBUSY;
+			break;
+		}
+	}
+	return ret;
+}
+
+int ix_gate_close(struct sto_index *ix, bool all, uint32_t timeout_ms)
+{
+	pthread_mutex_lock(&ix->gate_mu);
+	ix->hold_writers = true;
+	ix->hold_all = all;
+	int ret = gate_drain(ix, timeout_ms);
+	pthread_mutex_unlock(&ix->gate_mu);
+	return ret;
+}
+
+int ix_gate_widen(struct sto_index *ix, uint32_t timeout_ms)
+{
+	return ix_gate_close(ix, true, timeout_ms);
+}
+
+void ix_gate_open(struct sto_index *ix)
+{
+	pthread_mutex_lock(&ix->gate_mu);
+	ix->hold_writers = ix->hold_all = false;
+	pthread_cond_broadcast(&ix->gate_cv);
+	pthread_mutex_unlock(&ix->gate_mu);
 }
 
 int sto_txn_begin(struct sto_index *ix, bool write, struct sto_txn **out)
@@ -436,8 +633,15 @@ int sto_txn_begin(struct sto_index *ix, bool write, struct sto_txn **out)
 
 	if (!t)
 		return -ENOMEM;
+	gate_enter(ix, write);
+	if (!ix->env) { /* a reopen after an index compaction failed (logged) */
+		gate_leave(ix, write);
+		free(t);
+		return RDB_EIO;
+	}
 	rc = mdb_txn_begin(ix->env, NULL, write ? 0 : MDB_RDONLY, &t->txn);
 	if (rc != 0) {
+		gate_leave(ix, write);
 		free(t);
 		return ix_err(ix, rc, "begin transaction");
 	}
@@ -449,9 +653,22 @@ int sto_txn_begin(struct sto_index *ix, bool write, struct sto_txn **out)
 
 int sto_txn_commit(struct sto_txn *t)
 {
+	return sto_txn_commit_at(t, STO_FP_INDEX_COMMIT);
+}
+
+int sto_txn_commit_at(struct sto_txn *t, enum sto_fault_point point)
+{
+	int fault = t->write ? sto_fault_hit(point) : 0;
+	if (fault == 0 && t->write && point != STO_FP_INDEX_COMMIT)
+		fault = sto_fault_hit(STO_FP_INDEX_COMMIT);
+	if (fault) {
+		sto_txn_abort(t);
+		return fault;
+	}
 	int rc = mdb_txn_commit(t->txn);
 	int ret = ix_err(t->ix, rc, "commit");
 
+	gate_leave(t->ix, t->write);
 	free(t);
 	return ret;
 }
@@ -461,6 +678,7 @@ void sto_txn_abort(struct sto_txn *t)
 	if (!t)
 		return;
 	mdb_txn_abort(t->txn);
+	gate_leave(t->ix, t->write);
 	free(t);
 }
 
@@ -525,7 +743,9 @@ int sto_index_copy(struct sto_index *ix, const char *dir)
 {
 	if (mkdir(dir, 0755) != 0 && errno != EEXIST)
 		return -errno;
-	int rc = mdb_env_copy2(ix->env, dir, MDB_CP_COMPACT);
+	gate_enter(ix, false); /* its read snapshot keeps the environment open */
+	int rc = ix->env ? mdb_env_copy2(ix->env, dir, MDB_CP_COMPACT) : EIO;
+	gate_leave(ix, false);
 	if (rc != 0)
 		rdb_error(SUBSYS, "copy of LMDB index %s to %s failed: %s", ix->dir, dir,
 			  mdb_strerror(rc));

@@ -22,6 +22,7 @@
 #define STO_INDEX_H
 
 #include "storage/series.h"
+#include "storage/io/fault.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -40,10 +41,22 @@ int sto_index_open(const char *dir, uint64_t map_bytes, struct sto_index **out);
 int sto_index_open_ro(const char *dir, uint64_t map_bytes, struct sto_index **out);
 void sto_index_close(struct sto_index *ix); /* NULL ok */
 
+/* Unmaps the index file's pages from this process (they stay in the page
+ * cache; the next read of a page maps it again, a minor fault). LMDB reads
+ * through a shared read-only map, and every checkpoint's inserts touch
+ * pages all over the chunk tree, so without this the whole file (live and
+ * free pages) ends up counted in the server's resident memory. Safe with
+ * concurrent readers and writers. Called after a checkpoint. NULL ok. */
+void sto_index_release_pages(struct sto_index *ix);
+
 int sto_txn_begin(struct sto_index *ix, bool write, struct sto_txn **out);
 /* Commits (write txn: durably, LMDB's default sync) and frees. 0 or -errno;
  * the txn is freed either way. */
 int sto_txn_commit(struct sto_txn *t);
+/* sto_txn_commit at a named write site: when fault point `point` (or
+ * STO_FP_INDEX_COMMIT, storage/io/fault.h) is armed and fires, the txn is
+ * aborted instead and the injected -errno returned (nothing committed). */
+int sto_txn_commit_at(struct sto_txn *t, enum sto_fault_point point);
 void sto_txn_abort(struct sto_txn *t); /* frees; NULL ok */
 /* From now on, a chunk entry of t that fails its checksum or shape does not
  * fail the chunk scan or get that meets it: the callback gets a ref marked
@@ -260,5 +273,63 @@ int sto_index_copy(struct sto_index *ix, const char *dir);
  * events, which callers walk with their own scans): a page LMDB cannot read
  * gives RDB_ECORRUPT. *entries gets the number of keys. */
 int sto_index_check_all(struct sto_txn *t, uint64_t *entries);
+
+/* ---- space accounting and compaction of the environment (ix_compact.c) ----
+ * LMDB never shrinks data.mdb: pages freed by deletes (compaction, merges,
+ * retention, cleared pending entries) go to its freelist and are reused by
+ * later writes, but the file keeps its high-water size. The compaction
+ * below writes a compacted copy (live pages only) beside data.mdb and
+ * renames it over, with every transaction of this process drained. */
+#define STO_INDEX_NDBS 16 /* 15 databases and the freelist */
+struct sto_index_db_stat {
+	const char *name; /* static string: the database's name */
+	uint64_t entries, depth, branch_pages, leaf_pages, overflow_pages;
+};
+struct sto_index_stat {
+	uint64_t page_bytes;
+	uint64_t file_bytes; /* data.mdb as stat(2) sees it */
+	uint64_t used_pages; /* pages up to the high-water mark (last page + 1) */
+	uint64_t free_pages; /* pages on the freelist (reusable, still in the file) */
+	uint64_t last_txn_id;
+	struct sto_index_db_stat db[STO_INDEX_NDBS]; /* main databases, then "freelist" */
+	unsigned ndb;
+};
+/* Fills *out from one read snapshot (walks the freelist: O(freelist pages)).
+ * Blocks like a read txn. 0 or -errno/RDB_E*; *out untouched on failure. */
+int sto_index_stat(struct sto_index *ix, struct sto_index_stat *out);
+
+struct sto_index_compact_result {
+	uint64_t bytes_before, bytes_after; /* data.mdb file size */
+	bool swapped;			    /* false: nothing was done (see the return) */
+};
+/* Test hook: a step at which sto_index_compact stops forever (pause(2)),
+ * after logging "index compaction: test pause at step <name>", so that a
+ * test can kill -9 the process there. Set from the environment variable
+ * RANKDB_TEST_IXCOMPACT_PAUSE (a step name) at the first compaction. */
+enum sto_ixc_step {
+	STO_IXC_COPIED = 1,  /* the copy is written and fsynced, not renamed */
+	STO_IXC_RENAMED = 2, /* renamed over data.mdb, directory not yet fsynced */
+	STO_IXC_REOPENED = 3 /* the new environment is open */
+};
+/* Rewrites data.mdb as a compacted copy when force, or when the freelist
+ * holds at least free_ratio of the used pages and the file is at least
+ * min_file_bytes. Steps: copy (mdb_env_copyfd2 with MDB_CP_COMPACT) into
+ * data.mdb.compact in the index directory while readers and writers go on;
+ * fsync it; drain every transaction of this process (new ones wait, at most
+ * drain_timeout_ms); if a write committed since the copy began, copy again
+ * with writers held (readers still go on), then drain readers too; rename
+ * over data.mdb, fsync the directory, reopen the environment, let
+ * transactions go. A crash leaves data.mdb either the old file or the
+ * complete copy (same content); a leftover data.mdb.compact is removed by
+ * sto_index_open. Needs free disk space for the live pages: refused
+ * (-ENOSPC, logged) when statvfs says there is not enough. Transactions
+ * that this thread holds would deadlock the drain: call it holding none.
+ * Returns 0 (r->swapped tells whether it compacted), RDB_EBUSY when
+ * transactions did not drain in time (nothing changed; retry later), or
+ * -errno/RDB_E*: then the old file is still in use, except when the reopen
+ * failed (logged as an error): every later transaction fails until a
+ * restart. */
+int sto_index_compact(struct sto_index *ix, bool force, double free_ratio, uint64_t min_file_bytes,
+		      uint32_t drain_timeout_ms, struct sto_index_compact_result *r);
 
 #endif

@@ -13,6 +13,7 @@
 #include "storage/index/index.h"
 
 #include <lmdb.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -75,6 +76,18 @@ struct sto_index {
 	MDB_dbi supersede;  /* merged uid -> supersede entry (small-chunk merges) */
 	uint64_t map_bytes; /* as configured, for the map-full log line */
 	char *dir;	    /* owned copy, for log lines */
+	bool read_only;
+	/* Transaction gate (ix_gate_*): every transaction of this process is
+	 * counted here, so that ix_compact.c can close the environment with
+	 * none open. sto_txn_begin waits while hold_all, or hold_writers for a
+	 * write txn. env is NULL only after a failed reopen. */
+	pthread_mutex_t gate_mu;
+	pthread_cond_t gate_cv; /* counts dropped, or the gate reopened */
+	uint32_t active_read, active_write;
+	bool hold_writers, hold_all;
+	void *map_addr; /* LMDB's map of the file (find_map); NULL: unknown (or
+			 * closed by an index compaction: found again at reopen) */
+	size_t map_len;
 	bool legacy_values; /* format_version < 3: values without checksums are
 			     * accepted (read-only open, or an upgrade under way) */
 };
@@ -109,6 +122,27 @@ bool ix_has_prefix(const MDB_val *k, const uint8_t *prefix, size_t plen);
 /* Deletes the entries of a generation-keyed db (keys start with gen be64)
  * with lo <= gen <= hi. */
 int ix_gen_delete_range(struct sto_txn *t, MDB_dbi dbi, const char *what, uint64_t lo, uint64_t hi);
+
+/* The databases of open_dbs, in order (IX_NDBS), with their handles. */
+#define IX_NDBS 15
+struct ix_db_name {
+	const char *name;
+	MDB_dbi *dbi;
+};
+/* Fills names[IX_NDBS] for ix (pointers into ix). */
+void ix_db_names(struct sto_index *ix, struct ix_db_name *names);
+/* Reopens the environment of ix (closed by the caller, ix->env NULL) with
+ * the flags and databases of sto_index_open. Gate held, nothing open. */
+int ix_reopen(struct sto_index *ix);
+/* Closes the gate: new write txns (and read txns when all) wait; then waits
+ * until none of them is open. After timeout_ms the gate reopens and
+ * RDB_EBUSY is returned. One closer at a time. */
+int ix_gate_close(struct sto_index *ix, bool all, uint32_t timeout_ms);
+/* From writers held to all held (waits for readers the same way; on
+ * timeout the gate reopens entirely and RDB_EBUSY is returned). */
+int ix_gate_widen(struct sto_index *ix, uint32_t timeout_ms);
+/* Reopens the gate: waiting transactions go on. */
+void ix_gate_open(struct sto_index *ix);
 
 /* ---- ix_meta.c ---- */
 /* Counter read-and-increment; absent reads as absent_val. */

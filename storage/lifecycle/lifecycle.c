@@ -50,6 +50,8 @@ void sto_lifecycle_default(struct sto_lifecycle *l)
 	l->compact_min_live = 0.5;
 	l->rollup_time_width_s = 60;
 	l->rollup_step_width = 100;
+	l->index_compact_free_ratio = 0.25;
+	l->index_compact_min_bytes = 1u << 20;
 }
 
 void sto_set_lifecycle(struct sto *s, const struct sto_lifecycle *l)
@@ -518,7 +520,7 @@ static int delete_job_op(struct sto *s, void *arg)
 	if (rc)
 		return rc;
 	struct sto_txn *t = NULL;
-	pthread_rwlock_wrlock(&s->write_lock);
+	s->eng->write_exclusive(s);
 	uint64_t gen = s->active->gen;
 	rc = sto_txn_begin(s->ix, true, &t);
 	if (rc == 0)
@@ -531,7 +533,7 @@ static int delete_job_op(struct sto *s, void *arg)
 		return rc;
 	}
 	pthread_rwlock_wrlock(&s->view_lock);
-	rc = sto_txn_commit(t);
+	rc = sto_txn_commit_at(t, STO_FP_JOB_DELETE);
 	if (rc == 0) {
 		pthread_mutex_lock(&s->head_lock);
 		del_head(s, d);
@@ -677,7 +679,7 @@ static int ret_drop_chunks(struct sto *s, struct ret_ctx *c, size_t from, size_t
 		return rc;
 	}
 	pthread_rwlock_wrlock(&s->view_lock); /* readers see chunks + rollups consistently */
-	rc = sto_txn_commit(t);
+	rc = sto_txn_commit_at(t, STO_FP_RETENTION_COMMIT);
 	pthread_rwlock_unlock(&s->view_lock);
 	for (size_t i = from; rc == 0 && i < to; i++) {
 		r->chunks++;
@@ -710,7 +712,7 @@ static int ret_drop(struct sto *s, struct ret_ctx *c, struct sto_retention_resul
 			r->events += c->ev.v[k].count;
 		}
 		if (rc == 0)
-			rc = sto_txn_commit(t);
+			rc = sto_txn_commit_at(t, STO_FP_RETENTION_COMMIT);
 		else
 			sto_txn_abort(t);
 	}
@@ -770,7 +772,7 @@ static int retention_write(struct sto *s, const char *job, bool set, uint64_t se
 	rc = set ? sto_jobval_put(t, STO_JOBDB_RETENTION, job, seconds)
 		 : sto_jobval_del(t, STO_JOBDB_RETENTION, job);
 	if (rc == 0)
-		return sto_txn_commit(t);
+		return sto_txn_commit_at(t, STO_FP_META_COMMIT);
 	sto_txn_abort(t);
 	return rc;
 }
@@ -810,7 +812,7 @@ void sti_lifecycle_tick(struct sto *s)
 	struct compact_args a = {.min_live = s->life.compact_min_live, .r = &cr};
 	int rc = retention_op(s, &rr);
 	if (rc == 0 && pthread_mutex_trylock(&s->compact_lock) == 0) {
-		rc = sti_compact_op(s, &a);
+		rc = sti_compact_op(s, &a); /* ends with the index compaction check */
 		pthread_mutex_unlock(&s->compact_lock);
 	}
 	if (rc)

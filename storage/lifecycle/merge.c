@@ -256,7 +256,7 @@ static int merge_switch(struct sto *s, struct merge_set *m)
 		return rc;
 	}
 	pthread_rwlock_wrlock(&s->view_lock);
-	rc = sto_txn_commit(t);
+	rc = sto_txn_commit_at(t, STO_FP_COMPACT_COMMIT);
 	pthread_rwlock_unlock(&s->view_lock);
 	return rc;
 }
@@ -503,7 +503,7 @@ static int merge_batch(struct sto *s, struct merge_set *m, size_t *pos,
 			rc = merge_undo(m, &mark, merge_run(s, m, i, j, w, &key));
 	}
 	if (rc == 0 && m->out.len)
-		rc = sto_seg_append(w, m->out.data, m->out.len);
+		rc = sto_seg_append_at(w, m->out.data, m->out.len, STO_FP_COMPACT_WRITE);
 	int crc = w ? sto_seg_close(w) : 0; /* syncs: the data is durable before the switch */
 	rc = rc ? rc : crc;
 	if (rc == 0 && m->news.n)

@@ -180,7 +180,7 @@ int sti_rollup_commit(struct sti_rollup_acc *a, struct sto_txn *t)
 	if (a->n == 0)
 		return 0;
 	rdb_sort(a->v, a->n, sizeof(*a->v), cmp_ent);
-	int rc = 0;
+	int rc = sto_fault_hit(STO_FP_ROLLUP_WRITE);
 	for (size_t i = 0; rc == 0 && i < a->n;) {
 		struct sti_rollup_ent *e = &a->v[i];
 		struct sto_rollup r = {0};

@@ -23,8 +23,13 @@
  *    options means 1024); a caller beyond that waits (backpressure). A group
  *    is thus at most queue_max_records records and 2x as many iovecs, and
  *    the iovec array is allocated once at open.
- *  - A request lives on its caller's stack; the WAL thread stops touching it
- *    once it has set `done` under the mutex.
+ *  - A blocking request lives on its caller's stack; the WAL thread stops
+ *    touching it once it has set `done` under the mutex. An asynchronous
+ *    one (sto_wal_append_async) lives in the caller's struct
+ *    sto_wal_async; the WAL thread calls its completion after the group's
+ *    outcome is published and with mu dropped, and stops touching it then.
+ *    So one fdatasync covers every record queued meanwhile, however many
+ *    threads (or none) wait for them.
  *
  * Threading: any thread may append. The WAL thread alone uses the ring and
  * the file descriptor for writes. Everything shared (queue, fd, stats,
@@ -58,6 +63,7 @@
 #include "common/rdb_log.h"
 #include "common/rdb_time.h"
 #include "common/rdb_sort.h"
+#include "storage/io/fault.h"
 #include "storage/format.h"
 #include "storage/io/uring.h"
 
@@ -82,15 +88,12 @@
 #define READ_BLOCK    (1u << 20) /* replay reads the file in pieces of this size */
 #define NAME_LEN      24u	 /* "wal-" + 16 hex digits + ".log" */
 
-/* One queued append; lives on the caller's stack. */
-struct wal_req {
-	struct wal_req *next;
-	const void *payload; /* caller's, read until done */
-	uint32_t len;	     /* payload bytes */
-	uint8_t hdr[STO_WAL_REC_HEADER_SIZE];
-	int result; /* set by the WAL thread with done */
-	bool done;
-};
+/* One queued append: on the caller's stack (sto_wal_append, fn NULL) or in
+ * the caller's struct sto_wal_async (fn set). Fields: next, payload (the
+ * caller's, read until done), len (payload bytes), hdr, result (set by the
+ * WAL thread with done), fn/arg (the completion of an async append). */
+_Static_assert(sizeof(((struct sto_wal_async *)0)->hdr) == STO_WAL_REC_HEADER_SIZE,
+	       "struct sto_wal_async.hdr holds one record header");
 
 struct sto_wal {
 	char *dir;
@@ -106,7 +109,7 @@ struct sto_wal {
 	pthread_cond_t done_cv;	 /* appenders: a group finished */
 	pthread_cond_t space_cv; /* appenders: queue has room or WAL broken */
 	/* Under mu. */
-	struct wal_req *head, *tail;
+	struct sto_wal_async *head, *tail;
 	size_t queued;
 	bool stopping;
 	bool broken;
@@ -121,7 +124,7 @@ struct sto_wal {
 
 /* A group taken from the queue, with what the WAL thread needs unlocked. */
 struct group {
-	struct wal_req *first;
+	struct sto_wal_async *first;
 	size_t n;
 	int fd;
 	uint64_t gen;
@@ -240,7 +243,7 @@ out:
 
 /* ---- Append (caller threads) ---------------------------------------------- */
 
-static int build_rec_header(struct wal_req *req, uint8_t type, uint64_t gen)
+static int build_rec_header(struct sto_wal_async *req, uint8_t type, uint64_t gen)
 {
 	struct rdb_hash_state st;
 	rdb_put_le32(req->hdr, req->len);
@@ -256,36 +259,59 @@ static int build_rec_header(struct wal_req *req, uint8_t type, uint64_t gen)
 	return 0;
 }
 
+/* Queues req (header built) unless the WAL is broken. Under mu. */
+static int enqueue(struct sto_wal *w, struct sto_wal_async *req)
+{
+	while (!w->broken && w->queued >= w->queue_max)
+		pthread_cond_wait(&w->space_cv, &w->mu);
+	if (w->broken) {
+		w->stats.errors++;
+		return RDB_EIO;
+	}
+	if (w->tail)
+		w->tail->next = req;
+	else
+		w->head = req;
+	w->tail = req;
+	w->queued++;
+	pthread_cond_signal(&w->work_cv);
+	return 0;
+}
+
 int sto_wal_append(struct sto_wal *w, uint8_t type, const void *payload, size_t len)
 {
 	if (len > STO_WAL_MAX_PAYLOAD)
 		return RDB_ELIMIT;
 	if (len > 0 && !payload)
 		return -EINVAL;
-	struct wal_req req = {.payload = payload, .len = (uint32_t)len};
+	struct sto_wal_async req = {.payload = payload, .len = (uint32_t)len};
 	int result = build_rec_header(&req, type, atomic_load(&w->gen));
 	if (result)
 		return result;
 
 	pthread_mutex_lock(&w->mu);
-	while (!w->broken && w->queued >= w->queue_max)
-		pthread_cond_wait(&w->space_cv, &w->mu);
-	if (w->broken) {
-		w->stats.errors++;
-		result = RDB_EIO;
-		goto out;
-	}
-	if (w->tail)
-		w->tail->next = &req;
-	else
-		w->head = &req;
-	w->tail = &req;
-	w->queued++;
-	pthread_cond_signal(&w->work_cv);
-	while (!req.done)
+	result = enqueue(w, &req);
+	while (result == 0 && !req.done)
 		pthread_cond_wait(&w->done_cv, &w->mu);
-	result = req.result;
-out:
+	if (result == 0)
+		result = req.result;
+	pthread_mutex_unlock(&w->mu);
+	return result;
+}
+
+int sto_wal_append_async(struct sto_wal *w, uint8_t type, const void *payload, size_t len,
+			 struct sto_wal_async *a, sto_wal_done_fn fn, void *arg)
+{
+	if (len > STO_WAL_MAX_PAYLOAD)
+		return RDB_ELIMIT;
+	if ((len > 0 && !payload) || !fn)
+		return -EINVAL;
+	*a = (struct sto_wal_async){.payload = payload, .len = (uint32_t)len, .fn = fn, .arg = arg};
+	int result = build_rec_header(a, type, atomic_load(&w->gen));
+	if (result)
+		return result;
+	pthread_mutex_lock(&w->mu);
+	result = enqueue(w, a);
 	pthread_mutex_unlock(&w->mu);
 	return result;
 }
@@ -314,7 +340,7 @@ static void take_group(struct sto_wal *w, struct group *g)
 static int build_iov(struct sto_wal *w, struct group *g)
 {
 	int cnt = 0;
-	for (struct wal_req *r = g->first; r; r = r->next) {
+	for (struct sto_wal_async *r = g->first; r; r = r->next) {
 		w->iov[cnt].iov_base = r->hdr;
 		w->iov[cnt++].iov_len = STO_WAL_REC_HEADER_SIZE;
 		if (r->len) {
@@ -326,8 +352,9 @@ static int build_iov(struct sto_wal *w, struct group *g)
 	return cnt;
 }
 
-/* Test hook: a torn write of the first half of the group, then write_err. */
-static int injected_write(struct sto_wal *w, struct group *g, int cnt)
+/* Test hook / fault point: a torn write of the first half of the group,
+ * then err. */
+static int injected_write(struct sto_wal *w, struct group *g, int cnt, int err)
 {
 	uint64_t left = g->bytes / 2;
 	int n = 0;
@@ -335,14 +362,17 @@ static int injected_write(struct sto_wal *w, struct group *g, int cnt)
 		left -= w->iov[n++].iov_len;
 	if (n > 0)
 		(void)sto_ring_writev(w->ring, g->fd, w->iov, n, g->off, false);
-	return g->inject_write_err;
+	return err;
 }
 
 static void undo_failed_write(struct sto_wal *w, struct group *g)
 {
 	char name[NAME_LEN + 1];
 	snprintf(name, sizeof(name), "wal-%016llx.log", (unsigned long long)g->gen);
-	int rc = g->inject_truncate_err ? g->inject_truncate_err : truncate_fd(g->fd, g->off);
+	int rc =
+	    g->inject_truncate_err ? g->inject_truncate_err : sto_fault_hit(STO_FP_WAL_TRUNCATE);
+	if (rc == 0)
+		rc = truncate_fd(g->fd, g->off);
 	if (rc == 0) {
 		rdb_warn(SUBSYS,
 			 "%s/%s: writing %zu records (%llu bytes) at offset %llu failed: %s; "
@@ -371,18 +401,23 @@ static void commit_group(struct sto_wal *w, struct group *g)
 	int cnt = build_iov(w, g);
 	bool datasync = w->sync == STO_SYNC_FDATASYNC;
 	int64_t t0 = rdb_now_mono_ns();
-	if (g->inject_write_err)
-		g->result = injected_write(w, g, cnt);
+	int fault = g->inject_write_err ? g->inject_write_err : sto_fault_hit(STO_FP_WAL_APPEND);
+	if (fault)
+		g->result = injected_write(w, g, cnt, fault);
 	else
 		g->result = sto_ring_writev(w->ring, g->fd, w->iov, cnt, g->off, datasync);
+	if (!fault && g->result == 0) /* the group landed whole, then its sync "failed" */
+		g->result = sto_fault_hit(STO_FP_WAL_SYNC);
 	g->ns = (uint64_t)(rdb_now_mono_ns() - t0);
 	g->synced = datasync;
 	if (g->result)
 		undo_failed_write(w, g);
 }
 
-/* Under mu: publishes the outcome and wakes the group's callers. */
-static void finish_group(struct sto_wal *w, struct group *g)
+/* Under mu: publishes the outcome and wakes the group's blocking callers;
+ * returns the group's asynchronous appends (linked by next) for the WAL
+ * thread to complete once it has dropped mu. */
+static struct sto_wal_async *finish_group(struct sto_wal *w, struct group *g)
 {
 	struct sto_wal_stats *s = &w->stats;
 	if (g->result == 0) {
@@ -393,6 +428,7 @@ static void finish_group(struct sto_wal *w, struct group *g)
 		s->errors += g->n;
 	}
 	if (!g->broken) {
+		s->group_max = g->n > s->group_max ? g->n : s->group_max;
 		s->syncs += g->synced ? 1 : 0;
 		s->sync_ns_total += g->ns;
 		s->sync_ns_max = g->ns > s->sync_ns_max ? g->ns : s->sync_ns_max;
@@ -401,12 +437,20 @@ static void finish_group(struct sto_wal *w, struct group *g)
 		w->broken = true;
 		pthread_cond_broadcast(&w->space_cv);
 	}
-	for (struct wal_req *r = g->first, *next; r; r = next) {
+	struct sto_wal_async *async = NULL, **tail = &async;
+	for (struct sto_wal_async *r = g->first, *next; r; r = next) {
 		next = r->next;
 		r->result = g->result;
-		r->done = true;
+		if (r->fn) { /* ours until its fn runs */
+			r->next = NULL;
+			*tail = r;
+			tail = &r->next;
+		} else {
+			r->done = true; /* the caller may return (and its stack go) */
+		}
 	}
 	pthread_cond_broadcast(&w->done_cv);
+	return async;
 }
 
 static void *wal_thread(void *arg)
@@ -423,7 +467,16 @@ static void *wal_thread(void *arg)
 		pthread_mutex_unlock(&w->mu);
 		commit_group(w, &g);
 		pthread_mutex_lock(&w->mu);
-		finish_group(w, &g);
+		struct sto_wal_async *async = finish_group(w, &g);
+		if (async) {
+			/* Completions run unlocked: they may queue more appends. */
+			pthread_mutex_unlock(&w->mu);
+			for (struct sto_wal_async *r = async, *next; r; r = next) {
+				next = r->next;
+				r->fn(r->arg, r->result); /* r may be freed by it */
+			}
+			pthread_mutex_lock(&w->mu);
+		}
 	}
 	pthread_mutex_unlock(&w->mu);
 	return NULL;
@@ -534,7 +587,9 @@ int sto_wal_rotate(struct sto_wal *w, uint64_t new_gen)
 		if (result)
 			goto out;
 	}
-	result = create_file(w->dir, new_gen, &fd);
+	result = sto_fault_hit(STO_FP_WAL_ROTATE);
+	if (result == 0)
+		result = create_file(w->dir, new_gen, &fd);
 	if (result)
 		goto out;
 	pthread_mutex_lock(&w->mu);

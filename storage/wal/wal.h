@@ -18,6 +18,7 @@
 #ifndef STO_WAL_H
 #define STO_WAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,6 +47,38 @@ int sto_wal_open(const struct sto_wal_options *opt, struct sto_wal **out);
  * it will not be replayed). len must be <= STO_WAL_MAX_PAYLOAD (RDB_ELIMIT). */
 int sto_wal_append(struct sto_wal *w, uint8_t type, const void *payload, size_t len);
 
+/* Called once per asynchronous append, on the WAL thread (never under a
+ * WAL lock), with 0 when the record is durable per the sync policy or the
+ * error that refused it (the record is then not in the log). It may call
+ * sto_wal_append_async again, never sto_wal_append (that would wait on the
+ * thread running it) nor rotate/close. */
+typedef void (*sto_wal_done_fn)(void *arg, int result);
+
+/* One asynchronous append: caller-owned storage that must stay valid (and
+ * unmoved) from sto_wal_append_async until its done_fn has been called.
+ * The fields are private to wal.c. */
+struct sto_wal_async {
+	struct sto_wal_async *next;
+	const void *payload;
+	uint32_t len;
+	uint8_t hdr[16]; /* STO_WAL_REC_HEADER_SIZE */
+	int result;
+	bool done;
+	sto_wal_done_fn fn; /* NULL: a blocking sto_wal_append */
+	void *arg;
+};
+
+/* Queues one record like sto_wal_append but does not wait for it: 0 means
+ * queued, and fn(arg, result) will be called exactly once from the WAL
+ * thread after the record's group commit (its fdatasync) finished; payload
+ * and *a must stay valid until then. Blocks only while the queue is at
+ * queue_max_records (backpressure). A non-zero return (RDB_ELIMIT,
+ * -EINVAL, RDB_EIO when the WAL is broken, or a hashing error) means
+ * nothing was queued and fn is never called. Same rules as sto_wal_append
+ * against rotate/close. */
+int sto_wal_append_async(struct sto_wal *w, uint8_t type, const void *payload, size_t len,
+			 struct sto_wal_async *a, sto_wal_done_fn fn, void *arg);
+
 /* Closes the current file (all its records are already durable) and starts
  * wal-<new_gen>.log. Must not race with sto_wal_append. 0 or -errno (on
  * failure the current file stays in use). */
@@ -62,6 +95,7 @@ struct sto_wal_stats {
 	uint64_t sync_ns_total; /* time spent in write+fdatasync */
 	uint64_t sync_ns_max;
 	uint64_t errors;
+	uint64_t group_max; /* most records one write(+fdatasync) covered */
 };
 void sto_wal_get_stats(struct sto_wal *w, struct sto_wal_stats *out);
 

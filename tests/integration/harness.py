@@ -144,6 +144,7 @@ class Server:
         self.log_path = os.path.join(self.workdir, "stderr.log")
         self.proc = None
         self.port = None
+        self.env = {}  # extra environment of the next starts (e.g. RANKDB_FAULTS)
         self.starts = 0
         self.last_rc = None
         self._local = threading.local()
@@ -170,7 +171,8 @@ class Server:
         log.flush()
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=log, cwd=self.workdir)
+                                         stderr=log, cwd=self.workdir,
+                                         env=dict(os.environ, **self.env) if self.env else None)
         finally:
             log.close()
         ctx().note_pid(self.proc.pid)

@@ -168,10 +168,13 @@ def test_loss_nan_fires_once_then_resolves():
     wait_for("webhook firing", lambda: hook.matching("LossNonFinite", "firing"))
     doc = hook.matching("LossNonFinite", "firing")[0]
     assert doc["labels"]["job"] == JOB and doc["labels"]["rank"] == "2", doc
-    # the transition is in the job's logs, at rank 2
-    st, _, body = s.get("/api/v1/logs?job=%s&q=alert&rank=2" % JOB)
-    logs = parse_json(body, st)["logs"]
-    assert any("LossNonFinite firing" in x["message"] for x in logs), logs
+    # the transition is in the job's logs, at rank 2 (written by the
+    # detector's own write after it hands the webhook its notification: wait)
+    def logged():
+        st, _, body = s.get("/api/v1/logs?job=%s&q=alert&rank=2" % JOB)
+        logs = parse_json(body, st)["logs"]
+        return any("LossNonFinite firing" in x["message"] for x in logs)
+    wait_for("the LossNonFinite firing log line", logged)
     # finite again for a few steps: resolved, delivered, logged
     wait_for("LossNonFinite resolved",
              lambda: alerts(s, state="resolved", alertname="LossNonFinite"),

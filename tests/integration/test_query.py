@@ -253,3 +253,46 @@ def test_job_metadata():
     st, obj = s.get_json(path)
     assert st == 200 and obj == doc, obj
     s.stop()
+
+
+def test_tail_and_crossrank_answers_across_chunks_and_head():
+    """The last-N-steps window and cross-rank buckets are exact whether the
+    points are in the head, in chunks the window starts or ends inside, or
+    both; a rank's re-logged steps (attempt 1) win. Cross-rank and outliers
+    decode chunks without their timestamps where that changes nothing."""
+    s = Server(["--chunk-max-points", "16"]).start()
+    ranks, steps = range(10), range(100)
+    s.write_ok(_training("tail", ranks, steps))
+    # rank 3 restarts at step 90: attempt 1 re-logs steps 90..99, later in time
+    s.write_ok(_training("tail", [3], range(90, 100), attempt=1, t_off=200 * SEC))
+
+    def value(rank, step):
+        return _loss(step, rank) + (1 if rank == 3 and step >= 90 else 0)
+
+    def check():
+        obj = _ok(s, "/api/v1/query/outliers", job="tail", metric="loss", last_steps=30,
+                  limit=100, direction="high")
+        assert obj["window"] == {"step_from": 70, "step_to": 99}, obj["window"]
+        got = {o["rank"]: o["value"] for o in obj["outliers"]}
+        assert sorted(got) == list(ranks), got
+        for r in ranks:
+            want = sum(value(r, st) for st in range(70, 100)) / 30
+            assert got[r] == want, (r, got[r], want)
+        obj = _ok(s, "/api/v1/query/crossrank", job="tail", metric="loss", step_width=7,
+                  agg="mean,max,count")
+        assert obj["start"] == list(range(0, 100, 7)), obj["start"]
+        for i, b in enumerate(obj["start"]):
+            means = [sum(value(r, st) for st in range(b, min(b + 7, 100))) /
+                     len(range(b, min(b + 7, 100))) for r in ranks]
+            assert obj["count"][i] == 10
+            assert obj["max"][i] == max(means), (b, obj["max"][i], means)
+            assert math.isclose(obj["mean"][i], sum(means) / 10, rel_tol=1e-15), b
+
+    check()  # 96 points of each series in chunks of 16, the rest in the head
+    s.restart()
+    check()  # everything in chunks
+    s.write_ok(_training("tail", [5], [99], attempt=1, t_off=300 * SEC))
+    _loss_99 = _loss(99, 5)
+    obj = _ok(s, "/api/v1/query/outliers", job="tail", metric="loss", last_steps=1, limit=100)
+    assert {o["rank"]: o["value"] for o in obj["outliers"]}[5] == _loss_99 + 1
+    s.stop()

@@ -90,6 +90,27 @@ static size_t roundtrip(const struct mdl_cols *c, struct sto_codec_info *info)
 	if (c->n > 1) /* n above max_points is refused */
 		CHECK_EQ_INT(sto_codec_decode(buf.data + 3, len, (uint32_t)c->n - 1, &d, NULL),
 			     RDB_ECORRUPT);
+	/* without the ts column: the same bytes consumed, the other columns
+	 * exact, ts_ns left as it was */
+	struct mdl_cols e = MDL_COLS_INIT;
+	CHECK_EQ_INT(mdl_cols_reserve(&e, c->n), 0);
+	for (size_t i = 0; i < c->n; i++)
+		e.ts_ns[i] = -7;
+	used = 0;
+	CHECK_EQ_INT(sto_codec_decode_flags(buf.data + 3, len + 7, (uint32_t)c->n,
+					    STO_CODEC_SKIP_TS, &e, &used),
+		     0);
+	CHECK_EQ_INT(used, len);
+	bool same = e.n == c->n;
+	for (size_t i = 0; same && i < c->n; i++)
+		same = e.ts_ns[i] == -7 && e.step[i] == c->step[i] &&
+		       e.attempt[i] == c->attempt[i] && e.value[i] == c->value[i];
+	CHECK(same);
+	/* a payload cut inside any column is still refused */
+	CHECK_EQ_INT(sto_codec_decode_flags(buf.data + 3, len - 1, (uint32_t)c->n,
+					    STO_CODEC_SKIP_TS, &e, NULL),
+		     RDB_ECORRUPT);
+	mdl_cols_free(&e);
 	mdl_cols_free(&d);
 	rdb_buf_free(&buf);
 	return len;

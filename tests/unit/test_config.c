@@ -160,7 +160,7 @@ static void test_defaults(void)
 	CHECK_EQ_INT(c.http_port, 7461);
 	CHECK(strcmp(c.port_file, "") == 0);
 	CHECK_EQ_INT(c.http_threads, 8);
-	CHECK_EQ_INT(c.http_max_connections, 1024);
+	CHECK_EQ_INT(c.http_max_connections, 8192);
 	CHECK_EQ_INT(c.http_timeout_s, 60);
 	CHECK_EQ_INT(c.max_body_bytes, 16ull << 20);
 	CHECK_EQ_INT(c.max_records_per_request, 100000);

@@ -8,8 +8,10 @@
 #include "common/rdb_err.h"
 #include "common/rdb_time.h"
 #include "ingest/pipeline.h"
+#include "storage/io/fault.h"
 #include "storage/sto.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -263,6 +265,84 @@ static void test_refused_write_not_published_and_ticks(void)
 	sto_close(s);
 }
 
+/* ing_submit_async + ing_finish give what ing_submit gives: the same
+ * outcome for a stored write (published once), and for a failed WAL append
+ * the same status, reason, Retry-After and message (not published). */
+struct ready {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool done;
+};
+
+static void on_ready(void *arg)
+{
+	struct ready *rd = arg;
+	pthread_mutex_lock(&rd->mu);
+	rd->done = true;
+	pthread_cond_broadcast(&rd->cv);
+	pthread_mutex_unlock(&rd->mu);
+}
+
+static int submit_async_wait(struct ing_pipeline *p, const struct ing_write *w,
+			     struct ing_outcome *o)
+{
+	struct ready rd = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	struct ing_ticket *tk = NULL;
+	int rc = ing_submit_async(p, w, o, on_ready, &rd, &tk);
+	if (rc != ING_PENDING)
+		return rc;
+	pthread_mutex_lock(&rd.mu);
+	while (!rd.done)
+		pthread_cond_wait(&rd.cv, &rd.mu);
+	pthread_mutex_unlock(&rd.mu);
+	return ing_finish(tk, o);
+}
+
+static void test_async_submit_same_outcome(void)
+{
+	struct sto *s = open_store();
+	struct ing_pipeline *p = NULL;
+	struct rec r;
+	rec_init(&r);
+	CHECK_EQ_INT(ing_pipeline_new(s, NULL, &p), 0);
+	struct ing_subscriber sub = {.name = "rec", .deliver = rec_deliver, .arg = &r};
+	CHECK_EQ_INT(ing_pipeline_subscribe(p, &sub), 0);
+	struct mdl_batch *b = NULL;
+	CHECK_EQ_INT(mdl_batch_new(1000, 1000, &b), 0);
+	struct ing_outcome sync_o, async_o;
+	add_points(b, 1, 8);
+	struct ing_write w = {.points = b, .source = ING_SRC_HTTP_LP};
+	CHECK_EQ_INT(submit_async_wait(p, &w, &async_o), 0);
+	CHECK_EQ_INT(async_o.status, 200);
+	CHECK(!async_o.duplicate);
+	CHECK(wait_writes(&r, 1));
+	/* a failed WAL append, once through each path */
+	add_points(b, 2, 8);
+	sto_fault_set(STO_FP_WAL_APPEND, EIO, 1, false);
+	CHECK(ing_submit(p, &w, &sync_o) != 0);
+	sto_fault_set(STO_FP_WAL_APPEND, EIO, 1, false);
+	CHECK_EQ_INT(submit_async_wait(p, &w, &async_o), sync_o.rc);
+	CHECK_EQ_INT(async_o.status, sync_o.status);
+	CHECK_EQ_INT(async_o.status, 500);
+	CHECK_EQ_INT(async_o.reason, sync_o.reason);
+	CHECK(async_o.retry_after && sync_o.retry_after &&
+	      strcmp(async_o.retry_after, sync_o.retry_after) == 0);
+	CHECK(strcmp(async_o.msg, sync_o.msg) == 0);
+	/* a duplicate batch id is answered without waiting */
+	struct ing_write wb = {
+	    .points = b, .batch_id = "b-7", .batch_id_len = 3, .source = ING_SRC_HTTP_LP};
+	CHECK_EQ_INT(submit_async_wait(p, &wb, &async_o), 0);
+	struct ing_ticket *tk = NULL;
+	CHECK_EQ_INT(ing_submit_async(p, &wb, &async_o, on_ready, NULL, &tk), 0);
+	CHECK(async_o.duplicate);
+	CHECK_EQ_INT(async_o.status, 200);
+	CHECK(wait_writes(&r, 2));
+	ing_pipeline_free(p);
+	CHECK_EQ_INT(r.writes, 2); /* the stored ones, once each */
+	mdl_batch_free(b);
+	sto_close(s);
+}
+
 int main(void)
 {
 	const char *t = getenv("RDB_TEST_TMP");
@@ -274,6 +354,7 @@ int main(void)
 	RUN(test_publish_after_ack);
 	RUN(test_stalled_subscriber_never_blocks);
 	RUN(test_refused_write_not_published_and_ticks);
+	RUN(test_async_submit_same_outcome);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);
 	if (check_failed_count == 0 && system(cmd) != 0)
 		return 1;

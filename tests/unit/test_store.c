@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -624,10 +625,10 @@ static void test_failed_write_retry_is_exactly_once(void)
 	CHECK_EQ_INT(sto_open(&o, &s), 0);
 	CHECK_EQ_INT(write_points(s, "j1", 0, "loss", 1000, 10, 10), 0);
 	/* memory runs out while making room: nothing appended, error returned */
-	sto_fault_inject(s, STO_FAULT_PREPARE, 1);
+	sto_fault_set(STO_FP_PREPARE, ENOMEM, 1, false);
 	CHECK_EQ_INT(write_points(s, "j1", 0, "loss", 1010, 10, 10), -ENOMEM);
 	/* the WAL append fails after the room was made: released, error */
-	sto_fault_inject(s, STO_FAULT_WAL_APPEND, 1);
+	sto_fault_set(STO_FP_WAL_APPEND, EIO, 1, false);
 	CHECK_EQ_INT(write_points(s, "j1", 0, "loss", 1010, 10, 10), -EIO);
 	/* the client retries without a batch id */
 	CHECK_EQ_INT(write_points(s, "j1", 0, "loss", 1010, 10, 10), 0);
@@ -640,6 +641,236 @@ static void test_failed_write_retry_is_exactly_once(void)
 	sto_close(s);
 	CHECK_EQ_INT(sto_open(&o, &s), 0);
 	check_times(s, "j1", 0, "loss", 1000, 20);
+	sto_close(s);
+}
+
+/* sto_write_submit: completions fire once each, after which the points
+ * are readable; checkpoints (WAL rotations) run while writes are pending
+ * and lose none; an injected WAL failure reaches the completion and
+ * stores nothing; a duplicate batch id is answered at once. */
+struct sub_done {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int calls, errors, last_rc;
+};
+
+static void sub_cb(void *arg, int rc)
+{
+	struct sub_done *d = arg;
+	pthread_mutex_lock(&d->mu);
+	d->calls++;
+	d->errors += rc != 0;
+	d->last_rc = rc;
+	pthread_cond_broadcast(&d->cv);
+	pthread_mutex_unlock(&d->mu);
+}
+
+static void sub_wait(struct sub_done *d, int calls)
+{
+	pthread_mutex_lock(&d->mu);
+	while (d->calls < calls)
+		pthread_cond_wait(&d->cv, &d->mu);
+	pthread_mutex_unlock(&d->mu);
+}
+
+static void test_async_submit(void)
+{
+	char dir[4200];
+	new_dir(dir, sizeof(dir));
+	struct sto_options o;
+	opts(&o, dir, 1000);
+	o.sync = STO_SYNC_FDATASYNC;
+	struct sto *s;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	enum { N = 300 };
+	struct mdl_batch *b[N];
+	struct sub_done d = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	int pending = 0;
+	for (int i = 0; i < N; i++) {
+		CHECK_EQ_INT(mdl_batch_new(16, 16, &b[i]), 0);
+		CHECK_EQ_INT(mdl_batch_add(b[i], "ja", 2, 0, "loss", 4, 5000 + i, i, 0,
+					   rdb_f64_bits(i * 0.25)),
+			     0);
+		struct sto_write_req req = {.points = b[i]};
+		struct sto_write_result res;
+		int rc = sto_write_submit(s, &req, &res, sub_cb, &d);
+		CHECK(rc == STO_PENDING);
+		pending += rc == STO_PENDING;
+		if (i % 100 == 50)
+			CHECK_EQ_INT(sto_checkpoint(s), 0); /* waits for the pending ones */
+	}
+	sub_wait(&d, pending);
+	CHECK_EQ_INT(d.errors, 0);
+	check_times(s, "ja", 0, "loss", 5000, N);
+	/* an injected WAL failure: the completion gets it, nothing is stored */
+	sto_fault_set(STO_FP_WAL_APPEND, EIO, 1, false);
+	struct mdl_batch *extra;
+	CHECK_EQ_INT(mdl_batch_new(16, 16, &extra), 0);
+	CHECK_EQ_INT(mdl_batch_add(extra, "ja", 2, 0, "loss", 4, 5000 + N, N, 0, 0), 0);
+	struct sto_write_req req = {.points = extra, .batch_id = "b-1", .batch_id_len = 3};
+	struct sto_write_result res;
+	CHECK_EQ_INT(sto_write_submit(s, &req, &res, sub_cb, &d), STO_PENDING);
+	sub_wait(&d, pending + 1);
+	CHECK_EQ_INT(d.last_rc, -EIO);
+	check_times(s, "ja", 0, "loss", 5000, N);
+	/* the retry with the same batch id stores it; a second one is a duplicate */
+	CHECK_EQ_INT(sto_write_submit(s, &req, &res, sub_cb, &d), STO_PENDING);
+	sub_wait(&d, pending + 2);
+	CHECK_EQ_INT(d.last_rc, 0);
+	CHECK_EQ_INT(sto_write_submit(s, &req, &res, sub_cb, &d), 0);
+	CHECK(res.duplicate);
+	check_times(s, "ja", 0, "loss", 5000, N + 1);
+	sto_close(s);
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	check_times(s, "ja", 0, "loss", 5000, N + 1);
+	sto_close(s);
+	for (int i = 0; i < N; i++)
+		mdl_batch_free(b[i]);
+	mdl_batch_free(extra);
+}
+
+/* Series created by concurrent writers are group-committed; a writer
+ * refused by max_series never leaves a series behind, whatever else was in
+ * its group, and every accepted writer's series all exist. */
+struct creator {
+	struct sto *s;
+	uint32_t rank;
+	int rc;
+};
+
+static void *creator_main(void *arg)
+{
+	struct creator *c = arg;
+	struct mdl_batch *b;
+	c->rc = mdl_batch_new(64, 64, &b);
+	for (int m = 0; c->rc == 0 && m < 8; m++) {
+		char name[8];
+		snprintf(name, sizeof(name), "m%d", m);
+		c->rc = mdl_batch_add(b, "cj", 2, c->rank, name, strlen(name), 1000, 0, 0, 0);
+	}
+	if (c->rc == 0)
+		c->rc = sto_write(c->s, b);
+	mdl_batch_free(b);
+	return NULL;
+}
+
+static void test_concurrent_series_creation(void)
+{
+	char dir[4200];
+	new_dir(dir, sizeof(dir));
+	struct sto_options o;
+	opts(&o, dir, 1000);
+	o.sync = STO_SYNC_FDATASYNC;
+	o.max_series = 60; /* room for 7 writers of 8 series */
+	struct sto *s;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	enum { W = 16 };
+	struct creator c[W];
+	pthread_t th[W];
+	for (int i = 0; i < W; i++) {
+		c[i] = (struct creator){.s = s, .rank = (uint32_t)i};
+		CHECK_EQ_INT(pthread_create(&th[i], NULL, creator_main, &c[i]), 0);
+	}
+	int ok = 0, bad = 0;
+	for (int i = 0; i < W; i++) {
+		pthread_join(th[i], NULL);
+		CHECK(c[i].rc == 0 || c[i].rc == RDB_ELIMIT);
+		ok += c[i].rc == 0;
+		int found = 0;
+		for (int m = 0; m < 8; m++) {
+			struct mdl_series_key k = {.rank = (uint32_t)i};
+			snprintf(k.job, sizeof(k.job), "cj");
+			snprintf(k.metric, sizeof(k.metric), "m%d", m);
+			uint64_t id;
+			found += sto_lookup_series(s, &k, &id) == 0;
+		}
+		bad += found != (c[i].rc == 0 ? 8 : 0);
+	}
+	CHECK_EQ_INT(bad, 0);
+	CHECK_EQ_INT(ok, 7);
+	sto_close(s);
+}
+
+/* The compaction that merges small chunks frees index pages; with the
+ * lifecycle thresholds met it rewrites index/data.mdb smaller (the hook in
+ * lifecycle/compact.c), and every point stays readable, also after a
+ * forced index compaction and a reopen. */
+static void test_index_compact_after_merge(void)
+{
+	char dir[4200];
+	new_dir(dir, sizeof(dir));
+	struct sto_options o;
+	opts(&o, dir, 40);
+	struct sto *s;
+	struct sto_compact_result cr;
+	struct sto_index_compact_result ir;
+	struct sto_lifecycle l;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	sto_lifecycle_default(&l);
+	l.index_compact_free_ratio = 0.25;
+	l.index_compact_min_bytes = 0;
+	sto_set_lifecycle(s, &l);
+	static const char *const metrics[] = {"a", "b", "c", "d", "e", "f", "g", "h"};
+	for (size_t m = 0; m < 8; m++)
+		CHECK_EQ_INT(write_tiny_chunks(s, metrics[m], 0, 36, 3), 0); /* 12 chunks each */
+	CHECK_EQ_INT(sto_compact(s, 0.0, &cr), 0);
+	CHECK_EQ_INT(cr.merged_from, 8 * 12);
+	CHECK(cr.index_bytes_before > 0);
+	CHECK(cr.index_bytes_after < cr.index_bytes_before);
+	for (size_t m = 0; m < 8; m++)
+		check_series(s, "sup", 0, metrics[m], 1000, 36);
+	CHECK_EQ_INT(sto_compact_index(s, true, &ir), 0);
+	CHECK(ir.swapped);
+	CHECK_EQ_INT(write_tiny_chunks(s, "a", 36, 39, 3), 0);
+	sto_close(s);
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	check_series(s, "sup", 0, "a", 1000, 39);
+	for (size_t m = 1; m < 8; m++)
+		check_series(s, "sup", 0, metrics[m], 1000, 36);
+	sto_close(s);
+}
+
+static uint64_t index_entries(struct sto *s, const char *db)
+{
+	struct sto_index_stat st;
+	CHECK_EQ_INT(sto_index_info(s, &st), 0);
+	for (unsigned i = 0; i < st.ndb; i++)
+		if (strcmp(st.db[i].name, db) == 0)
+			return st.db[i].entries;
+	CHECK(!"database not found");
+	return 0;
+}
+
+/* A merge at the default min_live leaves its output segment fully live (it
+ * is never rewritten) while the sources' segments are compacted away: the
+ * supersede entries have nothing left to protect and are trimmed; the
+ * points read the same, also from a rebuilt index. */
+static void test_supersede_entries_trimmed(void)
+{
+	char dir[4200];
+	new_dir(dir, sizeof(dir));
+	struct sto_options o;
+	opts(&o, dir, 40);
+	struct sto *s;
+	struct sto_compact_result cr;
+	struct sto_rebuild_result rr;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	CHECK_EQ_INT(write_tiny_chunks(s, "a", 0, 24, 3), 0);
+	CHECK_EQ_INT(write_tiny_chunks(s, "b", 0, 24, 3), 0);
+	CHECK_EQ_INT(sto_compact(s, 0.0, &cr), 0); /* merge only: sources stay */
+	CHECK_EQ_INT(cr.merged_into, 2);
+	CHECK_EQ_INT(index_entries(s, "supersede"), 2);
+	CHECK_EQ_INT(sto_compact(s, 0.5, &cr), 0); /* the sources' segments go */
+	CHECK(cr.segments >= 1);
+	CHECK_EQ_INT(index_entries(s, "supersede"), 0);
+	check_series(s, "sup", 0, "a", 1000, 24);
+	check_series(s, "sup", 0, "b", 1000, 24);
+	sto_close(s);
+	CHECK_EQ_INT(sto_rebuild_index(dir, o.index_map_bytes, NULL, NULL, &rr), 0);
+	CHECK_EQ_INT(rr.skipped_superseded, 0);
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	check_series(s, "sup", 0, "a", 1000, 24);
+	check_series(s, "sup", 0, "b", 1000, 24);
 	sto_close(s);
 }
 
@@ -663,6 +894,10 @@ int main(void)
 	RUN(test_merge_then_rebuild);
 	RUN(test_view_survives_merge);
 	RUN(test_failed_write_retry_is_exactly_once);
+	RUN(test_async_submit);
+	RUN(test_concurrent_series_creation);
+	RUN(test_index_compact_after_merge);
+	RUN(test_supersede_entries_trimmed);
 	int rc = check_summary("store");
 	if (rc == 0) {
 		char cmd[4200];

@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
@@ -557,6 +558,63 @@ static void test_failure_injection(void)
 	remove_dir(dir);
 }
 
+/* Asynchronous appends: every completion fires once, after its group; a
+ * failed group's records get the error in their completion and are not in
+ * the log; the rest replay in order. */
+struct async_rec {
+	struct sto_wal_async a;
+	uint8_t buf[40];
+	_Atomic int calls;
+	_Atomic int result;
+};
+
+static void async_cb(void *arg, int result)
+{
+	struct async_rec *r = arg;
+	atomic_store(&r->result, result);
+	atomic_fetch_add(&r->calls, 1);
+}
+
+static void test_async_append(void)
+{
+	char dir[PATH_MAX];
+	make_dir(dir, sizeof(dir));
+	struct sto_wal *w;
+	CHECK_EQ_INT(open_wal(dir, 3, STO_SYNC_FDATASYNC, 0, &w), 0);
+	enum { N = 200 };
+	struct async_rec *recs = calloc(N + 1, sizeof(*recs));
+	for (int i = 0; i < N; i++) {
+		fill(recs[i].buf, 40, (uint64_t)i);
+		CHECK_EQ_INT(
+		    sto_wal_append_async(w, 1, recs[i].buf, 40, &recs[i].a, async_cb, &recs[i]), 0);
+	}
+	/* a blocking append returns after every group before it finished */
+	append_ids(w, N, 1, 0);
+	/* a failed group: its record's completion gets the error */
+	sto_wal_test_fail_next(w, -EIO, 0);
+	fill(recs[N].buf, 40, 999);
+	CHECK_EQ_INT(sto_wal_append_async(w, 1, recs[N].buf, 40, &recs[N].a, async_cb, &recs[N]),
+		     0);
+	sto_wal_close(w); /* drains the queue: every completion has run */
+	int bad = 0;
+	for (int i = 0; i < N; i++)
+		bad += atomic_load(&recs[i].calls) != 1 || atomic_load(&recs[i].result) != 0;
+	CHECK_EQ_INT(bad, 0);
+	CHECK_EQ_INT(atomic_load(&recs[N].calls), 1);
+	CHECK_EQ_INT(atomic_load(&recs[N].result), -EIO);
+	free(recs);
+	struct seen *s = seen_new();
+	struct sto_wal_replay_result r;
+	CHECK_EQ_INT(replay(dir, 3, s, &r), 0);
+	CHECK_EQ_INT(r.records, N + 1);
+	bad = 0;
+	for (size_t i = 0; i < s->n; i++)
+		bad += s->id[i] != i || !s->content_ok[i];
+	CHECK_EQ_INT(bad, 0);
+	free(s);
+	remove_dir(dir);
+}
+
 static void test_broken_state(void)
 {
 	char dir[PATH_MAX];
@@ -806,6 +864,7 @@ int main(void)
 	RUN(test_bad_file_header);
 	RUN(test_callback_stops);
 	RUN(test_failure_injection);
+	RUN(test_async_append);
 	RUN(test_broken_state);
 	RUN(test_failure_concurrent);
 	RUN(test_sync_none);
