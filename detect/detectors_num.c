@@ -211,19 +211,28 @@ static void div_feed(struct deti_num *n, const struct det_rule_eff *dv, double v
 }
 
 void deti_num_feed(struct deti_job *j, struct deti_num *n, int which, double v, int64_t step,
-		   int64_t now_ns, bool warmup)
+		   int64_t ts_ns, int64_t now_ns, bool warmup)
 {
 	const struct det_rule_eff *sp =
 	    &j->eff[which == DETI_NUM_LOSS ? DET_R_LOSS_SPIKE : DET_R_GRAD_NORM_SPIKE];
-	/* Divergence blocks take each step once, in order: a point at or before
-	 * the latest step is late or fed twice (the start-up warm-up replays what
-	 * is stored, and the writes stored before the detector's first callback
-	 * are delivered too), and a second copy of early, high losses after the
-	 * late ones would be a rise that never happened. */
-	bool in_order =
-	    step == DET_STEP_NONE || n->last_step == DET_STEP_NONE || step > n->last_step;
-	if (in_order && step != DET_STEP_NONE)
+	/* Each point counts once, in order. A point before the latest step, or
+	 * at it with a client time not after the latest one, is late or fed
+	 * twice: the start-up warm-up replays what is stored, and the writes
+	 * stored before the detector's first callback are delivered too. A
+	 * second copy of an early, high loss after the late ones would be a
+	 * jump (LossSpike) or a rise (LossDivergence) that never happened, and
+	 * a second copy of a NaN after the alert cleared would raise it again.
+	 * Several values at one step with rising client times (a loss per
+	 * micro-batch) all count. A restart from a checkpoint resets n first
+	 * (rank_restart), so its earlier steps count again. */
+	if (step != DET_STEP_NONE && n->last_step != DET_STEP_NONE &&
+	    (step < n->last_step || (step == n->last_step && ts_ns <= n->last_ts_ns)))
+		return;
+	bool new_step = step != DET_STEP_NONE && step != n->last_step;
+	if (step != DET_STEP_NONE) {
 		n->last_step = step;
+		n->last_ts_ns = ts_ns;
+	}
 	n->last_ns = now_ns;
 	if (!isfinite(v)) {
 		if (!n->nf_active && !warmup) {
@@ -243,7 +252,7 @@ void deti_num_feed(struct deti_job *j, struct deti_num *n, int which, double v, 
 	num_add(n, v);
 	n->prev = v;
 	n->npoints++;
-	if (which == DETI_NUM_LOSS && in_order)
+	if (which == DETI_NUM_LOSS && (new_step || step == DET_STEP_NONE))
 		div_feed(n, &j->eff[DET_R_LOSS_DIVERGENCE], v, step, now_ns);
 }
 

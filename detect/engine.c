@@ -650,8 +650,8 @@ static void feed_checkpoint(struct deti_job *j, double v, int64_t step, int64_t 
 }
 
 static void feed_value(struct det_engine *e, struct deti_job *j, struct deti_rank *r,
-		       struct det_metric_id id, uint64_t bits, int64_t step, int64_t now_ns,
-		       bool warmup)
+		       struct det_metric_id id, uint64_t bits, int64_t step, int64_t ts_ns,
+		       int64_t now_ns, bool warmup)
 {
 	double v;
 	memcpy(&v, &bits, sizeof(v));
@@ -661,7 +661,7 @@ static void feed_value(struct det_engine *e, struct deti_job *j, struct deti_ran
 		int which = id.metric == DET_MET_LOSS ? DETI_NUM_LOSS : DETI_NUM_GRAD;
 		struct deti_num *n = rank_num(e, j, r, which);
 		if (n)
-			deti_num_feed(j, n, which, v, step, now_ns, warmup);
+			deti_num_feed(j, n, which, v, step, ts_ns, now_ns, warmup);
 		break;
 	}
 	case DET_MET_LOSS_SCALE:
@@ -761,7 +761,7 @@ void det_engine_feed(struct det_engine *e, const char *job, size_t job_len, uint
 		if (!rank_point(j, r, ts_ns[i], steps[i], attempts[i], now_ns))
 			continue;
 		if (id.metric != DET_MET_NONE)
-			feed_value(e, j, r, id, value_bits[i], steps[i], now_ns, warmup);
+			feed_value(e, j, r, id, value_bits[i], steps[i], ts_ns[i], now_ns, warmup);
 	}
 out:
 	pthread_mutex_unlock(&e->mu);

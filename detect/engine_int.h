@@ -38,11 +38,12 @@ struct deti_num {
 	uint16_t wn, whead;	 /* values held, next slot */
 	uint16_t since_refresh;	 /* values added since med/mad were computed */
 	bool base_ok;
-	double med, mad;   /* cached baseline of win */
-	double prev;	   /* previous finite value, NAN if none */
-	uint64_t npoints;  /* finite values since start or restart */
-	int64_t last_step; /* step of the latest point (any value) */
-	int64_t last_ns;   /* server time of the latest point */
+	double med, mad;    /* cached baseline of win */
+	double prev;	    /* previous finite value, NAN if none */
+	uint64_t npoints;   /* finite values since start or restart */
+	int64_t last_step;  /* step of the latest point (any value) */
+	int64_t last_ts_ns; /* client time of the latest point at last_step */
+	int64_t last_ns;    /* server time of the latest point */
 	/* non-finite */
 	bool nf_active;
 	double nf_value;
@@ -249,7 +250,7 @@ void deti_job_rules(struct det_engine *e, struct deti_job *j); /* re-resolve if 
 
 /* detectors_num.c */
 void deti_num_feed(struct deti_job *j, struct deti_num *n, int which, double v, int64_t step,
-		   int64_t now_ns, bool warmup);
+		   int64_t ts_ns, int64_t now_ns, bool warmup);
 void deti_ls_feed(struct deti_job *j, struct deti_lscale *ls, bool skipped, double v, int64_t step);
 void deti_eval_numerics(struct det_engine *e, struct deti_emit *em, int64_t now_ns);
 

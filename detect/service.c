@@ -9,7 +9,11 @@
  *   tick          -> also the periodic re-send (det_alerts_due) and the
  *                    derived series (det_engine_derived), stored likewise
  * The first callback of the thread first restores firing alerts from the
- * event store and warms the engine up from stored history.
+ * event store and warms the engine up from stored history: the points and
+ * spans of the last warmup_window_s whose (client) time is before the
+ * service started. What was written since is delivered live by the
+ * pipeline and judged as live (a NaN sent just after a restart raises its
+ * alert); the engine takes a point it has already seen only once.
  *
  * Alert events: a log record at the alert's rank (the job's pseudo-rank for
  * job-level alerts), level warn (warning) or error (critical), message
@@ -64,6 +68,7 @@ struct det_service {
 	struct det_engine *engine;
 	struct det_alerts *alerts;
 	struct det_notify *notify;
+	int64_t started_ns; /* wall time det_service_start ran: warm-up reads before it */
 	/* subscriber-thread state */
 	bool warm_done;
 	int64_t last_eval_mono_ns;
@@ -427,7 +432,7 @@ static int warm_series(void *arg, const struct mdl_series_key *k, uint64_t id)
 	if (m.metric == DET_MET_NONE)
 		return 0;
 	int64_t window = (int64_t)d->o.warmup_window_s * 1000000000LL;
-	struct sto_range r = {.from_ns = w->now_ns - window, .to_ns = INT64_MAX};
+	struct sto_range r = {.from_ns = w->now_ns - window, .to_ns = d->started_ns - 1};
 	struct sto_read_error err;
 	if (sto_read(d->o.sto, id, &r, WARM_MAX_POINTS, &w->cols, &err) != 0 || w->cols.n == 0)
 		return 0;
@@ -457,7 +462,7 @@ static void warm_job(struct det_service *d, const char *job, int64_t now_ns, siz
 	struct sto_ev_filter f = {.job = job,
 				  .kinds = 1u << MDL_EV_SPAN,
 				  .from_ns = now_ns - (int64_t)d->o.warmup_window_s * 1000000000LL,
-				  .to_ns = INT64_MAX,
+				  .to_ns = d->started_ns - 1,
 				  .attempt = -1};
 	struct sto_read_error err;
 	sto_events_read(d->o.sto, &f, WARM_MAX_SPANS, warm_span, &w, &err);
@@ -606,6 +611,7 @@ int det_service_start(const struct det_service_options *o, struct det_service **
 	if (!d)
 		return -ENOMEM;
 	err[0] = 0;
+	d->started_ns = rdb_now_ns();
 	d->o = *o;
 	set_defaults(&d->o);
 	snprintf(d->rules_path, sizeof(d->rules_path), "%s", o->rules_path ? o->rules_path : "");

@@ -243,11 +243,56 @@ static void test_steps_fed_twice(void)
 	gen_free(&g);
 }
 
+/* Feeds v at step i with client time ts_ns; true if `name` is active after
+ * the evaluation. */
+static bool feed_named(struct gen *g, int64_t i, double v, int64_t ts_ns, const char *name)
+{
+	uint32_t att = 0;
+	uint64_t bits;
+	memcpy(&bits, &v, sizeof(bits));
+	g->now_ns += 1000000000;
+	det_engine_feed(g->e, g->job, strlen(g->job), 0, "loss", 4, &ts_ns, &i, &att, &bits, 1,
+			g->now_ns, false);
+	gen_eval(g);
+	return gen_find(g, name, -2) != NULL;
+}
+
+/* Every loss detector takes a point once: a replay of a decaying loss (early
+ * values far above the late ones) is no LossSpike, and a replayed NaN whose
+ * alert has cleared does not raise LossNonFinite again; but a NaN at the
+ * same step as a finite value, written later (a loss per micro-batch), does. */
+static void test_replay_counts_once_for_every_loss_detector(void)
+{
+	struct gen g;
+	gen_init(&g, 1, 8);
+	int64_t t0 = g.now_ns;
+	double v[300];
+	for (int64_t i = 0; i < 300; i++)
+		v[i] = i == 200
+			   ? NAN
+			   : (FLOOR + 2.0 * exp(-(double)i / 20)) * (1 + 0.01 * gen_normal(&g));
+	bool nf_seen = false;
+	for (int64_t i = 0; i < 300; i++) {
+		nf_seen |= feed_named(&g, i, v[i], t0 + i * 1000000000, "LossNonFinite");
+		CHECK(!gen_find(&g, "LossSpike", -2) && !gen_find(&g, "LossDivergence", -2));
+	}
+	CHECK(nf_seen);
+	CHECK(!gen_find(&g, "LossNonFinite", -2)); /* cleared by the finite steps after 200 */
+	for (int64_t i = 0; i < 300; i++) {
+		CHECK(!feed_named(&g, i, v[i], t0 + i * 1000000000, "LossSpike"));
+		CHECK(!gen_find(&g, "LossNonFinite", -2) && !gen_find(&g, "LossDivergence", -2));
+	}
+	CHECK(!feed_named(&g, 300, FLOOR, t0 + 300 * 1000000000LL, "LossNonFinite"));
+	CHECK(feed_named(&g, 300, NAN, t0 + 300 * 1000000000LL + 1, "LossNonFinite"));
+	gen_free(&g);
+}
+
 int main(void)
 {
 	RUN(test_noise_floor);
 	RUN(test_divergence_latency);
 	RUN(test_divergence_clears);
 	RUN(test_steps_fed_twice);
+	RUN(test_replay_counts_once_for_every_loss_detector);
 	return check_summary("detect_divergence");
 }
