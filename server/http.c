@@ -626,6 +626,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		} else {
 			rdb_error("http", "a parked write's request ended before its WAL sync; "
 					  "its state is leaked");
+			atomic_fetch_sub(&h->parked, 1); /* or the drain at stop waits forever */
 			*con_cls = NULL;
 			return;
 		}

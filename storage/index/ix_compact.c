@@ -329,8 +329,20 @@ static int swap_in(struct sto_index *ix, const char *copy)
 		test_pause(STO_IXC_RENAMED, "renamed");
 		ret = fsync_dir(ix->dir);
 		if (ret != 0)
-			rdb_warn(SUBSYS, "index compaction: fsync of %s failed: %s", ix->dir,
-				 strerror(-ret));
+			ret = fsync_dir(ix->dir); /* once more: a transient error */
+		if (ret != 0) {
+			/* The rename may not be durable: a crash could bring the old
+			 * file back, and checkpoints committed to the new one (whose
+			 * WAL files are then deleted) would be lost. No commit may
+			 * land until a restart settles which file is the index. */
+			rdb_error(SUBSYS,
+				  "index compaction: fsync of %s after renaming the compacted "
+				  "index failed: %s; the index stays closed (writes and "
+				  "checkpoints fail, acknowledged data is in the WAL) until "
+				  "rankdbd is restarted - check the disk",
+				  ix->dir, strerror(-ret));
+			return ret;
+		}
 	}
 	int rc = ix_reopen(ix);
 	if (rc != 0) {
@@ -341,7 +353,7 @@ static int swap_in(struct sto_index *ix, const char *copy)
 		return rc;
 	}
 	test_pause(STO_IXC_REOPENED, "reopened");
-	return ret == -EIO ? ret : 0; /* an fsync failure of the directory is logged only */
+	return ret;
 }
 
 static bool worth_it(const struct sto_index_stat *st, double free_ratio, uint64_t min_file_bytes)
