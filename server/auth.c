@@ -19,6 +19,7 @@
  */
 #include "server/auth.h"
 #include "server/srv.h"
+#include "server/watchfile.h"
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
 #include "common/rdb_sha256.h"
@@ -47,8 +48,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static const struct srv_config *g_cfg;
 static struct token *g_tokens; /* under mu */
 static size_t g_ntokens;
-static struct stat g_st;     /* of the file as loaded */
-static int64_t g_checked_ns; /* last stat (mono) */
+static struct srv_watch g_watch = SRV_WATCH_INIT; /* the tokens file */
 
 enum fail_reason { F_MISSING, F_MALFORMED, F_UNKNOWN, F_SCOPE, F_JOB, F_N };
 static const char *const fail_names[F_N] = {"missing", "malformed", "bad_token", "scope", "job"};
@@ -178,9 +178,8 @@ int srv_auth_init(const struct srv_config *cfg, char *err, size_t errlen)
 	free(g_tokens);
 	g_tokens = t;
 	g_ntokens = n;
-	g_st = st;
-	g_checked_ns = rdb_now_mono_ns();
 	pthread_mutex_unlock(&mu);
+	srv_watch_loaded(&g_watch, &st);
 	rdb_info("auth", "%zu tokens loaded from %s", n, cfg->tokens_file);
 	return 0;
 }
@@ -198,20 +197,17 @@ int srv_auth_reload(char *msg, size_t msglen)
 	}
 	struct token *t;
 	size_t n;
-	struct stat st;
+	struct stat st = {0};
 	int rc = load_file(g_cfg->tokens_file, &t, &n, &st, msg, msglen);
-	pthread_mutex_lock(&mu);
-	g_checked_ns = rdb_now_mono_ns();
+	srv_watch_loaded(&g_watch, &st); /* st_ino 0 (unreadable): the old stat stays */
 	if (rc) {
-		g_st = st.st_ino ? st : g_st;
-		pthread_mutex_unlock(&mu);
 		rdb_error("auth", "tokens file refused, the tokens in force stay: %s", msg);
 		return rc;
 	}
+	pthread_mutex_lock(&mu);
 	free(g_tokens);
 	g_tokens = t;
 	g_ntokens = n;
-	g_st = st;
 	pthread_mutex_unlock(&mu);
 	snprintf(msg, msglen, "%zu tokens loaded from %s", n, g_cfg->tokens_file);
 	rdb_info("auth", "%s", msg);
@@ -221,23 +217,9 @@ int srv_auth_reload(char *msg, size_t msglen)
 /* Reloads when the file changed since it was loaded (checked once a second). */
 static void maybe_reload(void)
 {
-	if (!srv_auth_enabled())
-		return;
-	int64_t now = rdb_now_mono_ns();
-	struct stat st;
-	pthread_mutex_lock(&mu);
-	bool due = now - g_checked_ns >= 1000000000;
-	if (due)
-		g_checked_ns = now;
-	struct stat old = g_st;
-	pthread_mutex_unlock(&mu);
-	if (!due || stat(g_cfg->tokens_file, &st) != 0)
-		return;
-	if (st.st_mtim.tv_sec == old.st_mtim.tv_sec && st.st_mtim.tv_nsec == old.st_mtim.tv_nsec &&
-	    st.st_size == old.st_size && st.st_ino == old.st_ino)
-		return;
 	char msg[512];
-	srv_auth_reload(msg, sizeof(msg));
+	if (srv_auth_enabled() && srv_watch_changed(&g_watch, g_cfg->tokens_file))
+		srv_auth_reload(msg, sizeof(msg));
 }
 
 static int b64_val(char c)

@@ -27,6 +27,7 @@
  * HMAC library error counts as bad_mac.
  */
 #include "server/udp_auth.h"
+#include "server/watchfile.h"
 #include "common/rdb_buf.h"
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
@@ -67,8 +68,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static const struct srv_config *g_cfg;
 static struct key *g_keys; /* under mu */
 static size_t g_nkeys;
-static struct stat g_st;     /* of the file as loaded */
-static int64_t g_checked_ns; /* last stat (mono) */
+static struct srv_watch g_watch = SRV_WATCH_INIT; /* the keys file */
 static _Atomic uint64_t g_drops[SRV_UDP_VERDICTS];
 
 static const char *const verdict_names[SRV_UDP_VERDICTS] = {
@@ -278,8 +278,7 @@ static void install_locked(struct key *t, size_t n, const struct stat *st)
 	keys_free(g_keys, g_nkeys);
 	g_keys = t;
 	g_nkeys = n;
-	g_st = *st;
-	g_checked_ns = rdb_now_mono_ns();
+	srv_watch_loaded(&g_watch, st);
 }
 
 int srv_udp_auth_init(const struct srv_config *cfg, char *err, size_t errlen)
@@ -327,14 +326,12 @@ int srv_udp_auth_reload(char *msg, size_t msglen)
 	size_t n;
 	struct stat st = {0};
 	int rc = load_file(g_cfg->udp_keys_file, &t, &n, &st, msg, msglen);
-	pthread_mutex_lock(&mu);
 	if (rc) {
-		g_checked_ns = rdb_now_mono_ns();
-		g_st = st.st_ino ? st : g_st;
-		pthread_mutex_unlock(&mu);
+		srv_watch_loaded(&g_watch, &st); /* st_ino 0 (unreadable): the old stat stays */
 		rdb_error("udp", "UDP keys file refused, the keys in force stay: %s", msg);
 		return rc;
 	}
+	pthread_mutex_lock(&mu);
 	install_locked(t, n, &st);
 	pthread_mutex_unlock(&mu);
 	snprintf(msg, msglen, "%zu UDP keys loaded from %s", n, g_cfg->udp_keys_file);
@@ -345,23 +342,9 @@ int srv_udp_auth_reload(char *msg, size_t msglen)
 /* Reloads when the file changed since it was loaded (checked once a second). */
 static void maybe_reload(void)
 {
-	if (!srv_udp_auth_enabled())
-		return;
-	int64_t now = rdb_now_mono_ns();
-	struct stat st;
-	pthread_mutex_lock(&mu);
-	bool due = now - g_checked_ns >= 1000000000;
-	if (due)
-		g_checked_ns = now;
-	struct stat old = g_st;
-	pthread_mutex_unlock(&mu);
-	if (!due || stat(g_cfg->udp_keys_file, &st) != 0)
-		return;
-	if (st.st_mtim.tv_sec == old.st_mtim.tv_sec && st.st_mtim.tv_nsec == old.st_mtim.tv_nsec &&
-	    st.st_size == old.st_size && st.st_ino == old.st_ino)
-		return;
 	char msg[512];
-	srv_udp_auth_reload(msg, sizeof(msg));
+	if (srv_udp_auth_enabled() && srv_watch_changed(&g_watch, g_cfg->udp_keys_file))
+		srv_udp_auth_reload(msg, sizeof(msg));
 }
 
 /* ---- replay window -------------------------------------------------------------- */
