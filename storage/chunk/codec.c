@@ -1384,6 +1384,25 @@ static int decode_n(const uint8_t *src, size_t len, uint32_t max_points, struct 
 	return mdl_cols_reserve(out, *n);
 }
 
+/* A chunk payload of ncols columns from column 0 (4: its own time, step
+ * and attempt columns and the values; 3: a group's shared columns). */
+static int decode_chunk(const uint8_t *src, size_t len, uint32_t max_points, unsigned ncols,
+			unsigned flags, struct mdl_cols *out, size_t *used)
+{
+	out->n = 0;
+	uint32_t n;
+	size_t pos = 4;
+	int rc = decode_n(src, len, max_points, out, &n);
+	if (rc == 0)
+		rc = decode_columns(src, len, &pos, 0, ncols, n, flags, out);
+	if (rc)
+		return rc;
+	out->n = n;
+	if (used)
+		*used = pos;
+	return 0;
+}
+
 int sto_codec_decode(const uint8_t *src, size_t len, uint32_t max_points, struct mdl_cols *out,
 		     size_t *used)
 {
@@ -1393,18 +1412,7 @@ int sto_codec_decode(const uint8_t *src, size_t len, uint32_t max_points, struct
 int sto_codec_decode_flags(const uint8_t *src, size_t len, uint32_t max_points, unsigned flags,
 			   struct mdl_cols *out, size_t *used)
 {
-	out->n = 0;
-	uint32_t n;
-	size_t pos = 4;
-	int rc = decode_n(src, len, max_points, out, &n);
-	if (rc == 0)
-		rc = decode_columns(src, len, &pos, 0, 4, n, flags, out);
-	if (rc)
-		return rc;
-	out->n = n;
-	if (used)
-		*used = pos;
-	return 0;
+	return decode_chunk(src, len, max_points, 4, flags, out, used);
 }
 
 int sto_codec_decode_shared(const uint8_t *src, size_t len, uint32_t max_points,
@@ -1416,18 +1424,7 @@ int sto_codec_decode_shared(const uint8_t *src, size_t len, uint32_t max_points,
 int sto_codec_decode_shared_flags(const uint8_t *src, size_t len, uint32_t max_points,
 				  unsigned flags, struct mdl_cols *out, size_t *used)
 {
-	out->n = 0;
-	uint32_t n;
-	size_t pos = 4;
-	int rc = decode_n(src, len, max_points, out, &n);
-	if (rc == 0)
-		rc = decode_columns(src, len, &pos, 0, 3, n, flags, out);
-	if (rc)
-		return rc;
-	out->n = n;
-	if (used)
-		*used = pos;
-	return 0;
+	return decode_chunk(src, len, max_points, 3, flags, out, used);
 }
 
 int sto_codec_decode_values(const uint8_t *src, size_t len, struct mdl_cols *out, size_t *used)
