@@ -123,6 +123,13 @@ def _run(s, spec, kill):
     ws = [_Writer(s, w, stop) for w in range(NWRITERS)]
     for w in ws:
         w.start()
+    # The training runs before the disk fills: the admin loop starts once a
+    # write is acknowledged. Started together, it could take the one good
+    # hit of a point armed from its 2nd hit on (an index commit), so that
+    # no write was ever acknowledged and the run tested nothing.
+    deadline = time.monotonic() + 15
+    while not any(w.acked for w in ws) and time.monotonic() < deadline:
+        time.sleep(0.01)
     bg_stop = threading.Event()
     bg = threading.Thread(target=_background, args=(s, bg_stop), daemon=True)
     bg.start()
