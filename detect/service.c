@@ -64,6 +64,9 @@ struct det_service {
 	char am_urls[4096];
 	char gen_url[512];
 	pthread_mutex_t mu; /* rules pointer, reload counters */
+	/* rules pointer too: read by want() on the writing threads, written
+	 * (write-locked) by a reload; the old set is freed after the swap */
+	pthread_rwlock_t rules_rw;
 	struct det_rules *rules;
 	struct det_engine *engine;
 	struct det_alerts *alerts;
@@ -544,6 +547,24 @@ static void on_ack(void *arg, const struct ing_ack *ack)
 	maybe_evaluate(d, rdb_now_ns());
 }
 
+/* The pipeline's want filter (writing threads): the series whose metric a
+ * detector watches. The others still reach on_ack for liveness and step
+ * progress where they carry something new (pipeline.h). */
+static void want_series(void *arg, const struct mdl_batch *points, bool *want)
+{
+	struct det_service *d = arg;
+	size_t n = mdl_batch_nseries(points);
+	pthread_rwlock_rdlock(&d->rules_rw);
+	for (size_t i = 0; i < n; i++) {
+		const struct mdl_batch_series *s = mdl_batch_series_at(points, i);
+		if (!s)
+			break;
+		want[i] = det_rules_metric(d->rules, s->key.metric, strlen(s->key.metric)).metric !=
+			  DET_MET_NONE;
+	}
+	pthread_rwlock_unlock(&d->rules_rw);
+}
+
 static void on_tick(void *arg, int64_t now_ns)
 {
 	struct det_service *d = arg;
@@ -620,13 +641,15 @@ int det_service_start(const struct det_service_options *o, struct det_service **
 	snprintf(d->gen_url, sizeof(d->gen_url), "%s", o->generator_url ? o->generator_url : "");
 	d->o.rules_path = d->rules_path;
 	pthread_mutex_init(&d->mu, NULL);
+	pthread_rwlock_init(&d->rules_rw, NULL);
 	int rc = start_parts(d, err, errlen);
 	struct ing_subscriber sub = {.name = "detect",
 				     .deliver = on_ack,
 				     .tick = on_tick,
 				     .tick_ms = d->o.eval_interval_ms,
 				     .arg = d,
-				     .queue_bytes = d->o.queue_bytes};
+				     .queue_bytes = d->o.queue_bytes,
+				     .want = want_series};
 	if (rc == 0)
 		rc = ing_pipeline_subscribe(d->o.pipe, &sub);
 	if (rc) {
@@ -653,6 +676,7 @@ void det_service_stop(struct det_service *d)
 	free(d->conds);
 	free(d->trans);
 	pthread_mutex_destroy(&d->mu);
+	pthread_rwlock_destroy(&d->rules_rw);
 	free(d);
 }
 
@@ -670,7 +694,9 @@ int det_service_reload_rules(struct det_service *d, char *err, size_t errlen)
 	pthread_mutex_lock(&d->mu);
 	struct det_rules *old = d->rules;
 	det_engine_set_rules(d->engine, fresh);
+	pthread_rwlock_wrlock(&d->rules_rw);
 	d->rules = fresh;
+	pthread_rwlock_unlock(&d->rules_rw);
 	pthread_mutex_unlock(&d->mu);
 	det_rules_free(old);
 	atomic_fetch_add(&d->reloads, 1);

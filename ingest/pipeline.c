@@ -3,6 +3,10 @@
  * Publishing: after sto_write_req succeeded (the write is durable and
  * acknowledged by the caller's answer), the write is encoded with the WAL
  * codec (storage/wal/batch_codec.h) into one heap blob per subscriber queue.
+ * A subscriber with a want filter gets only the series it wants plus those
+ * that tell it something new about a rank's progress (pipeline.h), so the
+ * detector does not copy, decode and feed 32 values per record to watch a
+ * few of them.
  * Each subscriber has a ring bounded in entries (QUEUE_SLOTS) and bytes
  * (queue_bytes); a write that does not fit is dropped for that subscriber
  * and counted, never waited for. Wake-ups of the subscriber threads are
@@ -205,11 +209,13 @@ int ing_pipeline_subscribe(struct ing_pipeline *p, const struct ing_subscriber *
 
 /* ---- publishing --------------------------------------------------------------- */
 
-static int encode(const struct ing_write *w, struct rdb_buf *out)
+/* Encodes w's points (only the series with keep[i]; keep NULL: all) and
+ * events as one blob. */
+static int encode(const struct ing_write *w, const bool *keep, struct rdb_buf *out)
 {
 	int rc = rdb_buf_append(out, "\0\0\0\0", 4);
 	if (rc == 0 && w->points && mdl_batch_nseries(w->points))
-		rc = sto_batch_encode(w->points, out);
+		rc = sto_batch_encode_sel(w->points, keep, out);
 	if (rc)
 		return rc;
 	rdb_put_le32(out->data, (uint32_t)(out->len - 4));
@@ -250,29 +256,100 @@ static void push(struct sub *u, uint8_t *data, size_t len, int64_t ack_ns, uint8
 			u->s.name, waiting, waiting_bytes);
 }
 
-/* Encodes w once; the last subscriber gets the encoding itself, the
- * others copies. */
+/* Fed right after a, would b tell a progress tracker anything new? Not
+ * when it has a's job, rank, timestamps, steps and attempts, one attempt
+ * and steps and times that never decrease (pipeline.h, want). */
+static bool same_progress(const struct mdl_batch_series *a, const struct mdl_batch_series *b)
+{
+	size_t n = b->pts.n;
+	if (a->key.rank != b->key.rank || a->pts.n != n || strcmp(a->key.job, b->key.job) != 0)
+		return false;
+	for (size_t k = 0; k < n; k++) {
+		if (a->pts.ts_ns[k] != b->pts.ts_ns[k] || a->pts.step[k] != b->pts.step[k] ||
+		    a->pts.attempt[k] != b->pts.attempt[k] || b->pts.attempt[k] != b->pts.attempt[0])
+			return false;
+		if (k && (b->pts.ts_ns[k] < b->pts.ts_ns[k - 1] || b->pts.step[k] < b->pts.step[k - 1]))
+			return false;
+	}
+	return true;
+}
+
+/* keep[nseries]: the series of b that u gets (pipeline.h, want). */
+static void select_series(const struct sub *u, const struct mdl_batch *b, bool *keep,
+			  size_t nseries)
+{
+	memset(keep, 0, nseries);
+	u->s.want(u->s.arg, b, keep);
+	const struct mdl_batch_series *last = NULL;
+	for (size_t i = 0; i < nseries; i++) {
+		const struct mdl_batch_series *s = mdl_batch_series_at(b, i);
+		if (!s)
+			return; /* never: i < nseries */
+		if (!keep[i] && last && same_progress(last, s))
+			continue;
+		keep[i] = true;
+		last = s;
+	}
+}
+
+/* Encodes w for each subscriber: one encoding shared by those that take
+ * every series (the last gets it, the others copies), one each for those
+ * with a want filter. */
 static void publish(struct ing_pipeline *p, const struct ing_write *w)
 {
 	if (p->nsubs == 0)
 		return;
-	struct rdb_buf buf;
-	rdb_buf_init(&buf, DEFAULT_QUEUE_BYTES * 4);
 	int64_t now = rdb_now_ns();
-	if (encode(w, &buf) == 0) {
-		size_t len = buf.len;
-		for (size_t i = 0; i + 1 < p->nsubs; i++) {
-			uint8_t *copy = malloc(len);
-			if (copy)
-				memcpy(copy, buf.data, len);
-			push(p->subs[i], copy, len, now, w->source);
-		}
-		push(p->subs[p->nsubs - 1], rdb_buf_steal(&buf), len, now, w->source);
-	} else {
-		for (size_t i = 0; i < p->nsubs; i++)
-			atomic_fetch_add(&p->subs[i]->dropped, 1);
+	size_t nseries = w->points ? mdl_batch_nseries(w->points) : 0;
+	bool keep_stack[256], *keep_heap = NULL, *keep = keep_stack;
+	if (nseries > sizeof(keep_stack)) {
+		keep_heap = malloc(nseries);
+		keep = keep_heap;
 	}
-	rdb_buf_free(&buf);
+	struct rdb_buf full;
+	rdb_buf_init(&full, DEFAULT_QUEUE_BYTES * 4);
+	bool full_done = false, full_ok = false;
+	size_t full_left = 0;
+	for (size_t i = 0; i < p->nsubs; i++)
+		full_left += p->subs[i]->s.want && nseries ? 0 : 1;
+	for (size_t i = 0; i < p->nsubs; i++) {
+		struct sub *u = p->subs[i];
+		if (u->s.want && nseries) {
+			struct rdb_buf buf;
+			rdb_buf_init(&buf, DEFAULT_QUEUE_BYTES * 4);
+			int rc = keep ? 0 : -ENOMEM;
+			if (rc == 0) {
+				select_series(u, w->points, keep, nseries);
+				rc = encode(w, keep, &buf);
+			}
+			size_t len = buf.len;
+			if (rc == 0)
+				push(u, rdb_buf_steal(&buf), len, now, w->source);
+			else
+				atomic_fetch_add(&u->dropped, 1);
+			rdb_buf_free(&buf);
+			continue;
+		}
+		if (!full_done) {
+			full_ok = encode(w, NULL, &full) == 0;
+			full_done = true;
+		}
+		if (!full_ok) {
+			atomic_fetch_add(&u->dropped, 1);
+			continue;
+		}
+		size_t len = full.len;
+		if (--full_left == 0) {
+			push(u, rdb_buf_steal(&full), len, now, w->source);
+			continue;
+		}
+		uint8_t *copy = malloc(len);
+		if (copy)
+			memcpy(copy, full.data, len);
+		push(u, copy, len, now, w->source);
+	}
+	rdb_buf_free(&full);
+	free(keep_heap);
 }
 
 /* ---- submit ---------------------------------------------------------------------- */

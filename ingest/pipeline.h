@@ -88,6 +88,19 @@ struct ing_subscriber {
 	uint32_t tick_ms;
 	void *arg;
 	size_t queue_bytes; /* bound of copied writes waiting (0: 64 MiB) */
+	/* Optional (NULL: every series of a write is handed over whole).
+	 * Called on the writing thread (any front-end thread, concurrently,
+	 * also while deliver runs) once per acknowledged write with points:
+	 * sets want[i] (false on entry) for each series i of points whose
+	 * values the subscriber needs. Must not block. A series not wanted is
+	 * still handed over, for its (job, rank)'s liveness and progress,
+	 * unless the series handed over just before it has the same job, rank
+	 * and the same timestamps, steps and attempts, with one attempt and
+	 * steps and timestamps that never decrease: fed after that one, it
+	 * would change nothing a progress tracker keeps (latest step, time,
+	 * attempt). So one record of 32 metrics hands over its wanted series
+	 * plus one. */
+	void (*want)(void *arg, const struct mdl_batch *points, bool *want);
 };
 
 struct ing_subscriber_stats {

@@ -15,25 +15,36 @@
 
 int sto_batch_encode(const struct mdl_batch *b, struct rdb_buf *out)
 {
-	size_t nseries = mdl_batch_nseries(b);
-	size_t need = 4 + nseries * (1 + 4 + 2 + 4) + mdl_batch_points(b) * STO_WAL_POINT_SIZE;
+	return sto_batch_encode_sel(b, NULL, out);
+}
+
+int sto_batch_encode_sel(const struct mdl_batch *b, const bool *keep, struct rdb_buf *out)
+{
+	size_t nseries = mdl_batch_nseries(b), nkept = 0;
+	size_t need = 4;
 	for (size_t i = 0; i < nseries; i++) {
 		const struct mdl_batch_series *s = mdl_batch_series_at(b, i);
 		if (!s)
 			return -ENOMEM;
-		need += strlen(s->key.job) + strlen(s->key.metric);
+		if (keep && !keep[i])
+			continue;
+		nkept++;
+		need += 1 + 4 + 2 + 4 + strlen(s->key.job) + strlen(s->key.metric) +
+			s->pts.n * STO_WAL_POINT_SIZE;
 	}
 	size_t start = out->len;
 	int rc = rdb_buf_reserve(out, need);
 	if (rc)
 		return rc;
 	uint8_t *p = out->data + out->len;
-	rdb_put_le32(p, (uint32_t)nseries);
+	rdb_put_le32(p, (uint32_t)nkept);
 	p += 4;
 	for (size_t i = 0; i < nseries; i++) {
 		const struct mdl_batch_series *s = mdl_batch_series_at(b, i);
 		if (!s)
 			return -ENOMEM;
+		if (keep && !keep[i])
+			continue;
 		size_t jl = strlen(s->key.job), ml = strlen(s->key.metric);
 		*p++ = (uint8_t)jl;
 		memcpy(p, s->key.job, jl);

@@ -6,12 +6,16 @@
 #include "model/batch.h"
 #include "model/events.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /* Appends b as a STO_WAL_REC_POINTS payload (format.h) to out. 0 or
  * -ENOMEM (out may have grown; its length is unchanged). */
 int sto_batch_encode(const struct mdl_batch *b, struct rdb_buf *out);
+/* sto_batch_encode of the series i of b with keep[i] (keep NULL: all):
+ * the same payload as encoding a batch holding just those series. */
+int sto_batch_encode_sel(const struct mdl_batch *b, const bool *keep, struct rdb_buf *out);
 /* Parses a STO_WAL_REC_POINTS payload (untrusted) into b (reset first).
  * 0, RDB_ECORRUPT (malformed), or b's errors (RDB_ELIMIT, -ENOMEM); b's
  * content is unspecified on failure. */

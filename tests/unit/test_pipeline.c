@@ -3,7 +3,9 @@
  * on its own thread, with points and events intact; a duplicate batch id is
  * acknowledged and not published again; a refused write is not published;
  * a subscriber that stalls never blocks submit (its queue overflows and
- * the misses are counted); ticks arrive while no write comes. */
+ * the misses are counted); ticks arrive while no write comes; a subscriber
+ * with a want filter gets the series it wants plus one per run of series
+ * that repeat a rank's progress, while one without gets every series. */
 #include "check.h"
 #include "common/rdb_err.h"
 #include "common/rdb_time.h"
@@ -343,6 +345,114 @@ static void test_async_submit_same_outcome(void)
 	sto_close(s);
 }
 
+/* Records "job/rank/metric:n" of every series delivered, in order. */
+struct names {
+	pthread_mutex_t mu;
+	size_t writes;
+	char text[4096];
+};
+
+static void names_deliver(void *arg, const struct ing_ack *ack)
+{
+	struct names *nm = arg;
+	pthread_mutex_lock(&nm->mu);
+	for (size_t i = 0; i < mdl_batch_nseries(ack->points); i++) {
+		const struct mdl_batch_series *s = mdl_batch_series_at(ack->points, i);
+		size_t l = strlen(nm->text);
+		snprintf(nm->text + l, sizeof(nm->text) - l, "%s/%u/%s:%zu ", s->key.job,
+			 s->key.rank, s->key.metric, s->pts.n);
+	}
+	size_t l = strlen(nm->text);
+	snprintf(nm->text + l, sizeof(nm->text) - l, "| ");
+	nm->writes++;
+	pthread_mutex_unlock(&nm->mu);
+}
+
+static void want_loss(void *arg, const struct mdl_batch *points, bool *want)
+{
+	(void)arg;
+	for (size_t i = 0; i < mdl_batch_nseries(points); i++)
+		want[i] = strcmp(mdl_batch_series_at(points, i)->key.metric, "loss") == 0;
+}
+
+static void add1(struct mdl_batch *b, const char *job, uint32_t rank, const char *metric,
+		 int64_t step, int64_t ts_ns, uint32_t attempt)
+{
+	CHECK_EQ_INT(mdl_batch_add(b, job, strlen(job), rank, metric, strlen(metric), ts_ns, step,
+				   attempt, 0),
+		     0);
+}
+
+static bool wait_names(struct names *nm, size_t n)
+{
+	for (int i = 0; i < 3000; i++) {
+		pthread_mutex_lock(&nm->mu);
+		bool done = nm->writes >= n;
+		pthread_mutex_unlock(&nm->mu);
+		if (done)
+			return true;
+		usleep(10000);
+	}
+	return false;
+}
+
+static void test_want_filter(void)
+{
+	struct sto *s = open_store();
+	struct ing_pipeline *p = NULL;
+	struct names sel = {0}, all = {0};
+	pthread_mutex_init(&sel.mu, NULL);
+	pthread_mutex_init(&all.mu, NULL);
+	CHECK_EQ_INT(ing_pipeline_new(s, NULL, &p), 0);
+	struct ing_subscriber a = {.name = "all", .deliver = names_deliver, .arg = &all};
+	struct ing_subscriber f = {
+	    .name = "sel", .deliver = names_deliver, .arg = &sel, .want = want_loss};
+	CHECK_EQ_INT(ing_pipeline_subscribe(p, &a), 0);
+	CHECK_EQ_INT(ing_pipeline_subscribe(p, &f), 0);
+	struct mdl_batch *b = NULL;
+	CHECK_EQ_INT(mdl_batch_new(1000, 1000, &b), 0);
+	const int64_t t = 1700000000000000000LL;
+	struct ing_outcome o;
+	/* one record per rank (the per-rank shape): loss + 2 others at one step */
+	add1(b, "j", 0, "lr", 5, t, 0);
+	add1(b, "j", 0, "loss", 5, t, 0);
+	add1(b, "j", 0, "gpu.util", 5, t, 0);
+	add1(b, "j", 1, "lr", 5, t, 0);	      /* another rank: its own progress */
+	add1(b, "j", 1, "gpu.util", 5, t, 0); /* repeats rank 1's lr */
+	add1(b, "k", 1, "lr", 5, t, 0);	      /* another job */
+	add1(b, "j", 1, "host.cpu", 6, t, 0); /* a newer step */
+	add1(b, "j", 1, "host.rss", 6, t, 1); /* another attempt */
+	struct ing_write w = {.points = b, .source = ING_SRC_HTTP_LP};
+	CHECK_EQ_INT(ing_submit(p, &w, &o), 0);
+	/* several points: equal arrays are left out only when they never go back */
+	mdl_batch_reset(b);
+	add1(b, "j", 2, "lr", 9, t + 2, 0);
+	add1(b, "j", 2, "lr", 8, t + 1, 0);
+	add1(b, "j", 2, "gpu.util", 9, t + 2, 0);
+	add1(b, "j", 2, "gpu.util", 8, t + 1, 0);
+	add1(b, "j", 3, "lr", 8, t + 1, 0);
+	add1(b, "j", 3, "lr", 9, t + 2, 0);
+	add1(b, "j", 3, "gpu.util", 8, t + 1, 0);
+	add1(b, "j", 3, "gpu.util", 9, t + 2, 0);
+	add1(b, "j", 3, "gpu.temp", 8, t + 1, 0); /* fewer points */
+	CHECK_EQ_INT(ing_submit(p, &w, &o), 0);
+	CHECK(wait_names(&sel, 2));
+	CHECK(wait_names(&all, 2));
+	ing_pipeline_free(p);
+	const char *want_sel = "j/0/lr:1 j/0/loss:1 j/1/lr:1 k/1/lr:1 j/1/host.cpu:1 "
+			       "j/1/host.rss:1 | j/2/lr:2 j/2/gpu.util:2 j/3/lr:2 "
+			       "j/3/gpu.temp:1 | ";
+	const char *want_all = "j/0/lr:1 j/0/loss:1 j/0/gpu.util:1 j/1/lr:1 j/1/gpu.util:1 "
+			       "k/1/lr:1 j/1/host.cpu:1 j/1/host.rss:1 | j/2/lr:2 "
+			       "j/2/gpu.util:2 j/3/lr:2 j/3/gpu.util:2 j/3/gpu.temp:1 | ";
+	CHECK(strcmp(sel.text, want_sel) == 0);
+	CHECK(strcmp(all.text, want_all) == 0);
+	if (strcmp(sel.text, want_sel) || strcmp(all.text, want_all))
+		fprintf(stderr, "filtered: %s\nall: %s\n", sel.text, all.text);
+	mdl_batch_free(b);
+	sto_close(s);
+}
+
 int main(void)
 {
 	const char *t = getenv("RDB_TEST_TMP");
@@ -355,6 +465,7 @@ int main(void)
 	RUN(test_stalled_subscriber_never_blocks);
 	RUN(test_refused_write_not_published_and_ticks);
 	RUN(test_async_submit_same_outcome);
+	RUN(test_want_filter);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);
 	if (check_failed_count == 0 && system(cmd) != 0)
 		return 1;
