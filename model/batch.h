@@ -24,6 +24,17 @@ struct mdl_batch_series {
 
 int mdl_batch_new(size_t max_points, size_t max_series, struct mdl_batch **out);
 void mdl_batch_free(struct mdl_batch *b); /* NULL ok */
+/* Per-thread reuse, for one batch per request: mdl_batch_take is
+ * mdl_batch_new, but takes an empty batch from the calling thread's cache
+ * when it holds one (its memory already grown; bounds set anew).
+ * mdl_batch_give resets b and keeps it in the calling thread's cache
+ * (at most MDL_BATCH_CACHE_N batches of at most MDL_BATCH_CACHE_BYTES
+ * allocated each; the cache is freed when the thread exits), or frees it.
+ * Any thread may give a batch another took. NULL ok. Errors: -ENOMEM. */
+#define MDL_BATCH_CACHE_N     4
+#define MDL_BATCH_CACHE_BYTES (256u * 1024)
+int mdl_batch_take(size_t max_points, size_t max_series, struct mdl_batch **out);
+void mdl_batch_give(struct mdl_batch *b);
 /* Empties the batch, keeping its bounds and memory. */
 void mdl_batch_reset(struct mdl_batch *b);
 

@@ -73,7 +73,7 @@ static void lp_req_free(struct lp_req *r)
 	if (!r)
 		return;
 	rdb_buf_free(&r->inflated);
-	mdl_batch_free(r->b);
+	mdl_batch_give(r->b);
 	mdl_events_free(r->ev);
 	free(r);
 }
@@ -274,7 +274,7 @@ static int parse_body(struct srv_ctx *ctx, struct lp_req *r, struct srv_resp *re
 	/* A point takes at least 4 body bytes ("a=1,"), an event at least 8, and
 	 * an event's stored text at most 6 bytes per body byte (JSON escapes). */
 	size_t max_points = r->len / 2 + 64;
-	int rc = mdl_batch_new(max_points, max_points, &r->b);
+	int rc = mdl_batch_take(max_points, max_points, &r->b);
 	if (rc == 0)
 		rc = mdl_events_new(r->len / 4 + 16, 6 * r->len + 65536, &r->ev);
 	if (rc == 0)

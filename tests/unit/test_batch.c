@@ -1,5 +1,8 @@
 /* test_batch.c - unit tests for storage/batch.c: interning and grouped
- * views, bounds, the WAL payload round trip, hostile payloads, reset. */
+ * views, bounds, the WAL payload round trip, hostile payloads, reset, the
+ * per-thread cache (a given batch comes back empty with the new bounds, the
+ * cache holds at most MDL_BATCH_CACHE_N small batches, a big one is freed,
+ * a thread's cache is freed when it exits: ASan's leak check). */
 #include "storage/wal/batch_codec.h"
 #include "storage/format.h"
 #include "model/batch.h"
@@ -7,6 +10,7 @@
 #include "common/rdb_err.h"
 #include "tests/unit/check.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -264,6 +268,74 @@ static void test_reset_reuse(void)
 	mdl_batch_free(b);
 }
 
+static void test_cache(void)
+{
+	struct mdl_batch *b[MDL_BATCH_CACHE_N + 2];
+	for (size_t i = 0; i < MDL_BATCH_CACHE_N + 2; i++) {
+		CHECK_EQ_INT(mdl_batch_take(1000, 100, &b[i]), 0);
+		fill(b[i]);
+	}
+	for (size_t i = 0; i < MDL_BATCH_CACHE_N + 2; i++)
+		mdl_batch_give(b[i]); /* the last two are freed: the cache is full */
+	/* taken back: the cached ones (last given first), empty, new bounds */
+	struct mdl_batch *t[MDL_BATCH_CACHE_N + 1];
+	for (size_t i = 0; i < MDL_BATCH_CACHE_N + 1; i++) {
+		CHECK_EQ_INT(mdl_batch_take(3, 2, &t[i]), 0);
+		CHECK_EQ_INT(mdl_batch_points(t[i]), 0);
+		CHECK_EQ_INT(mdl_batch_nseries(t[i]), 0);
+		CHECK(find(t[i], "job", 0, "loss") == NULL);
+	}
+	for (size_t i = 0; i < MDL_BATCH_CACHE_N; i++)
+		CHECK(t[i] == b[MDL_BATCH_CACHE_N - 1 - i]);
+	/* the bounds are the taker's */
+	CHECK_EQ_INT(add(t[0], "job", 0, "a", 1, 1, 1), 0);
+	CHECK_EQ_INT(add(t[0], "job", 0, "b", 1, 1, 1), 0);
+	CHECK_EQ_INT(add(t[0], "job", 0, "c", 1, 1, 1), RDB_ELIMIT); /* max_series 2 */
+	CHECK_EQ_INT(add(t[0], "job", 0, "a", 2, 2, 2), 0);
+	CHECK_EQ_INT(add(t[0], "job", 0, "a", 3, 3, 3), RDB_ELIMIT); /* max_points 3 */
+	const struct mdl_batch_series *s = find(t[0], "job", 0, "a");
+	CHECK(s && s->pts.n == 2 && s->pts.value[1] == 2);
+	/* a batch over MDL_BATCH_CACHE_BYTES is not kept */
+	struct mdl_batch *big;
+	CHECK_EQ_INT(mdl_batch_new(1u << 20, 1u << 20, &big), 0);
+	char metric[32];
+	for (int i = 0; i < 2000; i++) {
+		snprintf(metric, sizeof(metric), "m%d", i);
+		CHECK_EQ_INT(add(big, "job", 0, metric, 1, 1, 1), 0);
+	}
+	for (size_t i = 0; i < MDL_BATCH_CACHE_N + 1; i++)
+		mdl_batch_give(t[i]);
+	struct mdl_batch *again[MDL_BATCH_CACHE_N];
+	for (size_t i = 0; i < MDL_BATCH_CACHE_N; i++)
+		CHECK_EQ_INT(mdl_batch_take(10, 10, &again[i]), 0);
+	mdl_batch_give(big); /* room for it, but too big: freed (ASan would see a leak) */
+	struct mdl_batch *fresh;
+	CHECK_EQ_INT(mdl_batch_take(10, 10, &fresh), 0);
+	CHECK_EQ_INT(mdl_batch_nseries(fresh), 0);
+	mdl_batch_free(fresh);
+	for (size_t i = 0; i < MDL_BATCH_CACHE_N; i++)
+		mdl_batch_give(again[i]); /* left in this thread's cache at exit */
+}
+
+/* A thread that leaves batches in its cache: freed when it exits. */
+static void *cache_thread(void *arg)
+{
+	(void)arg;
+	struct mdl_batch *b;
+	if (mdl_batch_take(100, 100, &b) == 0) {
+		fill(b);
+		mdl_batch_give(b);
+	}
+	return NULL;
+}
+
+static void test_cache_thread_exit(void)
+{
+	pthread_t th;
+	CHECK_EQ_INT(pthread_create(&th, NULL, cache_thread, NULL), 0);
+	CHECK_EQ_INT(pthread_join(th, NULL), 0);
+}
+
 int main(void)
 {
 	RUN(test_add_group);
@@ -272,5 +344,7 @@ int main(void)
 	RUN(test_round_trip);
 	RUN(test_decode_hostile);
 	RUN(test_reset_reuse);
+	RUN(test_cache);
+	RUN(test_cache_thread_exit);
 	return check_summary("batch");
 }
