@@ -263,6 +263,20 @@ int mdl_batch_add(struct mdl_batch *b, const char *job, size_t job_len, uint32_t
 	return 0;
 }
 
+int mdl_batch_reserve(struct mdl_batch *b, size_t points)
+{
+	if (points > b->max_points)
+		points = b->max_points;
+	if (points > b->pt_series_cap) {
+		uint32_t *p = realloc(b->pt_series, points * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		b->pt_series = p;
+		b->pt_series_cap = points;
+	}
+	return mdl_cols_reserve(&b->pts, points);
+}
+
 size_t mdl_batch_points(const struct mdl_batch *b)
 {
 	return b->pts.n;

@@ -34,6 +34,10 @@ void mdl_batch_free(struct mdl_batch *b); /* NULL ok */
 #define MDL_BATCH_CACHE_N     4
 #define MDL_BATCH_CACHE_BYTES (256u * 1024)
 int mdl_batch_take(size_t max_points, size_t max_series, struct mdl_batch **out);
+/* Grows b's point columns to hold points points (capped at its
+ * max_points) so that adding them does not reallocate and copy as it goes;
+ * a hint: adding past it still works. 0 or -ENOMEM (b unchanged). */
+int mdl_batch_reserve(struct mdl_batch *b, size_t points);
 void mdl_batch_give(struct mdl_batch *b);
 /* Empties the batch, keeping its bounds and memory. */
 void mdl_batch_reset(struct mdl_batch *b);

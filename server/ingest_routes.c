@@ -275,6 +275,10 @@ static int parse_body(struct srv_ctx *ctx, struct lp_req *r, struct srv_resp *re
 	 * an event's stored text at most 6 bytes per body byte (JSON escapes). */
 	size_t max_points = r->len / 2 + 64;
 	int rc = mdl_batch_take(max_points, max_points, &r->b);
+	/* A point of a typical record takes 20-40 body bytes: room for that
+	 * many up front, not a doubling (realloc + copy) every so often. */
+	if (rc == 0)
+		rc = mdl_batch_reserve(r->b, r->len / 20 + 16);
 	if (rc == 0)
 		rc = mdl_events_new(r->len / 4 + 16, 6 * r->len + 65536, &r->ev);
 	if (rc == 0)

@@ -336,6 +336,36 @@ static void test_cache_thread_exit(void)
 	CHECK_EQ_INT(pthread_join(th, NULL), 0);
 }
 
+/* mdl_batch_reserve is a hint: the points added after it are the same,
+ * it is capped at max_points, and adding past it still works. */
+static void test_reserve(void)
+{
+	struct mdl_batch *b;
+	CHECK_EQ_INT(mdl_batch_new(100, 100, &b), 0);
+	CHECK_EQ_INT(mdl_batch_reserve(b, 1u << 30), 0); /* capped at 100: no huge allocation */
+	CHECK_EQ_INT(mdl_batch_reserve(b, 10), 0);
+	char metric[16];
+	for (int i = 0; i < 100; i++) {
+		snprintf(metric, sizeof(metric), "m%d", i % 7);
+		CHECK_EQ_INT(add(b, "job", (uint32_t)(i % 3), metric, i, i, (uint64_t)i), 0);
+	}
+	CHECK_EQ_INT(add(b, "job", 0, "m0", 1, 1, 1), RDB_ELIMIT);
+	CHECK_EQ_INT(mdl_batch_points(b), 100);
+	size_t total = 0;
+	for (size_t i = 0; i < mdl_batch_nseries(b); i++) {
+		const struct mdl_batch_series *s = mdl_batch_series_at(b, i);
+		for (size_t k = 0; k < s->pts.n; k++) {
+			int64_t v = (int64_t)s->pts.value[k];
+			CHECK_EQ_INT(s->pts.ts_ns[k], v);
+			CHECK_EQ_INT(v % 3, s->key.rank);
+			CHECK(k == 0 || s->pts.ts_ns[k] > s->pts.ts_ns[k - 1]);
+		}
+		total += s->pts.n;
+	}
+	CHECK_EQ_INT(total, 100);
+	mdl_batch_free(b);
+}
+
 int main(void)
 {
 	RUN(test_add_group);
@@ -345,6 +375,7 @@ int main(void)
 	RUN(test_decode_hostile);
 	RUN(test_reset_reuse);
 	RUN(test_cache);
+	RUN(test_reserve);
 	RUN(test_cache_thread_exit);
 	return check_summary("batch");
 }
