@@ -266,15 +266,17 @@ static bool same_progress(const struct mdl_batch_series *a, const struct mdl_bat
 		return false;
 	for (size_t k = 0; k < n; k++) {
 		if (a->pts.ts_ns[k] != b->pts.ts_ns[k] || a->pts.step[k] != b->pts.step[k] ||
-		    a->pts.attempt[k] != b->pts.attempt[k] || b->pts.attempt[k] != b->pts.attempt[0])
+		    a->pts.attempt[k] != b->pts.attempt[k] ||
+		    b->pts.attempt[k] != b->pts.attempt[0])
 			return false;
-		if (k && (b->pts.ts_ns[k] < b->pts.ts_ns[k - 1] || b->pts.step[k] < b->pts.step[k - 1]))
+		if (k &&
+		    (b->pts.ts_ns[k] < b->pts.ts_ns[k - 1] || b->pts.step[k] < b->pts.step[k - 1]))
 			return false;
 	}
 	return true;
 }
 
-/* keep[nseries]: the series of b that u gets (pipeline.h, want). */
+/* keep[nseries]: the series of b handed to u (pipeline.h, want). */
 static void select_series(const struct sub *u, const struct mdl_batch *b, bool *keep,
 			  size_t nseries)
 {
