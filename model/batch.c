@@ -155,6 +155,17 @@ void mdl_batch_reset(struct mdl_batch *b)
 
 static uint64_t key_hash(const char *job, size_t jl, uint32_t rank, const char *metric, size_t ml)
 {
+	return mdl_series_key_hash(job, jl, rank, metric, ml);
+}
+
+uint64_t mdl_batch_series_hash(const struct mdl_batch *b, size_t i)
+{
+	return b->series[i].hash;
+}
+
+uint64_t mdl_series_key_hash(const char *job, size_t jl, uint32_t rank, const char *metric,
+			     size_t ml)
+{
 	uint8_t buf[MDL_JOB_MAX + 4 + MDL_METRIC_MAX + 1];
 	memcpy(buf, job, jl);
 	buf[jl] = 0;

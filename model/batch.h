@@ -52,6 +52,13 @@ size_t mdl_batch_points(const struct mdl_batch *b);
 size_t mdl_batch_nseries(const struct mdl_batch *b);
 /* i < mdl_batch_nseries(b); pointer valid until the next add/reset/free. */
 const struct mdl_batch_series *mdl_batch_series_at(const struct mdl_batch *b, size_t i);
+/* The 64-bit hash of a series key the batch interns by: XXH3 (seed 0) of
+ * job, a NUL, rank as le32, metric. mdl_batch_series_hash is the stored
+ * hash of series i (i < mdl_batch_nseries(b)), so a caller keyed the same
+ * way need not hash again. Pure. */
+uint64_t mdl_series_key_hash(const char *job, size_t job_len, uint32_t rank, const char *metric,
+			     size_t metric_len);
+uint64_t mdl_batch_series_hash(const struct mdl_batch *b, size_t i);
 
 /* Adds every point of src to dst (src unchanged). All or nothing: on
  * failure (-ENOMEM, RDB_ELIMIT) dst holds what it held before. */

@@ -48,16 +48,17 @@
 
 /* ---- series cache ---------------------------------------------------------- */
 
+/* The cache's key hash is the batch's (mdl_series_key_hash), so a batch's
+ * series are looked up with the hash it already holds. Never 0. */
+static uint64_t cache_hash(uint64_t h)
+{
+	return h ? h : 1;
+}
+
 static uint64_t series_hash(const struct mdl_series_key *k)
 {
-	uint8_t buf[MDL_JOB_MAX + 5 + MDL_METRIC_MAX];
-	size_t jl = strlen(k->job), ml = strlen(k->metric);
-	memcpy(buf, k->job, jl);
-	buf[jl] = 0;
-	rdb_put_le32(buf + jl + 1, k->rank);
-	memcpy(buf + jl + 5, k->metric, ml);
-	uint64_t h = rdb_hash64(buf, jl + 5 + ml, 0);
-	return h ? h : 1;
+	return cache_hash(
+	    mdl_series_key_hash(k->job, strlen(k->job), k->rank, k->metric, strlen(k->metric)));
 }
 
 static bool key_eq(const struct mdl_series_key *a, const struct mdl_series_key *b)
@@ -179,7 +180,8 @@ static size_t resolve_cached(struct sto *s, const struct mdl_batch *b, struct se
 	size_t n = mdl_batch_nseries(b), missing = 0;
 	for (size_t i = 0; i < n; i++) {
 		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
-		ents[i] = bs ? cache_find(s, &bs->key, series_hash(&bs->key)) : NULL;
+		ents[i] =
+		    bs ? cache_find(s, &bs->key, cache_hash(mdl_batch_series_hash(b, i))) : NULL;
 		missing += ents[i] == NULL;
 	}
 	return missing;

@@ -366,6 +366,27 @@ static void test_reserve(void)
 	mdl_batch_free(b);
 }
 
+/* The stored hash of a series is the key hash (the store's series cache
+ * looks batches up with it); names that differ only in where the job ends
+ * hash apart. */
+static void test_series_hash(void)
+{
+	struct mdl_batch *b;
+	CHECK_EQ_INT(mdl_batch_new(100, 100, &b), 0);
+	CHECK_EQ_INT(add(b, "job", 7, "loss", 1, 1, 1), 0);
+	CHECK_EQ_INT(add(b, "jo", 7, "bloss", 1, 1, 1), 0);
+	CHECK_EQ_INT(add(b, "job", 8, "loss", 1, 1, 1), 0);
+	for (size_t i = 0; i < mdl_batch_nseries(b); i++) {
+		const struct mdl_batch_series *s = mdl_batch_series_at(b, i);
+		CHECK(mdl_batch_series_hash(b, i) ==
+		      mdl_series_key_hash(s->key.job, strlen(s->key.job), s->key.rank,
+					  s->key.metric, strlen(s->key.metric)));
+	}
+	CHECK(mdl_batch_series_hash(b, 0) != mdl_batch_series_hash(b, 1));
+	CHECK(mdl_batch_series_hash(b, 0) != mdl_batch_series_hash(b, 2));
+	mdl_batch_free(b);
+}
+
 int main(void)
 {
 	RUN(test_add_group);
@@ -376,6 +397,7 @@ int main(void)
 	RUN(test_reset_reuse);
 	RUN(test_cache);
 	RUN(test_reserve);
+	RUN(test_series_hash);
 	RUN(test_cache_thread_exit);
 	return check_summary("batch");
 }
