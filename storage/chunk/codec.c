@@ -238,6 +238,30 @@ static uint64_t f32_to_f64_bits(uint32_t f)
 	return sign | (uint64_t)(top - 149 + 1023) << 52 | frac;
 }
 
+/* out[i] (float32 patterns) become their float64 patterns, in place. A
+ * normal float32 (exponent 1..254) only moves its fields: the exponent is
+ * rebased by 1023 - 127 = 896, which adds 896 << 52 to the shifted
+ * pattern; a first pass finds whether any value is zero, denormal, Inf or
+ * NaN (which need f32_to_f64_bits), so that the common loop has no branch
+ * and vectorizes. */
+static void widen_f32(uint64_t *out, size_t n)
+{
+	bool special = false;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t e = (uint32_t)out[i] & 0x7f800000u;
+		special |= e == 0 || e == 0x7f800000u;
+	}
+	if (special) {
+		for (size_t i = 0; i < n; i++)
+			out[i] = f32_to_f64_bits((uint32_t)out[i]);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		uint64_t f = (uint32_t)out[i];
+		out[i] = (f >> 31) << 63 | (((f & 0x7fffffffu) << 29) + ((uint64_t)896 << 52));
+	}
+}
+
 static bool f64_to_f32_exact(uint64_t d, uint32_t *f)
 {
 	uint32_t sign = (uint32_t)(d >> 63) << 31;
@@ -1027,8 +1051,8 @@ static int dec_values(uint8_t enc, const uint8_t *p, size_t len, size_t n, uint6
 	default:
 		return dec_i64(enc, p, len, n, out, 0u);
 	}
-	for (size_t i = 0; rc == 0 && i < n; i++)
-		out[i] = f32_to_f64_bits((uint32_t)out[i]);
+	if (rc == 0)
+		widen_f32(out, n);
 	return rc;
 }
 
