@@ -75,13 +75,13 @@ static const char digit_pairs[201] = "00010203040506070809"
 				     "80818283848586878889"
 				     "90919293949596979899";
 
-/* Writes the decimal digits of v (no sign) at p; returns their count. */
-static size_t fmt_u64(char *p, uint64_t v)
+/* Writes the decimal digits of v < 10^8 (no sign) at p; returns their count. */
+static size_t fmt_u32_small(char *p, uint32_t v)
 {
-	char tmp[20];
+	char tmp[8];
 	size_t n = sizeof(tmp);
 	while (v >= 100) {
-		unsigned d = (unsigned)(v % 100) * 2;
+		unsigned d = (v % 100) * 2;
 		v /= 100;
 		tmp[--n] = digit_pairs[d + 1];
 		tmp[--n] = digit_pairs[d];
@@ -94,6 +94,38 @@ static size_t fmt_u64(char *p, uint64_t v)
 	}
 	memcpy(p, tmp + n, sizeof(tmp) - n);
 	return sizeof(tmp) - n;
+}
+
+/* Writes exactly 8 digits of v < 10^8 (leading zeros kept) at p: two
+ * halves of four digits, each two pairs, computed independently. */
+static void fmt_8digits(char *p, uint32_t v)
+{
+	uint32_t hi = v / 10000, lo = v % 10000;
+	memcpy(p, digit_pairs + (hi / 100) * 2, 2);
+	memcpy(p + 2, digit_pairs + (hi % 100) * 2, 2);
+	memcpy(p + 4, digit_pairs + (lo / 100) * 2, 2);
+	memcpy(p + 6, digit_pairs + (lo % 100) * 2, 2);
+}
+
+/* Writes the decimal digits of v (no sign) at p; returns their count.
+ * Eight digits at a time in 32-bit arithmetic (nanosecond timestamps have
+ * 19 digits: a 64-bit division per pair was most of a raw range answer). */
+static size_t fmt_u64(char *p, uint64_t v)
+{
+	if (v < 100000000u)
+		return fmt_u32_small(p, (uint32_t)v);
+	uint64_t q = v / 100000000u;
+	uint32_t r = (uint32_t)(v % 100000000u);
+	size_t n;
+	if (q < 100000000u) {
+		n = fmt_u32_small(p, (uint32_t)q);
+	} else {
+		n = fmt_u32_small(p, (uint32_t)(q / 100000000u));
+		fmt_8digits(p + n, (uint32_t)(q % 100000000u));
+		n += 8;
+	}
+	fmt_8digits(p + n, r);
+	return n + 8;
 }
 
 size_t srv_fmt_u64(char *p, uint64_t v)
@@ -293,86 +325,70 @@ int srv_json_rank(struct rdb_buf *out, uint32_t rank)
 
 /* ---- arrays ---------------------------------------------------------------- */
 
-/* Elements are formatted into a stack block, appended a block at a time. */
-#define BLOCK_BYTES 4096
+/* Elements are formatted straight into out: room for a block of at most
+ * BLOCK_ELEMS elements of at most `width` bytes each (comma included) is
+ * reserved, then they are written. Within `width` of the buffer's bound an
+ * element goes through a stack copy and rdb_buf_append, so the bound is hit
+ * exactly where appending the text would hit it. */
+#define BLOCK_ELEMS 256
+#define ELEM_MAX    (SRV_FMT_VALUE_MAX + 1)
 
-struct block {
-	char b[BLOCK_BYTES];
-	size_t n;
-};
-
-static int block_room(struct rdb_buf *out, struct block *k, size_t need)
-{
-	if (k->n + need <= sizeof(k->b))
-		return 0;
-	int rc = rdb_buf_append(out, k->b, k->n);
-	k->n = 0;
-	return rc;
-}
+#define JSON_ARRAY(out, n, width, WRITE)                                                           \
+	do {                                                                                       \
+		for (size_t i = 0; i < (n);) {                                                     \
+			size_t k = (n) - i < BLOCK_ELEMS ? (n) - i : BLOCK_ELEMS;                  \
+			size_t fit = ((out)->max - (out)->len) / (width);                          \
+			if (fit == 0) {                                                            \
+				char tmp_[ELEM_MAX], *p = tmp_;                                    \
+				if (i)                                                             \
+					*p++ = ',';                                                \
+				WRITE;                                                             \
+				int rc_ = rdb_buf_append((out), tmp_, (size_t)(p - tmp_));         \
+				if (rc_)                                                           \
+					return rc_;                                                \
+				i++;                                                               \
+				continue;                                                          \
+			}                                                                          \
+			k = k < fit ? k : fit;                                                     \
+			int rc_ = rdb_buf_reserve((out), k * (width));                             \
+			if (rc_)                                                                   \
+				return rc_;                                                        \
+			char *p = (char *)(out)->data + (out)->len;                                \
+			for (size_t end = i + k; i < end; i++) {                                   \
+				if (i)                                                             \
+					*p++ = ',';                                                \
+				WRITE;                                                             \
+			}                                                                          \
+			(out)->len = (size_t)((uint8_t *)p - (out)->data);                         \
+		}                                                                                  \
+		return 0;                                                                          \
+	} while (0)
 
 int srv_json_i64s(struct rdb_buf *out, const int64_t *v, size_t n)
 {
-	struct block k;
-	k.n = 0;
-	for (size_t i = 0; i < n; i++) {
-		int rc = block_room(out, &k, 24);
-		if (rc)
-			return rc;
-		if (i)
-			k.b[k.n++] = ',';
-		k.n += srv_fmt_i64(k.b + k.n, v[i]);
-	}
-	return rdb_buf_append(out, k.b, k.n);
+	JSON_ARRAY(out, n, 21, p += srv_fmt_i64(p, v[i]));
 }
 
 int srv_json_steps(struct rdb_buf *out, const int64_t *v, size_t n)
 {
-	struct block k;
-	k.n = 0;
-	for (size_t i = 0; i < n; i++) {
-		int rc = block_room(out, &k, 24);
-		if (rc)
-			return rc;
-		if (i)
-			k.b[k.n++] = ',';
+	JSON_ARRAY(out, n, 21, {
 		if (v[i] == MDL_STEP_NONE) {
-			memcpy(k.b + k.n, "null", 4);
-			k.n += 4;
+			memcpy(p, "null", 4);
+			p += 4;
 		} else {
-			k.n += srv_fmt_i64(k.b + k.n, v[i]);
+			p += srv_fmt_i64(p, v[i]);
 		}
-	}
-	return rdb_buf_append(out, k.b, k.n);
+	});
 }
 
 int srv_json_u32s(struct rdb_buf *out, const uint32_t *v, size_t n)
 {
-	struct block k;
-	k.n = 0;
-	for (size_t i = 0; i < n; i++) {
-		int rc = block_room(out, &k, 24);
-		if (rc)
-			return rc;
-		if (i)
-			k.b[k.n++] = ',';
-		k.n += srv_fmt_u64(k.b + k.n, v[i]);
-	}
-	return rdb_buf_append(out, k.b, k.n);
+	JSON_ARRAY(out, n, 11, p += srv_fmt_u64(p, v[i]));
 }
 
 int srv_json_values(struct rdb_buf *out, const uint64_t *bits, size_t n)
 {
-	struct block k;
-	k.n = 0;
-	for (size_t i = 0; i < n; i++) {
-		int rc = block_room(out, &k, SRV_FMT_VALUE_MAX + 1);
-		if (rc)
-			return rc;
-		if (i)
-			k.b[k.n++] = ',';
-		k.n += srv_fmt_value(k.b + k.n, bits[i]);
-	}
-	return rdb_buf_append(out, k.b, k.n);
+	JSON_ARRAY(out, n, SRV_FMT_VALUE_MAX + 1, p += srv_fmt_value(p, bits[i]));
 }
 
 int srv_json_f64(struct rdb_buf *out, double v, bool defined)
