@@ -844,7 +844,13 @@ static int read_chunks(struct qry_scan *sc, const struct sto_series_view *v,
 		}
 		if (sc->points_read + st->count > sc->max_points)
 			return RDB_ELIMIT;
-		rc = sto_read_chunk_flags(sc->s, &v->chunks[i], flags, &sc->rec, &sc->tmp, &sc->re);
+		/* a step range starting inside the chunk: its points before it are
+		 * never taken, and their value blocks need no decoding */
+		int64_t min_step = bk->range.by_step && st->min_step < bk->range.step_from
+				       ? bk->range.step_from
+				       : INT64_MIN;
+		rc = sto_read_chunk_tail(sc->s, &v->chunks[i], flags, min_step, &sc->rec, &sc->tmp,
+					 &sc->re);
 		sc->points_read += st->count;
 		sc->chunks_decoded++;
 		sc->chunks_no_ts += flags != 0;
