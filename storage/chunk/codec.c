@@ -875,6 +875,45 @@ static inline int dec_xor_one(struct bitrd *b, unsigned width, unsigned fbits, u
 	return 0;
 }
 
+/* The 32-bit stream's values from out[1] on while 8 bytes can be loaded at
+ * the read position: one load per value (a value takes at most 2 + 5 + 5
+ * + 32 = 44 bits, and a load holds at least 57), the same checks as
+ * dec_xor_one. Returns the index of the next value to decode (the rest
+ * goes the bit-by-bit way), or 0 on corruption. */
+static size_t dec_xor32_run(struct bitrd *b, size_t k, uint64_t *v, unsigned *wlead,
+			    unsigned *wlen, uint64_t *out)
+{
+	size_t i = 1, pos = b->pos;
+	unsigned lead = *wlead, len = *wlen;
+	uint64_t x = *v;
+	for (; i < k && (pos >> 3) + 8 <= b->len; i++) {
+		uint64_t w = rdb_get_be64(b->p + (pos >> 3)) << (pos & 7);
+		if (!(w >> 63)) {
+			pos++;
+			out[i] = x;
+			continue;
+		}
+		unsigned used = 2;
+		if ((w >> 62) & 1) {
+			lead = (unsigned)(w >> 57) & 31;
+			len = ((unsigned)(w >> 52) & 31) + 1;
+			if (lead + len > 32)
+				return 0;
+			used = 12;
+		} else if (len == 0) {
+			return 0;
+		}
+		x ^= ((w << used) >> (64 - len)) << (32 - lead - len);
+		pos += used + len;
+		out[i] = x;
+	}
+	b->pos = pos;
+	*v = x;
+	*wlead = lead;
+	*wlen = len;
+	return i;
+}
+
 static int dec_xor(const uint8_t *p, size_t len, size_t k, unsigned width, uint64_t *out)
 {
 	struct bitrd b = {p, len, 0};
@@ -883,7 +922,12 @@ static int dec_xor(const uint8_t *p, size_t len, size_t k, unsigned width, uint6
 	if (br_get_wide(&b, width, &v))
 		return RDB_ECORRUPT;
 	out[0] = v;
-	for (size_t i = 1; i < k; i++) {
+	size_t i = 1;
+	if (width == 32)
+		i = dec_xor32_run(&b, k, &v, &wlead, &wlen, out);
+	if (i == 0)
+		return RDB_ECORRUPT;
+	for (; i < k; i++) {
 		if (dec_xor_one(&b, width, fbits, &v, &wlead, &wlen))
 			return RDB_ECORRUPT;
 		out[i] = v;
