@@ -75,25 +75,32 @@ static const char digit_pairs[201] = "00010203040506070809"
 				     "80818283848586878889"
 				     "90919293949596979899";
 
-/* Writes the decimal digits of v < 10^8 (no sign) at p; returns their count. */
+/* Writes the decimal digits of v < 10^8 (no sign) at p; returns their count.
+ * The length first, then the pairs from the end, in place. */
 static size_t fmt_u32_small(char *p, uint32_t v)
 {
-	char tmp[8];
-	size_t n = sizeof(tmp);
+	size_t n = v < 10	 ? 1
+		   : v < 100	 ? 2
+		   : v < 1000	 ? 3
+		   : v < 10000	 ? 4
+		   : v < 100000	 ? 5
+		   : v < 1000000 ? 6
+		   : v < 10000000 ? 7
+				  : 8;
+	char *e = p + n;
 	while (v >= 100) {
 		unsigned d = (v % 100) * 2;
 		v /= 100;
-		tmp[--n] = digit_pairs[d + 1];
-		tmp[--n] = digit_pairs[d];
+		*--e = digit_pairs[d + 1];
+		*--e = digit_pairs[d];
 	}
 	if (v >= 10) {
-		tmp[--n] = digit_pairs[v * 2 + 1];
-		tmp[--n] = digit_pairs[v * 2];
+		*--e = digit_pairs[v * 2 + 1];
+		*--e = digit_pairs[v * 2];
 	} else {
-		tmp[--n] = (char)('0' + v);
+		*--e = (char)('0' + v);
 	}
-	memcpy(p, tmp + n, sizeof(tmp) - n);
-	return sizeof(tmp) - n;
+	return n;
 }
 
 /* Writes exactly 8 digits of v < 10^8 (leading zeros kept) at p: two
@@ -184,6 +191,73 @@ static size_t fmt_g(char *p, bool neg, uint64_t d, int prec, int x)
 	return o;
 }
 
+/* fmt_shortest_fast's common case in one multiplication: N17 = m * 10^s17
+ * gives q17 = N17 >> k and r17; the P = 15 and 16 digit candidates are
+ * q17 / 100 and q17 / 10 (floor of floor), and their remainders scaled by
+ * 100 or 10, R = (q17 mod div) * 2^k + r17 = div * r_P, decide rounding and
+ * read-back exactly as in the loop below (all its comparisons multiplied by
+ * div: half becomes div * 2^(k-1), an ulp 10^s17). Needs s17 >= 2 and k <=
+ * 119 (div * 2^k and 4 * div * delta below 2^128). Returns the length, or
+ * 0 when outside that domain (the loop decides). */
+static size_t fmt_shortest_one_mul(char *p, uint64_t m, int k, bool neg, bool tight_below, int x)
+{
+	if (k > 119)
+		return 0;
+	uint64_t q17 = 0;
+	u128 r17 = 0, mask = ((u128)1 << k) - 1;
+	int s17 = 0;
+	for (int tries = 0;; tries++) {
+		s17 = 16 - x;
+		if (s17 < 2 || s17 > 22 || tries > 3)
+			return 0;
+		u128 n = (u128)m * pow10_128(s17), qq = n >> k;
+		r17 = n & mask;
+		if (qq >= pow10_u64[17]) {
+			x++;
+			continue;
+		}
+		if (qq < pow10_u64[16]) {
+			x--;
+			continue;
+		}
+		q17 = (uint64_t)qq;
+		break;
+	}
+	u128 ulp17 = pow10_128(s17), one = (u128)1 << k;
+	static const uint64_t divs[2] = {100, 10};
+	for (int i = 0; i < 2; i++) {
+		int prec = 15 + i;
+		uint64_t div = divs[i], q = q17 / div;
+		u128 big = (u128)(q17 % div) * one + r17, half = (u128)(div / 2) * one;
+		bool up = big > half || (big == half && (q & 1));
+		u128 d_scaled = up ? (u128)div * one - big : big;
+		bool back;
+		if (d_scaled == 0)
+			back = true;
+		else if (!up && tight_below)
+			back = 4 * d_scaled <= ulp17;
+		else
+			back = 2 * d_scaled < ulp17 || (2 * d_scaled == ulp17 && !(m & 1));
+		if (!back)
+			continue;
+		uint64_t d = q + up;
+		int xx = x;
+		if (d == pow10_u64[prec]) {
+			d = pow10_u64[prec - 1];
+			xx++;
+		}
+		return fmt_g(p, neg, d, prec, xx);
+	}
+	u128 half17 = (u128)1 << (k - 1);
+	uint64_t d = q17 + (r17 > half17 || (r17 == half17 && (q17 & 1)));
+	int xx = x;
+	if (d == pow10_u64[17]) {
+		d = pow10_u64[16];
+		xx++;
+	}
+	return fmt_g(p, neg, d, 17, xx);
+}
+
 /* The fast exact path: writes %.<P>g of the finite, non-zero, normal value
  * with these bits for the first P in 15..17 that reads back; returns the
  * length, or 0 when the value is outside the fast domain. */
@@ -201,6 +275,9 @@ static size_t fmt_shortest_fast(char *p, uint64_t bits)
 	bool tight_below = frac == 0 && exp_field > 1;
 	/* floor(log10 |v|) is this or one more (fixed up below). */
 	int x = (int)floor((double)(exp_field - 1023) * 0.30102999566398120);
+	size_t one = fmt_shortest_one_mul(p, m, k, neg, tight_below, x);
+	if (one)
+		return one;
 	u128 mask = ((u128)1 << k) - 1, half = (u128)1 << (k - 1);
 	for (int prec = 15; prec <= 17; prec++) {
 		uint64_t q;
