@@ -79,12 +79,12 @@ static const char digit_pairs[201] = "00010203040506070809"
  * The length first, then the pairs from the end, in place. */
 static size_t fmt_u32_small(char *p, uint32_t v)
 {
-	size_t n = v < 10	 ? 1
-		   : v < 100	 ? 2
-		   : v < 1000	 ? 3
-		   : v < 10000	 ? 4
-		   : v < 100000	 ? 5
-		   : v < 1000000 ? 6
+	size_t n = v < 10	  ? 1
+		   : v < 100	  ? 2
+		   : v < 1000	  ? 3
+		   : v < 10000	  ? 4
+		   : v < 100000	  ? 5
+		   : v < 1000000  ? 6
 		   : v < 10000000 ? 7
 				  : 8;
 	char *e = p + n;
@@ -413,7 +413,7 @@ int srv_json_rank(struct rdb_buf *out, uint32_t rank)
 #define JSON_ARRAY(out, n, width, WRITE)                                                           \
 	do {                                                                                       \
 		for (size_t i = 0; i < (n);) {                                                     \
-			size_t k = (n) - i < BLOCK_ELEMS ? (n) - i : BLOCK_ELEMS;                  \
+			size_t k = (n)-i < BLOCK_ELEMS ? (n)-i : BLOCK_ELEMS;                      \
 			size_t fit = ((out)->max - (out)->len) / (width);                          \
 			if (fit == 0) {                                                            \
 				char tmp_[ELEM_MAX], *p = tmp_;                                    \

@@ -880,8 +880,8 @@ static inline int dec_xor_one(struct bitrd *b, unsigned width, unsigned fbits, u
  * + 32 = 44 bits, and a load holds at least 57), the same checks as
  * dec_xor_one. Returns the index of the next value to decode (the rest
  * goes the bit-by-bit way), or 0 on corruption. */
-static size_t dec_xor32_run(struct bitrd *b, size_t k, uint64_t *v, unsigned *wlead,
-			    unsigned *wlen, uint64_t *out)
+static size_t dec_xor32_run(struct bitrd *b, size_t k, uint64_t *v, unsigned *wlead, unsigned *wlen,
+			    uint64_t *out)
 {
 	size_t i = 1, pos = b->pos;
 	unsigned lead = *wlead, len = *wlen;
@@ -1459,11 +1459,10 @@ int sto_codec_encode(const struct mdl_cols *cols, struct rdb_buf *out, struct st
 	if (!rc)
 		rc = put_columns(col, 0, 4, true, (uint32_t)cols->n, out);
 	if (!rc && info)
-		*info = (struct sto_codec_info){col[0].enc,	      col[1].enc,
-						col[2].enc,	      col[3].enc,
-						(uint32_t)col[0].len, (uint32_t)col[1].len,
-						(uint32_t)col[2].len, (uint32_t)col[3].len,
-						block0_enc(&col[3], cols->n)};
+		*info = (struct sto_codec_info){
+		    col[0].enc,		  col[1].enc,		col[2].enc,
+		    col[3].enc,		  (uint32_t)col[0].len, (uint32_t)col[1].len,
+		    (uint32_t)col[2].len, (uint32_t)col[3].len, block0_enc(&col[3], cols->n)};
 	for (int i = 0; i < 4; i++)
 		blob_free(&col[i]);
 	return rc;
@@ -1501,8 +1500,8 @@ int sto_codec_encode_values(const struct mdl_cols *cols, struct rdb_buf *out)
 
 /* Decodes column idx of n points; the value column only from the block
  * holding point `from` on where its encoding allows (else whole). */
-static int decode_column(int idx, uint8_t enc, const uint8_t *p, size_t len, size_t n,
-			 size_t from, struct mdl_cols *out)
+static int decode_column(int idx, uint8_t enc, const uint8_t *p, size_t len, size_t n, size_t from,
+			 struct mdl_cols *out)
 {
 	switch (idx) {
 	case 0:
@@ -1657,8 +1656,8 @@ int sto_codec_decode_values(const uint8_t *src, size_t len, struct mdl_cols *out
 	return sto_codec_decode_values_from(src, len, 0, out, used);
 }
 
-int sto_codec_decode_values_from(const uint8_t *src, size_t len, size_t from,
-				 struct mdl_cols *out, size_t *used)
+int sto_codec_decode_values_from(const uint8_t *src, size_t len, size_t from, struct mdl_cols *out,
+				 size_t *used)
 {
 	size_t pos = 0;
 	if (out->n == 0 || out->n > out->cap)

@@ -80,8 +80,8 @@ int sto_codec_decode_shared_flags(const uint8_t *src, size_t len, uint32_t max_p
 int sto_codec_decode_values(const uint8_t *src, size_t len, struct mdl_cols *out, size_t *used);
 /* sto_codec_decode_values, where the values of points before `from` may be
  * left undecoded (blocked columns; their contents are then unspecified). */
-int sto_codec_decode_values_from(const uint8_t *src, size_t len, size_t from,
-				 struct mdl_cols *out, size_t *used);
+int sto_codec_decode_values_from(const uint8_t *src, size_t len, size_t from, struct mdl_cols *out,
+				 size_t *used);
 
 /* One zstd frame (content size recorded) of src, appended to out.
  * 0, -ENOMEM, RDB_ELIMIT. */

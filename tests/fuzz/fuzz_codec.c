@@ -50,7 +50,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	    dropped != lead || second.n != first.n - lead)
 		abort();
 	for (size_t i = 0; i < second.n; i++)
-		if (second.step[i] != first.step[i + lead] || second.value[i] != first.value[i + lead] ||
+		if (second.step[i] != first.step[i + lead] ||
+		    second.value[i] != first.value[i + lead] ||
 		    second.ts_ns[i] != first.ts_ns[i + lead] ||
 		    second.attempt[i] != first.attempt[i + lead])
 			abort();

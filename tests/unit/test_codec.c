@@ -701,27 +701,30 @@ static void check_tail(struct mdl_cols *c, bool want_blocked)
 	static const int64_t from[] = {INT64_MIN, 0, 1, 255, 256, 1000, 1800, 1999, 2000, 9999};
 	for (size_t f = 0; f < sizeof(from) / sizeof(from[0]); f++) {
 		size_t dropped = 99, used = 0, lead = sto_codec_lead_below(c, from[f]);
-		CHECK_EQ_INT(sto_codec_decode_tail(buf.data, buf.len, 65536, 0, from[f], &tail, &used,
-						   &dropped),
+		CHECK_EQ_INT(sto_codec_decode_tail(buf.data, buf.len, 65536, 0, from[f], &tail,
+						   &used, &dropped),
 			     0);
 		CHECK_EQ_INT(dropped, lead);
 		CHECK_EQ_INT(tail.n, c->n - lead);
 		CHECK_EQ_INT(used, buf.len);
 		for (size_t i = 0; i < tail.n && i + lead < c->n; i++)
-			CHECK(tail.ts_ns[i] == c->ts_ns[i + lead] && tail.step[i] == c->step[i + lead] &&
+			CHECK(tail.ts_ns[i] == c->ts_ns[i + lead] &&
+			      tail.step[i] == c->step[i + lead] &&
 			      tail.attempt[i] == c->attempt[i + lead] &&
 			      tail.value[i] == c->value[i + lead]);
 	}
 	/* a block length pointing past the column is corruption, whole or tail */
 	if (want_blocked) {
-		size_t at = 4 + 5 + info.bytes_ts + 5 + info.bytes_step + 5 + info.bytes_attempt + 5;
+		size_t at =
+		    4 + 5 + info.bytes_ts + 5 + info.bytes_step + 5 + info.bytes_attempt + 5;
 		at += 2; /* varint B (256) */
 		rdb_put_le32(buf.data + at, 0x7fffffffu);
-		CHECK_EQ_INT(sto_codec_decode(buf.data, buf.len, 65536, &whole, NULL), RDB_ECORRUPT);
-		size_t dropped;
-		CHECK_EQ_INT(sto_codec_decode_tail(buf.data, buf.len, 65536, 0, 1800, &tail, NULL,
-						   &dropped),
+		CHECK_EQ_INT(sto_codec_decode(buf.data, buf.len, 65536, &whole, NULL),
 			     RDB_ECORRUPT);
+		size_t dropped;
+		CHECK_EQ_INT(
+		    sto_codec_decode_tail(buf.data, buf.len, 65536, 0, 1800, &tail, NULL, &dropped),
+		    RDB_ECORRUPT);
 	}
 	mdl_cols_free(&whole);
 	mdl_cols_free(&tail);

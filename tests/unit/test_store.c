@@ -156,12 +156,13 @@ static int tail_cb(void *arg, const struct sto_chunk_ref *ref)
 			       tail.value[i] != whole.value[i + lead];
 		CHECK_EQ_INT(bad, 0);
 		/* without timestamps: the stand-ins stay inside the chunk's span */
-		CHECK_EQ_INT(sto_read_chunk_tail(t->s, ref, STO_READ_NO_TS, from[f], &t->rec, &tail,
-						 &err),
-			     0);
+		CHECK_EQ_INT(
+		    sto_read_chunk_tail(t->s, ref, STO_READ_NO_TS, from[f], &t->rec, &tail, &err),
+		    0);
 		CHECK_EQ_INT(tail.n, whole.n - lead);
 		for (size_t i = 0; i < tail.n; i++)
-			bad += tail.ts_ns[i] < ref->stats.min_ts_ns || tail.ts_ns[i] > ref->stats.max_ts_ns;
+			bad += tail.ts_ns[i] < ref->stats.min_ts_ns ||
+			       tail.ts_ns[i] > ref->stats.max_ts_ns;
 		CHECK_EQ_INT(bad, 0);
 		t->checked++;
 	}
