@@ -984,14 +984,25 @@ static int dec_shuf_zstd(const uint8_t *p, size_t len, size_t k, unsigned width_
 /* ---- blocked value column ------------------------------------------------------------
  * Values of a long chunk in blocks of BLOCK_POINTS, each encoded on its own
  * (the smallest candidate per block), so that a read of the chunk's tail
- * decodes only the blocks it needs. The candidate is kept only when it
- * costs at most BLOCK_MARGIN_PCT more bytes than the best whole-column
- * encoding (byte planes and XOR streams lose little when cut). */
+ * decodes only the blocks it needs. Tried only when the best whole-column
+ * encoding is slow to decode (slow_to_decode), and kept only when it costs
+ * at most BLOCK_MARGIN_PCT more bytes than that encoding (byte planes and
+ * XOR streams lose little when cut). */
 #define BLOCK_POINTS	 256u
 #define BLOCK_POINTS_MIN 64u
 #define BLOCK_MARGIN_PCT 4u
 
 static int enc_values(const uint64_t *v, size_t n, struct blob *best);
+
+/* Encodings whose decoding costs enough per point (a zstd frame, a bit
+ * stream) for blocks to pay off in tail reads; the integer streams decode
+ * in about a nanosecond a point and are left whole, which also spares the
+ * encoder the second candidate search for them. */
+static bool slow_to_decode(uint8_t enc)
+{
+	return enc == ENC_ZSTD || enc == ENC_XOR || enc == ENC_F32_XOR || enc == ENC_F32_SHUF_ZSTD ||
+	       enc == ENC_SHUF_ZSTD;
+}
 
 static int enc_blocked(const uint64_t *v, size_t n, struct blob *b)
 {
@@ -1141,7 +1152,7 @@ static int enc_values(const uint64_t *v, size_t n, struct blob *best)
 	if (!rc && slow.p && slow.len * 100 < best->len * (100 - SLOW_MARGIN_PCT))
 		keep_smaller(best, &slow);
 	blob_free(&slow);
-	if (!rc && n >= 2 * BLOCK_POINTS)
+	if (!rc && n >= 2 * BLOCK_POINTS && slow_to_decode(best->enc))
 		rc = enc_blocked(v, n, &cand);
 	if (!rc && cand.p && cand.len * 100 <= best->len * (100 + BLOCK_MARGIN_PCT)) {
 		blob_free(best);
