@@ -1000,8 +1000,8 @@ static int enc_values(const uint64_t *v, size_t n, struct blob *best);
  * encoder the second candidate search for them. */
 static bool slow_to_decode(uint8_t enc)
 {
-	return enc == ENC_ZSTD || enc == ENC_XOR || enc == ENC_F32_XOR || enc == ENC_F32_SHUF_ZSTD ||
-	       enc == ENC_SHUF_ZSTD;
+	return enc == ENC_ZSTD || enc == ENC_XOR || enc == ENC_F32_XOR ||
+	       enc == ENC_F32_SHUF_ZSTD || enc == ENC_SHUF_ZSTD;
 }
 
 static int enc_blocked(const uint64_t *v, size_t n, struct blob *b)
