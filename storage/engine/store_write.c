@@ -320,19 +320,17 @@ static void create_group(struct sto *s, struct series_waiter *g)
 		sto_txn_abort(t);
 }
 
-/* Resolves (creating if needed) the series of every key in b into ents[]. */
-int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_ent **ents)
+/* Waits until the n waiters ws[] (all queued at once, so they always land
+ * in the same group) have their series, leading groups as needed. Each
+ * waiter's rc is its result. */
+static void resolve_group(struct sto *s, struct series_waiter *ws, size_t n)
 {
-	pthread_mutex_lock(&s->series_lock);
-	size_t missing = resolve_cached(s, b, ents);
-	pthread_mutex_unlock(&s->series_lock);
-	if (missing == 0)
-		return 0;
-	struct series_waiter me = {.b = b, .ents = ents};
 	pthread_mutex_lock(&s->create_mu);
-	me.next = s->create_q;
-	s->create_q = &me;
-	while (!me.done) {
+	for (size_t i = 0; i < n; i++) {
+		ws[i].next = s->create_q;
+		s->create_q = &ws[i];
+	}
+	while (!ws[n - 1].done) {
 		if (s->creating) {
 			pthread_cond_wait(&s->create_cv, &s->create_mu);
 			continue;
@@ -353,6 +351,24 @@ int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_e
 		pthread_cond_broadcast(&s->create_cv);
 	}
 	pthread_mutex_unlock(&s->create_mu);
+}
+
+/* Fills ents[] from the cache; how many series of b are not in it. */
+static size_t resolve_known(struct sto *s, const struct mdl_batch *b, struct series_ent **ents)
+{
+	pthread_mutex_lock(&s->series_lock);
+	size_t missing = resolve_cached(s, b, ents);
+	pthread_mutex_unlock(&s->series_lock);
+	return missing;
+}
+
+/* Resolves (creating if needed) the series of every key in b into ents[]. */
+int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_ent **ents)
+{
+	if (resolve_known(s, b, ents) == 0)
+		return 0;
+	struct series_waiter me = {.b = b, .ents = ents};
+	resolve_group(s, &me, 1);
 	return me.rc;
 }
 
@@ -893,6 +909,7 @@ struct async_write {
 	struct batch_ent *bent;
 	sto_write_done_fn fn;
 	void *arg;
+	struct async_write *cq_next; /* the creator's queue (cq_mu) */
 };
 
 static void async_free(struct async_write *a)
@@ -995,6 +1012,121 @@ static int async_append(struct async_write *a, bool *freed)
 	return STO_PENDING;
 }
 
+/* A write whose series are resolved goes on to the WAL. STO_PENDING, or
+ * the error with a freed (fn not called; the batch id released). */
+static int submit_resolved(struct async_write *a)
+{
+	bool freed = false;
+	int rc = async_append(a, &freed);
+	if (rc == STO_PENDING)
+		return rc;
+	/* Not queued: nothing of it is anywhere (async_finish released the
+	 * batch id when it freed a). */
+	if (!freed) {
+		if (a->bent)
+			batch_finish(a->s, a->bent, false, 0);
+		async_free(a);
+	}
+	return rc;
+}
+
+/* Queues a for the creator thread. False when it is not running (or
+ * stopping): the caller creates the series itself. */
+static bool creator_enqueue(struct sto *s, struct async_write *a)
+{
+	pthread_mutex_lock(&s->cq_mu);
+	bool ok = s->creator_running && !s->cq_stop;
+	if (ok) {
+		a->cq_next = NULL;
+		if (s->cq_tail)
+			s->cq_tail->cq_next = a;
+		else
+			s->cq_head = a;
+		s->cq_tail = a;
+		pthread_cond_signal(&s->cq_cv);
+	}
+	pthread_mutex_unlock(&s->cq_mu);
+	return ok;
+}
+
+/* The creator's work on the writes it took (list q): creates the series of
+ * all of them in one group (one LMDB commit unless a limit refuses one of
+ * them, see create_group), then hands each to the WAL or tells it its
+ * error. */
+static void creator_run(struct sto *s, struct async_write *q)
+{
+	size_t n = 0;
+	for (struct async_write *a = q; a; a = a->cq_next)
+		n++;
+	struct series_waiter *ws = calloc(n, sizeof(*ws));
+	size_t i = 0;
+	for (struct async_write *a = q; ws && a; a = a->cq_next, i++)
+		ws[i] = (struct series_waiter){.b = a->req.points, .ents = a->ents};
+	if (ws)
+		resolve_group(s, ws, n);
+	i = 0;
+	for (struct async_write *a = q, *next; a; a = next, i++) {
+		next = a->cq_next;
+		int rc = ws ? ws[i].rc : sti_resolve_series(s, a->req.points, a->ents);
+		sto_write_done_fn fn = a->fn;
+		void *arg = a->arg;
+		if (rc == 0) {
+			rc = submit_resolved(a);
+		} else {
+			if (a->bent)
+				batch_finish(s, a->bent, false, 0);
+			async_free(a);
+		}
+		if (rc != STO_PENDING)
+			fn(arg, rc);
+	}
+	free(ws);
+}
+
+static void *creator_main(void *arg)
+{
+	struct sto *s = arg;
+	pthread_mutex_lock(&s->cq_mu);
+	for (;;) {
+		while (!s->cq_head && !s->cq_stop)
+			pthread_cond_wait(&s->cq_cv, &s->cq_mu);
+		struct async_write *q = s->cq_head;
+		if (!q)
+			break; /* stopping, nothing left */
+		s->cq_head = s->cq_tail = NULL;
+		pthread_mutex_unlock(&s->cq_mu);
+		creator_run(s, q);
+		pthread_mutex_lock(&s->cq_mu);
+	}
+	pthread_mutex_unlock(&s->cq_mu);
+	return NULL;
+}
+
+int sti_creator_start(struct sto *s)
+{
+	pthread_mutex_lock(&s->cq_mu);
+	s->cq_stop = false;
+	int rc = -pthread_create(&s->creator, NULL, creator_main, s);
+	s->creator_running = rc == 0;
+	pthread_mutex_unlock(&s->cq_mu);
+	return rc;
+}
+
+void sti_creator_stop(struct sto *s)
+{
+	pthread_mutex_lock(&s->cq_mu);
+	bool running = s->creator_running;
+	s->cq_stop = true;
+	pthread_cond_signal(&s->cq_cv);
+	pthread_mutex_unlock(&s->cq_mu);
+	if (!running)
+		return;
+	pthread_join(s->creator, NULL);
+	pthread_mutex_lock(&s->cq_mu);
+	s->creator_running = false;
+	pthread_mutex_unlock(&s->cq_mu);
+}
+
 int sto_write_submit(struct sto *s, const struct sto_write_req *req, struct sto_write_result *res,
 		     sto_write_done_fn fn, void *arg)
 {
@@ -1014,23 +1146,21 @@ int sto_write_submit(struct sto *s, const struct sto_write_req *req, struct sto_
 		a->ents = malloc((n ? n : 1) * sizeof(*a->ents));
 	}
 	rc = a && a->ents ? 0 : -ENOMEM;
-	if (rc == 0 && n)
-		rc = sti_resolve_series(s, req->points, a->ents);
 	if (rc == 0)
 		rc = encode_request(req, &a->rec, &a->type);
-	bool freed = false;
-	if (rc == 0)
-		rc = async_append(a, &freed);
-	if (rc == STO_PENDING)
-		return rc;
-	/* Not queued: nothing of it is anywhere (async_finish released the
-	 * batch id when it freed a). */
-	if (!freed) {
-		if (bent)
-			batch_finish(s, bent, false, 0);
-		if (a)
-			async_free(a);
+	if (rc == 0 && n && resolve_known(s, req->points, a->ents) > 0) {
+		/* New series: created by the creator thread, with every other
+		 * write waiting for some, while this thread goes on. */
+		if (creator_enqueue(s, a))
+			return STO_PENDING;
+		rc = sti_resolve_series(s, req->points, a->ents);
 	}
+	if (rc == 0)
+		return submit_resolved(a);
+	if (bent)
+		batch_finish(s, bent, false, 0);
+	if (a)
+		async_free(a);
 	return rc;
 }
 
