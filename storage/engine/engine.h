@@ -28,6 +28,10 @@ void sti_head_free(struct head *h);
 void sti_job_counts_reset(struct sto *s);
 /* Frees the series cache (close). */
 void sti_cache_free(struct sto *s);
+/* begin: waits until no series creation runs and keeps new ones from
+ * starting, then takes series_lock: the series cache and the per-job
+ * counts are the caller's (a job delete). !begin: undoes that. */
+void sti_series_exclusive(struct sto *s, bool begin);
 /* Resolves (creating if needed) the series of every key in b into ents[]. */
 int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_ent **ents);
 /* Starts the series creator thread (sto_write_submit's writes that need

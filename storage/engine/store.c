@@ -975,6 +975,7 @@ static const struct sti_engine_ops engine_ops = {
     .seg_read = sti_seg_read,
     .read_chunk = sto_read_chunk,
     .write_exclusive = sti_write_exclusive,
+    .series_exclusive = sti_series_exclusive,
 };
 
 int sto_open(const struct sto_options *opt, struct sto **out)
