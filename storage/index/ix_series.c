@@ -214,9 +214,12 @@ int sto_series_ids_reserve(struct sto_txn *t, uint64_t n, uint64_t *first)
 		cur = 1; /* ids start at 1 */
 	else if (ret != 0)
 		return ret;
-	if (n == 0 || cur == 0 || n > UINT64_MAX - cur)
-		return n == 0 ? RDB_EINVAL : cur == 0 ? ix_corrupt(t, "meta next_series_id (0)", 8)
-							: RDB_ELIMIT;
+	if (n == 0)
+		return RDB_EINVAL;
+	if (cur == 0)
+		return ix_corrupt(t, "meta next_series_id (0)", 8);
+	if (n > UINT64_MAX - cur)
+		return RDB_ELIMIT;
 	ret = sto_meta_put(t, "next_series_id", cur + n);
 	if (ret == 0)
 		*first = cur;

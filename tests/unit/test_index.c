@@ -346,7 +346,7 @@ static void test_series_id_block(void)
 	make_key(&k, "blk", 0, "a");
 	CHECK_EQ_INT(sto_series_lookup(t, &k, &id), 0);
 	CHECK_EQ_INT(sto_series_ids_reserve(t, 2, &first), 0);
-	CHECK_EQ_INT(first, 2);		/* the aborted block was not kept */
+	CHECK_EQ_INT(first, 2);				       /* the aborted block was not kept */
 	CHECK_EQ_INT(sto_meta_put(t, "next_series_id", 2), 0); /* given back */
 	make_key(&k, "blk", 5, "b");
 	CHECK_EQ_INT(sto_series_get_or_create(t, &k, &id, &created), 0);
