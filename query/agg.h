@@ -148,7 +148,7 @@ int qry_xr_part_add(struct qry_xr_part *p, uint32_t rank, const struct qry_bucke
  * rows are made). 0 or -ENOMEM (dst unchanged). */
 int qry_xr_part_merge(struct qry_xr_part *dst, const struct qry_xr_part *src);
 /* The rows of p, ascending by key, with the columns of cols (QRY_XR_*) and
- * the nq quantiles q; *rows is malloc'd (caller frees). Reorders p.
+ * the nq quantiles q; *rows is malloc'd (caller frees). May reorder p.
  * 0 or -ENOMEM. */
 int qry_xr_rows(struct qry_xr_part *p, uint32_t cols, const double *q, size_t nq,
 		struct qry_xr_row **rows, size_t *nrows);

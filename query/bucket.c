@@ -485,9 +485,64 @@ static int fold_points(struct pt_vec *pv, const struct mdl_cols *c, const struct
 	return 0;
 }
 
-/* Appends the points of c that the bucketing selects, with their keys. */
-static int take_points(struct pt_vec *pv, const struct mdl_cols *c, const struct qry_bucketing *bk)
+/* fold_points for a chunk whose statistics say every point has a step,
+ * lies in the time range and passes the attempt filter (chunk_fast): per
+ * point only the step range is left to test. Points are folded a run at a
+ * time: while steps strictly increase, times do not decrease and the
+ * bucket stays the same, a point is only added to the run's aggregate
+ * (mdl_agg_append, in point order, so the sums are those of fold_point).
+ * The first point of each run goes the ordinary way (order check against
+ * the point before, new bucket). */
+static int fold_fast(struct pt_vec *pv, const struct mdl_cols *c, const struct qry_bucketing *bk)
 {
+	bool by_step = bk->range.by_step;
+	int64_t slo = by_step ? bk->range.step_from : INT64_MIN;
+	int64_t shi = by_step ? bk->range.step_to : INT64_MAX;
+	const int64_t *step = c->step, *ts = c->ts_ns;
+	for (size_t i = 0; i < c->n && pv->ordered;) {
+		if (step[i] < slo || step[i] > shi) {
+			i++;
+			continue;
+		}
+		struct pt p = {.key = key_of(pv, bk, step[i]),
+			       .ts = ts[i],
+			       .step = step[i],
+			       .attempt = c->attempt[i],
+			       .bits = c->value[i]};
+		if (pv->have_last && !in_order(&pv->last, &p, true)) {
+			pv->ordered = false;
+			break;
+		}
+		int rc = fold_point(pv, &p);
+		if (rc)
+			return rc;
+		struct mdl_agg a = pv->fold->b[pv->fold->n - 1].a;
+		int64_t hi = pv->hi < shi ? pv->hi : shi;
+		size_t j = i + 1;
+		for (; j < c->n; j++) {
+			if (step[j] <= step[j - 1] || step[j] > hi || ts[j] < ts[j - 1])
+				break;
+			mdl_agg_append(&a, ts[j], step[j], c->value[j]);
+		}
+		pv->fold->b[pv->fold->n - 1].a = a;
+		pv->last = (struct pt){.key = p.key,
+				       .ts = ts[j - 1],
+				       .step = step[j - 1],
+				       .attempt = c->attempt[j - 1],
+				       .bits = c->value[j - 1]};
+		pv->have_last = true;
+		i = j;
+	}
+	return 0;
+}
+
+/* Appends the points of c that the bucketing selects, with their keys.
+ * fast: c is a chunk whose statistics pass chunk_fast. */
+static int take_points(struct pt_vec *pv, const struct mdl_cols *c, const struct qry_bucketing *bk,
+		       bool fast)
+{
+	if (pv->fold && fast)
+		return fold_fast(pv, c, bk);
 	if (pv->fold)
 		return fold_points(pv, c, bk);
 	if (pv->n + c->n > pv->cap) {
@@ -757,6 +812,19 @@ static bool ordered_by_key(const struct pt *p, size_t n)
 	return true;
 }
 
+/* True when every point of the chunk has a step (step axis), lies in the
+ * time range and passes the attempt filter, by its statistics: fold_fast
+ * then tests only the step range per point. */
+static bool chunk_fast(const struct sto_chunk_stats *st, const struct qry_bucketing *bk)
+{
+	const struct sto_range *r = &bk->range;
+	if (bk->axis != QRY_AXIS_STEP || st->step_count != st->count)
+		return false;
+	if (st->min_ts_ns < r->from_ns || st->max_ts_ns > r->to_ns)
+		return false;
+	return bk->attempt < 0 || (pure(st) && st->min_attempt == (uint64_t)bk->attempt);
+}
+
 /* Plans and reads the chunks of v: stats partials into parts, points into pv. */
 static int read_chunks(struct qry_scan *sc, const struct sto_series_view *v,
 		       const struct qry_bucketing *bk, unsigned flags, const bool *conflict,
@@ -776,12 +844,18 @@ static int read_chunks(struct qry_scan *sc, const struct sto_series_view *v,
 		}
 		if (sc->points_read + st->count > sc->max_points)
 			return RDB_ELIMIT;
-		rc = sto_read_chunk_flags(sc->s, &v->chunks[i], flags, &sc->rec, &sc->tmp, &sc->re);
+		/* a step range starting inside the chunk: its points before it are
+		 * never taken, and their value blocks need no decoding */
+		int64_t min_step = bk->range.by_step && st->min_step < bk->range.step_from
+				       ? bk->range.step_from
+				       : INT64_MIN;
+		rc = sto_read_chunk_tail(sc->s, &v->chunks[i], flags, min_step, &sc->rec, &sc->tmp,
+					 &sc->re);
 		sc->points_read += st->count;
 		sc->chunks_decoded++;
 		sc->chunks_no_ts += flags != 0;
 		if (rc == 0)
-			rc = take_points(pv, &sc->tmp, bk);
+			rc = take_points(pv, &sc->tmp, bk, chunk_fast(st, bk));
 	}
 	return rc;
 }
@@ -949,7 +1023,7 @@ static int read_view(struct qry_scan *sc, const struct sto_series_view *v,
 	    !(parts = malloc((v->nchunks + v->nrollups) * sizeof(*parts))))
 		rc = -ENOMEM;
 	if (rc == 0)
-		rc = take_points(&pv, &v->head, bk);
+		rc = take_points(&pv, &v->head, bk, false);
 	if (rc == 0)
 		rc = read_chunks(sc, v, bk, flags, conflict, &pv, parts, &nparts);
 	if (rc == 0)

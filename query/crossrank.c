@@ -239,12 +239,71 @@ static void aggregate(struct xr_state *st, size_t lo, size_t hi, const double *q
 		row->q[i] = qry_quantile_sorted(st->scratch, n, q[i]);
 }
 
+/* Rows without the columns that need a bucket's means together (median,
+ * quantiles, stddev), from cells in series order (not unsorted: ranks
+ * ascending, each series' keys ascending, no (key, rank) twice) whose keys
+ * span at most 4 * n: one pass into a row per key, no sort. Each row sees
+ * its cells in ascending rank, as aggregate() does after sort_cells, so
+ * sums, minima, maxima and their ranks are the same. 1 when done, 0 when
+ * p does not qualify, -ENOMEM. */
+static int rows_streamed(const struct qry_xr_part *p, uint32_t cols, struct qry_xr_row **rows,
+			 size_t *nrows)
+{
+	if (p->unsorted || p->n == 0 || (cols & (QRY_XR_MEDIAN | QRY_XR_QUANTILES | QRY_XR_STDDEV)))
+		return 0;
+	int64_t lo = p->v[0].key, hi = lo;
+	for (size_t i = 1; i < p->n; i++) {
+		lo = p->v[i].key < lo ? p->v[i].key : lo;
+		hi = p->v[i].key > hi ? p->v[i].key : hi;
+	}
+	uint64_t span = (uint64_t)hi - (uint64_t)lo;
+	if (span >= 4 * (uint64_t)p->n)
+		return 0;
+	struct qry_xr_row *r = calloc((size_t)span + 1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	for (size_t i = 0; i < p->n; i++) {
+		const struct qry_xr_cell *c = &p->v[i];
+		struct qry_xr_row *row = &r[(uint64_t)c->key - (uint64_t)lo];
+		double mean = cell_mean(c);
+		if (row->count == 0) {
+			row->key = c->key;
+			row->min = row->max = mean;
+			row->argmin = row->argmax = c->rank;
+		}
+		row->count++;
+		row->mean += mean; /* the sum until the end */
+		if (mean < row->min) {
+			row->min = mean;
+			row->argmin = c->rank;
+		}
+		if (mean > row->max) {
+			row->max = mean;
+			row->argmax = c->rank;
+		}
+	}
+	size_t w = 0;
+	for (size_t k = 0; k <= (size_t)span; k++) {
+		if (r[k].count == 0)
+			continue;
+		r[w] = r[k];
+		r[w].mean /= (double)r[w].count;
+		w++;
+	}
+	*rows = r;
+	*nrows = w;
+	return 1;
+}
+
 int qry_xr_rows(struct qry_xr_part *p, uint32_t cols, const double *q, size_t nq,
 		struct qry_xr_row **rows, size_t *nrows)
 {
 	struct xr_state st = {.p = p, .cols = cols};
 	size_t n = p->n ? p->n : 1;
-	int rc = sort_cells(p);
+	int rc = rows_streamed(p, cols, rows, nrows);
+	if (rc)
+		return rc < 0 ? rc : 0;
+	rc = sort_cells(p);
 	*rows = NULL;
 	*nrows = 0;
 	if (rc)

@@ -75,6 +75,8 @@ int qry_downsample(struct sto *s, const struct qry_ds_req *req, struct qry_ds_re
 		goto out;
 	bk.need_values = req->nq > 0;
 	bk.use_rollups = true;
+	/* only first/last read a bucket's timestamps (which point is first) */
+	bk.ts_unused = !(req->aggs & (QRY_AGG_FIRST | QRY_AGG_LAST));
 	if (!req->spec.axis_set) { /* a chosen width: one the rollups can answer */
 		uint64_t *ids = malloc((m.n ? m.n : 1) * sizeof(*ids));
 		for (size_t i = 0; ids && i < m.n; i++)

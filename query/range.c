@@ -35,6 +35,23 @@ static int cmp_step_att(const void *a, const void *b)
 	return (x->attempt > y->attempt) - (x->attempt < y->attempt);
 }
 
+/* True when the steps of c's points that have one strictly increase (in
+ * time order, as read): then no step has two points. */
+static bool steps_distinct(const struct mdl_cols *c)
+{
+	int64_t last = MDL_STEP_NONE;
+	bool any = false;
+	for (size_t i = 0; i < c->n; i++) {
+		if (c->step[i] == MDL_STEP_NONE)
+			continue;
+		if (any && c->step[i] <= last)
+			return false;
+		last = c->step[i];
+		any = true;
+	}
+	return true;
+}
+
 /* Keeps the points of attempt (>= 0), or with QRY_ATTEMPT_LATEST per step
  * only those of its highest attempt (points without a step stay), in place.
  * 0 or -ENOMEM. */
@@ -44,6 +61,8 @@ static int filter_attempt(struct mdl_cols *c, int64_t attempt)
 	size_t ns = 0;
 	if (attempt == QRY_ATTEMPT_ALL || c->n == 0)
 		return 0;
+	if (attempt == QRY_ATTEMPT_LATEST && steps_distinct(c))
+		return 0; /* one point per step: each is its step's latest */
 	if (attempt == QRY_ATTEMPT_LATEST) {
 		sa = malloc(c->n * sizeof(*sa));
 		if (!sa)

@@ -75,25 +75,64 @@ static const char digit_pairs[201] = "00010203040506070809"
 				     "80818283848586878889"
 				     "90919293949596979899";
 
-/* Writes the decimal digits of v (no sign) at p; returns their count. */
-static size_t fmt_u64(char *p, uint64_t v)
+/* Writes the decimal digits of v < 10^8 (no sign) at p; returns their count.
+ * The length first, then the pairs from the end, in place. */
+static size_t fmt_u32_small(char *p, uint32_t v)
 {
-	char tmp[20];
-	size_t n = sizeof(tmp);
+	size_t n = v < 10	  ? 1
+		   : v < 100	  ? 2
+		   : v < 1000	  ? 3
+		   : v < 10000	  ? 4
+		   : v < 100000	  ? 5
+		   : v < 1000000  ? 6
+		   : v < 10000000 ? 7
+				  : 8;
+	char *e = p + n;
 	while (v >= 100) {
-		unsigned d = (unsigned)(v % 100) * 2;
+		unsigned d = (v % 100) * 2;
 		v /= 100;
-		tmp[--n] = digit_pairs[d + 1];
-		tmp[--n] = digit_pairs[d];
+		*--e = digit_pairs[d + 1];
+		*--e = digit_pairs[d];
 	}
 	if (v >= 10) {
-		tmp[--n] = digit_pairs[v * 2 + 1];
-		tmp[--n] = digit_pairs[v * 2];
+		*--e = digit_pairs[v * 2 + 1];
+		*--e = digit_pairs[v * 2];
 	} else {
-		tmp[--n] = (char)('0' + v);
+		*--e = (char)('0' + v);
 	}
-	memcpy(p, tmp + n, sizeof(tmp) - n);
-	return sizeof(tmp) - n;
+	return n;
+}
+
+/* Writes exactly 8 digits of v < 10^8 (leading zeros kept) at p: two
+ * halves of four digits, each two pairs, computed independently. */
+static void fmt_8digits(char *p, uint32_t v)
+{
+	uint32_t hi = v / 10000, lo = v % 10000;
+	memcpy(p, digit_pairs + (hi / 100) * 2, 2);
+	memcpy(p + 2, digit_pairs + (hi % 100) * 2, 2);
+	memcpy(p + 4, digit_pairs + (lo / 100) * 2, 2);
+	memcpy(p + 6, digit_pairs + (lo % 100) * 2, 2);
+}
+
+/* Writes the decimal digits of v (no sign) at p; returns their count.
+ * Eight digits at a time in 32-bit arithmetic (nanosecond timestamps have
+ * 19 digits: a 64-bit division per pair was most of a raw range answer). */
+static size_t fmt_u64(char *p, uint64_t v)
+{
+	if (v < 100000000u)
+		return fmt_u32_small(p, (uint32_t)v);
+	uint64_t q = v / 100000000u;
+	uint32_t r = (uint32_t)(v % 100000000u);
+	size_t n;
+	if (q < 100000000u) {
+		n = fmt_u32_small(p, (uint32_t)q);
+	} else {
+		n = fmt_u32_small(p, (uint32_t)(q / 100000000u));
+		fmt_8digits(p + n, (uint32_t)(q % 100000000u));
+		n += 8;
+	}
+	fmt_8digits(p + n, r);
+	return n + 8;
 }
 
 size_t srv_fmt_u64(char *p, uint64_t v)
@@ -152,6 +191,73 @@ static size_t fmt_g(char *p, bool neg, uint64_t d, int prec, int x)
 	return o;
 }
 
+/* fmt_shortest_fast's common case in one multiplication: N17 = m * 10^s17
+ * gives q17 = N17 >> k and r17; the P = 15 and 16 digit candidates are
+ * q17 / 100 and q17 / 10 (floor of floor), and their remainders scaled by
+ * 100 or 10, R = (q17 mod div) * 2^k + r17 = div * r_P, decide rounding and
+ * read-back exactly as in the loop below (all its comparisons multiplied by
+ * div: half becomes div * 2^(k-1), an ulp 10^s17). Needs s17 >= 2 and k <=
+ * 119 (div * 2^k and 4 * div * delta below 2^128). Returns the length, or
+ * 0 when outside that domain (the loop decides). */
+static size_t fmt_shortest_one_mul(char *p, uint64_t m, int k, bool neg, bool tight_below, int x)
+{
+	if (k > 119)
+		return 0;
+	uint64_t q17 = 0;
+	u128 r17 = 0, mask = ((u128)1 << k) - 1;
+	int s17 = 0;
+	for (int tries = 0;; tries++) {
+		s17 = 16 - x;
+		if (s17 < 2 || s17 > 22 || tries > 3)
+			return 0;
+		u128 n = (u128)m * pow10_128(s17), qq = n >> k;
+		r17 = n & mask;
+		if (qq >= pow10_u64[17]) {
+			x++;
+			continue;
+		}
+		if (qq < pow10_u64[16]) {
+			x--;
+			continue;
+		}
+		q17 = (uint64_t)qq;
+		break;
+	}
+	u128 ulp17 = pow10_128(s17), one = (u128)1 << k;
+	static const uint64_t divs[2] = {100, 10};
+	for (int i = 0; i < 2; i++) {
+		int prec = 15 + i;
+		uint64_t div = divs[i], q = q17 / div;
+		u128 big = (u128)(q17 % div) * one + r17, half = (u128)(div / 2) * one;
+		bool up = big > half || (big == half && (q & 1));
+		u128 d_scaled = up ? (u128)div * one - big : big;
+		bool back;
+		if (d_scaled == 0)
+			back = true;
+		else if (!up && tight_below)
+			back = 4 * d_scaled <= ulp17;
+		else
+			back = 2 * d_scaled < ulp17 || (2 * d_scaled == ulp17 && !(m & 1));
+		if (!back)
+			continue;
+		uint64_t d = q + up;
+		int xx = x;
+		if (d == pow10_u64[prec]) {
+			d = pow10_u64[prec - 1];
+			xx++;
+		}
+		return fmt_g(p, neg, d, prec, xx);
+	}
+	u128 half17 = (u128)1 << (k - 1);
+	uint64_t d = q17 + (r17 > half17 || (r17 == half17 && (q17 & 1)));
+	int xx = x;
+	if (d == pow10_u64[17]) {
+		d = pow10_u64[16];
+		xx++;
+	}
+	return fmt_g(p, neg, d, 17, xx);
+}
+
 /* The fast exact path: writes %.<P>g of the finite, non-zero, normal value
  * with these bits for the first P in 15..17 that reads back; returns the
  * length, or 0 when the value is outside the fast domain. */
@@ -169,6 +275,9 @@ static size_t fmt_shortest_fast(char *p, uint64_t bits)
 	bool tight_below = frac == 0 && exp_field > 1;
 	/* floor(log10 |v|) is this or one more (fixed up below). */
 	int x = (int)floor((double)(exp_field - 1023) * 0.30102999566398120);
+	size_t one = fmt_shortest_one_mul(p, m, k, neg, tight_below, x);
+	if (one)
+		return one;
 	u128 mask = ((u128)1 << k) - 1, half = (u128)1 << (k - 1);
 	for (int prec = 15; prec <= 17; prec++) {
 		uint64_t q;
@@ -293,86 +402,70 @@ int srv_json_rank(struct rdb_buf *out, uint32_t rank)
 
 /* ---- arrays ---------------------------------------------------------------- */
 
-/* Elements are formatted into a stack block, appended a block at a time. */
-#define BLOCK_BYTES 4096
+/* Elements are formatted straight into out: room for a block of at most
+ * BLOCK_ELEMS elements of at most `width` bytes each (comma included) is
+ * reserved, then they are written. Within `width` of the buffer's bound an
+ * element goes through a stack copy and rdb_buf_append, so the bound is hit
+ * exactly where appending the text would hit it. */
+#define BLOCK_ELEMS 256
+#define ELEM_MAX    (SRV_FMT_VALUE_MAX + 1)
 
-struct block {
-	char b[BLOCK_BYTES];
-	size_t n;
-};
-
-static int block_room(struct rdb_buf *out, struct block *k, size_t need)
-{
-	if (k->n + need <= sizeof(k->b))
-		return 0;
-	int rc = rdb_buf_append(out, k->b, k->n);
-	k->n = 0;
-	return rc;
-}
+#define JSON_ARRAY(out, n, width, WRITE)                                                           \
+	do {                                                                                       \
+		for (size_t i = 0; i < (n);) {                                                     \
+			size_t k = (n)-i < BLOCK_ELEMS ? (n)-i : BLOCK_ELEMS;                      \
+			size_t fit = ((out)->max - (out)->len) / (width);                          \
+			if (fit == 0) {                                                            \
+				char tmp_[ELEM_MAX], *p = tmp_;                                    \
+				if (i)                                                             \
+					*p++ = ',';                                                \
+				WRITE;                                                             \
+				int rc_ = rdb_buf_append((out), tmp_, (size_t)(p - tmp_));         \
+				if (rc_)                                                           \
+					return rc_;                                                \
+				i++;                                                               \
+				continue;                                                          \
+			}                                                                          \
+			k = k < fit ? k : fit;                                                     \
+			int rc_ = rdb_buf_reserve((out), k * (width));                             \
+			if (rc_)                                                                   \
+				return rc_;                                                        \
+			char *p = (char *)(out)->data + (out)->len;                                \
+			for (size_t end = i + k; i < end; i++) {                                   \
+				if (i)                                                             \
+					*p++ = ',';                                                \
+				WRITE;                                                             \
+			}                                                                          \
+			(out)->len = (size_t)((uint8_t *)p - (out)->data);                         \
+		}                                                                                  \
+		return 0;                                                                          \
+	} while (0)
 
 int srv_json_i64s(struct rdb_buf *out, const int64_t *v, size_t n)
 {
-	struct block k;
-	k.n = 0;
-	for (size_t i = 0; i < n; i++) {
-		int rc = block_room(out, &k, 24);
-		if (rc)
-			return rc;
-		if (i)
-			k.b[k.n++] = ',';
-		k.n += srv_fmt_i64(k.b + k.n, v[i]);
-	}
-	return rdb_buf_append(out, k.b, k.n);
+	JSON_ARRAY(out, n, 21, p += srv_fmt_i64(p, v[i]));
 }
 
 int srv_json_steps(struct rdb_buf *out, const int64_t *v, size_t n)
 {
-	struct block k;
-	k.n = 0;
-	for (size_t i = 0; i < n; i++) {
-		int rc = block_room(out, &k, 24);
-		if (rc)
-			return rc;
-		if (i)
-			k.b[k.n++] = ',';
+	JSON_ARRAY(out, n, 21, {
 		if (v[i] == MDL_STEP_NONE) {
-			memcpy(k.b + k.n, "null", 4);
-			k.n += 4;
+			memcpy(p, "null", 4);
+			p += 4;
 		} else {
-			k.n += srv_fmt_i64(k.b + k.n, v[i]);
+			p += srv_fmt_i64(p, v[i]);
 		}
-	}
-	return rdb_buf_append(out, k.b, k.n);
+	});
 }
 
 int srv_json_u32s(struct rdb_buf *out, const uint32_t *v, size_t n)
 {
-	struct block k;
-	k.n = 0;
-	for (size_t i = 0; i < n; i++) {
-		int rc = block_room(out, &k, 24);
-		if (rc)
-			return rc;
-		if (i)
-			k.b[k.n++] = ',';
-		k.n += srv_fmt_u64(k.b + k.n, v[i]);
-	}
-	return rdb_buf_append(out, k.b, k.n);
+	JSON_ARRAY(out, n, 11, p += srv_fmt_u64(p, v[i]));
 }
 
 int srv_json_values(struct rdb_buf *out, const uint64_t *bits, size_t n)
 {
-	struct block k;
-	k.n = 0;
-	for (size_t i = 0; i < n; i++) {
-		int rc = block_room(out, &k, SRV_FMT_VALUE_MAX + 1);
-		if (rc)
-			return rc;
-		if (i)
-			k.b[k.n++] = ',';
-		k.n += srv_fmt_value(k.b + k.n, bits[i]);
-	}
-	return rdb_buf_append(out, k.b, k.n);
+	JSON_ARRAY(out, n, SRV_FMT_VALUE_MAX + 1, p += srv_fmt_value(p, bits[i]));
 }
 
 int srv_json_f64(struct rdb_buf *out, double v, bool defined)

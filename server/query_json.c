@@ -192,6 +192,11 @@ static int write_series_points(struct rdb_buf *out, const struct qry_series_poin
 
 int srv_write_points(struct rdb_buf *out, const struct qry_points *r, struct qry_error *err)
 {
+	/* ~50 bytes a point (a ns timestamp, a step, an attempt, a value):
+	 * grown once instead of by doubling, when that fits the bound */
+	size_t guess = 256 + 50 * r->total;
+	if (r->total < out->max / 64 && guess <= out->max - out->len)
+		(void)rdb_buf_reserve(out, guess);
 	int rc = rdb_buf_puts(out, "{\"series\":[");
 	for (size_t i = 0; rc == 0 && i < r->n; i++)
 		rc = write_series_points(out, &r->v[i], i == 0);

@@ -5,7 +5,7 @@
  * big-endian so that they sort numerically.
  *
  * Data directory:
- *   FORMAT                text: "rankdb data directory\nformat 3\n"
+ *   FORMAT                text: "rankdb data directory\nformat 4\n"
  *   LOCK                  flock(2)ed by the running server
  *   index/                LMDB environment (derived: rebuildable from chunks/)
  *   wal/wal-<gen %016x>.log  write-ahead log, one file per generation
@@ -19,18 +19,21 @@
 
 #include <stdint.h>
 
-#define STO_FORMAT_VERSION 3u
+#define STO_FORMAT_VERSION 4u
 /* The oldest version this build reads. A directory of format 1 (before
- * group and supersede records) or 2 (before checksums in index values) is
- * upgraded in place at its first open: FORMAT says 3 from then on, so that
- * an older rankdbd refuses it instead of misreading group records or
- * 136-byte chunk entries; the index's format_version says 3 once every
- * chunk entry has been rewritten with its checksum (bounded transactions,
- * storage/index/index.c; until then entries without one are read as they
- * are, and a crash in the middle is finished at the next open). WAL and
- * segment files of formats 1 and 2 are read as they are (their layouts did
- * not change). */
+ * group and supersede records), 2 (before checksums in index values) or 3
+ * (before blocked value columns, codec encoding 37) is upgraded in place
+ * at its first open: FORMAT says 4 from then on, so that an older rankdbd
+ * refuses it instead of misreading group records or 136-byte chunk entries,
+ * or reporting blocked chunks as corrupt; the index's format_version says 4
+ * once every chunk entry has its checksum (from format 1 or 2: rewritten in
+ * bounded transactions, storage/index/index.c; until then entries without
+ * one are read as they are, and a crash in the middle is finished at the
+ * next open; from format 3 nothing is rewritten). WAL and segment files of
+ * formats 1 to 3 are read as they are (their layouts did not change). */
 #define STO_FORMAT_VERSION_OLDEST 1u
+/* The first format whose index values carry checksums. */
+#define STO_FORMAT_INDEX_CHECKSUMS 3u
 
 /* ---- WAL file ------------------------------------------------------------
  * Header (32 bytes):

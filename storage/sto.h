@@ -166,6 +166,16 @@ int sto_read_chunk(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_bu
 #define STO_READ_NO_TS 1u
 int sto_read_chunk_flags(struct sto *s, const struct sto_chunk_ref *ref, unsigned flags,
 			 struct rdb_buf *rec, struct mdl_cols *out, struct sto_read_error *err);
+/* sto_read_chunk_flags keeping only the chunk's points from the first one
+ * whose step is >= min_step on (points without a step count as below):
+ * the leading points are left out, and where the chunk's value column is
+ * stored in blocks (docs/FORMAT.md, codec encoding 37) their blocks are
+ * not decoded. For readers that drop points below min_step anyway (a step
+ * range starting inside the chunk). With STO_READ_NO_TS and points left
+ * out, every point's ts_ns is stats.max_ts_ns. INT64_MIN: every point. */
+int sto_read_chunk_tail(struct sto *s, const struct sto_chunk_ref *ref, unsigned flags,
+			int64_t min_step, struct rdb_buf *rec, struct mdl_cols *out,
+			struct sto_read_error *err);
 
 /* For a ref marked damaged (its index entry failed its checksum): reads the
  * chunk at the entry's location, checked like any read (record checksum,

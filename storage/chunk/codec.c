@@ -64,6 +64,14 @@
  *                 an integer s, |s| <= 2^53, stored as the double (s) (+0.0
  *                 for 0; -0.0 is never "int"); |s| > 2^53 is corruption
  *   36 shuf_zstd  frame of 8 * n bytes: byte planes of the 64-bit patterns
+ *   37 blocked    varint B (BLOCK_POINTS_MIN <= B < n), then nb = ceil(n / B)
+ *                 u32 block lengths L[0..nb), then nb blocks back to back,
+ *                 each u8 inner enc (any value encoding but 37) and L[b] - 1
+ *                 bytes of inner body: block b holds points [b * B,
+ *                 min(n, (b + 1) * B)). The lengths must sum to exactly the
+ *                 rest of the body. A reader that needs only the points from
+ *                 some index on decodes only the blocks holding them (seek
+ *                 points: a query over the last steps of a long chunk).
  *
  * Gorilla XOR stream (MSB-first bit stream, zero-padded to a byte; padding
  * must be zero). F = log2(W) bits for the field widths (6, or 5 for W = 32).
@@ -123,6 +131,7 @@ enum {
 	ENC_F32_SHUF_ZSTD = 34,
 	ENC_INT = 35,
 	ENC_SHUF_ZSTD = 36,
+	ENC_BLOCKED = 37,
 };
 
 #define ZSTD_LEVEL     3
@@ -167,6 +176,8 @@ const char *sto_codec_name(uint8_t enc)
 		return "int";
 	case ENC_SHUF_ZSTD:
 		return "shuf_zstd";
+	case ENC_BLOCKED:
+		return "blocked";
 	default:
 		return "unknown";
 	}
@@ -236,6 +247,30 @@ static uint64_t f32_to_f64_bits(uint32_t f)
 	unsigned top = 31 - (unsigned)__builtin_clz(man);
 	uint64_t frac = ((uint64_t)man << (52 - top)) & (((uint64_t)1 << 52) - 1);
 	return sign | (uint64_t)(top - 149 + 1023) << 52 | frac;
+}
+
+/* out[i] (float32 patterns) become their float64 patterns, in place. A
+ * normal float32 (exponent 1..254) only moves its fields: the exponent is
+ * rebased by 1023 - 127 = 896, which adds 896 << 52 to the shifted
+ * pattern; a first pass finds whether any value is zero, denormal, Inf or
+ * NaN (which need f32_to_f64_bits), so that the common loop has no branch
+ * and vectorizes. */
+static void widen_f32(uint64_t *out, size_t n)
+{
+	bool special = false;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t e = (uint32_t)out[i] & 0x7f800000u;
+		special |= e == 0 || e == 0x7f800000u;
+	}
+	if (special) {
+		for (size_t i = 0; i < n; i++)
+			out[i] = f32_to_f64_bits((uint32_t)out[i]);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		uint64_t f = (uint32_t)out[i];
+		out[i] = (f >> 31) << 63 | (((f & 0x7fffffffu) << 29) + ((uint64_t)896 << 52));
+	}
 }
 
 static bool f64_to_f32_exact(uint64_t d, uint32_t *f)
@@ -840,6 +875,45 @@ static inline int dec_xor_one(struct bitrd *b, unsigned width, unsigned fbits, u
 	return 0;
 }
 
+/* The 32-bit stream's values from out[1] on while 8 bytes can be loaded at
+ * the read position: one load per value (a value takes at most 2 + 5 + 5
+ * + 32 = 44 bits, and a load holds at least 57), the same checks as
+ * dec_xor_one. Returns the index of the next value to decode (the rest
+ * goes the bit-by-bit way), or 0 on corruption. */
+static size_t dec_xor32_run(struct bitrd *b, size_t k, uint64_t *v, unsigned *wlead, unsigned *wlen,
+			    uint64_t *out)
+{
+	size_t i = 1, pos = b->pos;
+	unsigned lead = *wlead, len = *wlen;
+	uint64_t x = *v;
+	for (; i < k && (pos >> 3) + 8 <= b->len; i++) {
+		uint64_t w = rdb_get_be64(b->p + (pos >> 3)) << (pos & 7);
+		if (!(w >> 63)) {
+			pos++;
+			out[i] = x;
+			continue;
+		}
+		unsigned used = 2;
+		if ((w >> 62) & 1) {
+			lead = (unsigned)(w >> 57) & 31;
+			len = ((unsigned)(w >> 52) & 31) + 1;
+			if (lead + len > 32)
+				return 0;
+			used = 12;
+		} else if (len == 0) {
+			return 0;
+		}
+		x ^= ((w << used) >> (64 - len)) << (32 - lead - len);
+		pos += used + len;
+		out[i] = x;
+	}
+	b->pos = pos;
+	*v = x;
+	*wlead = lead;
+	*wlen = len;
+	return i;
+}
+
 static int dec_xor(const uint8_t *p, size_t len, size_t k, unsigned width, uint64_t *out)
 {
 	struct bitrd b = {p, len, 0};
@@ -848,7 +922,12 @@ static int dec_xor(const uint8_t *p, size_t len, size_t k, unsigned width, uint6
 	if (br_get_wide(&b, width, &v))
 		return RDB_ECORRUPT;
 	out[0] = v;
-	for (size_t i = 1; i < k; i++) {
+	size_t i = 1;
+	if (width == 32)
+		i = dec_xor32_run(&b, k, &v, &wlead, &wlen, out);
+	if (i == 0)
+		return RDB_ECORRUPT;
+	for (; i < k; i++) {
 		if (dec_xor_one(&b, width, fbits, &v, &wlead, &wlen))
 			return RDB_ECORRUPT;
 		out[i] = v;
@@ -900,6 +979,91 @@ static int dec_shuf_zstd(const uint8_t *p, size_t len, size_t k, unsigned width_
 	unshuffle(planes, k, width_bytes, out);
 	free(planes);
 	return 0;
+}
+
+/* ---- blocked value column ------------------------------------------------------------
+ * Values of a long chunk in blocks of BLOCK_POINTS, each encoded on its own
+ * (the smallest candidate per block), so that a read of the chunk's tail
+ * decodes only the blocks it needs. Tried only when the best whole-column
+ * encoding is slow to decode (slow_to_decode), and kept only when it costs
+ * at most BLOCK_MARGIN_PCT more bytes than that encoding (byte planes and
+ * XOR streams lose little when cut). */
+#define BLOCK_POINTS	 256u
+#define BLOCK_POINTS_MIN 64u
+#define BLOCK_MARGIN_PCT 4u
+
+static int enc_values(const uint64_t *v, size_t n, struct blob *best);
+
+/* Encodings whose decoding costs enough per point (a zstd frame, a bit
+ * stream) for blocks to pay off in tail reads; the integer streams decode
+ * in about a nanosecond a point and are left whole, which also spares the
+ * encoder the second candidate search for them. */
+static bool slow_to_decode(uint8_t enc)
+{
+	return enc == ENC_ZSTD || enc == ENC_XOR || enc == ENC_F32_XOR ||
+	       enc == ENC_F32_SHUF_ZSTD || enc == ENC_SHUF_ZSTD;
+}
+
+static int enc_blocked(const uint64_t *v, size_t n, struct blob *b)
+{
+	size_t nb = (n + BLOCK_POINTS - 1) / BLOCK_POINTS;
+	struct blob *blk = calloc(nb, sizeof(*blk));
+	size_t total = 10 + 4 * nb;
+	int rc = blk ? 0 : -ENOMEM;
+	for (size_t i = 0; rc == 0 && i < nb; i++) {
+		size_t k = i + 1 < nb ? BLOCK_POINTS : n - i * BLOCK_POINTS;
+		rc = enc_values(v + i * BLOCK_POINTS, k, &blk[i]);
+		total += 1 + blk[i].len;
+	}
+	if (rc == 0)
+		rc = blob_alloc(b, ENC_BLOCKED, total);
+	if (rc == 0) {
+		size_t o = put_varint(b->p, BLOCK_POINTS);
+		for (size_t i = 0; i < nb; i++, o += 4)
+			rdb_put_le32(b->p + o, (uint32_t)(1 + blk[i].len));
+		for (size_t i = 0; i < nb; i++) {
+			b->p[o++] = blk[i].enc;
+			memcpy(b->p + o, blk[i].p, blk[i].len);
+			o += blk[i].len;
+		}
+		b->len = o;
+	}
+	for (size_t i = 0; blk && i < nb; i++)
+		blob_free(&blk[i]);
+	free(blk);
+	return rc;
+}
+
+static int dec_values(uint8_t enc, const uint8_t *p, size_t len, size_t n, uint64_t *out);
+
+/* Decodes the blocks holding points [from, n) into out[their first point
+ * ..n); the values before are left as they were. */
+static int dec_blocked(const uint8_t *p, size_t len, size_t n, size_t from, uint64_t *out)
+{
+	struct rd r = {p, p + len};
+	uint64_t bp;
+	if (get_varint(&r, &bp) || bp < BLOCK_POINTS_MIN || bp >= n)
+		return RDB_ECORRUPT;
+	size_t nb = (n + (size_t)bp - 1) / (size_t)bp;
+	if ((size_t)(r.end - r.p) / 4 < nb)
+		return RDB_ECORRUPT;
+	const uint8_t *dir = r.p, *at = r.p + 4 * nb;
+	size_t left = (size_t)(r.end - at);
+	for (size_t i = 0; i < nb; i++) {
+		size_t blen = rdb_get_le32(dir + 4 * i), k = i + 1 < nb ? (size_t)bp : n - i * bp;
+		if (blen < 1 || blen > left)
+			return RDB_ECORRUPT;
+		if ((i + 1) * bp > from) {
+			if (at[0] == ENC_BLOCKED)
+				return RDB_ECORRUPT;
+			int rc = dec_values(at[0], at + 1, blen - 1, k, out + i * bp);
+			if (rc)
+				return rc;
+		}
+		at += blen;
+		left -= blen;
+	}
+	return left ? RDB_ECORRUPT : 0;
 }
 
 /* ---- value column ------------------------------------------------------------ */
@@ -988,6 +1152,14 @@ static int enc_values(const uint64_t *v, size_t n, struct blob *best)
 	if (!rc && slow.p && slow.len * 100 < best->len * (100 - SLOW_MARGIN_PCT))
 		keep_smaller(best, &slow);
 	blob_free(&slow);
+	if (!rc && n >= 2 * BLOCK_POINTS && slow_to_decode(best->enc))
+		rc = enc_blocked(v, n, &cand);
+	if (!rc && cand.p && cand.len * 100 <= best->len * (100 + BLOCK_MARGIN_PCT)) {
+		blob_free(best);
+		*best = cand;
+		cand = (struct blob){0};
+	}
+	blob_free(&cand);
 	if (rc)
 		blob_free(best);
 	return rc;
@@ -1024,11 +1196,13 @@ static int dec_values(uint8_t enc, const uint8_t *p, size_t len, size_t n, uint6
 	case ENC_F32_SHUF_ZSTD:
 		rc = dec_shuf_zstd(p, len, n, 4, out);
 		break;
+	case ENC_BLOCKED:
+		return dec_blocked(p, len, n, 0, out);
 	default:
 		return dec_i64(enc, p, len, n, out, 0u);
 	}
-	for (size_t i = 0; rc == 0 && i < n; i++)
-		out[i] = f32_to_f64_bits((uint32_t)out[i]);
+	if (rc == 0)
+		widen_f32(out, n);
 	return rc;
 }
 
@@ -1277,6 +1451,16 @@ static int put_columns(const struct blob *col, int first, int count, bool with_n
 	return 0;
 }
 
+/* The first block's encoding of a blocked value column (0 otherwise). */
+static uint8_t block0_enc(const struct blob *b, size_t n)
+{
+	if (b->enc != ENC_BLOCKED)
+		return 0;
+	size_t nb = (n + BLOCK_POINTS - 1) / BLOCK_POINTS;
+	size_t at = put_varint((uint8_t[10]){0}, BLOCK_POINTS) + 4 * nb;
+	return at < b->len ? b->p[at] : 0;
+}
+
 int sto_codec_encode(const struct mdl_cols *cols, struct rdb_buf *out, struct sto_codec_info *info)
 {
 	if (!cols || cols->n < 1 || cols->n > STO_CHUNK_MAX_POINTS)
@@ -1286,10 +1470,10 @@ int sto_codec_encode(const struct mdl_cols *cols, struct rdb_buf *out, struct st
 	if (!rc)
 		rc = put_columns(col, 0, 4, true, (uint32_t)cols->n, out);
 	if (!rc && info)
-		*info = (struct sto_codec_info){col[0].enc,	      col[1].enc,
-						col[2].enc,	      col[3].enc,
-						(uint32_t)col[0].len, (uint32_t)col[1].len,
-						(uint32_t)col[2].len, (uint32_t)col[3].len};
+		*info = (struct sto_codec_info){
+		    col[0].enc,		  col[1].enc,		col[2].enc,
+		    col[3].enc,		  (uint32_t)col[0].len, (uint32_t)col[1].len,
+		    (uint32_t)col[2].len, (uint32_t)col[3].len, block0_enc(&col[3], cols->n)};
 	for (int i = 0; i < 4; i++)
 		blob_free(&col[i]);
 	return rc;
@@ -1325,7 +1509,9 @@ int sto_codec_encode_values(const struct mdl_cols *cols, struct rdb_buf *out)
 	return rc;
 }
 
-static int decode_column(int idx, uint8_t enc, const uint8_t *p, size_t len, size_t n,
+/* Decodes column idx of n points; the value column only from the block
+ * holding point `from` on where its encoding allows (else whole). */
+static int decode_column(int idx, uint8_t enc, const uint8_t *p, size_t len, size_t n, size_t from,
 			 struct mdl_cols *out)
 {
 	switch (idx) {
@@ -1336,8 +1522,32 @@ static int decode_column(int idx, uint8_t enc, const uint8_t *p, size_t len, siz
 	case 2:
 		return dec_attempts(enc, p, len, n, out->attempt);
 	default:
+		if (enc == ENC_BLOCKED)
+			return dec_blocked(p, len, n, from, out->value);
 		return dec_values(enc, p, len, n, out->value);
 	}
+}
+
+size_t sto_codec_lead_below(const struct mdl_cols *c, int64_t min_step)
+{
+	size_t i = 0;
+	while (i < c->n && c->step[i] < min_step)
+		i++;
+	return i;
+}
+
+void sto_codec_drop_lead(struct mdl_cols *c, size_t k, unsigned flags)
+{
+	if (k == 0)
+		return;
+	k = k < c->n ? k : c->n;
+	size_t rest = c->n - k;
+	if (!(flags & STO_CODEC_SKIP_TS))
+		memmove(c->ts_ns, c->ts_ns + k, rest * sizeof(*c->ts_ns));
+	memmove(c->step, c->step + k, rest * sizeof(*c->step));
+	memmove(c->attempt, c->attempt + k, rest * sizeof(*c->attempt));
+	memmove(c->value, c->value + k, rest * sizeof(*c->value));
+	c->n = rest;
 }
 
 /* Reads one `column` header at src[*pos]: its encoding and body bounds. */
@@ -1357,14 +1567,14 @@ static int column_at(const uint8_t *src, size_t len, size_t *pos, uint8_t *enc, 
  * with STO_CODEC_SKIP_TS the ts column's bounds are checked, its body is
  * not decoded. */
 static int decode_columns(const uint8_t *src, size_t len, size_t *pos, int first, int count,
-			  size_t n, unsigned flags, struct mdl_cols *out)
+			  size_t n, unsigned flags, size_t from, struct mdl_cols *out)
 {
 	for (int i = first; i < first + count; i++) {
 		uint8_t enc;
 		size_t clen;
 		int rc = column_at(src, len, pos, &enc, &clen);
 		if (rc == 0 && !(i == 0 && (flags & STO_CODEC_SKIP_TS)))
-			rc = decode_column(i, enc, src + *pos, clen, n, out);
+			rc = decode_column(i, enc, src + *pos, clen, n, from, out);
 		if (rc)
 			return rc;
 		*pos += clen;
@@ -1394,10 +1604,35 @@ static int decode_chunk(const uint8_t *src, size_t len, uint32_t max_points, uns
 	size_t pos = 4;
 	int rc = decode_n(src, len, max_points, out, &n);
 	if (rc == 0)
-		rc = decode_columns(src, len, &pos, 0, ncols, n, flags, out);
+		rc = decode_columns(src, len, &pos, 0, ncols, n, flags, 0, out);
 	if (rc)
 		return rc;
 	out->n = n;
+	if (used)
+		*used = pos;
+	return 0;
+}
+
+int sto_codec_decode_tail(const uint8_t *src, size_t len, uint32_t max_points, unsigned flags,
+			  int64_t min_step, struct mdl_cols *out, size_t *used, size_t *dropped)
+{
+	out->n = 0;
+	*dropped = 0;
+	uint32_t n;
+	size_t pos = 4;
+	int rc = decode_n(src, len, max_points, out, &n);
+	if (rc == 0)
+		rc = decode_columns(src, len, &pos, 0, 3, n, flags, 0, out);
+	out->n = rc == 0 ? n : 0;
+	size_t from = rc == 0 ? sto_codec_lead_below(out, min_step) : 0;
+	if (rc == 0)
+		rc = decode_columns(src, len, &pos, 3, 1, n, flags, from, out);
+	if (rc) {
+		out->n = 0;
+		return rc;
+	}
+	sto_codec_drop_lead(out, from, flags);
+	*dropped = from;
 	if (used)
 		*used = pos;
 	return 0;
@@ -1429,10 +1664,16 @@ int sto_codec_decode_shared_flags(const uint8_t *src, size_t len, uint32_t max_p
 
 int sto_codec_decode_values(const uint8_t *src, size_t len, struct mdl_cols *out, size_t *used)
 {
+	return sto_codec_decode_values_from(src, len, 0, out, used);
+}
+
+int sto_codec_decode_values_from(const uint8_t *src, size_t len, size_t from, struct mdl_cols *out,
+				 size_t *used)
+{
 	size_t pos = 0;
 	if (out->n == 0 || out->n > out->cap)
 		return RDB_EINVAL;
-	int rc = decode_columns(src, len, &pos, 3, 1, out->n, 0, out);
+	int rc = decode_columns(src, len, &pos, 3, 1, out->n, 0, from, out);
 	if (rc)
 		return rc;
 	if (used)

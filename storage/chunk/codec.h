@@ -18,6 +18,7 @@
 struct sto_codec_info {
 	uint8_t enc_ts, enc_step, enc_attempt, enc_value; /* encoding ids, see codec.c */
 	uint32_t bytes_ts, bytes_step, bytes_attempt, bytes_value;
+	uint8_t enc_value_block0; /* enc_value "blocked": its first block's encoding */
 };
 
 /* Appends the encoded form of cols (cols->n >= 1, <= STO_CHUNK_MAX_POINTS)
@@ -45,6 +46,20 @@ int sto_codec_decode(const uint8_t *src, size_t len, uint32_t max_points, struct
 int sto_codec_decode_flags(const uint8_t *src, size_t len, uint32_t max_points, unsigned flags,
 			   struct mdl_cols *out, size_t *used);
 
+/* Tail reads. sto_codec_decode_flags that keeps only the points from the
+ * first one whose step is >= min_step on (points without a step count as
+ * below any min_step): the leading points are dropped from out (out->n is
+ * the count kept, *dropped the count dropped), and their values are not
+ * decoded where the value column is blocked (encoding 37: only the blocks
+ * holding kept points are). INT64_MIN keeps every point. Same errors. */
+int sto_codec_decode_tail(const uint8_t *src, size_t len, uint32_t max_points, unsigned flags,
+			  int64_t min_step, struct mdl_cols *out, size_t *used, size_t *dropped);
+/* The number of leading points of c whose step is below min_step. */
+size_t sto_codec_lead_below(const struct mdl_cols *c, int64_t min_step);
+/* Drops the first k points of c (the ts column left alone with
+ * STO_CODEC_SKIP_TS in flags). */
+void sto_codec_drop_lead(struct mdl_cols *c, size_t k, unsigned flags);
+
 /* Group records (storage/chunk/group.h) store the point columns that their
  * members share once and each member's value column on its own:
  *   shared := u32 n  column(ts) column(step) column(attempt)
@@ -63,6 +78,10 @@ int sto_codec_decode_shared_flags(const uint8_t *src, size_t len, uint32_t max_p
 /* Decodes one value column of out->n points (out->n >= 1, set by
  * sto_codec_decode_shared) into out->value. RDB_ECORRUPT, RDB_EINVAL. */
 int sto_codec_decode_values(const uint8_t *src, size_t len, struct mdl_cols *out, size_t *used);
+/* sto_codec_decode_values, where the values of points before `from` may be
+ * left undecoded (blocked columns; their contents are then unspecified). */
+int sto_codec_decode_values_from(const uint8_t *src, size_t len, size_t from, struct mdl_cols *out,
+				 size_t *used);
 
 /* One zstd frame (content size recorded) of src, appended to out.
  * 0, -ENOMEM, RDB_ELIMIT. */

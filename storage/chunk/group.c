@@ -195,7 +195,7 @@ static int decode_shared(const uint8_t *rec, size_t dir, unsigned flags, struct 
 }
 
 /* A section: key record, then the value column, consumed exactly. */
-static int decode_section(const uint8_t *p, size_t len, struct mdl_series_key *k,
+static int decode_section(const uint8_t *p, size_t len, struct mdl_series_key *k, size_t from,
 			  struct mdl_cols *out, const char **why)
 {
 	size_t klen, used;
@@ -206,7 +206,7 @@ static int decode_section(const uint8_t *p, size_t len, struct mdl_series_key *k
 		*why = "group member's series key is malformed";
 		return rc;
 	}
-	rc = sto_codec_decode_values(p + klen, len - klen, out, &used);
+	rc = sto_codec_decode_values_from(p + klen, len - klen, from, out, &used);
 	if (rc == 0 && used != len - klen)
 		rc = RDB_ECORRUPT;
 	if (rc == RDB_ECORRUPT)
@@ -218,7 +218,16 @@ int sto_group_member_decode(const uint8_t *head, const uint8_t *section,
 			    const struct sto_chunk_ref *ref, const struct sto_group_sect *sect,
 			    unsigned flags, struct mdl_cols *out, const char **why)
 {
+	return sto_group_member_decode_tail(head, section, ref, sect, flags, INT64_MIN, out, why);
+}
+
+int sto_group_member_decode_tail(const uint8_t *head, const uint8_t *section,
+				 const struct sto_chunk_ref *ref, const struct sto_group_sect *sect,
+				 unsigned flags, int64_t min_step, struct mdl_cols *out,
+				 const char **why)
+{
 	struct mdl_series_key k;
+	size_t from = 0;
 	out->n = 0;
 	if (rdb_hash64(section, sect->length, 0) != sect->hash) {
 		*why = "group member's section checksum mismatch";
@@ -226,14 +235,18 @@ int sto_group_member_decode(const uint8_t *head, const uint8_t *section,
 	}
 	size_t dir = ref->head_len - (size_t)ref->group_n * DIR_ENTRY;
 	int rc = decode_shared(head, dir, flags, out, why);
-	if (rc == 0)
-		rc = decode_section(section, sect->length, &k, out, why);
 	if (rc == 0 && !ref->damaged && out->n != ref->stats.count) {
 		*why = "chunk point count differs from its index entry";
 		rc = RDB_ECORRUPT;
 	}
+	if (rc == 0) {
+		from = sto_codec_lead_below(out, min_step);
+		rc = decode_section(section, sect->length, &k, from, out, why);
+	}
 	if (rc)
 		out->n = 0;
+	else
+		sto_codec_drop_lead(out, from, flags);
 	return rc;
 }
 
@@ -345,7 +358,7 @@ int sto_group_each(const uint8_t *rec, size_t len, struct mdl_cols *cols, sto_gr
 		} else if (sid != 0) {
 			dir_entry(rec, dir, i, &sid, &s);
 			cols->n = n;
-			if (decode_section(rec + HDR + s.offset, s.length, &k, cols, &damage) ==
+			if (decode_section(rec + HDR + s.offset, s.length, &k, 0, cols, &damage) ==
 			    -ENOMEM)
 				return -ENOMEM;
 		} else {
@@ -366,25 +379,32 @@ int sto_record_decode(const uint8_t *rec, const struct sto_chunk_ref *ref, struc
 int sto_record_decode_flags(const uint8_t *rec, const struct sto_chunk_ref *ref, unsigned flags,
 			    struct mdl_cols *out, const char **why)
 {
+	return sto_record_decode_tail(rec, ref, flags, INT64_MIN, out, why);
+}
+
+int sto_record_decode_tail(const uint8_t *rec, const struct sto_chunk_ref *ref, unsigned flags,
+			   int64_t min_step, struct mdl_cols *out, const char **why)
+{
 	const uint8_t *payload;
-	size_t plen, used;
+	size_t plen, used, dropped;
 	int rc;
 	if (ref->group_n) {
 		struct sto_group_sect sect;
 		rc = sto_group_head_check(rec, ref, &sect, why);
 		if (rc == 0)
-			rc = sto_group_member_decode(rec, rec + sect.offset, ref, &sect, flags, out,
-						     why);
+			rc = sto_group_member_decode_tail(rec, rec + sect.offset, ref, &sect, flags,
+							  min_step, out, why);
 		return rc;
 	}
 	rc = sto_chunk_check(rec, ref->length, STO_CHUNK_MAGIC, ref->series_id, ref->uid, &payload,
 			     &plen, why);
 	if (rc)
 		return rc;
-	rc = sto_codec_decode_flags(payload, plen, STO_CHUNK_MAX_POINTS, flags, out, &used);
+	rc = sto_codec_decode_tail(payload, plen, STO_CHUNK_MAX_POINTS, flags, min_step, out, &used,
+				   &dropped);
 	if (rc == RDB_ECORRUPT)
 		*why = "chunk payload does not decode";
-	if (rc == 0 && !ref->damaged && out->n != ref->stats.count) {
+	if (rc == 0 && !ref->damaged && out->n + dropped != ref->stats.count) {
 		*why = "chunk point count differs from its index entry";
 		rc = RDB_ECORRUPT;
 	}

@@ -52,6 +52,14 @@ int sto_group_member_decode(const uint8_t *head, const uint8_t *section,
 			    const struct sto_chunk_ref *ref, const struct sto_group_sect *sect,
 			    unsigned flags, struct mdl_cols *out, const char **why);
 
+/* sto_group_member_decode keeping only the points from the first one
+ * whose step is >= min_step on (sto_codec_decode_tail); the count check is
+ * on the whole member. */
+int sto_group_member_decode_tail(const uint8_t *head, const uint8_t *section,
+				 const struct sto_chunk_ref *ref, const struct sto_group_sect *sect,
+				 unsigned flags, int64_t min_step, struct mdl_cols *out,
+				 const char **why);
+
 /* Checks a whole group record read from disk (magic, uid, lengths, head
  * checksum, sections back to back, every section's checksum but those of
  * removed members). On success *head_len gets H. RDB_ECORRUPT with *why. */
@@ -89,5 +97,11 @@ int sto_record_decode(const uint8_t *rec, const struct sto_chunk_ref *ref, struc
 /* sto_record_decode with flags (STO_CODEC_*, storage/codec.h). */
 int sto_record_decode_flags(const uint8_t *rec, const struct sto_chunk_ref *ref, unsigned flags,
 			    struct mdl_cols *out, const char **why);
+
+/* sto_record_decode_flags keeping only the points from the first one whose
+ * step is >= min_step on (sto_codec_decode_tail); the count check is on
+ * the whole chunk. */
+int sto_record_decode_tail(const uint8_t *rec, const struct sto_chunk_ref *ref, unsigned flags,
+			   int64_t min_step, struct mdl_cols *out, const char **why);
 
 #endif

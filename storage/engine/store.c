@@ -361,7 +361,8 @@ static int check_format(const char *dir)
 			return 0;
 		rdb_info("store",
 			 "%s: upgrading the data directory from format %u to %u (format 2 adds "
-			 "group and supersede records, 3 checksums in index values; older rankdbd "
+			 "group and supersede records, 3 checksums in index values, 4 blocked "
+			 "value columns; older rankdbd "
 			 "releases will refuse it from now on)",
 			 path, v, STO_FORMAT_VERSION);
 		return write_format_file(dir);

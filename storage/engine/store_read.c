@@ -100,7 +100,8 @@ static int read_record_bytes(struct sto *s, const struct sto_chunk_ref *ref,
 
 /* A group member: the group's head, then only this member's section. */
 static int read_member(struct sto *s, const struct sto_chunk_ref *ref, unsigned flags,
-		       struct rdb_buf *rec, struct mdl_cols *out, const char **why)
+		       int64_t min_step, struct rdb_buf *rec, struct mdl_cols *out,
+		       const char **why)
 {
 	struct sto_chunk_ref cur = *ref;
 	struct sto_group_sect sect;
@@ -120,8 +121,8 @@ static int read_member(struct sto *s, const struct sto_chunk_ref *ref, unsigned 
 		rc = read_record_bytes(s, ref, &cur, sect.offset, rec->data + head, sect.length,
 				       why);
 	if (rc == 0)
-		rc = sto_group_member_decode(rec->data, rec->data + head, ref, &sect, flags, out,
-					     why);
+		rc = sto_group_member_decode_tail(rec->data, rec->data + head, ref, &sect, flags,
+						  min_step, out, why);
 	return rc;
 }
 
@@ -133,15 +134,23 @@ int sto_read_chunk(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_bu
 }
 
 /* Timestamps not decoded (STO_READ_NO_TS): the chunk's first point gets
- * its min_ts, the others its max_ts (points are sorted by time). */
-static void bound_ts(const struct sto_chunk_ref *ref, struct mdl_cols *out)
+ * its min_ts, the others its max_ts (points are sorted by time); when
+ * leading points were left out (tail), every point gets max_ts. */
+static void bound_ts(const struct sto_chunk_ref *ref, bool whole, struct mdl_cols *out)
 {
 	for (size_t i = 0; i < out->n; i++)
-		out->ts_ns[i] = i ? ref->stats.max_ts_ns : ref->stats.min_ts_ns;
+		out->ts_ns[i] = i || !whole ? ref->stats.max_ts_ns : ref->stats.min_ts_ns;
 }
 
 int sto_read_chunk_flags(struct sto *s, const struct sto_chunk_ref *ref, unsigned flags,
 			 struct rdb_buf *rec, struct mdl_cols *out, struct sto_read_error *err)
+{
+	return sto_read_chunk_tail(s, ref, flags, INT64_MIN, rec, out, err);
+}
+
+int sto_read_chunk_tail(struct sto *s, const struct sto_chunk_ref *ref, unsigned flags,
+			int64_t min_step, struct rdb_buf *rec, struct mdl_cols *out,
+			struct sto_read_error *err)
 {
 	unsigned cflags = (flags & STO_READ_NO_TS) ? STO_CODEC_SKIP_TS : 0;
 	rec->len = 0;
@@ -150,16 +159,16 @@ int sto_read_chunk_flags(struct sto *s, const struct sto_chunk_ref *ref, unsigne
 	struct sto_chunk_ref cur = *ref;
 	int rc;
 	if (ref->group_n) {
-		rc = read_member(s, ref, cflags, rec, out, &why);
+		rc = read_member(s, ref, cflags, min_step, rec, out, &why);
 	} else {
 		rc = rdb_buf_reserve(rec, ref->length);
 		if (rc == 0)
 			rc = read_record_bytes(s, ref, &cur, 0, rec->data, ref->length, &why);
 		if (rc == 0)
-			rc = sto_record_decode_flags(rec->data, ref, cflags, out, &why);
+			rc = sto_record_decode_tail(rec->data, ref, cflags, min_step, out, &why);
 	}
 	if (rc == 0 && cflags)
-		bound_ts(ref, out);
+		bound_ts(ref, min_step == INT64_MIN || out->n == ref->stats.count, out);
 	if (rc == 0)
 		return 0;
 	sto_seg_path(s->seg_dir, ref->segment_id, path, sizeof(path));

@@ -233,9 +233,13 @@ static int check_format(struct sto_txn *t, bool read_only)
 			  STO_FORMAT_VERSION);
 		return RDB_EFORMAT;
 	}
-	/* Older: values without checksums are read as they are until
-	 * upgrade_values (not read-only) has rewritten them (format.h). */
-	t->ix->legacy_values = found < STO_FORMAT_VERSION;
+	/* Before format 3: values without checksums are read as they are
+	 * until upgrade_values (not read-only) has rewritten them (format.h). */
+	t->ix->legacy_values = found < STO_FORMAT_INDEX_CHECKSUMS;
+	/* Format 3: every value already has its checksum; format 4 only adds
+	 * a chunk encoding, so the version is raised in this transaction. */
+	if (found < STO_FORMAT_VERSION && !t->ix->legacy_values && !read_only)
+		return sto_meta_put(t, "format_version", STO_FORMAT_VERSION);
 	return 0;
 }
 
@@ -324,8 +328,8 @@ int ix_rewrite_legacy(struct sto_index *ix, MDB_dbi dbi, ix_check_fn check, size
 	return ret;
 }
 
-/* Format 3: every chunk entry gets its checksum, in bounded transactions;
- * format_version says 3 only once all are rewritten, so a crash in the
+/* From format 1 or 2: every chunk entry gets its checksum, in bounded
+ * transactions; format_version says 4 only once all are rewritten, so a crash in the
  * middle is finished at the next open. */
 static int upgrade_values(struct sto_index *ix)
 {

@@ -205,14 +205,14 @@ def test_format2_index_is_upgraded_with_checksums():
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
     assert _tree(data) == before
     s.start()
-    assert "upgrading to format 3" in s.log_text()
+    assert "upgrading to format 4" in s.log_text()
     st, obj = _min_from_stats(s, "old")
     assert st == 200 and obj["series"][0]["min"] == [1000.0], obj
     assert obj["series"][0]["count"] == [1000] and obj["chunks_from_stats"] == 1, obj
     assert s.get_json("/api/v1/jobs/old/meta") == (200, {"world_size": 8})
     s.stop()
     with open(os.path.join(data, "FORMAT")) as f:
-        assert f.read() == "rankdb data directory\nformat 3\n"
+        assert f.read() == "rankdb data directory\nformat 4\n"
     r = _rankctl("--data-dir", data, "verify")
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
     assert _flip_stats_min(data) >= 1

@@ -126,6 +126,14 @@ static bool is_f32(uint8_t enc)
 	return is_name(enc, "f32_xor") || is_name(enc, "f32_shuf_zstd");
 }
 
+/* The value column, or its first block when stored in blocks, is float32. */
+static bool value_f32(const struct sto_codec_info *info)
+{
+	if (is_name(info->enc_value, "blocked"))
+		return is_f32(info->enc_value_block0);
+	return is_f32(info->enc_value);
+}
+
 /* ---- value generators ---------------------------------------------------- */
 
 typedef void (*fill_fn)(struct mdl_cols *c);
@@ -386,11 +394,12 @@ static void test_float32_classes(void)
 	}
 	struct sto_codec_info info;
 	roundtrip(&c, &info);
-	CHECK(is_f32(info.enc_value));
-	/* one value that is not float32-exact disables the candidate */
+	CHECK(value_f32(&info));
+	/* one value that is not float32-exact disables the candidate (in its
+	 * block, when the column is stored in blocks) */
 	c.value[100] = 0x7ff0000000000001ull; /* a signalling NaN */
 	roundtrip(&c, &info);
-	CHECK(!is_f32(info.enc_value));
+	CHECK(!value_f32(&info));
 	mdl_cols_free(&c);
 }
 
@@ -413,10 +422,10 @@ static void test_choices(void)
 	CHECK(info.bytes_value < c.n / 4);
 	fill_loss(&c);
 	roundtrip(&c, &info);
-	CHECK(is_f32(info.enc_value));
+	CHECK(value_f32(&info));
 	fill_float32_random(&c);
 	roundtrip(&c, &info);
-	CHECK(is_f32(info.enc_value));
+	CHECK(value_f32(&info));
 	fill_constant(&c);
 	steps_absent(&c);
 	attempts_changing(&c);
@@ -591,7 +600,7 @@ static void test_handmade(void)
  * same payload read as n - 1 or n + 1 points fails. */
 static void test_zstd_sizes(void)
 {
-	struct mdl_cols c = make(1000);
+	struct mdl_cols c = make(500); /* one frame: fewer than two blocks' worth */
 	fill_noisy_f64(&c);
 	steps_absent(&c);
 	for (size_t i = 0; i < c.n; i++)
@@ -603,9 +612,9 @@ static void test_zstd_sizes(void)
 	CHECK(is_name(info.enc_value, "shuf_zstd"));
 	struct mdl_cols d = MDL_COLS_INIT;
 	CHECK_EQ_INT(sto_codec_decode(buf.data, buf.len, 65536, &d, NULL), 0);
-	rdb_put_le32(buf.data, 999);
+	rdb_put_le32(buf.data, 499);
 	CHECK_EQ_INT(sto_codec_decode(buf.data, buf.len, 65536, &d, NULL), RDB_ECORRUPT);
-	rdb_put_le32(buf.data, 1001);
+	rdb_put_le32(buf.data, 501);
 	CHECK_EQ_INT(sto_codec_decode(buf.data, buf.len, 65536, &d, NULL), RDB_ECORRUPT);
 	mdl_cols_free(&d);
 	rdb_buf_free(&buf);
@@ -675,6 +684,65 @@ static void test_corruption(void)
 	}
 }
 
+/* Tail reads: only the points from the first step >= min_step on, the
+ * same bits as a whole decode, from a blocked value column (the blocks
+ * before not decoded) and from a column in one piece (as chunks written
+ * before blocks existed): both are read the same way. */
+static void check_tail(struct mdl_cols *c, bool want_blocked)
+{
+	struct rdb_buf buf;
+	struct sto_codec_info info;
+	struct mdl_cols whole = MDL_COLS_INIT, tail = MDL_COLS_INIT;
+	rdb_buf_init(&buf, 1u << 22);
+	CHECK_EQ_INT(sto_codec_encode(c, &buf, &info), 0);
+	CHECK(is_name(info.enc_value, "blocked") == want_blocked);
+	CHECK_EQ_INT(sto_codec_decode(buf.data, buf.len, 65536, &whole, NULL), 0);
+	CHECK(cols_equal(c, &whole));
+	static const int64_t from[] = {INT64_MIN, 0, 1, 255, 256, 1000, 1800, 1999, 2000, 9999};
+	for (size_t f = 0; f < sizeof(from) / sizeof(from[0]); f++) {
+		size_t dropped = 99, used = 0, lead = sto_codec_lead_below(c, from[f]);
+		CHECK_EQ_INT(sto_codec_decode_tail(buf.data, buf.len, 65536, 0, from[f], &tail,
+						   &used, &dropped),
+			     0);
+		CHECK_EQ_INT(dropped, lead);
+		CHECK_EQ_INT(tail.n, c->n - lead);
+		CHECK_EQ_INT(used, buf.len);
+		for (size_t i = 0; i < tail.n && i + lead < c->n; i++)
+			CHECK(tail.ts_ns[i] == c->ts_ns[i + lead] &&
+			      tail.step[i] == c->step[i + lead] &&
+			      tail.attempt[i] == c->attempt[i + lead] &&
+			      tail.value[i] == c->value[i + lead]);
+	}
+	/* a block length pointing past the column is corruption, whole or tail */
+	if (want_blocked) {
+		size_t at =
+		    4 + 5 + info.bytes_ts + 5 + info.bytes_step + 5 + info.bytes_attempt + 5;
+		at += 2; /* varint B (256) */
+		rdb_put_le32(buf.data + at, 0x7fffffffu);
+		CHECK_EQ_INT(sto_codec_decode(buf.data, buf.len, 65536, &whole, NULL),
+			     RDB_ECORRUPT);
+		size_t dropped;
+		CHECK_EQ_INT(
+		    sto_codec_decode_tail(buf.data, buf.len, 65536, 0, 1800, &tail, NULL, &dropped),
+		    RDB_ECORRUPT);
+	}
+	mdl_cols_free(&whole);
+	mdl_cols_free(&tail);
+	rdb_buf_free(&buf);
+}
+
+static void test_tail(void)
+{
+	struct mdl_cols c = make(2000);
+	fill_loss(&c);
+	check_tail(&c, true);
+	c.step[5] = MDL_STEP_NONE; /* a point without a step counts as below */
+	check_tail(&c, true);
+	fill_temperature(&c); /* integers: one "int" column, no blocks */
+	check_tail(&c, false);
+	mdl_cols_free(&c);
+}
+
 int main(void)
 {
 	RUN(test_values_roundtrip);
@@ -685,6 +753,7 @@ int main(void)
 	RUN(test_encode_errors);
 	RUN(test_handmade);
 	RUN(test_zstd_sizes);
+	RUN(test_tail);
 	RUN(test_corruption);
 	return check_summary("codec");
 }

@@ -191,6 +191,47 @@ static void test_format_mismatch(void)
 	rm_dir(dir);
 }
 
+/* A format 3 index (checksums already in every value) opens as format 4
+ * without a rewrite: its entries read back checked, format_version says 4.
+ * Read-only opens leave it at 3. */
+static void test_format3_raised(void)
+{
+	char dir[600];
+	struct sto_index *ix;
+	struct sto_txn *t;
+	struct sto_chunk_ref r = make_ref(0, 100, 200, 7);
+	struct got g;
+	uint64_t v = 0, id;
+
+	new_dir(dir, sizeof(dir));
+	ix = open_ok(dir, MAP_BYTES);
+	t = begin(ix, true);
+	id = create_series(t, "job1", 3, "loss");
+	r.series_id = id;
+	CHECK_EQ_INT(sto_chunk_put(t, &r), 0);
+	CHECK_EQ_INT(sto_meta_put(t, "format_version", STO_FORMAT_INDEX_CHECKSUMS), 0);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+	sto_index_close(ix);
+
+	ix = NULL;
+	CHECK_EQ_INT(sto_index_open_ro(dir, MAP_BYTES, &ix), 0);
+	t = begin(ix, false);
+	CHECK_EQ_INT(sto_meta_get(t, "format_version", &v), 0);
+	CHECK_EQ_INT(v, STO_FORMAT_INDEX_CHECKSUMS);
+	sto_txn_abort(t);
+	sto_index_close(ix);
+
+	ix = open_ok(dir, MAP_BYTES);
+	t = begin(ix, false);
+	CHECK_EQ_INT(sto_meta_get(t, "format_version", &v), 0);
+	CHECK_EQ_INT(v, STO_FORMAT_VERSION);
+	sto_txn_abort(t);
+	CHECK_EQ_INT(scan_chunks(ix, id, 0, 1000, &g), 1);
+	CHECK(!g.refs[0].damaged && g.refs[0].uid == 7);
+	sto_index_close(ix);
+	rm_dir(dir);
+}
+
 static void test_open_errors(void)
 {
 	char dir[600];
@@ -1295,6 +1336,7 @@ int main(void)
 	}
 	RUN(test_open_reopen);
 	RUN(test_format_mismatch);
+	RUN(test_format3_raised);
 	RUN(test_open_errors);
 	RUN(test_meta_counters);
 	RUN(test_series);

@@ -106,6 +106,48 @@ static void test_json_numbers(void)
 	rdb_buf_free(&out);
 }
 
+/* Integers of every digit count (the formatter works eight digits at a
+ * time) against printf, and arrays written straight into a buffer: the
+ * same text as element by element, and past the buffer's bound exactly
+ * when the text is longer than the bound. */
+static void test_json_integers(void)
+{
+	uint64_t st = 0x2545f4914f6cdd1dull;
+	size_t bad = 0;
+	for (int i = 0; i < 200000; i++) {
+		st ^= st << 13;
+		st ^= st >> 7;
+		st ^= st << 17;
+		int64_t v = (int64_t)(st >> (st % 64));
+		v = i % 3 == 0 ? -v : v;
+		if (i < 38) /* 10^k (k <= 18) and its neighbours */
+			v = (int64_t)pow(10, i / 2) - (i % 2);
+		char a[32], b[32];
+		size_t na = srv_fmt_i64(a, v);
+		int nb = snprintf(b, sizeof(b), "%lld", (long long)v);
+		if (na != (size_t)nb || memcmp(a, b, na) != 0)
+			bad++;
+	}
+	CHECK_EQ_INT((int)bad, 0);
+	int64_t v[1000];
+	char want[32 * 1000];
+	size_t wlen = 0;
+	for (size_t i = 0; i < 1000; i++) {
+		v[i] = (int64_t)(i * 7919) * (i % 2 ? -1 : 1) * 1000003;
+		wlen += (size_t)snprintf(want + wlen, sizeof(want) - wlen, "%s%lld", i ? "," : "",
+					 (long long)v[i]);
+	}
+	for (size_t max = wlen - 30; max <= wlen + 30; max++) {
+		struct rdb_buf out;
+		rdb_buf_init(&out, max);
+		int rc = srv_json_i64s(&out, v, 1000);
+		CHECK_EQ_INT(rc, max >= wlen ? 0 : RDB_ELIMIT);
+		if (rc == 0)
+			CHECK(out.len == wlen && memcmp(out.data, want, wlen) == 0);
+		rdb_buf_free(&out);
+	}
+}
+
 static void test_statuses(void)
 {
 	CHECK_EQ_INT(srv_qry_status(QRY_E_INVALID), 400);
@@ -204,6 +246,7 @@ int main(void)
 		return 1;
 	}
 	RUN(test_json_numbers);
+	RUN(test_json_integers);
 	RUN(test_statuses);
 	RUN(test_serialisers);
 	int rc = check_summary("json_out");

@@ -569,6 +569,22 @@ static void test_crossrank(void)
 		      rdb_f64_bits(sub.rows[i].max) == rdb_f64_bits(out.rows[i].max));
 	qry_xr_result_free(&sub);
 
+	/* without median, quantiles and stddev the rows are made in one pass
+	 * over the cells (no sort): every column equal to the sorted path's */
+	q.cols =
+	    QRY_XR_COUNT | QRY_XR_MEAN | QRY_XR_MIN | QRY_XR_MAX | QRY_XR_ARGMIN | QRY_XR_ARGMAX;
+	CHECK_EQ_INT(qry_crossrank(store, &q, &sub, &err), 0);
+	CHECK_EQ_INT(sub.nrows, out.nrows);
+	for (size_t i = 0; i < sub.nrows && i < out.nrows; i++)
+		CHECK(sub.rows[i].key == out.rows[i].key &&
+		      sub.rows[i].count == out.rows[i].count &&
+		      rdb_f64_bits(sub.rows[i].mean) == rdb_f64_bits(out.rows[i].mean) &&
+		      rdb_f64_bits(sub.rows[i].min) == rdb_f64_bits(out.rows[i].min) &&
+		      rdb_f64_bits(sub.rows[i].max) == rdb_f64_bits(out.rows[i].max) &&
+		      sub.rows[i].argmin == out.rows[i].argmin &&
+		      sub.rows[i].argmax == out.rows[i].argmax);
+	qry_xr_result_free(&sub);
+
 	/* a point bound crossed with two threads fails as the plain loop does */
 	q.cols = 0;
 	q.max_points = 100;

@@ -125,6 +125,101 @@ static void test_head_and_chunks(void)
 	sto_close(s);
 }
 
+struct tail_ctx {
+	struct sto *s;
+	struct rdb_buf rec;
+	size_t chunks, checked;
+};
+
+/* A chunk read whole and from steps inside it: the tail read is the whole
+ * read's suffix from that step on, bit for bit. */
+static int tail_cb(void *arg, const struct sto_chunk_ref *ref)
+{
+	struct tail_ctx *t = arg;
+	struct mdl_cols whole = MDL_COLS_INIT, tail = MDL_COLS_INIT;
+	struct sto_read_error err;
+	t->chunks++;
+	int rc = sto_read_chunk_flags(t->s, ref, 0, &t->rec, &whole, &err);
+	CHECK_EQ_INT(rc, 0);
+	int64_t from[] = {INT64_MIN, ref->stats.min_step, ref->stats.min_step + 300,
+			  ref->stats.max_step - 10, ref->stats.max_step + 1};
+	for (size_t f = 0; rc == 0 && f < sizeof(from) / sizeof(from[0]); f++) {
+		size_t lead = 0;
+		while (lead < whole.n && whole.step[lead] < from[f])
+			lead++;
+		CHECK_EQ_INT(sto_read_chunk_tail(t->s, ref, 0, from[f], &t->rec, &tail, &err), 0);
+		CHECK_EQ_INT(tail.n, whole.n - lead);
+		size_t bad = 0;
+		for (size_t i = 0; i < tail.n && i + lead < whole.n; i++)
+			bad += tail.ts_ns[i] != whole.ts_ns[i + lead] ||
+			       tail.step[i] != whole.step[i + lead] ||
+			       tail.value[i] != whole.value[i + lead];
+		CHECK_EQ_INT(bad, 0);
+		/* without timestamps: the stand-ins stay inside the chunk's span */
+		CHECK_EQ_INT(
+		    sto_read_chunk_tail(t->s, ref, STO_READ_NO_TS, from[f], &t->rec, &tail, &err),
+		    0);
+		CHECK_EQ_INT(tail.n, whole.n - lead);
+		for (size_t i = 0; i < tail.n; i++)
+			bad += tail.ts_ns[i] < ref->stats.min_ts_ns ||
+			       tail.ts_ns[i] > ref->stats.max_ts_ns;
+		CHECK_EQ_INT(bad, 0);
+		t->checked++;
+	}
+	mdl_cols_free(&whole);
+	mdl_cols_free(&tail);
+	return 0;
+}
+
+/* Long chunks (a group record of two metrics sharing their steps, and a
+ * lone chunk) read from a step inside them: sto_read_chunk_tail. */
+static void test_tail_reads(void)
+{
+	char dir[4200];
+	new_dir(dir, sizeof(dir));
+	struct sto_options o;
+	opts(&o, dir, 4096);
+	struct sto *s;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	struct mdl_batch *b;
+	CHECK_EQ_INT(mdl_batch_new(1 << 22, 1 << 16, &b), 0);
+	uint64_t x = 88172645463325252ull;
+	for (int64_t i = 0; i < 1500; i++) {
+		for (int m = 0; m < 3; m++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			float v = (float)(2.0 + 8.0 / (1.0 + (double)i / 300.0) +
+					  (double)(x % 1000) / 5000.0);
+			static const char *const names[] = {"loss", "grad", "lone"};
+			/* "lone" has its own timestamps: not in the group */
+			int64_t ts = 1000 + i * 10 + (m == 2 ? 3 : 0);
+			CHECK_EQ_INT(mdl_batch_add(b, "jt", 2, 0, names[m], strlen(names[m]), ts, i,
+						   0, rdb_f64_bits((double)v)),
+				     0);
+		}
+	}
+	CHECK_EQ_INT(sto_write(s, b), 0);
+	mdl_batch_free(b);
+	CHECK_EQ_INT(sto_checkpoint(s), 0);
+	struct tail_ctx t = {.s = s};
+	rdb_buf_init(&t.rec, STO_CHUNK_HEADER_SIZE + STO_CHUNK_MAX_PAYLOAD);
+	static const char *const names[] = {"loss", "grad", "lone"};
+	struct sto_range all = {INT64_MIN, INT64_MAX, false, 0, 0};
+	for (int m = 0; m < 3; m++) {
+		struct sto_series_view v;
+		CHECK_EQ_INT(sto_view_series(s, series_id(s, "jt", 0, names[m]), &all, 100000, &v),
+			     0);
+		for (size_t i = 0; i < v.nchunks; i++)
+			tail_cb(&t, &v.chunks[i]);
+		sto_view_free(&v);
+	}
+	CHECK(t.chunks >= 3);
+	CHECK_EQ_INT(t.checked, t.chunks * 5);
+	rdb_buf_free(&t.rec);
+	sto_close(s);
+}
+
 static void test_out_of_order(void)
 {
 	char dir[4200];
@@ -966,6 +1061,7 @@ int main(void)
 	}
 	RUN(test_head_and_chunks);
 	RUN(test_out_of_order);
+	RUN(test_tail_reads);
 	RUN(test_crash_recovery);
 	RUN(test_lock_and_format);
 	RUN(test_missing_index_refused);
