@@ -13,9 +13,15 @@
  * caller. A pending write is counted in async_pending; whoever takes the
  * write lock exclusively (rotation, job delete, close) waits for that count
  * to reach 0 (sti_write_exclusive), so the invariant holds for both kinds.
+ * A submitted write whose series are not all in the cache does not create
+ * them on the submitting thread: it is queued for the series creator
+ * thread, which creates the series of every write queued meanwhile in one
+ * group (one LMDB commit) and then queues their WAL records; a refusal
+ * (max_series) reaches the write's completion. Series are in LMDB before
+ * their first WAL record, as for a blocking write.
  *
- * Threading: any number of writer threads; the locks are in struct sto
- * (store_int.h, with the lock order).
+ * Threading: any number of writer threads, plus the creator; the locks
+ * are in struct sto (store_int.h, with the lock order).
  *
  * Failure: a WAL failure fails the write (nothing applied). Writers get
  * RDB_EBUSY once the head is over head_max_bytes.
