@@ -100,15 +100,21 @@ int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_wri
 
 /* The completion of sto_write_submit: rc 0 once the write is durable (per
  * the sync policy) and applied to the head, or the error that refused it
- * (nothing of it stored). Called exactly once, on the WAL thread (or on
- * the submitting thread before sto_write_submit returns, for an injected
- * fault), never under a storage lock; it must not block for long (it
- * delays the next group commit) and must not call into the write path. */
+ * (nothing of it stored). Called exactly once, on the WAL thread, on the
+ * series creator thread (a write that needed new series and was refused,
+ * e.g. past max_series), or on the submitting thread before
+ * sto_write_submit returns (an injected fault); never under a storage
+ * lock. It must not block for long (it delays the next group commit) and
+ * must not call into the write path. */
 typedef void (*sto_write_done_fn)(void *arg, int rc);
 #define STO_PENDING 1
 
 /* sto_write_req without waiting for the WAL: makes room in the head (so
  * applying cannot fail), queues the WAL record and returns STO_PENDING.
+ * A write that needs series not created yet does not wait for their LMDB
+ * commit either: it is queued for the engine's series creator thread,
+ * which creates the series of every write queued meanwhile in one
+ * transaction and then queues their WAL records (STO_PENDING at once).
  * When the record's group commit is durable the engine applies the write
  * to the head, then calls fn(arg, 0); on a WAL failure it releases the
  * room and calls fn(arg, error). Never acknowledge before fn. The

@@ -101,6 +101,16 @@ struct sto {
 	pthread_cond_t create_cv;
 	struct series_waiter *create_q;
 	bool creating;
+	/* The series creator thread (store_write.c): asynchronous writes
+	 * (sto_write_submit) whose request needs a series not yet created wait
+	 * here instead of on their submitting thread; the creator takes all of
+	 * them at once and creates their series in one group. cq_mu is a leaf. */
+	pthread_mutex_t cq_mu;
+	pthread_cond_t cq_cv;
+	struct async_write *cq_head, *cq_tail; /* FIFO, under cq_mu */
+	bool cq_stop;			       /* under cq_mu: drain and exit */
+	bool creator_running;		       /* set at open, cleared at close */
+	pthread_t creator;
 	struct rdb_map series_by_hash; /* key hash -> series_ent chain */
 	struct rdb_map series_by_id;   /* id -> series_ent */
 	struct rdb_map job_counts;     /* job hash -> struct job_count chain (max_series_per_job) */

@@ -28,8 +28,20 @@ void sti_head_free(struct head *h);
 void sti_job_counts_reset(struct sto *s);
 /* Frees the series cache (close). */
 void sti_cache_free(struct sto *s);
+/* begin: waits until no series creation runs and keeps new ones from
+ * starting, then takes series_lock: the series cache and the per-job
+ * counts are the caller's (a job delete). !begin: undoes that. */
+void sti_series_exclusive(struct sto *s, bool begin);
 /* Resolves (creating if needed) the series of every key in b into ents[]. */
 int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_ent **ents);
+/* Starts the series creator thread (sto_write_submit's writes that need
+ * new series wait on it, not on their submitting thread). 0 or -errno;
+ * without it those writes create their series on the submitting thread. */
+int sti_creator_start(struct sto *s);
+/* Stops the creator after every write queued on it went on to the WAL (or
+ * failed and was told so); joins it. Call before waiting for pending
+ * writes at close. Idempotent. */
+void sti_creator_stop(struct sto *s);
 /* Applies a durable request to head h (WAL replay): prepare + commit.
  * Caller holds write_lock shared and head_lock. 0 or -ENOMEM (nothing
  * applied). */

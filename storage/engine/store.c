@@ -866,6 +866,8 @@ static void init_locks(struct sto *s)
 	pthread_mutex_init(&s->async_mu, NULL);
 	pthread_mutex_init(&s->create_mu, NULL);
 	pthread_cond_init(&s->create_cv, NULL);
+	pthread_mutex_init(&s->cq_mu, NULL);
+	pthread_cond_init(&s->cq_cv, NULL);
 	pthread_cond_init(&s->async_cv, NULL);
 }
 
@@ -896,6 +898,8 @@ static void destroy(struct sto *s)
 	pthread_mutex_destroy(&s->async_mu);
 	pthread_mutex_destroy(&s->create_mu);
 	pthread_cond_destroy(&s->create_cv);
+	pthread_mutex_destroy(&s->cq_mu);
+	pthread_cond_destroy(&s->cq_cv);
 	pthread_cond_destroy(&s->async_cv);
 	pthread_cond_destroy(&s->flush_cond);
 	pthread_cond_destroy(&s->ckpt_cond);
@@ -972,6 +976,7 @@ static const struct sti_engine_ops engine_ops = {
     .seg_read = sti_seg_read,
     .read_chunk = sto_read_chunk,
     .write_exclusive = sti_write_exclusive,
+    .series_exclusive = sti_series_exclusive,
 };
 
 int sto_open(const struct sto_options *opt, struct sto **out)
@@ -1022,6 +1027,9 @@ int sto_open(const struct sto_options *opt, struct sto **out)
 		rc = -pthread_create(&s->flusher, NULL, flusher_main, s);
 		s->flusher_running = rc == 0;
 	}
+	if (rc == 0 && sti_creator_start(s) != 0)
+		rdb_warn("store", "cannot start the series creator thread; writes that create "
+				  "series do it on their own threads");
 	if (rc) {
 		rdb_error("store", "cannot open data directory %s: %s", s->dir, rdb_strerror(rc));
 		destroy(s);
@@ -1051,7 +1059,9 @@ int sto_close_rc(struct sto *s)
 		return 0;
 	}
 	atomic_store(&s->closing, true);
-	/* Wait for writes in flight, then stop the flusher. */
+	/* Let the writes waiting for their series go on to the WAL, wait for
+	 * writes in flight, then stop the flusher. */
+	sti_creator_stop(s);
 	sti_write_exclusive(s);
 	pthread_rwlock_unlock(&s->write_lock);
 	pthread_mutex_lock(&s->flush_lock);

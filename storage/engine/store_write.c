@@ -13,9 +13,15 @@
  * caller. A pending write is counted in async_pending; whoever takes the
  * write lock exclusively (rotation, job delete, close) waits for that count
  * to reach 0 (sti_write_exclusive), so the invariant holds for both kinds.
+ * A submitted write whose series are not all in the cache does not create
+ * them on the submitting thread: it is queued for the series creator
+ * thread, which creates the series of every write queued meanwhile in one
+ * group (one LMDB commit) and then queues their WAL records; a refusal
+ * (max_series) reaches the write's completion. Series are in LMDB before
+ * their first WAL record, as for a blocking write.
  *
- * Threading: any number of writer threads; the locks are in struct sto
- * (store_int.h, with the lock order).
+ * Threading: any number of writer threads, plus the creator; the locks
+ * are in struct sto (store_int.h, with the lock order).
  *
  * Failure: a WAL failure fails the write (nothing applied). Writers get
  * RDB_EBUSY once the head is over head_max_bytes.
@@ -187,93 +193,6 @@ static size_t resolve_cached(struct sto *s, const struct mdl_batch *b, struct se
 	return missing;
 }
 
-/* Creates in t the series of b that ents[] lacks (counting the limits
- * inside t). *created counts the new ones. Caller holds series_lock. */
-static int create_missing(struct sto *s, struct sto_txn *t, const struct mdl_batch *b,
-			  struct series_ent **ents, uint64_t *created)
-{
-	size_t n = mdl_batch_nseries(b);
-	int rc = 0;
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		if (ents[i])
-			continue;
-		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
-		if (!bs)
-			return -ENOMEM;
-		uint64_t id;
-		bool is_new = false;
-		rc = sto_series_lookup(t, &bs->key, &id);
-		if (rc == RDB_ENOTFOUND) {
-			struct job_count *jc = NULL;
-			if (s->nseries + *created >= s->opt.max_series)
-				return RDB_ELIMIT;
-			/* counted inside this txn: includes series created just before */
-			rc = job_count_get(s, t, bs->key.job, &jc);
-			if (rc == 0 && jc->n >= s->opt.max_series_per_job)
-				rc = RDB_ELIMIT;
-			if (rc == 0)
-				rc = sto_series_get_or_create(t, &bs->key, &id, &is_new);
-			*created += is_new;
-			if (rc == 0 && is_new)
-				jc->n++;
-		}
-	}
-	return rc;
-}
-
-/* Caches the ids (now durable) of b's series that ents[] lacks, read back
- * in t. Caller holds series_lock. */
-static int cache_missing(struct sto *s, struct sto_txn *t, const struct mdl_batch *b,
-			 struct series_ent **ents)
-{
-	size_t n = mdl_batch_nseries(b);
-	int rc = 0;
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		if (ents[i])
-			continue;
-		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
-		uint64_t h = series_hash(&bs->key), id;
-		ents[i] = cache_find(s, &bs->key, h); /* duplicates within b */
-		if (ents[i])
-			continue;
-		rc = sto_series_lookup(t, &bs->key, &id);
-		if (rc == 0)
-			rc = cache_add(s, &bs->key, h, id, &ents[i]);
-	}
-	return rc;
-}
-
-/* One request's series creation in its own write transaction. Caller
- * holds series_lock. */
-static int resolve_alone(struct sto *s, const struct mdl_batch *b, struct series_ent **ents)
-{
-	if (resolve_cached(s, b, ents) == 0)
-		return 0;
-	struct sto_txn *t = NULL;
-	uint64_t created = 0;
-	int rc = sto_txn_begin(s->ix, true, &t);
-	if (rc)
-		return rc;
-	rc = create_missing(s, t, b, ents, &created);
-	if (rc) {
-		sto_txn_abort(t);
-		sti_job_counts_reset(s); /* counts may include series of the aborted txn */
-		return rc;
-	}
-	rc = sto_txn_commit_at(t, STO_FP_SERIES_CREATE);
-	if (rc) {
-		sti_job_counts_reset(s);
-		return rc;
-	}
-	s->nseries += created;
-	rc = sto_txn_begin(s->ix, false, &t);
-	if (rc == 0) {
-		rc = cache_missing(s, t, b, ents);
-		sto_txn_abort(t);
-	}
-	return rc;
-}
-
 /* Series creation is group-committed like the WAL: requests that need new
  * series queue here, and one of them (the leader) creates the series of
  * every queued request in one LMDB write transaction (one sync), so a job
@@ -281,60 +200,180 @@ static int resolve_alone(struct sto *s, const struct mdl_batch *b, struct series
  * pay one sync per rank, one after the other. If anything in the group
  * fails (a series limit, say), the transaction is dropped and each request
  * of the group is done alone, exactly as before: a refused request never
- * creates a series. */
+ * creates a series.
+ *
+ * The leader holds series_lock only to read the cache and, after the
+ * commit, to add the new ids: writers whose series are known, and the
+ * HTTP threads that answer them, never wait for an LMDB transaction. The
+ * per-job counts (job_counts) are the leader's: whoever else resets them
+ * (a job delete) first becomes the leader (sti_series_exclusive). */
 struct series_waiter {
 	struct series_waiter *next;
 	const struct mdl_batch *b;
 	struct series_ent **ents;
+	uint64_t *ids; /* [nseries] the group's ids of the series ents[] lacks */
 	int rc;
 	bool done;
 };
 
-/* The leader's work: creates the series of the whole group. Caller holds
- * series_lock. Sets every waiter's rc. */
-static void create_group(struct sto *s, struct series_waiter *g)
+/* Ids reserved in the group's transaction, handed out in order. */
+struct id_block {
+	uint64_t next, end;
+};
+
+/* Creates in t the series of w that ents[] lacks (counting the limits
+ * inside t); their ids (found or created) go to w->ids. New ids come from
+ * blk, which reserves `want` at a time. *created counts the new series.
+ * Leader only. */
+static int create_missing(struct sto *s, struct sto_txn *t, struct series_waiter *w,
+			  struct id_block *blk, uint64_t want, uint64_t *created)
 {
-	struct sto_txn *t = NULL;
-	uint64_t created = 0;
-	size_t missing = 0;
-	for (struct series_waiter *w = g; w; w = w->next)
-		missing += resolve_cached(s, w->b, w->ents);
-	int rc = missing ? sto_txn_begin(s->ix, true, &t) : 0;
-	for (struct series_waiter *w = g; w && rc == 0 && missing; w = w->next)
-		rc = create_missing(s, t, w->b, w->ents, &created);
-	if (missing && rc == 0) {
-		rc = sto_txn_commit_at(t, STO_FP_SERIES_CREATE);
-		t = NULL;
+	size_t n = mdl_batch_nseries(w->b);
+	int rc = 0;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		if (w->ents[i])
+			continue;
+		const struct mdl_batch_series *bs = mdl_batch_series_at(w->b, i);
+		if (!bs)
+			return -ENOMEM;
+		rc = sto_series_lookup(t, &bs->key, &w->ids[i]);
+		if (rc != RDB_ENOTFOUND)
+			continue; /* known (0) or an error */
+		struct job_count *jc = NULL;
+		if (s->nseries + *created >= s->opt.max_series)
+			return RDB_ELIMIT;
+		/* counted inside this txn: includes series created just before */
+		rc = job_count_get(s, t, bs->key.job, &jc);
+		if (rc == 0 && jc->n >= s->opt.max_series_per_job)
+			rc = RDB_ELIMIT;
+		if (rc == 0 && blk->next == blk->end) {
+			rc = sto_series_ids_reserve(t, want, &blk->next);
+			blk->end = rc == 0 ? blk->next + want : blk->next;
+		}
+		if (rc == 0)
+			rc = sto_series_create_id(t, &bs->key, blk->next);
+		if (rc == 0) {
+			w->ids[i] = blk->next++;
+			(*created)++;
+			jc->n++;
+		}
 	}
-	if (rc) {
-		if (t)
-			sto_txn_abort(t);
-		sti_job_counts_reset(s);
-		for (struct series_waiter *w = g; w; w = w->next)
-			w->rc = resolve_alone(s, w->b, w->ents);
-		return;
-	}
-	s->nseries += created;
-	rc = missing ? sto_txn_begin(s->ix, false, &t) : 0;
-	for (struct series_waiter *w = g; w; w = w->next)
-		w->rc = rc ? rc : missing ? cache_missing(s, t, w->b, w->ents) : 0;
-	if (missing && rc == 0)
-		sto_txn_abort(t);
+	return rc;
 }
 
-/* Resolves (creating if needed) the series of every key in b into ents[]. */
-int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_ent **ents)
+/* Caches the ids of w's series that ents[] lacks (durable now). Caller
+ * holds series_lock. */
+static int cache_ids(struct sto *s, struct series_waiter *w)
 {
+	size_t n = mdl_batch_nseries(w->b);
+	int rc = 0;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		if (w->ents[i])
+			continue;
+		const struct mdl_batch_series *bs = mdl_batch_series_at(w->b, i);
+		uint64_t h = series_hash(&bs->key);
+		w->ents[i] = cache_find(s, &bs->key, h); /* duplicates within the group */
+		if (!w->ents[i])
+			rc = cache_add(s, &bs->key, h, w->ids[i], &w->ents[i]);
+	}
+	return rc;
+}
+
+/* Creates the series of every waiter of list g in one write transaction.
+ * 0 with each waiter's rc set (its series cached), or the transaction's
+ * error: nothing created, the waiters' rc untouched. Leader only. */
+static int create_txn(struct sto *s, struct series_waiter *g)
+{
+	size_t missing = 0, total = 0;
 	pthread_mutex_lock(&s->series_lock);
-	size_t missing = resolve_cached(s, b, ents);
+	for (struct series_waiter *w = g; w; w = w->next) {
+		missing += resolve_cached(s, w->b, w->ents);
+		total += mdl_batch_nseries(w->b);
+		w->rc = 0;
+	}
 	pthread_mutex_unlock(&s->series_lock);
 	if (missing == 0)
 		return 0;
-	struct series_waiter me = {.b = b, .ents = ents};
+	uint64_t *ids = malloc(total * sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	size_t at = 0;
+	for (struct series_waiter *w = g; w; w = w->next) {
+		w->ids = ids + at;
+		at += mdl_batch_nseries(w->b);
+	}
+	struct sto_txn *t = NULL;
+	struct id_block blk = {0};
+	uint64_t created = 0;
+	int rc = sto_txn_begin(s->ix, true, &t);
+	for (struct series_waiter *w = g; w && rc == 0; w = w->next)
+		rc = create_missing(s, t, w, &blk, missing, &created);
+	if (rc == 0 && blk.next < blk.end) /* give back what was not used */
+		rc = sto_meta_put(t, "next_series_id", blk.next);
+	if (rc == 0)
+		rc = sto_txn_commit_at(t, STO_FP_SERIES_CREATE);
+	else if (t)
+		sto_txn_abort(t);
+	pthread_mutex_lock(&s->series_lock);
+	if (rc) {
+		sti_job_counts_reset(s); /* counts may include series of the dropped txn */
+	} else {
+		s->nseries += created;
+		for (struct series_waiter *w = g; w; w = w->next)
+			w->rc = cache_ids(s, w);
+	}
+	pthread_mutex_unlock(&s->series_lock);
+	for (struct series_waiter *w = g; w; w = w->next)
+		w->ids = NULL;
+	free(ids);
+	return rc;
+}
+
+/* The leader's work: creates the series of the whole group, or, if that
+ * fails, of each waiter alone. Sets every waiter's rc. */
+static void create_group(struct sto *s, struct series_waiter *g)
+{
+	if (create_txn(s, g) == 0)
+		return;
+	for (struct series_waiter *w = g; w; w = w->next) {
+		struct series_waiter *next = w->next;
+		w->next = NULL;
+		int rc = create_txn(s, w);
+		if (rc)
+			w->rc = rc;
+		w->next = next;
+	}
+}
+
+void sti_series_exclusive(struct sto *s, bool begin)
+{
+	if (!begin) {
+		pthread_mutex_unlock(&s->series_lock);
+		pthread_mutex_lock(&s->create_mu);
+		s->creating = false;
+		pthread_cond_broadcast(&s->create_cv);
+		pthread_mutex_unlock(&s->create_mu);
+		return;
+	}
 	pthread_mutex_lock(&s->create_mu);
-	me.next = s->create_q;
-	s->create_q = &me;
-	while (!me.done) {
+	while (s->creating)
+		pthread_cond_wait(&s->create_cv, &s->create_mu);
+	s->creating = true;
+	pthread_mutex_unlock(&s->create_mu);
+	pthread_mutex_lock(&s->series_lock);
+}
+
+/* Waits until the n waiters ws[] (all queued at once, so they always land
+ * in the same group) have their series, leading groups as needed. Each
+ * waiter's rc is its result. */
+static void resolve_group(struct sto *s, struct series_waiter *ws, size_t n)
+{
+	pthread_mutex_lock(&s->create_mu);
+	for (size_t i = 0; i < n; i++) {
+		ws[i].next = s->create_q;
+		s->create_q = &ws[i];
+	}
+	while (!ws[n - 1].done) {
 		if (s->creating) {
 			pthread_cond_wait(&s->create_cv, &s->create_mu);
 			continue;
@@ -343,9 +382,7 @@ int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_e
 		struct series_waiter *g = s->create_q;
 		s->create_q = NULL;
 		pthread_mutex_unlock(&s->create_mu);
-		pthread_mutex_lock(&s->series_lock);
 		create_group(s, g);
-		pthread_mutex_unlock(&s->series_lock);
 		pthread_mutex_lock(&s->create_mu);
 		for (struct series_waiter *w = g, *next; w; w = next) {
 			next = w->next;
@@ -355,6 +392,24 @@ int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_e
 		pthread_cond_broadcast(&s->create_cv);
 	}
 	pthread_mutex_unlock(&s->create_mu);
+}
+
+/* Fills ents[] from the cache; how many series of b are not in it. */
+static size_t resolve_known(struct sto *s, const struct mdl_batch *b, struct series_ent **ents)
+{
+	pthread_mutex_lock(&s->series_lock);
+	size_t missing = resolve_cached(s, b, ents);
+	pthread_mutex_unlock(&s->series_lock);
+	return missing;
+}
+
+/* Resolves (creating if needed) the series of every key in b into ents[]. */
+int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_ent **ents)
+{
+	if (resolve_known(s, b, ents) == 0)
+		return 0;
+	struct series_waiter me = {.b = b, .ents = ents};
+	resolve_group(s, &me, 1);
 	return me.rc;
 }
 
@@ -895,6 +950,7 @@ struct async_write {
 	struct batch_ent *bent;
 	sto_write_done_fn fn;
 	void *arg;
+	struct async_write *cq_next; /* the creator's queue (cq_mu) */
 };
 
 static void async_free(struct async_write *a)
@@ -997,6 +1053,121 @@ static int async_append(struct async_write *a, bool *freed)
 	return STO_PENDING;
 }
 
+/* A write whose series are resolved goes on to the WAL. STO_PENDING, or
+ * the error with a freed (fn not called; the batch id released). */
+static int submit_resolved(struct async_write *a)
+{
+	bool freed = false;
+	int rc = async_append(a, &freed);
+	if (rc == STO_PENDING)
+		return rc;
+	/* Not queued: nothing of it is anywhere (async_finish released the
+	 * batch id when it freed a). */
+	if (!freed) {
+		if (a->bent)
+			batch_finish(a->s, a->bent, false, 0);
+		async_free(a);
+	}
+	return rc;
+}
+
+/* Queues a for the creator thread. False when it is not running (or
+ * stopping): the caller creates the series itself. */
+static bool creator_enqueue(struct sto *s, struct async_write *a)
+{
+	pthread_mutex_lock(&s->cq_mu);
+	bool ok = s->creator_running && !s->cq_stop;
+	if (ok) {
+		a->cq_next = NULL;
+		if (s->cq_tail)
+			s->cq_tail->cq_next = a;
+		else
+			s->cq_head = a;
+		s->cq_tail = a;
+		pthread_cond_signal(&s->cq_cv);
+	}
+	pthread_mutex_unlock(&s->cq_mu);
+	return ok;
+}
+
+/* The creator's work on the writes it took (list q): creates the series of
+ * all of them in one group (one LMDB commit unless a limit refuses one of
+ * them, see create_group), then hands each to the WAL or tells it its
+ * error. */
+static void creator_run(struct sto *s, struct async_write *q)
+{
+	size_t n = 0;
+	for (struct async_write *a = q; a; a = a->cq_next)
+		n++;
+	struct series_waiter *ws = calloc(n, sizeof(*ws));
+	size_t i = 0;
+	for (struct async_write *a = q; ws && a; a = a->cq_next, i++)
+		ws[i] = (struct series_waiter){.b = a->req.points, .ents = a->ents};
+	if (ws)
+		resolve_group(s, ws, n);
+	i = 0;
+	for (struct async_write *a = q, *next; a; a = next, i++) {
+		next = a->cq_next;
+		int rc = ws ? ws[i].rc : sti_resolve_series(s, a->req.points, a->ents);
+		sto_write_done_fn fn = a->fn;
+		void *arg = a->arg;
+		if (rc == 0) {
+			rc = submit_resolved(a);
+		} else {
+			if (a->bent)
+				batch_finish(s, a->bent, false, 0);
+			async_free(a);
+		}
+		if (rc != STO_PENDING)
+			fn(arg, rc);
+	}
+	free(ws);
+}
+
+static void *creator_main(void *arg)
+{
+	struct sto *s = arg;
+	pthread_mutex_lock(&s->cq_mu);
+	for (;;) {
+		while (!s->cq_head && !s->cq_stop)
+			pthread_cond_wait(&s->cq_cv, &s->cq_mu);
+		struct async_write *q = s->cq_head;
+		if (!q)
+			break; /* stopping, nothing left */
+		s->cq_head = s->cq_tail = NULL;
+		pthread_mutex_unlock(&s->cq_mu);
+		creator_run(s, q);
+		pthread_mutex_lock(&s->cq_mu);
+	}
+	pthread_mutex_unlock(&s->cq_mu);
+	return NULL;
+}
+
+int sti_creator_start(struct sto *s)
+{
+	pthread_mutex_lock(&s->cq_mu);
+	s->cq_stop = false;
+	int rc = -pthread_create(&s->creator, NULL, creator_main, s);
+	s->creator_running = rc == 0;
+	pthread_mutex_unlock(&s->cq_mu);
+	return rc;
+}
+
+void sti_creator_stop(struct sto *s)
+{
+	pthread_mutex_lock(&s->cq_mu);
+	bool running = s->creator_running;
+	s->cq_stop = true;
+	pthread_cond_signal(&s->cq_cv);
+	pthread_mutex_unlock(&s->cq_mu);
+	if (!running)
+		return;
+	pthread_join(s->creator, NULL);
+	pthread_mutex_lock(&s->cq_mu);
+	s->creator_running = false;
+	pthread_mutex_unlock(&s->cq_mu);
+}
+
 int sto_write_submit(struct sto *s, const struct sto_write_req *req, struct sto_write_result *res,
 		     sto_write_done_fn fn, void *arg)
 {
@@ -1016,23 +1187,21 @@ int sto_write_submit(struct sto *s, const struct sto_write_req *req, struct sto_
 		a->ents = malloc((n ? n : 1) * sizeof(*a->ents));
 	}
 	rc = a && a->ents ? 0 : -ENOMEM;
-	if (rc == 0 && n)
-		rc = sti_resolve_series(s, req->points, a->ents);
 	if (rc == 0)
 		rc = encode_request(req, &a->rec, &a->type);
-	bool freed = false;
-	if (rc == 0)
-		rc = async_append(a, &freed);
-	if (rc == STO_PENDING)
-		return rc;
-	/* Not queued: nothing of it is anywhere (async_finish released the
-	 * batch id when it freed a). */
-	if (!freed) {
-		if (bent)
-			batch_finish(s, bent, false, 0);
-		if (a)
-			async_free(a);
+	if (rc == 0 && n && resolve_known(s, req->points, a->ents) > 0) {
+		/* New series: created by the creator thread, with every other
+		 * write waiting for some, while this thread goes on. */
+		if (creator_enqueue(s, a))
+			return STO_PENDING;
+		rc = sti_resolve_series(s, req->points, a->ents);
 	}
+	if (rc == 0)
+		return submit_resolved(a);
+	if (bent)
+		batch_finish(s, bent, false, 0);
+	if (a)
+		async_free(a);
 	return rc;
 }
 

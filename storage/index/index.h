@@ -86,6 +86,14 @@ int sto_series_lookup(struct sto_txn *t, const struct mdl_series_key *k, uint64_
  * *created tells which. Write txn only. */
 int sto_series_get_or_create(struct sto_txn *t, const struct mdl_series_key *k, uint64_t *id,
 			     bool *created);
+/* Reserves n (> 0) consecutive series ids: *first .. *first + n - 1, taken
+ * from meta next_series_id, which moves past them (ids never used are a
+ * harmless gap). Write txn only; RDB_ELIMIT past 2^64 - 1. */
+int sto_series_ids_reserve(struct sto_txn *t, uint64_t n, uint64_t *first);
+/* Creates series k with id (reserved with sto_series_ids_reserve); the
+ * caller has looked k up in t and not found it. RDB_ECORRUPT when the id
+ * is already used (next_series_id is behind). Write txn only. */
+int sto_series_create_id(struct sto_txn *t, const struct mdl_series_key *k, uint64_t id);
 int sto_series_key_of(struct sto_txn *t, uint64_t id, struct mdl_series_key *out);
 /* Calls fn for every series of job (all series when job is NULL), in key
  * order (job, rank, metric). fn returning non-zero stops the scan and is

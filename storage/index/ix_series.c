@@ -165,31 +165,77 @@ int sto_series_lookup(struct sto_txn *t, const struct mdl_series_key *k, uint64_
 	return series_id_of(t, &key, &v, id);
 }
 
-static int series_create(struct sto_txn *t, const MDB_val *skey, uint64_t *id)
+/* Puts series skey -> nid and sid nid -> skey (nid not yet used). A new id
+ * is normally past every sid (ids only grow), so the sid goes in with
+ * MDB_APPEND, which skips the tree descent; should an older sid sort after
+ * it, the ordinary put decides. */
+static int series_insert(struct sto_txn *t, const MDB_val *skey, uint64_t nid)
 {
 	uint8_t idle[SERIES_VALUE_SIZE], idbe[8], sidv[SERIES_KEY_MAX + SUM_SIZE];
 	MDB_val k = *skey, v = {.mv_size = sizeof(idle), .mv_data = idle};
 	MDB_val sk = {.mv_size = 8, .mv_data = idbe};
 	MDB_val sv = {.mv_size = skey->mv_size + SUM_SIZE, .mv_data = sidv};
-	uint64_t nid;
-	int ret = ix_meta_next(t, "next_series_id", 1, &nid);
-
-	if (ret != 0)
-		return ret;
 	if (nid == 0)
 		return ix_corrupt(t, "meta next_series_id (0)", 8);
 	series_value_put(skey, nid, idle);
 	rdb_put_be64(idbe, nid);
 	sid_value_put(idbe, skey, sidv);
-	ret = ix_err(t->ix, mdb_put(t->txn, t->ix->sid, &sk, &sv, MDB_NOOVERWRITE), "sid put");
+	int rc = mdb_put(t->txn, t->ix->sid, &sk, &sv, MDB_APPEND);
+	if (rc == MDB_KEYEXIST)
+		rc = mdb_put(t->txn, t->ix->sid, &sk, &sv, MDB_NOOVERWRITE);
+	int ret = ix_err(t->ix, rc, "sid put");
 	if (ret == -EEXIST)
 		return ix_corrupt(t, "meta next_series_id (already used)", 8);
 	if (ret != 0)
 		return ret;
-	ret = ix_err(t->ix, mdb_put(t->txn, t->ix->series, &k, &v, MDB_NOOVERWRITE), "series put");
+	return ix_err(t->ix, mdb_put(t->txn, t->ix->series, &k, &v, MDB_NOOVERWRITE), "series put");
+}
+
+static int series_create(struct sto_txn *t, const MDB_val *skey, uint64_t *id)
+{
+	uint64_t nid;
+	int ret = ix_meta_next(t, "next_series_id", 1, &nid);
+
+	if (ret != 0)
+		return ret;
+	ret = series_insert(t, skey, nid);
 	if (ret == 0)
 		*id = nid;
 	return ret;
+}
+
+int sto_series_ids_reserve(struct sto_txn *t, uint64_t n, uint64_t *first)
+{
+	uint64_t cur;
+	if (!t->write)
+		return -EACCES;
+	int ret = sto_meta_get(t, "next_series_id", &cur);
+	if (ret == RDB_ENOTFOUND)
+		cur = 1; /* ids start at 1 */
+	else if (ret != 0)
+		return ret;
+	if (n == 0)
+		return RDB_EINVAL;
+	if (cur == 0)
+		return ix_corrupt(t, "meta next_series_id (0)", 8);
+	if (n > UINT64_MAX - cur)
+		return RDB_ELIMIT;
+	ret = sto_meta_put(t, "next_series_id", cur + n);
+	if (ret == 0)
+		*first = cur;
+	return ret;
+}
+
+int sto_series_create_id(struct sto_txn *t, const struct mdl_series_key *k, uint64_t id)
+{
+	uint8_t buf[SERIES_KEY_MAX];
+	MDB_val key = {.mv_data = buf};
+	int ret = series_key_encode(k, buf, &key.mv_size);
+	if (ret != 0)
+		return ret;
+	if (!t->write)
+		return -EACCES;
+	return series_insert(t, &key, id);
 }
 
 int sto_series_get_or_create(struct sto_txn *t, const struct mdl_series_key *k, uint64_t *id,

@@ -453,7 +453,7 @@ static void del_head(struct sto *s, struct del_job *d)
  * writer may still hold them; del_epoch makes it resolve again). */
 static void del_cache(struct sto *s, struct del_job *d)
 {
-	pthread_mutex_lock(&s->series_lock);
+	s->eng->series_exclusive(s, true); /* no creation runs meanwhile */
 	s->eng->job_counts_reset(s);
 	for (size_t i = 0; i < d->series.n; i++) {
 		struct series_ent *e = rdb_map_get(&s->series_by_id, d->series.v[i].series_id);
@@ -477,7 +477,7 @@ static void del_cache(struct sto *s, struct del_job *d)
 		s->dead_ents = e;
 	}
 	atomic_fetch_add(&s->del_epoch, 1);
-	pthread_mutex_unlock(&s->series_lock);
+	s->eng->series_exclusive(s, false);
 }
 
 /* Rotates the WAL and the active head. Caller holds the write lock

@@ -33,7 +33,8 @@ struct sti_engine_ops {
 			size_t len); /* sti_seg_read */
 	int (*read_chunk)(struct sto *s, const struct sto_chunk_ref *ref, struct rdb_buf *rec,
 			  struct mdl_cols *out, struct sto_read_error *err); /* sto_read_chunk */
-	void (*write_exclusive)(struct sto *s); /* sti_write_exclusive */
+	void (*write_exclusive)(struct sto *s);		     /* sti_write_exclusive */
+	void (*series_exclusive)(struct sto *s, bool begin); /* sti_series_exclusive */
 };
 
 /* Every chunk of one compaction or delete: index keys to move or drop. */

@@ -257,6 +257,94 @@ def test_kill9_durability_sync_none():
 
 
 # ---------------------------------------------------------------------------
+# kill -9 while series are being created: every batch brings new series
+# (a job's first steps), so the writes wait for the series creator thread;
+# every acknowledged batch's series and points are there after restart.
+
+NEW_PER_BATCH = 4
+
+
+def _new_series_batch(t, b):
+    return [{"job": "fresh", "rank": t, "step": b, "timestamp": T0 + b * 1000 + t,
+             "metrics": {"n%d_%d" % (b, k): _value(t, b, k) for k in range(NEW_PER_BATCH)}}]
+
+
+class _NewSeriesWriter(threading.Thread):
+    def __init__(self, srv, t, stop):
+        super().__init__(daemon=True)
+        self.srv, self.t, self.stop_ev = srv, t, stop
+        self.acked, self.sent, self.unexpected = [], [], []
+
+    def run(self):
+        b = 0
+        failures = 0
+        while not self.stop_ev.is_set() and failures < 50:
+            self.sent.append(b)
+            try:
+                st, _, body = self.srv.post("/api/v1/write", json.dumps(_new_series_batch(self.t, b)),
+                                            keepalive=True, timeout=30)
+            except Exception:
+                failures += 1  # in flight when the server died
+                time.sleep(0.01)
+                b += 1
+                continue
+            if st == 200:
+                self.acked.append(b)
+            elif st not in (429, 503):
+                self.unexpected.append((b, st, body[:300]))
+            b += 1
+
+
+def test_kill9_while_series_are_created():
+    s = Server(BIG).start()
+    stop = threading.Event()
+    ws = [_NewSeriesWriter(s, t, stop) for t in range(NTHREADS)]
+    for w in ws:
+        w.start()
+    t_start = time.monotonic()
+    while time.monotonic() - t_start < 60:
+        time.sleep(0.05)
+        if time.monotonic() - t_start >= 1.5 and sum(len(w.acked) for w in ws) >= 60:
+            break
+    s.kill9()  # the writers are still creating series
+    stop.set()
+    for w in ws:
+        w.join(60)
+        assert not w.is_alive(), "writer thread hangs"
+        assert not w.unexpected, "unexpected answers (batch, status, body): %r" % w.unexpected[:5]
+    assert sum(len(w.acked) for w in ws) >= 10, "too few acknowledged batches to test anything"
+    s.start()
+    st, listing = s.get_json("/api/v1/jobs/fresh/metrics")
+    assert st == 200, (st, listing)
+    stored = set(listing["metrics"])
+    errors = []
+    for w in ws:
+        acked = set(w.acked)
+        for b in w.acked:
+            for k in range(NEW_PER_BATCH):
+                if "n%d_%d" % (b, k) not in stored:
+                    errors.append("rank %d batch %d (acknowledged): series n%d_%d is missing" % (w.t, b, b, k))
+        # batches in flight at the kill may be there or not, but only whole
+        names = [n for b in w.sent for n in ["n%d_%d" % (b, k) for k in range(NEW_PER_BATCH)] if n in stored]
+        got = {}
+        for i in range(0, len(names), 64):
+            for ser in s.query_ok(job="fresh", metric=",".join(names[i:i + 64]), rank=str(w.t))["series"]:
+                got[ser["metric"]] = list(zip(ser["timestamps"], ser["steps"],
+                                              [decode_value(v) for v in ser["values"]]))
+        for b in w.sent:
+            present = ["n%d_%d" % (b, k) in got for k in range(NEW_PER_BATCH)]
+            if any(present) and not all(present):
+                errors.append("rank %d batch %d: only some of its series are there: %r" % (w.t, b, present))
+            for k in range(NEW_PER_BATCH):
+                want = [(T0 + b * 1000 + w.t, b, decode_value(_value(w.t, b, k)))]
+                pts = got.get("n%d_%d" % (b, k))
+                if (b in acked or pts is not None) and pts != want:
+                    errors.append("rank %d batch %d n%d_%d: got %r, expected %r" % (w.t, b, b, k, pts, want))
+    assert not errors, "%d problems:\n%s" % (len(errors), "\n".join(errors[:30]))
+    s.stop()
+
+
+# ---------------------------------------------------------------------------
 # corruption
 
 

@@ -349,6 +349,59 @@ static void test_series(void)
 	rm_dir(dir);
 }
 
+/* Ids reserved in a block: consecutive, past every id in use, the series
+ * created with them read back both ways; an id already used is refused as
+ * corruption, and the next get_or_create continues after the block. */
+static void test_series_id_block(void)
+{
+	char dir[600];
+	struct sto_index *ix;
+	struct sto_txn *t;
+	struct mdl_series_key k, back;
+	uint64_t first = 0, id = 0, id2 = 0;
+	bool created = false;
+
+	new_dir(dir, sizeof(dir));
+	ix = open_ok(dir, MAP_BYTES);
+	t = begin(ix, true);
+	make_key(&k, "blk", 0, "a");
+	CHECK_EQ_INT(sto_series_get_or_create(t, &k, &id, &created), 0);
+	CHECK_EQ_INT(id, 1);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+	t = begin(ix, true);
+	CHECK_EQ_INT(sto_series_ids_reserve(t, 3, &first), 0);
+	CHECK_EQ_INT(first, 2);
+	CHECK_EQ_INT(sto_series_ids_reserve(t, 0, &first), RDB_EINVAL);
+	for (uint32_t r = 1; r <= 3; r++) {
+		make_key(&k, "blk", r, "a");
+		CHECK_EQ_INT(sto_series_create_id(t, &k, 1 + r), 0);
+		CHECK_EQ_INT(sto_series_lookup(t, &k, &id2), 0);
+		CHECK_EQ_INT(id2, 1 + r);
+		CHECK_EQ_INT(sto_series_key_of(t, 1 + r, &back), 0);
+		CHECK_EQ_INT(back.rank, r);
+	}
+	make_key(&k, "blk", 9, "a");
+	CHECK_EQ_INT(sto_series_create_id(t, &k, 3), RDB_ECORRUPT); /* id 3 is rank 2's */
+	sto_txn_abort(t);
+	t = begin(ix, true);
+	make_key(&k, "blk", 0, "a");
+	CHECK_EQ_INT(sto_series_lookup(t, &k, &id), 0);
+	CHECK_EQ_INT(sto_series_ids_reserve(t, 2, &first), 0);
+	CHECK_EQ_INT(first, 2);				       /* the aborted block was not kept */
+	CHECK_EQ_INT(sto_meta_put(t, "next_series_id", 2), 0); /* given back */
+	make_key(&k, "blk", 5, "b");
+	CHECK_EQ_INT(sto_series_get_or_create(t, &k, &id, &created), 0);
+	CHECK(created);
+	CHECK_EQ_INT(id, 2);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+	t = begin(ix, false);
+	CHECK_EQ_INT(sto_series_ids_reserve(t, 1, &first), -EACCES);
+	CHECK_EQ_INT(sto_series_create_id(t, &k, 7), -EACCES);
+	sto_txn_abort(t);
+	sto_index_close(ix);
+	rm_dir(dir);
+}
+
 /* Collects series scan results. */
 struct series_got {
 	size_t n;
@@ -1287,6 +1340,7 @@ int main(void)
 	RUN(test_open_errors);
 	RUN(test_meta_counters);
 	RUN(test_series);
+	RUN(test_series_id_block);
 	RUN(test_prefix_jobs);
 	RUN(test_jobs_scan_empty);
 	RUN(test_chunk_overlap);

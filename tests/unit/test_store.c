@@ -886,6 +886,88 @@ static void test_concurrent_series_creation(void)
 	sto_close(s);
 }
 
+/* sto_write_submit with new series: the series are created off the
+ * submitting thread (the creator), in one group for the writes queued
+ * together; a write refused by max_series hears RDB_ELIMIT through its
+ * completion and leaves no series behind; every accepted write is readable
+ * and survives a reopen; close waits for the queued writes' completions. */
+static void test_async_submit_new_series(void)
+{
+	char dir[4200];
+	new_dir(dir, sizeof(dir));
+	struct sto_options o;
+	opts(&o, dir, 1000);
+	o.sync = STO_SYNC_FDATASYNC;
+	o.max_series = 200; /* room for 50 writers of 4 series */
+	struct sto *s;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	enum { W = 64 };
+	struct mdl_batch *b[W];
+	struct sub_done d[W];
+	for (int i = 0; i < W; i++) {
+		d[i] = (struct sub_done){.mu = PTHREAD_MUTEX_INITIALIZER,
+					 .cv = PTHREAD_COND_INITIALIZER};
+		CHECK_EQ_INT(mdl_batch_new(16, 16, &b[i]), 0);
+		for (int m = 0; m < 4; m++) {
+			char name[8];
+			snprintf(name, sizeof(name), "m%d", m);
+			CHECK_EQ_INT(mdl_batch_add(b[i], "nj", 2, (uint32_t)i, name, strlen(name),
+						   7000 + i, i, 0, rdb_f64_bits(m)),
+				     0);
+		}
+		struct sto_write_req req = {.points = b[i]};
+		struct sto_write_result res;
+		CHECK_EQ_INT(sto_write_submit(s, &req, &res, sub_cb, &d[i]), STO_PENDING);
+	}
+	int ok = 0, bad = 0;
+	for (int i = 0; i < W; i++) {
+		sub_wait(&d[i], 1);
+		CHECK(d[i].last_rc == 0 || d[i].last_rc == RDB_ELIMIT);
+		ok += d[i].last_rc == 0;
+		int found = 0;
+		for (int m = 0; m < 4; m++) {
+			struct mdl_series_key k = {.rank = (uint32_t)i};
+			snprintf(k.job, sizeof(k.job), "nj");
+			snprintf(k.metric, sizeof(k.metric), "m%d", m);
+			uint64_t id;
+			found += sto_lookup_series(s, &k, &id) == 0;
+		}
+		bad += found != (d[i].last_rc == 0 ? 4 : 0);
+		if (d[i].last_rc == 0)
+			check_times(s, "nj", (uint32_t)i, "m0", 7000 + i, 1);
+	}
+	CHECK_EQ_INT(bad, 0);
+	CHECK_EQ_INT(ok, 50);
+	/* writes still waiting for their series when the store closes: every
+	 * completion has run when sto_close returns */
+	struct sub_done late = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	struct mdl_batch *lb[8];
+	o.max_series = 1000;
+	sto_close(s);
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	for (int i = 0; i < 8; i++) {
+		CHECK_EQ_INT(mdl_batch_new(16, 16, &lb[i]), 0);
+		CHECK_EQ_INT(mdl_batch_add(lb[i], "late", 4, (uint32_t)i, "x", 1, 100, 1, 0, 0), 0);
+		struct sto_write_req req = {.points = lb[i]};
+		struct sto_write_result res;
+		CHECK_EQ_INT(sto_write_submit(s, &req, &res, sub_cb, &late), STO_PENDING);
+	}
+	sto_close(s);
+	CHECK_EQ_INT(late.calls, 8);
+	CHECK_EQ_INT(late.errors, 0);
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	for (int i = 0; i < W; i++)
+		if (d[i].last_rc == 0)
+			check_times(s, "nj", (uint32_t)i, "m3", 7000 + i, 1);
+	for (int i = 0; i < 8; i++)
+		check_times(s, "late", (uint32_t)i, "x", 100, 1);
+	sto_close(s);
+	for (int i = 0; i < W; i++)
+		mdl_batch_free(b[i]);
+	for (int i = 0; i < 8; i++)
+		mdl_batch_free(lb[i]);
+}
+
 /* The compaction that merges small chunks frees index pages; with the
  * lifecycle thresholds met it rewrites index/data.mdb smaller (the hook in
  * lifecycle/compact.c), and every point stays readable, also after a
@@ -991,6 +1073,7 @@ int main(void)
 	RUN(test_view_survives_merge);
 	RUN(test_failed_write_retry_is_exactly_once);
 	RUN(test_async_submit);
+	RUN(test_async_submit_new_series);
 	RUN(test_concurrent_series_creation);
 	RUN(test_index_compact_after_merge);
 	RUN(test_supersede_entries_trimmed);
