@@ -279,6 +279,33 @@ def test_spool_bound_drops_oldest_and_counts():
     fs.close()
 
 
+def test_spool_keeps_sealing_order_when_a_spill_overlaps_newer_batches():
+    """The sender spills its memory queue (older batches) while the batcher
+    already puts newer ones straight into the spool: the full spool must still
+    drop the oldest, never the newest, and send and name them in sealing
+    order (the race behind a flaky end of the test above: the newest steps
+    went missing)."""
+    from rankdb import _spool
+    warned = []
+    sp = _spool.Spool(harness.ctx().mkdir("spool"), "t1", 0, "s1", 1000,
+                      lambda k, m: warned.append(k))
+    assert sp.ok
+    body = b"x" * 230  # each file ~250 bytes: four fit in 1000
+    # the batcher puts 9 and 10 first, then the spill brings 1..8
+    for seq in (9, 10, 1, 2, 3, 4, 5, 6, 7, 8):
+        assert sp.put("b%d" % seq, body, 1, seq)
+    kept = [e.seq for e in sp.entries]
+    assert kept == [7, 8, 9, 10], kept
+    assert sp.dropped_batches == 6 and warned.count("spool-full") == 6
+    files = sorted(os.listdir(sp.session_dir))
+    assert files == ["%012d.batch" % q for q in (7, 8, 9, 10)] + ["lock"], files
+    # a batch older than every batch kept is itself the one dropped
+    assert sp.put("b3", body, 1, 3)
+    assert [e.seq for e in sp.entries] == [7, 8, 9, 10] and sp.dropped_batches == 7
+    e, got = sp.oldest()
+    assert e.seq == 7 and got == body
+
+
 def test_queue_full_counts_what_it_drops():
     fs = fakeserver.FakeServer()
     c = make_client(fs, harness.ctx().mkdir("spool"), queue_max_records=50)

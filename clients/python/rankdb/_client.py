@@ -377,7 +377,7 @@ class Client:
 
     def _seal(self, lines, nrec):
         self._seq += 1
-        b = _sender.Batch("%s.%d" % (self.id_prefix, self._seq), b"".join(lines), nrec)
+        b = _sender.Batch("%s.%d" % (self.id_prefix, self._seq), b"".join(lines), nrec, self._seq)
         self.sender.submit(b)
 
     def _batch_loop(self):

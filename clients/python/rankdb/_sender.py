@@ -27,10 +27,12 @@ RETRYABLE = (429, 500, 502, 503, 504)
 
 
 class Batch:
-    __slots__ = ("batch_id", "body", "records")
+    """seq: the batcher's sequence number (sealing order); the spool keeps
+    batches in this order whichever thread puts them there first."""
+    __slots__ = ("batch_id", "body", "records", "seq")
 
-    def __init__(self, batch_id, body, records):
-        self.batch_id, self.body, self.records = batch_id, body, records
+    def __init__(self, batch_id, body, records, seq):
+        self.batch_id, self.body, self.records, self.seq = batch_id, body, records, seq
 
 
 class Http:
@@ -147,7 +149,7 @@ class Sender:
             self.cv.notify()
 
     def _to_spool(self, b):
-        if not self.spool.put(b.batch_id, b.body, b.records):
+        if not self.spool.put(b.batch_id, b.body, b.records, b.seq):
             with self.cv:  # no usable spool: keep in memory as long as it is bounded
                 if self.mem_bytes + len(b.body) <= 4 * self.mem_max_bytes:
                     self.mem.append(b)
@@ -204,7 +206,7 @@ class Sender:
             if self.mem:  # the spool goes first: what waits behind it waits on disk
                 self._spill()
             entry, body = item
-            res = self._post(Batch(entry.batch_id, body, entry.records))
+            res = self._post(Batch(entry.batch_id, body, entry.records, entry.seq))
             if res != "retry":
                 self.spool.remove(entry)
             with self.cv:

@@ -14,6 +14,12 @@ Crash recovery: at start a process adopts every session directory of the
 same job and rank whose lock it can take (its owner is gone) and sends
 those batches first, oldest first.
 
+Order: batches are kept (and named, and sent, and dropped) in the order the
+batcher sealed them (Batch.seq), not the order they reached the spool: the
+sender spilling its memory queue and the batcher putting newer batches run
+at the same time, and a spill must never put older batches behind newer
+ones (the bound below would then drop the newest).
+
 Bound: the spool of one process holds at most max_bytes; putting a batch
 that does not fit drops the oldest batches (counted, with a warning).
 
@@ -30,11 +36,13 @@ HEADER = b"#rankdb-batch "
 
 
 class Entry:
-    __slots__ = ("path", "batch_id", "records", "size", "dirpath")
+    """seq: the batch's sealing order in this process; -1 for a batch
+    adopted from a dead process (older than anything of this one)."""
+    __slots__ = ("path", "batch_id", "records", "size", "dirpath", "seq")
 
-    def __init__(self, path, batch_id, records, size, dirpath):
-        self.path, self.batch_id, self.records, self.size, self.dirpath = \
-            path, batch_id, records, size, dirpath
+    def __init__(self, path, batch_id, records, size, dirpath, seq=-1):
+        self.path, self.batch_id, self.records, self.size, self.dirpath, self.seq = \
+            path, batch_id, records, size, dirpath, seq
 
 
 class Spool:
@@ -46,7 +54,6 @@ class Spool:
         self.lock = threading.Lock()
         self.entries = collections.deque()  # oldest first
         self.bytes = 0
-        self.seq = 0
         self.dropped_batches = 0
         self.dropped_records = 0
         self.adopted_batches = 0
@@ -130,15 +137,17 @@ class Spool:
     def __len__(self):
         return len(self.entries)
 
-    def put(self, batch_id, body, records):
-        """Writes one batch. False if the spool is unusable (caller keeps it)."""
+    def put(self, batch_id, body, records, seq):
+        """Writes one batch; seq is its sealing order (unique in this
+        process). False if the spool is unusable (caller keeps it)."""
         if not self.ok:
             return False
         data = HEADER + ("%s %d\n" % (batch_id, records)).encode("ascii") + body
         with self.lock:
-            self._make_room(len(data))
-            self.seq += 1
-            path = os.path.join(self.session_dir, "%012d.batch" % self.seq)
+            if not self._make_room(len(data), seq, batch_id, records):
+                return True  # older than everything kept: it is the one dropped
+            # named by seq: an adopting process sends them in sealing order too
+            path = os.path.join(self.session_dir, "%012d.batch" % seq)
             tmp = path + ".tmp"
             try:
                 with open(tmp, "wb") as f:
@@ -148,21 +157,35 @@ class Spool:
                 _unlink(tmp)
                 self.warn("spool-write", "cannot write spool file %s (%s)" % (path, e))
                 return False
-            self.entries.append(Entry(path, batch_id, records, len(data), self.session_dir))
+            e = Entry(path, batch_id, records, len(data), self.session_dir, seq)
+            i = len(self.entries)  # nearly always the end: walk back from there
+            while i > 0 and self.entries[i - 1].seq > seq:
+                i -= 1
+            self.entries.insert(i, e)
             self.bytes += len(data)
         return True
 
-    def _make_room(self, need):
-        while self.entries and self.bytes + need > self.max_bytes:
+    def _make_room(self, need, seq, batch_id, records):
+        """Drops the oldest batches until need more bytes fit. False when the
+        batch being put (seq) is itself older than every batch kept: then it
+        is the one dropped (counted the same way)."""
+        while self.bytes + need > self.max_bytes and self.entries:
+            if self.entries[0].seq > seq:
+                self._count_drop(batch_id, records)
+                return False
             e = self.entries.popleft()
             self.bytes -= e.size
             _unlink(e.path)
-            self.dropped_batches += 1
-            self.dropped_records += e.records
-            self.warn("spool-full", "spool %s is full (%d bytes): dropped the oldest batch %s "
-                      "(%d records); %d batches (%d records) dropped so far" %
-                      (self.dir, self.max_bytes, e.batch_id, e.records,
-                       self.dropped_batches, self.dropped_records))
+            self._count_drop(e.batch_id, e.records)
+        return True
+
+    def _count_drop(self, batch_id, records):
+        self.dropped_batches += 1
+        self.dropped_records += records
+        self.warn("spool-full", "spool %s is full (%d bytes): dropped the oldest batch %s "
+                  "(%d records); %d batches (%d records) dropped so far" %
+                  (self.dir, self.max_bytes, batch_id, records,
+                   self.dropped_batches, self.dropped_records))
 
     def oldest(self):
         """-> (Entry, body bytes) of the oldest batch, or None."""
