@@ -548,6 +548,7 @@ static void seal(struct rdbc *c)
 		atomic_fetch_add(&c->dropped_invalid, c->brec);
 	} else {
 		c->seq++;
+		b->seq = c->seq;
 		snprintf(b->id, sizeof(b->id), "%s.%" PRIu64, c->id_prefix, c->seq);
 		memcpy(b->body, c->buf, c->blen);
 		b->body[c->blen] = 0;

@@ -22,6 +22,7 @@
 /* One sealed batch: body is NDJSON, id its batch id. */
 struct rdbc_batch {
 	struct rdbc_batch *next;
+	uint64_t seq; /* sealing order in this process (1, 2, ...; 0: adopted) */
 	char id[RDBC_ID_MAX + 1];
 	size_t nrec;
 	size_t len;
@@ -39,8 +40,12 @@ struct rdbc_spool *rdbc_spool_open(const char *root, const char *job, int rank, 
 /* Takes over the session directories of dead processes of the same job and
  * rank (their lock is free); returns the number of batches adopted. */
 size_t rdbc_spool_adopt(struct rdbc_spool *s);
-/* Writes a batch (temp file + rename). Drops the oldest batches when over
- * max_bytes (counted). 0, or a negative errno (nothing written). */
+/* Writes a batch (temp file + rename), kept in sealing order (b->seq)
+ * whatever order batches arrive in (a spill of the sender's memory list
+ * overlaps the batcher putting newer ones). Drops the oldest batches when
+ * over max_bytes (counted); when b itself is older than every batch kept,
+ * b is the one dropped (counted, 0 returned). 0, or a negative errno
+ * (nothing written). */
 int rdbc_spool_put(struct rdbc_spool *s, const struct rdbc_batch *b);
 /* The oldest batch, read from disk into a new rdbc_batch the caller frees;
  * *token names it for rdbc_spool_remove. NULL when the spool is empty. */

@@ -35,6 +35,7 @@
 
 struct entry {
 	uint64_t token;
+	uint64_t seq; /* the batch's sealing order; 0 for adopted batches (older) */
 	unsigned dir; /* index in dirs[] */
 	char path[512];
 	char id[RDBC_ID_MAX + 1];
@@ -54,7 +55,7 @@ struct rdbc_spool {
 	unsigned ndirs;
 	struct entry *ents; /* oldest first: ents[head .. head+n) */
 	size_t head, n, cap;
-	uint64_t bytes, max_bytes, seq, next_token;
+	uint64_t bytes, max_bytes, next_token;
 	uint64_t dropped_batches, dropped_records, adopted;
 };
 
@@ -144,20 +145,38 @@ static int push_entry(struct rdbc_spool *s, const struct entry *e, bool front)
 	return 0;
 }
 
+/* Caller holds the lock. Counts and reports one dropped batch. */
+static void count_drop(struct rdbc_spool *s, const char *id, size_t nrec)
+{
+	s->dropped_batches++;
+	s->dropped_records += nrec;
+	rdbc_warn("spool-full",
+		  "rankdb: spool %s is full (%" PRIu64 " bytes): dropped the oldest batch "
+		  "%s (%zu records); %" PRIu64 " batches (%" PRIu64 " records) dropped so far",
+		  s->rank_dir, s->max_bytes, id, nrec, s->dropped_batches, s->dropped_records);
+}
+
 static void drop_oldest(struct rdbc_spool *s)
 {
 	struct entry *e = &s->ents[s->head];
 	unlink(e->path);
 	s->bytes -= e->size_bytes;
-	s->dropped_batches++;
-	s->dropped_records += e->nrec;
-	rdbc_warn("spool-full",
-		  "rankdb: spool %s is full (%" PRIu64 " bytes): dropped the oldest batch "
-		  "%s (%zu records); %" PRIu64 " batches (%" PRIu64 " records) dropped so far",
-		  s->rank_dir, s->max_bytes, e->id, e->nrec, s->dropped_batches,
-		  s->dropped_records);
+	count_drop(s, e->id, e->nrec);
 	s->head++;
 	s->n--;
+}
+
+/* Caller holds the lock; the last entry was just pushed. Moves it back
+ * past newer ones (nearly always none: one compare). */
+static void sink_last(struct rdbc_spool *s)
+{
+	size_t i = s->head + s->n - 1;
+	while (i > s->head && s->ents[i - 1].seq > s->ents[i].seq) {
+		struct entry t = s->ents[i - 1];
+		s->ents[i - 1] = s->ents[i];
+		s->ents[i] = t;
+		i--;
+	}
 }
 
 int rdbc_spool_put(struct rdbc_spool *s, const struct rdbc_batch *b)
@@ -165,14 +184,20 @@ int rdbc_spool_put(struct rdbc_spool *s, const struct rdbc_batch *b)
 	char hdr[RDBC_ID_MAX + 64];
 	int hl = snprintf(hdr, sizeof(hdr), SPOOL_HEADER "%s %zu\n", b->id, b->nrec);
 	uint64_t size = (uint64_t)hl + b->len;
-	struct entry e = {.dir = 0, .nrec = b->nrec, .size_bytes = size};
+	struct entry e = {.dir = 0, .seq = b->seq, .nrec = b->nrec, .size_bytes = size};
 	char tmp[520];
 	int rc = 0, fd = -1;
 	pthread_mutex_lock(&s->lock);
-	while (s->n && s->bytes + size > s->max_bytes)
+	while (s->n && s->bytes + size > s->max_bytes) {
+		if (s->ents[s->head].seq > b->seq) { /* b is the oldest: it goes */
+			count_drop(s, b->id, b->nrec);
+			pthread_mutex_unlock(&s->lock);
+			return 0;
+		}
 		drop_oldest(s);
-	s->seq++;
-	snprintf(e.path, sizeof(e.path), "%s/%012" PRIu64 ".batch", s->dirs[0].path, s->seq);
+	}
+	/* named by seq: an adopting process sends them in sealing order too */
+	snprintf(e.path, sizeof(e.path), "%s/%012" PRIu64 ".batch", s->dirs[0].path, b->seq);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", e.path);
 	memcpy(e.id, b->id, sizeof(e.id));
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -209,6 +234,8 @@ int rdbc_spool_put(struct rdbc_spool *s, const struct rdbc_batch *b)
 	rc = push_entry(s, &e, false);
 	if (rc != 0)
 		unlink(e.path);
+	else
+		sink_last(s);
 out:
 	if (fd >= 0)
 		close(fd);
@@ -400,6 +427,7 @@ struct rdbc_batch *rdbc_spool_oldest(struct rdbc_spool *s, uint64_t *token)
 			b->len = len;
 			b->body[len] = 0;
 			b->nrec = e->nrec;
+			b->seq = e->seq;
 			memcpy(b->id, e->id, sizeof(b->id));
 			*token = e->token;
 		} else {
