@@ -94,47 +94,43 @@ static int job_cb(void *arg, const char *job, uint64_t nseries)
 	return c->with_meta ? job_meta(c, jb) : 0;
 }
 
-/* The job's first/last timestamp, last step and ranks. */
+#define EXTENT_GROUP 1024u /* series folded per storage snapshot */
+
+/* The job's first/last timestamp, last step and ranks: the job's series
+ * (as qry_match selects them) folded by sto_extent_series, a group of
+ * series per snapshot, without copying head points or chunk entries. */
 static int job_extent(struct sto *s, struct qry_job *jb)
 {
 	struct qry_match m;
 	struct qry_error e;
 	struct qry_match_req mr = {.job = jb->job, .prefix = ""};
-	struct sto_range all = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX};
+	uint64_t ids[EXTENT_GROUP];
+	struct sto_extent ext = {.has_points = false, .last_step = MDL_STEP_NONE};
 	jb->last_step = MDL_STEP_NONE;
 	int rc = qry_match(s, &mr, &m, &e);
 	if (rc)
 		return rc == RDB_ENOTFOUND ? 0 : rc;
 	uint32_t prev_rank = MDL_RANK_JOB;
+	size_t nids = 0;
 	for (size_t i = 0; rc == 0 && i < m.n; i++) {
-		struct sto_series_view v;
 		uint32_t rank = m.v[i].key.rank;
 		if (rank != MDL_RANK_JOB && (jb->nranks == 0 || rank != prev_rank)) {
 			jb->nranks++;
 			prev_rank = rank;
 		}
-		rc = sto_view_series(s, m.v[i].id, &all, SIZE_MAX, &v);
-		if (rc)
-			break;
-		for (size_t k = 0; k < v.head.n + v.nchunks; k++) {
-			bool head = k < v.head.n;
-			const struct sto_chunk_stats *st =
-			    head ? NULL : &v.chunks[k - v.head.n].stats;
-			int64_t lo = head ? v.head.ts_ns[k] : st->min_ts_ns;
-			int64_t hi = head ? v.head.ts_ns[k] : st->max_ts_ns;
-			int64_t step = head ? v.head.step[k] : st->max_step;
-			if (!jb->has_points || lo < jb->first_ts_ns)
-				jb->first_ts_ns = lo;
-			if (!jb->has_points || hi > jb->last_ts_ns)
-				jb->last_ts_ns = hi;
-			jb->has_points = true;
-			if (step != MDL_STEP_NONE &&
-			    (jb->last_step == MDL_STEP_NONE || step > jb->last_step))
-				jb->last_step = step;
+		ids[nids++] = m.v[i].id;
+		if (nids == EXTENT_GROUP || i + 1 == m.n) {
+			rc = sto_extent_series(s, ids, nids, &ext);
+			nids = 0;
 		}
-		sto_view_free(&v);
 	}
 	qry_match_free(&m);
+	if (rc == 0) {
+		jb->has_points = ext.has_points;
+		jb->first_ts_ns = ext.has_points ? ext.first_ts_ns : 0;
+		jb->last_ts_ns = ext.has_points ? ext.last_ts_ns : 0;
+		jb->last_step = ext.last_step;
+	}
 	return rc;
 }
 

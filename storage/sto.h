@@ -209,6 +209,26 @@ int sto_view_series(struct sto *s, uint64_t series_id, const struct sto_range *r
 		    size_t max_head_points, struct sto_series_view *out);
 void sto_view_free(struct sto_series_view *v); /* NULL ok */
 
+/* What a series view over every time holds, folded without copying it:
+ * first/last timestamp over the head points and the chunk statistics
+ * (min_ts_ns/max_ts_ns), and the highest step (head points' steps and the
+ * chunks' max_step; MDL_STEP_NONE left out). Exactly what folding
+ * sto_view_series(id, every time and step) of each series would give, a
+ * damaged index entry included (its statistics are recomputed from the
+ * chunk, or the call fails). The caller initialises *ext (has_points false,
+ * last_step MDL_STEP_NONE) and may fold several calls into one. One
+ * snapshot (LMDB read transaction plus the heads, taken under the view
+ * lock shared) per call: call with at most a few thousand ids so a seal is
+ * not held up long. 0 or -errno / RDB_ECORRUPT (ext then partly folded).
+ * Blocks on the file system only for damaged entries. Thread-safe. */
+struct sto_extent {
+	bool has_points;
+	int64_t first_ts_ns, last_ts_ns; /* when has_points */
+	int64_t last_step;		 /* highest step; MDL_STEP_NONE if none */
+};
+int sto_extent_series(struct sto *s, const uint64_t *series_ids, size_t n,
+		      struct sto_extent *ext);
+
 /* Like sto_view_series, plus (same snapshot) the rollup records of tier
  * (STO_TIER_TIME or STO_TIER_STEP) that may hold points of r: the records
  * and the chunks never share a point. A record may extend past r: check its

@@ -416,6 +416,75 @@ int sto_view_series_rollups(struct sto *s, uint64_t series_id, const struct sto_
 	return view_series(s, series_id, r, max_head_points, (int)tier, max_rollups, out);
 }
 
+/* ---- extent --------------------------------------------------------------- */
+
+static void extent_fold(struct sto_extent *e, int64_t lo, int64_t hi, int64_t step)
+{
+	if (!e->has_points || lo < e->first_ts_ns)
+		e->first_ts_ns = lo;
+	if (!e->has_points || hi > e->last_ts_ns)
+		e->last_ts_ns = hi;
+	e->has_points = true;
+	if (step != MDL_STEP_NONE && (e->last_step == MDL_STEP_NONE || step > e->last_step))
+		e->last_step = step;
+}
+
+struct extent_ctx {
+	struct sto *s;
+	struct sto_extent *e;
+};
+
+/* view_chunk_cb over every time, folding instead of copying. */
+static int extent_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
+{
+	struct extent_ctx *c = arg;
+	struct sto_chunk_ref fixed;
+	if (ref->damaged) {
+		struct sto_read_error *err = malloc(sizeof(*err));
+		note_damaged_entry(c->s, ref);
+		int rc = err ? sto_chunk_ref_repair(c->s, ref, &fixed, err) : -ENOMEM;
+		free(err);
+		if (rc)
+			return rc;
+		ref = &fixed;
+	}
+	extent_fold(c->e, ref->stats.min_ts_ns, ref->stats.max_ts_ns, ref->stats.max_step);
+	return 0;
+}
+
+int sto_extent_series(struct sto *s, const uint64_t *series_ids, size_t n,
+		      struct sto_extent *ext)
+{
+	struct extent_ctx c = {.s = s, .e = ext};
+	struct sto_txn *t = NULL;
+	pthread_rwlock_rdlock(&s->view_lock);
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc == 0) {
+		sto_txn_pass_damaged(t);
+		/* the heads, as read_heads sees them, in the same snapshot */
+		pthread_mutex_lock(&s->head_lock);
+		struct head *heads[2] = {s->frozen, s->active};
+		for (int i = 0; i < 2; i++) {
+			if (!heads[i])
+				continue;
+			for (size_t k = 0; k < n; k++) {
+				struct head_series *hs = rdb_map_get(&heads[i]->series, series_ids[k]);
+				if (!hs)
+					continue;
+				for (size_t j = 0; j < hs->pts.n; j++)
+					extent_fold(ext, hs->pts.ts_ns[j], hs->pts.ts_ns[j],
+						    hs->pts.step[j]);
+			}
+		}
+		pthread_mutex_unlock(&s->head_lock);
+	}
+	pthread_rwlock_unlock(&s->view_lock);
+	for (size_t k = 0; rc == 0 && k < n; k++)
+		rc = sto_chunk_scan(t, series_ids[k], INT64_MIN, INT64_MAX, extent_chunk_cb, &c);
+	sto_txn_abort(t);
+	return rc;
+}
+
 void sto_rollup_widths(struct sto *s, int64_t *time_width_ns, int64_t *step_width)
 {
 	pthread_mutex_lock(&s->flush_lock);
