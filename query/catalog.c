@@ -96,17 +96,23 @@ static int job_cb(void *arg, const char *job, uint64_t nseries)
 
 #define EXTENT_GROUP 1024u /* series folded per storage snapshot */
 
-/* The job's first/last timestamp, last step and ranks: the job's series
- * (as qry_match selects them) folded by sto_extent_series, a group of
- * series per snapshot, without copying head points or chunk entries. */
+/* The job's first/last timestamp, last step and ranks. The ranks come from
+ * the job's series (as qry_match selects them); the rest from storage's
+ * summary of the job (sto_job_extent_get), or, when it has none, from
+ * folding every series with sto_extent_series, a group of series per
+ * snapshot, which then becomes the summary. */
 static int job_extent(struct sto *s, struct qry_job *jb)
 {
 	struct qry_match m;
 	struct qry_error e;
 	struct qry_match_req mr = {.job = jb->job, .prefix = ""};
 	uint64_t ids[EXTENT_GROUP];
+	uint64_t ticket = 0;
 	struct sto_extent ext = {.has_points = false, .last_step = MDL_STEP_NONE};
 	jb->last_step = MDL_STEP_NONE;
+	/* The summary first: a build folds the writes from here on, so the
+	 * series listed next include every one that had points before. */
+	int have = sto_job_extent_get(s, jb->job, &ext, &ticket);
 	int rc = qry_match(s, &mr, &m, &e);
 	if (rc)
 		return rc == RDB_ENOTFOUND ? 0 : rc;
@@ -118,6 +124,8 @@ static int job_extent(struct sto *s, struct qry_job *jb)
 			jb->nranks++;
 			prev_rank = rank;
 		}
+		if (have == 0)
+			continue;
 		ids[nids++] = m.v[i].id;
 		if (nids == EXTENT_GROUP || i + 1 == m.n) {
 			rc = sto_extent_series(s, ids, nids, &ext);
@@ -125,13 +133,15 @@ static int job_extent(struct sto *s, struct qry_job *jb)
 		}
 	}
 	qry_match_free(&m);
-	if (rc == 0) {
-		jb->has_points = ext.has_points;
-		jb->first_ts_ns = ext.has_points ? ext.first_ts_ns : 0;
-		jb->last_ts_ns = ext.has_points ? ext.last_ts_ns : 0;
-		jb->last_step = ext.last_step;
-	}
-	return rc;
+	if (rc)
+		return rc;
+	if (have != 0)
+		sto_job_extent_put(s, jb->job, ticket, &ext);
+	jb->has_points = ext.has_points;
+	jb->first_ts_ns = ext.has_points ? ext.first_ts_ns : 0;
+	jb->last_ts_ns = ext.has_points ? ext.last_ts_ns : 0;
+	jb->last_step = ext.last_step;
+	return 0;
 }
 
 int qry_jobs(struct sto *s, bool with_meta, size_t max_meta_bytes, struct qry_jobs *out,

@@ -36,6 +36,7 @@
 #include "storage/chunk/group.h"
 #include "storage/index/index.h"
 #include "storage/chunk/segment.h"
+#include "storage/engine/engine.h"
 #include "storage/jobmeta/jobmeta.h"
 
 #include <dirent.h>
@@ -492,8 +493,10 @@ int sto_verify(struct sto *s, bool quarantine, sto_problem_fn fn, void *arg,
 	int rc = walk_segments(&v);
 	if (rc == 0)
 		rc = check_index(&v, &ev);
-	if (rc == 0 && quarantine && (v.nbad || ev.nbad || v.nfix))
+	if (rc == 0 && quarantine && (v.nbad || ev.nbad || v.nfix)) {
 		rc = quarantine_all(&v, &ev);
+		sti_extent_reset(s); /* chunk entries removed or their stats recomputed */
+	}
 	if (rc == 0)
 		verify_kept_wal(&v, v.p.dir);
 	if (rc == 0)

@@ -226,8 +226,37 @@ struct sto_extent {
 	int64_t first_ts_ns, last_ts_ns; /* when has_points */
 	int64_t last_step;		 /* highest step; MDL_STEP_NONE if none */
 };
-int sto_extent_series(struct sto *s, const uint64_t *series_ids, size_t n,
-		      struct sto_extent *ext);
+int sto_extent_series(struct sto *s, const uint64_t *series_ids, size_t n, struct sto_extent *ext);
+
+/* A per-job summary of that fold over every series of the job, kept in
+ * memory so a listing of jobs need not walk every series each time.
+ *
+ * sto_job_extent_get: 0 and *out = the job's summary when one is valid.
+ * Otherwise RDB_ENOTFOUND and *ticket names a build: the caller folds
+ * every series of the job with sto_extent_series (its own selection of
+ * series; the summary is whatever the caller computes) and hands the
+ * result to sto_job_extent_put with the ticket. From the get on, every
+ * point a write makes visible is folded into the build too, so walk plus
+ * those points is exact even with writes running meanwhile; the put makes
+ * it the summary unless it was forgotten meanwhile (then the put does
+ * nothing and the next get starts another build). A caller that fails
+ * to walk just does not put. -ENOMEM: no summary can be kept now (*ticket
+ * is 0; walk, and a put does nothing).
+ *
+ * Kept up to date: every write folds its points into the job's summary
+ * where they become visible (the head), under head_lock, O(points) with
+ * no allocation. Forgotten (all jobs' summaries; recomputed on next use)
+ * by everything that removes points or chunk entries or changes chunk
+ * statistics: a job delete, a retention run's chunk drops, verify's
+ * quarantine and entry repair, and close. Sealing, merging and compaction
+ * move points between head and chunks without changing the fold; WAL
+ * replay and dropping uncheckpointed chunks run at open, before any
+ * summary exists. Bounded: at most 65536 jobs' summaries (more: all are
+ * forgotten and rebuilt on demand), one small struct each. Thread-safe;
+ * neither blocks on I/O. */
+int sto_job_extent_get(struct sto *s, const char *job, struct sto_extent *out, uint64_t *ticket);
+void sto_job_extent_put(struct sto *s, const char *job, uint64_t ticket,
+			const struct sto_extent *walked);
 
 /* Like sto_view_series, plus (same snapshot) the rollup records of tier
  * (STO_TIER_TIME or STO_TIER_STEP) that may hold points of r: the records

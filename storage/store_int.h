@@ -114,7 +114,12 @@ struct sto {
 	struct rdb_map series_by_hash; /* key hash -> series_ent chain */
 	struct rdb_map series_by_id;   /* id -> series_ent */
 	struct rdb_map job_counts;     /* job hash -> struct job_count chain (max_series_per_job) */
-	uint64_t nseries;	       /* series ever created */
+	/* Per-job extent summaries (sto_job_extent_get; engine/store_read.c):
+	 * job hash -> struct job_extent chain, and the last build ticket
+	 * handed out. Both under head_lock. */
+	struct rdb_map job_extents;
+	uint64_t extent_ticket;
+	uint64_t nseries; /* series ever created */
 
 	/* flusher thread state (owned by it, or by open/close when it is not running) */
 	pthread_t flusher;

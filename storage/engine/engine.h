@@ -26,6 +26,19 @@ struct head *sti_head_new(uint64_t gen);
 void sti_head_free(struct head *h);
 /* Forgets every cached per-job series count. Caller holds series_lock. */
 void sti_job_counts_reset(struct sto *s);
+/* The per-job extent summaries (sto_job_extent_get). sti_extent_note
+ * folds n points of c from index `from` of a series of job into the job's
+ * summary (valid or being built; nothing when the job has none): called
+ * wherever points become visible in a head. sti_extent_reset[_locked]
+ * forgets every summary, valid or being built (a build in progress then
+ * installs nothing): called after anything that removes points or chunk
+ * entries (job delete, retention, quarantine, dropping uncheckpointed
+ * chunks at open), and at close. _locked and note: caller holds
+ * head_lock; sti_extent_reset takes it. Cannot fail. */
+void sti_extent_note(struct sto *s, const char *job, const struct mdl_cols *c, size_t from,
+		     size_t n);
+void sti_extent_reset_locked(struct sto *s);
+void sti_extent_reset(struct sto *s);
 /* Frees the series cache (close). */
 void sti_cache_free(struct sto *s);
 /* begin: waits until no series creation runs and keeps new ones from

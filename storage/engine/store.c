@@ -882,6 +882,7 @@ static void destroy(struct sto *s)
 	sto_index_close(s->ix);
 	sto_jobmeta_close(s->jobmeta);
 	sti_cache_free(s);
+	sti_extent_reset(s);
 	sti_batch_free_all(s);
 	free(s->seal_queue);
 	sti_lifecycle_free(s);
@@ -972,6 +973,7 @@ static const struct sti_engine_ops engine_ops = {
     .head_free = sti_head_free,
     .cols_bytes = sti_cols_bytes,
     .job_counts_reset = sti_job_counts_reset,
+    .extent_reset_locked = sti_extent_reset_locked,
     .uid_reserve = sti_uid_reserve,
     .seg_read = sti_seg_read,
     .read_chunk = sto_read_chunk,

@@ -452,8 +452,7 @@ static int extent_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 	return 0;
 }
 
-int sto_extent_series(struct sto *s, const uint64_t *series_ids, size_t n,
-		      struct sto_extent *ext)
+int sto_extent_series(struct sto *s, const uint64_t *series_ids, size_t n, struct sto_extent *ext)
 {
 	struct extent_ctx c = {.s = s, .e = ext};
 	struct sto_txn *t = NULL;
@@ -468,7 +467,8 @@ int sto_extent_series(struct sto *s, const uint64_t *series_ids, size_t n,
 			if (!heads[i])
 				continue;
 			for (size_t k = 0; k < n; k++) {
-				struct head_series *hs = rdb_map_get(&heads[i]->series, series_ids[k]);
+				struct head_series *hs =
+				    rdb_map_get(&heads[i]->series, series_ids[k]);
 				if (!hs)
 					continue;
 				for (size_t j = 0; j < hs->pts.n; j++)
@@ -483,6 +483,114 @@ int sto_extent_series(struct sto *s, const uint64_t *series_ids, size_t n,
 		rc = sto_chunk_scan(t, series_ids[k], INT64_MIN, INT64_MAX, extent_chunk_cb, &c);
 	sto_txn_abort(t);
 	return rc;
+}
+
+/* ---- per-job extent summaries (sto_job_extent_get) ------------------------- */
+
+#define JOB_EXTENTS_MAX 65536u
+
+struct job_extent {
+	struct job_extent *next; /* same-hash chain */
+	uint64_t hash;
+	bool valid;	 /* ext is the job's summary */
+	uint64_t ticket; /* !valid: the build in progress; ext: writes since it began */
+	struct sto_extent ext;
+	char job[MDL_JOB_MAX + 1];
+};
+
+static uint64_t extent_hash(const char *job)
+{
+	return rdb_hash64(job, strlen(job), 0xe7e7) | 1;
+}
+
+static struct job_extent *extent_find(struct sto *s, const char *job, uint64_t h)
+{
+	struct job_extent *e = rdb_map_get(&s->job_extents, h);
+	while (e && strcmp(e->job, job) != 0)
+		e = e->next;
+	return e;
+}
+
+void sti_extent_reset_locked(struct sto *s)
+{
+	for (size_t i = 0; i < s->job_extents.cap; i++) {
+		struct job_extent *e = s->job_extents.keys[i] ? s->job_extents.vals[i] : NULL;
+		while (e) {
+			struct job_extent *next = e->next;
+			free(e);
+			e = next;
+		}
+	}
+	rdb_map_free(&s->job_extents);
+}
+
+void sti_extent_reset(struct sto *s)
+{
+	pthread_mutex_lock(&s->head_lock);
+	sti_extent_reset_locked(s);
+	pthread_mutex_unlock(&s->head_lock);
+}
+
+void sti_extent_note(struct sto *s, const char *job, const struct mdl_cols *c, size_t from,
+		     size_t n)
+{
+	struct job_extent *e = extent_find(s, job, extent_hash(job));
+	if (!e)
+		return;
+	for (size_t i = from; i < from + n; i++)
+		extent_fold(&e->ext, c->ts_ns[i], c->ts_ns[i], c->step[i]);
+}
+
+int sto_job_extent_get(struct sto *s, const char *job, struct sto_extent *out, uint64_t *ticket)
+{
+	uint64_t h = extent_hash(job);
+	int rc = RDB_ENOTFOUND;
+	*ticket = 0;
+	pthread_mutex_lock(&s->head_lock);
+	struct job_extent *e = extent_find(s, job, h);
+	if (e && e->valid) {
+		*out = e->ext;
+		rc = 0;
+	} else if (e) {
+		*ticket = e->ticket; /* its writes are folded since before our walk */
+	} else {
+		if (s->job_extents.n >= JOB_EXTENTS_MAX)
+			sti_extent_reset_locked(s);
+		e = calloc(1, sizeof(*e));
+		if (e) {
+			memcpy(e->job, job, strnlen(job, MDL_JOB_MAX));
+			e->hash = h;
+			e->ticket = ++s->extent_ticket;
+			e->ext.last_step = MDL_STEP_NONE;
+			e->next = rdb_map_get(&s->job_extents, h);
+			if (rdb_map_put(&s->job_extents, h, e) != 0) {
+				free(e);
+				e = NULL;
+			}
+		}
+		if (e)
+			*ticket = e->ticket;
+		else
+			rc = -ENOMEM;
+	}
+	pthread_mutex_unlock(&s->head_lock);
+	return rc;
+}
+
+void sto_job_extent_put(struct sto *s, const char *job, uint64_t ticket,
+			const struct sto_extent *walked)
+{
+	if (ticket == 0)
+		return;
+	pthread_mutex_lock(&s->head_lock);
+	struct job_extent *e = extent_find(s, job, extent_hash(job));
+	if (e && !e->valid && e->ticket == ticket) {
+		if (walked->has_points) /* a step comes with a point */
+			extent_fold(&e->ext, walked->first_ts_ns, walked->last_ts_ns,
+				    walked->last_step);
+		e->valid = true;
+	}
+	pthread_mutex_unlock(&s->head_lock);
 }
 
 void sto_rollup_widths(struct sto *s, int64_t *time_width_ns, int64_t *step_width)

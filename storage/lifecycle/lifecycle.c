@@ -537,6 +537,7 @@ static int delete_job_op(struct sto *s, void *arg)
 	if (rc == 0) {
 		pthread_mutex_lock(&s->head_lock);
 		del_head(s, d);
+		s->eng->extent_reset_locked(s); /* its series and points are gone */
 		pthread_mutex_unlock(&s->head_lock);
 	}
 	pthread_rwlock_unlock(&s->view_lock);
@@ -680,6 +681,11 @@ static int ret_drop_chunks(struct sto *s, struct ret_ctx *c, size_t from, size_t
 	}
 	pthread_rwlock_wrlock(&s->view_lock); /* readers see chunks + rollups consistently */
 	rc = sto_txn_commit_at(t, STO_FP_RETENTION_COMMIT);
+	if (rc == 0) { /* the chunks' points no longer count in any job's extent */
+		pthread_mutex_lock(&s->head_lock);
+		s->eng->extent_reset_locked(s);
+		pthread_mutex_unlock(&s->head_lock);
+	}
 	pthread_rwlock_unlock(&s->view_lock);
 	for (size_t i = from; rc == 0 && i < to; i++) {
 		r->chunks++;

@@ -28,6 +28,7 @@ struct sti_engine_ops {
 	void (*head_free)(struct head *h);		  /* sti_head_free */
 	uint64_t (*cols_bytes)(const struct mdl_cols *c); /* sti_cols_bytes */
 	void (*job_counts_reset)(struct sto *s);	  /* sti_job_counts_reset */
+	void (*extent_reset_locked)(struct sto *s);	  /* sti_extent_reset_locked */
 	int (*uid_reserve)(struct sto *s, uint64_t n);	  /* sti_uid_reserve */
 	int (*seg_read)(struct sto *s, uint64_t id, uint64_t off, void *buf,
 			size_t len); /* sti_seg_read */
