@@ -94,22 +94,22 @@ struct sto {
 	struct rdb_map batch_ids;   /* id hash -> struct batch_ent chain */
 
 	pthread_mutex_t series_lock; /* the series cache */
-	/* Series creation queue (store_write.c, sti_resolve_series): requests
+	/* Series creation queue (store_series.c, sti_resolve_series): requests
 	 * that need new series, and whether a leader is creating a group.
 	 * create_mu is taken before series_lock, never while holding it. */
 	pthread_mutex_t create_mu;
 	pthread_cond_t create_cv;
 	struct series_waiter *create_q;
 	bool creating;
-	/* The series creator thread (store_write.c): asynchronous writes
+	/* The series creator thread (store_series.c): asynchronous writes
 	 * (sto_write_submit) whose request needs a series not yet created wait
 	 * here instead of on their submitting thread; the creator takes all of
 	 * them at once and creates their series in one group. cq_mu is a leaf. */
 	pthread_mutex_t cq_mu;
 	pthread_cond_t cq_cv;
-	struct async_write *cq_head, *cq_tail; /* FIFO, under cq_mu */
-	bool cq_stop;			       /* under cq_mu: drain and exit */
-	bool creator_running;		       /* set at open, cleared at close */
+	struct sti_create_req *cq_head, *cq_tail; /* FIFO, under cq_mu (engine.h) */
+	bool cq_stop;				  /* under cq_mu: drain and exit */
+	bool creator_running;			  /* set at open, cleared at close */
 	pthread_t creator;
 	struct rdb_map series_by_hash; /* key hash -> series_ent chain */
 	struct rdb_map series_by_id;   /* id -> series_ent */

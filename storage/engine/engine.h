@@ -1,8 +1,8 @@
 /* engine.h - internal to storage/engine/: the functions the engine's files
- * (store.c, store_write.c, store_seal.c, store_read.c) share. Included only
- * by storage/engine/ (tools/checksrc.sh fails the build otherwise): the
- * layers below reach the engine only through struct sti_engine_ops
- * (lifecycle/lifecycle.h), which store.c fills at open.
+ * (store.c, store_write.c, store_series.c, store_seal.c, store_read.c)
+ * share. Included only by storage/engine/ (tools/checksrc.sh fails the
+ * build otherwise): the layers below reach the engine only through struct
+ * sti_engine_ops (lifecycle/lifecycle.h), which store.c fills at open.
  *
  * Threading and failure: as each declaration says; the locks and the
  * recovery invariant are store_int.h's.
@@ -12,6 +12,16 @@
 
 #include "storage/store_int.h"
 #include "storage/lifecycle/lifecycle.h"
+
+/* A write waiting for the series creator thread to create its series.
+ * Owned by the write (embedded in it); the creator borrows it from
+ * sti_creator_enqueue (store_series.c) until it passes it to
+ * sti_write_created (store_write.c). */
+struct sti_create_req {
+	struct sti_create_req *next; /* the creator's queue (cq_mu) */
+	const struct mdl_batch *b;   /* the write's points (borrowed) */
+	struct series_ent **ents;    /* [nseries of b], filled by the creator */
+};
 
 /* ---- store_write.c ---- */
 /* Takes write_lock exclusively and waits until no asynchronous write is
@@ -24,37 +34,6 @@ uint64_t sti_cols_bytes(const struct mdl_cols *c);
 struct head *sti_head_new(uint64_t gen);
 /* Frees h and everything it owns; accepts NULL. */
 void sti_head_free(struct head *h);
-/* Forgets every cached per-job series count. Caller holds series_lock. */
-void sti_job_counts_reset(struct sto *s);
-/* The per-job extent summaries (sto_job_extent_get). sti_extent_note
- * folds n points of c from index `from` of a series of job into the job's
- * summary (valid or being built; nothing when the job has none): called
- * wherever points become visible in a head. sti_extent_reset[_locked]
- * forgets every summary, valid or being built (a build in progress then
- * installs nothing): called after anything that removes points or chunk
- * entries (job delete, retention, quarantine, dropping uncheckpointed
- * chunks at open), and at close. _locked and note: caller holds
- * head_lock; sti_extent_reset takes it. Cannot fail. */
-void sti_extent_note(struct sto *s, const char *job, const struct mdl_cols *c, size_t from,
-		     size_t n);
-void sti_extent_reset_locked(struct sto *s);
-void sti_extent_reset(struct sto *s);
-/* Frees the series cache (close). */
-void sti_cache_free(struct sto *s);
-/* begin: waits until no series creation runs and keeps new ones from
- * starting, then takes series_lock: the series cache and the per-job
- * counts are the caller's (a job delete). !begin: undoes that. */
-void sti_series_exclusive(struct sto *s, bool begin);
-/* Resolves (creating if needed) the series of every key in b into ents[]. */
-int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_ent **ents);
-/* Starts the series creator thread (sto_write_submit's writes that need
- * new series wait on it, not on their submitting thread). 0 or -errno;
- * without it those writes create their series on the submitting thread. */
-int sti_creator_start(struct sto *s);
-/* Stops the creator after every write queued on it went on to the WAL (or
- * failed and was told so); joins it. Call before waiting for pending
- * writes at close. Idempotent. */
-void sti_creator_stop(struct sto *s);
 /* Applies a durable request to head h (WAL replay): prepare + commit.
  * Caller holds write_lock shared and head_lock. 0 or -ENOMEM (nothing
  * applied). */
@@ -85,6 +64,12 @@ void sti_commit_request(struct sto *s, struct head *h, struct sti_prep *pp, bool
  * and frees pp. Caller holds head_lock. */
 void sti_unprepare_request(struct sto *s, struct head *h, struct sti_prep *pp);
 void sti_prep_free(struct sti_prep *pp);
+/* The creator's hand-back of a queued write (creator thread, no lock
+ * held): with rc 0 its series are in ents[] and its record goes on to the
+ * WAL (the caller is told at the WAL completion); otherwise, or if that
+ * fails at once, the write is dropped (batch id released) and its caller
+ * told rc now. r (and its write) may be freed on return. */
+void sti_write_created(struct sti_create_req *r, int rc);
 /* Hash of a client batch id (never 0). */
 uint64_t sti_batch_hash(const char *id, size_t len);
 /* The entry of batch id, or NULL. Caller holds batch_lock. */
@@ -98,6 +83,38 @@ int sti_batch_persist(struct sto *s, struct sto_txn *t, uint64_t gen);
 void sti_batch_forget(struct sto *s, uint64_t gen);
 /* Frees every batch id entry (close). */
 void sti_batch_free_all(struct sto *s);
+
+/* ---- store_series.c ---- */
+/* Forgets every cached per-job series count. Caller holds series_lock. */
+void sti_job_counts_reset(struct sto *s);
+/* Frees the series cache (close). */
+void sti_cache_free(struct sto *s);
+/* begin: waits until no series creation runs and keeps new ones from
+ * starting, then takes series_lock: the series cache and the per-job
+ * counts are the caller's (a job delete). !begin: undoes that. */
+void sti_series_exclusive(struct sto *s, bool begin);
+/* Fills ents[] (one per series of b) from the series cache: NULL for a
+ * series not in it. Returns how many are NULL. Takes series_lock; never
+ * waits for a series creation. */
+size_t sti_resolve_known(struct sto *s, const struct mdl_batch *b, struct series_ent **ents);
+/* Resolves (creating if needed) the series of every key in b into ents[]:
+ * blocks while a group creates them (this thread may lead it, one LMDB
+ * commit). 0, or -errno/RDB_ELIMIT with none of b's missing series
+ * created. */
+int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_ent **ents);
+/* Queues r for the creator thread; does not block on a creation. True:
+ * the creator will call sti_write_created(r, rc) on its own thread. False
+ * when the creator is not running (or stopping): r is untouched and the
+ * caller resolves the series itself (sti_resolve_series). */
+bool sti_creator_enqueue(struct sto *s, struct sti_create_req *r);
+/* Starts the series creator thread (sto_write_submit's writes that need
+ * new series wait on it, not on their submitting thread). 0 or -errno;
+ * without it those writes create their series on the submitting thread. */
+int sti_creator_start(struct sto *s);
+/* Stops the creator after every write queued on it went on to the WAL (or
+ * failed and was told so); joins it. Call before waiting for pending
+ * writes at close. Idempotent. */
+void sti_creator_stop(struct sto *s);
 
 /* ---- store_seal.c ---- */
 /* Seals `taken` points of each item of head h into chunks. Flusher only. */
@@ -123,5 +140,17 @@ int sti_finish_checkpoint(struct sto *s);
 /* ---- store_read.c ---- */
 /* Reads a segment range under seg_lock (shared); -ENOENT if compacted away. */
 int sti_seg_read(struct sto *s, uint64_t id, uint64_t off, void *buf, size_t len);
+/* The per-job extent summaries (sto_job_extent_get). sti_extent_note
+ * folds n points of c from index `from` of a series of job into the job's
+ * summary (valid or being built; nothing when the job has none): called
+ * wherever points become visible in a head. sti_extent_reset[_locked]
+ * forgets every summary, valid or being built (a build in progress then
+ * installs nothing): called after anything that removes points or chunk
+ * entries (job delete, retention, quarantine), and at close. _locked and
+ * note: caller holds head_lock; sti_extent_reset takes it. Cannot fail. */
+void sti_extent_note(struct sto *s, const char *job, const struct mdl_cols *c, size_t from,
+		     size_t n);
+void sti_extent_reset_locked(struct sto *s);
+void sti_extent_reset(struct sto *s);
 
 #endif

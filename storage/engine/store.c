@@ -1,8 +1,9 @@
 /* store.c - the storage engine: open, recovery, close, the flusher thread
  * and checkpoints (see sto.h for the contract; the engine's internal
  * structs, lock order and recovery invariant are in store_int.h). The
- * other parts of the engine: store_write.c (series cache, batch ids, write
- * path, heads), store_seal.c (head -> chunks, event sealing),
+ * other parts of the engine: store_write.c (batch ids, write path,
+ * heads), store_series.c (series cache, series creation, the series
+ * creator thread), store_seal.c (head -> chunks, event sealing),
  * store_read.c (reads, event reads, catalog), lifecycle.c and compact.c
  * (deletion, retention, statistics, compaction; storage/admin.h).
  *

@@ -1,5 +1,7 @@
 /* store_write.c - the storage engine's write path (contract: sto.h):
- * the series cache, client batch ids, heads and sto_write_req.
+ * client batch ids, heads and sto_write_req / sto_write_submit. Series ids
+ * come from store_series.c (the series cache, their creation and the
+ * series creator thread).
  *
  * Write path: resolve series ids (cache, then LMDB) -> encode one WAL
  * record -> sto_wal_append (group commit; blocks until durable) -> apply to
@@ -15,10 +17,11 @@
  * to reach 0 (sti_write_exclusive), so the invariant holds for both kinds.
  * A submitted write whose series are not all in the cache does not create
  * them on the submitting thread: it is queued for the series creator
- * thread, which creates the series of every write queued meanwhile in one
- * group (one LMDB commit) and then queues their WAL records; a refusal
- * (max_series) reaches the write's completion. Series are in LMDB before
- * their first WAL record, as for a blocking write.
+ * thread (store_series.c), which creates the series of every write queued
+ * meanwhile in one group (one LMDB commit) and hands each back here
+ * (sti_write_created) to queue its WAL record; a refusal (max_series)
+ * reaches the write's completion. Series are in LMDB before their first
+ * WAL record, as for a blocking write.
  *
  * Threading: any number of writer threads, plus the creator; the locks
  * are in struct sto (store_int.h, with the lock order).
@@ -44,6 +47,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,367 +55,6 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* ---- series cache ---------------------------------------------------------- */
-
-/* The cache's key hash is the batch's (mdl_series_key_hash), so a batch's
- * series are looked up with the hash it already holds. Never 0. */
-static uint64_t cache_hash(uint64_t h)
-{
-	return h ? h : 1;
-}
-
-static uint64_t series_hash(const struct mdl_series_key *k)
-{
-	return cache_hash(
-	    mdl_series_key_hash(k->job, strlen(k->job), k->rank, k->metric, strlen(k->metric)));
-}
-
-static bool key_eq(const struct mdl_series_key *a, const struct mdl_series_key *b)
-{
-	return a->rank == b->rank && strcmp(a->job, b->job) == 0 &&
-	       strcmp(a->metric, b->metric) == 0;
-}
-
-/* Caller holds series_lock. */
-static struct series_ent *cache_find(struct sto *s, const struct mdl_series_key *k, uint64_t h)
-{
-	for (struct series_ent *e = rdb_map_get(&s->series_by_hash, h); e; e = e->next)
-		if (key_eq(&e->key, k))
-			return e;
-	return NULL;
-}
-
-/* Caller holds series_lock. */
-static int cache_add(struct sto *s, const struct mdl_series_key *k, uint64_t h, uint64_t id,
-		     struct series_ent **out)
-{
-	struct series_ent *e = malloc(sizeof(*e));
-	if (!e)
-		return -ENOMEM;
-	e->key = *k;
-	e->hash = h;
-	e->id = id;
-	e->next = rdb_map_get(&s->series_by_hash, h);
-	int rc = rdb_map_put(&s->series_by_hash, h, e);
-	if (rc == 0)
-		rc = rdb_map_put(&s->series_by_id, id, e);
-	if (rc) {
-		if (e->next)
-			rdb_map_put(&s->series_by_hash, h, e->next);
-		else
-			rdb_map_del(&s->series_by_hash, h);
-		free(e);
-		return rc;
-	}
-	*out = e;
-	return 0;
-}
-
-/* Series count of one job, cached for the max_series_per_job check. */
-struct job_count {
-	struct job_count *next; /* same-hash chain */
-	uint64_t hash;
-	uint64_t n;
-	char job[MDL_JOB_MAX + 1];
-};
-
-static int count_series_cb(void *arg, const struct mdl_series_key *k, uint64_t id)
-{
-	(void)k;
-	(void)id;
-	(*(uint64_t *)arg)++;
-	return 0;
-}
-
-/* The job's entry, counted from the index (in t) the first time. Caller
- * holds series_lock. */
-static int job_count_get(struct sto *s, struct sto_txn *t, const char *job, struct job_count **out)
-{
-	uint64_t h = rdb_hash64(job, strlen(job), 0x10b5) | 1;
-	struct job_count *c = rdb_map_get(&s->job_counts, h);
-	for (; c; c = c->next)
-		if (strcmp(c->job, job) == 0) {
-			*out = c;
-			return 0;
-		}
-	c = calloc(1, sizeof(*c));
-	if (!c)
-		return -ENOMEM;
-	int rc = sto_series_scan(t, job, count_series_cb, &c->n);
-	if (rc == 0) {
-		memcpy(c->job, job, strlen(job) + 1);
-		c->hash = h;
-		c->next = rdb_map_get(&s->job_counts, h);
-		rc = rdb_map_put(&s->job_counts, h, c);
-	}
-	if (rc) {
-		free(c);
-		return rc;
-	}
-	*out = c;
-	return 0;
-}
-
-/* Forgets every cached count (after a job delete); recounted on demand.
- * Caller holds series_lock. */
-void sti_job_counts_reset(struct sto *s)
-{
-	for (size_t i = 0; i < s->job_counts.cap; i++) {
-		struct job_count *c = s->job_counts.keys[i] ? s->job_counts.vals[i] : NULL;
-		while (c) {
-			struct job_count *next = c->next;
-			free(c);
-			c = next;
-		}
-	}
-	rdb_map_free(&s->job_counts);
-}
-
-void sti_cache_free(struct sto *s)
-{
-	sti_job_counts_reset(s);
-	for (size_t i = 0; i < s->series_by_id.cap; i++)
-		if (s->series_by_id.keys[i])
-			free(s->series_by_id.vals[i]);
-	rdb_map_free(&s->series_by_id);
-	rdb_map_free(&s->series_by_hash);
-}
-
-/* Fills ents[] from the cache; returns how many are missing (a batch
- * series that cannot be read counts as missing: create_missing reports
- * it). Caller holds series_lock. */
-static size_t resolve_cached(struct sto *s, const struct mdl_batch *b, struct series_ent **ents)
-{
-	size_t n = mdl_batch_nseries(b), missing = 0;
-	for (size_t i = 0; i < n; i++) {
-		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
-		ents[i] =
-		    bs ? cache_find(s, &bs->key, cache_hash(mdl_batch_series_hash(b, i))) : NULL;
-		missing += ents[i] == NULL;
-	}
-	return missing;
-}
-
-/* Series creation is group-committed like the WAL: requests that need new
- * series queue here, and one of them (the leader) creates the series of
- * every queued request in one LMDB write transaction (one sync), so a job
- * whose thousands of ranks all send their first step at once does not
- * pay one sync per rank, one after the other. If anything in the group
- * fails (a series limit, say), the transaction is dropped and each request
- * of the group is done alone, exactly as before: a refused request never
- * creates a series.
- *
- * The leader holds series_lock only to read the cache and, after the
- * commit, to add the new ids: writers whose series are known, and the
- * HTTP threads that answer them, never wait for an LMDB transaction. The
- * per-job counts (job_counts) are the leader's: whoever else resets them
- * (a job delete) first becomes the leader (sti_series_exclusive). */
-struct series_waiter {
-	struct series_waiter *next;
-	const struct mdl_batch *b;
-	struct series_ent **ents;
-	uint64_t *ids; /* [nseries] the group's ids of the series ents[] lacks */
-	int rc;
-	bool done;
-};
-
-/* Ids reserved in the group's transaction, handed out in order. */
-struct id_block {
-	uint64_t next, end;
-};
-
-/* Creates in t the series of w that ents[] lacks (counting the limits
- * inside t); their ids (found or created) go to w->ids. New ids come from
- * blk, which reserves `want` at a time. *created counts the new series.
- * Leader only. */
-static int create_missing(struct sto *s, struct sto_txn *t, struct series_waiter *w,
-			  struct id_block *blk, uint64_t want, uint64_t *created)
-{
-	size_t n = mdl_batch_nseries(w->b);
-	int rc = 0;
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		if (w->ents[i])
-			continue;
-		const struct mdl_batch_series *bs = mdl_batch_series_at(w->b, i);
-		if (!bs)
-			return -ENOMEM;
-		rc = sto_series_lookup(t, &bs->key, &w->ids[i]);
-		if (rc != RDB_ENOTFOUND)
-			continue; /* known (0) or an error */
-		struct job_count *jc = NULL;
-		if (s->nseries + *created >= s->opt.max_series)
-			return RDB_ELIMIT;
-		/* counted inside this txn: includes series created just before */
-		rc = job_count_get(s, t, bs->key.job, &jc);
-		if (rc == 0 && jc->n >= s->opt.max_series_per_job)
-			rc = RDB_ELIMIT;
-		if (rc == 0 && blk->next == blk->end) {
-			rc = sto_series_ids_reserve(t, want, &blk->next);
-			blk->end = rc == 0 ? blk->next + want : blk->next;
-		}
-		if (rc == 0)
-			rc = sto_series_create_id(t, &bs->key, blk->next);
-		if (rc == 0) {
-			w->ids[i] = blk->next++;
-			(*created)++;
-			jc->n++;
-		}
-	}
-	return rc;
-}
-
-/* Caches the ids of w's series that ents[] lacks (durable now). Caller
- * holds series_lock. */
-static int cache_ids(struct sto *s, struct series_waiter *w)
-{
-	size_t n = mdl_batch_nseries(w->b);
-	int rc = 0;
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		if (w->ents[i])
-			continue;
-		const struct mdl_batch_series *bs = mdl_batch_series_at(w->b, i);
-		uint64_t h = series_hash(&bs->key);
-		w->ents[i] = cache_find(s, &bs->key, h); /* duplicates within the group */
-		if (!w->ents[i])
-			rc = cache_add(s, &bs->key, h, w->ids[i], &w->ents[i]);
-	}
-	return rc;
-}
-
-/* Creates the series of every waiter of list g in one write transaction.
- * 0 with each waiter's rc set (its series cached), or the transaction's
- * error: nothing created, the waiters' rc untouched. Leader only. */
-static int create_txn(struct sto *s, struct series_waiter *g)
-{
-	size_t missing = 0, total = 0;
-	pthread_mutex_lock(&s->series_lock);
-	for (struct series_waiter *w = g; w; w = w->next) {
-		missing += resolve_cached(s, w->b, w->ents);
-		total += mdl_batch_nseries(w->b);
-		w->rc = 0;
-	}
-	pthread_mutex_unlock(&s->series_lock);
-	if (missing == 0)
-		return 0;
-	uint64_t *ids = malloc(total * sizeof(*ids));
-	if (!ids)
-		return -ENOMEM;
-	size_t at = 0;
-	for (struct series_waiter *w = g; w; w = w->next) {
-		w->ids = ids + at;
-		at += mdl_batch_nseries(w->b);
-	}
-	struct sto_txn *t = NULL;
-	struct id_block blk = {0};
-	uint64_t created = 0;
-	int rc = sto_txn_begin(s->ix, true, &t);
-	for (struct series_waiter *w = g; w && rc == 0; w = w->next)
-		rc = create_missing(s, t, w, &blk, missing, &created);
-	if (rc == 0 && blk.next < blk.end) /* give back what was not used */
-		rc = sto_meta_put(t, "next_series_id", blk.next);
-	if (rc == 0)
-		rc = sto_txn_commit_at(t, STO_FP_SERIES_CREATE);
-	else if (t)
-		sto_txn_abort(t);
-	pthread_mutex_lock(&s->series_lock);
-	if (rc) {
-		sti_job_counts_reset(s); /* counts may include series of the dropped txn */
-	} else {
-		s->nseries += created;
-		for (struct series_waiter *w = g; w; w = w->next)
-			w->rc = cache_ids(s, w);
-	}
-	pthread_mutex_unlock(&s->series_lock);
-	for (struct series_waiter *w = g; w; w = w->next)
-		w->ids = NULL;
-	free(ids);
-	return rc;
-}
-
-/* The leader's work: creates the series of the whole group, or, if that
- * fails, of each waiter alone. Sets every waiter's rc. */
-static void create_group(struct sto *s, struct series_waiter *g)
-{
-	if (create_txn(s, g) == 0)
-		return;
-	for (struct series_waiter *w = g; w; w = w->next) {
-		struct series_waiter *next = w->next;
-		w->next = NULL;
-		int rc = create_txn(s, w);
-		if (rc)
-			w->rc = rc;
-		w->next = next;
-	}
-}
-
-void sti_series_exclusive(struct sto *s, bool begin)
-{
-	if (!begin) {
-		pthread_mutex_unlock(&s->series_lock);
-		pthread_mutex_lock(&s->create_mu);
-		s->creating = false;
-		pthread_cond_broadcast(&s->create_cv);
-		pthread_mutex_unlock(&s->create_mu);
-		return;
-	}
-	pthread_mutex_lock(&s->create_mu);
-	while (s->creating)
-		pthread_cond_wait(&s->create_cv, &s->create_mu);
-	s->creating = true;
-	pthread_mutex_unlock(&s->create_mu);
-	pthread_mutex_lock(&s->series_lock);
-}
-
-/* Waits until the n waiters ws[] (all queued at once, so they always land
- * in the same group) have their series, leading groups as needed. Each
- * waiter's rc is its result. */
-static void resolve_group(struct sto *s, struct series_waiter *ws, size_t n)
-{
-	pthread_mutex_lock(&s->create_mu);
-	for (size_t i = 0; i < n; i++) {
-		ws[i].next = s->create_q;
-		s->create_q = &ws[i];
-	}
-	while (!ws[n - 1].done) {
-		if (s->creating) {
-			pthread_cond_wait(&s->create_cv, &s->create_mu);
-			continue;
-		}
-		s->creating = true;
-		struct series_waiter *g = s->create_q;
-		s->create_q = NULL;
-		pthread_mutex_unlock(&s->create_mu);
-		create_group(s, g);
-		pthread_mutex_lock(&s->create_mu);
-		for (struct series_waiter *w = g, *next; w; w = next) {
-			next = w->next;
-			w->done = true; /* its owner may return (its stack goes) */
-		}
-		s->creating = false;
-		pthread_cond_broadcast(&s->create_cv);
-	}
-	pthread_mutex_unlock(&s->create_mu);
-}
-
-/* Fills ents[] from the cache; how many series of b are not in it. */
-static size_t resolve_known(struct sto *s, const struct mdl_batch *b, struct series_ent **ents)
-{
-	pthread_mutex_lock(&s->series_lock);
-	size_t missing = resolve_cached(s, b, ents);
-	pthread_mutex_unlock(&s->series_lock);
-	return missing;
-}
-
-/* Resolves (creating if needed) the series of every key in b into ents[]. */
-int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_ent **ents)
-{
-	if (resolve_known(s, b, ents) == 0)
-		return 0;
-	struct series_waiter me = {.b = b, .ents = ents};
-	resolve_group(s, &me, 1);
-	return me.rc;
-}
 
 /* ---- heads --------------------------------------------------------------- */
 
@@ -952,7 +595,7 @@ struct async_write {
 	struct batch_ent *bent;
 	sto_write_done_fn fn;
 	void *arg;
-	struct async_write *cq_next; /* the creator's queue (cq_mu) */
+	struct sti_create_req cr; /* while queued on the series creator */
 };
 
 static void async_free(struct async_write *a)
@@ -1073,101 +716,22 @@ static int submit_resolved(struct async_write *a)
 	return rc;
 }
 
-/* Queues a for the creator thread. False when it is not running (or
- * stopping): the caller creates the series itself. */
-static bool creator_enqueue(struct sto *s, struct async_write *a)
+void sti_write_created(struct sti_create_req *r, int rc)
 {
-	pthread_mutex_lock(&s->cq_mu);
-	bool ok = s->creator_running && !s->cq_stop;
-	if (ok) {
-		a->cq_next = NULL;
-		if (s->cq_tail)
-			s->cq_tail->cq_next = a;
-		else
-			s->cq_head = a;
-		s->cq_tail = a;
-		pthread_cond_signal(&s->cq_cv);
+	struct async_write *a =
+	    (struct async_write *)(void *)((char *)r - offsetof(struct async_write, cr));
+	struct sto *s = a->s;
+	sto_write_done_fn fn = a->fn;
+	void *arg = a->arg;
+	if (rc == 0) {
+		rc = submit_resolved(a);
+	} else {
+		if (a->bent)
+			batch_finish(s, a->bent, false, 0);
+		async_free(a);
 	}
-	pthread_mutex_unlock(&s->cq_mu);
-	return ok;
-}
-
-/* The creator's work on the writes it took (list q): creates the series of
- * all of them in one group (one LMDB commit unless a limit refuses one of
- * them, see create_group), then hands each to the WAL or tells it its
- * error. */
-static void creator_run(struct sto *s, struct async_write *q)
-{
-	size_t n = 0;
-	for (struct async_write *a = q; a; a = a->cq_next)
-		n++;
-	struct series_waiter *ws = calloc(n, sizeof(*ws));
-	size_t i = 0;
-	for (struct async_write *a = q; ws && a; a = a->cq_next, i++)
-		ws[i] = (struct series_waiter){.b = a->req.points, .ents = a->ents};
-	if (ws)
-		resolve_group(s, ws, n);
-	i = 0;
-	for (struct async_write *a = q, *next; a; a = next, i++) {
-		next = a->cq_next;
-		int rc = ws ? ws[i].rc : sti_resolve_series(s, a->req.points, a->ents);
-		sto_write_done_fn fn = a->fn;
-		void *arg = a->arg;
-		if (rc == 0) {
-			rc = submit_resolved(a);
-		} else {
-			if (a->bent)
-				batch_finish(s, a->bent, false, 0);
-			async_free(a);
-		}
-		if (rc != STO_PENDING)
-			fn(arg, rc);
-	}
-	free(ws);
-}
-
-static void *creator_main(void *arg)
-{
-	struct sto *s = arg;
-	pthread_mutex_lock(&s->cq_mu);
-	for (;;) {
-		while (!s->cq_head && !s->cq_stop)
-			pthread_cond_wait(&s->cq_cv, &s->cq_mu);
-		struct async_write *q = s->cq_head;
-		if (!q)
-			break; /* stopping, nothing left */
-		s->cq_head = s->cq_tail = NULL;
-		pthread_mutex_unlock(&s->cq_mu);
-		creator_run(s, q);
-		pthread_mutex_lock(&s->cq_mu);
-	}
-	pthread_mutex_unlock(&s->cq_mu);
-	return NULL;
-}
-
-int sti_creator_start(struct sto *s)
-{
-	pthread_mutex_lock(&s->cq_mu);
-	s->cq_stop = false;
-	int rc = -pthread_create(&s->creator, NULL, creator_main, s);
-	s->creator_running = rc == 0;
-	pthread_mutex_unlock(&s->cq_mu);
-	return rc;
-}
-
-void sti_creator_stop(struct sto *s)
-{
-	pthread_mutex_lock(&s->cq_mu);
-	bool running = s->creator_running;
-	s->cq_stop = true;
-	pthread_cond_signal(&s->cq_cv);
-	pthread_mutex_unlock(&s->cq_mu);
-	if (!running)
-		return;
-	pthread_join(s->creator, NULL);
-	pthread_mutex_lock(&s->cq_mu);
-	s->creator_running = false;
-	pthread_mutex_unlock(&s->cq_mu);
+	if (rc != STO_PENDING)
+		fn(arg, rc);
 }
 
 int sto_write_submit(struct sto *s, const struct sto_write_req *req, struct sto_write_result *res,
@@ -1191,10 +755,11 @@ int sto_write_submit(struct sto *s, const struct sto_write_req *req, struct sto_
 	rc = a && a->ents ? 0 : -ENOMEM;
 	if (rc == 0)
 		rc = encode_request(req, &a->rec, &a->type);
-	if (rc == 0 && n && resolve_known(s, req->points, a->ents) > 0) {
+	if (rc == 0 && n && sti_resolve_known(s, req->points, a->ents) > 0) {
 		/* New series: created by the creator thread, with every other
 		 * write waiting for some, while this thread goes on. */
-		if (creator_enqueue(s, a))
+		a->cr = (struct sti_create_req){.b = a->req.points, .ents = a->ents};
+		if (sti_creator_enqueue(s, &a->cr))
 			return STO_PENDING;
 		rc = sti_resolve_series(s, req->points, a->ents);
 	}

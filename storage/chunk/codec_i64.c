@@ -1,0 +1,301 @@
+/* codec_i64.c - the chunk codec's int64 streams (encodings 1-6 and 9).
+ *
+ * Design. Used for ts_ns, step, the value column's IEEE bit patterns and
+ * the quotients of the int and scaled encodings. The encoder runs every
+ * candidate and keeps the smallest (the varint streams also through zstd,
+ * "scaled" once over its quotients); all delta arithmetic is modulo 2^64,
+ * so any sequence round-trips. Layouts: codec.c's FORMAT comment.
+ *
+ * Threading: no shared state.
+ * Failure: encoders return 0 or -ENOMEM (*best empty then); decoders
+ * return RDB_ECORRUPT on any overlong varint, run past k, trailing byte,
+ * unknown or nested-where-refused encoding, or -ENOMEM.
+ */
+#include "storage/chunk/codec_int.h"
+
+#include "common/rdb_err.h"
+#include "common/rdb_le.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- int64 streams: encoders --------------------------------------------- */
+
+static int enc_raw64(const uint64_t *v, size_t k, struct blob *b)
+{
+	int rc = sto_codec_blob_alloc(b, ENC_RAW64, 8 * k);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < k; i++)
+		rdb_put_le64(b->p + 8 * i, v[i]);
+	b->len = 8 * k;
+	return 0;
+}
+
+static bool all_equal64(const uint64_t *v, size_t k)
+{
+	for (size_t i = 1; i < k; i++)
+		if (v[i] != v[0])
+			return false;
+	return true;
+}
+
+int sto_codec_enc_const64(const uint64_t *v, size_t k, struct blob *b)
+{
+	if (!all_equal64(v, k))
+		return 0;
+	int rc = sto_codec_blob_alloc(b, ENC_CONST64, 8);
+	if (rc)
+		return rc;
+	rdb_put_le64(b->p, v[0]);
+	b->len = 8;
+	return 0;
+}
+
+static int enc_delta(const uint64_t *v, size_t k, struct blob *b)
+{
+	int rc = sto_codec_blob_alloc(b, ENC_DELTA, 10 * k);
+	if (rc)
+		return rc;
+	size_t o = put_varint(b->p, zz(v[0]));
+	for (size_t i = 1; i < k; i++)
+		o += put_varint(b->p + o, zz(v[i] - v[i - 1]));
+	b->len = o;
+	return 0;
+}
+
+static int enc_dod(const uint64_t *v, size_t k, struct blob *b)
+{
+	int rc = sto_codec_blob_alloc(b, ENC_DOD, 10 * k);
+	if (rc)
+		return rc;
+	size_t o = put_varint(b->p, zz(v[0]));
+	uint64_t prev_d = 0;
+	for (size_t i = 1; i < k; i++) {
+		uint64_t d = v[i] - v[i - 1];
+		o += put_varint(b->p + o, zz(d - prev_d));
+		prev_d = d;
+	}
+	b->len = o;
+	return 0;
+}
+
+static int enc_delta_rle(const uint64_t *v, size_t k, struct blob *b)
+{
+	int rc = sto_codec_blob_alloc(b, ENC_DELTA_RLE, 10 + 20 * k);
+	if (rc)
+		return rc;
+	size_t o = put_varint(b->p, zz(v[0]));
+	for (size_t i = 1; i < k;) {
+		uint64_t d = v[i] - v[i - 1];
+		size_t run = 1;
+		while (i + run < k && v[i + run] - v[i + run - 1] == d)
+			run++;
+		o += put_varint(b->p + o, zz(d));
+		o += put_varint(b->p + o, run);
+		i += run;
+	}
+	b->len = o;
+	return 0;
+}
+
+static uint64_t gcd64(uint64_t a, uint64_t b)
+{
+	while (b) {
+		uint64_t t = a % b;
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+/* The "scaled" candidate, when every v[i] - v[0] is a multiple of some g >= 2. */
+static int enc_scaled(const uint64_t *v, size_t k, struct blob *b)
+{
+	uint64_t g = 0;
+	for (size_t i = 1; i < k && g != 1; i++) {
+		uint64_t d = v[i] - v[0];
+		g = gcd64(g, d >> 63 ? 0 - d : d);
+	}
+	if (g < 2 || g > INT64_MAX)
+		return 0;
+	uint64_t *q = malloc(k * sizeof(*q));
+	struct blob inner = {0};
+	int rc = q ? 0 : -ENOMEM;
+	for (size_t i = 0; i < k && !rc; i++)
+		q[i] = (uint64_t)(u2s(v[i] - v[0]) / (int64_t)g);
+	if (!rc)
+		rc = sto_codec_best_i64(q, k, &inner);
+	if (!rc)
+		rc = sto_codec_blob_alloc(b, ENC_SCALED, 21 + inner.len);
+	if (!rc) {
+		b->len = put_varint(b->p, g);
+		b->len += put_varint(b->p + b->len, zz(v[0]));
+		b->p[b->len++] = inner.enc;
+		memcpy(b->p + b->len, inner.p, inner.len);
+		b->len += inner.len;
+	}
+	sto_codec_blob_free(&inner);
+	free(q);
+	return rc;
+}
+
+/* Best int64 stream encoding of v[0..k), k >= 1, into *best; "scaled" is
+ * tried only when allow_scaled (it recurses once for its quotients). */
+int sto_codec_best_i64_opt(const uint64_t *v, size_t k, bool allow_scaled, struct blob *best)
+{
+	int (*const fns[])(const uint64_t *, size_t, struct blob *) = {
+	    sto_codec_enc_const64, enc_delta_rle, enc_delta, enc_dod, enc_raw64,
+	};
+	struct blob cand = {0}, varint = {0};
+	int rc = 0;
+	*best = (struct blob){0};
+	for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]) && !rc; i++) {
+		rc = fns[i](v, k, &cand);
+		if (!rc && cand.p && cand.enc != ENC_RAW64 && cand.enc != ENC_CONST64)
+			sto_codec_keep_smaller(&varint, &cand); /* best varint stream, for zstd */
+		else if (!rc && cand.p)
+			sto_codec_keep_smaller(best, &cand);
+	}
+	if (!rc && varint.p && varint.len >= 64) {
+		uint8_t inner = varint.enc;
+		rc = sto_codec_zstd_blob(&cand, ENC_ZSTD, &inner, 1, varint.p, varint.len);
+		if (!rc)
+			sto_codec_keep_smaller(best, &cand);
+	}
+	sto_codec_keep_smaller(best, &varint);
+	if (!rc && allow_scaled)
+		rc = enc_scaled(v, k, &cand);
+	sto_codec_keep_smaller(best, &cand);
+	if (rc)
+		sto_codec_blob_free(best);
+	return rc;
+}
+
+int sto_codec_best_i64(const uint64_t *v, size_t k, struct blob *best)
+{
+	return sto_codec_best_i64_opt(v, k, false, best);
+}
+
+/* ---- int64 streams: decoders --------------------------------------------- */
+
+static int dec_delta(struct rd *r, size_t k, uint64_t *out)
+{
+	uint64_t z;
+	if (get_varint(r, &z))
+		return RDB_ECORRUPT;
+	out[0] = unzz(z);
+	for (size_t i = 1; i < k; i++) {
+		if (get_varint(r, &z))
+			return RDB_ECORRUPT;
+		out[i] = out[i - 1] + unzz(z);
+	}
+	return 0;
+}
+
+static int dec_dod(struct rd *r, size_t k, uint64_t *out)
+{
+	uint64_t z, d = 0;
+	if (get_varint(r, &z))
+		return RDB_ECORRUPT;
+	out[0] = unzz(z);
+	for (size_t i = 1; i < k; i++) {
+		if (get_varint(r, &z))
+			return RDB_ECORRUPT;
+		d += unzz(z);
+		out[i] = out[i - 1] + d;
+	}
+	return 0;
+}
+
+static int dec_delta_rle(struct rd *r, size_t k, uint64_t *out)
+{
+	uint64_t z, run;
+	if (get_varint(r, &z))
+		return RDB_ECORRUPT;
+	out[0] = unzz(z);
+	for (size_t i = 1; i < k;) {
+		if (get_varint(r, &z) || get_varint(r, &run))
+			return RDB_ECORRUPT;
+		if (run == 0 || run > k - i)
+			return RDB_ECORRUPT;
+		uint64_t d = unzz(z);
+		for (size_t end = i + (size_t)run; i < end; i++)
+			out[i] = out[i - 1] + d;
+	}
+	return 0;
+}
+
+/* Encodings an int64 stream nested in another may not use. */
+#define DENY_ZSTD   1u
+#define DENY_SCALED 2u
+
+static int dec_i64_zstd(const uint8_t *p, size_t len, size_t k, uint64_t *out)
+{
+	if (len < 1)
+		return RDB_ECORRUPT;
+	uint8_t *buf = NULL;
+	size_t blen = 0;
+	int rc = sto_codec_zstd_unframe(p + 1, len - 1, 20 * k + 16, false, &buf, &blen);
+	if (rc)
+		return rc;
+	rc = sto_codec_dec_i64(p[0], buf, blen, k, out, DENY_ZSTD | DENY_SCALED);
+	free(buf);
+	return rc;
+}
+
+static int dec_i64_scaled(const uint8_t *p, size_t len, size_t k, uint64_t *out, unsigned deny)
+{
+	struct rd r = {p, p + len};
+	uint64_t g, zb;
+	if (get_varint(&r, &g) || g < 2 || get_varint(&r, &zb) || r.p == r.end)
+		return RDB_ECORRUPT;
+	int rc = sto_codec_dec_i64(r.p[0], r.p + 1, (size_t)(r.end - r.p) - 1, k, out,
+				   deny | DENY_SCALED);
+	uint64_t base = unzz(zb);
+	for (size_t i = 0; rc == 0 && i < k; i++)
+		out[i] = base + out[i] * g;
+	return rc;
+}
+
+/* Decodes an int64 stream of k >= 1 values; deny lists refused encodings. */
+int sto_codec_dec_i64(uint8_t enc, const uint8_t *p, size_t len, size_t k, uint64_t *out,
+		      unsigned deny)
+{
+	struct rd r = {p, p + len};
+	int rc;
+	switch (enc) {
+	case ENC_RAW64:
+		if (len != 8 * k)
+			return RDB_ECORRUPT;
+		for (size_t i = 0; i < k; i++)
+			out[i] = rdb_get_le64(p + 8 * i);
+		return 0;
+	case ENC_CONST64:
+		if (len != 8)
+			return RDB_ECORRUPT;
+		for (size_t i = 0; i < k; i++)
+			out[i] = rdb_get_le64(p);
+		return 0;
+	case ENC_DELTA:
+		rc = dec_delta(&r, k, out);
+		break;
+	case ENC_DOD:
+		rc = dec_dod(&r, k, out);
+		break;
+	case ENC_DELTA_RLE:
+		rc = dec_delta_rle(&r, k, out);
+		break;
+	case ENC_ZSTD:
+		return deny & DENY_ZSTD ? RDB_ECORRUPT : dec_i64_zstd(p, len, k, out);
+	case ENC_SCALED:
+		return deny & DENY_SCALED ? RDB_ECORRUPT : dec_i64_scaled(p, len, k, out, deny);
+	default:
+		return RDB_ECORRUPT;
+	}
+	if (rc == 0 && r.p != r.end)
+		rc = RDB_ECORRUPT; /* trailing bytes */
+	return rc;
+}

@@ -1,0 +1,208 @@
+/* codec_int.h - what the chunk codec's files share (storage/chunk/ only).
+ *
+ * Design. The codec (storage/chunk/codec.h) is one module in six files:
+ *   codec.c         the format (its top comment), the encoder scratch, the
+ *                   step and attempt columns, the payload and the public
+ *                   encode/decode calls;
+ *   codec_i64.c     int64 streams (raw64 .. scaled, encodings 1-6, 9);
+ *   codec_float.c   float bit streams: Gorilla XOR, byte planes, float32;
+ *   codec_values.c  the value column: candidate choice and dispatch;
+ *   codec_block.c   the blocked value column (37) and tail reads;
+ *   codec_zstd.c    zstd frames and per-thread contexts (the one file that
+ *                   includes zstd.h).
+ * Encoding numbers and the byte layouts are documented once, in codec.c.
+ *
+ * Threading: nothing here holds shared state except codec_zstd.c's
+ * per-thread contexts; every function may run on any number of threads.
+ * Failure: encoders return 0 or -ENOMEM (a candidate that does not apply
+ * leaves its blob empty); decoders return 0, RDB_ECORRUPT on malformed
+ * input, or -ENOMEM; on failure outputs are unspecified.
+ */
+#ifndef STO_CODEC_INT_H
+#define STO_CODEC_INT_H
+
+#include "common/rdb_err.h"
+#include "storage/chunk/codec.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+	ENC_RAW64 = 1,
+	ENC_CONST64 = 2,
+	ENC_DELTA = 3,
+	ENC_DOD = 4,
+	ENC_DELTA_RLE = 5,
+	ENC_ZSTD = 6,
+	ENC_ABSENT = 7,
+	ENC_MASKED = 8,
+	ENC_SCALED = 9,
+	ENC_CONST32 = 16,
+	ENC_RLE32 = 17,
+	ENC_RAW32 = 18,
+	ENC_XOR = 32,
+	ENC_F32_XOR = 33,
+	ENC_F32_SHUF_ZSTD = 34,
+	ENC_INT = 35,
+	ENC_SHUF_ZSTD = 36,
+	ENC_BLOCKED = 37,
+};
+
+/* Blocked value column (codec_block.c): points per block the encoder
+ * writes, the least a reader accepts, and how many percent more bytes
+ * than the best whole-column encoding the blocked one may cost. */
+#define BLOCK_POINTS	 256u
+#define BLOCK_POINTS_MIN 64u
+#define BLOCK_MARGIN_PCT 4u
+
+/* ---- primitives ---------------------------------------------------------- */
+
+static inline uint64_t zz(uint64_t x)
+{
+	return (x << 1) ^ (0 - (x >> 63));
+}
+
+static inline uint64_t unzz(uint64_t z)
+{
+	return (z >> 1) ^ (0 - (z & 1));
+}
+
+/* Writes v as a varint at p (room for 10 bytes); returns its length. */
+static inline size_t put_varint(uint8_t *p, uint64_t v)
+{
+	size_t i = 0;
+	while (v >= 0x80) {
+		p[i++] = (uint8_t)(v | 0x80);
+		v >>= 7;
+	}
+	p[i++] = (uint8_t)v;
+	return i;
+}
+
+/* A read cursor over an untrusted byte range. */
+struct rd {
+	const uint8_t *p, *end;
+};
+
+static inline int get_varint(struct rd *r, uint64_t *v)
+{
+	uint64_t x = 0;
+	for (unsigned shift = 0; shift < 70; shift += 7) {
+		if (r->p == r->end)
+			return RDB_ECORRUPT;
+		uint8_t b = *r->p++;
+		x |= (uint64_t)(b & 0x7f) << shift;
+		if (!(b & 0x80)) {
+			*v = x;
+			return 0;
+		}
+	}
+	return RDB_ECORRUPT;
+}
+
+/* Converts uint64 to int64 two's complement without implementation-defined casts. */
+static inline int64_t u2s(uint64_t u)
+{
+	return u <= INT64_MAX ? (int64_t)u : -(int64_t)(~u) - 1;
+}
+
+/* ---- encoder scratch (codec.c) --------------------------------------------- */
+
+/* One candidate's output. cap is computed up front as a worst-case bound, so
+ * the writers never check capacity. p == NULL means "no candidate". */
+struct blob {
+	uint8_t enc;
+	uint8_t *p;
+	size_t len, cap;
+};
+
+/* Allocates cap bytes (at least 1) for a candidate of encoding enc, len 0.
+ * 0 or -ENOMEM (then b->p is NULL). */
+int sto_codec_blob_alloc(struct blob *b, uint8_t enc, size_t cap);
+/* Frees b's bytes; b becomes "no candidate". */
+void sto_codec_blob_free(struct blob *b);
+/* Keeps the smaller of *best and *cand in *best (ties keep *best); frees
+ * the other, so *cand is always empty after. */
+void sto_codec_keep_smaller(struct blob *best, struct blob *cand);
+
+/* ---- zstd frames (codec_zstd.c) ------------------------------------------- */
+
+/* Compresses src into a new blob of encoding enc whose body is prefix (if
+ * prefix_len) then one frame. A zstd failure only drops the candidate
+ * (returns 0, b->p NULL); -ENOMEM when the blob cannot be allocated. */
+int sto_codec_zstd_blob(struct blob *b, uint8_t enc, const uint8_t *prefix, size_t prefix_len,
+			const void *src, size_t len);
+/* Decompresses one frame of exactly `want` bytes (or, if !exact, at most
+ * `want` bytes) into a new malloc'd buffer *out (the caller frees it).
+ * RDB_ECORRUPT unless the frame fills the whole of [p, p + len); -ENOMEM. */
+int sto_codec_zstd_unframe(const uint8_t *p, size_t len, size_t want, bool exact, uint8_t **out,
+			   size_t *out_len);
+
+/* ---- int64 streams (codec_i64.c) ------------------------------------------ */
+
+/* The const64 candidate of v[0..k): left empty unless all values are equal. */
+int sto_codec_enc_const64(const uint64_t *v, size_t k, struct blob *b);
+/* Best int64 stream encoding of v[0..k), k >= 1, into *best (which is
+ * overwritten); "scaled" is tried only when allow_scaled. */
+int sto_codec_best_i64_opt(const uint64_t *v, size_t k, bool allow_scaled, struct blob *best);
+/* sto_codec_best_i64_opt without "scaled". */
+int sto_codec_best_i64(const uint64_t *v, size_t k, struct blob *best);
+/* Decodes an int64 stream body [p, p + len) of encoding enc into out[0..k),
+ * k >= 1; deny lists refused encodings (0 from outside codec_i64.c). */
+int sto_codec_dec_i64(uint8_t enc, const uint8_t *p, size_t len, size_t k, uint64_t *out,
+		      unsigned deny);
+
+/* ---- float bit streams (codec_float.c) ------------------------------------ */
+
+/* XOR-encodes v[0..k), k >= 1, of the given width (32 or 64) into b. */
+int sto_codec_enc_xor(const uint64_t *v, size_t k, unsigned width, uint8_t enc, struct blob *b);
+/* Decodes an XOR stream of k >= 1 values of the given width into out. */
+int sto_codec_dec_xor(const uint8_t *p, size_t len, size_t k, unsigned width, uint64_t *out);
+/* Byte planes of the low width_bytes bytes of v[0..k) in one zstd frame. */
+int sto_codec_enc_shuf_zstd(const uint64_t *v, size_t k, unsigned width_bytes, uint8_t enc,
+			    struct blob *b);
+/* Decodes a byte-plane frame of k values of width_bytes bytes into out. */
+int sto_codec_dec_shuf_zstd(const uint8_t *p, size_t len, size_t k, unsigned width_bytes,
+			    uint64_t *out);
+/* The float32 candidates of v[0..n) when every value is float32-exact:
+ * the XOR stream competes in *slow, the planes in *best. */
+int sto_codec_enc_values_f32(const uint64_t *v, size_t n, struct blob *best, struct blob *slow);
+/* out[0..n) (float32 patterns) become their float64 patterns, in place. */
+void sto_codec_widen_f32(uint64_t *out, size_t n);
+
+/* ---- value column (codec_values.c) ---------------------------------------- */
+
+/* Best value column encoding of v[0..n), n >= 1, into *best (overwritten). */
+int sto_codec_enc_values(const uint64_t *v, size_t n, struct blob *best);
+/* Decodes a value column body of encoding enc, n >= 1 points, into out. */
+int sto_codec_dec_values(uint8_t enc, const uint8_t *p, size_t len, size_t n, uint64_t *out);
+
+/* ---- blocked value column (codec_block.c) --------------------------------- */
+
+/* Whether a value column of encoding enc decodes slowly enough per point
+ * for the blocked form to be worth a try. */
+bool sto_codec_slow_to_decode(uint8_t enc);
+/* The blocked candidate of v[0..n), n >= 2 * BLOCK_POINTS. */
+int sto_codec_enc_blocked(const uint64_t *v, size_t n, struct blob *b);
+/* Decodes the blocks holding points [from, n) into out[their first point
+ * ..n); the values before are left as they were. */
+int sto_codec_dec_blocked(const uint8_t *p, size_t len, size_t n, size_t from, uint64_t *out);
+/* The first block's encoding of a blocked value column (0 otherwise). */
+uint8_t sto_codec_block0_enc(const struct blob *b, size_t n);
+
+/* ---- payload (codec.c) ---------------------------------------------------- */
+
+/* Decodes columns [first, first + count) of n points from src after *pos,
+ * advancing *pos past them; the value column from the block holding point
+ * `from` on where its encoding allows. With STO_CODEC_SKIP_TS the ts
+ * column's bounds are checked, its body is not decoded. */
+int sto_codec_decode_columns(const uint8_t *src, size_t len, size_t *pos, int first, int count,
+			     size_t n, unsigned flags, size_t from, struct mdl_cols *out);
+/* Reads the payload's u32 point count into *n (RDB_ECORRUPT when 0 or
+ * above max_points) and makes room for it in out (mdl_cols_reserve's
+ * error when it cannot). */
+int sto_codec_decode_n(const uint8_t *src, size_t len, uint32_t max_points, struct mdl_cols *out,
+		       uint32_t *n);
+
+#endif

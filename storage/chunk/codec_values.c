@@ -1,0 +1,141 @@
+/* codec_values.c - the chunk codec's value column: which encoding a
+ * column gets, and the decoder's dispatch over value encodings.
+ *
+ * Design. The encoder tries const64, the int64 streams over the bit
+ * patterns, the XOR stream, byte planes, the float32 candidates and the
+ * "int" encoding (35), keeps the smallest, keeps an XOR stream only when it
+ * beats the rest by SLOW_MARGIN_PCT (it decodes slower), and for long
+ * columns whose best encoding is slow to decode tries the blocked form
+ * (codec_block.c). The encodings are in codec.c's FORMAT comment.
+ *
+ * Threading: no shared state.
+ * Failure: the encoder returns 0 or -ENOMEM (*best empty then); the
+ * decoder returns RDB_ECORRUPT on an unknown encoding or malformed body
+ * (an "int" value with |s| > 2^53 included), or -ENOMEM.
+ */
+#include "storage/chunk/codec_int.h"
+
+#include "common/rdb_err.h"
+#include "common/rdb_le.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define INT_LIMIT ((uint64_t)1 << 53) /* largest |s| of the int encoding */
+
+/* ---- "int" candidate ------------------------------------------------------------ */
+
+static int enc_values_int(const uint64_t *v, size_t n, struct blob *best)
+{
+	uint64_t *s = malloc(n * sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	struct blob inner = {0}, cand = {0};
+	int rc = 0;
+	for (size_t i = 0; i < n; i++) {
+		double d = rdb_bits_f64(v[i]);
+		if (!(d >= -9007199254740992.0 && d <= 9007199254740992.0))
+			goto out;
+		int64_t si = (int64_t)d;
+		if (rdb_f64_bits((double)si) != v[i])
+			goto out; /* a fraction, or -0.0 */
+		s[i] = (uint64_t)si;
+	}
+	rc = sto_codec_best_i64_opt(s, n, true, &inner);
+	if (!rc)
+		rc = sto_codec_blob_alloc(&cand, ENC_INT, 1 + inner.len);
+	if (!rc) {
+		cand.p[0] = inner.enc;
+		memcpy(cand.p + 1, inner.p, inner.len);
+		cand.len = 1 + inner.len;
+		sto_codec_keep_smaller(best, &cand);
+	}
+out:
+	sto_codec_blob_free(&inner);
+	free(s);
+	return rc;
+}
+
+/* ---- candidate choice and dispatch ---------------------------------------------- */
+
+/* XOR streams decode bit by bit, about three times slower than the other
+ * value encodings (10 vs 3 ns per point for float32 loss curves); queries
+ * decode every point they read, so an XOR stream is kept only when it is
+ * smaller than the best other candidate by more than this fraction. */
+#define SLOW_MARGIN_PCT 3u
+
+int sto_codec_enc_values(const uint64_t *v, size_t n, struct blob *best)
+{
+	struct blob cand = {0}, slow = {0};
+	int rc = sto_codec_enc_const64(v, n, best);
+	if (rc || best->p)
+		return rc; /* constant: nothing is smaller */
+	rc = sto_codec_best_i64(v, n, best);
+	if (!rc)
+		rc = sto_codec_enc_xor(v, n, 64, ENC_XOR, &slow);
+	if (!rc)
+		rc = sto_codec_enc_shuf_zstd(v, n, 8, ENC_SHUF_ZSTD, &cand);
+	if (!rc) {
+		sto_codec_keep_smaller(best, &cand);
+		rc = sto_codec_enc_values_f32(v, n, best, &slow);
+	}
+	if (!rc)
+		rc = enc_values_int(v, n, best);
+	if (!rc && slow.p && slow.len * 100 < best->len * (100 - SLOW_MARGIN_PCT))
+		sto_codec_keep_smaller(best, &slow);
+	sto_codec_blob_free(&slow);
+	if (!rc && n >= 2 * BLOCK_POINTS && sto_codec_slow_to_decode(best->enc))
+		rc = sto_codec_enc_blocked(v, n, &cand);
+	if (!rc && cand.p && cand.len * 100 <= best->len * (100 + BLOCK_MARGIN_PCT)) {
+		sto_codec_blob_free(best);
+		*best = cand;
+		cand = (struct blob){0};
+	}
+	sto_codec_blob_free(&cand);
+	if (rc)
+		sto_codec_blob_free(best);
+	return rc;
+}
+
+static int dec_values_int(const uint8_t *p, size_t len, size_t n, uint64_t *out)
+{
+	if (len < 1)
+		return RDB_ECORRUPT;
+	int rc = sto_codec_dec_i64(p[0], p + 1, len - 1, n, out, 0u);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		if (out[i] + INT_LIMIT > 2 * INT_LIMIT)
+			return RDB_ECORRUPT;
+		out[i] = rdb_f64_bits((double)u2s(out[i]));
+	}
+	return 0;
+}
+
+int sto_codec_dec_values(uint8_t enc, const uint8_t *p, size_t len, size_t n, uint64_t *out)
+{
+	int rc;
+	switch (enc) {
+	case ENC_XOR:
+		return sto_codec_dec_xor(p, len, n, 64, out);
+	case ENC_SHUF_ZSTD:
+		return sto_codec_dec_shuf_zstd(p, len, n, 8, out);
+	case ENC_INT:
+		return dec_values_int(p, len, n, out);
+	case ENC_F32_XOR:
+		rc = sto_codec_dec_xor(p, len, n, 32, out);
+		break;
+	case ENC_F32_SHUF_ZSTD:
+		rc = sto_codec_dec_shuf_zstd(p, len, n, 4, out);
+		break;
+	case ENC_BLOCKED:
+		return sto_codec_dec_blocked(p, len, n, 0, out);
+	default:
+		return sto_codec_dec_i64(enc, p, len, n, out, 0u);
+	}
+	if (rc == 0)
+		sto_codec_widen_f32(out, n);
+	return rc;
+}
