@@ -79,10 +79,12 @@ void qry_jobs_free(struct qry_jobs *j); /* NULL ok; j becomes empty */
 /* Every job with series, with its first/last timestamp, last step and
  * ranks (from head points and chunk statistics, no decoding: storage's
  * per-job summary, sto_job_extent_get, built by one walk of the job's
- * series when it has none, then kept up to date by writes); with with_meta, each with its metadata document
+ * series when it has none, then kept up to date by writes; the ranks from
+ * the job's series list); with with_meta, each with its metadata document
  * (absent when none or damaged), at most max_meta_bytes of them in all
- * (QRY_E_TOO_LARGE beyond). 0 or an error with err filled (out empty). One
- * LMDB read transaction; blocks on the file system. */
+ * (QRY_E_TOO_LARGE beyond). 0 or an error with err filled (out empty).
+ * Several LMDB read transactions (listings; a walk takes one per 1024
+ * series); blocks on the file system. */
 int qry_jobs(struct sto *s, bool with_meta, size_t max_meta_bytes, struct qry_jobs *out,
 	     struct qry_error *err);
 
