@@ -146,7 +146,8 @@ int sti_seg_read(struct sto *s, uint64_t id, uint64_t off, void *buf, size_t len
  * wherever points become visible in a head. sti_extent_reset[_locked]
  * forgets every summary, valid or being built (a build in progress then
  * installs nothing): called after anything that removes points or chunk
- * entries (job delete, retention, quarantine), and at close. _locked and
+ * entries (job delete, retention, quarantine), and at close (_locked:
+ * no other thread is left then). _locked and
  * note: caller holds head_lock; sti_extent_reset takes it. Cannot fail. */
 void sti_extent_note(struct sto *s, const char *job, const struct mdl_cols *c, size_t from,
 		     size_t n);

@@ -883,7 +883,7 @@ static void destroy(struct sto *s)
 	sto_index_close(s->ix);
 	sto_jobmeta_close(s->jobmeta);
 	sti_cache_free(s);
-	sti_extent_reset(s);
+	sti_extent_reset_locked(s); /* no other thread left */
 	sti_batch_free_all(s);
 	free(s->seal_queue);
 	sti_lifecycle_free(s);
