@@ -7,6 +7,12 @@
  * lock shared while it opens its LMDB snapshot and copies head points, so
  * it sees every point exactly once.
  *
+ * Per-job extent summaries (sto_job_extent_get, for GET /api/v1/jobs): one
+ * small struct per job under head_lock; a write folds its points in where
+ * they become visible (head_commit), anything that removes points or chunk
+ * entries forgets them all, and a reader rebuilds one by a walk that starts
+ * after its build began (writes meanwhile are folded into the build).
+ *
  * Threading: any number of reader threads. Segment reads take seg_lock
  * shared; a reader whose snapshot predates a compaction switch gets ENOENT
  * and looks its chunk up again (compact.c).
