@@ -127,6 +127,19 @@ static void combine_equal(struct qry_xr_part *p)
 	p->n = w;
 }
 
+/* The smallest key of the non-empty p (*lo) and the distance from it to
+ * the largest. */
+static uint64_t key_span(const struct qry_xr_part *p, int64_t *lo)
+{
+	int64_t l = p->v[0].key, h = l;
+	for (size_t i = 1; i < p->n; i++) {
+		l = p->v[i].key < l ? p->v[i].key : l;
+		h = p->v[i].key > h ? p->v[i].key : h;
+	}
+	*lo = l;
+	return (uint64_t)h - (uint64_t)l;
+}
+
 /* Orders p by (key, rank). Cells of one series each then the next, ranks
  * ascending, are already (key, rank) order within each key, and a stable
  * counting sort by key finishes it in linear time when the keys span a
@@ -135,12 +148,8 @@ static int sort_cells(struct qry_xr_part *p)
 {
 	if (p->n < 2)
 		return 0;
-	int64_t lo = p->v[0].key, hi = lo;
-	for (size_t i = 1; i < p->n; i++) {
-		lo = p->v[i].key < lo ? p->v[i].key : lo;
-		hi = p->v[i].key > hi ? p->v[i].key : hi;
-	}
-	uint64_t span = (uint64_t)hi - (uint64_t)lo;
+	int64_t lo;
+	uint64_t span = key_span(p, &lo);
 	if (p->unsorted || span >= 4 * (uint64_t)p->n) {
 		rdb_sort(p->v, p->n, sizeof(*p->v), cmp_cell);
 		combine_equal(p);
@@ -251,12 +260,8 @@ static int rows_streamed(const struct qry_xr_part *p, uint32_t cols, struct qry_
 {
 	if (p->unsorted || p->n == 0 || (cols & (QRY_XR_MEDIAN | QRY_XR_QUANTILES | QRY_XR_STDDEV)))
 		return 0;
-	int64_t lo = p->v[0].key, hi = lo;
-	for (size_t i = 1; i < p->n; i++) {
-		lo = p->v[i].key < lo ? p->v[i].key : lo;
-		hi = p->v[i].key > hi ? p->v[i].key : hi;
-	}
-	uint64_t span = (uint64_t)hi - (uint64_t)lo;
+	int64_t lo;
+	uint64_t span = key_span(p, &lo);
 	if (span >= 4 * (uint64_t)p->n)
 		return 0;
 	struct qry_xr_row *r = calloc((size_t)span + 1, sizeof(*r));

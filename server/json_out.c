@@ -191,6 +191,32 @@ static size_t fmt_g(char *p, bool neg, uint64_t d, int prec, int x)
 	return o;
 }
 
+/* Whether the prec-digit candidate (q, rounded up when up) reads back as
+ * the double m * 2^-k: delta is its distance from the exact value and ulp
+ * one unit in its last digit, both scaled by 2^k. Halfway reads back only
+ * to an even mantissa; below a power of two (tight_below) the gap under
+ * the value is half as wide. */
+static inline bool reads_back(u128 delta, u128 ulp, bool up, bool tight_below, uint64_t m)
+{
+	if (delta == 0)
+		return true;
+	if (!up && tight_below)
+		return 4 * delta <= ulp;
+	return 2 * delta < ulp || (2 * delta == ulp && !(m & 1));
+}
+
+/* Writes the candidate q (+1 when up) of prec digits, decimal exponent x
+ * (rounding up to 10^prec carries into the exponent). */
+static inline size_t emit_rounded(char *p, bool neg, uint64_t q, bool up, int prec, int x)
+{
+	uint64_t d = q + up;
+	if (d == pow10_u64[prec]) {
+		d = pow10_u64[prec - 1];
+		x++;
+	}
+	return fmt_g(p, neg, d, prec, x);
+}
+
 /* fmt_shortest_fast's common case in one multiplication: N17 = m * 10^s17
  * gives q17 = N17 >> k and r17; the P = 15 and 16 digit candidates are
  * q17 / 100 and q17 / 10 (floor of floor), and their remainders scaled by
@@ -231,31 +257,11 @@ static size_t fmt_shortest_one_mul(char *p, uint64_t m, int k, bool neg, bool ti
 		u128 big = (u128)(q17 % div) * one + r17, half = (u128)(div / 2) * one;
 		bool up = big > half || (big == half && (q & 1));
 		u128 d_scaled = up ? (u128)div * one - big : big;
-		bool back;
-		if (d_scaled == 0)
-			back = true;
-		else if (!up && tight_below)
-			back = 4 * d_scaled <= ulp17;
-		else
-			back = 2 * d_scaled < ulp17 || (2 * d_scaled == ulp17 && !(m & 1));
-		if (!back)
-			continue;
-		uint64_t d = q + up;
-		int xx = x;
-		if (d == pow10_u64[prec]) {
-			d = pow10_u64[prec - 1];
-			xx++;
-		}
-		return fmt_g(p, neg, d, prec, xx);
+		if (reads_back(d_scaled, ulp17, up, tight_below, m))
+			return emit_rounded(p, neg, q, up, prec, x);
 	}
 	u128 half17 = (u128)1 << (k - 1);
-	uint64_t d = q17 + (r17 > half17 || (r17 == half17 && (q17 & 1)));
-	int xx = x;
-	if (d == pow10_u64[17]) {
-		d = pow10_u64[16];
-		xx++;
-	}
-	return fmt_g(p, neg, d, 17, xx);
+	return emit_rounded(p, neg, q17, r17 > half17 || (r17 == half17 && (q17 & 1)), 17, x);
 }
 
 /* The fast exact path: writes %.<P>g of the finite, non-zero, normal value
@@ -303,23 +309,8 @@ static size_t fmt_shortest_fast(char *p, uint64_t bits)
 		}
 		bool up = r > half || (r == half && (q & 1));
 		u128 delta = up ? ((u128)1 << k) - r : r;
-		u128 ulp = pow10_128(s);
-		bool back;
-		if (prec == 17 || delta == 0)
-			back = true;
-		else if (!up && tight_below)
-			back = 4 * delta <= ulp;
-		else
-			back = 2 * delta < ulp || (2 * delta == ulp && !(m & 1));
-		if (!back)
-			continue;
-		uint64_t d = q + up;
-		int xx = x;
-		if (d == pow10_u64[prec]) {
-			d = pow10_u64[prec - 1];
-			xx++;
-		}
-		return fmt_g(p, neg, d, prec, xx);
+		if (prec == 17 || reads_back(delta, pow10_128(s), up, tight_below, m))
+			return emit_rounded(p, neg, q, up, prec, x);
 	}
 	return 0;
 }
