@@ -306,6 +306,22 @@ struct view_ctx {
 	size_t cap;
 };
 
+/* A chunk entry whose checksum failed: its statistics answer queries
+ * without decoding, so they are recomputed from the chunk (checked like any
+ * read) into *fixed and *ref pointed at it, or the read fails; they are
+ * never used. Counts and logs the damage. */
+static int repair_damaged(struct sto *s, const struct sto_chunk_ref **ref,
+			  struct sto_chunk_ref *fixed)
+{
+	struct sto_read_error *err = malloc(sizeof(*err));
+	note_damaged_entry(s, *ref);
+	int rc = err ? sto_chunk_ref_repair(s, *ref, fixed, err) : -ENOMEM;
+	free(err);
+	if (rc == 0)
+		*ref = fixed;
+	return rc;
+}
+
 static int view_chunk_cb(void *arg, const struct sto_chunk_ref *ref_in)
 {
 	struct view_ctx *c = arg;
@@ -313,15 +329,9 @@ static int view_chunk_cb(void *arg, const struct sto_chunk_ref *ref_in)
 	const struct sto_chunk_ref *ref = ref_in;
 	struct sto_chunk_ref fixed;
 	if (ref->damaged) {
-		/* Statistics answer queries without decoding: recompute them from
-		 * the chunk (checked like any read), or fail; never use them. */
-		struct sto_read_error *err = malloc(sizeof(*err));
-		note_damaged_entry(c->s, ref);
-		int rc = err ? sto_chunk_ref_repair(c->s, ref, &fixed, err) : -ENOMEM;
-		free(err);
+		int rc = repair_damaged(c->s, &ref, &fixed);
 		if (rc)
 			return rc;
-		ref = &fixed;
 		if (ref->stats.max_ts_ns < r->from_ns)
 			return 0;
 	}
@@ -446,13 +456,9 @@ static int extent_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 	struct extent_ctx *c = arg;
 	struct sto_chunk_ref fixed;
 	if (ref->damaged) {
-		struct sto_read_error *err = malloc(sizeof(*err));
-		note_damaged_entry(c->s, ref);
-		int rc = err ? sto_chunk_ref_repair(c->s, ref, &fixed, err) : -ENOMEM;
-		free(err);
+		int rc = repair_damaged(c->s, &ref, &fixed);
 		if (rc)
 			return rc;
-		ref = &fixed;
 	}
 	extent_fold(c->e, ref->stats.min_ts_ns, ref->stats.max_ts_ns, ref->stats.max_step);
 	return 0;
