@@ -455,17 +455,23 @@ static int fold_point(struct pt_vec *pv, const struct pt *p)
 	return 0;
 }
 
+/* Whether the point at (ts, step, attempt) belongs to the bucketing: in
+ * its range, with a step on the step axis, of its attempt when one is
+ * asked for. */
+static inline bool point_wanted(const struct qry_bucketing *bk, bool step_axis, int64_t ts,
+				int64_t step, uint64_t attempt)
+{
+	return in_range(&bk->range, ts, step) && !(step_axis && step == MDL_STEP_NONE) &&
+	       (bk->attempt < 0 || attempt == (uint64_t)bk->attempt);
+}
+
 /* take_points in fold mode. */
 static int fold_points(struct pt_vec *pv, const struct mdl_cols *c, const struct qry_bucketing *bk)
 {
 	bool step_axis = bk->axis == QRY_AXIS_STEP;
 	for (size_t i = 0; i < c->n && pv->ordered; i++) {
 		int64_t step = c->step[i], ts = c->ts_ns[i];
-		if (!in_range(&bk->range, ts, step))
-			continue;
-		if (step_axis && step == MDL_STEP_NONE)
-			continue;
-		if (bk->attempt >= 0 && c->attempt[i] != (uint64_t)bk->attempt)
+		if (!point_wanted(bk, step_axis, ts, step, c->attempt[i]))
 			continue;
 		struct pt p = {.key = key_of(pv, bk, step_axis ? step : ts),
 			       .ts = ts,
@@ -558,11 +564,7 @@ static int take_points(struct pt_vec *pv, const struct mdl_cols *c, const struct
 	bool step_axis = bk->axis == QRY_AXIS_STEP, ordered = pv->ordered;
 	for (size_t i = 0; i < c->n; i++) {
 		int64_t step = c->step[i], ts = c->ts_ns[i];
-		if (!in_range(&bk->range, ts, step))
-			continue;
-		if (step_axis && step == MDL_STEP_NONE)
-			continue;
-		if (bk->attempt >= 0 && c->attempt[i] != (uint64_t)bk->attempt)
+		if (!point_wanted(bk, step_axis, ts, step, c->attempt[i]))
 			continue;
 		struct pt *p = &pv->p[pv->n];
 		*p = (struct pt){.key = key_of(pv, bk, step_axis ? step : ts),
