@@ -141,16 +141,23 @@ int sti_finish_checkpoint(struct sto *s);
 /* Reads a segment range under seg_lock (shared); -ENOENT if compacted away. */
 int sti_seg_read(struct sto *s, uint64_t id, uint64_t off, void *buf, size_t len);
 /* The per-job extent summaries (sto_job_extent_get). sti_extent_note
- * folds n points of c from index `from` of a series of job into the job's
- * summary (valid or being built; nothing when the job has none): called
- * wherever points become visible in a head. sti_extent_reset[_locked]
+ * folds the n first points of c, a series of job, into the job's summary
+ * (valid or being built; nothing when the job has none): called wherever
+ * points become visible in a head. cur remembers the summary of the
+ * previous call's job, so that the series of one batch (nearly always one
+ * job) look it up once; start it zeroed, use it under one head_lock hold. sti_extent_reset[_locked]
  * forgets every summary, valid or being built (a build in progress then
  * installs nothing): called after anything that removes points or chunk
  * entries (job delete, retention, quarantine), and at close (_locked:
  * no other thread is left then). _locked and
  * note: caller holds head_lock; sti_extent_reset takes it. Cannot fail. */
-void sti_extent_note(struct sto *s, const char *job, const struct mdl_cols *c, size_t from,
-		     size_t n);
+struct job_extent;
+struct sti_extent_cursor {
+	const char *job;
+	struct job_extent *e;
+};
+void sti_extent_note(struct sto *s, struct sti_extent_cursor *cur, const char *job,
+		     const struct mdl_cols *c, size_t n);
 void sti_extent_reset_locked(struct sto *s);
 void sti_extent_reset(struct sto *s);
 

@@ -543,14 +543,17 @@ void sti_extent_reset(struct sto *s)
 	pthread_mutex_unlock(&s->head_lock);
 }
 
-void sti_extent_note(struct sto *s, const char *job, const struct mdl_cols *c, size_t from,
-		     size_t n)
+void sti_extent_note(struct sto *s, struct sti_extent_cursor *cur, const char *job,
+		     const struct mdl_cols *c, size_t n)
 {
-	struct job_extent *e = extent_find(s, job, extent_hash(job));
-	if (!e)
+	if (!cur->job || strcmp(cur->job, job) != 0) {
+		cur->e = extent_find(s, job, extent_hash(job));
+		cur->job = job;
+	}
+	if (!cur->e)
 		return;
-	for (size_t i = from; i < from + n; i++)
-		extent_fold(&e->ext, c->ts_ns[i], c->ts_ns[i], c->step[i]);
+	for (size_t i = 0; i < n; i++)
+		extent_fold(&cur->e->ext, c->ts_ns[i], c->ts_ns[i], c->step[i]);
 }
 
 int sto_job_extent_get(struct sto *s, const char *job, struct sto_extent *out, uint64_t *ticket)

@@ -162,12 +162,13 @@ static void head_commit(struct sto *s, struct head *h, const struct mdl_batch *b
 			struct head_series **hs_of, bool queue_full)
 {
 	size_t n = mdl_batch_nseries(b);
+	struct sti_extent_cursor cur = {0};
 	for (size_t i = 0; i < n; i++) {
 		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
 		struct head_series *hs = hs_of[i];
 		size_t at = hs->pts.n, k = bs->pts.n;
 		if (s->job_extents.n && k)
-			sti_extent_note(s, hs->ent->key.job, &bs->pts, 0, k);
+			sti_extent_note(s, &cur, hs->ent->key.job, &bs->pts, k);
 		memcpy(hs->pts.ts_ns + at, bs->pts.ts_ns, k * sizeof(int64_t));
 		memcpy(hs->pts.step + at, bs->pts.step, k * sizeof(int64_t));
 		memcpy(hs->pts.attempt + at, bs->pts.attempt, k * sizeof(uint32_t));
