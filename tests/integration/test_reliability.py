@@ -328,7 +328,19 @@ def test_slow_body_is_cut_off():
 
 def test_connection_limit_sheds_idle_then_answers_503():
     s = Server(["--http-max-connections", "20"]).start()
-    idle = [_connect(s) for _ in range(20)]
+    # the first connection is registered before the others are opened: with
+    # several accepting threads the server's accept order of connections
+    # opened at once is not the client's connect order
+    idle = [_connect(s)]
+
+    def registered():
+        st, _, body = s.get("/metrics")
+        for line in body.decode().splitlines():
+            if line.startswith("rankdb_http_connections "):
+                return float(line.split()[1]) >= 2  # idle[0] and this request
+        return False
+    harness.wait_until(registered, what="the first idle connection registered")
+    idle += [_connect(s) for _ in range(19)]
     try:
         time.sleep(1.5)  # they have waited for a request long enough to be shed
         st, _, _ = s.get("/healthz", timeout=10)
