@@ -169,10 +169,19 @@ static void head_commit(struct sto *s, struct head *h, const struct mdl_batch *b
 		size_t at = hs->pts.n, k = bs->pts.n;
 		if (s->job_extents.n && k)
 			sti_extent_note(s, &cur, hs->ent->key.job, &bs->pts, k);
-		memcpy(hs->pts.ts_ns + at, bs->pts.ts_ns, k * sizeof(int64_t));
-		memcpy(hs->pts.step + at, bs->pts.step, k * sizeof(int64_t));
-		memcpy(hs->pts.attempt + at, bs->pts.attempt, k * sizeof(uint32_t));
-		memcpy(hs->pts.value + at, bs->pts.value, k * sizeof(uint64_t));
+		if (k == 1) {
+			/* One point per series is the per-rank shape (one step per
+			 * request): four stores, not four memcpy calls. */
+			hs->pts.ts_ns[at] = bs->pts.ts_ns[0];
+			hs->pts.step[at] = bs->pts.step[0];
+			hs->pts.attempt[at] = bs->pts.attempt[0];
+			hs->pts.value[at] = bs->pts.value[0];
+		} else {
+			memcpy(hs->pts.ts_ns + at, bs->pts.ts_ns, k * sizeof(int64_t));
+			memcpy(hs->pts.step + at, bs->pts.step, k * sizeof(int64_t));
+			memcpy(hs->pts.attempt + at, bs->pts.attempt, k * sizeof(uint32_t));
+			memcpy(hs->pts.value + at, bs->pts.value, k * sizeof(uint64_t));
+		}
 		hs->pts.n += k;
 		hs->reserved -= k;
 		h->points += k;
@@ -386,13 +395,18 @@ int sti_prepare_request(struct sto *s, struct head *h, const struct mdl_batch *p
 		return frc;
 	size_t n = pts ? mdl_batch_nseries(pts) : 0;
 	size_t nev = ev ? mdl_events_count(ev) : 0;
-	pp->hs = calloc(n ? n : 1, sizeof(*pp->hs));
-	pp->jobs = calloc(nev ? nev : 1, sizeof(*pp->jobs));
-	pp->recs = calloc(nev ? nev : 1, sizeof(*pp->recs));
-	if (!pp->hs || !pp->jobs || !pp->recs) {
-		sti_prep_free(pp);
+	/* One block for the three arrays (hs, then jobs, then recs): it is
+	 * allocated on the writer's thread and freed on the WAL thread, and
+	 * each cross-thread free takes the allocating arena's lock. */
+	_Static_assert(sizeof(*pp->hs) == sizeof(void *) && sizeof(*pp->jobs) == sizeof(void *) &&
+			   sizeof(*pp->recs) == sizeof(void *),
+		       "sti_prep arrays share one block of pointers");
+	void **blk = calloc(n + 2 * nev + 1, sizeof(void *));
+	if (!blk)
 		return -ENOMEM;
-	}
+	pp->hs = (struct head_series **)blk;
+	pp->jobs = (struct ev_job **)(blk + n);
+	pp->recs = (struct ev_rec **)(blk + n + nev);
 	size_t done = 0;
 	int rc = n ? head_prepare(s, h, pts, ents, pp->hs, &done) : 0;
 	if (rc == 0 && nev) {
@@ -436,9 +450,7 @@ void sti_unprepare_request(struct sto *s, struct head *h, struct sti_prep *pp)
 
 void sti_prep_free(struct sti_prep *pp)
 {
-	free(pp->hs);
-	free(pp->jobs);
-	free(pp->recs);
+	free(pp->hs); /* jobs and recs live in the same block */
 	memset(pp, 0, sizeof(*pp));
 }
 
