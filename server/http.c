@@ -110,6 +110,12 @@ struct srv_http {
 	bool stopping; /* under mu */
 	pthread_cond_t stop_cv;
 	bool tls; /* HTTPS: the certificate comes from server/tls.c's callback */
+	/* The plain 204 (no body, no extra header), made once and queued on
+	 * every connection that gets it (libmicrohttpd counts its references
+	 * under the response's own mutex): an acknowledged write, the
+	 * commonest answer, costs no response allocation, mutex setup and
+	 * header copy. NULL: built per request as any other. */
+	struct MHD_Response *r204;
 };
 
 /* A parked request's state (srv_submit): PARK_PENDING from the submit
@@ -154,8 +160,9 @@ static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const cha
 	return MHD_YES;
 }
 
-static enum MHD_Result send_resp_close(struct MHD_Connection *conn, struct srv_ctx *ctx,
-				       struct srv_resp *resp, bool close_conn)
+/* The response every plain answer gets: Content-Type (application/json
+ * unless the handler said otherwise) and the optional headers. */
+static struct MHD_Response *make_response(struct srv_resp *resp, bool close_conn)
 {
 	size_t len = resp->body.len;
 	void *data = rdb_buf_steal(&resp->body);
@@ -163,7 +170,7 @@ static enum MHD_Result send_resp_close(struct MHD_Connection *conn, struct srv_c
 	    len, data ? data : (void *)"", data ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
 	if (!r) {
 		free(data);
-		return MHD_NO;
+		return NULL;
 	}
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
 				resp->content_type ? resp->content_type : "application/json");
@@ -175,37 +182,57 @@ static enum MHD_Result send_resp_close(struct MHD_Connection *conn, struct srv_c
 		MHD_add_response_header(r, resp->headers[i].name, resp->headers[i].value);
 	if (close_conn)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+	return r;
+}
+
+/* Is resp exactly what h->r204 says (status 204, nothing else)? */
+static bool plain_204(const struct srv_resp *resp, bool close_conn)
+{
+	return resp->status == 204 && resp->body.len == 0 && !close_conn && !resp->content_type &&
+	       !resp->retry_after && !resp->allow && resp->nheaders == 0;
+}
+
+static enum MHD_Result send_resp_close(struct MHD_Connection *conn, struct srv_http *h,
+				       struct srv_resp *resp, bool close_conn)
+{
+	struct srv_ctx *ctx = h->ctx;
+	bool shared = h->r204 && plain_204(resp, close_conn);
+	struct MHD_Response *r = shared ? h->r204 : make_response(resp, close_conn);
+	if (!r)
+		return MHD_NO;
 	int cls = resp->status / 100;
 	if (cls >= 1 && cls <= 5)
 		atomic_fetch_add(&ctx->counters.requests[cls], 1);
 	enum MHD_Result ok = MHD_queue_response(conn, (unsigned)resp->status, r);
-	MHD_destroy_response(r);
+	if (!shared)
+		MHD_destroy_response(r);
 	return ok;
 }
 
-static enum MHD_Result send_resp(struct MHD_Connection *conn, struct srv_ctx *ctx,
+static enum MHD_Result send_resp(struct MHD_Connection *conn, struct srv_http *h,
 				 struct srv_resp *resp)
 {
-	return send_resp_close(conn, ctx, resp, false);
+	return send_resp_close(conn, h, resp, false);
 }
 
 /* An early error answer (before the body is read): the connection is
  * closed after it, so an unread body is never parsed as the next request. */
-static enum MHD_Result refuse(struct MHD_Connection *conn, struct srv_ctx *ctx, int status,
+static enum MHD_Result refuse(struct MHD_Connection *conn, struct srv_http *h, int status,
 			      const char *retry_after, const char *msg)
 {
 	struct srv_resp resp = {.retry_after = retry_after};
 	rdb_buf_init(&resp.body, 4096);
 	srv_error(&resp, status, "%s", msg);
-	enum MHD_Result ok = send_resp_close(conn, ctx, &resp, true);
+	enum MHD_Result ok = send_resp_close(conn, h, &resp, true);
 	rdb_buf_free(&resp.body);
 	return ok;
 }
 
 /* 413 in the error shape the endpoint's clients read: InfluxDB v2 clients
  * want {"code","message"}, everyone else {"error"}. */
-static enum MHD_Result too_large(struct MHD_Connection *conn, struct srv_ctx *ctx, const char *url)
+static enum MHD_Result too_large(struct MHD_Connection *conn, struct srv_http *h, const char *url)
 {
+	struct srv_ctx *ctx = h->ctx;
 	struct srv_resp resp = {0};
 	rdb_buf_init(&resp.body, 4096);
 	atomic_fetch_add(&ctx->counters.write_rejected_too_large, 1);
@@ -222,7 +249,7 @@ static enum MHD_Result too_large(struct MHD_Connection *conn, struct srv_ctx *ct
 			  "smaller batches",
 			  max);
 	}
-	return send_resp(conn, ctx, &resp);
+	return send_resp(conn, h, &resp);
 }
 
 /* ---- body budget ------------------------------------------------------------ */
@@ -353,26 +380,26 @@ static enum MHD_Result begin(struct MHD_Connection *conn, struct srv_http *h, co
 	cr->answered = true; /* unless nothing below refuses it */
 	if (cs && cs->over_limit) {
 		atomic_fetch_add(&ctx->counters.http_refused_limit, 1);
-		return refuse(conn, ctx, 503, "1",
+		return refuse(conn, h, 503, "1",
 			      "too many connections (http_max_connections); "
 			      "retry shortly");
 	}
 	struct hdr_check hc = {0};
 	MHD_get_connection_values_n(conn, MHD_HEADER_KIND, check_header, &hc);
 	if (hc.why)
-		return refuse(conn, ctx, 400, NULL, hc.why);
+		return refuse(conn, h, 400, NULL, hc.why);
 	if (hc.cl) {
 		char *end;
 		errno = 0;
 		unsigned long long n = strtoull(hc.cl, &end, 10);
 		if (errno == 0 && *end == 0 && n > ctx->cfg->max_body_bytes) {
 			cr->too_large = true;
-			return too_large(conn, ctx, url);
+			return too_large(conn, h, url);
 		}
 		if (errno == 0 && *end == 0 && n > 0) {
 			if (!budget_take(h, n)) {
 				atomic_fetch_add(&ctx->counters.http_refused_body_budget, 1);
-				return refuse(conn, ctx, 503, "1",
+				return refuse(conn, h, 503, "1",
 					      "request bodies in flight are at "
 					      "max_body_bytes_in_flight; retry shortly");
 			}
@@ -461,7 +488,7 @@ static enum MHD_Result answer_parked(struct MHD_Connection *conn, struct conn_re
 	struct srv_resp resp = {0};
 	rdb_buf_init(&resp.body, ctx->cfg->max_response_bytes + 4096);
 	park_finish(cr, &resp);
-	enum MHD_Result ok = send_resp(conn, ctx, &resp);
+	enum MHD_Result ok = send_resp(conn, cr->h, &resp);
 	rdb_buf_free(&resp.body);
 	return ok;
 }
@@ -551,11 +578,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (cr->answered)
 		return MHD_YES;
 	if (cr->too_large)
-		return too_large(conn, ctx, url);
+		return too_large(conn, h, url);
 	if (cr->busy) {
 		atomic_fetch_add(&ctx->counters.http_refused_body_budget, 1);
 		cr->answered = true;
-		return refuse(conn, ctx, 503, "1",
+		return refuse(conn, h, 503, "1",
 			      "request bodies in flight are at "
 			      "max_body_bytes_in_flight; retry shortly");
 	}
@@ -584,7 +611,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		park_suspend(conn, cr);
 		return MHD_YES;
 	}
-	enum MHD_Result ok = send_resp(conn, ctx, &resp);
+	enum MHD_Result ok = send_resp(conn, h, &resp);
 	rdb_buf_free(&resp.body);
 	return ok;
 }
@@ -822,6 +849,8 @@ static void http_free(struct srv_http *h)
 	pthread_cond_destroy(&h->stop_cv);
 	if (h->tls)
 		srv_tls_stop(); /* after the daemon: no handshake borrows a certificate */
+	if (h->r204)
+		MHD_destroy_response(h->r204); /* after the daemon: no connection holds it */
 	free(h);
 }
 
@@ -873,6 +902,8 @@ int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
 	h->ctx = ctx;
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_cond_init(&h->stop_cv, NULL);
+	struct srv_resp r204 = {.status = 204};
+	h->r204 = make_response(&r204, false); /* NULL: each 204 is built as it goes */
 	/* Room above http_max_connections for the connections that get a 503:
 	 * at its own limit libmicrohttpd stops accepting (clients would hang). */
 	unsigned reserve = cfg->http_max_connections / 4 > 64 ? cfg->http_max_connections / 4 : 64;
