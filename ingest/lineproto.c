@@ -61,7 +61,8 @@
  * INLINE_FIELDS/INLINE_TAGS entries and grow on the heap (bounded by the
  * options' maxima) at most a few times per call; unescaped bytes go to an
  * arena at least as long as the line; metric names are built in a fixed
- * buffer. All of it is freed when ing_lp_parse returns. Reentrant.
+ * buffer. The state and its scratch are kept per thread for the next call
+ * (lp_take / lp_give, bounded), freed at thread exit. Reentrant.
  *
  * Failure: a bad line is counted (res->lines_bad) and the first
  * ING_LP_MAX_ERRORS errors keep record (0-based index among non-blank,
@@ -80,8 +81,10 @@
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1125,6 +1128,8 @@ static int do_line(struct lp *ps, const char *s, const char *eol)
 
 static void lp_free(struct lp *ps)
 {
+	if (!ps)
+		return;
 	if (ps->tags != ps->tags_inline)
 		free(ps->tags);
 	if (ps->fields != ps->fields_inline)
@@ -1133,12 +1138,91 @@ static void lp_free(struct lp *ps)
 	free(ps->dups);
 	free(ps->items);
 	rdb_buf_free(&ps->json);
+	free(ps);
+}
+
+/* ---- per-thread parser state ----------------------------------------------
+ * struct lp is ~5 KiB (inline tag and field tables) and its arena is
+ * allocated on the first line: at one small body per request that was a
+ * 5 KiB calloc, an arena malloc and their frees per request. Each thread
+ * keeps its last state (scratch buffers included, when they stayed small)
+ * and the next parse on that thread starts from it; a pthread key
+ * destructor frees it at thread exit. A nested or concurrent parse on the
+ * same thread cannot happen (no callbacks), and if it did it would find no
+ * cached state and allocate its own. */
+
+#define LP_CACHE_MAX_BYTES (256u * 1024) /* scratch kept across calls, at most */
+
+static pthread_key_t lp_key;
+static pthread_once_t lp_once = PTHREAD_ONCE_INIT;
+static bool lp_key_ok;
+static _Thread_local struct lp *tl_lp;
+
+static void lp_key_destroy(void *arg)
+{
+	lp_free(arg);
+	tl_lp = NULL;
+}
+
+static void lp_key_init(void)
+{
+	lp_key_ok = pthread_key_create(&lp_key, lp_key_destroy) == 0;
+}
+
+/* A parser state with the per-call part zeroed: the thread's cached one,
+ * or a new one. NULL when out of memory. */
+static struct lp *lp_take(void)
+{
+	struct lp *ps = tl_lp;
+	if (!ps)
+		return calloc(1, sizeof(*ps));
+	tl_lp = NULL;
+	/* Everything before dup_bits is per call (line state, counters); the
+	 * scratch pointers are kept, the tables after are written before read. */
+	char *arena = ps->arena, *json_data = (char *)ps->json.data;
+	size_t arena_cap = ps->arena_cap, json_cap = ps->json.cap, dups_cap = ps->dups_cap,
+	       items_cap = ps->items_cap;
+	struct dup_ent *dups = ps->dups;
+	struct lp_item *items = ps->items;
+	memset(ps, 0, offsetof(struct lp, dup_bits));
+	ps->arena = arena;
+	ps->arena_cap = arena_cap;
+	ps->dups = dups;
+	ps->dups_cap = dups_cap;
+	ps->items = items;
+	ps->items_cap = items_cap;
+	ps->json.data = (uint8_t *)json_data;
+	ps->json.cap = json_cap;
+	return ps;
+}
+
+/* Keeps ps for the thread's next parse when its scratch is small, else
+ * frees it. */
+static void lp_give(struct lp *ps)
+{
+	if (ps->tags != ps->tags_inline) {
+		free(ps->tags);
+		ps->tags = ps->tags_inline;
+	}
+	if (ps->fields != ps->fields_inline) {
+		free(ps->fields);
+		ps->fields = ps->fields_inline;
+	}
+	size_t scratch = ps->arena_cap + ps->json.cap + ps->dups_cap * sizeof(*ps->dups) +
+			 ps->items_cap * sizeof(*ps->items);
+	pthread_once(&lp_once, lp_key_init);
+	if (tl_lp || !lp_key_ok || scratch > LP_CACHE_MAX_BYTES ||
+	    pthread_setspecific(lp_key, ps) != 0) {
+		lp_free(ps);
+		return;
+	}
+	tl_lp = ps;
 }
 
 int ing_lp_parse(const char *body, size_t len, const struct ing_lp_options *opt,
 		 struct mdl_batch *b, struct mdl_events *ev, struct ing_lp_result *res)
 {
-	struct lp *ps = calloc(1, sizeof(*ps));
+	struct lp *ps = lp_take();
 	memset(res, 0, sizeof(*res));
 	if (!ps)
 		return -ENOMEM;
@@ -1151,7 +1235,7 @@ int ing_lp_parse(const char *body, size_t len, const struct ing_lp_options *opt,
 	ps->fields_cap = INLINE_FIELDS;
 	ps->tags = ps->tags_inline;
 	ps->fields = ps->fields_inline;
-	rdb_buf_init(&ps->json, MDL_EVENT_FIELDS_MAX);
+	ps->json.max = MDL_EVENT_FIELDS_MAX;
 	const char *p = body, *end = body + len;
 	int rc = 0;
 	while (p < end && rc == 0) {
@@ -1161,7 +1245,6 @@ int ing_lp_parse(const char *body, size_t len, const struct ing_lp_options *opt,
 		rc = do_line(ps, p, eol);
 		p = nl ? nl + 1 : end;
 	}
-	lp_free(ps);
-	free(ps);
+	lp_give(ps);
 	return rc;
 }
