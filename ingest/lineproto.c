@@ -210,11 +210,19 @@ int ilp_span_cmp(struct span a, struct span b)
 	return a.len < b.len ? -1 : a.len > b.len;
 }
 
-/* Bytes written as %XX in metric names (lp.h). */
+/* Bytes written as %XX in metric names (lp.h): c <= 0x20, c >= 0x7f and
+ * " \ { } , = ; %. One bit test per byte (two 64-bit masks for ASCII), since
+ * every field key of every line goes through it twice. */
+#define PCT_BIT(c) (UINT64_C(1) << ((c) & 63))
+static const uint64_t pct_lo = (PCT_BIT(33) - 1) | PCT_BIT('"') | PCT_BIT('%') | PCT_BIT(',') |
+			       PCT_BIT(';') | PCT_BIT('='); /* 0x00..0x3f */
+static const uint64_t pct_hi = PCT_BIT('\\') | PCT_BIT('{') | PCT_BIT('}') | PCT_BIT(0x7f);
+
 static bool needs_pct(unsigned char c)
 {
-	return c <= 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '{' || c == '}' ||
-	       c == ',' || c == '=' || c == ';' || c == '%';
+	if (c >= 0x80)
+		return true;
+	return ((c < 64 ? pct_lo : pct_hi) >> (c & 63)) & 1;
 }
 
 static size_t pct_len(struct span s)

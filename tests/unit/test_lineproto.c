@@ -256,6 +256,9 @@ static void test_escapes(void)
 	/* percent-encoding of ; = % and non-ASCII */
 	CHECK_EQ_INT(parse("m%;x,job=j,t=a;b\\=c%\xc3\xa9 v=1\n"), 0);
 	CHECK(find("j", MDL_RANK_JOB, "m%25%3Bx.v;t=a%3Bb%3Dc%25%C3%A9"));
+	/* the other encoded bytes (" \\ { } DEL) and their neighbours that stay */
+	CHECK_EQ_INT(parse("m!#$,job=j,t={\"}\x7f~|[ x&'+:<>?@^`=1\n"), 0);
+	CHECK(find("j", MDL_RANK_JOB, "m!#$.x&'+:<>?@^`;t=%7B%22%7D%7F~|["));
 	/* errors */
 	EXPECT_ERR("m,job=j,t=a=b v=1", "t", "unescaped '='");
 	EXPECT_ERR("m,job=j,t= v=1", "t", "empty tag value");
