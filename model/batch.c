@@ -239,6 +239,8 @@ static int intern(struct mdl_batch *b, const char *job, size_t jl, uint32_t rank
 	s->s.key.rank = rank;
 	memcpy(s->s.key.metric, metric, ml);
 	s->s.key.metric[ml] = 0;
+	s->s.job_len = (uint16_t)jl; /* <= MDL_JOB_MAX, checked above */
+	s->s.metric_len = (uint16_t)ml;
 	s->s.pts = (struct mdl_cols)MDL_COLS_INIT;
 	s->hash = h;
 	s->count = 0;
@@ -375,7 +377,7 @@ int mdl_batch_append(struct mdl_batch *dst, const struct mdl_batch *src)
 		const struct mdl_batch_series *s = mdl_batch_series_at(src, i);
 		if (!s)
 			return -ENOMEM;
-		size_t jl = strlen(s->key.job), ml = strlen(s->key.metric);
+		size_t jl = s->job_len, ml = s->metric_len;
 		for (size_t j = 0; rc == 0 && j < s->pts.n; j++)
 			rc = mdl_batch_add(dst, s->key.job, jl, s->key.rank, s->key.metric, ml,
 					   s->pts.ts_ns[j], s->pts.step[j], s->pts.attempt[j],

@@ -18,6 +18,9 @@ struct mdl_batch;
 
 struct mdl_batch_series {
 	struct mdl_series_key key;
+	/* strlen of key.job and key.metric, so that encoders and filters
+	 * walking every series of every request do not measure them again */
+	uint16_t job_len, metric_len;
 	struct mdl_cols pts; /* a non-owning view (cap 0) of this series' points,
 			      * in arrival order */
 };

@@ -418,7 +418,7 @@ bool srv_auth_write_ok(const struct srv_req *req, const struct mdl_batch *points
 		return true;
 	for (size_t i = 0; points && i < mdl_batch_nseries(points); i++) {
 		const struct mdl_batch_series *s = mdl_batch_series_at(points, i);
-		if (!srv_auth_job_ok(g, s->key.job, strlen(s->key.job)))
+		if (!srv_auth_job_ok(g, s->key.job, s->job_len))
 			goto refused;
 	}
 	for (size_t i = 0; events && i < mdl_events_count(events); i++) {

@@ -29,7 +29,7 @@ int sto_batch_encode_sel(const struct mdl_batch *b, const bool *keep, struct rdb
 		if (keep && !keep[i])
 			continue;
 		nkept++;
-		need += 1 + 4 + 2 + 4 + strlen(s->key.job) + strlen(s->key.metric) +
+		need += 1 + 4 + 2 + 4 + (size_t)s->job_len + s->metric_len +
 			s->pts.n * STO_WAL_POINT_SIZE;
 	}
 	size_t start = out->len;
@@ -45,7 +45,7 @@ int sto_batch_encode_sel(const struct mdl_batch *b, const bool *keep, struct rdb
 			return -ENOMEM;
 		if (keep && !keep[i])
 			continue;
-		size_t jl = strlen(s->key.job), ml = strlen(s->key.metric);
+		size_t jl = s->job_len, ml = s->metric_len;
 		*p++ = (uint8_t)jl;
 		memcpy(p, s->key.job, jl);
 		p += jl;

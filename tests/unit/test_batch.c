@@ -129,6 +129,7 @@ static void test_bounds(void)
 	CHECK_EQ_INT(add(b, job, 0, metric, 0, 0, 0), 0);
 	const struct mdl_batch_series *s = mdl_batch_series_at(b, 0);
 	CHECK(s && strlen(s->key.job) == MDL_JOB_MAX && strlen(s->key.metric) == MDL_METRIC_MAX);
+	CHECK(s && s->job_len == MDL_JOB_MAX && s->metric_len == MDL_METRIC_MAX);
 	mdl_batch_free(b);
 }
 
@@ -381,6 +382,7 @@ static void test_series_hash(void)
 		CHECK(mdl_batch_series_hash(b, i) ==
 		      mdl_series_key_hash(s->key.job, strlen(s->key.job), s->key.rank,
 					  s->key.metric, strlen(s->key.metric)));
+		CHECK(s->job_len == strlen(s->key.job) && s->metric_len == strlen(s->key.metric));
 	}
 	CHECK(mdl_batch_series_hash(b, 0) != mdl_batch_series_hash(b, 1));
 	CHECK(mdl_batch_series_hash(b, 0) != mdl_batch_series_hash(b, 2));
