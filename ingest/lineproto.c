@@ -1231,7 +1231,9 @@ int ing_lp_parse(const char *body, size_t len, const struct ing_lp_options *opt,
 		 struct mdl_batch *b, struct mdl_events *ev, struct ing_lp_result *res)
 {
 	struct lp *ps = lp_take();
-	memset(res, 0, sizeof(*res));
+	/* The counters only: errors[] (5 KiB) is written as errors happen and
+	 * read up to nerrors. */
+	memset(res, 0, offsetof(struct ing_lp_result, errors));
 	if (!ps)
 		return -ENOMEM;
 	ps->opt = opt;

@@ -43,6 +43,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +53,9 @@
 
 enum api { API_V1, API_V2 };
 
-/* One request's state; lp_req_free releases all of it. */
+/* One request's state; lp_req_free releases all of it. res and why come
+ * last: lp_req_new zeroes only what comes before them (res.errors alone is
+ * 5 KiB, read up to res.nerrors; why is a C string written before read). */
 struct lp_req {
 	struct srv_ctx *ctx;
 	enum api api;
@@ -67,6 +70,17 @@ struct lp_req {
 	struct ing_parse_result res;
 	char why[512];
 };
+
+static struct lp_req *lp_req_new(void)
+{
+	struct lp_req *r = malloc(sizeof(*r));
+	if (!r)
+		return NULL;
+	memset(r, 0, offsetof(struct lp_req, res));
+	memset(&r->res, 0, offsetof(struct ing_parse_result, errors));
+	r->why[0] = 0;
+	return r;
+}
 
 static void lp_req_free(struct lp_req *r)
 {
@@ -351,7 +365,7 @@ static void handle_lp_write(struct srv_req *req, struct srv_resp *resp, enum api
 {
 	struct srv_ctx *ctx = req->ctx;
 	atomic_fetch_add(&ctx->counters.write_requests, 1);
-	struct lp_req *r = calloc(1, sizeof(*r));
+	struct lp_req *r = lp_req_new();
 	if (!r) {
 		lp_error(resp, api, 500, "out of memory");
 		return;
