@@ -532,9 +532,9 @@ static void on_ack(void *arg, const struct ing_ack *ack)
 		if (!s)
 			break;
 		note_job(d, s->key.job, ack->ack_ns);
-		det_engine_feed(d->engine, s->key.job, s->job_len, s->key.rank,
-				s->key.metric, s->metric_len, s->pts.ts_ns, s->pts.step,
-				s->pts.attempt, s->pts.value, s->pts.n, ack->ack_ns, false);
+		det_engine_feed(d->engine, s->key.job, s->job_len, s->key.rank, s->key.metric,
+				s->metric_len, s->pts.ts_ns, s->pts.step, s->pts.attempt,
+				s->pts.value, s->pts.n, ack->ack_ns, false);
 	}
 	for (size_t i = 0; i < mdl_events_count(ack->events); i++) {
 		const struct mdl_event *e = mdl_events_at(ack->events, i);
@@ -559,8 +559,8 @@ static void want_series(void *arg, const struct mdl_batch *points, bool *want)
 		const struct mdl_batch_series *s = mdl_batch_series_at(points, i);
 		if (!s)
 			break;
-		want[i] = det_rules_metric(d->rules, s->key.metric, s->metric_len).metric !=
-			  DET_MET_NONE;
+		want[i] =
+		    det_rules_metric(d->rules, s->key.metric, s->metric_len).metric != DET_MET_NONE;
 	}
 	pthread_rwlock_unlock(&d->rules_rw);
 }

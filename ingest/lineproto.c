@@ -27,8 +27,9 @@
  * Decisions (documented in docs/API.md):
  *   - NaN/Inf have no literal (InfluxDB rejects "inf", "NaN"); neither do
  *     we. A float that overflows (1e400) is an error; underflow rounds as
- *     strtod does. Floats are correctly rounded: an exact fast path
- *     (mantissa <= 2^53, |exp10| <= 22, Clinger) else strtod on a bounded
+ *     strtod does. Floats are correctly rounded: an exact conversion of
+ *     literals of up to 19 significant digits and powers of ten up to
+ *     10^+-27 (ingest/decfloat.c, identical to strtod) else strtod on a bounded
  *     NUL-terminated copy (needs LC_NUMERIC "C": rankdbd never calls
  *     setlocale). Integer and unsigned values become the nearest double
  *     (exact up to 2^53); booleans 1.0 / 0.0.
@@ -73,12 +74,12 @@
  * line (whose points may be partly in b: the caller rejects the request).
  */
 #include "ingest/lp_int.h"
+#include "ingest/decfloat.h"
 #include "common/rdb_err.h"
 #include "common/rdb_sort.h"
 #include "model/series.h"
 
 #include <errno.h>
-#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -213,7 +214,7 @@ int ilp_span_cmp(struct span a, struct span b)
 /* Bytes written as %XX in metric names (lp.h): c <= 0x20, c >= 0x7f and
  * " \ { } , = ; %. One bit test per byte (two 64-bit masks for ASCII), since
  * every field key of every line goes through it twice. */
-#define PCT_BIT(c) (UINT64_C(1) << ((c) & 63))
+#define PCT_BIT(c) (UINT64_C(1) << ((c)&63))
 static const uint64_t pct_lo = (PCT_BIT(33) - 1) | PCT_BIT('"') | PCT_BIT('%') | PCT_BIT(',') |
 			       PCT_BIT(';') | PCT_BIT('='); /* 0x00..0x3f */
 static const uint64_t pct_hi = PCT_BIT('\\') | PCT_BIT('{') | PCT_BIT('}') | PCT_BIT(0x7f);
@@ -400,60 +401,6 @@ static bool float_syntax(const char *t, size_t n)
 	return i == n;
 }
 
-/* Exact conversion of short decimals (Clinger's fast path): the mantissa
- * fits 53 bits and the power of ten is exact, so one IEEE operation rounds
- * correctly. false: use strtod. The syntax was checked. */
-static bool fast_float(const char *t, size_t n, double *out)
-{
-#if FLT_EVAL_METHOD == 0
-	static const double p10[] = {1e0,  1e1,	 1e2,  1e3,  1e4,  1e5,	 1e6,  1e7,
-				     1e8,  1e9,	 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-				     1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-	size_t i = 0;
-	bool neg = t[0] == '-';
-	uint64_t m = 0;
-	int ndig = 0, exp10 = 0;
-	bool frac = false;
-	if (neg)
-		i++;
-	for (; i < n && (ilp_is_digit(t[i]) || t[i] == '.'); i++) {
-		if (t[i] == '.') {
-			frac = true;
-			continue;
-		}
-		if (ndig == 19)
-			return false;
-		m = m * 10 + (uint64_t)(t[i] - '0');
-		ndig += m != 0; /* leading zeros are not significant */
-		exp10 -= frac;
-	}
-	if (i < n) { /* exponent */
-		i++;
-		bool eneg = t[i] == '-';
-		if (t[i] == '-' || t[i] == '+')
-			i++;
-		int e = 0;
-		for (; i < n; i++) {
-			if (e > 100000)
-				return false;
-			e = e * 10 + (t[i] - '0');
-		}
-		exp10 += eneg ? -e : e;
-	}
-	if (m > (UINT64_C(1) << 53) || exp10 < -22 || exp10 > 22)
-		return false;
-	double d = (double)m;
-	d = exp10 < 0 ? d / p10[-exp10] : d * p10[exp10];
-	*out = neg ? -d : d;
-	return true;
-#else
-	(void)t;
-	(void)n;
-	(void)out;
-	return false;
-#endif
-}
-
 /* Parses digits t[0..n) (n >= 1, all digits) into *out. false on overflow. */
 static bool parse_u64(const char *t, size_t n, uint64_t *out)
 {
@@ -519,7 +466,7 @@ static bool parse_bool(const char *t, size_t n, bool *out)
 static int convert_float(struct lp *ps, struct lp_field *f, const char *t, size_t n)
 {
 	char tmp[ECHO_BUF];
-	if (fast_float(t, n, &f->v.f))
+	if (ing_decfloat(t, n, &f->v.f))
 		return 0;
 	if (n > NUMBER_MAX)
 		return ilp_fail(ps, RDB_EINVAL, f->key, "number literal longer than %d characters",
