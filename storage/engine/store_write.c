@@ -609,11 +609,13 @@ struct async_write {
 	sto_write_done_fn fn;
 	void *arg;
 	struct sti_create_req cr; /* while queued on the series creator */
+	/* ents points here: one allocation with the struct, since the WAL
+	 * thread frees it (a cross-thread free takes the writer arena's lock) */
+	struct series_ent *ents_mem[];
 };
 
 static void async_free(struct async_write *a)
 {
-	free(a->ents);
 	rdb_buf_free(&a->rec);
 	free(a);
 }
@@ -755,7 +757,7 @@ int sto_write_submit(struct sto *s, const struct sto_write_req *req, struct sto_
 	if (rc)
 		return rc == 1 ? 0 : rc;
 	size_t n = req->points ? mdl_batch_nseries(req->points) : 0;
-	struct async_write *a = calloc(1, sizeof(*a));
+	struct async_write *a = calloc(1, sizeof(*a) + n * sizeof(a->ents_mem[0]));
 	if (a) {
 		a->s = s;
 		a->req = *req;
@@ -763,9 +765,9 @@ int sto_write_submit(struct sto *s, const struct sto_write_req *req, struct sto_
 		a->arg = arg;
 		a->bent = bent;
 		rdb_buf_init(&a->rec, STO_WAL_MAX_PAYLOAD);
-		a->ents = malloc((n ? n : 1) * sizeof(*a->ents));
+		a->ents = a->ents_mem;
 	}
-	rc = a && a->ents ? 0 : -ENOMEM;
+	rc = a ? 0 : -ENOMEM;
 	if (rc == 0)
 		rc = encode_request(req, &a->rec, &a->type);
 	if (rc == 0 && n && sti_resolve_known(s, req->points, a->ents) > 0) {
