@@ -70,7 +70,8 @@ void mdl_batch_free(struct mdl_batch *b)
 
 struct batch_cache {
 	struct mdl_batch *b[MDL_BATCH_CACHE_N];
-	size_t n;
+	size_t bytes[MDL_BATCH_CACHE_N]; /* batch_bytes of each, when given */
+	size_t n, total;
 };
 
 static pthread_key_t cache_key;
@@ -124,6 +125,7 @@ int mdl_batch_take(size_t max_points, size_t max_series, struct mdl_batch **out)
 	if (!c || c->n == 0)
 		return mdl_batch_new(max_points, max_series, out);
 	struct mdl_batch *b = c->b[--c->n];
+	c->total -= c->bytes[c->n];
 	b->max_points = max_points;
 	b->max_series = max_series > UINT32_MAX - 1 ? UINT32_MAX - 1 : max_series;
 	*out = b;
@@ -134,12 +136,15 @@ void mdl_batch_give(struct mdl_batch *b)
 {
 	if (!b)
 		return;
-	struct batch_cache *c = batch_bytes(b) <= MDL_BATCH_CACHE_BYTES ? cache_get() : NULL;
-	if (!c || c->n == MDL_BATCH_CACHE_N) {
+	size_t bytes = batch_bytes(b);
+	struct batch_cache *c = bytes <= MDL_BATCH_CACHE_BYTES ? cache_get() : NULL;
+	if (!c || c->n == MDL_BATCH_CACHE_N || c->total + bytes > MDL_BATCH_CACHE_TOTAL_BYTES) {
 		mdl_batch_free(b);
 		return;
 	}
 	mdl_batch_reset(b);
+	c->bytes[c->n] = bytes;
+	c->total += bytes;
 	c->b[c->n++] = b;
 }
 

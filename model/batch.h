@@ -32,10 +32,15 @@ void mdl_batch_free(struct mdl_batch *b); /* NULL ok */
  * when it holds one (its memory already grown; bounds set anew).
  * mdl_batch_give resets b and keeps it in the calling thread's cache
  * (at most MDL_BATCH_CACHE_N batches of at most MDL_BATCH_CACHE_BYTES
- * allocated each; the cache is freed when the thread exits), or frees it.
- * Any thread may give a batch another took. NULL ok. Errors: -ENOMEM. */
-#define MDL_BATCH_CACHE_N     4
-#define MDL_BATCH_CACHE_BYTES (256u * 1024)
+ * allocated each, MDL_BATCH_CACHE_TOTAL_BYTES together; the cache is freed
+ * when the thread exits), or frees it. N is sized for parked writes: an
+ * HTTP worker has a batch per request waiting for its WAL sync (8 each at
+ * 64 connections on 8 workers), and with a cache of 4 half of them were
+ * freed and allocated again per request. Any thread may give a batch
+ * another took. NULL ok. Errors: -ENOMEM. */
+#define MDL_BATCH_CACHE_N	    32
+#define MDL_BATCH_CACHE_BYTES	    (256u * 1024)
+#define MDL_BATCH_CACHE_TOTAL_BYTES (1536u * 1024)
 int mdl_batch_take(size_t max_points, size_t max_series, struct mdl_batch **out);
 /* Grows b's point columns to hold points points (capped at its
  * max_points) so that adding them does not reallocate and copy as it goes;
