@@ -46,6 +46,13 @@
  * shed. At most http_max_parked at once (503 past it); at stop no more are
  * parked and http_free waits until every parked one was answered, since
  * libmicrohttpd must not be stopped with a suspended connection.
+ * What a park costs inside libmicrohttpd 0.9.75 (epoll mode), measured in
+ * the per-rank shape (strace -c, one record per POST): suspending takes
+ * the socket out of the worker's epoll set and resuming puts it back
+ * (epoll_ctl, ~0.36 per request: only for sockets that were in the set),
+ * and every MHD_resume_connection writes the worker's eventfd (1 write per
+ * request, drained by ~1 read), even when one group commit resumes dozens
+ * of connections of the same worker. Neither is reachable from here.
  *
  * A request's memory (struct conn_req) is freed in one place, the
  * completion callback; a connection's (struct conn_state) in the
