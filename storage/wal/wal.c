@@ -37,6 +37,9 @@
  * const getters need no lock. sto_wal_rotate and sto_wal_close are not
  * called concurrently with appends (the engine's rwlock), which is also why
  * the generation an append seeds its checksum with is the file it lands in.
+ * sto_wal_prepare may be: it makes the next file (next_fd, under mu, never
+ * used by the WAL thread) without the engine's lock, so that a rotation
+ * under that lock only swaps descriptors.
  *
  * Failure: when a group's write or fdatasync fails, all its records get the
  * error (they are not in the log and will not be replayed), stats.errors
@@ -115,6 +118,8 @@ struct sto_wal {
 	bool broken;
 	int fd;
 	struct sto_wal_stats stats;
+	int next_fd;	      /* -1, or wal-<next_gen>.log made by sto_wal_prepare */
+	uint64_t next_gen;
 	int inject_write_err; /* test hook, consumed by the next group */
 	int inject_truncate_err;
 	/* Under mu for writers; atomics for the const getters. */
@@ -484,8 +489,24 @@ static void *wal_thread(void *arg)
 
 /* ---- Lifecycle ------------------------------------------------------------ */
 
+/* Under mu, or with the WAL thread gone: closes and removes the file a
+ * sto_wal_prepare made that no rotation used (it holds only a header). */
+static void drop_prepared(struct sto_wal *w)
+{
+	if (w->next_fd < 0)
+		return;
+	close(w->next_fd);
+	w->next_fd = -1;
+	char path[PATH_MAX];
+	if (wal_path(path, sizeof(path), w->dir, w->next_gen) == 0 && unlink(path) != 0 &&
+	    errno != ENOENT)
+		rdb_warn(SUBSYS, "cannot remove the unused prepared WAL file %s: %s", path,
+			 rdb_strerror(-errno));
+}
+
 static void wal_free(struct sto_wal *w)
 {
+	drop_prepared(w);
 	if (w->fd >= 0)
 		close(w->fd);
 	if (w->sync_inited) {
@@ -527,6 +548,7 @@ static int wal_alloc(const struct sto_wal_options *opt, struct sto_wal **out)
 	if (!w)
 		return -ENOMEM;
 	w->fd = -1;
+	w->next_fd = -1;
 	w->sync = opt->sync;
 	w->queue_max = opt->queue_max_records ? opt->queue_max_records : QUEUE_DEFAULT;
 	w->dir = strdup(opt->dir);
@@ -574,6 +596,30 @@ out:
 	return result;
 }
 
+int sto_wal_prepare(struct sto_wal *w, uint64_t new_gen)
+{
+	pthread_mutex_lock(&w->mu);
+	bool ready = w->next_fd >= 0 && w->next_gen == new_gen;
+	if (!ready)
+		drop_prepared(w);
+	pthread_mutex_unlock(&w->mu);
+	if (ready)
+		return 0;
+	/* Unlocked: creating and syncing the file and its directory entry is
+	 * the slow part of a rotation (a journal commit under I/O load); the
+	 * WAL thread never touches next_fd, and prepare/rotate/close are
+	 * called by one thread at a time (wal.h). */
+	int fd = -1;
+	int result = create_file(w->dir, new_gen, &fd);
+	if (result)
+		return result;
+	pthread_mutex_lock(&w->mu);
+	w->next_fd = fd;
+	w->next_gen = new_gen;
+	pthread_mutex_unlock(&w->mu);
+	return 0;
+}
+
 int sto_wal_rotate(struct sto_wal *w, uint64_t new_gen)
 {
 	int fd = -1;
@@ -588,7 +634,17 @@ int sto_wal_rotate(struct sto_wal *w, uint64_t new_gen)
 			goto out;
 	}
 	result = sto_fault_hit(STO_FP_WAL_ROTATE);
-	if (result == 0)
+	if (result)
+		goto out;
+	pthread_mutex_lock(&w->mu);
+	if (w->next_fd >= 0 && w->next_gen == new_gen) {
+		fd = w->next_fd; /* made and synced by sto_wal_prepare */
+		w->next_fd = -1;
+	} else {
+		drop_prepared(w);
+	}
+	pthread_mutex_unlock(&w->mu);
+	if (fd < 0)
 		result = create_file(w->dir, new_gen, &fd);
 	if (result)
 		goto out;

@@ -346,6 +346,56 @@ static void test_rotate(void)
 	remove_dir(dir);
 }
 
+/* sto_wal_prepare makes the next file while appends go on into the current
+ * one; the rotation then uses it; a prepared file no rotation used is gone
+ * after close. */
+static void test_prepare(void)
+{
+	char dir[PATH_MAX];
+	make_dir(dir, sizeof(dir));
+	struct sto_wal *w;
+	uint8_t buf[100];
+	CHECK_EQ_INT(open_wal(dir, 3, STO_SYNC_FDATASYNC, 0, &w), 0);
+	fill(buf, 20, 0);
+	CHECK_EQ_INT(sto_wal_append(w, 1, buf, 20), 0);
+	CHECK_EQ_INT(sto_wal_prepare(w, 4), 0);
+	CHECK_EQ_INT(sto_wal_prepare(w, 4), 0); /* already prepared */
+	CHECK_EQ_INT(file_size(dir, 4), STO_WAL_HEADER_SIZE);
+	fill(buf, 20, 1);
+	CHECK_EQ_INT(sto_wal_append(w, 1, buf, 20), 0); /* still into 3 */
+	CHECK_EQ_INT(sto_wal_gen(w), 3);
+	CHECK_EQ_INT(file_size(dir, 3), STO_WAL_HEADER_SIZE + 2 * (16 + 20));
+	CHECK_EQ_INT(sto_wal_rotate(w, 4), 0);
+	CHECK_EQ_INT(sto_wal_gen(w), 4);
+	fill(buf, 30, 0);
+	CHECK_EQ_INT(sto_wal_append(w, 1, buf, 30), 0);
+	CHECK_EQ_INT(file_size(dir, 4), STO_WAL_HEADER_SIZE + 16 + 30);
+	CHECK_EQ_INT(sto_wal_prepare(w, 6), 0);
+	CHECK_EQ_INT(sto_wal_prepare(w, 5), 0); /* replaces the one for 6 */
+	CHECK_EQ_INT(file_size(dir, 6), UINT64_MAX);
+	CHECK_EQ_INT(file_size(dir, 5), STO_WAL_HEADER_SIZE);
+	sto_wal_close(w); /* 5 was never used: removed */
+
+	uint64_t *gens = NULL;
+	size_t n = 0;
+	CHECK_EQ_INT(sto_wal_list(dir, &gens, &n), 0);
+	CHECK_EQ_INT(n, 2);
+	if (n == 2)
+		CHECK(gens[0] == 3 && gens[1] == 4);
+	free(gens);
+	struct seen *s = seen_new();
+	struct sto_wal_replay_result r;
+	CHECK_EQ_INT(replay(dir, 3, s, &r), 0);
+	CHECK_EQ_INT(s->n, 2);
+	CHECK(s->content_ok[0] && s->content_ok[1]);
+	CHECK_EQ_INT(replay(dir, 4, s, &r), 0);
+	CHECK_EQ_INT(s->n, 1);
+	CHECK(s->len[0] == 30 && s->content_ok[0]);
+	CHECK_EQ_INT(r.tail, 0);
+	free(s);
+	remove_dir(dir);
+}
+
 static void test_torn_tail(void)
 {
 	char dir[PATH_MAX], path[PATH_CAP];
@@ -859,6 +909,7 @@ int main(void)
 	RUN(test_round_trip);
 	RUN(test_concurrent_group_commit);
 	RUN(test_rotate);
+	RUN(test_prepare);
 	RUN(test_torn_tail);
 	RUN(test_corrupt_record);
 	RUN(test_bad_file_header);
