@@ -986,6 +986,16 @@ static const struct sti_engine_ops engine_ops = {
     .series_exclusive = sti_series_exclusive,
 };
 
+/* How far WAL files made ahead of a rotation are zero-filled: up to where
+ * the next checkpoint rotates, at most 64 MiB (written once per file by the
+ * flusher, off the ack path). At 4,096 connections the group commits into a
+ * growing file wrote its inode and block map with every fdatasync (ext4). */
+static uint64_t wal_prealloc_bytes(const struct sto_options *opt)
+{
+	uint64_t cap = 64ull << 20;
+	return opt->wal_rotate_bytes < cap ? opt->wal_rotate_bytes : cap;
+}
+
 int sto_open(const struct sto_options *opt, struct sto **out)
 {
 	struct sto *s = calloc(1, sizeof(*s));
@@ -1027,7 +1037,8 @@ int sto_open(const struct sto_options *opt, struct sto **out)
 		struct sto_wal_options wo = {.dir = s->wal_dir,
 					     .gen = s->active->gen,
 					     .sync = opt->sync,
-					     .queue_max_records = 4096};
+					     .queue_max_records = 4096,
+					     .prealloc_bytes = wal_prealloc_bytes(&s->opt)};
 		rc = sto_wal_open(&wo, &s->wal);
 	}
 	if (rc == 0) {

@@ -32,6 +32,13 @@ struct sto_wal_options {
 	uint64_t gen;	 /* generation of the first file, created fresh */
 	enum sto_sync_policy sync;
 	size_t queue_max_records; /* appends waiting beyond this block (backpressure) */
+	/* Files made ahead by sto_wal_prepare are zero-filled to at most this
+	 * many bytes (0: not at all; as far as the current file got, +1/8, when
+	 * that is 1 MiB or more), so that the group commits into them overwrite
+	 * allocated blocks: each fdatasync then writes the data alone, not the
+	 * inode and block maps of a growing file. Replay reads zeros after the
+	 * last record as the file's end (docs/FORMAT.md). */
+	uint64_t prealloc_bytes;
 };
 
 struct sto_wal;
