@@ -124,7 +124,7 @@ struct sto_wal {
 	bool broken;
 	int fd;
 	struct sto_wal_stats stats;
-	int next_fd;	      /* -1, or wal-<next_gen>.log made by sto_wal_prepare */
+	int next_fd; /* -1, or wal-<next_gen>.log made by sto_wal_prepare */
 	uint64_t next_gen;
 	int inject_write_err; /* test hook, consumed by the next group */
 	int inject_truncate_err;
