@@ -105,9 +105,15 @@ struct bitwr {
 	unsigned nacc; /* number of pending bits, < 8 between calls */
 };
 
-/* Appends the low k bits of v, 1 <= k <= 32. */
+/* Appends the low k bits of v, 1 <= k <= 32; a writer without p only
+ * counts them. */
 static inline void bw_put(struct bitwr *w, uint64_t v, unsigned k)
 {
+	if (!w->p) {
+		w->len += (w->nacc + k) / 8;
+		w->nacc = (w->nacc + k) % 8;
+		return;
+	}
 	w->acc = (w->acc << k) | (v & ((((uint64_t)1) << k) - 1));
 	w->nacc += k;
 	while (w->nacc >= 8) {
@@ -127,7 +133,9 @@ static inline void bw_put_wide(struct bitwr *w, uint64_t v, unsigned k)
 
 static void bw_flush(struct bitwr *w)
 {
-	if (w->nacc)
+	if (w->nacc && !w->p)
+		w->len++;
+	else if (w->nacc)
 		w->p[w->len++] = (uint8_t)(w->acc << (8 - w->nacc));
 	w->nacc = 0;
 }
@@ -175,14 +183,13 @@ static inline unsigned clz_w(uint64_t x, unsigned width)
 	return (unsigned)__builtin_clzll(x) - (64 - width);
 }
 
-/* XOR-encodes v[0..k) of the given width (32 or 64) into b. */
-int sto_codec_enc_xor(const uint64_t *v, size_t k, unsigned width, uint8_t enc, struct blob *b)
+/* Writes the XOR stream of v[0..k) to p (room for its worst case), or
+ * with p NULL only measures it; returns its length in bytes. Inlined into
+ * both callers, so the measuring loop has no stores. */
+static inline size_t put_xor(const uint64_t *v, size_t k, unsigned width, uint8_t *p)
 {
 	unsigned fbits = width == 64 ? 6 : 5;
-	int rc = sto_codec_blob_alloc(b, enc, (2 + 2 * fbits + width) * k / 8 + 16);
-	if (rc)
-		return rc;
-	struct bitwr w = {b->p, 0, 0, 0};
+	struct bitwr w = {p, 0, 0, 0};
 	unsigned wlead = 0, wlen = 0; /* wlen == 0: no window yet */
 	bw_put_wide(&w, v[0], width);
 	for (size_t i = 1; i < k; i++) {
@@ -207,7 +214,22 @@ int sto_codec_enc_xor(const uint64_t *v, size_t k, unsigned width, uint8_t enc, 
 		wlen = len;
 	}
 	bw_flush(&w);
-	b->len = w.len;
+	return w.len;
+}
+
+size_t sto_codec_xor_len(const uint64_t *v, size_t k, unsigned width)
+{
+	return put_xor(v, k, width, NULL);
+}
+
+/* XOR-encodes v[0..k) of the given width (32 or 64) into b. */
+int sto_codec_enc_xor(const uint64_t *v, size_t k, unsigned width, uint8_t enc, struct blob *b)
+{
+	unsigned fbits = width == 64 ? 6 : 5;
+	int rc = sto_codec_blob_alloc(b, enc, (2 + 2 * fbits + width) * k / 8 + 16);
+	if (rc)
+		return rc;
+	b->len = put_xor(v, k, width, b->p);
 	return 0;
 }
 
@@ -347,29 +369,47 @@ int sto_codec_dec_shuf_zstd(const uint8_t *p, size_t len, size_t k, unsigned wid
 
 /* ---- float32 candidates --------------------------------------------------------- */
 
-/* Candidates over the float32 patterns, if every value is float32-exact. */
-/* The float32 candidates: the XOR stream into *slow, the planes into *best. */
-int sto_codec_enc_values_f32(const uint64_t *v, size_t n, struct blob *best, struct blob *slow)
+/* v[0..n)'s float32 patterns into f, if every value is float32-exact. */
+static bool f32_patterns(const uint64_t *v, size_t n, uint64_t *f)
 {
+	for (size_t i = 0; i < n; i++) {
+		uint32_t x;
+		if (!f64_to_f32_exact(v[i], &x))
+			return false;
+		f[i] = x;
+	}
+	return true;
+}
+
+/* The float32 candidates: the planes compete in *best, the XOR stream is
+ * only measured (*xor_len bytes; sto_codec_enc_xor_f32 writes it); *exact
+ * says whether every value is float32-exact (else none applies). */
+int sto_codec_enc_values_f32(const uint64_t *v, size_t n, struct blob *best, size_t *xor_len,
+			     bool *exact)
+{
+	*exact = false;
+	*xor_len = 0;
 	uint64_t *f = malloc(n * sizeof(*f));
 	if (!f)
 		return -ENOMEM;
 	struct blob cand = {0};
 	int rc = 0;
-	for (size_t i = 0; i < n; i++) {
-		uint32_t x;
-		if (!f64_to_f32_exact(v[i], &x))
-			goto out;
-		f[i] = x;
-	}
-	rc = sto_codec_enc_xor(f, n, 32, ENC_F32_XOR, &cand);
-	if (!rc) {
-		sto_codec_keep_smaller(slow, &cand);
+	if (f32_patterns(v, n, f)) {
+		*exact = true;
+		*xor_len = sto_codec_xor_len(f, n, 32);
 		rc = sto_codec_enc_shuf_zstd(f, n, 4, ENC_F32_SHUF_ZSTD, &cand);
-	}
-	if (!rc)
 		sto_codec_keep_smaller(best, &cand);
-out:
+	}
+	free(f);
+	return rc;
+}
+
+int sto_codec_enc_xor_f32(const uint64_t *v, size_t n, struct blob *b)
+{
+	uint64_t *f = malloc(n * sizeof(*f));
+	int rc = f ? 0 : -ENOMEM;
+	if (!rc && f32_patterns(v, n, f))
+		rc = sto_codec_enc_xor(f, n, 32, ENC_F32_XOR, b);
 	free(f);
 	return rc;
 }

@@ -56,6 +56,16 @@ enum {
 #define BLOCK_POINTS_MIN 64u
 #define BLOCK_MARGIN_PCT 4u
 
+/* The zstd frame over a varint stream (encoding 6) is compressed only
+ * when the stream has at least VARINT_ZSTD_MIN bytes and at most
+ * VARINT_ZSTD_PCT percent of the best candidate found without it. Over
+ * the float bit patterns of training metrics, zstd took at most 13 % off a
+ * varint stream where the frame won, and it won only where the stream was
+ * already the best candidate; the other compressions were wasted (about a
+ * third of the codec's CPU at 512 ranks). */
+#define VARINT_ZSTD_MIN 64u
+#define VARINT_ZSTD_PCT 125u
+
 /* ---- primitives ---------------------------------------------------------- */
 
 static inline uint64_t zz(uint64_t x)
@@ -143,8 +153,19 @@ int sto_codec_zstd_unframe(const uint8_t *p, size_t len, size_t want, bool exact
 
 /* The const64 candidate of v[0..k): left empty unless all values are equal. */
 int sto_codec_enc_const64(const uint64_t *v, size_t k, struct blob *b);
+/* The plain int64 stream candidates of v[0..k), k >= 1: *fixed the
+ * smaller of const64 and raw64, *varint the smallest varint stream (delta,
+ * dod, delta_rle); both overwritten, either may stay empty. */
+int sto_codec_i64_parts(const uint64_t *v, size_t k, struct blob *fixed, struct blob *varint);
+/* The zstd candidate (6) over a varint stream from sto_codec_i64_parts
+ * into *out (overwritten; left empty below VARINT_ZSTD_MIN bytes). */
+int sto_codec_i64_zstd(const struct blob *varint, struct blob *out);
+/* Whether that zstd frame is worth compressing against a best candidate
+ * of best_len bytes (see VARINT_ZSTD_PCT). */
+bool sto_codec_i64_zstd_worth(size_t varint_len, size_t best_len);
 /* Best int64 stream encoding of v[0..k), k >= 1, into *best (which is
- * overwritten); "scaled" is tried only when allow_scaled. */
+ * overwritten); "scaled" is tried only when allow_scaled, the zstd frame
+ * only when sto_codec_i64_zstd_worth against the plain streams. */
 int sto_codec_best_i64_opt(const uint64_t *v, size_t k, bool allow_scaled, struct blob *best);
 /* sto_codec_best_i64_opt without "scaled". */
 int sto_codec_best_i64(const uint64_t *v, size_t k, struct blob *best);
@@ -165,9 +186,15 @@ int sto_codec_enc_shuf_zstd(const uint64_t *v, size_t k, unsigned width_bytes, u
 /* Decodes a byte-plane frame of k values of width_bytes bytes into out. */
 int sto_codec_dec_shuf_zstd(const uint8_t *p, size_t len, size_t k, unsigned width_bytes,
 			    uint64_t *out);
-/* The float32 candidates of v[0..n) when every value is float32-exact:
- * the XOR stream competes in *slow, the planes in *best. */
-int sto_codec_enc_values_f32(const uint64_t *v, size_t n, struct blob *best, struct blob *slow);
+/* The bytes the XOR stream of v[0..k) of the given width would take. */
+size_t sto_codec_xor_len(const uint64_t *v, size_t k, unsigned width);
+/* The float32 candidates of v[0..n) when every value is float32-exact
+ * (*exact says whether): the planes compete in *best; the XOR stream is
+ * only measured, *xor_len bytes (0 when not exact). */
+int sto_codec_enc_values_f32(const uint64_t *v, size_t n, struct blob *best, size_t *xor_len,
+			     bool *exact);
+/* The f32_xor candidate of float32-exact v[0..n) into b (empty if not). */
+int sto_codec_enc_xor_f32(const uint64_t *v, size_t n, struct blob *b);
 /* out[0..n) (float32 patterns) become their float64 patterns, in place. */
 void sto_codec_widen_f32(uint64_t *out, size_t n);
 

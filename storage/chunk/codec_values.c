@@ -7,6 +7,11 @@
  * beats the rest by SLOW_MARGIN_PCT (it decodes slower), and for long
  * columns whose best encoding is slow to decode tries the blocked form
  * (codec_block.c). The encodings are in codec.c's FORMAT comment.
+ * Cost (sealing is most of the flusher's CPU with many series): the XOR
+ * streams are measured and written only when one wins; a float32-exact
+ * column skips the 64-bit XOR stream; the varint stream's zstd frame is
+ * compressed last, only when the stream is within VARINT_ZSTD_PCT of the
+ * best candidate so far.
  *
  * Threading: no shared state.
  * Failure: the encoder returns 0 or -ENOMEM (*best empty then); the
@@ -66,26 +71,47 @@ out:
  * smaller than the best other candidate by more than this fraction. */
 #define SLOW_MARGIN_PCT 3u
 
+/* The XOR stream of v[0..n) (f32_xor when f32, else xor) into *b. */
+static int enc_slow(const uint64_t *v, size_t n, bool f32, struct blob *b)
+{
+	if (f32)
+		return sto_codec_enc_xor_f32(v, n, b);
+	return sto_codec_enc_xor(v, n, 64, ENC_XOR, b);
+}
+
 int sto_codec_enc_values(const uint64_t *v, size_t n, struct blob *best)
 {
-	struct blob cand = {0}, slow = {0};
+	struct blob cand = {0}, varint = {0};
+	size_t slow_len = 0;
+	bool f32 = false;
 	int rc = sto_codec_enc_const64(v, n, best);
 	if (rc || best->p)
 		return rc; /* constant: nothing is smaller */
-	rc = sto_codec_best_i64(v, n, best);
+	rc = sto_codec_i64_parts(v, n, best, &varint);
 	if (!rc)
-		rc = sto_codec_enc_xor(v, n, 64, ENC_XOR, &slow);
+		rc = sto_codec_enc_values_f32(v, n, best, &slow_len, &f32);
+	/* The XOR streams are measured here and written only if one wins. A
+	 * float32-exact column's 64-bit stream carries the same windows as its
+	 * 32-bit one with wider fields: not tried. (Its 64-bit byte planes
+	 * are, and win on long loss curves: the 11-bit exponent cuts the
+	 * planes elsewhere.) */
+	if (!rc && !f32)
+		slow_len = sto_codec_xor_len(v, n, 64);
 	if (!rc)
 		rc = sto_codec_enc_shuf_zstd(v, n, 8, ENC_SHUF_ZSTD, &cand);
-	if (!rc) {
-		sto_codec_keep_smaller(best, &cand);
-		rc = sto_codec_enc_values_f32(v, n, best, &slow);
-	}
+	sto_codec_keep_smaller(best, &cand);
 	if (!rc)
 		rc = enc_values_int(v, n, best);
-	if (!rc && slow.p && slow.len * 100 < best->len * (100 - SLOW_MARGIN_PCT))
-		sto_codec_keep_smaller(best, &slow);
-	sto_codec_blob_free(&slow);
+	/* the varint stream's zstd frame last, when it can still win */
+	if (!rc && varint.p &&
+	    sto_codec_i64_zstd_worth(varint.len, varint.len < best->len ? varint.len : best->len))
+		rc = sto_codec_i64_zstd(&varint, &cand);
+	sto_codec_keep_smaller(best, &varint);
+	sto_codec_keep_smaller(best, &cand);
+	if (!rc && slow_len && slow_len * 100 < best->len * (100 - SLOW_MARGIN_PCT)) {
+		rc = enc_slow(v, n, f32, &cand);
+		sto_codec_keep_smaller(best, &cand);
+	}
 	if (!rc && n >= 2 * BLOCK_POINTS && sto_codec_slow_to_decode(best->enc))
 		rc = sto_codec_enc_blocked(v, n, &cand);
 	if (!rc && cand.p && cand.len * 100 <= best->len * (100 + BLOCK_MARGIN_PCT)) {

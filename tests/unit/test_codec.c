@@ -449,6 +449,38 @@ static void test_choices(void)
 	mdl_cols_free(&c);
 }
 
+/* The encoder skips candidates that cannot win (the varint stream's zstd
+ * frame when the stream is far larger than the best candidate, the 64-bit
+ * XOR stream of float32-exact values); the winners stay the same at the
+ * chunk sizes many series seal (a few hundred points) and at full chunks. */
+static void test_choices_pruned(void)
+{
+	const size_t ns[] = {200, 4096};
+	for (size_t k = 0; k < 2; k++) {
+		struct sto_codec_info info;
+		struct mdl_cols c = make(ns[k]);
+		ts_regular_jitter(&c);
+		fill_lr(&c); /* smooth float64: the delta stream's zstd frame */
+		roundtrip(&c, &info);
+		CHECK(is_name(info.enc_value, "zstd"));
+		fill_temperature(&c); /* small integer steps: "int", zstd inside */
+		roundtrip(&c, &info);
+		CHECK(is_name(info.enc_value, "int"));
+		fill_loss(&c); /* float32 values: a float32 encoding, never 64-bit xor */
+		roundtrip(&c, &info);
+		CHECK(value_f32(&info));
+		fill_grad_norm(&c);
+		roundtrip(&c, &info);
+		CHECK(value_f32(&info));
+		fill_step_time(&c); /* full float64 timings: the 64-bit byte planes */
+		roundtrip(&c, &info);
+		CHECK(is_name(info.enc_value, "shuf_zstd") ||
+		      (is_name(info.enc_value, "blocked") &&
+		       is_name(info.enc_value_block0, "shuf_zstd")));
+		mdl_cols_free(&c);
+	}
+}
+
 /* training loss, timestamps in whole milliseconds */
 static void fill_loss_ms(struct mdl_cols *c)
 {
@@ -749,6 +781,7 @@ int main(void)
 	RUN(test_columns_roundtrip);
 	RUN(test_float32_classes);
 	RUN(test_choices);
+	RUN(test_choices_pruned);
 	RUN(test_realistic_report);
 	RUN(test_encode_errors);
 	RUN(test_handmade);
