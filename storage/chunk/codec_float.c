@@ -21,6 +21,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -186,7 +187,8 @@ static inline unsigned clz_w(uint64_t x, unsigned width)
 /* Writes the XOR stream of v[0..k) to p (room for its worst case), or
  * with p NULL only measures it; returns its length in bytes. Inlined into
  * both callers, so the measuring loop has no stores. */
-static inline size_t put_xor(const uint64_t *v, size_t k, unsigned width, uint8_t *p)
+static inline size_t put_xor(const uint64_t *v, size_t k, unsigned width, uint8_t *p,
+			     size_t limit)
 {
 	unsigned fbits = width == 64 ? 6 : 5;
 	struct bitwr w = {p, 0, 0, 0};
@@ -194,6 +196,8 @@ static inline size_t put_xor(const uint64_t *v, size_t k, unsigned width, uint8_
 	bw_put_wide(&w, v[0], width);
 	for (size_t i = 1; i < k; i++) {
 		uint64_t x = v[i] ^ v[i - 1];
+		if (w.len >= limit)
+			return w.len; /* measuring, and already too long */
 		if (x == 0) {
 			bw_put(&w, 0, 1);
 			continue;
@@ -217,9 +221,9 @@ static inline size_t put_xor(const uint64_t *v, size_t k, unsigned width, uint8_
 	return w.len;
 }
 
-size_t sto_codec_xor_len(const uint64_t *v, size_t k, unsigned width)
+size_t sto_codec_xor_len(const uint64_t *v, size_t k, unsigned width, size_t limit)
 {
-	return put_xor(v, k, width, NULL);
+	return put_xor(v, k, width, NULL, limit);
 }
 
 /* XOR-encodes v[0..k) of the given width (32 or 64) into b. */
@@ -229,7 +233,7 @@ int sto_codec_enc_xor(const uint64_t *v, size_t k, unsigned width, uint8_t enc, 
 	int rc = sto_codec_blob_alloc(b, enc, (2 + 2 * fbits + width) * k / 8 + 16);
 	if (rc)
 		return rc;
-	b->len = put_xor(v, k, width, b->p);
+	b->len = put_xor(v, k, width, b->p, SIZE_MAX);
 	return 0;
 }
 
@@ -381,35 +385,24 @@ static bool f32_patterns(const uint64_t *v, size_t n, uint64_t *f)
 	return true;
 }
 
-/* The float32 candidates: the planes compete in *best, the XOR stream is
- * only measured (*xor_len bytes; sto_codec_enc_xor_f32 writes it); *exact
- * says whether every value is float32-exact (else none applies). */
-int sto_codec_enc_values_f32(const uint64_t *v, size_t n, struct blob *best, size_t *xor_len,
-			     bool *exact)
+/* The float32 planes into *best and the patterns into *f32, if every value
+ * is float32-exact (else *f32 NULL and no candidate). */
+int sto_codec_enc_values_f32(const uint64_t *v, size_t n, struct blob *best, uint64_t **f32)
 {
-	*exact = false;
-	*xor_len = 0;
+	*f32 = NULL;
 	uint64_t *f = malloc(n * sizeof(*f));
 	if (!f)
 		return -ENOMEM;
-	struct blob cand = {0};
-	int rc = 0;
-	if (f32_patterns(v, n, f)) {
-		*exact = true;
-		*xor_len = sto_codec_xor_len(f, n, 32);
-		rc = sto_codec_enc_shuf_zstd(f, n, 4, ENC_F32_SHUF_ZSTD, &cand);
-		sto_codec_keep_smaller(best, &cand);
+	if (!f32_patterns(v, n, f)) {
+		free(f);
+		return 0;
 	}
-	free(f);
-	return rc;
-}
-
-int sto_codec_enc_xor_f32(const uint64_t *v, size_t n, struct blob *b)
-{
-	uint64_t *f = malloc(n * sizeof(*f));
-	int rc = f ? 0 : -ENOMEM;
-	if (!rc && f32_patterns(v, n, f))
-		rc = sto_codec_enc_xor(f, n, 32, ENC_F32_XOR, b);
-	free(f);
+	struct blob cand = {0};
+	int rc = sto_codec_enc_shuf_zstd(f, n, 4, ENC_F32_SHUF_ZSTD, &cand);
+	sto_codec_keep_smaller(best, &cand);
+	if (rc)
+		free(f);
+	else
+		*f32 = f;
 	return rc;
 }

@@ -177,24 +177,45 @@ static int enc_scaled(const uint64_t *v, size_t k, struct blob *b)
 	return rc;
 }
 
-int sto_codec_i64_parts(const uint64_t *v, size_t k, struct blob *fixed, struct blob *varint)
+/* The varint streams in the order ties go to. */
+static int (*const varint_fns[3])(const uint64_t *, size_t, struct blob *) = {
+    enc_delta_rle, enc_delta, enc_dod,
+};
+
+size_t sto_codec_i64_varint_measure(const uint64_t *v, size_t k, unsigned *which)
 {
-	/* the varint streams in the order ties go to; only the shortest is written */
-	int (*const varint_fns[3])(const uint64_t *, size_t, struct blob *) = {
-	    enc_delta_rle, enc_delta, enc_dod,
-	};
 	size_t len[3], pick = 0;
-	*fixed = (struct blob){0};
-	*varint = (struct blob){0};
-	int rc = sto_codec_enc_const64(v, k, fixed);
-	if (!rc && !fixed->p)
-		rc = enc_raw64(v, k, fixed);
 	measure_varint_streams(v, k, len);
 	for (size_t i = 1; i < 3; i++)
 		if (len[i] < len[pick])
 			pick = i;
+	*which = (unsigned)pick;
+	return len[pick];
+}
+
+int sto_codec_i64_varint_write(const uint64_t *v, size_t k, unsigned which, struct blob *b)
+{
+	*b = (struct blob){0};
+	return varint_fns[which < 3 ? which : 0](v, k, b);
+}
+
+int sto_codec_i64_fixed(const uint64_t *v, size_t k, struct blob *fixed)
+{
+	*fixed = (struct blob){0};
+	int rc = sto_codec_enc_const64(v, k, fixed);
+	if (!rc && !fixed->p)
+		rc = enc_raw64(v, k, fixed);
+	return rc;
+}
+
+int sto_codec_i64_parts(const uint64_t *v, size_t k, struct blob *fixed, struct blob *varint)
+{
+	unsigned which;
+	*varint = (struct blob){0};
+	int rc = sto_codec_i64_fixed(v, k, fixed);
+	sto_codec_i64_varint_measure(v, k, &which);
 	if (!rc)
-		rc = varint_fns[pick](v, k, varint);
+		rc = sto_codec_i64_varint_write(v, k, which, varint);
 	if (rc) {
 		sto_codec_blob_free(fixed);
 		sto_codec_blob_free(varint);

@@ -157,6 +157,13 @@ int sto_codec_enc_const64(const uint64_t *v, size_t k, struct blob *b);
  * smaller of const64 and raw64, *varint the smallest varint stream (delta,
  * dod, delta_rle); both overwritten, either may stay empty. */
 int sto_codec_i64_parts(const uint64_t *v, size_t k, struct blob *fixed, struct blob *varint);
+/* The smaller of const64 and raw64 of v[0..k) into *fixed (overwritten). */
+int sto_codec_i64_fixed(const uint64_t *v, size_t k, struct blob *fixed);
+/* The length of the shortest varint stream of v[0..k), k >= 1, measured
+ * without writing it; *which names it for sto_codec_i64_varint_write. */
+size_t sto_codec_i64_varint_measure(const uint64_t *v, size_t k, unsigned *which);
+/* Writes the varint stream `which` of v[0..k) into *b (overwritten). */
+int sto_codec_i64_varint_write(const uint64_t *v, size_t k, unsigned which, struct blob *b);
 /* The zstd candidate (6) over a varint stream from sto_codec_i64_parts
  * into *out (overwritten; left empty below VARINT_ZSTD_MIN bytes). */
 int sto_codec_i64_zstd(const struct blob *varint, struct blob *out);
@@ -186,15 +193,14 @@ int sto_codec_enc_shuf_zstd(const uint64_t *v, size_t k, unsigned width_bytes, u
 /* Decodes a byte-plane frame of k values of width_bytes bytes into out. */
 int sto_codec_dec_shuf_zstd(const uint8_t *p, size_t len, size_t k, unsigned width_bytes,
 			    uint64_t *out);
-/* The bytes the XOR stream of v[0..k) of the given width would take. */
-size_t sto_codec_xor_len(const uint64_t *v, size_t k, unsigned width);
-/* The float32 candidates of v[0..n) when every value is float32-exact
- * (*exact says whether): the planes compete in *best; the XOR stream is
- * only measured, *xor_len bytes (0 when not exact). */
-int sto_codec_enc_values_f32(const uint64_t *v, size_t n, struct blob *best, size_t *xor_len,
-			     bool *exact);
-/* The f32_xor candidate of float32-exact v[0..n) into b (empty if not). */
-int sto_codec_enc_xor_f32(const uint64_t *v, size_t n, struct blob *b);
+/* The bytes the XOR stream of v[0..k) of the given width would take, or
+ * some number >= limit once it is known to take at least limit. */
+size_t sto_codec_xor_len(const uint64_t *v, size_t k, unsigned width, size_t limit);
+/* The float32 planes candidate of v[0..n) when every value is
+ * float32-exact: it competes in *best, and *f32 gets the float32 patterns
+ * (malloc'd, n values; the caller frees them); *f32 NULL when some value
+ * is not float32-exact (no candidate then). */
+int sto_codec_enc_values_f32(const uint64_t *v, size_t n, struct blob *best, uint64_t **f32);
 /* out[0..n) (float32 patterns) become their float64 patterns, in place. */
 void sto_codec_widen_f32(uint64_t *out, size_t n);
 
