@@ -491,6 +491,33 @@ static void test_choices_pruned(void)
 	mdl_cols_free(&c);
 }
 
+/* The three varint streams are measured before one is written: the one
+ * kept is the shortest. Time columns of 20 points (too short for zstd),
+ * none on a grid (so "scaled" does not apply). */
+static void test_varint_stream_choice(void)
+{
+	struct sto_codec_info info;
+	struct mdl_cols c = make(20);
+	int64_t t = 1700000000000000000ll, d;
+	for (size_t i = 0; i < c.n; i++)
+		c.ts_ns[i] = t + (int64_t)i; /* one constant delta: delta_rle */
+	roundtrip(&c, &info);
+	CHECK(is_name(info.enc_ts, "delta_rle"));
+	for (size_t i = 0; i < c.n; i++, t += d) {
+		d = 1000 * (int64_t)i + 1; /* deltas growing by 1000: dod */
+		c.ts_ns[i] = t;
+	}
+	roundtrip(&c, &info);
+	CHECK(is_name(info.enc_ts, "dod"));
+	for (size_t i = 0; i < c.n; i++, t += d) {
+		d = i % 2 ? 200 : 1; /* alternating 1, 200: delta */
+		c.ts_ns[i] = t;
+	}
+	roundtrip(&c, &info);
+	CHECK(is_name(info.enc_ts, "delta"));
+	mdl_cols_free(&c);
+}
+
 /* training loss, timestamps in whole milliseconds */
 static void fill_loss_ms(struct mdl_cols *c)
 {
@@ -792,6 +819,7 @@ int main(void)
 	RUN(test_float32_classes);
 	RUN(test_choices);
 	RUN(test_choices_pruned);
+	RUN(test_varint_stream_choice);
 	RUN(test_realistic_report);
 	RUN(test_encode_errors);
 	RUN(test_handmade);
