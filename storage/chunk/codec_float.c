@@ -187,8 +187,7 @@ static inline unsigned clz_w(uint64_t x, unsigned width)
 /* Writes the XOR stream of v[0..k) to p (room for its worst case), or
  * with p NULL only measures it; returns its length in bytes. Inlined into
  * both callers, so the measuring loop has no stores. */
-static inline size_t put_xor(const uint64_t *v, size_t k, unsigned width, uint8_t *p,
-			     size_t limit)
+static inline size_t put_xor(const uint64_t *v, size_t k, unsigned width, uint8_t *p, size_t limit)
 {
 	unsigned fbits = width == 64 ? 6 : 5;
 	struct bitwr w = {p, 0, 0, 0};

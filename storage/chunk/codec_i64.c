@@ -179,7 +179,9 @@ static int enc_scaled(const uint64_t *v, size_t k, struct blob *b)
 
 /* The varint streams in the order ties go to. */
 static int (*const varint_fns[3])(const uint64_t *, size_t, struct blob *) = {
-    enc_delta_rle, enc_delta, enc_dod,
+    enc_delta_rle,
+    enc_delta,
+    enc_dod,
 };
 
 size_t sto_codec_i64_varint_measure(const uint64_t *v, size_t k, unsigned *which)
