@@ -9,7 +9,7 @@ server's CPU (from /proc/PID/stat) over the run.
 
     bench/many_conns.py --port P --pid PID --connections 4096 --duration-s 30
                         [--interval-s 1] [--metrics 32] [--path /write?precision=ns]
-                        [--procs 3] [--out FILE.kv]
+                        [--procs 3] [--out FILE.kv] [--timeline FILE]
 
 One event loop (selectors, non-blocking sockets, a heap of due times) per
 process; --procs
@@ -19,7 +19,9 @@ real job finish a step at about the same time; spreading them over the
 interval is the gentler, steadier case - see docs/BENCHMARKS.md). A request
 that is not answered is an error; a connection the server closes is
 reopened (counted). Prints key=value lines (and writes them to --out).
-Traffic: 127.0.0.1 only.
+--timeline writes one line per ack (send time in Unix seconds, step,
+latency in ms) to line slow acks up with the server's log. Traffic:
+127.0.0.1 only.
 """
 import argparse
 import heapq
@@ -81,6 +83,7 @@ def worker(args, ranks, q):
     conns = [Conn(r) for r in ranks]
     lat = []
     errors = reconnects = acks = non2xx = 0
+    mono0, wall0 = time.monotonic(), time.time()  # to print when slow acks were sent
     start = time.monotonic() + 1.0  # time to connect everyone
     for c in conns:
         c.sock = socket.create_connection((host, args.port))
@@ -153,7 +156,7 @@ def worker(args, ranks, q):
                         c.buf = c.buf[n:]
                         if 200 <= st < 300:
                             acks += 1
-                            lat.append((c.step, t - c.sent_at))
+                            lat.append((c.step, t - c.sent_at, c.sent_at - mono0 + wall0))
                             c.step += 1
                         else:
                             non2xx += 1
@@ -188,6 +191,22 @@ def cpu_s(pid):
     return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def runq_wait_s(pid):
+    """Seconds the server's threads have spent runnable but waiting for a
+    CPU (schedstat), summed over its threads; None when not readable."""
+    total = 0
+    try:
+        for tid in os.listdir("/proc/%d/task" % pid):
+            try:
+                with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
+                    total += int(f.read().split()[1])
+            except (OSError, IndexError, ValueError):
+                pass  # a thread that ended meanwhile
+    except OSError:
+        return None
+    return total / 1e9
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--port", type=int, required=True)
@@ -200,6 +219,7 @@ def main():
     ap.add_argument("--path", default="/write?precision=ns")
     ap.add_argument("--procs", type=int, default=3)
     ap.add_argument("--out")
+    ap.add_argument("--timeline", help="write 'sent_unix_s step latency_ms' per ack to this file")
     args = ap.parse_args()
     procs = max(1, min(args.procs, args.connections))
     q = multiprocessing.Queue()
@@ -210,14 +230,21 @@ def main():
         p.start()
         ps.append(p)
     cpu0 = cpu_s(args.pid) if args.pid else 0.0
+    wait0 = runq_wait_s(args.pid) if args.pid else None
     t0 = time.monotonic()
     res = [q.get() for _ in ps]
     wall = time.monotonic() - t0
     cpu1 = cpu_s(args.pid) if args.pid else 0.0
+    wait1 = runq_wait_s(args.pid) if args.pid else None
     for p in ps:
         p.join()
-    first = sorted(x for r in res for st, x in r[0] if st == 0)
-    lat = sorted(x for r in res for st, x in r[0] if st > 0)
+    first = sorted(x for r in res for st, x, _ in r[0] if st == 0)
+    lat = sorted(x for r in res for st, x, _ in r[0] if st > 0)
+    if args.timeline:
+        with open(args.timeline, "w") as f:
+            for r in res:
+                for st, x, sent in r[0]:
+                    f.write("%.6f %d %.3f\n" % (sent, st, x * 1000))
     errors = sum(r[1] for r in res)
     reconnects = sum(r[2] for r in res)
     acks = sum(r[3] for r in res)
@@ -244,6 +271,9 @@ def main():
         "server_cpu_s": "%.2f" % (cpu1 - cpu0),
         "server_cpu_pct": "%.1f" % (100 * (cpu1 - cpu0) / wall) if args.pid else "",
         "server_cpu_us_per_ack": "%.1f" % (1e6 * (cpu1 - cpu0) / acks) if acks and args.pid else "",
+        # time the server's threads were runnable but not running: on a shared
+        # machine the ack tail follows it (docs/BENCHMARKS.md, issue 14)
+        "server_runq_wait_s": "%.2f" % (wait1 - wait0) if wait0 is not None and wait1 is not None else "",
     }
     text = "".join("%s=%s\n" % kv for kv in out.items())
     sys.stdout.write(text)

@@ -549,6 +549,7 @@ def cmd_shape_table(a):
                 ("first step (creates the series) p99", "first_step_p99_ms", None, " ms"),
                 ("server CPU (% of one core)", "server_cpu_pct", False, " %"),
                 ("server CPU per ack", "server_cpu_us_per_ack", False, " us"),
+                ("server threads waiting for a CPU (runqueue)", "server_runq_wait_s", None, " s"),
                 ("errors / non-2xx / reconnects", None, None, "")]
     peers = [s for s in systems if s != "rankdb"]
     out = [title, "",

@@ -520,6 +520,7 @@ static int delete_job_op(struct sto *s, void *arg)
 	if (rc)
 		return rc;
 	struct sto_txn *t = NULL;
+	(void)sto_wal_prepare(s->wal, s->active->gen + 1); /* its fsyncs outside the lock */
 	s->eng->write_exclusive(s);
 	uint64_t gen = s->active->gen;
 	rc = sto_txn_begin(s->ix, true, &t);

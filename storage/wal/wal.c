@@ -37,6 +37,9 @@
  * const getters need no lock. sto_wal_rotate and sto_wal_close are not
  * called concurrently with appends (the engine's rwlock), which is also why
  * the generation an append seeds its checksum with is the file it lands in.
+ * sto_wal_prepare may be: it makes the next file (next_fd, under mu, never
+ * used by the WAL thread) without the engine's lock, so that a rotation
+ * under that lock only swaps descriptors.
  *
  * Failure: when a group's write or fdatasync fails, all its records get the
  * error (they are not in the log and will not be replayed), stats.errors
@@ -52,7 +55,11 @@
  * middle of the log: they are reported (sto_wal_replay_result.damaged, an
  * ERROR line) and replay goes on with the intact records after them. If
  * none exists, the bad bytes are the file's tail: the expected result of a
- * crash mid-write when it is the newest file, logged as a WARN. Keeping
+ * crash mid-write when it is the newest file, logged as a WARN. A file
+ * made by sto_wal_prepare may be zero-filled ahead (prealloc_bytes, so that
+ * group commits overwrite allocated blocks): a bad record from which only
+ * zeros follow is that file's clean end, and one cut short by zeros that
+ * run on past its length is a torn record (docs/FORMAT.md). Keeping
  * damaged bytes aside (sto_wal_keep_range) is the caller's decision; only a
  * bad file header is an error.
  */
@@ -87,6 +94,7 @@
 #define RING_DEPTH    8u
 #define READ_BLOCK    (1u << 20) /* replay reads the file in pieces of this size */
 #define NAME_LEN      24u	 /* "wal-" + 16 hex digits + ".log" */
+#define PREALLOC_MIN  (1u << 20) /* a generation shorter than this: no zeros ahead */
 
 /* One queued append: on the caller's stack (sto_wal_append, fn NULL) or in
  * the caller's struct sto_wal_async (fn set). Fields: next, payload (the
@@ -99,6 +107,7 @@ struct sto_wal {
 	char *dir;
 	enum sto_sync_policy sync;
 	size_t queue_max;      /* requests; also the largest group */
+	uint64_t prealloc;     /* bytes sto_wal_prepare zero-fills a file to */
 	struct sto_ring *ring; /* WAL thread only */
 	struct iovec *iov;     /* WAL thread only, 2 * queue_max entries */
 	pthread_t thread;
@@ -115,6 +124,8 @@ struct sto_wal {
 	bool broken;
 	int fd;
 	struct sto_wal_stats stats;
+	int next_fd; /* -1, or wal-<next_gen>.log made by sto_wal_prepare */
+	uint64_t next_gen;
 	int inject_write_err; /* test hook, consumed by the next group */
 	int inject_truncate_err;
 	/* Under mu for writers; atomics for the const getters. */
@@ -208,9 +219,22 @@ static void encode_file_header(uint8_t *h, uint64_t gen)
 	rdb_put_le64(h + 24, (uint64_t)rdb_now_ns());
 }
 
-/* Creates wal-<gen>.log with a synced header and a synced directory entry.
- * On failure no file is left behind (unless it existed: -EEXIST). */
-static int create_file(const char *dir, uint64_t gen, int *fd_out)
+/* Writes zeros over [from, to) of fd. */
+static int zero_fill(int fd, uint64_t from, uint64_t to)
+{
+	static const uint8_t zeros[64 * 1024];
+	int result = 0;
+	for (uint64_t off = from; result == 0 && off < to; off += sizeof(zeros)) {
+		size_t n = to - off < sizeof(zeros) ? (size_t)(to - off) : sizeof(zeros);
+		result = pwrite_all(fd, zeros, n, off);
+	}
+	return result;
+}
+
+/* Creates wal-<gen>.log with a synced header (and, if prealloc is past it,
+ * zeros up to prealloc bytes) and a synced directory entry. On failure no
+ * file is left behind (unless it existed: -EEXIST). */
+static int create_file(const char *dir, uint64_t gen, uint64_t prealloc, int *fd_out)
 {
 	char path[PATH_MAX];
 	uint8_t hdr[STO_WAL_HEADER_SIZE];
@@ -225,6 +249,8 @@ static int create_file(const char *dir, uint64_t gen, int *fd_out)
 	}
 	encode_file_header(hdr, gen);
 	result = pwrite_all(fd, hdr, sizeof(hdr), 0);
+	if (!result && prealloc > sizeof(hdr))
+		result = zero_fill(fd, sizeof(hdr), prealloc);
 	if (!result)
 		result = datasync_fd(fd);
 	if (!result)
@@ -484,8 +510,24 @@ static void *wal_thread(void *arg)
 
 /* ---- Lifecycle ------------------------------------------------------------ */
 
+/* Under mu, or with the WAL thread gone: closes and removes the file a
+ * sto_wal_prepare made that no rotation used (it holds only a header). */
+static void drop_prepared(struct sto_wal *w)
+{
+	if (w->next_fd < 0)
+		return;
+	close(w->next_fd);
+	w->next_fd = -1;
+	char path[PATH_MAX];
+	if (wal_path(path, sizeof(path), w->dir, w->next_gen) == 0 && unlink(path) != 0 &&
+	    errno != ENOENT)
+		rdb_warn(SUBSYS, "cannot remove the unused prepared WAL file %s: %s", path,
+			 rdb_strerror(-errno));
+}
+
 static void wal_free(struct sto_wal *w)
 {
+	drop_prepared(w);
 	if (w->fd >= 0)
 		close(w->fd);
 	if (w->sync_inited) {
@@ -527,8 +569,10 @@ static int wal_alloc(const struct sto_wal_options *opt, struct sto_wal **out)
 	if (!w)
 		return -ENOMEM;
 	w->fd = -1;
+	w->next_fd = -1;
 	w->sync = opt->sync;
 	w->queue_max = opt->queue_max_records ? opt->queue_max_records : QUEUE_DEFAULT;
+	w->prealloc = opt->prealloc_bytes;
 	w->dir = strdup(opt->dir);
 	w->iov = calloc(2 * w->queue_max, sizeof(*w->iov));
 	int result = (w->dir && w->iov) ? wal_init_sync(w) : -ENOMEM;
@@ -552,7 +596,7 @@ int sto_wal_open(const struct sto_wal_options *opt, struct sto_wal **out)
 	int result = wal_alloc(opt, &w);
 	if (result)
 		return result;
-	result = create_file(w->dir, opt->gen, &w->fd);
+	result = create_file(w->dir, opt->gen, 0, &w->fd);
 	if (result)
 		goto out;
 	atomic_store(&w->gen, opt->gen);
@@ -574,6 +618,35 @@ out:
 	return result;
 }
 
+int sto_wal_prepare(struct sto_wal *w, uint64_t new_gen)
+{
+	pthread_mutex_lock(&w->mu);
+	bool ready = w->next_fd >= 0 && w->next_gen == new_gen;
+	if (!ready)
+		drop_prepared(w);
+	pthread_mutex_unlock(&w->mu);
+	if (ready)
+		return 0;
+	/* Unlocked: creating and syncing the file and its directory entry is
+	 * the slow part of a rotation (a journal commit under I/O load); the
+	 * WAL thread never touches next_fd, and prepare/rotate/close are
+	 * called by one thread at a time (wal.h). */
+	/* Zero-filled as far as the current generation got (+1/8), up to
+	 * prealloc: a busy server's next file is as long, an idle one's (and a
+	 * test's) gets no zeros to write. */
+	uint64_t used = atomic_load(&w->size);
+	uint64_t zeros = used < PREALLOC_MIN ? 0 : used + used / 8;
+	int fd = -1;
+	int result = create_file(w->dir, new_gen, zeros < w->prealloc ? zeros : w->prealloc, &fd);
+	if (result)
+		return result;
+	pthread_mutex_lock(&w->mu);
+	w->next_fd = fd;
+	w->next_gen = new_gen;
+	pthread_mutex_unlock(&w->mu);
+	return 0;
+}
+
 int sto_wal_rotate(struct sto_wal *w, uint64_t new_gen)
 {
 	int fd = -1;
@@ -588,8 +661,18 @@ int sto_wal_rotate(struct sto_wal *w, uint64_t new_gen)
 			goto out;
 	}
 	result = sto_fault_hit(STO_FP_WAL_ROTATE);
-	if (result == 0)
-		result = create_file(w->dir, new_gen, &fd);
+	if (result)
+		goto out;
+	pthread_mutex_lock(&w->mu);
+	if (w->next_fd >= 0 && w->next_gen == new_gen) {
+		fd = w->next_fd; /* made and synced by sto_wal_prepare */
+		w->next_fd = -1;
+	} else {
+		drop_prepared(w);
+	}
+	pthread_mutex_unlock(&w->mu);
+	if (fd < 0)
+		result = create_file(w->dir, new_gen, 0, &fd);
 	if (result)
 		goto out;
 	pthread_mutex_lock(&w->mu);
@@ -769,6 +852,8 @@ struct replay_ctx {
 	struct sto_wal_replay_result res;
 	const char *why;  /* the tail's reason, for the log */
 	const char *path; /* the file, for the log */
+	bool nz_known;	  /* nz_end found (nonzero_end) */
+	uint64_t nz_end;  /* just past the file's last non-zero byte */
 };
 
 /* Reads the record at off. 0 and *rec_len, 1 torn, 2 corrupt, or < 0. */
@@ -822,6 +907,32 @@ static int intact_at(struct replay_ctx *c, uint64_t off)
 	return err ? err : ok;
 }
 
+/* The offset just past the file's last non-zero byte, but at least off;
+ * < 0 on an I/O error. Found once per file, scanning back from its end
+ * over the zeros only. */
+static int64_t nonzero_end(struct replay_ctx *c, uint64_t off)
+{
+	if (!c->nz_known) {
+		uint64_t end = c->rd.file_bytes;
+		bool found = false;
+		while (end > 0 && !found) {
+			size_t n = end < READ_BLOCK ? (size_t)end : READ_BLOCK;
+			const uint8_t *p;
+			int rc = reader_get(&c->rd, end - n, n, &p);
+			if (rc)
+				return rc < 0 ? rc : -EIO;
+			size_t i = n;
+			while (i > 0 && !p[i - 1])
+				i--;
+			found = i > 0;
+			end = end - n + i;
+		}
+		c->nz_end = end;
+		c->nz_known = true;
+	}
+	return (int64_t)(c->nz_end > off ? c->nz_end : off);
+}
+
 /* The offset of the first intact record after a bad one at bad_off, or
  * the file size when none follows. 0 or < 0 (I/O error). The scan looks at
  * every byte offset; a false match needs a 64-bit checksum to agree. */
@@ -868,6 +979,24 @@ static int replay_records(struct replay_ctx *c)
 		if (rc < 0)
 			return rc;
 		if (rc > 0) {
+			/* A preallocated file (sto_wal_prepare) holds zeros after its
+			 * last record: that is its end, not a tail. A record cut short
+			 * by a crash in such a file ends in zeros that run on past its
+			 * length: that is a torn record, not a corrupt one. */
+			int64_t end = nonzero_end(c, off);
+			if (end < 0)
+				return (int)end;
+			if ((uint64_t)end == off) {
+				rc = 0;
+				break;
+			}
+			uint64_t rec_end = off + STO_WAL_REC_HEADER_SIZE + (uint64_t)len;
+			if (rc == 2 && len <= STO_WAL_MAX_PAYLOAD && (uint64_t)end < rec_end &&
+			    c->rd.file_bytes > rec_end) {
+				c->why = "incomplete record, zeros after it";
+				rc = 1;
+				break;
+			}
 			uint64_t next;
 			int kind = rc;
 			rc = resync(c, off, &next);

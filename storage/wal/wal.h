@@ -32,6 +32,13 @@ struct sto_wal_options {
 	uint64_t gen;	 /* generation of the first file, created fresh */
 	enum sto_sync_policy sync;
 	size_t queue_max_records; /* appends waiting beyond this block (backpressure) */
+	/* Files made ahead by sto_wal_prepare are zero-filled to at most this
+	 * many bytes (0: not at all; as far as the current file got, +1/8, when
+	 * that is 1 MiB or more), so that the group commits into them overwrite
+	 * allocated blocks: each fdatasync then writes the data alone, not the
+	 * inode and block maps of a growing file. Replay reads zeros after the
+	 * last record as the file's end (docs/FORMAT.md). */
+	uint64_t prealloc_bytes;
 };
 
 struct sto_wal;
@@ -80,9 +87,20 @@ int sto_wal_append_async(struct sto_wal *w, uint8_t type, const void *payload, s
 			 struct sto_wal_async *a, sto_wal_done_fn fn, void *arg);
 
 /* Closes the current file (all its records are already durable) and starts
- * wal-<new_gen>.log. Must not race with sto_wal_append. 0 or -errno (on
+ * wal-<new_gen>.log: the one sto_wal_prepare made for new_gen if there is
+ * one (no file I/O then, so the caller's lock is held only for the swap),
+ * else it creates it. Must not race with sto_wal_append. 0 or -errno (on
  * failure the current file stays in use). */
 int sto_wal_rotate(struct sto_wal *w, uint64_t new_gen);
+
+/* Creates wal-<new_gen>.log ahead of sto_wal_rotate(w, new_gen): its header
+ * and directory entry synced, nothing appended. May run concurrently with
+ * appends (it blocks only its caller, on file I/O), not with rotate or
+ * close. A file prepared for another generation is removed first; one no
+ * rotation used is removed by sto_wal_close (after a crash it is an empty
+ * generation, which replays to nothing). 0 (also when new_gen is already
+ * prepared) or -errno (nothing prepared). */
+int sto_wal_prepare(struct sto_wal *w, uint64_t new_gen);
 
 /* Generation and size in bytes of the current file. */
 uint64_t sto_wal_gen(const struct sto_wal *w);

@@ -256,6 +256,41 @@ def test_kill9_durability_sync_none():
     _kill9_durability(["--sync-policy", "none"])
 
 
+def _wal_sizes(s):
+    d = os.path.join(s.data_dir, "wal")
+    return {f: os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".log")}
+
+
+def test_kill9_into_a_preallocated_wal_file():
+    """A WAL file made ahead of its rotation is zero-filled (docs/FORMAT.md,
+    "Preallocated files"): every acknowledged write into one survives kill -9,
+    and its zeros are neither replayed nor taken for damage."""
+    s = Server(BIG + ["--wal-rotate-bytes", "1M"]).start()
+    # a generation past 1 MiB, so that the next file is zero-filled to 1 MiB
+    fill = [{"job": "fill", "rank": r, "step": 0, "timestamp": T0 + r,
+             "metrics": {"m%d" % k: float(k) for k in range(32)}} for r in range(200)]
+    deadline = time.monotonic() + 60
+    step = 0
+    while 1 << 20 not in _wal_sizes(s).values() and time.monotonic() < deadline:
+        step += 1
+        for r in fill:
+            r["step"], r["timestamp"] = step, T0 + step * 1000 + r["rank"]
+        s.write_ok(fill)
+        time.sleep(0.01)
+    sizes = _wal_sizes(s)
+    assert 1 << 20 in sizes.values(), "no preallocated WAL file appeared: %r" % sizes
+    r1 = _crash_round(s, first_batch=0)
+    s.start()
+    _verify(s, [r1])
+    st, _, body = s.get("/metrics")
+    text = body.decode()
+    assert "rankdb_wal_damaged_ranges 0\n" in text, text
+    assert "this is damage" not in s.log_text()  # the zeros are the file's end
+    got = s.query_ok(job="fill", metric="m3")
+    assert {len(x["steps"]) for x in got["series"]} == {step}, "filler points lost"
+    s.stop()
+
+
 # ---------------------------------------------------------------------------
 # kill -9 while series are being created: every batch brings new series
 # (a job's first steps), so the writes wait for the series creator thread;

@@ -346,6 +346,56 @@ static void test_rotate(void)
 	remove_dir(dir);
 }
 
+/* sto_wal_prepare makes the next file while appends go on into the current
+ * one; the rotation then uses it; a prepared file no rotation used is gone
+ * after close. */
+static void test_prepare(void)
+{
+	char dir[PATH_MAX];
+	make_dir(dir, sizeof(dir));
+	struct sto_wal *w;
+	uint8_t buf[100];
+	CHECK_EQ_INT(open_wal(dir, 3, STO_SYNC_FDATASYNC, 0, &w), 0);
+	fill(buf, 20, 0);
+	CHECK_EQ_INT(sto_wal_append(w, 1, buf, 20), 0);
+	CHECK_EQ_INT(sto_wal_prepare(w, 4), 0);
+	CHECK_EQ_INT(sto_wal_prepare(w, 4), 0); /* already prepared */
+	CHECK_EQ_INT(file_size(dir, 4), STO_WAL_HEADER_SIZE);
+	fill(buf, 20, 1);
+	CHECK_EQ_INT(sto_wal_append(w, 1, buf, 20), 0); /* still into 3 */
+	CHECK_EQ_INT(sto_wal_gen(w), 3);
+	CHECK_EQ_INT(file_size(dir, 3), STO_WAL_HEADER_SIZE + 2 * (16 + 20));
+	CHECK_EQ_INT(sto_wal_rotate(w, 4), 0);
+	CHECK_EQ_INT(sto_wal_gen(w), 4);
+	fill(buf, 30, 0);
+	CHECK_EQ_INT(sto_wal_append(w, 1, buf, 30), 0);
+	CHECK_EQ_INT(file_size(dir, 4), STO_WAL_HEADER_SIZE + 16 + 30);
+	CHECK_EQ_INT(sto_wal_prepare(w, 6), 0);
+	CHECK_EQ_INT(sto_wal_prepare(w, 5), 0); /* replaces the one for 6 */
+	CHECK_EQ_INT(file_size(dir, 6), UINT64_MAX);
+	CHECK_EQ_INT(file_size(dir, 5), STO_WAL_HEADER_SIZE);
+	sto_wal_close(w); /* 5 was never used: removed */
+
+	uint64_t *gens = NULL;
+	size_t n = 0;
+	CHECK_EQ_INT(sto_wal_list(dir, &gens, &n), 0);
+	CHECK_EQ_INT(n, 2);
+	if (n == 2)
+		CHECK(gens[0] == 3 && gens[1] == 4);
+	free(gens);
+	struct seen *s = seen_new();
+	struct sto_wal_replay_result r;
+	CHECK_EQ_INT(replay(dir, 3, s, &r), 0);
+	CHECK_EQ_INT(s->n, 2);
+	CHECK(s->content_ok[0] && s->content_ok[1]);
+	CHECK_EQ_INT(replay(dir, 4, s, &r), 0);
+	CHECK_EQ_INT(s->n, 1);
+	CHECK(s->len[0] == 30 && s->content_ok[0]);
+	CHECK_EQ_INT(r.tail, 0);
+	free(s);
+	remove_dir(dir);
+}
+
 static void test_torn_tail(void)
 {
 	char dir[PATH_MAX], path[PATH_CAP];
@@ -463,6 +513,79 @@ static void test_corrupt_record(void)
 	close(fb);
 	CHECK_EQ_INT(unlink(kept), 0);
 	CHECK_EQ_INT(rmdir(keep), 0);
+	free(s);
+	remove_dir(dir);
+}
+
+/* A file sto_wal_prepare zero-filled (prealloc_bytes): appends overwrite
+ * the zeros, replay stops at the first zero header without calling it a
+ * tail; a last record cut short (zeros run on past it) is torn, a whole
+ * last record with a bad checksum is still corrupt. */
+static void test_prealloc(void)
+{
+	char dir[PATH_MAX], path[PATH_CAP];
+	make_dir(dir, sizeof(dir));
+	struct sto_wal *w;
+	static uint8_t buf[4096];
+	const uint64_t prealloc = (1u << 20) + (1u << 19) + 5;
+	struct sto_wal_options o = {
+	    .dir = dir, .gen = 1, .sync = STO_SYNC_NONE, .prealloc_bytes = prealloc};
+	CHECK_EQ_INT(sto_wal_open(&o, &w), 0);
+	CHECK_EQ_INT(file_size(dir, 1), STO_WAL_HEADER_SIZE); /* the first file is not */
+	CHECK_EQ_INT(sto_wal_prepare(w, 2), 0);		      /* nor after a short one */
+	CHECK_EQ_INT(file_size(dir, 2), STO_WAL_HEADER_SIZE);
+	for (uint64_t i = 0; i < 300; i++) { /* generation 1 past 1 MiB */
+		fill(buf, sizeof(buf), i);
+		CHECK_EQ_INT(sto_wal_append(w, 1, buf, sizeof(buf)), 0);
+	}
+	uint64_t used = sto_wal_size(w);
+	CHECK_EQ_INT(sto_wal_prepare(w, 3), 0); /* replaces the one for 2 */
+	CHECK_EQ_INT(file_size(dir, 2), UINT64_MAX);
+	CHECK_EQ_INT(file_size(dir, 3), used + used / 8);
+	CHECK_EQ_INT(sto_wal_rotate(w, 3), 0);
+	for (uint64_t i = 0; i < 400; i++) { /* past its zeros: the file grows */
+		fill(buf, sizeof(buf), i);
+		CHECK_EQ_INT(sto_wal_append(w, 1, buf, sizeof(buf)), 0);
+	}
+	uint64_t used3 = sto_wal_size(w);
+	CHECK_EQ_INT(file_size(dir, 3), used3);
+	CHECK_EQ_INT(sto_wal_prepare(w, 4), 0); /* capped at prealloc_bytes */
+	CHECK_EQ_INT(file_size(dir, 4), prealloc);
+	CHECK_EQ_INT(sto_wal_rotate(w, 4), 0);
+	for (uint64_t i = 0; i < 3; i++) {
+		fill(buf, 40, i);
+		CHECK_EQ_INT(sto_wal_append(w, 1, buf, 40), 0);
+	}
+	CHECK_EQ_INT(sto_wal_size(w), STO_WAL_HEADER_SIZE + 3 * (16 + 40));
+	sto_wal_close(w);
+	CHECK_EQ_INT(file_size(dir, 4), prealloc);
+
+	struct seen *s = seen_new();
+	struct sto_wal_replay_result r;
+	uint64_t end = STO_WAL_HEADER_SIZE + 3 * (16 + 40);
+	CHECK_EQ_INT(replay(dir, 4, s, &r), 0);
+	CHECK(r.records == 3 && r.tail == 0 && r.ndamaged == 0 && r.valid_bytes == end);
+	CHECK(s->content_ok[0] && s->content_ok[1] && s->content_ok[2]);
+	CHECK_EQ_INT(replay(dir, 3, s, &r), 0);
+	CHECK(r.records == 400 && r.tail == 0 && r.ndamaged == 0 && r.valid_bytes == used3);
+	/* A whole last record with one bad byte: corrupt, as without zeros. */
+	file_path(path, sizeof(path), dir, 4);
+	poke(path, end - 20, 0x10);
+	CHECK_EQ_INT(replay(dir, 4, s, &r), 0);
+	CHECK(r.records == 2 && r.tail == 2 && r.valid_bytes == end - 56);
+	poke(path, end - 20, 0x10);
+	/* Its last 16 bytes never written (zeros): torn. */
+	int fd = open(path, O_WRONLY);
+	static const uint8_t zeros[16];
+	CHECK(fd >= 0 && pwrite(fd, zeros, 16, (off_t)(end - 16)) == 16);
+	close(fd);
+	CHECK_EQ_INT(replay(dir, 4, s, &r), 0);
+	CHECK(r.records == 2 && r.tail == 1 && r.ndamaged == 0 && r.valid_bytes == end - 56);
+	/* A stray byte far past the records: not zeros to the end, so not
+	 * the file's clean end. */
+	poke(path, prealloc - 1, 0x01);
+	CHECK_EQ_INT(replay(dir, 4, s, &r), 0);
+	CHECK(r.records == 2 && r.tail != 0);
 	free(s);
 	remove_dir(dir);
 }
@@ -859,6 +982,8 @@ int main(void)
 	RUN(test_round_trip);
 	RUN(test_concurrent_group_commit);
 	RUN(test_rotate);
+	RUN(test_prepare);
+	RUN(test_prealloc);
 	RUN(test_torn_tail);
 	RUN(test_corrupt_record);
 	RUN(test_bad_file_header);
