@@ -1,8 +1,10 @@
 /* codec.c - lossless columnar encoding of one chunk's points.
  *
- * Design. Each column is encoded on its own. The encoder runs every
- * candidate encoding that applies to the column and keeps the smallest
- * output (ties keep the earlier candidate, which is the cheaper to decode).
+ * Design. Each column is encoded on its own. The encoder tries the
+ * candidate encodings that apply to the column and keeps the smallest
+ * output (ties keep the earlier candidate, which is the cheaper to decode);
+ * candidates that cannot win are measured or skipped rather than written
+ * (codec_i64.c, codec_values.c).
  * Values are restored bit-exact: every transform below is a bijection on the
  * bits it accepts, and candidates that would lose bits are skipped.
  *

@@ -21,6 +21,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,9 +106,15 @@ struct bitwr {
 	unsigned nacc; /* number of pending bits, < 8 between calls */
 };
 
-/* Appends the low k bits of v, 1 <= k <= 32. */
+/* Appends the low k bits of v, 1 <= k <= 32; a writer without p only
+ * counts them. */
 static inline void bw_put(struct bitwr *w, uint64_t v, unsigned k)
 {
+	if (!w->p) {
+		w->len += (w->nacc + k) / 8;
+		w->nacc = (w->nacc + k) % 8;
+		return;
+	}
 	w->acc = (w->acc << k) | (v & ((((uint64_t)1) << k) - 1));
 	w->nacc += k;
 	while (w->nacc >= 8) {
@@ -127,7 +134,9 @@ static inline void bw_put_wide(struct bitwr *w, uint64_t v, unsigned k)
 
 static void bw_flush(struct bitwr *w)
 {
-	if (w->nacc)
+	if (w->nacc && !w->p)
+		w->len++;
+	else if (w->nacc)
 		w->p[w->len++] = (uint8_t)(w->acc << (8 - w->nacc));
 	w->nacc = 0;
 }
@@ -175,18 +184,19 @@ static inline unsigned clz_w(uint64_t x, unsigned width)
 	return (unsigned)__builtin_clzll(x) - (64 - width);
 }
 
-/* XOR-encodes v[0..k) of the given width (32 or 64) into b. */
-int sto_codec_enc_xor(const uint64_t *v, size_t k, unsigned width, uint8_t enc, struct blob *b)
+/* Writes the XOR stream of v[0..k) to p (room for its worst case), or
+ * with p NULL only measures it; returns its length in bytes. Inlined into
+ * both callers, so the measuring loop has no stores. */
+static inline size_t put_xor(const uint64_t *v, size_t k, unsigned width, uint8_t *p, size_t limit)
 {
 	unsigned fbits = width == 64 ? 6 : 5;
-	int rc = sto_codec_blob_alloc(b, enc, (2 + 2 * fbits + width) * k / 8 + 16);
-	if (rc)
-		return rc;
-	struct bitwr w = {b->p, 0, 0, 0};
+	struct bitwr w = {p, 0, 0, 0};
 	unsigned wlead = 0, wlen = 0; /* wlen == 0: no window yet */
 	bw_put_wide(&w, v[0], width);
 	for (size_t i = 1; i < k; i++) {
 		uint64_t x = v[i] ^ v[i - 1];
+		if (w.len >= limit)
+			return w.len; /* measuring, and already too long */
 		if (x == 0) {
 			bw_put(&w, 0, 1);
 			continue;
@@ -207,7 +217,22 @@ int sto_codec_enc_xor(const uint64_t *v, size_t k, unsigned width, uint8_t enc, 
 		wlen = len;
 	}
 	bw_flush(&w);
-	b->len = w.len;
+	return w.len;
+}
+
+size_t sto_codec_xor_len(const uint64_t *v, size_t k, unsigned width, size_t limit)
+{
+	return put_xor(v, k, width, NULL, limit);
+}
+
+/* XOR-encodes v[0..k) of the given width (32 or 64) into b. */
+int sto_codec_enc_xor(const uint64_t *v, size_t k, unsigned width, uint8_t enc, struct blob *b)
+{
+	unsigned fbits = width == 64 ? 6 : 5;
+	int rc = sto_codec_blob_alloc(b, enc, (2 + 2 * fbits + width) * k / 8 + 16);
+	if (rc)
+		return rc;
+	b->len = put_xor(v, k, width, b->p, SIZE_MAX);
 	return 0;
 }
 
@@ -347,29 +372,36 @@ int sto_codec_dec_shuf_zstd(const uint8_t *p, size_t len, size_t k, unsigned wid
 
 /* ---- float32 candidates --------------------------------------------------------- */
 
-/* Candidates over the float32 patterns, if every value is float32-exact. */
-/* The float32 candidates: the XOR stream into *slow, the planes into *best. */
-int sto_codec_enc_values_f32(const uint64_t *v, size_t n, struct blob *best, struct blob *slow)
+/* v[0..n)'s float32 patterns into f, if every value is float32-exact. */
+static bool f32_patterns(const uint64_t *v, size_t n, uint64_t *f)
 {
-	uint64_t *f = malloc(n * sizeof(*f));
-	if (!f)
-		return -ENOMEM;
-	struct blob cand = {0};
-	int rc = 0;
 	for (size_t i = 0; i < n; i++) {
 		uint32_t x;
 		if (!f64_to_f32_exact(v[i], &x))
-			goto out;
+			return false;
 		f[i] = x;
 	}
-	rc = sto_codec_enc_xor(f, n, 32, ENC_F32_XOR, &cand);
-	if (!rc) {
-		sto_codec_keep_smaller(slow, &cand);
-		rc = sto_codec_enc_shuf_zstd(f, n, 4, ENC_F32_SHUF_ZSTD, &cand);
+	return true;
+}
+
+/* The float32 planes into *best and the patterns into *f32, if every value
+ * is float32-exact (else *f32 NULL and no candidate). */
+int sto_codec_enc_values_f32(const uint64_t *v, size_t n, struct blob *best, uint64_t **f32)
+{
+	*f32 = NULL;
+	uint64_t *f = malloc(n * sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	if (!f32_patterns(v, n, f)) {
+		free(f);
+		return 0;
 	}
-	if (!rc)
-		sto_codec_keep_smaller(best, &cand);
-out:
-	free(f);
+	struct blob cand = {0};
+	int rc = sto_codec_enc_shuf_zstd(f, n, 4, ENC_F32_SHUF_ZSTD, &cand);
+	sto_codec_keep_smaller(best, &cand);
+	if (rc)
+		free(f);
+	else
+		*f32 = f;
 	return rc;
 }

@@ -1,10 +1,12 @@
 /* codec_i64.c - the chunk codec's int64 streams (encodings 1-6 and 9).
  *
  * Design. Used for ts_ns, step, the value column's IEEE bit patterns and
- * the quotients of the int and scaled encodings. The encoder runs every
- * candidate and keeps the smallest (the varint streams also through zstd,
- * "scaled" once over its quotients); all delta arithmetic is modulo 2^64,
- * so any sequence round-trips. Layouts: codec.c's FORMAT comment.
+ * the quotients of the int and scaled encodings. The encoder keeps the
+ * smallest candidate: const64, raw64, the shortest of the varint streams
+ * (all three measured in one pass, only the shortest written), that
+ * stream through zstd when it may win (VARINT_ZSTD_PCT), "scaled" once
+ * over its quotients; all delta arithmetic is modulo 2^64, so any
+ * sequence round-trips. Layouts: codec.c's FORMAT comment.
  *
  * Threading: no shared state.
  * Failure: encoders return 0 or -ENOMEM (*best empty then); decoders
@@ -101,6 +103,39 @@ static int enc_delta_rle(const uint64_t *v, size_t k, struct blob *b)
 	return 0;
 }
 
+static inline size_t varint_len(uint64_t v)
+{
+	return 1 + (size_t)(63 - __builtin_clzll(v | 1)) / 7;
+}
+
+/* The body lengths of delta, dod and delta_rle over v[0..k), k >= 1, in
+ * one pass without writing them (each is as long as its varints). */
+static void measure_varint_streams(const uint64_t *v, size_t k, size_t len[3])
+{
+	size_t head = varint_len(zz(v[0])), delta = head, dod = head, rle = head;
+	uint64_t prev_d = 0, run_d = 0;
+	size_t run = 0;
+	for (size_t i = 1; i < k; i++) {
+		uint64_t d = v[i] - v[i - 1];
+		delta += varint_len(zz(d));
+		dod += varint_len(zz(d - prev_d));
+		prev_d = d;
+		if (run && d == run_d) {
+			run++;
+			continue;
+		}
+		if (run)
+			rle += varint_len(zz(run_d)) + varint_len(run);
+		run_d = d;
+		run = 1;
+	}
+	if (run)
+		rle += varint_len(zz(run_d)) + varint_len(run);
+	len[0] = rle;
+	len[1] = delta;
+	len[2] = dod;
+}
+
 static uint64_t gcd64(uint64_t a, uint64_t b)
 {
 	while (b) {
@@ -142,26 +177,82 @@ static int enc_scaled(const uint64_t *v, size_t k, struct blob *b)
 	return rc;
 }
 
+/* The varint streams in the order ties go to. */
+static int (*const varint_fns[3])(const uint64_t *, size_t, struct blob *) = {
+    enc_delta_rle,
+    enc_delta,
+    enc_dod,
+};
+
+size_t sto_codec_i64_varint_measure(const uint64_t *v, size_t k, unsigned *which)
+{
+	size_t len[3], pick = 0;
+	measure_varint_streams(v, k, len);
+	for (size_t i = 1; i < 3; i++)
+		if (len[i] < len[pick])
+			pick = i;
+	*which = (unsigned)pick;
+	return len[pick];
+}
+
+int sto_codec_i64_varint_write(const uint64_t *v, size_t k, unsigned which, struct blob *b)
+{
+	*b = (struct blob){0};
+	return varint_fns[which < 3 ? which : 0](v, k, b);
+}
+
+int sto_codec_i64_fixed(const uint64_t *v, size_t k, struct blob *fixed)
+{
+	*fixed = (struct blob){0};
+	int rc = sto_codec_enc_const64(v, k, fixed);
+	if (!rc && !fixed->p)
+		rc = enc_raw64(v, k, fixed);
+	return rc;
+}
+
+int sto_codec_i64_parts(const uint64_t *v, size_t k, struct blob *fixed, struct blob *varint)
+{
+	unsigned which;
+	*varint = (struct blob){0};
+	int rc = sto_codec_i64_fixed(v, k, fixed);
+	sto_codec_i64_varint_measure(v, k, &which);
+	if (!rc)
+		rc = sto_codec_i64_varint_write(v, k, which, varint);
+	if (rc) {
+		sto_codec_blob_free(fixed);
+		sto_codec_blob_free(varint);
+	}
+	return rc;
+}
+
+int sto_codec_i64_zstd(const struct blob *varint, struct blob *out)
+{
+	*out = (struct blob){0};
+	if (!varint->p || varint->len < VARINT_ZSTD_MIN)
+		return 0;
+	uint8_t inner = varint->enc;
+	return sto_codec_zstd_blob(out, ENC_ZSTD, &inner, 1, varint->p, varint->len);
+}
+
+/* Whether a zstd frame over a varint stream of varint_len bytes is worth
+ * compressing when the best candidate so far takes best_len bytes. */
+bool sto_codec_i64_zstd_worth(size_t varint_len, size_t best_len)
+{
+	return varint_len >= VARINT_ZSTD_MIN &&
+	       (uint64_t)varint_len * 100 <= (uint64_t)best_len * VARINT_ZSTD_PCT;
+}
+
 /* Best int64 stream encoding of v[0..k), k >= 1, into *best; "scaled" is
  * tried only when allow_scaled (it recurses once for its quotients). */
 int sto_codec_best_i64_opt(const uint64_t *v, size_t k, bool allow_scaled, struct blob *best)
 {
-	int (*const fns[])(const uint64_t *, size_t, struct blob *) = {
-	    sto_codec_enc_const64, enc_delta_rle, enc_delta, enc_dod, enc_raw64,
-	};
 	struct blob cand = {0}, varint = {0};
-	int rc = 0;
-	*best = (struct blob){0};
-	for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]) && !rc; i++) {
-		rc = fns[i](v, k, &cand);
-		if (!rc && cand.p && cand.enc != ENC_RAW64 && cand.enc != ENC_CONST64)
-			sto_codec_keep_smaller(&varint, &cand); /* best varint stream, for zstd */
-		else if (!rc && cand.p)
-			sto_codec_keep_smaller(best, &cand);
-	}
-	if (!rc && varint.p && varint.len >= 64) {
-		uint8_t inner = varint.enc;
-		rc = sto_codec_zstd_blob(&cand, ENC_ZSTD, &inner, 1, varint.p, varint.len);
+	int rc = sto_codec_i64_parts(v, k, best, &varint);
+	size_t plain = best->len;
+	if (varint.p && varint.len < plain)
+		plain = varint.len;
+	if (!rc && sto_codec_i64_zstd_worth(varint.len, plain)) {
+		rc = sto_codec_i64_zstd(&varint, &cand);
 		if (!rc)
 			sto_codec_keep_smaller(best, &cand);
 	}

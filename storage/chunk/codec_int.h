@@ -56,6 +56,16 @@ enum {
 #define BLOCK_POINTS_MIN 64u
 #define BLOCK_MARGIN_PCT 4u
 
+/* The zstd frame over a varint stream (encoding 6) is compressed only
+ * when the stream has at least VARINT_ZSTD_MIN bytes and at most
+ * VARINT_ZSTD_PCT percent of the best candidate found without it. Over
+ * the float bit patterns of training metrics, zstd took at most 13 % off a
+ * varint stream where the frame won, and it won only where the stream was
+ * already the best candidate; the other compressions were wasted (about a
+ * third of the codec's CPU at 512 ranks). */
+#define VARINT_ZSTD_MIN 64u
+#define VARINT_ZSTD_PCT 125u
+
 /* ---- primitives ---------------------------------------------------------- */
 
 static inline uint64_t zz(uint64_t x)
@@ -143,8 +153,26 @@ int sto_codec_zstd_unframe(const uint8_t *p, size_t len, size_t want, bool exact
 
 /* The const64 candidate of v[0..k): left empty unless all values are equal. */
 int sto_codec_enc_const64(const uint64_t *v, size_t k, struct blob *b);
+/* The plain int64 stream candidates of v[0..k), k >= 1: *fixed the
+ * smaller of const64 and raw64, *varint the smallest varint stream (delta,
+ * dod, delta_rle); both overwritten, either may stay empty. */
+int sto_codec_i64_parts(const uint64_t *v, size_t k, struct blob *fixed, struct blob *varint);
+/* The smaller of const64 and raw64 of v[0..k) into *fixed (overwritten). */
+int sto_codec_i64_fixed(const uint64_t *v, size_t k, struct blob *fixed);
+/* The length of the shortest varint stream of v[0..k), k >= 1, measured
+ * without writing it; *which names it for sto_codec_i64_varint_write. */
+size_t sto_codec_i64_varint_measure(const uint64_t *v, size_t k, unsigned *which);
+/* Writes the varint stream `which` of v[0..k) into *b (overwritten). */
+int sto_codec_i64_varint_write(const uint64_t *v, size_t k, unsigned which, struct blob *b);
+/* The zstd candidate (6) over a varint stream from sto_codec_i64_parts
+ * into *out (overwritten; left empty below VARINT_ZSTD_MIN bytes). */
+int sto_codec_i64_zstd(const struct blob *varint, struct blob *out);
+/* Whether that zstd frame is worth compressing against a best candidate
+ * of best_len bytes (see VARINT_ZSTD_PCT). */
+bool sto_codec_i64_zstd_worth(size_t varint_len, size_t best_len);
 /* Best int64 stream encoding of v[0..k), k >= 1, into *best (which is
- * overwritten); "scaled" is tried only when allow_scaled. */
+ * overwritten); "scaled" is tried only when allow_scaled, the zstd frame
+ * only when sto_codec_i64_zstd_worth against the plain streams. */
 int sto_codec_best_i64_opt(const uint64_t *v, size_t k, bool allow_scaled, struct blob *best);
 /* sto_codec_best_i64_opt without "scaled". */
 int sto_codec_best_i64(const uint64_t *v, size_t k, struct blob *best);
@@ -165,9 +193,14 @@ int sto_codec_enc_shuf_zstd(const uint64_t *v, size_t k, unsigned width_bytes, u
 /* Decodes a byte-plane frame of k values of width_bytes bytes into out. */
 int sto_codec_dec_shuf_zstd(const uint8_t *p, size_t len, size_t k, unsigned width_bytes,
 			    uint64_t *out);
-/* The float32 candidates of v[0..n) when every value is float32-exact:
- * the XOR stream competes in *slow, the planes in *best. */
-int sto_codec_enc_values_f32(const uint64_t *v, size_t n, struct blob *best, struct blob *slow);
+/* The bytes the XOR stream of v[0..k) of the given width would take, or
+ * some number >= limit once it is known to take at least limit. */
+size_t sto_codec_xor_len(const uint64_t *v, size_t k, unsigned width, size_t limit);
+/* The float32 planes candidate of v[0..n) when every value is
+ * float32-exact: it competes in *best, and *f32 gets the float32 patterns
+ * (malloc'd, n values; the caller frees them); *f32 NULL when some value
+ * is not float32-exact (no candidate then). */
+int sto_codec_enc_values_f32(const uint64_t *v, size_t n, struct blob *best, uint64_t **f32);
 /* out[0..n) (float32 patterns) become their float64 patterns, in place. */
 void sto_codec_widen_f32(uint64_t *out, size_t n);
 

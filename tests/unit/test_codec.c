@@ -449,6 +449,75 @@ static void test_choices(void)
 	mdl_cols_free(&c);
 }
 
+/* The encoder skips candidates that cannot or rarely win (the varint
+ * stream's zstd frame when the stream is far larger than the best
+ * candidate, the 64-bit XOR stream of float32-exact values, their 64-bit
+ * byte planes on short columns); the winners stay the same at the chunk
+ * sizes many series seal (a few hundred points) and at full chunks. */
+static void test_choices_pruned(void)
+{
+	const size_t ns[] = {200, 4096};
+	for (size_t k = 0; k < 2; k++) {
+		struct sto_codec_info info;
+		struct mdl_cols c = make(ns[k]);
+		ts_regular_jitter(&c);
+		fill_lr(&c); /* smooth float64: the delta stream's zstd frame */
+		roundtrip(&c, &info);
+		CHECK(is_name(info.enc_value, "zstd"));
+		fill_temperature(&c); /* small integer steps: "int", zstd inside */
+		roundtrip(&c, &info);
+		CHECK(is_name(info.enc_value, "int"));
+		fill_loss(&c); /* float32 values: a float32 encoding, never 64-bit xor */
+		roundtrip(&c, &info);
+		CHECK(value_f32(&info));
+		fill_grad_norm(&c);
+		roundtrip(&c, &info);
+		CHECK(value_f32(&info));
+		fill_step_time(&c); /* full float64 timings: the 64-bit byte planes */
+		roundtrip(&c, &info);
+		CHECK(is_name(info.enc_value, "shuf_zstd") ||
+		      (is_name(info.enc_value, "blocked") &&
+		       is_name(info.enc_value_block0, "shuf_zstd")));
+		mdl_cols_free(&c);
+	}
+	/* a long float32 loss curve: its 64-bit byte planes, which beat the
+	 * float32 ones there, are still tried */
+	rng_state = 0x9e3779b97f4a7c15ull;
+	struct sto_codec_info info;
+	struct mdl_cols c = make(65536);
+	fill_loss(&c);
+	roundtrip(&c, &info);
+	CHECK(is_name(info.enc_value, "shuf_zstd"));
+	mdl_cols_free(&c);
+}
+
+/* The three varint streams are measured before one is written: the one
+ * kept is the shortest. Time columns of 20 points (too short for zstd),
+ * none on a grid (so "scaled" does not apply). */
+static void test_varint_stream_choice(void)
+{
+	struct sto_codec_info info;
+	struct mdl_cols c = make(20);
+	int64_t t = 1700000000000000000ll, d;
+	for (size_t i = 0; i < c.n; i++)
+		c.ts_ns[i] = t + (int64_t)i; /* one constant delta: delta_rle */
+	roundtrip(&c, &info);
+	CHECK(is_name(info.enc_ts, "delta_rle"));
+	for (size_t i = 0; i < c.n; i++, t += d) {
+		d = 1000 * (int64_t)i + 1; /* deltas growing by 1000: dod */
+		c.ts_ns[i] = t;
+	}
+	roundtrip(&c, &info);
+	CHECK(is_name(info.enc_ts, "dod"));
+	for (size_t i = 0; i < c.n; i++, t += d) {
+		d = i % 2 ? 200 : 1; /* alternating 1, 200: delta */
+		c.ts_ns[i] = t;
+	}
+	roundtrip(&c, &info);
+	CHECK(is_name(info.enc_ts, "delta"));
+	mdl_cols_free(&c);
+}
+
 /* training loss, timestamps in whole milliseconds */
 static void fill_loss_ms(struct mdl_cols *c)
 {
@@ -749,6 +818,8 @@ int main(void)
 	RUN(test_columns_roundtrip);
 	RUN(test_float32_classes);
 	RUN(test_choices);
+	RUN(test_choices_pruned);
+	RUN(test_varint_stream_choice);
 	RUN(test_realistic_report);
 	RUN(test_encode_errors);
 	RUN(test_handmade);
