@@ -86,6 +86,9 @@ struct seal_round {
 	size_t nrefs, refs_cap;
 	struct mdl_cols copy[STO_GROUP_MAX_MEMBERS]; /* the run's points, sorted */
 	bool done[STO_GROUP_MAX_MEMBERS];	     /* member already sealed */
+	/* scratch: the keys of the record being framed (the cache entries
+	 * keep compact names, sto_chunk_frame and sto_group_frame take keys) */
+	struct mdl_series_key keys[STO_GROUP_MAX_MEMBERS];
 };
 
 static void round_free(struct seal_round *r)
@@ -166,8 +169,9 @@ static int encode_piece(struct sto *s, struct seal_round *r, struct series_ent *
 	ref.gen = gen;
 	sto_chunk_stats_compute(&p, &ref.stats);
 	size_t before = r->buf.len;
+	sti_ent_key(ent, &r->keys[0]); /* once per chunk: cold next to its encoding */
 	rc = sto_chunk_frame(&r->buf, STO_CHUNK_MAGIC, ent->id, ref.uid, gen, (uint32_t)n,
-			     r->codec.data, r->codec.len, &ent->key);
+			     r->codec.data, r->codec.len, &r->keys[0]);
 	if (rc)
 		return rc;
 	ref.length = (uint32_t)(r->buf.len - before);
@@ -182,9 +186,10 @@ static int encode_group_piece(struct sto *s, struct seal_round *r, const struct 
 	struct mdl_cols views[STO_GROUP_MAX_MEMBERS];
 	struct sto_group_member mem[STO_GROUP_MAX_MEMBERS];
 	for (size_t k = 0; k < m; k++) {
+		const struct series_ent *e = run[mi[k]].hs->ent;
 		views[k] = cols_view(&r->copy[mi[k]], from, n);
-		mem[k] = (struct sto_group_member){run[mi[k]].hs->ent->id, &run[mi[k]].hs->ent->key,
-						   &views[k]};
+		sti_ent_key(e, &r->keys[k]); /* once per member of a group record */
+		mem[k] = (struct sto_group_member){e->id, &r->keys[k], &views[k]};
 	}
 	/* m consecutive uids: member k's chunk is uid + k (the record holds uid) */
 	uint64_t uid = s->next_uid, offset = sto_seg_size(s->seg) + r->buf.len;
@@ -352,24 +357,32 @@ static int commit_round(struct sto *s, struct head *h, struct seal_round *r,
 	return 0;
 }
 
+/* Orders names as strcmp does (they hold no NUL), from their lengths. */
+static int name_cmp(const char *x, size_t xl, const char *y, size_t yl)
+{
+	int c = memcmp(x, y, xl < yl ? xl : yl);
+	return c ? c : (xl > yl) - (xl < yl);
+}
+
 static int item_cmp(const void *a, const void *b)
 {
-	const struct mdl_series_key *x = &((const struct seal_item *)a)->hs->ent->key;
-	const struct mdl_series_key *y = &((const struct seal_item *)b)->hs->ent->key;
-	int c = strcmp(x->job, y->job);
+	const struct series_ent *x = ((const struct seal_item *)a)->hs->ent;
+	const struct series_ent *y = ((const struct seal_item *)b)->hs->ent;
+	int c = name_cmp(sti_ent_job(x), x->job_len, sti_ent_job(y), y->job_len);
 	if (c == 0)
 		c = x->rank < y->rank ? -1 : x->rank > y->rank;
-	return c ? c : strcmp(x->metric, y->metric);
+	return c ? c : name_cmp(sti_ent_metric(x), x->metric_len, sti_ent_metric(y), y->metric_len);
 }
 
 /* End of the run that starts at items[i] (see RUN_MAX_POINTS). */
 static size_t run_end(const struct seal_item *items, size_t nitems, size_t i)
 {
-	const struct mdl_series_key *k = &items[i].hs->ent->key;
+	const struct series_ent *k = items[i].hs->ent;
 	size_t points = items[i].taken, j = i + 1;
 	for (; j < nitems && j - i < STO_GROUP_MAX_MEMBERS; j++) {
-		const struct mdl_series_key *o = &items[j].hs->ent->key;
-		if (o->rank != k->rank || strcmp(o->job, k->job) != 0 ||
+		const struct series_ent *o = items[j].hs->ent;
+		if (o->rank != k->rank || o->job_len != k->job_len ||
+		    memcmp(sti_ent_job(o), sti_ent_job(k), k->job_len) != 0 ||
 		    points + items[j].taken > RUN_MAX_POINTS)
 			break;
 		points += items[j].taken;

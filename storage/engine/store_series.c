@@ -67,37 +67,48 @@ static uint64_t cache_hash(uint64_t h)
 	return h ? h : 1;
 }
 
-static uint64_t series_hash(const struct mdl_series_key *k)
+static uint64_t series_hash(const struct mdl_batch_series *bs)
 {
-	return cache_hash(
-	    mdl_series_key_hash(k->job, strlen(k->job), k->rank, k->metric, strlen(k->metric)));
+	return cache_hash(mdl_series_key_hash(bs->key.job, bs->job_len, bs->key.rank,
+					      bs->key.metric, bs->metric_len));
 }
 
-static bool key_eq(const struct mdl_series_key *a, const struct mdl_series_key *b)
+/* Cheap fields first (the hash, which tells apart nearly every pair of a
+ * chain, then rank and lengths), bytes last: no strcmp on the write path,
+ * the batch already knows its lengths. */
+static bool key_eq(const struct series_ent *e, const struct mdl_batch_series *bs, uint64_t h)
 {
-	return a->rank == b->rank && strcmp(a->job, b->job) == 0 &&
-	       strcmp(a->metric, b->metric) == 0;
+	return e->hash == h && e->rank == bs->key.rank && e->job_len == bs->job_len &&
+	       e->metric_len == bs->metric_len &&
+	       memcmp(sti_ent_job(e), bs->key.job, bs->job_len) == 0 &&
+	       memcmp(sti_ent_metric(e), bs->key.metric, bs->metric_len) == 0;
 }
 
-/* Caller holds series_lock. */
-static struct series_ent *cache_find(struct sto *s, const struct mdl_series_key *k, uint64_t h)
+/* Caller holds series_lock. h is cache_hash of bs's key hash. */
+static struct series_ent *cache_find(struct sto *s, const struct mdl_batch_series *bs, uint64_t h)
 {
 	for (struct series_ent *e = rdb_map_get(&s->series_by_hash, h); e; e = e->next)
-		if (key_eq(&e->key, k))
+		if (key_eq(e, bs, h))
 			return e;
 	return NULL;
 }
 
 /* Caller holds series_lock. */
-static int cache_add(struct sto *s, const struct mdl_series_key *k, uint64_t h, uint64_t id,
+static int cache_add(struct sto *s, const struct mdl_batch_series *bs, uint64_t h, uint64_t id,
 		     struct series_ent **out)
 {
-	struct series_ent *e = malloc(sizeof(*e));
+	struct series_ent *e = malloc(sti_ent_size(bs->job_len, bs->metric_len));
 	if (!e)
 		return -ENOMEM;
-	e->key = *k;
 	e->hash = h;
 	e->id = id;
+	e->rank = bs->key.rank;
+	e->job_len = bs->job_len;
+	e->metric_len = bs->metric_len;
+	memcpy(e->names, bs->key.job, bs->job_len);
+	e->names[bs->job_len] = '\0';
+	memcpy(e->names + bs->job_len + 1, bs->key.metric, bs->metric_len);
+	e->names[bs->job_len + 1 + bs->metric_len] = '\0';
 	e->next = rdb_map_get(&s->series_by_hash, h);
 	int rc = rdb_map_put(&s->series_by_hash, h, e);
 	if (rc == 0)
@@ -192,8 +203,7 @@ static size_t resolve_cached(struct sto *s, const struct mdl_batch *b, struct se
 	size_t n = mdl_batch_nseries(b), missing = 0;
 	for (size_t i = 0; i < n; i++) {
 		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
-		ents[i] =
-		    bs ? cache_find(s, &bs->key, cache_hash(mdl_batch_series_hash(b, i))) : NULL;
+		ents[i] = bs ? cache_find(s, bs, cache_hash(mdl_batch_series_hash(b, i))) : NULL;
 		missing += ents[i] == NULL;
 	}
 	return missing;
@@ -279,10 +289,10 @@ static int cache_ids(struct sto *s, struct series_waiter *w)
 		if (w->ents[i])
 			continue;
 		const struct mdl_batch_series *bs = mdl_batch_series_at(w->b, i);
-		uint64_t h = series_hash(&bs->key);
-		w->ents[i] = cache_find(s, &bs->key, h); /* duplicates within the group */
+		uint64_t h = series_hash(bs);
+		w->ents[i] = cache_find(s, bs, h); /* duplicates within the group */
 		if (!w->ents[i])
-			rc = cache_add(s, &bs->key, h, w->ids[i], &w->ents[i]);
+			rc = cache_add(s, bs, h, w->ids[i], &w->ents[i]);
 	}
 	return rc;
 }

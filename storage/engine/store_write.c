@@ -168,7 +168,7 @@ static void head_commit(struct sto *s, struct head *h, const struct mdl_batch *b
 		struct head_series *hs = hs_of[i];
 		size_t at = hs->pts.n, k = bs->pts.n;
 		if (s->job_extents.n && k)
-			sti_extent_note(s, &cur, hs->ent->key.job, &bs->pts, k);
+			sti_extent_note(s, &cur, sti_ent_job(hs->ent), &bs->pts, k);
 		if (k == 1) {
 			/* One point per series is the per-rank shape (one step per
 			 * request): four stores, not four memcpy calls. */

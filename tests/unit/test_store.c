@@ -1051,6 +1051,83 @@ static void test_supersede_entries_trimmed(void)
 	sto_close(s);
 }
 
+/* Series keys that hold the same bytes split differently, or one a
+ * prefix of another, or that differ only in rank, are different series:
+ * the series cache compares lengths and bytes, not whole keys. Each
+ * series gets its own t0, so a write or a sealed chunk that landed in the
+ * wrong series shows as wrong timestamps or counts. */
+static const struct {
+	const char *job;
+	uint32_t rank;
+	const char *metric;
+} mixup_keys[] = {
+    {"a", 0, "bc"},  {"ab", 0, "c"},  {"a", 0, "b"},
+    {"a", 0, "bcd"}, {"a", 1, "bc"},  {"a", MDL_RANK_JOB, "bc"},
+    {"abc", 0, "x"}, {"ab", 0, "cx"},
+};
+#define MIXUP_N (sizeof(mixup_keys) / sizeof(mixup_keys[0]))
+
+/* Points from..to-1 of every mixup series, one batch per step (every
+ * series in it, like one step of every rank). */
+static int write_mixup(struct sto *s, size_t from, size_t to)
+{
+	struct mdl_batch *b;
+	int rc = mdl_batch_new(1024, 1024, &b);
+	for (size_t i = from; rc == 0 && i < to; i++) {
+		for (size_t k = 0; rc == 0 && k < MIXUP_N; k++)
+			rc = mdl_batch_add(b, mixup_keys[k].job, strlen(mixup_keys[k].job),
+					   mixup_keys[k].rank, mixup_keys[k].metric,
+					   strlen(mixup_keys[k].metric),
+					   (int64_t)(100000 * (k + 1) + i), (int64_t)i, 0,
+					   rdb_f64_bits((double)i * 0.5));
+		if (rc == 0)
+			rc = sto_write(s, b);
+		mdl_batch_reset(b);
+	}
+	mdl_batch_free(b);
+	return rc;
+}
+
+static void check_mixup(struct sto *s, size_t n)
+{
+	for (size_t k = 0; k < MIXUP_N; k++) {
+		check_series(s, mixup_keys[k].job, mixup_keys[k].rank, mixup_keys[k].metric,
+			     (int64_t)(100000 * (k + 1)), n);
+		for (size_t j = 0; j < k; j++) /* one id per key */
+			CHECK(series_id(s, mixup_keys[k].job, mixup_keys[k].rank,
+					mixup_keys[k].metric) != series_id(s, mixup_keys[j].job,
+									   mixup_keys[j].rank,
+									   mixup_keys[j].metric));
+	}
+}
+
+static void test_series_key_mixup(void)
+{
+	char dir[4200];
+	new_dir(dir, sizeof(dir));
+	struct sto_options o;
+	opts(&o, dir, 100);
+	struct sto *s;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	CHECK_EQ_INT(write_mixup(s, 0, 1), 0);	/* created in one group */
+	CHECK_EQ_INT(write_mixup(s, 1, 20), 0); /* from the cache */
+	struct sto_stats st;
+	sto_get_stats(s, &st);
+	CHECK_EQ_INT(st.series, MIXUP_N);
+	check_mixup(s, 20); /* in the head */
+	CHECK_EQ_INT(sto_checkpoint(s), 0);
+	check_mixup(s, 20); /* sealed: ("a", 0) is one group record, "ab" another */
+	sto_close(s);
+
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	CHECK_EQ_INT(write_mixup(s, 20, 30), 0); /* cached again from the index */
+	check_mixup(s, 30);
+	sto_close(s);
+	CHECK_EQ_INT(sto_open(&o, &s), 0); /* WAL replay */
+	check_mixup(s, 30);
+	sto_close(s);
+}
+
 int main(void)
 {
 	const char *tmp = getenv("RDB_TEST_TMP");
@@ -1077,6 +1154,7 @@ int main(void)
 	RUN(test_concurrent_series_creation);
 	RUN(test_index_compact_after_merge);
 	RUN(test_supersede_entries_trimmed);
+	RUN(test_series_key_mixup);
 	int rc = check_summary("store");
 	if (rc == 0) {
 		char cmd[4200];
