@@ -94,6 +94,10 @@ struct lp {
 	struct lp_item *items; /* fields object entries of a log line */
 	size_t items_cap;
 	struct rdb_buf json; /* fields object of a log line */
+	/* lp_take (lineproto.c) zeroes every member above this line when a
+	 * thread reuses its state, and restores the scratch pointers and
+	 * capacities; the members from dup_bits on are written before they are
+	 * read. A new per-call member goes above. */
 	uint64_t dup_bits[DUP_BITS / 64];
 	size_t suffix_len;
 	char name[MDL_METRIC_MAX + 1];
