@@ -1,6 +1,7 @@
 /* store_int.h - internal to storage/: the storage engine's private state
  * (struct sto, heads, the series cache), shared by engine/ and lifecycle/.
- * Data only: the functions of engine/ are declared in engine/engine.h, the
+ * Data only (and the inline accessors of struct series_ent's packed
+ * names): the functions of engine/ are declared in engine/engine.h, the
  * ones of lifecycle/ in lifecycle/lifecycle.h. Must not be included outside
  * storage/; the engine's public face is sto.h (and admin.h).
  *
