@@ -76,6 +76,36 @@ static double round_scaled(u128 n, bool sticky, int e2)
 	return ldexp((double)mant, e2 + shift);
 }
 
+static bool is_digit(char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+bool ing_decfloat_syntax(const char *t, size_t n)
+{
+	size_t i = 0, digits = 0;
+	if (i < n && t[i] == '-')
+		i++;
+	for (; i < n && is_digit(t[i]); i++)
+		digits++;
+	if (i < n && t[i] == '.')
+		for (i++; i < n && is_digit(t[i]); i++)
+			digits++;
+	if (digits == 0)
+		return false;
+	if (i < n && (t[i] == 'e' || t[i] == 'E')) {
+		i++;
+		if (i < n && (t[i] == '+' || t[i] == '-'))
+			i++;
+		size_t e = 0;
+		for (; i < n && is_digit(t[i]); i++)
+			e++;
+		if (e == 0)
+			return false;
+	}
+	return i == n;
+}
+
 bool ing_decfloat(const char *t, size_t n, double *out)
 {
 	size_t i = 0;

@@ -16,6 +16,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* Whether t[0..n) is a float literal of that syntax (the line-protocol
+ * parser's float check; also what ing_decfloat requires). */
+bool ing_decfloat_syntax(const char *t, size_t n);
+
 /* t[0..n): a syntactically valid float literal (not NUL-terminated). */
 bool ing_decfloat(const char *t, size_t n, double *out);
 

@@ -376,31 +376,6 @@ static void skip_blanks(struct lp *ps)
 
 /* ---- numbers -------------------------------------------------------------- */
 
-static bool float_syntax(const char *t, size_t n)
-{
-	size_t i = 0, digits = 0;
-	if (i < n && t[i] == '-')
-		i++;
-	for (; i < n && ilp_is_digit(t[i]); i++)
-		digits++;
-	if (i < n && t[i] == '.')
-		for (i++; i < n && ilp_is_digit(t[i]); i++)
-			digits++;
-	if (digits == 0)
-		return false;
-	if (i < n && (t[i] == 'e' || t[i] == 'E')) {
-		i++;
-		if (i < n && (t[i] == '+' || t[i] == '-'))
-			i++;
-		size_t e = 0;
-		for (; i < n && ilp_is_digit(t[i]); i++)
-			e++;
-		if (e == 0)
-			return false;
-	}
-	return i == n;
-}
-
 /* Parses digits t[0..n) (n >= 1, all digits) into *out. false on overflow. */
 static bool parse_u64(const char *t, size_t n, uint64_t *out)
 {
@@ -515,7 +490,7 @@ static int classify(struct lp *ps, struct lp_field *f, const char *t, size_t n)
 		return 0;
 	}
 	f->type = V_FLOAT;
-	if (float_syntax(t, n))
+	if (ing_decfloat_syntax(t, n))
 		return convert_float(ps, f, t, n);
 	return ilp_fail(ps, RDB_EINVAL, f->key,
 			"invalid value %s: expected a float (1.5), integer (12i), unsigned (12u), "

@@ -16,36 +16,6 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static bool digit(char c)
-{
-	return c >= '0' && c <= '9';
-}
-
-static bool literal(const char *t, size_t n)
-{
-	size_t i = 0, digits = 0;
-	if (i < n && t[i] == '-')
-		i++;
-	for (; i < n && digit(t[i]); i++)
-		digits++;
-	if (i < n && t[i] == '.')
-		for (i++; i < n && digit(t[i]); i++)
-			digits++;
-	if (digits == 0)
-		return false;
-	if (i < n && (t[i] == 'e' || t[i] == 'E')) {
-		i++;
-		if (i < n && (t[i] == '+' || t[i] == '-'))
-			i++;
-		size_t e = 0;
-		for (; i < n && digit(t[i]); i++)
-			e++;
-		if (e == 0)
-			return false;
-	}
-	return i == n;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char lit[65];
@@ -53,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	memcpy(lit, data, size);
 	lit[size] = 0;
-	if (!literal(lit, size))
+	if (!ing_decfloat_syntax(lit, size))
 		return 0;
 	double fast;
 	if (!ing_decfloat(lit, size, &fast))
