@@ -24,6 +24,14 @@ struct mdl_cols {
 
 /* Ensures cap >= want. Keeps contents. 0 or -ENOMEM (cols unchanged). */
 int mdl_cols_reserve(struct mdl_cols *c, size_t want);
+/* Like mdl_cols_reserve, but growing allocates fresh arrays (malloc, copy
+ * of the n points in use, free) instead of realloc. glibc's realloc keeps
+ * a block in the arena (per-thread heap) it was first allocated in, so
+ * columns made on one thread and grown on others would all stay in the
+ * first thread's arena; these move to the growing thread's. Only the n
+ * points in use are kept: contents past n are not. 0 or -ENOMEM (cols
+ * unchanged). */
+int mdl_cols_reserve_moving(struct mdl_cols *c, size_t want);
 /* Appends one point, growing as needed. 0 or -ENOMEM. */
 int mdl_cols_push(struct mdl_cols *c, int64_t ts_ns, int64_t step, uint32_t attempt,
 		  uint64_t value);

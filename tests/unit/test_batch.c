@@ -2,10 +2,13 @@
  * views, bounds, the WAL payload round trip, hostile payloads, reset, the
  * per-thread cache (a given batch comes back empty with the new bounds, the
  * cache holds at most MDL_BATCH_CACHE_N small batches, a big one is freed,
- * a thread's cache is freed when it exits: ASan's leak check). */
+ * a thread's cache is freed when it exits: ASan's leak check); point
+ * columns (model/cols.h) grow by at most half their size, and a moving
+ * reserve keeps the points in use. */
 #include "storage/wal/batch_codec.h"
 #include "storage/format.h"
 #include "model/batch.h"
+#include "model/cols.h"
 #include "common/rdb_buf.h"
 #include "common/rdb_err.h"
 #include "tests/unit/check.h"
@@ -367,6 +370,55 @@ static void test_reserve(void)
 	mdl_batch_free(b);
 }
 
+/* Columns grow by half, not double: after any push, the capacity is at
+ * most 1.5x the points that made it grow (the storage head keeps one set
+ * per series, and the unused tail is resident memory). */
+static void test_cols_growth(void)
+{
+	struct mdl_cols c = MDL_COLS_INIT;
+	size_t grows = 0, over = 0, bad = 0;
+	for (size_t i = 0; i < 100000; i++) {
+		size_t cap = c.cap;
+		CHECK_EQ_INT(mdl_cols_push(&c, (int64_t)i, (int64_t)i, 0, i), 0);
+		if (c.cap == cap)
+			continue;
+		grows++;
+		/* grown for point i + 1: at most 1.5x the i points before it */
+		over += c.n > 16 && 2 * c.cap > 3 * (c.n - 1);
+	}
+	for (size_t i = 0; i < c.n; i++)
+		bad += c.ts_ns[i] != (int64_t)i || c.value[i] != i;
+	CHECK_EQ_INT(over, 0);
+	CHECK_EQ_INT(bad, 0);
+	CHECK(grows > 20); /* doubling from 16 would take 13 */
+	mdl_cols_free(&c);
+}
+
+/* mdl_cols_reserve_moving: fresh arrays holding the n points in use. */
+static void test_cols_reserve_moving(void)
+{
+	struct mdl_cols c = MDL_COLS_INIT;
+	CHECK_EQ_INT(mdl_cols_reserve_moving(&c, 5), 0); /* from empty */
+	CHECK(c.cap >= 5);
+	CHECK_EQ_INT(c.n, 0);
+	for (size_t i = 0; i < 300; i++)
+		CHECK_EQ_INT(mdl_cols_push(&c, -(int64_t)i, (int64_t)i * 3, (uint32_t)i, ~i), 0);
+	int64_t *before = c.ts_ns;
+	CHECK_EQ_INT(mdl_cols_reserve_moving(&c, 10), 0); /* room enough: nothing moves */
+	CHECK(c.ts_ns == before);
+	CHECK_EQ_INT(mdl_cols_reserve_moving(&c, 5000), 0);
+	CHECK(c.cap >= 5000);
+	CHECK_EQ_INT(c.n, 300);
+	size_t bad = 0;
+	for (size_t i = 0; i < c.n; i++)
+		bad += c.ts_ns[i] != -(int64_t)i || c.step[i] != (int64_t)i * 3 ||
+		       c.attempt[i] != (uint32_t)i || c.value[i] != ~i;
+	CHECK_EQ_INT(bad, 0);
+	CHECK_EQ_INT(mdl_cols_push(&c, 7, 7, 7, 7), 0);
+	CHECK_EQ_INT(c.n, 301);
+	mdl_cols_free(&c);
+}
+
 /* The stored hash of a series is the key hash (the store's series cache
  * looks batches up with it); names that differ only in where the job ends
  * hash apart. */
@@ -399,6 +451,8 @@ int main(void)
 	RUN(test_reset_reuse);
 	RUN(test_cache);
 	RUN(test_reserve);
+	RUN(test_cols_growth);
+	RUN(test_cols_reserve_moving);
 	RUN(test_series_hash);
 	RUN(test_cache_thread_exit);
 	return check_summary("batch");
