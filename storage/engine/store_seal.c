@@ -79,6 +79,18 @@ int sti_uid_reserve(struct sto *s, uint64_t n)
  * more commits per checkpoint. */
 #define SEAL_REFS_MAX 2048u
 
+/* Head memory (column capacity) whose points one checkpoint seal round may
+ * hold. A round frees its series' columns only when it commits, and until
+ * then the active head grows next to the frozen one: a 64-rank checkpoint
+ * of 112 MiB was one round (2,048 refs, < SEAL_BUF_MAX of chunks), and the
+ * process peaked at frozen + everything written during the seal. In rounds
+ * of 16 MiB the frozen head shrinks as the seal goes and the active head
+ * reuses its memory (columns grow in the writer's malloc arena:
+ * mdl_cols_reserve_moving in store_write.c); at 512 ranks SEAL_REFS_MAX
+ * already made rounds of about this size. Each round is one more segment
+ * append and LMDB commit. */
+#define SEAL_ROUND_HEAD_BYTES (16u * 1024 * 1024)
+
 struct seal_round {
 	struct rdb_buf buf;	    /* framed chunk records for the segment */
 	struct rdb_buf codec;	    /* scratch: one chunk's codec payload */
@@ -390,22 +402,26 @@ static size_t run_end(const struct seal_item *items, size_t nitems, size_t i)
 	return j;
 }
 
-/* Copies and sorts the points of run [i, j) into r->copy. */
+/* Copies and sorts the points of run [i, j) into r->copy; adds the head
+ * memory (column capacity) of its series to *head_bytes. */
 static int copy_run(struct sto *s, struct seal_round *r, const struct seal_item *items, size_t i,
-		    size_t j)
+		    size_t j, uint64_t *head_bytes)
 {
 	int rc = 0;
 	pthread_mutex_lock(&s->head_lock);
-	for (size_t k = i; rc == 0 && k < j; k++)
+	for (size_t k = i; rc == 0 && k < j; k++) {
 		rc = copy_points(&r->copy[k - i], items[k].hs, items[k].taken);
+		*head_bytes += sti_cols_bytes(&items[k].hs->pts);
+	}
 	pthread_mutex_unlock(&s->head_lock);
 	for (size_t k = i; rc == 0 && k < j; k++)
 		rc = mdl_cols_sort_by_time(&r->copy[k - i]);
 	return rc;
 }
 
-/* Seals items (series of head h) in rounds of at most SEAL_BUF_MAX bytes.
- * For each item, `taken` points are sealed into chunks of at most
+/* Seals items (series of head h) in rounds of at most SEAL_BUF_MAX bytes
+ * and SEAL_REFS_MAX chunks (and, when drop_empty, SEAL_ROUND_HEAD_BYTES of
+ * head memory). For each item, `taken` points are sealed into chunks of at most
  * chunk_max_points; the metrics of one (job, rank) whose points share
  * timestamps, steps and attempts go into group records. Items are sorted
  * by series key. Flusher thread only. */
@@ -417,6 +433,7 @@ int sti_seal_items(struct sto *s, struct head *h, struct seal_item *items, size_
 	rdb_buf_init(&r.codec, STO_CHUNK_MAX_PAYLOAD);
 	int rc = 0;
 	size_t first = 0;
+	uint64_t round_head_bytes = 0;
 	uint64_t uids = 0; /* at most one per chunk_max_points piece of each item */
 	for (size_t i = 0; i < nitems; i++)
 		uids += (items[i].taken + s->opt.chunk_max_points - 1) / s->opt.chunk_max_points;
@@ -430,14 +447,15 @@ int sti_seal_items(struct sto *s, struct head *h, struct seal_item *items, size_
 			if (rc)
 				break;
 		}
-		rc = copy_run(s, &r, items, i, j);
+		rc = copy_run(s, &r, items, i, j, &round_head_bytes);
 		if (rc == 0)
 			rc = encode_run(s, &r, items + i, j - i, h->gen);
-		if (rc == 0 &&
-		    (r.buf.len >= SEAL_BUF_MAX || r.nrefs >= SEAL_REFS_MAX || j == nitems)) {
+		if (rc == 0 && (r.buf.len >= SEAL_BUF_MAX || r.nrefs >= SEAL_REFS_MAX || j == nitems ||
+				(drop_empty && round_head_bytes >= SEAL_ROUND_HEAD_BYTES))) {
 			rc = commit_round(s, h, &r, items + first, j - first, drop_empty);
 			r.buf.len = 0;
 			r.nrefs = 0;
+			round_head_bytes = 0;
 			first = j;
 		}
 		i = j;

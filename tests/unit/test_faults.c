@@ -674,6 +674,110 @@ static void test_walk_every_fault_point(void)
 	}
 }
 
+/* A checkpoint seals a large head in rounds that each free their part of
+ * it: 1,024 series x 1,000 points (~38 MiB of head, more than two rounds'
+ * worth) with the second round's segment append failing. The first round's
+ * points are sealed and its head memory freed, the rest stay in the head
+ * and the WAL, every point is read exactly once, and the retry seals the
+ * rest. */
+#define ROUND_RANKS   32u
+#define ROUND_METRICS 32u
+#define ROUND_STEPS   1000u
+
+static int write_round_head(struct sto *s)
+{
+	struct mdl_batch *b;
+	int rc = mdl_batch_new(ROUND_RANKS * ROUND_METRICS, ROUND_RANKS * ROUND_METRICS, &b);
+	char metric[16];
+	for (uint32_t step = 0; rc == 0 && step < ROUND_STEPS; step++) {
+		for (uint32_t r = 0; rc == 0 && r < ROUND_RANKS; r++)
+			for (uint32_t m = 0; rc == 0 && m < ROUND_METRICS; m++) {
+				snprintf(metric, sizeof(metric), "m%u", m);
+				rc = mdl_batch_add(b, "rounds", 6, r, metric, strlen(metric),
+						   1000 + step, step, 0,
+						   rdb_f64_bits((double)(step * 7 + m + r)));
+			}
+		if (rc == 0)
+			rc = sto_write(s, b);
+		mdl_batch_reset(b);
+	}
+	mdl_batch_free(b);
+	return rc;
+}
+
+/* Series (rank, metric) holds exactly steps 0..ROUND_STEPS-1 with their values. */
+static unsigned check_round_series(struct sto *s, uint32_t rank, uint32_t m)
+{
+	struct mdl_series_key k = {0};
+	snprintf(k.job, sizeof(k.job), "rounds");
+	k.rank = rank;
+	snprintf(k.metric, sizeof(k.metric), "m%u", m);
+	uint64_t id = 0;
+	if (sto_lookup_series(s, &k, &id))
+		return 1;
+	struct sto_range all = {INT64_MIN, INT64_MAX, false, 0, 0};
+	struct mdl_cols c = MDL_COLS_INIT;
+	struct sto_read_error err;
+	unsigned bad = sto_read(s, id, &all, 10 * ROUND_STEPS, &c, &err) != 0 || c.n != ROUND_STEPS;
+	for (size_t i = 0; !bad && i < c.n; i++)
+		bad += c.step[i] != (int64_t)i ||
+		       c.value[i] != rdb_f64_bits((double)(i * 7 + m + rank));
+	mdl_cols_free(&c);
+	return bad;
+}
+
+static unsigned check_round_all(struct sto *s)
+{
+	unsigned bad = 0;
+	for (uint32_t r = 0; r < ROUND_RANKS; r++)
+		for (uint32_t m = 0; m < ROUND_METRICS; m++)
+			bad += check_round_series(s, r, m);
+	return bad;
+}
+
+static void test_checkpoint_frees_head_in_rounds(void)
+{
+	char dir[4200];
+	snprintf(dir, sizeof(dir), "%s/store.%d", base, dir_seq++);
+	struct sto_options o;
+	opts(&o, dir);
+	o.chunk_max_points = 4096; /* no size seals: the checkpoint seals it all */
+	o.checkpoint_interval_s = 3600;
+	o.segment_max_bytes = 256u << 20;
+	struct sto *s;
+	sto_fault_reset();
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	CHECK_EQ_INT(write_round_head(s), 0);
+	struct sto_stats st;
+	sto_get_stats(s, &st);
+	const uint64_t total = (uint64_t)ROUND_RANKS * ROUND_METRICS * ROUND_STEPS;
+	uint64_t head0 = st.head_bytes;
+	CHECK_EQ_INT(st.head_points, total);
+	CHECK(head0 > 32u << 20); /* more than two rounds of head memory */
+	CHECK_EQ_INT(st.points_sealed, 0);
+
+	/* round 2 on fails (each round appends its chunks to the segment once) */
+	sto_fault_set(STO_FP_SEG_APPEND, EIO, 2, true);
+	CHECK(sto_checkpoint(s) != 0);
+	sto_get_stats(s, &st);
+	CHECK(st.points_sealed > 0);	 /* round 1 is sealed ... */
+	CHECK(st.points_sealed < total); /* ... the rest is not */
+	CHECK_EQ_INT(st.head_points, total - st.points_sealed);
+	CHECK(st.head_bytes < head0); /* and round 1's head memory is freed */
+	CHECK_EQ_INT(check_round_all(s), 0);
+
+	sto_fault_reset();
+	CHECK_EQ_INT(sto_checkpoint(s), 0);
+	sto_get_stats(s, &st);
+	CHECK_EQ_INT(st.points_sealed, total);
+	CHECK_EQ_INT(st.head_points, 0);
+	CHECK_EQ_INT(check_round_all(s), 0);
+	sto_close(s);
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	CHECK_EQ_INT(check_round_all(s), 0);
+	sto_close(s);
+}
+
 int main(void)
 {
 	/* tmpfs when there is one: the walk tests logic, not the disk, and
@@ -688,6 +792,7 @@ int main(void)
 	RUN(test_nth_hit_and_every_from);
 	RUN(test_parse_spec);
 	RUN(test_final_checkpoint_enospc_is_exactly_once);
+	RUN(test_checkpoint_frees_head_in_rounds);
 	RUN(test_landed_failed_write_retried_with_batch_id_is_once);
 	RUN(test_orphan_record_after_failed_commit_not_rebuilt_twice);
 	RUN(test_orphan_record_after_crash_not_rebuilt_twice);
