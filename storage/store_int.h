@@ -129,6 +129,7 @@ struct sto {
 	uint64_t *seal_queue; /* series ids of active-head series that are full */
 	size_t seal_queue_n, seal_queue_cap;
 	_Atomic uint64_t head_bytes;
+	_Atomic bool head_kick; /* the flusher was woken for memory (sti_head_kick) */
 
 	pthread_mutex_t batch_lock; /* batch_ids */
 	struct rdb_map batch_ids;   /* id hash -> struct batch_ent chain */

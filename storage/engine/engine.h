@@ -134,6 +134,11 @@ int sti_seal_events(struct sto *s, struct head *h);
 /* ---- store.c ---- */
 /* Finishes a pending checkpoint, rotates the WAL and seals the frozen head. Flusher only. */
 int sti_checkpoint(struct sto *s);
+/* Whether the head has passed the memory checkpoint trigger and this
+ * caller is the first to see it since the flusher's last pass: then the
+ * caller wakes the flusher (instead of the flusher noticing at its next
+ * 200 ms poll, ~28 MiB of head later at 5 M points/s). Any thread. */
+bool sti_head_kick(struct sto *s);
 /* Seals s->frozen, makes it durable and records the checkpoint. Flusher only. */
 int sti_finish_checkpoint(struct sto *s);
 

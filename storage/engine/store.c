@@ -234,6 +234,12 @@ int sti_checkpoint(struct sto *s)
  * behind a 2 M points/s load and the peak grew instead.) */
 #define HEAD_CKPT_FRACTION 4
 
+bool sti_head_kick(struct sto *s)
+{
+	return atomic_load(&s->head_bytes) > s->opt.head_max_bytes / HEAD_CKPT_FRACTION &&
+	       !atomic_exchange(&s->head_kick, true);
+}
+
 static bool checkpoint_due(struct sto *s)
 {
 	pthread_mutex_lock(&s->head_lock);
@@ -259,6 +265,7 @@ static void *flusher_main(void *arg)
 		pthread_mutex_unlock(&s->head_lock);
 		if (full)
 			sti_seal_full(s);
+		atomic_store(&s->head_kick, false); /* writers may wake us again */
 		sti_run_admin_ops(s);
 		sti_lifecycle_tick(s);
 		sti_trash_tick(s);

@@ -450,8 +450,9 @@ int sti_seal_items(struct sto *s, struct head *h, struct seal_item *items, size_
 		rc = copy_run(s, &r, items, i, j, &round_head_bytes);
 		if (rc == 0)
 			rc = encode_run(s, &r, items + i, j - i, h->gen);
-		if (rc == 0 && (r.buf.len >= SEAL_BUF_MAX || r.nrefs >= SEAL_REFS_MAX || j == nitems ||
-				(drop_empty && round_head_bytes >= SEAL_ROUND_HEAD_BYTES))) {
+		if (rc == 0 &&
+		    (r.buf.len >= SEAL_BUF_MAX || r.nrefs >= SEAL_REFS_MAX || j == nitems ||
+		     (drop_empty && round_head_bytes >= SEAL_ROUND_HEAD_BYTES))) {
 			rc = commit_round(s, h, &r, items + first, j - first, drop_empty);
 			r.buf.len = 0;
 			r.nrefs = 0;

@@ -591,7 +591,8 @@ int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_wri
 		batch_finish(s, bent, false, 0);
 	if (rc == 0)
 		count_written(s, req);
-	if (wake || (rc == 0 && sto_wal_size(s->wal) > s->opt.wal_rotate_bytes))
+	if (wake ||
+	    (rc == 0 && (sto_wal_size(s->wal) > s->opt.wal_rotate_bytes || sti_head_kick(s))))
 		wake_flusher(s);
 	free(ents);
 	rdb_buf_free(&rec);
@@ -651,7 +652,8 @@ static void async_finish(struct async_write *a, int rc, bool tell)
 		pthread_cond_broadcast(&s->async_cv);
 		pthread_mutex_unlock(&s->async_mu);
 	}
-	if (wake || (rc == 0 && sto_wal_size(s->wal) > s->opt.wal_rotate_bytes))
+	if (wake ||
+	    (rc == 0 && (sto_wal_size(s->wal) > s->opt.wal_rotate_bytes || sti_head_kick(s))))
 		wake_flusher(s);
 	sto_write_done_fn fn = a->fn;
 	void *fn_arg = a->arg;

@@ -1128,6 +1128,48 @@ static void test_series_key_mixup(void)
 	sto_close(s);
 }
 
+/* The head's memory starts a checkpoint by itself (a quarter of
+ * head_max_bytes), with neither the WAL size nor the interval due: 64
+ * series x 1,500 points (~3.6 MiB of head) against a 2 MiB trigger. The
+ * store ends up with a checkpoint done, the head back under the trigger
+ * and every point readable once. */
+static void test_head_memory_trigger(void)
+{
+	char dir[4200];
+	new_dir(dir, sizeof(dir));
+	struct sto_options o;
+	opts(&o, dir, 4096);
+	o.head_max_bytes = 8u << 20;
+	o.wal_rotate_bytes = 1ull << 30;
+	o.checkpoint_interval_s = 3600;
+	struct sto *s;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	struct sto_stats st;
+	sto_get_stats(s, &st);
+	uint64_t ckpt0 = st.checkpoints;
+	char metric[16];
+	for (int m = 0; m < 64; m++) {
+		snprintf(metric, sizeof(metric), "m%d", m);
+		CHECK_EQ_INT(write_points(s, "mem", 0, metric, 1000, 1500, 500), 0);
+	}
+	/* the flusher is woken by the write that passes the trigger, and polls
+	 * every 200 ms besides: wait for it (up to 60 s), no timing asserted */
+	for (int i = 0; i < 600; i++) {
+		sto_get_stats(s, &st);
+		if (st.checkpoints > ckpt0 && st.head_bytes <= (2u << 20))
+			break;
+		usleep(100 * 1000);
+	}
+	CHECK(st.checkpoints > ckpt0);
+	CHECK(st.head_bytes <= (2u << 20));
+	CHECK(st.points_sealed > 0);
+	for (int m = 0; m < 64; m++) {
+		snprintf(metric, sizeof(metric), "m%d", m);
+		check_series(s, "mem", 0, metric, 1000, 1500);
+	}
+	sto_close(s);
+}
+
 int main(void)
 {
 	const char *tmp = getenv("RDB_TEST_TMP");
@@ -1155,6 +1197,7 @@ int main(void)
 	RUN(test_index_compact_after_merge);
 	RUN(test_supersede_entries_trimmed);
 	RUN(test_series_key_mixup);
+	RUN(test_head_memory_trigger);
 	int rc = check_summary("store");
 	if (rc == 0) {
 		char cmd[4200];
