@@ -88,6 +88,7 @@ struct head_series {
 	size_t reserved;     /* capacity past pts.n promised to prepared writes
 			      * (sti_prepare_request); never dropped while > 0 */
 	bool queued;	     /* in the size-seal queue */
+	bool creator_cols;   /* columns allocated on the series creator thread */
 };
 
 struct head {

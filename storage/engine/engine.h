@@ -107,6 +107,9 @@ int sti_resolve_series(struct sto *s, const struct mdl_batch *b, struct series_e
  * when the creator is not running (or stopping): r is untouched and the
  * caller resolves the series itself (sti_resolve_series). */
 bool sti_creator_enqueue(struct sto *s, struct sti_create_req *r);
+/* True on the series creator thread only (its writes make the first head
+ * columns of new series: head_prepare in store_write.c). */
+extern _Thread_local bool sti_on_creator;
 /* Starts the series creator thread (sto_write_submit's writes that need
  * new series wait on it, not on their submitting thread). 0 or -errno;
  * without it those writes create their series on the submitting thread. */

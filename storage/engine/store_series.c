@@ -472,9 +472,12 @@ static void creator_run(struct sto *s, struct sti_create_req *q)
 	free(ws);
 }
 
+_Thread_local bool sti_on_creator;
+
 static void *creator_main(void *arg)
 {
 	struct sto *s = arg;
+	sti_on_creator = true;
 	pthread_mutex_lock(&s->cq_mu);
 	for (;;) {
 		while (!s->cq_head && !s->cq_stop)

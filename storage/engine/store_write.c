@@ -95,7 +95,6 @@ uint64_t sti_cols_bytes(const struct mdl_cols *c)
 	return (uint64_t)c->cap * (8 + 8 + 4 + 8);
 }
 
-/* Appends b's points to head h. Caller holds head_lock. */
 /* Makes room in h for every point of b (series ents[i] for batch series
  * i): creates missing head series, grows their columns past the points in
  * them and those already reserved by other in-flight writes, and reserves
@@ -117,17 +116,25 @@ static int head_prepare(struct sto *s, struct head *h, const struct mdl_batch *b
 				return -ENOMEM;
 			}
 			hs->ent = ents[i];
+			hs->creator_cols = sti_on_creator;
 			h->bytes += HEAD_SERIES_OVERHEAD;
 			atomic_fetch_add(&s->head_bytes, HEAD_SERIES_OVERHEAD);
 		}
 		uint64_t before = sti_cols_bytes(&hs->pts);
-		/* moving: a series' first head columns are made on the series
-		 * creator thread (new series), grown on the HTTP workers; with
-		 * realloc the whole first head stayed in the creator's arena, and
-		 * the next head, made on the workers, could not reuse it while the
-		 * checkpoint freed it (+40 MiB peak at 64 ranks). */
-		if (mdl_cols_reserve_moving(&hs->pts, hs->pts.n + hs->reserved + bs->pts.n))
+		/* A new series' first head columns are made on the series creator
+		 * thread and grown on the HTTP workers; realloc keeps a block in
+		 * its first malloc arena, so the whole first head stayed in the
+		 * creator's arena, and the next head, made on the workers, could
+		 * not reuse that memory as the checkpoint freed it (+40 MiB peak
+		 * at 64 ranks). Their first growth off the creator moves them
+		 * into the growing thread's arena; other growths realloc. */
+		size_t want = hs->pts.n + hs->reserved + bs->pts.n, cap = hs->pts.cap;
+		bool move = hs->creator_cols && !sti_on_creator;
+		if (move ? mdl_cols_reserve_moving(&hs->pts, want)
+			 : mdl_cols_reserve(&hs->pts, want))
 			return -ENOMEM;
+		if (move && hs->pts.cap != cap)
+			hs->creator_cols = false;
 		uint64_t grown = sti_cols_bytes(&hs->pts) - before;
 		h->bytes += grown;
 		atomic_fetch_add(&s->head_bytes, grown);
