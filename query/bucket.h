@@ -62,6 +62,11 @@ struct qry_bucketing {
 	 * be decoded without their timestamp column (see bucket.c, "Reading a
 	 * series"). count, nan_count, min, max and sum are exact either way. */
 	bool ts_unused;
+	/* The caller reads only count, nan_count and sum of the buckets
+	 * (cross-rank, outliers: means): points folded as they are decoded
+	 * (see bucket.c) may then leave min, max, first and last unset. The
+	 * three it reads are the same either way. */
+	bool sums_only;
 };
 
 /* One bucket of one series: its key and the partial aggregate of its

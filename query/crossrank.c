@@ -432,6 +432,7 @@ int qry_crossrank(struct sto *s, const struct qry_xr_req *req, struct qry_xr_res
 	if (!req->spec.axis_set && !req->spec.points && bk.axis == QRY_AXIS_STEP)
 		bk.width = 1; /* default: one bucket per step */
 	bk.ts_unused = true;  /* per-rank counts and sums only */
+	bk.sums_only = true;
 	rc = collect(sc, &m, &bk, &part, err);
 	if (rc)
 		goto out;
