@@ -12,8 +12,8 @@
  * of the comparison.
  *
  * The partial (struct qry_xr_part) keeps per (bucket, rank) the count and
- * sum of the rank's values, so partials of series read apart (the two
- * threads here, nodes of a scale-out) merge before the rows are made; the
+ * sum of the rank's values, so partials of series read apart (the parts
+ * of qry_agg_each, nodes of a scale-out) merge before the rows are made; the
  * Grafana datasource's crossrank-* series use the same partial and rows.
  *
  * Memory: one cell per non-empty rank bucket, bounded by the points and
@@ -349,7 +349,7 @@ void qry_xr_result_free(struct qry_xr_result *r)
 
 struct collect_ctx {
 	const struct qry_match *m;
-	struct qry_xr_part part[2];
+	struct qry_xr_part part[QRY_EACH_MAX_PARTS];
 };
 
 static int collect_fn(void *arg, unsigned part, size_t i, const struct qry_buckets *bs)
@@ -361,7 +361,7 @@ static int collect_fn(void *arg, unsigned part, size_t i, const struct qry_bucke
 static void collect_reset(void *arg)
 {
 	struct collect_ctx *c = arg;
-	for (int k = 0; k < 2; k++)
+	for (unsigned k = 0; k < QRY_EACH_MAX_PARTS; k++)
 		qry_xr_part_free(&c->part[k]);
 }
 
@@ -378,7 +378,8 @@ static int collect(struct qry_scan *sc, const struct qry_match *m, const struct 
 	if (rc == 0) {
 		*p = c.part[0];
 		memset(&c.part[0], 0, sizeof(c.part[0]));
-		rc = qry_xr_part_merge(p, &c.part[1]);
+		for (unsigned k = 1; rc == 0 && k < QRY_EACH_MAX_PARTS; k++)
+			rc = qry_xr_part_merge(p, &c.part[k]);
 		if (rc)
 			qry_fail(err, QRY_E_INTERNAL, rc, "out of memory");
 	}

@@ -15,6 +15,7 @@
 #include "query/agg.h"
 #include "storage/sto.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -500,6 +501,128 @@ static bool same_column(const struct qry_xr_result *r, int col, const double *v,
 	return true;
 }
 
+/* ---- qry_agg_each: parts read by the query helper threads ---------------- */
+
+struct each_rec {
+	const struct qry_match *m;
+	struct qry_buckets *got; /* per series */
+	unsigned *part;		 /* per series */
+	size_t fail_at;		 /* fn fails at this series (SIZE_MAX: never) */
+	int resets;
+};
+
+static int each_fn(void *arg, unsigned part, size_t i, const struct qry_buckets *bs)
+{
+	struct each_rec *r = arg;
+	if (i == r->fail_at)
+		return -EIO;
+	r->part[i] = part;
+	qry_buckets_free(&r->got[i]);
+	return qry_buckets_merge(&r->got[i], bs); /* a copy */
+}
+
+static void each_reset(void *arg)
+{
+	struct each_rec *r = arg;
+	r->resets++;
+	for (size_t i = 0; i < r->m->n; i++)
+		qry_buckets_free(&r->got[i]);
+}
+
+static bool same_buckets(const struct qry_buckets *x, const struct qry_buckets *y)
+{
+	if (x->n != y->n)
+		return false;
+	for (size_t i = 0; i < x->n; i++)
+		if (x->b[i].key != y->b[i].key || x->b[i].a.count != y->b[i].a.count ||
+		    x->b[i].a.nan_count != y->b[i].a.nan_count || x->b[i].a.sum != y->b[i].a.sum)
+			return false;
+	return true;
+}
+
+/* Every series of the match read in parts gives what qry_agg_series gives
+ * one by one, with the same counters; parts are consecutive slices in
+ * series order; a callback error or the point budget fails the read with
+ * the error and series index of the plain loop. */
+static void test_each_parts(void)
+{
+	const char *metrics[] = {"loss", "gpu"};
+	struct qry_match_req mr = {.job = "jq", .metrics = metrics, .nmetrics = 2};
+	struct qry_match m = {0};
+	struct qry_error err;
+	CHECK_EQ_INT(qry_match(store, &mr, &m, &err), 0);
+	CHECK(m.n >= 16);
+	struct qry_bucketing bk = {.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
+				   .axis = QRY_AXIS_STEP,
+				   .width = 7,
+				   .attempt = QRY_ATTEMPT_LATEST,
+				   .ts_unused = true,
+				   .sums_only = true};
+	struct each_rec r = {.m = &m, .fail_at = SIZE_MAX};
+	r.got = calloc(m.n, sizeof(*r.got));
+	r.part = calloc(m.n, sizeof(*r.part));
+	struct qry_scan par, ser;
+	qry_scan_init(&par, store, 10000000);
+	qry_scan_init(&ser, store, 10000000);
+	size_t failed = SIZE_MAX;
+	CHECK_EQ_INT(qry_agg_each(&par, &m, &bk, &(struct qry_each){each_fn, each_reset, &r}, &failed),
+		     0);
+	struct qry_buckets one = {0};
+	size_t same = 0, ordered = 0;
+	for (size_t i = 0; i < m.n; i++) {
+		CHECK_EQ_INT(qry_agg_series(&ser, m.v[i].id, &bk, &one), 0);
+		same += same_buckets(&one, &r.got[i]);
+		ordered += i == 0 || r.part[i] == r.part[i - 1] || r.part[i] == r.part[i - 1] + 1;
+	}
+	CHECK_EQ_INT(same, m.n);
+	CHECK_EQ_INT(ordered, m.n);
+	CHECK_EQ_INT(r.part[0], 0);
+	CHECK(r.part[m.n - 1] < QRY_EACH_MAX_PARTS);
+	fprintf(stderr, "  %zu series read in %u parts\n", m.n, r.part[m.n - 1] + 1);
+	CHECK(r.part[m.n - 1] >= 1); /* split: at least one helper thread */
+	CHECK_EQ_INT(par.points_read, ser.points_read);
+	CHECK_EQ_INT(par.chunks_decoded, ser.chunks_decoded);
+	CHECK_EQ_INT(par.chunks_stats, ser.chunks_stats);
+	CHECK_EQ_INT(r.resets, 0);
+
+	/* a callback failing in the last part: its error, its index */
+	r.fail_at = m.n - 2;
+	failed = SIZE_MAX;
+	CHECK_EQ_INT(qry_agg_each(&par, &m, &bk, &(struct qry_each){each_fn, each_reset, &r}, &failed),
+		     -EIO);
+	CHECK_EQ_INT(failed, m.n - 2);
+	CHECK_EQ_INT(r.resets, 1);
+
+	/* over the point budget: RDB_ELIMIT at the series the plain loop stops at */
+	r.fail_at = SIZE_MAX;
+	uint64_t budget = ser.points_read / 2;
+	struct qry_scan small;
+	qry_scan_init(&small, store, budget);
+	size_t want = SIZE_MAX;
+	int want_rc = 0;
+	for (size_t i = 0; i < m.n && want_rc == 0; i++)
+		if ((want_rc = qry_agg_series(&small, m.v[i].id, &bk, &one)) != 0)
+			want = i;
+	qry_scan_free(&small);
+	qry_scan_init(&small, store, budget);
+	failed = SIZE_MAX;
+	CHECK_EQ_INT(want_rc, RDB_ELIMIT);
+	CHECK_EQ_INT(
+	    qry_agg_each(&small, &m, &bk, &(struct qry_each){each_fn, each_reset, &r}, &failed),
+	    RDB_ELIMIT);
+	CHECK_EQ_INT(failed, want);
+	qry_scan_free(&small);
+
+	qry_buckets_free(&one);
+	for (size_t i = 0; i < m.n; i++)
+		qry_buckets_free(&r.got[i]);
+	free(r.got);
+	free(r.part);
+	qry_scan_free(&par);
+	qry_scan_free(&ser);
+	qry_match_free(&m);
+}
+
 static void test_crossrank(void)
 {
 	struct qry_bucketing bk = {.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
@@ -728,6 +851,7 @@ int main(void)
 	RUN(test_downsample_time_axis);
 	RUN(test_point_bound);
 	RUN(test_buckets_merge);
+	RUN(test_each_parts);
 	RUN(test_crossrank);
 	RUN(test_crossrank_merge);
 	RUN(test_outliers_and_errors);
