@@ -569,8 +569,8 @@ static int fold_fast(struct pt_vec *pv, const struct mdl_cols *c, const struct q
 			return rc;
 		int64_t hi = pv->hi < shi ? pv->hi : shi;
 		struct mdl_agg *a = &pv->fold->b[pv->fold->n - 1].a;
-		size_t j = bk->sums_only ? fold_run_sums(c, i + 1, hi, a)
-					 : fold_run(c, i + 1, hi, a);
+		size_t j =
+		    bk->sums_only ? fold_run_sums(c, i + 1, hi, a) : fold_run(c, i + 1, hi, a);
 		pv->last = (struct pt){.key = p.key,
 				       .ts = ts[j - 1],
 				       .step = step[j - 1],

@@ -183,11 +183,8 @@ int qry_agg_extent_all(struct qry_scan *sc, const struct qry_match *m, const str
 	struct qry_task t[QRY_EACH_MAX_PARTS];
 	unsigned np = parts_for(m->n);
 	for (unsigned k = 0; k < np; k++) {
-		h[k] = (struct ext_part){.sc = sc,
-					 .m = m,
-					 .r = r,
-					 .lo = m->n * k / np,
-					 .hi = m->n * (k + 1) / np};
+		h[k] = (struct ext_part){
+		    .sc = sc, .m = m, .r = r, .lo = m->n * k / np, .hi = m->n * (k + 1) / np};
 		qry_extent_init(&h[k].e);
 		t[k] = (struct qry_task){.fn = ext_run, .arg = &h[k]};
 	}

@@ -67,8 +67,8 @@ static void test_threads_bounded(void)
 
 static void test_one_caller(void)
 {
-	static const size_t sizes[] = {0, 1, 2, 3, 8, QRY_POOL_QUEUE, QRY_POOL_QUEUE + 1,
-				       3 * QRY_POOL_QUEUE + 5};
+	static const size_t sizes[] = {
+	    0, 1, 2, 3, 8, QRY_POOL_QUEUE, QRY_POOL_QUEUE + 1, 3 * QRY_POOL_QUEUE + 5};
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
 		run_batch(sizes[i]);
 }

@@ -565,8 +565,8 @@ static void test_each_parts(void)
 	qry_scan_init(&par, store, 10000000);
 	qry_scan_init(&ser, store, 10000000);
 	size_t failed = SIZE_MAX;
-	CHECK_EQ_INT(qry_agg_each(&par, &m, &bk, &(struct qry_each){each_fn, each_reset, &r}, &failed),
-		     0);
+	CHECK_EQ_INT(
+	    qry_agg_each(&par, &m, &bk, &(struct qry_each){each_fn, each_reset, &r}, &failed), 0);
 	struct qry_buckets one = {0};
 	size_t same = 0, ordered = 0;
 	for (size_t i = 0; i < m.n; i++) {
@@ -588,8 +588,9 @@ static void test_each_parts(void)
 	/* a callback failing in the last part: its error, its index */
 	r.fail_at = m.n - 2;
 	failed = SIZE_MAX;
-	CHECK_EQ_INT(qry_agg_each(&par, &m, &bk, &(struct qry_each){each_fn, each_reset, &r}, &failed),
-		     -EIO);
+	CHECK_EQ_INT(
+	    qry_agg_each(&par, &m, &bk, &(struct qry_each){each_fn, each_reset, &r}, &failed),
+	    -EIO);
 	CHECK_EQ_INT(failed, m.n - 2);
 	CHECK_EQ_INT(r.resets, 1);
 
