@@ -88,6 +88,7 @@ static void pool_start(void)
 				i, want);
 			break;
 		}
+		pthread_setname_np(t, "rdb-query"); /* as top and perf show it */
 		pool.threads++;
 	}
 	pthread_attr_destroy(&attr);
