@@ -8,6 +8,12 @@
  * helper pops a task, runs it without the lock, then counts it done in
  * its batch and wakes the batch's caller.
  *
+ * Waking a sleeping thread takes tens of microseconds, and a query's
+ * passes (extent, then read) are a few hundred: a caller polls for its
+ * last tasks for WAIT_SPIN_NS before it sleeps. Helpers never poll: on a
+ * machine with few cores a polling helper takes the core the client or
+ * another query needs (measured: slower, docs/BENCHMARKS.md).
+ *
  * Threading: helpers are started once (pthread_once) and never stop; they
  * hold no memory of their own. Failure: a helper that cannot be started
  * leaves fewer helpers (none: every task runs on its caller).
@@ -16,14 +22,24 @@
 #include "common/rdb_log.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+/* How long a caller polls for the tasks helpers took before it sleeps:
+ * waking a sleeping thread costs tens of microseconds (more in a VM, whose
+ * idle vCPU has halted), and a helper that started late is often that
+ * close to done. */
+#define WAIT_SPIN_NS 50000
 
 /* The tasks of one qry_pool_run call that helpers took. */
 struct qry_pool_batch {
-	size_t taken, done;
+	size_t taken;
+	atomic_size_t done;
 	pthread_cond_t done_cv;
+	bool caller_sleeps; /* the caller waits on done_cv (under the mutex) */
 };
 
 static struct {
@@ -35,6 +51,20 @@ static struct {
 } pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .work_cv = PTHREAD_COND_INITIALIZER};
 
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+
+static long long now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (long long)t.tv_sec * 1000000000ll + t.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
 
 static struct qry_task *pop_locked(void)
 {
@@ -64,7 +94,8 @@ static void *helper(void *arg)
 		pthread_mutex_unlock(&pool.mu);
 		t->fn(t->arg);
 		pthread_mutex_lock(&pool.mu);
-		if (++b->done == b->taken)
+		atomic_fetch_add(&b->done, 1);
+		if (b->caller_sleeps && atomic_load(&b->done) == b->taken)
 			pthread_cond_signal(&b->done_cv);
 	}
 	return NULL;
@@ -100,11 +131,29 @@ unsigned qry_pool_threads(void)
 	return pool.threads;
 }
 
+/* Waits until every task of b that helpers took is done: polls a while,
+ * then sleeps. Called with the mutex held; returns with it held. */
+static void wait_done(struct qry_pool_batch *b)
+{
+	long long until = now_ns() + WAIT_SPIN_NS;
+	pthread_mutex_unlock(&pool.mu);
+	for (unsigned i = 1; atomic_load(&b->done) < b->taken; i++) {
+		cpu_relax();
+		if (i % 64 == 0 && now_ns() >= until)
+			break;
+	}
+	pthread_mutex_lock(&pool.mu);
+	b->caller_sleeps = true;
+	while (atomic_load(&b->done) < b->taken)
+		pthread_cond_wait(&b->done_cv, &pool.mu);
+}
+
 void qry_pool_run(struct qry_task *tasks, size_t n)
 {
 	if (n == 0)
 		return;
-	struct qry_pool_batch b = {0};
+	struct qry_pool_batch b = {.taken = 0};
+	atomic_init(&b.done, 0);
 	size_t queued = 0;
 	if (n > 1 && qry_pool_threads() > 0) {
 		pthread_cond_init(&b.done_cv, NULL);
@@ -137,8 +186,7 @@ void qry_pool_run(struct qry_task *tasks, size_t n)
 		tasks[i].fn(tasks[i].arg);
 		pthread_mutex_lock(&pool.mu);
 	}
-	while (b.done < b.taken)
-		pthread_cond_wait(&b.done_cv, &pool.mu);
+	wait_done(&b);
 	pthread_mutex_unlock(&pool.mu);
 	pthread_cond_destroy(&b.done_cv);
 }
