@@ -626,6 +626,82 @@ static void test_each_parts(void)
 	qry_match_free(&m);
 }
 
+/* A pass over many series (>= 128: the extent pass splits too) gives what
+ * the plain loops give: the same extent as qry_agg_extent series by series,
+ * the same buckets as qry_agg_series, and the cross-rank rows of the
+ * reference (each rank's mean of its values, then the mean across ranks). */
+static void test_many_series(void)
+{
+	enum { NSER = 160, PTS = 5 };
+	struct sto *s = open_store("many", 4);
+	struct mdl_batch *b;
+	CHECK_EQ_INT(mdl_batch_new(1 << 16, 64, &b), 0);
+	for (uint32_t r = 0; r < NSER; r++) {
+		for (int64_t k = 0; k < PTS; k++) {
+			double v = (double)((r * 7 + (uint32_t)k * 3) % 11) * 0.5;
+			int64_t step = (int64_t)r % 3 + k * 2; /* extents differ per rank */
+			CHECK_EQ_INT(mdl_batch_add(b, "jm", 2, r, "loss", 4, T0 + step * 1000 + r,
+						   step, 0, rdb_f64_bits(v)),
+				     0);
+		}
+		CHECK_EQ_INT(sto_write(s, b), 0);
+		mdl_batch_reset(b);
+		if (r == NSER / 2)
+			CHECK_EQ_INT(sto_checkpoint(s), 0); /* half in chunks, half in the head */
+	}
+	mdl_batch_free(b);
+	const char *metrics[] = {"loss"};
+	struct qry_match_req mr = {.job = "jm", .metrics = metrics, .nmetrics = 1};
+	struct qry_match m = {0};
+	struct qry_error err;
+	CHECK_EQ_INT(qry_match(s, &mr, &m, &err), 0);
+	CHECK_EQ_INT(m.n, NSER);
+	struct sto_range all_r = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX};
+	struct qry_scan sc;
+	qry_scan_init(&sc, s, 10000000);
+	struct qry_extent split, plain;
+	qry_extent_init(&split);
+	qry_extent_init(&plain);
+	size_t failed = 0;
+	CHECK_EQ_INT(qry_agg_extent_all(&sc, &m, &all_r, &split, &failed), 0);
+	for (size_t i = 0; i < m.n; i++)
+		CHECK_EQ_INT(qry_agg_extent(&sc, m.v[i].id, &all_r, &plain), 0);
+	CHECK(split.any && plain.any && split.has_steps == plain.has_steps);
+	CHECK(split.min_ts == plain.min_ts && split.max_ts == plain.max_ts);
+	CHECK(split.min_step == plain.min_step && split.max_step == plain.max_step);
+	CHECK_EQ_INT(plain.min_step, 0);
+	CHECK_EQ_INT(plain.max_step, 2 + (PTS - 1) * 2);
+	qry_scan_free(&sc);
+
+	/* one bucket over every step: per rank the mean of its PTS values */
+	struct qry_xr_req q = {.job = "jm",
+			       .metric = "loss",
+			       .max_points = 10000000,
+			       .cols = QRY_XR_COUNT | QRY_XR_MEAN,
+			       .spec = {.range = all_r,
+					.axis_set = true,
+					.axis = QRY_AXIS_STEP,
+					.width = 1000,
+					.attempt = QRY_ATTEMPT_LATEST}};
+	struct qry_xr_result out;
+	CHECK_EQ_INT(qry_crossrank(s, &q, &out, &err), 0);
+	CHECK_EQ_INT(out.nrows, 1);
+	double means = 0; /* each rank's mean over its PTS points, summed in rank order */
+	for (uint32_t r = 0; r < NSER; r++) {
+		double rs = 0;
+		for (int64_t k = 0; k < PTS; k++)
+			rs += (double)((r * 7 + (uint32_t)k * 3) % 11) * 0.5;
+		means += rs / PTS;
+	}
+	if (out.nrows == 1) {
+		CHECK_EQ_INT(out.rows[0].count, NSER);
+		CHECK(out.rows[0].mean == means / NSER);
+	}
+	qry_xr_result_free(&out);
+	qry_match_free(&m);
+	sto_close(s);
+}
+
 static void test_crossrank(void)
 {
 	struct qry_bucketing bk = {.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
@@ -859,6 +935,7 @@ int main(void)
 	RUN(test_outliers_and_errors);
 	RUN(test_step_axis_without_timestamps); /* checkpoints the store */
 	RUN(test_each_parts);			/* after it: no head point left to seal meanwhile */
+	RUN(test_many_series);
 	RUN(test_meta);
 	sto_close(store);
 	free(all);
