@@ -844,6 +844,18 @@ int sto_list_series(struct sto *s, const char *job, sto_series_fn fn, void *arg)
 	return rc;
 }
 
+int sto_list_series_metric(struct sto *s, const char *job, sto_metric_want_fn want,
+			   sto_series_fn fn, void *arg)
+{
+	struct sto_txn *t;
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc)
+		return rc;
+	rc = sto_series_scan_metric(t, job, want, fn, arg);
+	sto_txn_abort(t);
+	return rc;
+}
+
 int sto_lookup_series(struct sto *s, const struct mdl_series_key *k, uint64_t *id)
 {
 	struct sto_txn *t;

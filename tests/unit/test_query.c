@@ -877,6 +877,52 @@ static void test_outliers_and_errors(void)
 	sto_close(s);
 }
 
+/* Series selection: exact names over every rank list only those names'
+ * series (in (rank, metric) order, as a listing of the job selects them);
+ * an alias finds the series under its other name; a rank filter, an
+ * unknown metric and an unknown job are told apart. */
+static void test_match(void)
+{
+	const char *both[] = {"gpu", "loss"}, *alias[] = {"train.loss"}, *none[] = {"nope"};
+	struct qry_match_req mr = {.job = "jq", .metrics = both, .nmetrics = 2};
+	struct qry_match m = {0};
+	struct qry_error err;
+	CHECK_EQ_INT(qry_match(store, &mr, &m, &err), 0);
+	CHECK_EQ_INT(m.n, 2 * NRANKS);
+	size_t good = 0;
+	for (size_t i = 0; i < m.n; i++)
+		good += m.v[i].key.rank == i / 2 &&
+			strcmp(m.v[i].key.metric, metric_names[i % 2 ? M_LOSS : M_GPU]) == 0 &&
+			m.v[i].id == sid(store, (uint32_t)(i / 2), m.v[i].key.metric);
+	CHECK_EQ_INT(good, m.n);
+	qry_match_free(&m);
+
+	mr.metrics = alias;
+	mr.nmetrics = 1;
+	CHECK_EQ_INT(qry_match(store, &mr, &m, &err), 0);
+	CHECK_EQ_INT(m.n, NRANKS);
+	CHECK(m.n && strcmp(m.v[0].key.metric, "loss") == 0);
+	qry_match_free(&m);
+
+	uint32_t far[] = {NRANKS + 5};
+	mr.metrics = both;
+	mr.ranks = far;
+	mr.nranks = 1;
+	CHECK_EQ_INT(qry_match(store, &mr, &m, &err), 0); /* known metric, no such rank */
+	CHECK_EQ_INT(m.n, 0);
+	qry_match_free(&m);
+
+	mr.ranks = NULL;
+	mr.nranks = 0;
+	mr.metrics = none;
+	CHECK_EQ_INT(qry_match(store, &mr, &m, &err), RDB_ENOTFOUND);
+	CHECK(err.code == QRY_E_NOT_FOUND && strstr(err.msg, "has no metric"));
+	mr.job = "nope";
+	CHECK_EQ_INT(qry_match(store, &mr, &m, &err), RDB_ENOTFOUND);
+	CHECK(err.code == QRY_E_NOT_FOUND && strstr(err.msg, "unknown job"));
+	qry_match_free(&m);
+}
+
 static void test_meta(void)
 {
 	struct sto *dir = open_store("meta", 16);
@@ -936,6 +982,7 @@ int main(void)
 	RUN(test_step_axis_without_timestamps); /* checkpoints the store */
 	RUN(test_each_parts);			/* after it: no head point left to seal meanwhile */
 	RUN(test_many_series);
+	RUN(test_match);
 	RUN(test_meta);
 	sto_close(store);
 	free(all);
