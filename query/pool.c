@@ -148,6 +148,26 @@ static void wait_done(struct qry_pool_batch *b)
 		pthread_cond_wait(&b->done_cv, &pool.mu);
 }
 
+/* Runs the tasks of tasks[1..queued] still queued (their slots emptied),
+ * then waits for those helpers took. */
+static void take_back_and_wait(struct qry_task *tasks, size_t queued, struct qry_pool_batch *b)
+{
+	pthread_mutex_lock(&pool.mu);
+	for (size_t i = 1; i <= queued; i++) {
+		if (!tasks[i].queued)
+			continue;
+		for (size_t k = 0; k < pool.count; k++)
+			if (pool.ring[(pool.head + k) % QRY_POOL_QUEUE] == &tasks[i])
+				pool.ring[(pool.head + k) % QRY_POOL_QUEUE] = NULL;
+		tasks[i].queued = false;
+		pthread_mutex_unlock(&pool.mu);
+		tasks[i].fn(tasks[i].arg);
+		pthread_mutex_lock(&pool.mu);
+	}
+	wait_done(b);
+	pthread_mutex_unlock(&pool.mu);
+}
+
 void qry_pool_run(struct qry_task *tasks, size_t n)
 {
 	if (n == 0)
@@ -155,7 +175,8 @@ void qry_pool_run(struct qry_task *tasks, size_t n)
 	struct qry_pool_batch b = {.taken = 0};
 	atomic_init(&b.done, 0);
 	size_t queued = 0;
-	if (n > 1 && qry_pool_threads() > 0) {
+	bool pooled = n > 1 && qry_pool_threads() > 0;
+	if (pooled) {
 		pthread_cond_init(&b.done_cv, NULL);
 		pthread_mutex_lock(&pool.mu);
 		for (size_t i = 1; i < n && pool.count < QRY_POOL_QUEUE; i++) {
@@ -172,21 +193,8 @@ void qry_pool_run(struct qry_task *tasks, size_t n)
 	/* tasks the queue had no room for, then those no helper took */
 	for (size_t i = 1 + queued; i < n; i++)
 		tasks[i].fn(tasks[i].arg);
-	if (queued == 0)
-		return;
-	pthread_mutex_lock(&pool.mu);
-	for (size_t i = 1; i <= queued; i++) {
-		if (!tasks[i].queued)
-			continue;
-		for (size_t k = 0; k < pool.count; k++)
-			if (pool.ring[(pool.head + k) % QRY_POOL_QUEUE] == &tasks[i])
-				pool.ring[(pool.head + k) % QRY_POOL_QUEUE] = NULL;
-		tasks[i].queued = false;
-		pthread_mutex_unlock(&pool.mu);
-		tasks[i].fn(tasks[i].arg);
-		pthread_mutex_lock(&pool.mu);
-	}
-	wait_done(&b);
-	pthread_mutex_unlock(&pool.mu);
-	pthread_cond_destroy(&b.done_cv);
+	if (queued)
+		take_back_and_wait(tasks, queued, &b);
+	if (pooled)
+		pthread_cond_destroy(&b.done_cv);
 }
