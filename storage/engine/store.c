@@ -249,6 +249,7 @@ static bool checkpoint_due(struct sto *s)
 static void *flusher_main(void *arg)
 {
 	struct sto *s = arg;
+	pthread_setname_np(pthread_self(), "rdb-checkpoint");
 	pthread_mutex_lock(&s->flush_lock);
 	while (!s->stop) {
 		bool want = s->ckpt_wanted;

@@ -475,6 +475,7 @@ static void creator_run(struct sto *s, struct sti_create_req *q)
 static void *creator_main(void *arg)
 {
 	struct sto *s = arg;
+	pthread_setname_np(pthread_self(), "rdb-series");
 	pthread_mutex_lock(&s->cq_mu);
 	for (;;) {
 		while (!s->cq_head && !s->cq_stop)

@@ -467,6 +467,7 @@ static struct sto_wal_async *finish_group(struct sto_wal *w, struct group *g)
 static void *wal_thread(void *arg)
 {
 	struct sto_wal *w = arg;
+	pthread_setname_np(pthread_self(), "rdb-wal");
 	struct group g;
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
