@@ -366,6 +366,22 @@ void sti_batch_free_all(struct sto *s)
 
 /* ---- write ------------------------------------------------------------------ */
 
+/* RDB_ELIMIT if the definitions of all n series of b could not fit one
+ * WAL record (only a request of ~650k series or more comes near): the
+ * WAL would fail the whole group it lands in, not just this write. */
+static int check_defs_size(const struct mdl_batch *b, size_t n)
+{
+	if ((uint64_t)n * STO_WAL_DEF_MAX_BYTES + 4 <= STO_WAL_MAX_PAYLOAD)
+		return 0;
+	uint64_t bytes = 4;
+	for (size_t i = 0; i < n; i++) {
+		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
+		bytes += STO_WAL_DEF_MAX_BYTES - MDL_JOB_MAX - MDL_METRIC_MAX + bs->job_len +
+			 bs->metric_len;
+	}
+	return bytes <= STO_WAL_MAX_PAYLOAD ? 0 : RDB_ELIMIT;
+}
+
 /* Encodes a request as one STO_WAL_REC_CBATCH record (into rec, emptied
  * first), its series i named by ents[i]'s id. */
 static int encode_request(const struct sto_write_req *req, struct series_ent **ents,
@@ -395,7 +411,7 @@ static int encode_request(const struct sto_write_req *req, struct series_ent **e
 	}
 	if (sids != sids_stack)
 		free(sids);
-	return rc;
+	return rc ? rc : check_defs_size(req->points, n);
 }
 
 /* What a record's definitions hook needs: its series, in batch order. */

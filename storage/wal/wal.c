@@ -676,7 +676,9 @@ static int wal_alloc(const struct sto_wal_options *opt, struct sto_wal **out)
 	w->prealloc = opt->prealloc_bytes;
 	w->dir = strdup(opt->dir);
 	w->iov = calloc(IOV_PER_REC * w->queue_max, sizeof(*w->iov));
-	rdb_buf_init(&w->defs, (size_t)STO_WAL_MAX_PAYLOAD + STO_WAL_REC_HEADER_SIZE);
+	/* A group's definitions: each record's fit one record (the writers
+	 * check), several huge ones together may not (the group then fails). */
+	rdb_buf_init(&w->defs, 4 * ((size_t)STO_WAL_MAX_PAYLOAD + STO_WAL_REC_HEADER_SIZE));
 	w->epoch = atomic_fetch_add(&epoch_next, 1);
 	int result = (w->dir && w->iov) ? wal_init_sync(w) : -ENOMEM;
 	if (!result)
