@@ -631,13 +631,14 @@ int sto_verify_wal(const char *data_dir, sto_problem_fn fn, void *arg,
 		else
 			verify_wal_file(&v, dir, gens[i], i + 1 == n, &res);
 		if (ids.undefined)
-			problem(&v,
-				"WAL %s/wal-%016llx.log: %llu record(s) name a series id that no "
-				"earlier record of the file defines (the first: %llu); their "
-				"definitions were lost with damaged bytes, and the next start skips "
-				"those records",
-				dir, (unsigned long long)gens[i], (unsigned long long)ids.undefined,
-				(unsigned long long)ids.first_sid);
+			problem(
+			    &v,
+			    "WAL %s/wal-%016llx.log: %llu record(s) name a series id that no "
+			    "earlier record of the file defines (the first: %llu); their "
+			    "definitions were lost with damaged bytes, and the next start skips "
+			    "those records",
+			    dir, (unsigned long long)gens[i], (unsigned long long)ids.undefined,
+			    (unsigned long long)ids.first_sid);
 	}
 	rdb_map_free(&ids.defined);
 	mdl_batch_free(ids.b);

@@ -234,13 +234,27 @@ int sti_checkpoint(struct sto *s)
  * behind a 2 M points/s load and the peak grew instead.) */
 #define HEAD_CKPT_FRACTION 4
 
+/* A checkpoint also starts once the head holds wal_rotate_bytes / this
+ * many points (1 M at the default 64 MiB). Until WAL records named series
+ * by id, the WAL size alone set the cadence: a per-rank record took ~66
+ * bytes per point (2,110 per 32-point record), a bulk one ~29, so a 64
+ * MiB file held 1 to 2.3 M points. Records of ~14-15 bytes per point let
+ * the head grow two to four times as far, and the peak RSS with it (per-rank
+ * load at 64 connections: 93 -> 142-159 MiB with a 2 M point trigger,
+ * 93-96 MiB with this one; bulk 64 and 512 ranks at or below before, at 15-20
+ * checkpoints instead of 12-14 for 512 ranks). Points, not head bytes: a
+ * job of very many series carries ~0.5 KiB of fixed head overhead per
+ * series, which head_max_bytes / HEAD_CKPT_FRACTION already bounds. */
+#define HEAD_CKPT_POINT_BYTES 64
+
 static bool checkpoint_due(struct sto *s)
 {
 	pthread_mutex_lock(&s->head_lock);
 	struct head *h = s->active;
 	bool due = h->points > 0 && rdb_now_mono_ns() - h->first_mono_ns >=
 					(int64_t)s->opt.checkpoint_interval_s * 1000000000;
-	bool over = atomic_load(&s->head_bytes) > s->opt.head_max_bytes / HEAD_CKPT_FRACTION &&
+	bool over = (atomic_load(&s->head_bytes) > s->opt.head_max_bytes / HEAD_CKPT_FRACTION ||
+		     h->points > s->opt.wal_rotate_bytes / HEAD_CKPT_POINT_BYTES) &&
 		    h->points > 0;
 	pthread_mutex_unlock(&s->head_lock);
 	return due || over || s->frozen || sto_wal_size(s->wal) > s->opt.wal_rotate_bytes;

@@ -202,12 +202,12 @@ int sto_events_decode(struct mdl_events *b, const uint8_t *p, size_t len)
  * any delta, e.g. from a step to MDL_STEP_NONE, wraps instead of
  * overflowing. */
 
-#define VARINT_MAX	10u
-#define DEF_FIXED	(8u + 1u + 4u + 2u)
-#define CPT_MIN_POINT	(3u + 8u)    /* three 1-byte deltas and the value */
-#define CPT_MIN_SERIES	2u	     /* two 1-byte varints */
-#define CPT_MAX_POINT	(3u * VARINT_MAX + 8u)
-#define CPT_MAX_SERIES	(2u * VARINT_MAX)
+#define VARINT_MAX     10u
+#define DEF_FIXED      (8u + 1u + 4u + 2u)
+#define CPT_MIN_POINT  (3u + 8u) /* three 1-byte deltas and the value */
+#define CPT_MIN_SERIES 2u	 /* two 1-byte varints */
+#define CPT_MAX_POINT  (3u * VARINT_MAX + 8u)
+#define CPT_MAX_SERIES (2u * VARINT_MAX)
 
 static uint8_t *put_varint(uint8_t *p, uint64_t v)
 {
@@ -423,7 +423,8 @@ int sto_batch_decode_compact(struct mdl_batch *b, const uint8_t *p, size_t len,
 			*missing_sid = sid;
 			return RDB_ENOTFOUND;
 		}
-		if (!mdl_job_valid(k->job, k->job_len) || !mdl_metric_valid(k->metric, k->metric_len))
+		if (!mdl_job_valid(k->job, k->job_len) ||
+		    !mdl_metric_valid(k->metric, k->metric_len))
 			return RDB_ECORRUPT;
 		int rc = cpt_points(b, k, npoints, &p, end, &first);
 		if (rc)

@@ -82,8 +82,8 @@ typedef int (*sto_wal_defs_fn)(void *arg, uint64_t epoch, struct rdb_buf *out);
 /* One record to append. */
 struct sto_wal_rec {
 	uint8_t type;
-	const void *payload; /* len bytes, read until the append is done */
-	size_t len;	     /* <= STO_WAL_MAX_PAYLOAD */
+	const void *payload;	 /* len bytes, read until the append is done */
+	size_t len;		 /* <= STO_WAL_MAX_PAYLOAD */
 	sto_wal_defs_fn defs_fn; /* NULL: the record needs no definitions */
 	void *defs_arg;		 /* valid until the append is done */
 };
@@ -149,7 +149,7 @@ struct sto_wal_stats {
 	uint64_t sync_ns_total; /* time spent in write+fdatasync */
 	uint64_t sync_ns_max;
 	uint64_t errors;
-	uint64_t group_max; /* most records one write(+fdatasync) covered */
+	uint64_t group_max;   /* most records one write(+fdatasync) covered */
 	uint64_t def_records; /* definition records the WAL framed (not in records) */
 	uint64_t def_bytes;   /* their bytes, incl. headers (also in bytes) */
 };

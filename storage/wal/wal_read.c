@@ -215,8 +215,7 @@ static int intact_at(struct replay_ctx *c, uint64_t off)
 	int rc = reader_get(&c->rd, off, STO_WAL_REC_HEADER_SIZE, &h);
 	if (rc)
 		return rc < 0 ? rc : 0;
-	if (check_rec_header(h, &len, &why) || h[4] < STO_WAL_REC_POINTS ||
-	    h[4] > STO_WAL_REC_LAST)
+	if (check_rec_header(h, &len, &why) || h[4] < STO_WAL_REC_POINTS || h[4] > STO_WAL_REC_LAST)
 		return 0;
 	if (c->rd.file_bytes - off - STO_WAL_REC_HEADER_SIZE < len)
 		return 0;

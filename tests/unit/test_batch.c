@@ -453,19 +453,24 @@ static void random_batch(struct mdl_batch *b, uint64_t *sids)
 		uint32_t rank = i == 1 ? MDL_RANK_JOB : (uint32_t)(rnd() % 5000);
 		size_t npts = 1 + rnd() % 50;
 		for (size_t k = 0; k < npts; k++) {
-			int64_t ts = (int64_t)(rnd() % 4 == 0 ? rnd() : 1700000000000000000ull + rnd() % 1000000);
+			int64_t ts =
+			    (int64_t)(rnd() % 4 == 0 ? rnd()
+						     : 1700000000000000000ull + rnd() % 1000000);
 			if (k == 3)
 				ts = INT64_MIN;
 			if (k == 4)
 				ts = INT64_MAX;
-			int64_t step = rnd() % 3 == 0 ? MDL_STEP_NONE : (int64_t)(rnd() % 100000) - 500;
+			int64_t step =
+			    rnd() % 3 == 0 ? MDL_STEP_NONE : (int64_t)(rnd() % 100000) - 500;
 			uint32_t attempt = rnd() % 5 == 0 ? (uint32_t)rnd() : (uint32_t)(rnd() % 3);
-			CHECK_EQ_INT(mdl_batch_add(b, job, jl, rank, metric, ml, ts, step, attempt, rnd()),
-				     0);
+			CHECK_EQ_INT(
+			    mdl_batch_add(b, job, jl, rank, metric, ml, ts, step, attempt, rnd()),
+			    0);
 		}
 	}
 	for (size_t i = 0; i < mdl_batch_nseries(b); i++)
-		sids[i] = i % 7 == 3 ? UINT64_MAX - i : (rnd() % 2 ? 1 + i * 3 : 1 + rnd() % 1000000);
+		sids[i] =
+		    i % 7 == 3 ? UINT64_MAX - i : (rnd() % 2 ? 1 + i * 3 : 1 + rnd() % 1000000);
 }
 
 static void test_compact_round_trip(void)
@@ -485,8 +490,8 @@ static void test_compact_round_trip(void)
 		CHECK_EQ_INT(rdb_buf_append(&buf, "pre", 3), 0);
 		CHECK_EQ_INT(sto_batch_encode_compact(a, sids, &buf), 0);
 		uint64_t missing = 0;
-		if (sto_batch_decode_compact(b, buf.data + 3, buf.len - 3, table_get, &t, &missing) !=
-			0 ||
+		if (sto_batch_decode_compact(b, buf.data + 3, buf.len - 3, table_get, &t,
+					     &missing) != 0 ||
 		    !same(a, b) || !same(b, a))
 			bad++;
 	}
@@ -557,8 +562,10 @@ static void test_compact_hostile(void)
 	for (size_t i = 0; i < buf.len; i++) {
 		for (int bit = 0; bit < 8; bit += 3) {
 			buf.data[i] ^= (uint8_t)(1u << bit);
-			int rc = sto_batch_decode_compact(b, buf.data, buf.len, table_get, &t, &missing);
-			CHECK(rc == 0 || rc == RDB_ECORRUPT || rc == RDB_ELIMIT || rc == RDB_ENOTFOUND);
+			int rc =
+			    sto_batch_decode_compact(b, buf.data, buf.len, table_get, &t, &missing);
+			CHECK(rc == 0 || rc == RDB_ECORRUPT || rc == RDB_ELIMIT ||
+			      rc == RDB_ENOTFOUND);
 			buf.data[i] ^= (uint8_t)(1u << bit);
 		}
 	}
@@ -571,16 +578,16 @@ static void test_compact_hostile(void)
 	static const uint8_t many[] = {0xff, 0xff, 0xff, 0xff, 2, 1};
 	CHECK_EQ_INT(sto_batch_decode_compact(b, many, sizeof(many), table_get, &t, &missing),
 		     RDB_ECORRUPT);
-	static const uint8_t npts[] = {1, 0, 0, 0, 2, 0xff, 0xff, 0xff, 0xff, 0x0f, 0, 0, 0,
-				       0, 0, 0,	  0, 0,	   0,	 0,    0,    0};
+	static const uint8_t npts[] = {1, 0, 0, 0, 2, 0xff, 0xff, 0xff, 0xff, 0x0f, 0,
+				       0, 0, 0, 0, 0, 0,    0,	  0,	0,    0,    0};
 	CHECK_EQ_INT(sto_batch_decode_compact(b, npts, sizeof(npts), table_get, &t, &missing),
 		     RDB_ECORRUPT);
 	static const uint8_t ok[] = {1, 0, 0, 0, 2, 1, 2, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8};
 	CHECK_EQ_INT(sto_batch_decode_compact(b, ok, sizeof(ok), table_get, &t, &missing), 0);
 	CHECK_EQ_INT(mdl_batch_points(b), 1);
-	static const uint8_t longv[] = {1,    0,    0,	  0,	2,    1,    0x80, 0x80, 0x80, 0x80,
-					0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01, 0,	0,    1,
-					2,    3,    4,	  5,	6,    7,    8};
+	static const uint8_t longv[] = {1,    0,    0,	  0,	2,    1,    0x80, 0x80, 0x80,
+					0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01, 0,
+					0,    1,    2,	  3,	4,    5,    6,	  7,	8};
 	CHECK_EQ_INT(sto_batch_decode_compact(b, longv, sizeof(longv), table_get, &t, &missing),
 		     RDB_ECORRUPT);
 	static const uint8_t wide[] = {1,    0,	   0,	 0,    2,    1,	   0xff, 0xff, 0xff,
@@ -589,8 +596,8 @@ static void test_compact_hostile(void)
 	CHECK_EQ_INT(sto_batch_decode_compact(b, wide, sizeof(wide), table_get, &t, &missing),
 		     RDB_ECORRUPT);
 	/* attempt delta zigzag(2^32) from 0 */
-	static const uint8_t att[] = {1, 0, 0, 0, 2, 1, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x20,
-				      1, 2, 3, 4, 5, 6, 7, 8};
+	static const uint8_t att[] = {1,    0,	  0, 0, 2, 1, 0, 0, 0x80, 0x80, 0x80,
+				      0x80, 0x20, 1, 2, 3, 4, 5, 6, 7,	  8};
 	CHECK_EQ_INT(sto_batch_decode_compact(b, att, sizeof(att), table_get, &t, &missing),
 		     RDB_ECORRUPT);
 	t.k[0].job = "bad job";
@@ -630,10 +637,13 @@ static void test_defs(void)
 	struct rdb_buf buf;
 	rdb_buf_init(&buf, 1 << 20);
 	CHECK_EQ_INT(rdb_buf_append(&buf, "xy", 2), 0);
-	struct sto_wal_key k1 = {.job = "job-1", .metric = "loss", .rank = 7, .job_len = 5,
-				 .metric_len = 4};
-	struct sto_wal_key k2 = {.job = job, .metric = metric, .rank = MDL_RANK_JOB,
-				 .job_len = MDL_JOB_MAX, .metric_len = MDL_METRIC_MAX};
+	struct sto_wal_key k1 = {
+	    .job = "job-1", .metric = "loss", .rank = 7, .job_len = 5, .metric_len = 4};
+	struct sto_wal_key k2 = {.job = job,
+				 .metric = metric,
+				 .rank = MDL_RANK_JOB,
+				 .job_len = MDL_JOB_MAX,
+				 .metric_len = MDL_METRIC_MAX};
 	CHECK_EQ_INT(sto_defs_add(&buf, 2, 42, &k1), 0);
 	CHECK_EQ_INT(sto_defs_add(&buf, 2, UINT64_MAX, &k2), 0);
 	CHECK_EQ_INT(buf.len, 2 + 4 + 15 + 9 + 15 + MDL_JOB_MAX + MDL_METRIC_MAX);

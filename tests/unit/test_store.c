@@ -1172,7 +1172,8 @@ static void batch_range(struct mdl_batch *b, const char *job, uint32_t rank, con
 	mdl_batch_reset(b);
 	for (size_t i = from; i < to; i++)
 		CHECK_EQ_INT(mdl_batch_add(b, job, strlen(job), rank, metric, strlen(metric),
-					   (int64_t)i, (int64_t)i, 0, rdb_f64_bits((double)i * 0.5)),
+					   (int64_t)i, (int64_t)i, 0,
+					   rdb_f64_bits((double)i * 0.5)),
 			     0);
 }
 
@@ -1218,8 +1219,10 @@ static void test_replay_old_and_compact_wal(void)
 	wo.gen = 0x1001;
 	CHECK_EQ_INT(sto_wal_open(&wo, &w), 0);
 	rec.len = 0;
-	struct sto_wal_key k1 = {.job = "mix", .metric = "b", .rank = 1, .job_len = 3, .metric_len = 1};
-	struct sto_wal_key k2 = {.job = "mix", .metric = "a", .rank = 0, .job_len = 3, .metric_len = 1};
+	struct sto_wal_key k1 = {
+	    .job = "mix", .metric = "b", .rank = 1, .job_len = 3, .metric_len = 1};
+	struct sto_wal_key k2 = {
+	    .job = "mix", .metric = "a", .rank = 0, .job_len = 3, .metric_len = 1};
 	CHECK_EQ_INT(sto_defs_add(&rec, 0, 777, &k1), 0);
 	CHECK_EQ_INT(sto_defs_add(&rec, 0, 778, &k2), 0);
 	CHECK_EQ_INT(sto_wal_append(w, STO_WAL_REC_DEFS, rec.data, rec.len), 0);
@@ -1265,7 +1268,8 @@ static void test_replay_old_and_compact_wal(void)
 		if (sto_open(&o, &s))
 			_exit(3);
 		if (write_points(s, "mix", 3, "c", 0, 40, 4) || sto_checkpoint(s) ||
-		    write_points(s, "mix", 4, "c", 0, 40, 4) || write_points(s, "mix", 5, "c", 0, 10, 5))
+		    write_points(s, "mix", 4, "c", 0, 40, 4) ||
+		    write_points(s, "mix", 5, "c", 0, 10, 5))
 			_exit(4);
 		_exit(0);
 	}

@@ -1004,7 +1004,10 @@ static int def_hook(void *arg, uint64_t epoch, struct rdb_buf *out)
 			continue;
 		char metric[16];
 		snprintf(metric, sizeof(metric), "m%u", id);
-		struct sto_wal_key k = {.job = "job", .metric = metric, .rank = id, .job_len = 3,
+		struct sto_wal_key k = {.job = "job",
+					.metric = metric,
+					.rank = id,
+					.job_len = 3,
 					.metric_len = (uint16_t)strlen(metric)};
 		int rc = sto_defs_add(out, start, id, &k);
 		if (rc)
@@ -1027,8 +1030,11 @@ static void def_rec_init(struct def_rec *r, uint64_t *mark, const uint32_t *ids,
 
 static int def_append(struct sto_wal *w, struct def_rec *r)
 {
-	struct sto_wal_rec rec = {.type = STO_WAL_REC_CBATCH, .payload = r->payload,
-				  .len = 4 * r->n, .defs_fn = def_hook, .defs_arg = r};
+	struct sto_wal_rec rec = {.type = STO_WAL_REC_CBATCH,
+				  .payload = r->payload,
+				  .len = 4 * r->n,
+				  .defs_fn = def_hook,
+				  .defs_arg = r};
 	return sto_wal_append_rec(w, &rec);
 }
 
@@ -1142,8 +1148,11 @@ static void test_defs_order(void)
 	int queued = 0;
 	for (size_t i = DTHREADS * PER; i < DEF_RECS; i++) {
 		struct def_rec *r = &recs[i];
-		struct sto_wal_rec rec = {.type = STO_WAL_REC_CBATCH, .payload = r->payload,
-					  .len = 4 * r->n, .defs_fn = def_hook, .defs_arg = r};
+		struct sto_wal_rec rec = {.type = STO_WAL_REC_CBATCH,
+					  .payload = r->payload,
+					  .len = 4 * r->n,
+					  .defs_fn = def_hook,
+					  .defs_arg = r};
 		queued += sto_wal_append_rec_async(w, &rec, &r->a, async_cb_def, r) == 0;
 	}
 	for (int t = 0; t < DTHREADS; t++) {
@@ -1157,7 +1166,8 @@ static void test_defs_order(void)
 		for (size_t k = 0; k < recs[i].n; k++)
 			used[recs[i].ids[k]] = true;
 		if (i >= DTHREADS * PER)
-			bad += atomic_load(&recs[i].calls) != 1 || atomic_load(&recs[i].result) != 0;
+			bad +=
+			    atomic_load(&recs[i].calls) != 1 || atomic_load(&recs[i].result) != 0;
 	}
 	CHECK_EQ_INT(bad, 0);
 	size_t distinct = 0;
