@@ -118,7 +118,7 @@ enum sto_wal_rec_type {
  * the first point of the series before it in the record (the record's
  * first series: against 0). Every sid must have been defined earlier in
  * the same file. A per-rank record (32 metrics x 1 point) takes ~14 bytes
- * per point instead of ~54. */
+ * per point instead of 54-66 (docs/BENCHMARKS.md). */
 
 /* ---- Segment file ----------------------------------------------------------
  * Header (32 bytes):
