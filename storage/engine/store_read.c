@@ -889,6 +889,7 @@ void sto_get_stats(struct sto *s, struct sto_stats *out)
 	out->event_chunks_sealed = atomic_load(&s->st_event_chunks);
 	out->batch_duplicates = atomic_load(&s->st_batch_dups);
 	out->wal_damaged_ranges = s->st_wal_damaged_ranges; /* set at open, then constant */
+	out->wal_undefined_records = s->st_wal_undefined;
 	out->wal_kept_files = s->st_wal_kept_files;
 	out->wal_kept_bytes = s->st_wal_kept_bytes;
 	out->index_damaged = atomic_load(&s->st_index_damaged);
