@@ -546,6 +546,9 @@ struct replay_ctx {
 	uint64_t undefined; /* records skipped: a series id their file never defined */
 };
 
+/* Records naming an undefined series that replay logs one by one. */
+#define UNDEFINED_LOGGED 5
+
 /* A series definition from the WAL: the key, copied out of the record. */
 struct replay_def {
 	struct sto_wal_key k;
@@ -678,14 +681,14 @@ static int replay_points(struct replay_ctx *c, const uint8_t *p, size_t len, boo
 		return sto_batch_decode(c->b, p, len);
 	uint64_t sid = 0;
 	int rc = sto_batch_decode_compact(c->b, p, len, replay_def_get, c, &sid);
-	if (rc == RDB_ENOTFOUND) {
-		c->undefined++;
+	/* One lost definition orphans every later record of its series in
+	 * the file: the first few are named, the rest summed up at the end. */
+	if (rc == RDB_ENOTFOUND && ++c->undefined <= UNDEFINED_LOGGED)
 		rdb_error("store",
 			  "WAL generation %llu: a record names series id %llu, which no earlier "
 			  "record of its file defines (the definition was lost with damaged "
 			  "bytes); skipping that record, its points are lost",
 			  (unsigned long long)c->gen, (unsigned long long)sid);
-	}
 	return rc;
 }
 
@@ -883,6 +886,13 @@ static int recover(struct sto *s)
 	replay_defs_clear(&c);
 	free(gens);
 	s->st_wal_undefined += c.undefined;
+	if (c.undefined > UNDEFINED_LOGGED)
+		rdb_error("store",
+			  "WAL replay skipped %llu record(s) in all naming series whose "
+			  "definition was lost with damaged bytes (the first %d are logged "
+			  "above; rankdb_wal_undefined_records counts them, rankctl verify names "
+			  "the files)",
+			  (unsigned long long)c.undefined, UNDEFINED_LOGGED);
 	if (rc)
 		return rc;
 	s->active->gen = newest;
