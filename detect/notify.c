@@ -764,6 +764,7 @@ static int poll_timeout_ms(const struct det_notify *n, int64_t wake, int64_t now
 static void *sender_main(void *arg)
 {
 	struct det_notify *n = arg;
+	pthread_setname_np(pthread_self(), "rdb-notify");
 	pthread_mutex_lock(&n->mu);
 	for (;;) {
 		int64_t now = rdb_now_mono_ns();

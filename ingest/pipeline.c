@@ -127,6 +127,9 @@ static void *sub_main(void *arg)
 	struct sub *u = arg;
 	int64_t next_tick = rdb_now_mono_ns();
 	struct blob take[DRAIN_MAX];
+	char tname[16]; /* the kernel's limit, with the NUL */
+	snprintf(tname, sizeof(tname), "rdb-%s", u->s.name ? u->s.name : "sub");
+	pthread_setname_np(pthread_self(), tname);
 	pthread_mutex_lock(&u->mu);
 	while (!u->stop) {
 		if (u->count == 0) {

@@ -491,12 +491,57 @@ static int fold_points(struct pt_vec *pv, const struct mdl_cols *c, const struct
 	return 0;
 }
 
+/* The run of points of c from i on that continues the one before i (steps
+ * strictly increasing, times not decreasing) inside the bucket ending at
+ * step hi, appended to a in point order; the index after the run. */
+static size_t fold_run(const struct mdl_cols *c, size_t i, int64_t hi, struct mdl_agg *a)
+{
+	const int64_t *step = c->step, *ts = c->ts_ns;
+	struct mdl_agg x = *a;
+	size_t j = i;
+	for (; j < c->n; j++) {
+		if (step[j] <= step[j - 1] || step[j] > hi || ts[j] < ts[j - 1])
+			break;
+		mdl_agg_append(&x, ts[j], step[j], c->value[j]);
+	}
+	*a = x;
+	return j;
+}
+
+/* fold_run for a caller that reads only count, nan_count and sum
+ * (bk->sums_only): the same additions in the same order, so the same
+ * sums, without min, max and last. */
+static size_t fold_run_sums(const struct mdl_cols *c, size_t i, int64_t hi, struct mdl_agg *a)
+{
+	const int64_t *step = c->step, *ts = c->ts_ns;
+	const uint64_t *bits = c->value;
+	double sum = a->sum;
+	uint64_t count = a->count, nans = a->nan_count;
+	size_t j = i;
+	for (; j < c->n; j++) {
+		if (step[j] <= step[j - 1] || step[j] > hi || ts[j] < ts[j - 1])
+			break;
+		double v = rdb_bits_f64(bits[j]);
+		if (v == v) {
+			sum += v;
+			count++;
+		} else {
+			nans++;
+		}
+	}
+	a->sum = sum;
+	a->count = count;
+	a->nan_count = nans;
+	return j;
+}
+
 /* fold_points for a chunk whose statistics say every point has a step,
  * lies in the time range and passes the attempt filter (chunk_fast): per
  * point only the step range is left to test. Points are folded a run at a
  * time: while steps strictly increase, times do not decrease and the
  * bucket stays the same, a point is only added to the run's aggregate
- * (mdl_agg_append, in point order, so the sums are those of fold_point).
+ * (mdl_agg_append, or only its count and sum for bk->sums_only; in point
+ * order, so the sums are those of fold_point).
  * The first point of each run goes the ordinary way (order check against
  * the point before, new bucket). */
 static int fold_fast(struct pt_vec *pv, const struct mdl_cols *c, const struct qry_bucketing *bk)
@@ -522,15 +567,10 @@ static int fold_fast(struct pt_vec *pv, const struct mdl_cols *c, const struct q
 		int rc = fold_point(pv, &p);
 		if (rc)
 			return rc;
-		struct mdl_agg a = pv->fold->b[pv->fold->n - 1].a;
 		int64_t hi = pv->hi < shi ? pv->hi : shi;
-		size_t j = i + 1;
-		for (; j < c->n; j++) {
-			if (step[j] <= step[j - 1] || step[j] > hi || ts[j] < ts[j - 1])
-				break;
-			mdl_agg_append(&a, ts[j], step[j], c->value[j]);
-		}
-		pv->fold->b[pv->fold->n - 1].a = a;
+		struct mdl_agg *a = &pv->fold->b[pv->fold->n - 1].a;
+		size_t j =
+		    bk->sums_only ? fold_run_sums(c, i + 1, hi, a) : fold_run(c, i + 1, hi, a);
 		pv->last = (struct pt){.key = p.key,
 				       .ts = ts[j - 1],
 				       .step = step[j - 1],

@@ -7,7 +7,7 @@
  * threads.
  *
  *   bucket.c   buckets of one series: planning, points, rollups
- *   each.c     many series (two threads), bucketing resolution, errors
+ *   each.c     many series (in parts, pool.h), bucketing resolution, errors
  *   match.c    series selection
  */
 #ifndef QRY_BUCKET_H
@@ -62,6 +62,11 @@ struct qry_bucketing {
 	 * be decoded without their timestamp column (see bucket.c, "Reading a
 	 * series"). count, nan_count, min, max and sum are exact either way. */
 	bool ts_unused;
+	/* The caller reads only count, nan_count and sum of the buckets
+	 * (cross-rank, outliers: means): points folded as they are decoded
+	 * (see bucket.c) may then leave min, max, first and last unset. The
+	 * three it reads are the same either way. */
+	bool sums_only;
 };
 
 /* One bucket of one series: its key and the partial aggregate of its
@@ -173,12 +178,16 @@ int qry_match(struct sto *s, const struct qry_match_req *req, struct qry_match *
 	      struct qry_error *err);
 void qry_match_free(struct qry_match *m);
 
+/* The most parts qry_agg_each cuts a read into (one per thread). */
+#define QRY_EACH_MAX_PARTS 8u
+
 /* What qry_agg_each does with each series' buckets. */
 struct qry_each {
-	/* Called for series i (index into the match) with its buckets. Part 0
-	 * gets a prefix of the series in order, part 1 the rest in order, from
-	 * a helper thread at the same time: the results of part 0 followed by
-	 * those of part 1 are in series order. 0, or an error that stops the
+	/* Called for series i (index into the match) with its buckets. The
+	 * series are cut into up to QRY_EACH_MAX_PARTS consecutive slices;
+	 * part k (0, 1, ...) gets the k-th slice in order, all parts at the
+	 * same time from different threads: the results of part 0, then those
+	 * of part 1, ... are in series order. 0, or an error that stops the
 	 * read. */
 	int (*fn)(void *arg, unsigned part, size_t i, const struct qry_buckets *bs);
 	/* Forgets everything fn was given: a split read failed and is redone
@@ -190,15 +199,15 @@ struct qry_each {
 /* Like qry_agg_series over m's series in order, calling e->fn after each:
  * the same results, the same counters added to sc and the same error as
  * that loop (*failed: the index of the series that failed). Queries over
- * many series are read by two threads (this one and a helper), each
- * reading half of the series with its own scratch memory; any failure
+ * many series are read in parts by this thread and the query helper
+ * threads (pool.h), each part with its own scratch memory; any failure
  * there, or a total over sc's point budget, is redone by the plain loop.
  * Blocks. */
 int qry_agg_each(struct qry_scan *sc, const struct qry_match *m, const struct qry_bucketing *bk,
 		 const struct qry_each *e, size_t *failed);
 
 /* Widens e by the extent of every series of m in r (qry_agg_extent), for
- * many series by two threads (sc is only read). 0, or the error of the
+ * many series in parts as qry_agg_each (sc is only read). 0, or the error of the
  * first failing series in match order with *failed its index. */
 int qry_agg_extent_all(struct qry_scan *sc, const struct qry_match *m, const struct sto_range *r,
 		       struct qry_extent *e, size_t *failed);

@@ -12,8 +12,8 @@
  * of the comparison.
  *
  * The partial (struct qry_xr_part) keeps per (bucket, rank) the count and
- * sum of the rank's values, so partials of series read apart (the two
- * threads here, nodes of a scale-out) merge before the rows are made; the
+ * sum of the rank's values, so partials of series read apart (the parts
+ * of qry_agg_each, nodes of a scale-out) merge before the rows are made; the
  * Grafana datasource's crossrank-* series use the same partial and rows.
  *
  * Memory: one cell per non-empty rank bucket, bounded by the points and
@@ -249,42 +249,66 @@ static void aggregate(struct xr_state *st, size_t lo, size_t hi, const double *q
 }
 
 /* Rows without the columns that need a bucket's means together (median,
- * quantiles, stddev), from cells in series order (not unsorted: ranks
- * ascending, each series' keys ascending, no (key, rank) twice) whose keys
- * span at most 4 * n: one pass into a row per key, no sort. Each row sees
- * its cells in ascending rank, as aggregate() does after sort_cells, so
- * sums, minima, maxima and their ranks are the same. 1 when done, 0 when
- * p does not qualify, -ENOMEM. */
-static int rows_streamed(const struct qry_xr_part *p, uint32_t cols, struct qry_xr_row **rows,
-			 size_t *nrows)
+ * quantiles, stddev), from the cells of parts p[0..np) taken one after the
+ * other, as their merge (qry_xr_part_merge) would hold them, without making
+ * it. The cells must be in series order (no part unsorted, each part's
+ * ranks above the one before's: ranks ascending, each series' keys
+ * ascending, no (key, rank) twice) with keys spanning at most 4 * n: one
+ * pass into a row per key, no sort. Each row sees its cells in ascending
+ * rank, as aggregate() does after sort_cells, so sums, minima, maxima and
+ * their ranks are the same. 1 when done, 0 when the cells do not qualify,
+ * -ENOMEM. */
+static int rows_streamed(const struct qry_xr_part *p, size_t np, uint32_t cols,
+			 struct qry_xr_row **rows, size_t *nrows)
 {
-	if (p->unsorted || p->n == 0 || (cols & (QRY_XR_MEDIAN | QRY_XR_QUANTILES | QRY_XR_STDDEV)))
+	if (cols & (QRY_XR_MEDIAN | QRY_XR_QUANTILES | QRY_XR_STDDEV))
 		return 0;
-	int64_t lo;
-	uint64_t span = key_span(p, &lo);
-	if (span >= 4 * (uint64_t)p->n)
+	size_t n = 0;
+	int64_t lo = INT64_MAX, hi = INT64_MIN;
+	const struct qry_xr_cell *last = NULL;
+	for (size_t k = 0; k < np; k++) {
+		if (p[k].unsorted)
+			return 0;
+		if (p[k].n == 0)
+			continue;
+		if (last && last->rank >= p[k].v[0].rank)
+			return 0;
+		int64_t l;
+		uint64_t d = key_span(&p[k], &l);
+		int64_t h = (int64_t)((uint64_t)l + d);
+		lo = l < lo ? l : lo;
+		hi = h > hi ? h : hi;
+		last = &p[k].v[p[k].n - 1];
+		n += p[k].n;
+	}
+	if (n == 0)
+		return 0;
+	uint64_t span = (uint64_t)hi - (uint64_t)lo;
+	if (span >= 4 * (uint64_t)n)
 		return 0;
 	struct qry_xr_row *r = calloc((size_t)span + 1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
-	for (size_t i = 0; i < p->n; i++) {
-		const struct qry_xr_cell *c = &p->v[i];
-		struct qry_xr_row *row = &r[(uint64_t)c->key - (uint64_t)lo];
-		double mean = cell_mean(c);
-		if (row->count == 0) {
-			row->key = c->key;
-			row->min = row->max = mean;
-			row->argmin = row->argmax = c->rank;
-		}
-		row->count++;
-		row->mean += mean; /* the sum until the end */
-		if (mean < row->min) {
-			row->min = mean;
-			row->argmin = c->rank;
-		}
-		if (mean > row->max) {
-			row->max = mean;
-			row->argmax = c->rank;
+	for (size_t k = 0; k < np; k++) {
+		for (size_t i = 0; i < p[k].n; i++) {
+			const struct qry_xr_cell *c = &p[k].v[i];
+			struct qry_xr_row *row = &r[(uint64_t)c->key - (uint64_t)lo];
+			double mean = cell_mean(c);
+			if (row->count == 0) {
+				row->key = c->key;
+				row->min = row->max = mean;
+				row->argmin = row->argmax = c->rank;
+			}
+			row->count++;
+			row->mean += mean; /* the sum until the end */
+			if (mean < row->min) {
+				row->min = mean;
+				row->argmin = c->rank;
+			}
+			if (mean > row->max) {
+				row->max = mean;
+				row->argmax = c->rank;
+			}
 		}
 	}
 	size_t w = 0;
@@ -305,7 +329,7 @@ int qry_xr_rows(struct qry_xr_part *p, uint32_t cols, const double *q, size_t nq
 {
 	struct xr_state st = {.p = p, .cols = cols};
 	size_t n = p->n ? p->n : 1;
-	int rc = rows_streamed(p, cols, rows, nrows);
+	int rc = rows_streamed(p, 1, cols, rows, nrows);
 	if (rc)
 		return rc < 0 ? rc : 0;
 	rc = sort_cells(p);
@@ -349,7 +373,7 @@ void qry_xr_result_free(struct qry_xr_result *r)
 
 struct collect_ctx {
 	const struct qry_match *m;
-	struct qry_xr_part part[2];
+	struct qry_xr_part part[QRY_EACH_MAX_PARTS];
 };
 
 static int collect_fn(void *arg, unsigned part, size_t i, const struct qry_buckets *bs)
@@ -361,28 +385,36 @@ static int collect_fn(void *arg, unsigned part, size_t i, const struct qry_bucke
 static void collect_reset(void *arg)
 {
 	struct collect_ctx *c = arg;
-	for (int k = 0; k < 2; k++)
+	for (unsigned k = 0; k < QRY_EACH_MAX_PARTS; k++)
 		qry_xr_part_free(&c->part[k]);
 }
 
-/* Every series' cells into p, in series order. */
+/* Every series' cells into c->part[], in series order part after part.
+ * On failure err is filled and the parts are empty. */
 static int collect(struct qry_scan *sc, const struct qry_match *m, const struct qry_bucketing *bk,
-		   struct qry_xr_part *p, struct qry_error *err)
+		   struct collect_ctx *c, struct qry_error *err)
 {
-	struct collect_ctx c = {.m = m};
-	struct qry_each e = {collect_fn, collect_reset, &c};
+	struct qry_each e = {collect_fn, collect_reset, c};
 	size_t failed = 0;
 	int rc = qry_agg_each(sc, m, bk, &e, &failed);
-	if (rc)
+	if (rc) {
 		qry_agg_read_error(err, rc, &m->v[failed].key, sc);
-	if (rc == 0) {
-		*p = c.part[0];
-		memset(&c.part[0], 0, sizeof(c.part[0]));
-		rc = qry_xr_part_merge(p, &c.part[1]);
-		if (rc)
-			qry_fail(err, QRY_E_INTERNAL, rc, "out of memory");
+		collect_reset(c);
 	}
-	collect_reset(&c);
+	return rc;
+}
+
+/* The rows of the collected parts: streamed over them when they qualify,
+ * else over their merge (into part[0]). */
+static int collect_rows(struct collect_ctx *c, struct qry_xr_result *out)
+{
+	int rc = rows_streamed(c->part, QRY_EACH_MAX_PARTS, out->cols, &out->rows, &out->nrows);
+	if (rc)
+		return rc < 0 ? rc : 0;
+	for (unsigned k = 1; rc == 0 && k < QRY_EACH_MAX_PARTS; k++)
+		rc = qry_xr_part_merge(&c->part[0], &c->part[k]);
+	if (rc == 0)
+		rc = qry_xr_rows(&c->part[0], out->cols, out->q, out->nq, &out->rows, &out->nrows);
 	return rc;
 }
 
@@ -409,9 +441,9 @@ static int xr_head(const struct qry_xr_req *req, const struct qry_match *m,
 int qry_crossrank(struct sto *s, const struct qry_xr_req *req, struct qry_xr_result *out,
 		  struct qry_error *err)
 {
-	struct qry_xr_part part = {0};
 	struct qry_match m = {0};
 	struct qry_bucketing bk;
+	struct collect_ctx *c = NULL;
 	const char *metrics[1] = {req->metric};
 	struct qry_match_req mr = {.job = req->job,
 				   .metrics = metrics,
@@ -432,19 +464,28 @@ int qry_crossrank(struct sto *s, const struct qry_xr_req *req, struct qry_xr_res
 	if (!req->spec.axis_set && !req->spec.points && bk.axis == QRY_AXIS_STEP)
 		bk.width = 1; /* default: one bucket per step */
 	bk.ts_unused = true;  /* per-rank counts and sums only */
-	rc = collect(sc, &m, &bk, &part, err);
+	bk.sums_only = true;
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		rc = qry_fail(err, QRY_E_INTERNAL, -ENOMEM, "out of memory");
+		goto out;
+	}
+	c->m = &m;
+	rc = collect(sc, &m, &bk, c, err);
 	if (rc)
 		goto out;
 	rc = xr_head(req, &m, &bk, out);
 	if (rc == 0)
-		rc = qry_xr_rows(&part, out->cols, out->q, out->nq, &out->rows, &out->nrows);
+		rc = collect_rows(c, out);
 	if (rc)
 		qry_fail(err, QRY_E_INTERNAL, rc, "out of memory");
 	qry_totals_of(sc, &out->totals);
 out:
 	if (rc)
 		qry_xr_result_free(out);
-	qry_xr_part_free(&part);
+	if (c)
+		collect_reset(c);
+	free(c);
 	qry_match_free(&m);
 	qry_scan_free(sc);
 	free(sc);

@@ -1,6 +1,8 @@
 /* match.c - the series of one job selected by metric (exact names or a
  * prefix) and rank, sorted by (rank, metric): exact keys are looked up one
- * by one (at most LOOKUP_MAX), anything else lists the job once. Unknown
+ * by one (at most LOOKUP_MAX); exact names over every rank list the job's
+ * series of those names (the others skipped on their index key); anything
+ * else, or exact names that found nothing, lists the job once. Unknown
  * job or metric is told apart for the error message. A metric with no series
  * under the name asked is looked for under its built-in aliases
  * (model/alias.h: loss finds train.loss). Threading: reentrant.
@@ -131,6 +133,31 @@ no:
 	return false;
 }
 
+/* The metric of an index key is one of the exact names asked for (no
+ * alias, no prefix): a job's other metrics are skipped on their key. */
+static bool name_wanted(void *arg, const char *metric, size_t len)
+{
+	const struct match_ctx *c = arg;
+	for (size_t i = 0; i < c->req->nmetrics; i++) {
+		const char *w = c->req->metrics[i];
+		if (strlen(w) == len && memcmp(w, metric, len) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* Exact names: the series under them, the others skipped on their key.
+ * Finding none says nothing of the job: then the whole job is listed. */
+static int match_exact(struct sto *s, const struct qry_match_req *req, struct match_ctx *c)
+{
+	if (req->prefix || req->nmetrics == 0)
+		return 0;
+	int rc = sto_list_series_metric(s, req->job, name_wanted, match_cb, c);
+	if (rc == 0 && !c->m->metric_seen)
+		c->m->job_seen = false;
+	return rc;
+}
+
 int qry_match(struct sto *s, const struct qry_match_req *req, struct qry_match *m,
 	      struct qry_error *err)
 {
@@ -138,7 +165,9 @@ int qry_match(struct sto *s, const struct qry_match_req *req, struct qry_match *
 	memset(m, 0, sizeof(*m));
 	if (match_by_lookup(s, req, m))
 		return 0;
-	int rc = sto_list_series(s, req->job, match_cb, &c);
+	int rc = match_exact(s, req, &c);
+	if (rc == 0 && !m->metric_seen)
+		rc = sto_list_series(s, req->job, match_cb, &c);
 	if (rc == 0 && m->job_seen && !m->metric_seen && !req->prefix) {
 		/* none under the names asked: under their built-in aliases
 		 * (loss finds train.loss and the other way round) */

@@ -327,6 +327,7 @@ static int resolve_window(struct qry_scan *sc, struct ostate *o, struct qry_erro
 	spec.width = 0;
 	qry_agg_choose(&spec, NULL, &o->bk);
 	o->bk.ts_unused = true; /* window means only */
+	o->bk.sums_only = true;
 	return 0;
 }
 

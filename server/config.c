@@ -227,8 +227,10 @@ static const struct opt opts[] = {
      FIELD(wal_rotate_bytes),
      .help = "checkpoint once the WAL file grows past this size",
      .doc = "A checkpoint (seal the in-memory head into chunks, start a new WAL file, delete "
-	    "the old one) starts once the WAL file grows past this size. Larger values mean "
-	    "fewer, larger checkpoints, but more disk for the WAL and a longer replay after "
+	    "the old one) starts once the WAL file grows past this size, or once the head "
+	    "holds this size / 64 points (1 M at 64M; the cadence the WAL size gave when "
+	    "records named series by their strings). Larger values mean fewer, larger "
+	    "checkpoints, but more memory, more disk for the WAL and a longer replay after "
 	    "a crash."},
     {.name = "checkpoint_interval_s",
      .type = OPT_DURATION,

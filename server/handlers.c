@@ -706,6 +706,10 @@ static void h_metrics(struct srv_req *req, struct srv_resp *resp, const struct s
 	metric(b, "rankdb_wal_damaged_ranges", "gauge",
 	       "Damaged WAL ranges (not a torn tail) the recovery at this start skipped.",
 	       st.wal_damaged_ranges);
+	metric(b, "rankdb_wal_undefined_records", "gauge",
+	       "WAL records the recovery at this start skipped because they name a series id "
+	       "no earlier record of their file defines (its definition was in damaged bytes).",
+	       st.wal_undefined_records);
 	metric(b, "rankdb_wal_damage_kept_files", "gauge",
 	       "Files of damaged WAL bytes kept in quarantine/ (remove them once inspected).",
 	       st.wal_kept_files);

@@ -787,6 +787,7 @@ static int64_t deadline_ns(const struct srv_http *h, const struct conn_state *cs
 static void *reaper_main(void *arg)
 {
 	struct srv_http *h = arg;
+	pthread_setname_np(pthread_self(), "rdb-http-reap");
 	pthread_mutex_lock(&h->mu);
 	while (!h->stopping) {
 		int64_t now = rdb_now_mono_ns();

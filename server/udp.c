@@ -188,6 +188,7 @@ static int receive_batch(struct srv_udp *u)
 static void *receiver_main(void *arg)
 {
 	struct srv_udp *u = arg;
+	pthread_setname_np(pthread_self(), "rdb-udp-recv");
 	struct pollfd pfd[2] = {{.fd = u->fd, .events = POLLIN},
 				{.fd = u->wake_fd, .events = POLLIN}};
 	static struct rdb_log_ratelimit rl;
@@ -436,6 +437,7 @@ static void process(struct udp_worker *w)
 static void *worker_main(void *arg)
 {
 	struct udp_worker *w = arg;
+	pthread_setname_np(pthread_self(), "rdb-udp-work");
 	while (take(w))
 		process(w);
 	return NULL;

@@ -38,6 +38,9 @@
 #include "storage/chunk/segment.h"
 #include "storage/engine/engine.h"
 #include "storage/jobmeta/jobmeta.h"
+#include "storage/wal/batch_codec.h"
+#include "storage/format.h"
+#include "common/rdb_map.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -512,14 +515,57 @@ int sto_verify(struct sto *s, bool quarantine, sto_problem_fn fn, void *arg,
 	return rc;
 }
 
-static int wal_nop(void *arg, uint64_t gen, uint8_t type, const uint8_t *p, size_t len)
+/* What verify tracks in one WAL file: the series ids its definitions
+ * records (type 4) define, and the compact records (type 5) naming one
+ * that is not defined before them (replay would skip those). */
+struct wal_ids {
+	struct rdb_map defined; /* sid -> (void *)1 */
+	struct mdl_batch *b;	/* scratch for decoding */
+	uint64_t undefined;	/* records naming an undefined id */
+	uint64_t first_sid;	/* the first such id, for the message */
+	int err;		/* -ENOMEM: stop */
+};
+
+static int wal_id_define(void *arg, uint64_t sid, const struct sto_wal_key *k)
 {
-	(void)arg;
+	struct wal_ids *w = arg;
+	(void)k;
+	return sid ? rdb_map_put(&w->defined, sid, (void *)1) : 0;
+}
+
+static const struct sto_wal_key *wal_id_known(void *arg, uint64_t sid)
+{
+	static const struct sto_wal_key any = {
+	    .job = "j", .metric = "m", .rank = 0, .job_len = 1, .metric_len = 1};
+	struct wal_ids *w = arg;
+	return sid && rdb_map_get(&w->defined, sid) ? &any : NULL;
+}
+
+/* Checks a compact batch record's series ids (the record's other parts
+ * are replay's business: a record that does not parse is reported there). */
+static void wal_ids_check(struct wal_ids *w, const uint8_t *p, size_t len)
+{
+	if (len < 1 || len - 1 < (size_t)p[0] + 4)
+		return;
+	size_t off = 1 + (size_t)p[0];
+	uint32_t plen = rdb_get_le32(p + off);
+	if (plen == 0 || len - off - 4 < plen)
+		return;
+	uint64_t sid = 0;
+	int rc = sto_batch_decode_compact(w->b, p + off + 4, plen, wal_id_known, w, &sid);
+	if (rc == RDB_ENOTFOUND && w->undefined++ == 0)
+		w->first_sid = sid;
+}
+
+static int wal_ids_cb(void *arg, uint64_t gen, uint8_t type, const uint8_t *p, size_t len)
+{
+	struct wal_ids *w = arg;
 	(void)gen;
-	(void)type;
-	(void)p;
-	(void)len;
-	return 0;
+	if (type == STO_WAL_REC_DEFS && sto_defs_decode(p, len, wal_id_define, w) == -ENOMEM)
+		w->err = -ENOMEM;
+	else if (type == STO_WAL_REC_CBATCH)
+		wal_ids_check(w, p, len);
+	return w->err;
 }
 
 /* Reports one WAL file's replay result: damage in the middle, a bad tail of
@@ -565,9 +611,18 @@ int sto_verify_wal(const char *data_dir, sto_problem_fn fn, void *arg,
 	int rc = sto_wal_list(dir, &gens, &n);
 	if (rc == -ENOENT)
 		return 0;
+	struct wal_ids ids = {0};
+	if (rc == 0)
+		rc = mdl_batch_new(SIZE_MAX, SIZE_MAX, &ids.b);
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		struct sto_wal_replay_result res = {0};
-		int r2 = sto_wal_replay(dir, gens[i], wal_nop, NULL, &res);
+		rdb_map_free(&ids.defined); /* definitions hold within their file */
+		ids.undefined = 0;
+		int r2 = sto_wal_replay(dir, gens[i], wal_ids_cb, &ids, &res);
+		if (r2 == -ENOMEM) {
+			rc = r2;
+			break;
+		}
 		rep->wal_files++;
 		rep->wal_damaged_ranges += res.ndamaged;
 		if (r2)
@@ -575,7 +630,18 @@ int sto_verify_wal(const char *data_dir, sto_problem_fn fn, void *arg,
 				(unsigned long long)gens[i], rdb_strerror(r2));
 		else
 			verify_wal_file(&v, dir, gens[i], i + 1 == n, &res);
+		if (ids.undefined)
+			problem(
+			    &v,
+			    "WAL %s/wal-%016llx.log: %llu record(s) name a series id that no "
+			    "earlier record of the file defines (the first: %llu); their "
+			    "definitions were lost with damaged bytes, and the next start skips "
+			    "those records",
+			    dir, (unsigned long long)gens[i], (unsigned long long)ids.undefined,
+			    (unsigned long long)ids.first_sid);
 	}
+	rdb_map_free(&ids.defined);
+	mdl_batch_free(ids.b);
 	free(gens);
 	return rc;
 }

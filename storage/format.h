@@ -59,10 +59,21 @@
 #define STO_WAL_REC_HEADER_SIZE 16u
 #define STO_WAL_MAX_PAYLOAD	(256u * 1024u * 1024u)
 
+/* The version a WAL file header says. Files of versions 1 to 4 (the
+ * directory format versions up to 4: records of types 1 to 3 only) are
+ * read as they are; 5 adds record types 4 and 5. It is above every version
+ * an older build accepts, so such a build refuses a file that may hold
+ * them with its format error instead of skipping them as damage. */
+#define STO_WAL_VERSION	       5u
+#define STO_WAL_VERSION_OLDEST 1u
+
 enum sto_wal_rec_type {
-	STO_WAL_REC_POINTS = 1, /* a batch of points, see below */
+	STO_WAL_REC_POINTS = 1, /* a batch of points, see below (read, no longer written) */
 	STO_WAL_REC_EVENTS = 2, /* reserved */
-	STO_WAL_REC_BATCH = 3,	/* points and/or events, with an optional batch id */
+	STO_WAL_REC_BATCH = 3,	/* points and/or events, with an optional batch id (read) */
+	STO_WAL_REC_DEFS = 4,	/* series definitions: sid -> key for the rest of the file */
+	STO_WAL_REC_CBATCH = 5, /* a batch record whose points name series by id */
+	STO_WAL_REC_LAST = 5,	/* the highest known type */
 };
 
 /* STO_WAL_REC_POINTS payload:
@@ -85,6 +96,29 @@ enum sto_wal_rec_type {
  *     i64 ts_ns, i64 step, i64 duration_ns, u8 job length, job,
  *     u32 text length, text, u32 fields length, fields (JSON object text)
  */
+
+/* STO_WAL_REC_DEFS payload (series definitions):
+ *   u32 n, then n times: u64 sid, u8 J (1..MDL_JOB_MAX) + J bytes job,
+ *   u32 rank, u16 M (1..MDL_METRIC_MAX) + M bytes metric
+ * Binds each sid to its key for the records after it in the same file
+ * (a later definition of the same sid replaces it). The ids are the
+ * writer's series ids, but replay never takes them for index ids: it
+ * resolves the key anew (rankctl rebuild-index may renumber series).
+ *
+ * STO_WAL_REC_CBATCH payload: as STO_WAL_REC_BATCH (u8 I + id, u32 P +
+ * points, u32 E + events) with P bytes of compact points:
+ *   u32 nseries, then per series:
+ *     varint zigzag(sid - previous series' sid; the first: - 0)
+ *     varint npoints
+ *     npoints times: varint zigzag(ts_ns delta), varint zigzag(step
+ *       delta), varint zigzag(attempt delta), u64 value bits
+ * Varints are LEB128 (7 bits per byte, low group first, <= 10 bytes).
+ * Deltas are taken modulo 2^64 (steps of MDL_STEP_NONE included) against
+ * the previous point of the series, and for a series' first point against
+ * the first point of the series before it in the record (the record's
+ * first series: against 0). Every sid must have been defined earlier in
+ * the same file. A per-rank record (32 metrics x 1 point) takes ~14 bytes
+ * per point instead of 54-66 (docs/BENCHMARKS.md). */
 
 /* ---- Segment file ----------------------------------------------------------
  * Header (32 bytes):

@@ -129,6 +129,12 @@ int sto_write_submit(struct sto *s, const struct sto_write_req *req, struct sto_
 /* Catalog. Callbacks run inside a read transaction: copy what you keep. */
 int sto_list_jobs(struct sto *s, sto_job_fn fn, void *arg);
 int sto_list_series(struct sto *s, const char *job, sto_series_fn fn, void *arg);
+/* sto_list_series calling fn only for the series whose metric name
+ * want(arg, name, len) accepts (storage/index/index.h: the other entries
+ * are skipped on their key alone). For selections by exact metric names
+ * in a job of many metrics. */
+int sto_list_series_metric(struct sto *s, const char *job, sto_metric_want_fn want,
+			   sto_series_fn fn, void *arg);
 int sto_lookup_series(struct sto *s, const struct mdl_series_key *k, uint64_t *id);
 
 /* A point range. Time bounds are inclusive; with by_step, only points with
@@ -308,11 +314,12 @@ struct sto_stats {
 	uint64_t points_written, batches_written;
 	uint64_t write_busy; /* writes refused with RDB_EBUSY */
 	uint64_t events_written, event_chunks_sealed, batch_duplicates;
-	uint64_t wal_damaged_ranges; /* damaged WAL ranges replay skipped at this start */
-	uint64_t wal_kept_files;     /* quarantine/wal-*.damaged files (damaged WAL bytes kept) */
-	uint64_t wal_kept_bytes;     /* their bytes */
-	uint64_t index_damaged;	     /* reads that met a chunk index entry failing its
-				      * checksum (answered by decoding the chunk) */
+	uint64_t wal_damaged_ranges;	/* damaged WAL ranges replay skipped at this start */
+	uint64_t wal_undefined_records; /* replayed records naming an undefined series id */
+	uint64_t wal_kept_files; /* quarantine/wal-*.damaged files (damaged WAL bytes kept) */
+	uint64_t wal_kept_bytes; /* their bytes */
+	uint64_t index_damaged;	 /* reads that met a chunk index entry failing its
+				  * checksum (answered by decoding the chunk) */
 	struct sto_wal_stats wal;
 };
 void sto_get_stats(struct sto *s, struct sto_stats *out);

@@ -46,6 +46,10 @@ struct series_ent {
 	struct series_ent *next; /* same-hash chain */
 	uint64_t hash;
 	uint64_t id;
+	/* The WAL epoch (wal.h, sto_wal_defs_fn) in which this series was last
+	 * defined in the WAL file (a STO_WAL_REC_DEFS record); 0: never. Read
+	 * and written only on the WAL thread (store_write.c, wal_defs). */
+	uint64_t wal_def_epoch;
 	uint32_t rank;		      /* MDL_RANK_JOB for the job-level pseudo-rank */
 	uint16_t job_len, metric_len; /* bytes, without their NULs */
 	char names[];		      /* job, NUL, metric, NUL */
@@ -207,6 +211,7 @@ struct sto {
 	/* WAL damage (recovery): ranges found at this open, and the copies
 	 * kept in quarantine/ (files and bytes, counted at open). */
 	uint64_t st_wal_damaged_ranges, st_wal_kept_files, st_wal_kept_bytes;
+	uint64_t st_wal_undefined; /* replayed records naming a series their file never defined */
 	_Atomic uint64_t st_index_damaged; /* reads that met a damaged chunk entry */
 };
 

@@ -234,6 +234,19 @@ int sti_checkpoint(struct sto *s)
  * behind a 2 M points/s load and the peak grew instead.) */
 #define HEAD_CKPT_FRACTION 4
 
+/* A checkpoint also starts once the head holds wal_rotate_bytes / this
+ * many points (1 M at the default 64 MiB). Until WAL records named series
+ * by id, the WAL size alone set the cadence: a per-rank record took ~66
+ * bytes per point (2,110 per 32-point record), a bulk one ~29, so a 64
+ * MiB file held 1 to 2.3 M points. Records of ~14-15 bytes per point let
+ * the head grow two to four times as far, and the peak RSS with it (per-rank
+ * load at 64 connections: 93 -> 142-159 MiB with a 2 M point trigger,
+ * 93-96 MiB with this one; bulk 64 and 512 ranks at or below before, at 15-20
+ * checkpoints instead of 12-14 for 512 ranks). Points, not head bytes: a
+ * job of very many series carries ~0.5 KiB of fixed head overhead per
+ * series, which head_max_bytes / HEAD_CKPT_FRACTION already bounds. */
+#define HEAD_CKPT_POINT_BYTES 64
+
 bool sti_head_kick(struct sto *s)
 {
 	return atomic_load(&s->head_bytes) > s->opt.head_max_bytes / HEAD_CKPT_FRACTION &&
@@ -246,7 +259,8 @@ static bool checkpoint_due(struct sto *s)
 	struct head *h = s->active;
 	bool due = h->points > 0 && rdb_now_mono_ns() - h->first_mono_ns >=
 					(int64_t)s->opt.checkpoint_interval_s * 1000000000;
-	bool over = atomic_load(&s->head_bytes) > s->opt.head_max_bytes / HEAD_CKPT_FRACTION &&
+	bool over = (atomic_load(&s->head_bytes) > s->opt.head_max_bytes / HEAD_CKPT_FRACTION ||
+		     h->points > s->opt.wal_rotate_bytes / HEAD_CKPT_POINT_BYTES) &&
 		    h->points > 0;
 	pthread_mutex_unlock(&s->head_lock);
 	return due || over || s->frozen || sto_wal_size(s->wal) > s->opt.wal_rotate_bytes;
@@ -255,6 +269,7 @@ static bool checkpoint_due(struct sto *s)
 static void *flusher_main(void *arg)
 {
 	struct sto *s = arg;
+	pthread_setname_np(pthread_self(), "rdb-checkpoint");
 	pthread_mutex_lock(&s->flush_lock);
 	while (!s->stop) {
 		bool want = s->ckpt_wanted;
@@ -531,7 +546,59 @@ struct replay_ctx {
 	uint64_t gen;		  /* of the record being replayed */
 	struct mdl_batch *keep_b; /* scratch: the record minus deleted jobs */
 	struct mdl_events *keep_ev;
+	/* Series definitions (STO_WAL_REC_DEFS) of the file being replayed:
+	 * sid -> struct replay_def *; emptied when the generation changes. */
+	struct rdb_map defs;
+	uint64_t defs_gen;
+	uint64_t undefined; /* records skipped: a series id their file never defined */
 };
+
+/* Records naming an undefined series that replay logs one by one. */
+#define UNDEFINED_LOGGED 5
+
+/* A series definition from the WAL: the key, copied out of the record. */
+struct replay_def {
+	struct sto_wal_key k;
+	char names[]; /* job, metric (not NUL-terminated) */
+};
+
+static void replay_defs_clear(struct replay_ctx *c)
+{
+	for (size_t i = 0; i < c->defs.cap; i++)
+		if (c->defs.keys[i])
+			free(c->defs.vals[i]);
+	rdb_map_free(&c->defs);
+}
+
+/* sto_defs_fn: binds sid to k for the rest of the file. */
+static int replay_def_add(void *arg, uint64_t sid, const struct sto_wal_key *k)
+{
+	struct replay_ctx *c = arg;
+	if (sid == 0)
+		return RDB_ECORRUPT; /* ids start at 1 */
+	struct replay_def *d = malloc(sizeof(*d) + k->job_len + k->metric_len);
+	if (!d)
+		return -ENOMEM;
+	memcpy(d->names, k->job, k->job_len);
+	memcpy(d->names + k->job_len, k->metric, k->metric_len);
+	d->k = *k;
+	d->k.job = d->names;
+	d->k.metric = d->names + k->job_len;
+	void *old = rdb_map_get(&c->defs, sid);
+	if (rdb_map_put(&c->defs, sid, d) != 0) {
+		free(d);
+		return -ENOMEM;
+	}
+	free(old);
+	return 0;
+}
+
+static const struct sto_wal_key *replay_def_get(void *arg, uint64_t sid)
+{
+	struct replay_ctx *c = arg;
+	const struct replay_def *d = sid ? rdb_map_get(&c->defs, sid) : NULL;
+	return d ? &d->k : NULL;
+}
 
 /* Copies the points and events of c->b / c->ev whose job has no tombstone
  * covering generation c->gen into keep_b / keep_ev and swaps them in. */
@@ -611,11 +678,34 @@ static bool batch_id_stored(struct sto *s, const char *id, size_t len)
 	return found;
 }
 
-/* Splits a STO_WAL_REC_BATCH payload (format.h) and registers its id. A
- * record whose id is already known (earlier in this replay, or stored by a
- * checkpoint) is skipped: the same batch reached the WAL twice (a write that
- * failed after its bytes landed, then was retried), and it is applied once. */
-static int replay_batch(struct replay_ctx *c, uint64_t gen, const uint8_t *p, size_t len)
+/* Decodes the points part of a batch record: as a STO_WAL_REC_POINTS
+ * payload, or (compact) through the file's series definitions. A series
+ * id the file never defined is damage (its definition was lost with bytes
+ * replay skipped): RDB_ENOTFOUND, logged and counted here. */
+static int replay_points(struct replay_ctx *c, const uint8_t *p, size_t len, bool compact)
+{
+	if (!compact)
+		return sto_batch_decode(c->b, p, len);
+	uint64_t sid = 0;
+	int rc = sto_batch_decode_compact(c->b, p, len, replay_def_get, c, &sid);
+	/* One lost definition orphans every later record of its series in
+	 * the file: the first few are named, the rest summed up at the end. */
+	if (rc == RDB_ENOTFOUND && ++c->undefined <= UNDEFINED_LOGGED)
+		rdb_error("store",
+			  "WAL generation %llu: a record names series id %llu, which no earlier "
+			  "record of its file defines (the definition was lost with damaged "
+			  "bytes); skipping that record, its points are lost",
+			  (unsigned long long)c->gen, (unsigned long long)sid);
+	return rc;
+}
+
+/* Splits a STO_WAL_REC_BATCH or STO_WAL_REC_CBATCH (compact) payload
+ * (format.h) and registers its id. A record whose id is already known
+ * (earlier in this replay, or stored by a checkpoint) is skipped: the same
+ * batch reached the WAL twice (a write that failed after its bytes landed,
+ * then was retried), and it is applied once. */
+static int replay_batch(struct replay_ctx *c, uint64_t gen, const uint8_t *p, size_t len,
+			bool compact)
 {
 	const uint8_t *end = p + len;
 	if (len < 1 || (size_t)(end - p - 1) < p[0] || p[0] > STO_BATCH_ID_MAX)
@@ -634,7 +724,7 @@ static int replay_batch(struct replay_ctx *c, uint64_t gen, const uint8_t *p, si
 	}
 	if (p != end)
 		return RDB_ECORRUPT;
-	int rc = plen[0] ? sto_batch_decode(c->b, part[0], plen[0]) : 0;
+	int rc = plen[0] ? replay_points(c, part[0], plen[0], compact) : 0;
 	if (rc == 0 && plen[1])
 		rc = sto_events_decode(c->ev, part[1], plen[1]);
 	if (rc == 0 && il) {
@@ -658,12 +748,22 @@ static int replay_cb(void *arg, uint64_t gen, uint8_t type, const uint8_t *p, si
 	struct replay_ctx *c = arg;
 	int rc;
 	c->gen = gen;
+	if (c->defs_gen != gen) { /* definitions hold within their file */
+		replay_defs_clear(c);
+		c->defs_gen = gen;
+	}
 	if (type == STO_WAL_REC_POINTS) {
 		rc = sto_batch_decode(c->b, p, len);
 		if (rc == 0)
 			return replay_apply(c, true, false);
-	} else if (type == STO_WAL_REC_BATCH) {
-		rc = replay_batch(c, gen, p, len);
+	} else if (type == STO_WAL_REC_BATCH || type == STO_WAL_REC_CBATCH) {
+		rc = replay_batch(c, gen, p, len, type == STO_WAL_REC_CBATCH);
+		if (rc == RDB_ENOTFOUND)
+			return 0; /* logged and counted by replay_points */
+		if (rc != RDB_ECORRUPT)
+			return rc;
+	} else if (type == STO_WAL_REC_DEFS) {
+		rc = sto_defs_decode(p, len, replay_def_add, c);
 		if (rc != RDB_ECORRUPT)
 			return rc;
 	} else {
@@ -790,7 +890,16 @@ static int recover(struct sto *s)
 	mdl_events_free(c.ev);
 	mdl_batch_free(c.keep_b);
 	mdl_events_free(c.keep_ev);
+	replay_defs_clear(&c);
 	free(gens);
+	s->st_wal_undefined += c.undefined;
+	if (c.undefined > UNDEFINED_LOGGED)
+		rdb_error("store",
+			  "WAL replay skipped %llu record(s) in all naming series whose "
+			  "definition was lost with damaged bytes (the first %d are logged "
+			  "above; rankdb_wal_undefined_records counts them, rankctl verify names "
+			  "the files)",
+			  (unsigned long long)c.undefined, UNDEFINED_LOGGED);
 	if (rc)
 		return rc;
 	s->active->gen = newest;

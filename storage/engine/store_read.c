@@ -844,6 +844,18 @@ int sto_list_series(struct sto *s, const char *job, sto_series_fn fn, void *arg)
 	return rc;
 }
 
+int sto_list_series_metric(struct sto *s, const char *job, sto_metric_want_fn want,
+			   sto_series_fn fn, void *arg)
+{
+	struct sto_txn *t;
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc)
+		return rc;
+	rc = sto_series_scan_metric(t, job, want, fn, arg);
+	sto_txn_abort(t);
+	return rc;
+}
+
 int sto_lookup_series(struct sto *s, const struct mdl_series_key *k, uint64_t *id)
 {
 	struct sto_txn *t;
@@ -877,6 +889,7 @@ void sto_get_stats(struct sto *s, struct sto_stats *out)
 	out->event_chunks_sealed = atomic_load(&s->st_event_chunks);
 	out->batch_duplicates = atomic_load(&s->st_batch_dups);
 	out->wal_damaged_ranges = s->st_wal_damaged_ranges; /* set at open, then constant */
+	out->wal_undefined_records = s->st_wal_undefined;
 	out->wal_kept_files = s->st_wal_kept_files;
 	out->wal_kept_bytes = s->st_wal_kept_bytes;
 	out->index_damaged = atomic_load(&s->st_index_damaged);

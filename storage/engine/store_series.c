@@ -102,6 +102,7 @@ static int cache_add(struct sto *s, const struct mdl_batch_series *bs, uint64_t 
 		return -ENOMEM;
 	e->hash = h;
 	e->id = id;
+	e->wal_def_epoch = 0;
 	e->rank = bs->key.rank;
 	e->job_len = bs->job_len;
 	e->metric_len = bs->metric_len;
@@ -478,6 +479,7 @@ static void *creator_main(void *arg)
 {
 	struct sto *s = arg;
 	sti_on_creator = true;
+	pthread_setname_np(pthread_self(), "rdb-series");
 	pthread_mutex_lock(&s->cq_mu);
 	for (;;) {
 		while (!s->cq_head && !s->cq_stop)

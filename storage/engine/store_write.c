@@ -5,7 +5,13 @@
  *
  * Write path: resolve series ids (cache, then LMDB) -> encode one WAL
  * record -> sto_wal_append (group commit; blocks until durable) -> apply to
- * the active head. The write rwlock is held shared across append+apply so
+ * the active head. The record (STO_WAL_REC_CBATCH, format.h) names its
+ * series by id, so it is encoded after they are resolved (and again if a
+ * job delete made us resolve them anew). The WAL file defines those ids:
+ * the record's definitions hook (wal_defs, run on the WAL thread when the
+ * group is laid out) writes a STO_WAL_REC_DEFS record right before it for
+ * its series not yet defined in the WAL's current epoch, marking them in
+ * series_ent.wal_def_epoch. The write rwlock is held shared across append+apply so
  * that a WAL rotation (exclusive) sees no write half done: every record in
  * WAL generation g is in head g.
  *
@@ -372,15 +378,35 @@ void sti_batch_free_all(struct sto *s)
 
 /* ---- write ------------------------------------------------------------------ */
 
-/* Encodes a request as one WAL record: plain points, or a batch record. */
-static int encode_request(const struct sto_write_req *req, struct rdb_buf *rec, uint8_t *type)
+/* RDB_ELIMIT if the definitions of all n series of b could not fit one
+ * WAL record (only a request of ~650k series or more comes near): the
+ * WAL would fail the whole group it lands in, not just this write. */
+static int check_defs_size(const struct mdl_batch *b, size_t n)
+{
+	if ((uint64_t)n * STO_WAL_DEF_MAX_BYTES + 4 <= STO_WAL_MAX_PAYLOAD)
+		return 0;
+	uint64_t bytes = 4;
+	for (size_t i = 0; i < n; i++) {
+		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
+		bytes += STO_WAL_DEF_MAX_BYTES - MDL_JOB_MAX - MDL_METRIC_MAX + bs->job_len +
+			 bs->metric_len;
+	}
+	return bytes <= STO_WAL_MAX_PAYLOAD ? 0 : RDB_ELIMIT;
+}
+
+/* Encodes a request as one STO_WAL_REC_CBATCH record (into rec, emptied
+ * first), its series i named by ents[i]'s id. */
+static int encode_request(const struct sto_write_req *req, struct series_ent **ents,
+			  struct rdb_buf *rec)
 {
 	bool has_ev = req->events && mdl_events_count(req->events) > 0;
-	if (!has_ev && !req->batch_id) {
-		*type = STO_WAL_REC_POINTS;
-		return sto_batch_encode(req->points, rec);
-	}
-	*type = STO_WAL_REC_BATCH;
+	size_t n = req->points ? mdl_batch_nseries(req->points) : 0;
+	uint64_t sids_stack[64], *sids = sids_stack;
+	rec->len = 0;
+	if (n > 64 && !(sids = malloc(n * sizeof(*sids))))
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		sids[i] = ents[i]->id;
 	uint8_t il = (uint8_t)(req->batch_id ? req->batch_id_len : 0);
 	int rc = rdb_buf_putc(rec, (char)il);
 	if (rc == 0)
@@ -388,14 +414,54 @@ static int encode_request(const struct sto_write_req *req, struct rdb_buf *rec, 
 	for (int part = 0; part < 2 && rc == 0; part++) {
 		size_t at = rec->len;
 		rc = rdb_buf_append(rec, "\0\0\0\0", 4);
-		if (rc == 0 && part == 0 && req->points && mdl_batch_nseries(req->points))
-			rc = sto_batch_encode(req->points, rec);
+		if (rc == 0 && part == 0 && n)
+			rc = sto_batch_encode_compact(req->points, sids, rec);
 		if (rc == 0 && part == 1 && has_ev)
 			rc = sto_events_encode(req->events, rec);
 		if (rc == 0)
 			rdb_put_le32(rec->data + at, (uint32_t)(rec->len - at - 4));
 	}
-	return rc;
+	if (sids != sids_stack)
+		free(sids);
+	return rc ? rc : check_defs_size(req->points, n);
+}
+
+/* What a record's definitions hook needs: its series, in batch order. */
+struct defs_src {
+	struct series_ent **ents;
+	size_t n;
+};
+
+/* The definitions hook (wal.h) of every write record: defines each of its
+ * series not defined in this epoch of the WAL file. WAL thread. */
+static int wal_defs(void *arg, uint64_t epoch, struct rdb_buf *out)
+{
+	const struct defs_src *d = arg;
+	size_t start = out->len;
+	for (size_t i = 0; i < d->n; i++) {
+		struct series_ent *e = d->ents[i];
+		if (e->wal_def_epoch == epoch)
+			continue;
+		struct sto_wal_key k = {.job = sti_ent_job(e),
+					.metric = sti_ent_metric(e),
+					.rank = e->rank,
+					.job_len = e->job_len,
+					.metric_len = e->metric_len};
+		int rc = sto_defs_add(out, start, e->id, &k);
+		if (rc)
+			return rc; /* the WAL fails the group and changes the epoch */
+		e->wal_def_epoch = epoch;
+	}
+	return 0;
+}
+
+/* Resolves the request's series ids anew after a job delete (del_epoch
+ * moved) and re-encodes its record with them. No lock held. */
+static int resolve_again(struct sto *s, const struct sto_write_req *req, struct series_ent **ents,
+			 struct rdb_buf *rec)
+{
+	int rc = sti_resolve_series(s, req->points, ents);
+	return rc ? rc : encode_request(req, ents, rec);
 }
 
 int sti_prepare_request(struct sto *s, struct head *h, const struct mdl_batch *pts,
@@ -496,8 +562,8 @@ static bool over_memory(struct sto *s)
  * replay. On success *bent is finished (and set to NULL) inside the lock,
  * so a rotation sees the batch id done; *wake says a size seal is queued. */
 static int append_and_apply(struct sto *s, const struct sto_write_req *req,
-			    struct series_ent **ents, const struct rdb_buf *rec, uint8_t type,
-			    struct batch_ent **bent, bool *wake)
+			    struct series_ent **ents, struct rdb_buf *rec, struct batch_ent **bent,
+			    bool *wake)
 {
 	size_t n = req->points ? mdl_batch_nseries(req->points) : 0;
 	uint64_t epoch = atomic_load(&s->del_epoch);
@@ -508,7 +574,7 @@ static int append_and_apply(struct sto *s, const struct sto_write_req *req,
 	while (rc == 0 && n && epoch != atomic_load(&s->del_epoch)) {
 		pthread_rwlock_unlock(&s->write_lock);
 		epoch = atomic_load(&s->del_epoch);
-		rc = sti_resolve_series(s, req->points, ents);
+		rc = resolve_again(s, req, ents, rec);
 		pthread_rwlock_rdlock(&s->write_lock);
 	}
 	struct head *h = NULL;
@@ -520,7 +586,13 @@ static int append_and_apply(struct sto *s, const struct sto_write_req *req,
 		pthread_mutex_unlock(&s->head_lock);
 	}
 	if (rc == 0) {
-		rc = sto_wal_append(s->wal, type, rec->data, rec->len);
+		struct defs_src d = {.ents = ents, .n = n};
+		struct sto_wal_rec wr = {.type = STO_WAL_REC_CBATCH,
+					 .payload = rec->data,
+					 .len = rec->len,
+					 .defs_fn = n ? wal_defs : NULL,
+					 .defs_arg = &d};
+		rc = sto_wal_append_rec(s->wal, &wr);
 		pthread_mutex_lock(&s->head_lock);
 		uint64_t gen = h->gen;
 		if (rc == 0) {
@@ -584,16 +656,15 @@ int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_wri
 	size_t n = req->points ? mdl_batch_nseries(req->points) : 0;
 	struct rdb_buf rec;
 	rdb_buf_init(&rec, STO_WAL_MAX_PAYLOAD);
-	uint8_t type = 0;
 	struct series_ent **ents = malloc((n ? n : 1) * sizeof(*ents));
 	rc = ents ? 0 : -ENOMEM;
 	if (rc == 0 && n)
 		rc = sti_resolve_series(s, req->points, ents);
 	if (rc == 0)
-		rc = encode_request(req, &rec, &type);
+		rc = encode_request(req, ents, &rec);
 	bool wake = false;
 	if (rc == 0)
-		rc = append_and_apply(s, req, ents, &rec, type, &bent, &wake);
+		rc = append_and_apply(s, req, ents, &rec, &bent, &wake);
 	if (bent)
 		batch_finish(s, bent, false, 0);
 	if (rc == 0)
@@ -614,7 +685,7 @@ struct async_write {
 	struct sto_wal_async wa; /* the WAL's part; must not move */
 	struct sto_write_req req;
 	struct rdb_buf rec;
-	uint8_t type; /* of the WAL record */
+	struct defs_src defs; /* the record's definitions hook's argument */
 	struct series_ent **ents;
 	struct head *h; /* prepared in; stays active while we are pending */
 	struct sti_prep pp;
@@ -702,7 +773,7 @@ static int async_append(struct async_write *a, bool *freed)
 	while (rc == 0 && n && epoch != atomic_load(&s->del_epoch)) {
 		pthread_rwlock_unlock(&s->write_lock);
 		epoch = atomic_load(&s->del_epoch);
-		rc = sti_resolve_series(s, req->points, a->ents);
+		rc = resolve_again(s, req, a->ents, &a->rec);
 		pthread_rwlock_rdlock(&s->write_lock);
 	}
 	if (rc == 0) {
@@ -716,7 +787,13 @@ static int async_append(struct async_write *a, bool *freed)
 		return rc;
 	}
 	atomic_fetch_add(&s->async_pending, 1);
-	rc = sto_wal_append_async(s->wal, a->type, a->rec.data, a->rec.len, &a->wa, async_done, a);
+	a->defs = (struct defs_src){.ents = a->ents, .n = n};
+	struct sto_wal_rec wr = {.type = STO_WAL_REC_CBATCH,
+				 .payload = a->rec.data,
+				 .len = a->rec.len,
+				 .defs_fn = n ? wal_defs : NULL,
+				 .defs_arg = &a->defs};
+	rc = sto_wal_append_rec_async(s->wal, &wr, &a->wa, async_done, a);
 	/* From here on a may be completed and freed by the WAL thread. */
 	pthread_rwlock_unlock(&s->write_lock);
 	if (rc) {
@@ -732,7 +809,9 @@ static int async_append(struct async_write *a, bool *freed)
 static int submit_resolved(struct async_write *a)
 {
 	bool freed = false;
-	int rc = async_append(a, &freed);
+	int rc = encode_request(&a->req, a->ents, &a->rec);
+	if (rc == 0)
+		rc = async_append(a, &freed);
 	if (rc == STO_PENDING)
 		return rc;
 	/* Not queued: nothing of it is anywhere (async_finish released the
@@ -782,8 +861,6 @@ int sto_write_submit(struct sto *s, const struct sto_write_req *req, struct sto_
 		a->ents = a->ents_mem;
 	}
 	rc = a ? 0 : -ENOMEM;
-	if (rc == 0)
-		rc = encode_request(req, &a->rec, &a->type);
 	if (rc == 0 && n && sti_resolve_known(s, req->points, a->ents) > 0) {
 		/* New series: created by the creator thread, with every other
 		 * write waiting for some, while this thread goes on. */

@@ -100,6 +100,14 @@ int sto_series_key_of(struct sto_txn *t, uint64_t id, struct mdl_series_key *out
  * returned. */
 typedef int (*sto_series_fn)(void *arg, const struct mdl_series_key *k, uint64_t id);
 int sto_series_scan(struct sto_txn *t, const char *job, sto_series_fn fn, void *arg);
+/* sto_series_scan of one job (not NULL) calling fn only for series whose
+ * metric name want(arg, name, len) accepts (name not NUL-terminated, taken
+ * from the index key before it is decoded or its entry's checksum is
+ * checked: entries of other metrics cost a key comparison, and a damaged
+ * one is not noticed). */
+typedef bool (*sto_metric_want_fn)(void *arg, const char *metric, size_t len);
+int sto_series_scan_metric(struct sto_txn *t, const char *job, sto_metric_want_fn want,
+			   sto_series_fn fn, void *arg);
 /* Calls fn once per distinct job, in order, with the number of series. */
 typedef int (*sto_job_fn)(void *arg, const char *job, uint64_t nseries);
 int sto_jobs_scan(struct sto_txn *t, sto_job_fn fn, void *arg);

@@ -285,7 +285,8 @@ int sto_series_key_of(struct sto_txn *t, uint64_t id, struct mdl_series_key *out
 	return series_key_decode(t, &v, out);
 }
 
-int sto_series_scan(struct sto_txn *t, const char *job, sto_series_fn fn, void *arg)
+static int series_scan(struct sto_txn *t, const char *job, sto_metric_want_fn want,
+		       sto_series_fn fn, void *arg)
 {
 	uint8_t prefix[MDL_JOB_MAX + 1];
 	size_t plen = 0;
@@ -309,6 +310,10 @@ int sto_series_scan(struct sto_txn *t, const char *job, sto_series_fn fn, void *
 	     ret = ix_cursor_next(t, cur, &k, &v)) {
 		if (!ix_has_prefix(&k, prefix, plen))
 			break;
+		/* the key: job, NUL (the prefix), rank (4 bytes), metric */
+		if (want && k.mv_size > plen + 4 &&
+		    !want(arg, (const char *)k.mv_data + plen + 4, k.mv_size - plen - 4))
+			continue;
 		ret = series_key_decode(t, &k, &key);
 		if (ret == 0)
 			ret = series_id_of(t, &k, &v, &id);
@@ -321,6 +326,19 @@ int sto_series_scan(struct sto_txn *t, const char *job, sto_series_fn fn, void *
 out:
 	mdb_cursor_close(cur);
 	return ret;
+}
+
+int sto_series_scan(struct sto_txn *t, const char *job, sto_series_fn fn, void *arg)
+{
+	return series_scan(t, job, NULL, fn, arg);
+}
+
+int sto_series_scan_metric(struct sto_txn *t, const char *job, sto_metric_want_fn want,
+			   sto_series_fn fn, void *arg)
+{
+	if (!job)
+		return RDB_EINVAL;
+	return series_scan(t, job, want, fn, arg);
 }
 
 int sto_jobs_scan(struct sto_txn *t, sto_job_fn fn, void *arg)

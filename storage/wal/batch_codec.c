@@ -194,3 +194,241 @@ int sto_events_decode(struct mdl_events *b, const uint8_t *p, size_t len)
 	}
 	return p == end ? 0 : RDB_ECORRUPT;
 }
+
+/* ---- Series definitions and compact points -------------------------------
+ * Integers in the compact payload are LEB128 varints (7 bits a byte, low
+ * first, at most 10 bytes for 64 bits); signed quantities are zigzag
+ * encoded ((d << 1) ^ (d >> 63)), all of it computed in uint64_t so that
+ * any delta, e.g. from a step to MDL_STEP_NONE, wraps instead of
+ * overflowing. */
+
+#define VARINT_MAX     10u
+#define DEF_FIXED      (8u + 1u + 4u + 2u)
+#define CPT_MIN_POINT  (3u + 8u) /* three 1-byte deltas and the value */
+#define CPT_MIN_SERIES 2u	 /* two 1-byte varints */
+#define CPT_MAX_POINT  (3u * VARINT_MAX + 8u)
+#define CPT_MAX_SERIES (2u * VARINT_MAX)
+
+static uint8_t *put_varint(uint8_t *p, uint64_t v)
+{
+	while (v >= 0x80) {
+		*p++ = (uint8_t)(v | 0x80);
+		v >>= 7;
+	}
+	*p++ = (uint8_t)v;
+	return p;
+}
+
+/* Reads a varint at *p (before end); advances *p. 0 or RDB_ECORRUPT (runs
+ * past end, longer than 10 bytes, or past 64 bits). */
+static int get_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
+{
+	uint64_t v = 0;
+	for (unsigned i = 0; i < VARINT_MAX; i++) {
+		if (*p == end)
+			return RDB_ECORRUPT;
+		uint8_t c = *(*p)++;
+		if (i == VARINT_MAX - 1 && c > 1)
+			return RDB_ECORRUPT;
+		v |= (uint64_t)(c & 0x7f) << (7 * i);
+		if (!(c & 0x80)) {
+			*out = v;
+			return 0;
+		}
+	}
+	return RDB_ECORRUPT;
+}
+
+static uint64_t zigzag(uint64_t d)
+{
+	return (d << 1) ^ (0 - (d >> 63));
+}
+
+static uint64_t unzigzag(uint64_t z)
+{
+	return (z >> 1) ^ (0 - (z & 1));
+}
+
+int sto_defs_add(struct rdb_buf *out, size_t start, uint64_t sid, const struct sto_wal_key *k)
+{
+	bool first = out->len == start;
+	size_t need = (first ? 4 : 0) + DEF_FIXED + k->job_len + k->metric_len;
+	if (k->job_len < 1 || k->job_len > MDL_JOB_MAX || k->metric_len < 1 ||
+	    k->metric_len > MDL_METRIC_MAX || out->len < start)
+		return -EINVAL;
+	int rc = rdb_buf_reserve(out, need);
+	if (rc)
+		return rc;
+	uint8_t *p = out->data + out->len;
+	if (first) {
+		rdb_put_le32(p, 0);
+		p += 4;
+	}
+	rdb_put_le64(p, sid);
+	p[8] = (uint8_t)k->job_len;
+	memcpy(p + 9, k->job, k->job_len);
+	p += 9 + k->job_len;
+	rdb_put_le32(p, k->rank);
+	rdb_put_le16(p + 4, k->metric_len);
+	memcpy(p + 6, k->metric, k->metric_len);
+	out->len += need;
+	uint8_t *cnt = out->data + start;
+	rdb_put_le32(cnt, rdb_get_le32(cnt) + 1);
+	return 0;
+}
+
+/* Parses the definition at *p into sid/k; advances *p. 0 or RDB_ECORRUPT. */
+static int def_parse(const uint8_t **pp, const uint8_t *end, uint64_t *sid, struct sto_wal_key *k)
+{
+	const uint8_t *p = *pp;
+	if ((size_t)(end - p) < 9)
+		return RDB_ECORRUPT;
+	*sid = rdb_get_le64(p);
+	k->job_len = p[8];
+	p += 9;
+	if ((size_t)(end - p) < (size_t)k->job_len + 6 ||
+	    !mdl_job_valid((const char *)p, k->job_len))
+		return RDB_ECORRUPT;
+	k->job = (const char *)p;
+	p += k->job_len;
+	k->rank = rdb_get_le32(p);
+	k->metric_len = rdb_get_le16(p + 4);
+	p += 6;
+	if ((size_t)(end - p) < k->metric_len || !mdl_metric_valid((const char *)p, k->metric_len))
+		return RDB_ECORRUPT;
+	k->metric = (const char *)p;
+	*pp = p + k->metric_len;
+	return 0;
+}
+
+int sto_defs_decode(const uint8_t *p, size_t len, sto_defs_fn fn, void *arg)
+{
+	const uint8_t *end = p + len;
+	if (len < 4)
+		return RDB_ECORRUPT;
+	uint32_t n = rdb_get_le32(p);
+	if (n > (len - 4) / (DEF_FIXED + 2))
+		return RDB_ECORRUPT;
+	uint64_t sid;
+	struct sto_wal_key k;
+	const uint8_t *q = p + 4;
+	for (uint32_t i = 0; i < n; i++)
+		if (def_parse(&q, end, &sid, &k))
+			return RDB_ECORRUPT;
+	if (q != end)
+		return RDB_ECORRUPT;
+	q = p + 4;
+	for (uint32_t i = 0; i < n; i++) {
+		(void)def_parse(&q, end, &sid, &k);
+		int rc = fn(arg, sid, &k);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* The delta base: the previous point of the series, or for a series'
+ * first point the first point of the series before it in the record (0
+ * for the record's first series). */
+struct cpt_base {
+	uint64_t ts, step, attempt;
+};
+
+int sto_batch_encode_compact(const struct mdl_batch *b, const uint64_t *sids, struct rdb_buf *out)
+{
+	size_t nseries = mdl_batch_nseries(b);
+	size_t need = 4 + nseries * CPT_MAX_SERIES + mdl_batch_points(b) * CPT_MAX_POINT;
+	if (nseries > UINT32_MAX)
+		return RDB_ELIMIT;
+	int rc = rdb_buf_reserve(out, need);
+	if (rc)
+		return rc;
+	uint8_t *start = out->data + out->len, *p = start + 4;
+	rdb_put_le32(start, (uint32_t)nseries);
+	struct cpt_base first = {0};
+	uint64_t prev_sid = 0;
+	for (size_t i = 0; i < nseries; i++) {
+		const struct mdl_batch_series *s = mdl_batch_series_at(b, i);
+		p = put_varint(p, zigzag(sids[i] - prev_sid));
+		p = put_varint(p, s->pts.n);
+		prev_sid = sids[i];
+		struct cpt_base at = first;
+		for (size_t k = 0; k < s->pts.n; k++) {
+			struct cpt_base v = {(uint64_t)s->pts.ts_ns[k], (uint64_t)s->pts.step[k],
+					     s->pts.attempt[k]};
+			p = put_varint(p, zigzag(v.ts - at.ts));
+			p = put_varint(p, zigzag(v.step - at.step));
+			p = put_varint(p, zigzag(v.attempt - at.attempt));
+			rdb_put_le64(p, s->pts.value[k]);
+			p += 8;
+			if (k == 0)
+				first = v;
+			at = v;
+		}
+	}
+	out->len += (size_t)(p - start);
+	return 0;
+}
+
+/* Decodes the npoints points of one series of a compact payload into b. */
+static int cpt_points(struct mdl_batch *b, const struct sto_wal_key *k, uint64_t npoints,
+		      const uint8_t **pp, const uint8_t *end, struct cpt_base *first)
+{
+	struct cpt_base at = *first;
+	for (uint64_t i = 0; i < npoints; i++) {
+		uint64_t d[3];
+		for (int f = 0; f < 3; f++)
+			if (get_varint(pp, end, &d[f]))
+				return RDB_ECORRUPT;
+		if (end - *pp < 8)
+			return RDB_ECORRUPT;
+		struct cpt_base v = {at.ts + unzigzag(d[0]), at.step + unzigzag(d[1]),
+				     at.attempt + unzigzag(d[2])};
+		if (v.attempt > UINT32_MAX)
+			return RDB_ECORRUPT;
+		int rc = mdl_batch_add(b, k->job, k->job_len, k->rank, k->metric, k->metric_len,
+				       (int64_t)v.ts, (int64_t)v.step, (uint32_t)v.attempt,
+				       rdb_get_le64(*pp));
+		if (rc)
+			return rc;
+		*pp += 8;
+		if (i == 0)
+			*first = v;
+		at = v;
+	}
+	return 0;
+}
+
+int sto_batch_decode_compact(struct mdl_batch *b, const uint8_t *p, size_t len,
+			     sto_sid_lookup_fn lookup, void *arg, uint64_t *missing_sid)
+{
+	mdl_batch_reset(b);
+	const uint8_t *end = p + len;
+	if (len < 4)
+		return RDB_ECORRUPT;
+	uint32_t nseries = rdb_get_le32(p);
+	p += 4;
+	if (nseries > (len - 4) / CPT_MIN_SERIES)
+		return RDB_ECORRUPT;
+	struct cpt_base first = {0};
+	uint64_t sid = 0;
+	for (uint32_t i = 0; i < nseries; i++) {
+		uint64_t dsid, npoints;
+		if (get_varint(&p, end, &dsid) || get_varint(&p, end, &npoints) ||
+		    npoints > (size_t)(end - p) / CPT_MIN_POINT)
+			return RDB_ECORRUPT;
+		sid += unzigzag(dsid);
+		const struct sto_wal_key *k = lookup(arg, sid);
+		if (!k) {
+			*missing_sid = sid;
+			return RDB_ENOTFOUND;
+		}
+		if (!mdl_job_valid(k->job, k->job_len) ||
+		    !mdl_metric_valid(k->metric, k->metric_len))
+			return RDB_ECORRUPT;
+		int rc = cpt_points(b, k, npoints, &p, end, &first);
+		if (rc)
+			return rc;
+	}
+	return p == end ? 0 : RDB_ECORRUPT;
+}

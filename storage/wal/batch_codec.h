@@ -1,4 +1,8 @@
-/* batch_codec.h - WAL payload encoding of point and event batches. */
+/* batch_codec.h - WAL payload encoding of point and event batches: the
+ * points payload that names series by their strings (type 1, also the
+ * ingest pipeline's subscriber blobs), the compact one that names them by
+ * series id (type 5) and the series definitions that bind those ids to
+ * keys within one WAL file (type 4). Layouts in storage/format.h. */
 #ifndef STO_BATCH_CODEC_H
 #define STO_BATCH_CODEC_H
 
@@ -27,5 +31,49 @@ int sto_events_encode(const struct mdl_events *ev, struct rdb_buf *out);
 /* Parses an events payload (untrusted) into ev (reset first). 0,
  * RDB_ECORRUPT, RDB_ELIMIT, -ENOMEM; ev unspecified on failure. */
 int sto_events_decode(struct mdl_events *ev, const uint8_t *p, size_t len);
+
+/* ---- Series definitions and compact points (STO_WAL_REC_DEFS and the
+ * points part of STO_WAL_REC_CBATCH, format.h) ---- */
+
+/* A series key as a definition names it: job and metric point into the
+ * payload they were decoded from (not NUL-terminated). */
+struct sto_wal_key {
+	const char *job;
+	const char *metric;
+	uint32_t rank;
+	uint16_t job_len, metric_len;
+};
+
+/* Bytes one definition takes at most (STO_WAL_REC_DEFS entry). */
+#define STO_WAL_DEF_MAX_BYTES (8u + 1u + MDL_JOB_MAX + 4u + 2u + MDL_METRIC_MAX)
+
+/* Appends one definition (sid -> key) to the definitions payload that
+ * starts at out->data + start: writes its u32 count first when out->len ==
+ * start, then bumps it. The names must be valid (mdl_job_valid,
+ * mdl_metric_valid). 0, -ENOMEM or RDB_ELIMIT (out's length unchanged). */
+int sto_defs_add(struct rdb_buf *out, size_t start, uint64_t sid, const struct sto_wal_key *k);
+
+/* Parses a definitions payload (untrusted): checks all of it first, then
+ * calls fn once per definition in order, with k pointing into p. 0,
+ * RDB_ECORRUPT (malformed: fn never called), or fn's first non-zero
+ * return. */
+typedef int (*sto_defs_fn)(void *arg, uint64_t sid, const struct sto_wal_key *k);
+int sto_defs_decode(const uint8_t *p, size_t len, sto_defs_fn fn, void *arg);
+
+/* Appends b as a compact points payload to out, series i named by sids[i].
+ * 0, -ENOMEM or RDB_ELIMIT (out's length unchanged). */
+int sto_batch_encode_compact(const struct mdl_batch *b, const uint64_t *sids, struct rdb_buf *out);
+
+/* The key of sid for sto_batch_decode_compact, or NULL when the file
+ * defined none (the decoder then fails with RDB_ENOTFOUND). */
+typedef const struct sto_wal_key *(*sto_sid_lookup_fn)(void *arg, uint64_t sid);
+
+/* Parses a compact points payload (untrusted) into b (reset first),
+ * naming series through lookup. 0, RDB_ECORRUPT (malformed, or a defined
+ * key that is not valid), RDB_ENOTFOUND (a series id lookup does not
+ * know; *missing_sid says which), or b's errors (RDB_ELIMIT, -ENOMEM); b's
+ * content is unspecified on failure. */
+int sto_batch_decode_compact(struct mdl_batch *b, const uint8_t *p, size_t len,
+			     sto_sid_lookup_fn lookup, void *arg, uint64_t *missing_sid);
 
 #endif

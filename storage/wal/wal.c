@@ -21,8 +21,19 @@
  *    fdatasync, by policy) succeeded.
  *  - The queue never holds more than queue_max_records requests (0 in the
  *    options means 1024); a caller beyond that waits (backpressure). A group
- *    is thus at most queue_max_records records and 2x as many iovecs, and
- *    the iovec array is allocated once at open.
+ *    is thus at most queue_max_records records and 3x as many iovecs (a
+ *    record's definitions, its header, its payload), and the iovec array
+ *    is allocated once at open.
+ *  - Series definitions (wal.h, sto_wal_defs_fn): when a group is taken,
+ *    the WAL thread calls each record's hook, framing what it returns as a
+ *    STO_WAL_REC_DEFS record (header and XXH3-64 seeded with the
+ *    generation, as any record) in `defs`, a buffer of the WAL thread that
+ *    lives until the group is finished; the iovecs point into it only once
+ *    all of the group's definitions are in it (it may move while it grows).
+ *    Each definition record goes right before its record, in the same
+ *    writev. `epoch` (process-unique, from epoch_next) changes at every
+ *    rotation and after every failed group, so hooks define anew whatever
+ *    a truncate or a new file took away.
  *  - A blocking request lives on its caller's stack; the WAL thread stops
  *    touching it once it has set `done` under the mutex. An asynchronous
  *    one (sto_wal_append_async) lives in the caller's struct
@@ -80,6 +91,11 @@
 #define RING_DEPTH    8u
 #define NAME_LEN      STO_WAL_NAME_LEN
 #define PREALLOC_MIN  (1u << 20) /* a generation shorter than this: no zeros ahead */
+#define IOV_PER_REC   3u	 /* definitions, header, payload */
+#define DEFS_KEEP     (4u << 20) /* the definitions buffer is freed past this after a group */
+
+/* Epochs of every WAL in the process: one never repeats. */
+static _Atomic uint64_t epoch_next = 1;
 
 /* One queued append: on the caller's stack (sto_wal_append, fn NULL) or in
  * the caller's struct sto_wal_async (fn set). Fields: next, payload (the
@@ -94,7 +110,8 @@ struct sto_wal {
 	size_t queue_max;      /* requests; also the largest group */
 	uint64_t prealloc;     /* bytes sto_wal_prepare zero-fills a file to */
 	struct sto_ring *ring; /* WAL thread only */
-	struct iovec *iov;     /* WAL thread only, 2 * queue_max entries */
+	struct iovec *iov;     /* WAL thread only, IOV_PER_REC * queue_max entries */
+	struct rdb_buf defs;   /* WAL thread only: the group's definition records */
 	pthread_t thread;
 	bool thread_started;
 	bool sync_inited;
@@ -113,6 +130,7 @@ struct sto_wal {
 	uint64_t next_gen;
 	int inject_write_err; /* test hook, consumed by the next group */
 	int inject_truncate_err;
+	uint64_t epoch; /* of what definition hooks have written to this file */
 	/* Under mu for writers; atomics for the const getters. */
 	_Atomic uint64_t gen;
 	_Atomic uint64_t size; /* bytes: end of the last durable record */
@@ -126,6 +144,8 @@ struct group {
 	uint64_t gen;
 	uint64_t off; /* file offset the group is written at */
 	uint64_t bytes;
+	uint64_t epoch;
+	uint64_t def_records, def_bytes;
 	bool broken;
 	int inject_write_err;
 	int inject_truncate_err;
@@ -198,7 +218,7 @@ static int truncate_fd(int fd, uint64_t size)
 static void encode_file_header(uint8_t *h, uint64_t gen)
 {
 	memcpy(h, STO_WAL_MAGIC, 8);
-	rdb_put_le32(h + 8, STO_FORMAT_VERSION);
+	rdb_put_le32(h + 8, STO_WAL_VERSION);
 	rdb_put_le32(h + 12, STO_WAL_HEADER_SIZE);
 	rdb_put_le64(h + 16, gen);
 	rdb_put_le64(h + 24, (uint64_t)rdb_now_ns());
@@ -291,12 +311,21 @@ static int enqueue(struct sto_wal *w, struct sto_wal_async *req)
 
 int sto_wal_append(struct sto_wal *w, uint8_t type, const void *payload, size_t len)
 {
-	if (len > STO_WAL_MAX_PAYLOAD)
+	struct sto_wal_rec rec = {.type = type, .payload = payload, .len = len};
+	return sto_wal_append_rec(w, &rec);
+}
+
+int sto_wal_append_rec(struct sto_wal *w, const struct sto_wal_rec *rec)
+{
+	if (rec->len > STO_WAL_MAX_PAYLOAD)
 		return RDB_ELIMIT;
-	if (len > 0 && !payload)
+	if (rec->len > 0 && !rec->payload)
 		return -EINVAL;
-	struct sto_wal_async req = {.payload = payload, .len = (uint32_t)len};
-	int result = build_rec_header(&req, type, atomic_load(&w->gen));
+	struct sto_wal_async req = {.payload = rec->payload,
+				    .len = (uint32_t)rec->len,
+				    .defs_fn = rec->defs_fn,
+				    .defs_arg = rec->defs_arg};
+	int result = build_rec_header(&req, rec->type, atomic_load(&w->gen));
 	if (result)
 		return result;
 
@@ -313,12 +342,24 @@ int sto_wal_append(struct sto_wal *w, uint8_t type, const void *payload, size_t 
 int sto_wal_append_async(struct sto_wal *w, uint8_t type, const void *payload, size_t len,
 			 struct sto_wal_async *a, sto_wal_done_fn fn, void *arg)
 {
-	if (len > STO_WAL_MAX_PAYLOAD)
+	struct sto_wal_rec rec = {.type = type, .payload = payload, .len = len};
+	return sto_wal_append_rec_async(w, &rec, a, fn, arg);
+}
+
+int sto_wal_append_rec_async(struct sto_wal *w, const struct sto_wal_rec *rec,
+			     struct sto_wal_async *a, sto_wal_done_fn fn, void *arg)
+{
+	if (rec->len > STO_WAL_MAX_PAYLOAD)
 		return RDB_ELIMIT;
-	if ((len > 0 && !payload) || !fn)
+	if ((rec->len > 0 && !rec->payload) || !fn)
 		return -EINVAL;
-	*a = (struct sto_wal_async){.payload = payload, .len = (uint32_t)len, .fn = fn, .arg = arg};
-	int result = build_rec_header(a, type, atomic_load(&w->gen));
+	*a = (struct sto_wal_async){.payload = rec->payload,
+				    .len = (uint32_t)rec->len,
+				    .fn = fn,
+				    .arg = arg,
+				    .defs_fn = rec->defs_fn,
+				    .defs_arg = rec->defs_arg};
+	int result = build_rec_header(a, rec->type, atomic_load(&w->gen));
 	if (result)
 		return result;
 	pthread_mutex_lock(&w->mu);
@@ -338,6 +379,7 @@ static void take_group(struct sto_wal *w, struct group *g)
 	g->fd = w->fd;
 	g->gen = atomic_load(&w->gen);
 	g->off = atomic_load(&w->size);
+	g->epoch = w->epoch;
 	g->broken = w->broken;
 	g->inject_write_err = w->inject_write_err;
 	g->inject_truncate_err = w->inject_truncate_err;
@@ -348,10 +390,68 @@ static void take_group(struct sto_wal *w, struct group *g)
 	pthread_cond_broadcast(&w->space_cv);
 }
 
+/* Runs r's definitions hook and frames its output as one STO_WAL_REC_DEFS
+ * record at the end of w->defs (r->defs_len 0 when it wrote nothing). */
+static int frame_defs(struct sto_wal *w, struct group *g, struct sto_wal_async *r)
+{
+	size_t start = w->defs.len;
+	r->defs_off = start;
+	r->defs_len = 0;
+	int rc = rdb_buf_append(&w->defs, (uint8_t[STO_WAL_REC_HEADER_SIZE]){0},
+				STO_WAL_REC_HEADER_SIZE);
+	if (rc == 0)
+		rc = r->defs_fn(r->defs_arg, g->epoch, &w->defs);
+	size_t len = w->defs.len - start - STO_WAL_REC_HEADER_SIZE;
+	if (rc == 0 && len > STO_WAL_MAX_PAYLOAD)
+		rc = RDB_ELIMIT;
+	if (rc || len == 0) {
+		w->defs.len = start;
+		return rc;
+	}
+	uint8_t *h = w->defs.data + start;
+	struct rdb_hash_state st;
+	rdb_put_le32(h, (uint32_t)len);
+	h[4] = STO_WAL_REC_DEFS;
+	rc = rdb_hash_begin(&st, g->gen);
+	if (rc) {
+		w->defs.len = start;
+		return rc;
+	}
+	rdb_hash_update(&st, h, 8);
+	rdb_hash_update(&st, h + STO_WAL_REC_HEADER_SIZE, len);
+	rdb_put_le64(h + 8, rdb_hash_end(&st));
+	r->defs_len = STO_WAL_REC_HEADER_SIZE + len;
+	g->def_records++;
+	g->def_bytes += r->defs_len;
+	return 0;
+}
+
+/* Calls the group's definitions hooks in record order. On failure the
+ * group is not written (the caller fails it, which changes the epoch:
+ * hooks may have marked definitions that are now dropped). */
+static int build_defs(struct sto_wal *w, struct group *g)
+{
+	w->defs.len = 0;
+	for (struct sto_wal_async *r = g->first; r; r = r->next) {
+		r->defs_len = 0;
+		if (!r->defs_fn)
+			continue;
+		int rc = frame_defs(w, g, r);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 static int build_iov(struct sto_wal *w, struct group *g)
 {
 	int cnt = 0;
 	for (struct sto_wal_async *r = g->first; r; r = r->next) {
+		if (r->defs_len) {
+			w->iov[cnt].iov_base = w->defs.data + r->defs_off;
+			w->iov[cnt++].iov_len = r->defs_len;
+			g->bytes += r->defs_len;
+		}
 		w->iov[cnt].iov_base = r->hdr;
 		w->iov[cnt++].iov_len = STO_WAL_REC_HEADER_SIZE;
 		if (r->len) {
@@ -409,6 +509,14 @@ static void commit_group(struct sto_wal *w, struct group *g)
 		g->result = RDB_EIO;
 		return;
 	}
+	g->result = build_defs(w, g);
+	if (g->result) {
+		rdb_error(SUBSYS,
+			  "%s: cannot lay out the series definitions of %zu records: %s; refused "
+			  "them, nothing written, still serving",
+			  w->dir, g->n, rdb_strerror(g->result));
+		return;
+	}
 	int cnt = build_iov(w, g);
 	bool datasync = w->sync == STO_SYNC_FDATASYNC;
 	int64_t t0 = rdb_now_mono_ns();
@@ -435,9 +543,16 @@ static struct sto_wal_async *finish_group(struct sto_wal *w, struct group *g)
 		atomic_store(&w->size, g->off + g->bytes);
 		s->records += g->n;
 		s->bytes += g->bytes;
+		s->def_records += g->def_records;
+		s->def_bytes += g->def_bytes;
 	} else {
 		s->errors += g->n;
+		/* The file is back where it was (or broken): what hooks defined
+		 * in this group is not in it. */
+		w->epoch = atomic_fetch_add(&epoch_next, 1);
 	}
+	if (w->defs.cap > DEFS_KEEP)
+		rdb_buf_free(&w->defs);
 	if (!g->broken) {
 		s->group_max = g->n > s->group_max ? g->n : s->group_max;
 		s->syncs += g->synced ? 1 : 0;
@@ -467,6 +582,7 @@ static struct sto_wal_async *finish_group(struct sto_wal *w, struct group *g)
 static void *wal_thread(void *arg)
 {
 	struct sto_wal *w = arg;
+	pthread_setname_np(pthread_self(), "rdb-wal");
 	struct group g;
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
@@ -523,6 +639,7 @@ static void wal_free(struct sto_wal *w)
 	}
 	sto_ring_close(w->ring);
 	free(w->iov);
+	rdb_buf_free(&w->defs);
 	free(w->dir);
 	free(w);
 }
@@ -559,7 +676,11 @@ static int wal_alloc(const struct sto_wal_options *opt, struct sto_wal **out)
 	w->queue_max = opt->queue_max_records ? opt->queue_max_records : QUEUE_DEFAULT;
 	w->prealloc = opt->prealloc_bytes;
 	w->dir = strdup(opt->dir);
-	w->iov = calloc(2 * w->queue_max, sizeof(*w->iov));
+	w->iov = calloc(IOV_PER_REC * w->queue_max, sizeof(*w->iov));
+	/* A group's definitions: each record's fit one record (the writers
+	 * check), several huge ones together may not (the group then fails). */
+	rdb_buf_init(&w->defs, 4 * ((size_t)STO_WAL_MAX_PAYLOAD + STO_WAL_REC_HEADER_SIZE));
+	w->epoch = atomic_fetch_add(&epoch_next, 1);
 	int result = (w->dir && w->iov) ? wal_init_sync(w) : -ENOMEM;
 	if (!result)
 		result = sto_ring_open(RING_DEPTH, &w->ring);
@@ -576,7 +697,7 @@ int sto_wal_open(const struct sto_wal_options *opt, struct sto_wal **out)
 	struct sto_wal *w = NULL;
 	if (!opt->dir || (opt->sync != STO_SYNC_FDATASYNC && opt->sync != STO_SYNC_NONE))
 		return -EINVAL;
-	if (opt->queue_max_records > SIZE_MAX / (2 * sizeof(struct iovec)))
+	if (opt->queue_max_records > SIZE_MAX / (IOV_PER_REC * sizeof(struct iovec)))
 		return -EINVAL;
 	int result = wal_alloc(opt, &w);
 	if (result)
@@ -664,6 +785,7 @@ int sto_wal_rotate(struct sto_wal *w, uint64_t new_gen)
 	int old = w->fd;
 	w->fd = fd;
 	w->broken = false;
+	w->epoch = atomic_fetch_add(&epoch_next, 1); /* nothing is defined in the new file */
 	atomic_store(&w->gen, new_gen);
 	atomic_store(&w->size, STO_WAL_HEADER_SIZE);
 	pthread_mutex_unlock(&w->mu);

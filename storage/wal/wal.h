@@ -18,6 +18,8 @@
 #ifndef STO_WAL_H
 #define STO_WAL_H
 
+#include "common/rdb_buf.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -61,6 +63,31 @@ int sto_wal_append(struct sto_wal *w, uint8_t type, const void *payload, size_t 
  * thread running it) nor rotate/close. */
 typedef void (*sto_wal_done_fn)(void *arg, int result);
 
+/* The definitions hook of one record (series definitions, format.h
+ * STO_WAL_REC_DEFS). Called on the WAL thread when the record's group is
+ * laid out, before any of it is written, never under a WAL lock: it
+ * appends to out a definitions payload for whatever the record needs
+ * defined that is not yet defined in `epoch`, or nothing. The WAL frames
+ * a non-empty payload as a record of its own placed right before the
+ * record, in the same write, so a definition always precedes its first
+ * use in the file. `epoch` is process-unique and changes whenever what
+ * was defined before may be gone from the file being written: at every
+ * rotation (a new file) and after every failed group (the file was
+ * truncated back, its definitions with it). So a hook marks what it
+ * defined with the epoch and compares; the marks are touched on the WAL
+ * thread only. 0, or an error (-ENOMEM, RDB_ELIMIT): then the record's
+ * whole group fails with it (nothing written) and the epoch changes. */
+typedef int (*sto_wal_defs_fn)(void *arg, uint64_t epoch, struct rdb_buf *out);
+
+/* One record to append. */
+struct sto_wal_rec {
+	uint8_t type;
+	const void *payload;	 /* len bytes, read until the append is done */
+	size_t len;		 /* <= STO_WAL_MAX_PAYLOAD */
+	sto_wal_defs_fn defs_fn; /* NULL: the record needs no definitions */
+	void *defs_arg;		 /* valid until the append is done */
+};
+
 /* One asynchronous append: caller-owned storage that must stay valid (and
  * unmoved) from sto_wal_append_async until its done_fn has been called.
  * The fields are private to wal.c. */
@@ -73,6 +100,9 @@ struct sto_wal_async {
 	bool done;
 	sto_wal_done_fn fn; /* NULL: a blocking sto_wal_append */
 	void *arg;
+	sto_wal_defs_fn defs_fn;
+	void *defs_arg;
+	size_t defs_off, defs_len; /* its definitions record in the group's buffer */
 };
 
 /* Queues one record like sto_wal_append but does not wait for it: 0 means
@@ -85,6 +115,12 @@ struct sto_wal_async {
  * against rotate/close. */
 int sto_wal_append_async(struct sto_wal *w, uint8_t type, const void *payload, size_t len,
 			 struct sto_wal_async *a, sto_wal_done_fn fn, void *arg);
+
+/* sto_wal_append and sto_wal_append_async of a record that may carry a
+ * definitions hook (rec->defs_fn); same contracts. */
+int sto_wal_append_rec(struct sto_wal *w, const struct sto_wal_rec *rec);
+int sto_wal_append_rec_async(struct sto_wal *w, const struct sto_wal_rec *rec,
+			     struct sto_wal_async *a, sto_wal_done_fn fn, void *arg);
 
 /* Closes the current file (all its records are already durable) and starts
  * wal-<new_gen>.log: the one sto_wal_prepare made for new_gen if there is
@@ -113,7 +149,9 @@ struct sto_wal_stats {
 	uint64_t sync_ns_total; /* time spent in write+fdatasync */
 	uint64_t sync_ns_max;
 	uint64_t errors;
-	uint64_t group_max; /* most records one write(+fdatasync) covered */
+	uint64_t group_max;   /* most records one write(+fdatasync) covered */
+	uint64_t def_records; /* definition records the WAL framed (not in records) */
+	uint64_t def_bytes;   /* their bytes, incl. headers (also in bytes) */
 };
 void sto_wal_get_stats(struct sto_wal *w, struct sto_wal_stats *out);
 

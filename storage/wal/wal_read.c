@@ -113,9 +113,11 @@ static int check_file_header(const uint8_t *h, uint64_t gen, const char *path)
 		return RDB_ECORRUPT;
 	}
 	uint32_t version = rdb_get_le32(h + 8);
-	if (version < STO_FORMAT_VERSION_OLDEST || version > STO_FORMAT_VERSION) {
-		rdb_error(SUBSYS, "%s: format version %u, this rankdbd knows %u; not replayed",
-			  path, version, STO_FORMAT_VERSION);
+	if (version < STO_WAL_VERSION_OLDEST || version > STO_WAL_VERSION) {
+		rdb_error(SUBSYS,
+			  "%s: WAL version %u, this rankdbd reads %u to %u; not replayed "
+			  "(written by a newer rankdbd?)",
+			  path, version, STO_WAL_VERSION_OLDEST, STO_WAL_VERSION);
 		return RDB_EFORMAT;
 	}
 	uint32_t hlen = rdb_get_le32(h + 12);
@@ -213,8 +215,7 @@ static int intact_at(struct replay_ctx *c, uint64_t off)
 	int rc = reader_get(&c->rd, off, STO_WAL_REC_HEADER_SIZE, &h);
 	if (rc)
 		return rc < 0 ? rc : 0;
-	if (check_rec_header(h, &len, &why) || h[4] < STO_WAL_REC_POINTS ||
-	    h[4] > STO_WAL_REC_BATCH)
+	if (check_rec_header(h, &len, &why) || h[4] < STO_WAL_REC_POINTS || h[4] > STO_WAL_REC_LAST)
 		return 0;
 	if (c->rd.file_bytes - off - STO_WAL_REC_HEADER_SIZE < len)
 		return 0;

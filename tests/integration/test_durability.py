@@ -292,6 +292,103 @@ def test_kill9_into_a_preallocated_wal_file():
 
 
 # ---------------------------------------------------------------------------
+# kill -9 during a per-rank load after WAL rotations: every POST is one step
+# of one rank (32 metrics), as a training job sends them. WAL records name
+# their series by ids that each WAL file defines (docs/FORMAT.md, record
+# types 4 and 5); after rotations (new files, definitions written again)
+# and a crash, every acknowledged point is back, none naming an undefined id.
+
+PR_RANKS = 16
+PR_METRICS = 32
+
+
+def _pr_value(rank, step, m):
+    return ((step * 2654435761 + rank * 40503 + m * 7) % 1000003) / 64.0 - 7000.0
+
+
+def _pr_metric(m):
+    return "train/metric_%02d" % m
+
+
+class _RankWriter(threading.Thread):
+    def __init__(self, srv, rank, stop):
+        super().__init__(daemon=True)
+        self.srv, self.rank, self.stop_ev = srv, rank, stop
+        self.acked, self.unexpected = [], []
+
+    def run(self):
+        step = 0
+        while not self.stop_ev.is_set():
+            rec = {"job": "perrank", "rank": self.rank, "step": step, "attempt": step // 300,
+                   "timestamp": T0 + step * 1_000_000 + self.rank,
+                   "metrics": {_pr_metric(m): _pr_value(self.rank, step, m) for m in range(PR_METRICS)}}
+            try:
+                st, _, body = self.srv.post("/api/v1/write", json.dumps([rec]), keepalive=True, timeout=30)
+            except Exception:
+                return  # the server died with this step in flight
+            if st == 200:
+                self.acked.append(step)
+            elif st not in (429, 503):
+                self.unexpected.append((step, st, body[:300]))
+                return
+            step += 1
+
+
+def _wal_gen(s):
+    names = [f for f in os.listdir(os.path.join(s.data_dir, "wal")) if f.startswith("wal-") and f.endswith(".log")]
+    return max(int(f[4:-4], 16) for f in names) if names else 0
+
+
+def test_kill9_per_rank_load_after_wal_rotations():
+    s = Server(BIG + ["--wal-rotate-bytes", "1M"]).start()
+    stop = threading.Event()
+    ws = [_RankWriter(s, r, stop) for r in range(PR_RANKS)]
+    for w in ws:
+        w.start()
+    # until the WAL was rotated at least twice (1 MiB files) and the writers
+    # went on after that (a progress condition, not a timing one)
+    first_gen = _wal_gen(s)
+    deadline = time.monotonic() + 120
+    while _wal_gen(s) < first_gen + 2 and time.monotonic() < deadline and not any(w.unexpected for w in ws):
+        time.sleep(0.05)
+    rotated = _wal_gen(s) - first_gen
+    acked_then = sum(len(w.acked) for w in ws)
+    while sum(len(w.acked) for w in ws) < acked_then + 200 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    s.kill9()
+    stop.set()
+    for w in ws:
+        w.join(60)
+        assert not w.is_alive(), "writer thread hangs"
+        assert not w.unexpected, "rank %d got unexpected answers: %r" % (w.rank, w.unexpected[:3])
+    assert rotated >= 2, "the load rotated the WAL %d times, not twice" % rotated
+    s.start()
+    text = s.get("/metrics")[2].decode()
+    assert "rankdb_wal_undefined_records 0\n" in text, text
+    assert "rankdb_wal_damaged_ranges 0\n" in text, text
+    errors = []
+    for w in ws:
+        obj = s.query_ok(job="perrank", rank=str(w.rank), metric=",".join(_pr_metric(m) for m in range(PR_METRICS)))
+        got = {}
+        for ser in obj["series"]:
+            got[ser["metric"]] = {st: (ts, decode_value(v))
+                                  for ts, st, v in zip(ser["timestamps"], ser["steps"], ser["values"])}
+            steps = ser["steps"]
+            if len(set(steps)) != len(steps):
+                errors.append("rank %d %s: duplicated steps" % (w.rank, ser["metric"]))
+        for m in range(PR_METRICS):
+            pts = got.get(_pr_metric(m), {})
+            for step in w.acked:
+                want = (T0 + step * 1_000_000 + w.rank, decode_value(_pr_value(w.rank, step, m)))
+                if pts.get(step) != want:
+                    errors.append("rank %d %s step %d (acknowledged): got %r, expected %r"
+                                  % (w.rank, _pr_metric(m), step, pts.get(step), want))
+                    break
+    assert not errors, "%d problems:\n%s" % (len(errors), "\n".join(errors[:20]))
+    s.stop()
+
+
+# ---------------------------------------------------------------------------
 # kill -9 while series are being created: every batch brings new series
 # (a job's first steps), so the writes wait for the series creator thread;
 # every acknowledged batch's series and points are there after restart.

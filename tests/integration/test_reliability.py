@@ -70,16 +70,20 @@ def _wal_files(data_dir):
 
 
 def _wal_records(path):
-    """(offset, length) of each record of a WAL file (header 32, record header 16)."""
+    """(offset, length, type) of each record of a WAL file (header 32, record
+    header 16: u32 payload length, u8 type)."""
     import struct
     with open(path, "rb") as f:
         data = f.read()
     out, off = [], 32
     while off + 16 <= len(data):
         (n,) = struct.unpack_from("<I", data, off)
-        out.append((off, 16 + n))
+        out.append((off, 16 + n, data[off + 4]))
         off += 16 + n
     return out
+
+
+WAL_DEFS, WAL_CBATCH = 4, 5  # series definitions, compact batch (docs/FORMAT.md)
 
 
 def _ten_acked_records(s, job="walj"):
@@ -110,9 +114,10 @@ def test_wal_damage_in_the_middle_keeps_the_intact_records():
     s.kill9()
     wal = _wal_files(s.data_dir)[-1]
     recs = _wal_records(wal)
-    assert len(recs) == 10, recs
-    off, length = recs[0]
-    with open(wal, "r+b") as f:  # one bit in the payload of the first record
+    # the series' definition, then the ten writes naming it by id
+    assert [t for _, _, t in recs] == [WAL_DEFS] + [WAL_CBATCH] * 10, recs
+    off, length, _ = recs[1]
+    with open(wal, "r+b") as f:  # one bit in the payload of the first write
         f.seek(off + 16 + length // 2)
         b = f.read(1)
         f.seek(off + 16 + length // 2)
@@ -150,12 +155,42 @@ def test_wal_damage_in_the_middle_keeps_the_intact_records():
     s.stop()
 
 
+def test_wal_damage_in_a_definitions_record_is_counted():
+    """The writes after a damaged series definition name an id their file no
+    longer defines: replay skips them (their points are lost with the
+    definition), and says so: an ERROR per record, a gauge, and verify."""
+    s = Server(["--detect", "off"]).start()
+    _ten_acked_records(s)
+    s.kill9()
+    wal = _wal_files(s.data_dir)[-1]
+    recs = _wal_records(wal)
+    assert recs[0][2] == WAL_DEFS, recs
+    off, length, _ = recs[0]
+    with open(wal, "r+b") as f:
+        f.seek(off + 16 + length // 2)
+        b = f.read(1)
+        f.seek(off + 16 + length // 2)
+        f.write(bytes([b[0] ^ 0x10]))
+    r = _rankctl("--data-dir", s.data_dir, "verify")
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+    assert "10 record(s) name a series id that no earlier record" in r.stdout + r.stderr, r.stdout + r.stderr
+    s.start()
+    assert "which no earlier record of its file defines" in s.log_text()
+    st, _, body = s.get("/metrics")
+    text = body.decode()
+    assert "rankdb_wal_undefined_records 10\n" in text, text
+    assert "rankdb_wal_damaged_ranges 1\n" in text, text
+    obj = s.query_ok(job="walj", metric="loss", step_from=0, step_to=10_000)
+    assert not obj["series"], obj
+    s.stop()
+
+
 def test_torn_tail_is_not_damage():
     s = Server(["--detect", "off"]).start()  # counts WAL records, as above
     _ten_acked_records(s)
     s.kill9()
     wal = _wal_files(s.data_dir)[-1]
-    off, length = _wal_records(wal)[-1]
+    off, length, _ = _wal_records(wal)[-1]
     with open(wal, "r+b") as f:  # a crash in the middle of appending one more record
         f.seek(0, 2)
         f.write(bytes(f.read(0)) + b"\x40\x00\x00\x00\x03\x00\x00\x00" + b"\x00" * 20)

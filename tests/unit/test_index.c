@@ -440,6 +440,20 @@ static int collect_job(void *arg, const char *job, uint64_t nseries)
 	return 0;
 }
 
+static bool want_loss(void *arg, const char *metric, size_t len)
+{
+	(void)arg;
+	return len == 4 && memcmp(metric, "loss", 4) == 0;
+}
+
+static bool want_none(void *arg, const char *metric, size_t len)
+{
+	(void)arg;
+	(void)metric;
+	(void)len;
+	return false;
+}
+
 static void check_job_scan(struct sto_txn *t, const char *job, size_t want)
 {
 	struct series_got g;
@@ -501,6 +515,24 @@ static void test_prefix_jobs(void)
 	g.stop_after = 2;
 	CHECK_EQ_INT(sto_series_scan(t, NULL, collect_series, &g), 42);
 	CHECK_EQ_INT(g.n, 2);
+
+	/* by metric name: only "loss" of job "a" (not "lr", not job "ab" or
+	 * "a.b"), in key order, the ids of the full scan */
+	memset(&g, 0, sizeof(g));
+	CHECK_EQ_INT(sto_series_scan_metric(t, "a", want_loss, collect_series, &g), 0);
+	CHECK_EQ_INT(g.n, 2);
+	CHECK_EQ_INT(g.keys[0].rank, 0);
+	CHECK_EQ_INT(g.keys[1].rank, 1);
+	CHECK(strcmp(g.keys[0].metric, "loss") == 0 && strcmp(g.keys[1].metric, "loss") == 0);
+	CHECK(strcmp(g.keys[0].job, "a") == 0 && strcmp(g.keys[1].job, "a") == 0);
+	struct series_got all;
+	memset(&all, 0, sizeof(all));
+	CHECK_EQ_INT(sto_series_scan(t, "a", collect_series, &all), 0);
+	CHECK(g.ids[0] == all.ids[0] && g.ids[1] == all.ids[2]);
+	memset(&g, 0, sizeof(g));
+	CHECK_EQ_INT(sto_series_scan_metric(t, "a", want_none, collect_series, &g), 0);
+	CHECK_EQ_INT(g.n, 0);
+	CHECK_EQ_INT(sto_series_scan_metric(t, NULL, want_loss, collect_series, &g), RDB_EINVAL);
 
 	memset(&jg, 0, sizeof(jg));
 	CHECK_EQ_INT(sto_jobs_scan(t, collect_job, &jg), 0);

@@ -8,6 +8,9 @@
 #include "storage/admin.h"
 #include "storage/chunk/segment.h"
 #include "storage/sto.h"
+#include "storage/format.h"
+#include "storage/wal/batch_codec.h"
+#include "storage/wal/wal.h"
 
 #include <errno.h>
 #include <math.h>
@@ -1170,6 +1173,160 @@ static void test_head_memory_trigger(void)
 	sto_close(s);
 }
 
+static void count_problem(void *arg, const char *msg)
+{
+	int *n = arg;
+	if (strstr(msg, "name a series id that no earlier record"))
+		(*n)++;
+}
+
+/* Appends a batch record (type 3 or, compact with sids, type 5) holding
+ * b's points and no events to w. */
+static int append_batch_record(struct sto_wal *w, const struct mdl_batch *b, const uint64_t *sids,
+			       const char *id)
+{
+	struct rdb_buf rec;
+	rdb_buf_init(&rec, 1 << 20);
+	size_t il = id ? strlen(id) : 0;
+	int rc = rdb_buf_putc(&rec, (char)il);
+	if (rc == 0)
+		rc = rdb_buf_append(&rec, id, il);
+	if (rc == 0)
+		rc = rdb_buf_append(&rec, "\0\0\0\0", 4);
+	size_t at = rec.len;
+	if (rc == 0)
+		rc = sids ? sto_batch_encode_compact(b, sids, &rec) : sto_batch_encode(b, &rec);
+	if (rc == 0) {
+		rdb_put_le32(rec.data + at - 4, (uint32_t)(rec.len - at));
+		rc = rdb_buf_append(&rec, "\0\0\0\0", 4);
+	}
+	if (rc == 0)
+		rc = sto_wal_append(w, sids ? STO_WAL_REC_CBATCH : STO_WAL_REC_BATCH, rec.data,
+				    rec.len);
+	rdb_buf_free(&rec);
+	return rc;
+}
+
+/* Points ts = t0 + i, step = i, value = i * 0.5 for i in [from, to). */
+static void batch_range(struct mdl_batch *b, const char *job, uint32_t rank, const char *metric,
+			size_t from, size_t to)
+{
+	mdl_batch_reset(b);
+	for (size_t i = from; i < to; i++)
+		CHECK_EQ_INT(mdl_batch_add(b, job, strlen(job), rank, metric, strlen(metric),
+					   (int64_t)i, (int64_t)i, 0,
+					   rdb_f64_bits((double)i * 0.5)),
+			     0);
+}
+
+/* WAL files an earlier build wrote (header version 4, types 1 and 3,
+ * series named by their strings) and files of this one (types 4 and 5,
+ * series named by ids the file defines, ids that are not the index's)
+ * replay side by side; a record naming an id its file does not define
+ * (definitions hold within one file) is skipped and counted. */
+static void test_replay_old_and_compact_wal(void)
+{
+	char dir[4200], wal_dir[4300], path[4400];
+	new_dir(dir, sizeof(dir));
+	struct sto_options o;
+	opts(&o, dir, 1000);
+	struct sto *s;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	CHECK_EQ_INT(write_points(s, "mix", 9, "first", 0, 3, 3), 0);
+	CHECK_EQ_INT(sto_close_rc(s), 0);
+	snprintf(wal_dir, sizeof(wal_dir), "%s/wal", dir);
+	struct mdl_batch *b;
+	CHECK_EQ_INT(mdl_batch_new(1000, 10, &b), 0);
+	struct sto_wal_options wo = {.dir = wal_dir, .gen = 0x1000, .sync = STO_SYNC_NONE};
+	struct sto_wal *w;
+	/* An old file: type 1, then type 3 with a batch id. */
+	CHECK_EQ_INT(sto_wal_open(&wo, &w), 0);
+	struct rdb_buf rec;
+	rdb_buf_init(&rec, 1 << 20);
+	batch_range(b, "mix", 0, "a", 0, 5);
+	CHECK_EQ_INT(sto_batch_encode(b, &rec), 0);
+	CHECK_EQ_INT(sto_wal_append(w, STO_WAL_REC_POINTS, rec.data, rec.len), 0);
+	batch_range(b, "mix", 0, "a", 5, 10);
+	CHECK_EQ_INT(append_batch_record(w, b, NULL, "old-batch"), 0);
+	sto_wal_close(w);
+	snprintf(path, sizeof(path), "%s/wal-%016llx.log", wal_dir, 0x1000ull);
+	FILE *f = fopen(path, "r+b");
+	CHECK(f != NULL);
+	uint8_t v4[4] = {4, 0, 0, 0};
+	CHECK(f && fseek(f, 8, SEEK_SET) == 0 && fwrite(v4, 1, 4, f) == 4);
+	if (f)
+		fclose(f);
+	/* A new file: definitions, then compact records naming sid 777 and
+	 * 778 (not the index's ids), then one naming an undefined id. */
+	wo.gen = 0x1001;
+	CHECK_EQ_INT(sto_wal_open(&wo, &w), 0);
+	rec.len = 0;
+	struct sto_wal_key k1 = {
+	    .job = "mix", .metric = "b", .rank = 1, .job_len = 3, .metric_len = 1};
+	struct sto_wal_key k2 = {
+	    .job = "mix", .metric = "a", .rank = 0, .job_len = 3, .metric_len = 1};
+	CHECK_EQ_INT(sto_defs_add(&rec, 0, 777, &k1), 0);
+	CHECK_EQ_INT(sto_defs_add(&rec, 0, 778, &k2), 0);
+	CHECK_EQ_INT(sto_wal_append(w, STO_WAL_REC_DEFS, rec.data, rec.len), 0);
+	uint64_t sid = 777;
+	batch_range(b, "mix", 1, "b", 0, 10);
+	CHECK_EQ_INT(append_batch_record(w, b, &sid, NULL), 0);
+	sid = 778;
+	batch_range(b, "mix", 0, "a", 10, 12);
+	CHECK_EQ_INT(append_batch_record(w, b, &sid, "new-batch"), 0);
+	sid = 779;
+	batch_range(b, "mix", 2, "lost", 0, 1);
+	CHECK_EQ_INT(append_batch_record(w, b, &sid, NULL), 0);
+	sto_wal_close(w);
+	/* The next file: 777 is not defined in it. */
+	wo.gen = 0x1002;
+	CHECK_EQ_INT(sto_wal_open(&wo, &w), 0);
+	sid = 777;
+	batch_range(b, "mix", 1, "b", 10, 11);
+	CHECK_EQ_INT(append_batch_record(w, b, &sid, NULL), 0);
+	sto_wal_close(w);
+	rdb_buf_free(&rec);
+	mdl_batch_free(b);
+
+	/* rankctl verify's WAL check reports the two files naming undefined ids. */
+	struct sto_verify_report vr = {0};
+	int nproblems = 0;
+	CHECK_EQ_INT(sto_verify_wal(dir, count_problem, &nproblems, &vr), 0);
+	CHECK_EQ_INT(vr.wal_files, 3);
+	CHECK_EQ_INT(vr.problems, 2);
+	CHECK_EQ_INT(nproblems, 2);
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	check_series(s, "mix", 0, "a", 0, 12);
+	check_series(s, "mix", 1, "b", 0, 10);
+	check_series(s, "mix", 9, "first", 0, 3);
+	CHECK_EQ_INT(series_id(s, "mix", 2, "lost"), 0);
+	struct sto_stats st;
+	sto_get_stats(s, &st);
+	CHECK_EQ_INT(st.wal_undefined_records, 2);
+	CHECK_EQ_INT(sto_close_rc(s), 0);
+	/* What this build writes replays too (after a crash: no close). */
+	pid_t pid = fork();
+	if (pid == 0) {
+		if (sto_open(&o, &s))
+			_exit(3);
+		if (write_points(s, "mix", 3, "c", 0, 40, 4) || sto_checkpoint(s) ||
+		    write_points(s, "mix", 4, "c", 0, 40, 4) ||
+		    write_points(s, "mix", 5, "c", 0, 10, 5))
+			_exit(4);
+		_exit(0);
+	}
+	int status = 0;
+	waitpid(pid, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	check_series(s, "mix", 3, "c", 0, 40);
+	check_series(s, "mix", 4, "c", 0, 40);
+	check_series(s, "mix", 5, "c", 0, 10);
+	sto_get_stats(s, &st);
+	CHECK_EQ_INT(st.wal_undefined_records, 0);
+	sto_close(s);
+}
+
 int main(void)
 {
 	const char *tmp = getenv("RDB_TEST_TMP");
@@ -1198,6 +1355,7 @@ int main(void)
 	RUN(test_supersede_entries_trimmed);
 	RUN(test_series_key_mixup);
 	RUN(test_head_memory_trigger);
+	RUN(test_replay_old_and_compact_wal);
 	int rc = check_summary("store");
 	if (rc == 0) {
 		char cmd[4200];

@@ -8,6 +8,7 @@
 #include "storage/format.h"
 #include "storage/io/uring.h"
 #include "storage/wal/wal.h"
+#include "storage/wal/batch_codec.h"
 #include "tests/unit/check.h"
 
 #include <dirent.h>
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -975,6 +977,274 @@ static void test_ring_writev_many_iovecs(void)
 	remove_dir(dir);
 }
 
+/* ---- series definitions (sto_wal_defs_fn) ---------------------------------- */
+
+#define DEF_SERIES 64
+#define DEF_RECS   1200
+
+/* A record naming up to 8 series (ids 1..DEF_SERIES-1) by id, as a
+ * compact batch would; its hook defines those not defined in the epoch. */
+struct def_rec {
+	uint64_t *mark; /* per series: the epoch it was defined in (WAL thread only) */
+	uint32_t ids[8];
+	size_t n;
+	int fail; /* the hook returns this */
+	uint8_t payload[8 * 4];
+	struct sto_wal_async a;
+	_Atomic int calls, result;
+};
+
+static int def_hook(void *arg, uint64_t epoch, struct rdb_buf *out)
+{
+	struct def_rec *r = arg;
+	size_t start = out->len;
+	for (size_t i = 0; i < r->n; i++) {
+		uint32_t id = r->ids[i];
+		if (r->mark[id] == epoch)
+			continue;
+		char metric[16];
+		snprintf(metric, sizeof(metric), "m%u", id);
+		struct sto_wal_key k = {.job = "job",
+					.metric = metric,
+					.rank = id,
+					.job_len = 3,
+					.metric_len = (uint16_t)strlen(metric)};
+		int rc = sto_defs_add(out, start, id, &k);
+		if (rc)
+			return rc;
+		r->mark[id] = epoch;
+	}
+	return r->fail;
+}
+
+static void def_rec_init(struct def_rec *r, uint64_t *mark, const uint32_t *ids, size_t n)
+{
+	memset(r, 0, sizeof(*r));
+	r->mark = mark;
+	r->n = n;
+	for (size_t i = 0; i < n; i++) {
+		r->ids[i] = ids[i];
+		rdb_put_le32(r->payload + 4 * i, ids[i]);
+	}
+}
+
+static int def_append(struct sto_wal *w, struct def_rec *r)
+{
+	struct sto_wal_rec rec = {.type = STO_WAL_REC_CBATCH,
+				  .payload = r->payload,
+				  .len = 4 * r->n,
+				  .defs_fn = def_hook,
+				  .defs_arg = r};
+	return sto_wal_append_rec(w, &rec);
+}
+
+/* What a replay of such records saw. */
+struct def_check {
+	uint64_t gen;
+	bool defined[DEF_SERIES];
+	uint64_t records, def_records, definitions, undefined, bad_def;
+	bool defined_before[DEF_SERIES]; /* by the definitions record just before */
+	bool last_was_defs;
+	uint32_t last_ids[8]; /* of the last CBATCH record */
+	size_t last_n;
+	uint32_t redefined_last; /* ids of the last record defined right before it */
+};
+
+static int def_note(void *arg, uint64_t sid, const struct sto_wal_key *k)
+{
+	struct def_check *c = arg;
+	if (sid == 0 || sid >= DEF_SERIES || k->rank != sid)
+		c->bad_def++;
+	else
+		c->defined[sid] = c->defined_before[sid] = true;
+	c->definitions++;
+	return 0;
+}
+
+static int def_replay_cb(void *arg, uint64_t gen, uint8_t type, const uint8_t *p, size_t len)
+{
+	struct def_check *c = arg;
+	if (gen != c->gen) {
+		memset(c->defined, 0, sizeof(c->defined));
+		c->gen = gen;
+	}
+	if (type == STO_WAL_REC_DEFS) {
+		memset(c->defined_before, 0, sizeof(c->defined_before));
+		c->def_records++;
+		c->last_was_defs = true;
+		return sto_defs_decode(p, len, def_note, c) ? -EBADMSG : 0;
+	}
+	if (type != STO_WAL_REC_CBATCH)
+		return -EBADMSG;
+	c->records++;
+	c->last_n = len / 4;
+	c->redefined_last = 0;
+	for (size_t i = 0; i < len / 4; i++) {
+		uint32_t id = rdb_get_le32(p + 4 * i);
+		c->last_ids[i] = id;
+		if (id >= DEF_SERIES || !c->defined[id])
+			c->undefined++;
+		else if (c->last_was_defs && c->defined_before[id])
+			c->redefined_last++;
+	}
+	c->last_was_defs = false;
+	return 0;
+}
+
+static void async_cb_def(void *arg, int result)
+{
+	struct def_rec *r = arg;
+	atomic_store(&r->result, result);
+	atomic_fetch_add(&r->calls, 1);
+}
+
+struct def_thread_arg {
+	struct sto_wal *w;
+	struct def_rec *recs;
+	size_t n;
+	_Atomic int failures;
+};
+
+static void *def_thread(void *arg)
+{
+	struct def_thread_arg *t = arg;
+	for (size_t i = 0; i < t->n; i++)
+		if (def_append(t->w, &t->recs[i]) != 0)
+			atomic_fetch_add(&t->failures, 1);
+	return NULL;
+}
+
+/* Concurrent blocking and asynchronous appends, each naming random series:
+ * every series is defined once in the file, before its first use, however
+ * the records fell into groups. */
+static void test_defs_order(void)
+{
+	char dir[PATH_MAX];
+	make_dir(dir, sizeof(dir));
+	struct sto_wal *w;
+	CHECK_EQ_INT(open_wal(dir, 4, STO_SYNC_FDATASYNC, 64, &w), 0);
+	static uint64_t mark[DEF_SERIES];
+	struct def_rec *recs = calloc(DEF_RECS, sizeof(*recs));
+	uint64_t x = 88172645463325252ull;
+	bool used[DEF_SERIES] = {false};
+	for (size_t i = 0; i < DEF_RECS; i++) {
+		uint32_t ids[8];
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		size_t n = 1 + x % 8;
+		for (size_t k = 0; k < n; k++) {
+			ids[k] = 1 + (uint32_t)((x >> (8 * k)) % (DEF_SERIES - 1));
+			for (size_t j = 0; j < k; j++)
+				ids[k] = ids[k] == ids[j] ? 1 + ids[k] % (DEF_SERIES - 1) : ids[k];
+		}
+		def_rec_init(&recs[i], mark, ids, n);
+	}
+	enum { DTHREADS = 3, PER = DEF_RECS / 4 };
+	pthread_t th[DTHREADS];
+	struct def_thread_arg ta[DTHREADS];
+	for (int t = 0; t < DTHREADS; t++) {
+		ta[t] = (struct def_thread_arg){.w = w, .recs = recs + t * PER, .n = PER};
+		pthread_create(&th[t], NULL, def_thread, &ta[t]);
+	}
+	int queued = 0;
+	for (size_t i = DTHREADS * PER; i < DEF_RECS; i++) {
+		struct def_rec *r = &recs[i];
+		struct sto_wal_rec rec = {.type = STO_WAL_REC_CBATCH,
+					  .payload = r->payload,
+					  .len = 4 * r->n,
+					  .defs_fn = def_hook,
+					  .defs_arg = r};
+		queued += sto_wal_append_rec_async(w, &rec, &r->a, async_cb_def, r) == 0;
+	}
+	for (int t = 0; t < DTHREADS; t++) {
+		pthread_join(th[t], NULL);
+		CHECK_EQ_INT(atomic_load(&ta[t].failures), 0);
+	}
+	CHECK_EQ_INT(queued, DEF_RECS - DTHREADS * PER);
+	sto_wal_close(w); /* drains the async appends */
+	int bad = 0;
+	for (size_t i = 0; i < DEF_RECS; i++) {
+		for (size_t k = 0; k < recs[i].n; k++)
+			used[recs[i].ids[k]] = true;
+		if (i >= DTHREADS * PER)
+			bad +=
+			    atomic_load(&recs[i].calls) != 1 || atomic_load(&recs[i].result) != 0;
+	}
+	CHECK_EQ_INT(bad, 0);
+	size_t distinct = 0;
+	for (int i = 0; i < DEF_SERIES; i++)
+		distinct += used[i];
+	struct def_check c = {.gen = 4};
+	struct sto_wal_replay_result r;
+	CHECK_EQ_INT(sto_wal_replay(dir, 4, def_replay_cb, &c, &r), 0);
+	CHECK_EQ_INT(c.records, DEF_RECS);
+	CHECK_EQ_INT(c.undefined, 0);
+	CHECK_EQ_INT(c.bad_def, 0);
+	CHECK_EQ_INT(c.definitions, distinct); /* once each: no failure, no rotation */
+	CHECK_EQ_INT(r.records, DEF_RECS + c.def_records);
+	CHECK_EQ_INT(r.tail, 0);
+	free(recs);
+	remove_dir(dir);
+}
+
+/* After a failed group (a torn write truncated back, or a hook that
+ * failed) and after a rotation, the next records define their series
+ * again: the definitions written before are not in the file any more. */
+static void test_defs_after_failure_and_rotate(void)
+{
+	char dir[PATH_MAX];
+	make_dir(dir, sizeof(dir));
+	struct sto_wal *w;
+	CHECK_EQ_INT(open_wal(dir, 6, STO_SYNC_FDATASYNC, 0, &w), 0);
+	static uint64_t mark[DEF_SERIES];
+	struct def_rec a, b, c, d, e;
+	def_rec_init(&a, mark, (uint32_t[]){1, 2}, 2);
+	CHECK_EQ_INT(def_append(w, &a), 0);
+	uint64_t good = sto_wal_size(w);
+	sto_wal_test_fail_next(w, -EIO, 0);
+	def_rec_init(&b, mark, (uint32_t[]){3}, 1);
+	CHECK_EQ_INT(def_append(w, &b), -EIO);
+	CHECK_EQ_INT(sto_wal_size(w), good);
+	def_rec_init(&c, mark, (uint32_t[]){1, 3}, 2);
+	CHECK_EQ_INT(def_append(w, &c), 0);
+	struct def_check ck = {.gen = 6};
+	struct sto_wal_replay_result r;
+	CHECK_EQ_INT(sto_wal_replay(dir, 6, def_replay_cb, &ck, &r), 0);
+	CHECK_EQ_INT(ck.records, 2);
+	CHECK_EQ_INT(ck.undefined, 0);
+	CHECK_EQ_INT(ck.redefined_last, 2); /* 1 (defined before the failure) and 3 */
+	/* A hook that fails: its group is refused, nothing written; the
+	 * series it marked are defined again by the next record. */
+	def_rec_init(&d, mark, (uint32_t[]){4, 5}, 2);
+	d.fail = -ENOMEM;
+	good = sto_wal_size(w);
+	CHECK_EQ_INT(def_append(w, &d), -ENOMEM);
+	CHECK_EQ_INT(sto_wal_size(w), good);
+	def_rec_init(&e, mark, (uint32_t[]){4, 1}, 2);
+	CHECK_EQ_INT(def_append(w, &e), 0);
+	memset(&ck, 0, sizeof(ck));
+	ck.gen = 6;
+	CHECK_EQ_INT(sto_wal_replay(dir, 6, def_replay_cb, &ck, &r), 0);
+	CHECK_EQ_INT(ck.records, 3);
+	CHECK_EQ_INT(ck.undefined, 0);
+	CHECK_EQ_INT(ck.redefined_last, 2);
+	/* Rotation: a new file, everything defined anew. */
+	CHECK_EQ_INT(sto_wal_rotate(w, 7), 0);
+	CHECK_EQ_INT(def_append(w, &a), 0);
+	CHECK_EQ_INT(def_append(w, &a), 0);
+	struct sto_wal_stats st;
+	sto_wal_get_stats(w, &st);
+	CHECK_EQ_INT(st.def_records, 4); /* a, c, e, a after the rotation */
+	sto_wal_close(w);
+	memset(&ck, 0, sizeof(ck));
+	ck.gen = 7;
+	CHECK_EQ_INT(sto_wal_replay(dir, 7, def_replay_cb, &ck, &r), 0);
+	CHECK_EQ_INT(ck.records, 2);
+	CHECK_EQ_INT(ck.def_records, 1);
+	CHECK_EQ_INT(ck.definitions, 2);
+	CHECK_EQ_INT(ck.undefined, 0);
+	remove_dir(dir);
+}
+
 int main(void)
 {
 	RUN(test_ring_writev_many_iovecs);
@@ -990,6 +1260,8 @@ int main(void)
 	RUN(test_callback_stops);
 	RUN(test_failure_injection);
 	RUN(test_async_append);
+	RUN(test_defs_order);
+	RUN(test_defs_after_failure_and_rotate);
 	RUN(test_broken_state);
 	RUN(test_failure_concurrent);
 	RUN(test_sync_none);
