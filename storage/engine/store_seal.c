@@ -88,8 +88,12 @@ int sti_uid_reserve(struct sto *s, uint64_t n)
  * reuses its memory (columns grow in the writer's malloc arena:
  * mdl_cols_reserve_moving in store_write.c); at 512 ranks SEAL_REFS_MAX
  * already made rounds of about this size. Each round is one more segment
- * append and LMDB commit. */
+ * append and LMDB commit (two fsyncs), so a head larger than
+ * SEAL_ROUNDS_MEM x this (a seal that fell behind on a loaded machine) is
+ * sealed in SEAL_ROUNDS_MEM rounds of its size / SEAL_ROUNDS_MEM instead:
+ * more commits would slow the seal and let the next head grow further. */
 #define SEAL_ROUND_HEAD_BYTES (16u * 1024 * 1024)
+#define SEAL_ROUNDS_MEM	      8u
 
 struct seal_round {
 	struct rdb_buf buf;	    /* framed chunk records for the segment */
@@ -421,7 +425,8 @@ static int copy_run(struct sto *s, struct seal_round *r, const struct seal_item 
 
 /* Seals items (series of head h) in rounds of at most SEAL_BUF_MAX bytes
  * and SEAL_REFS_MAX chunks (and, when drop_empty, SEAL_ROUND_HEAD_BYTES of
- * head memory). For each item, `taken` points are sealed into chunks of at most
+ * head memory or an eighth of the head, whichever is more). For each
+ * item, `taken` points are sealed into chunks of at most
  * chunk_max_points; the metrics of one (job, rank) whose points share
  * timestamps, steps and attempts go into group records. Items are sorted
  * by series key. Flusher thread only. */
@@ -433,7 +438,13 @@ int sti_seal_items(struct sto *s, struct head *h, struct seal_item *items, size_
 	rdb_buf_init(&r.codec, STO_CHUNK_MAX_PAYLOAD);
 	int rc = 0;
 	size_t first = 0;
-	uint64_t round_head_bytes = 0;
+	uint64_t round_head_bytes = 0, round_max = SEAL_ROUND_HEAD_BYTES;
+	if (drop_empty) {
+		pthread_mutex_lock(&s->head_lock);
+		if (h->bytes / SEAL_ROUNDS_MEM > round_max)
+			round_max = h->bytes / SEAL_ROUNDS_MEM;
+		pthread_mutex_unlock(&s->head_lock);
+	}
 	uint64_t uids = 0; /* at most one per chunk_max_points piece of each item */
 	for (size_t i = 0; i < nitems; i++)
 		uids += (items[i].taken + s->opt.chunk_max_points - 1) / s->opt.chunk_max_points;
@@ -450,9 +461,8 @@ int sti_seal_items(struct sto *s, struct head *h, struct seal_item *items, size_
 		rc = copy_run(s, &r, items, i, j, &round_head_bytes);
 		if (rc == 0)
 			rc = encode_run(s, &r, items + i, j - i, h->gen);
-		if (rc == 0 &&
-		    (r.buf.len >= SEAL_BUF_MAX || r.nrefs >= SEAL_REFS_MAX || j == nitems ||
-		     (drop_empty && round_head_bytes >= SEAL_ROUND_HEAD_BYTES))) {
+		if (rc == 0 && (r.buf.len >= SEAL_BUF_MAX || r.nrefs >= SEAL_REFS_MAX ||
+				j == nitems || (drop_empty && round_head_bytes >= round_max))) {
 			rc = commit_round(s, h, &r, items + first, j - first, drop_empty);
 			r.buf.len = 0;
 			r.nrefs = 0;
