@@ -137,11 +137,15 @@ int sti_seal_events(struct sto *s, struct head *h);
 /* ---- store.c ---- */
 /* Finishes a pending checkpoint, rotates the WAL and seals the frozen head. Flusher only. */
 int sti_checkpoint(struct sto *s);
-/* Whether the head has passed the memory checkpoint trigger and this
- * caller is the first to see it since the flusher's last pass: then the
- * caller wakes the flusher (instead of the flusher noticing at its next
+/* Whether the head h has passed a checkpoint trigger of its own (its
+ * memory, or its point count: points_over from sti_head_points_over) and
+ * this caller is the first to see it since the flusher's last pass: then
+ * the caller wakes the flusher (instead of the flusher noticing at its next
  * 200 ms poll, ~28 MiB of head later at 5 M points/s). Any thread. */
-bool sti_head_kick(struct sto *s);
+bool sti_head_kick(struct sto *s, bool points_over);
+/* Whether h holds more points than the point trigger allows. Caller holds
+ * head_lock. */
+bool sti_head_points_over(const struct sto *s, const struct head *h);
 /* Seals s->frozen, makes it durable and records the checkpoint. Flusher only. */
 int sti_finish_checkpoint(struct sto *s);
 

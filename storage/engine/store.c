@@ -247,9 +247,15 @@ int sti_checkpoint(struct sto *s)
  * series, which head_max_bytes / HEAD_CKPT_FRACTION already bounds. */
 #define HEAD_CKPT_POINT_BYTES 64
 
-bool sti_head_kick(struct sto *s)
+bool sti_head_points_over(const struct sto *s, const struct head *h)
 {
-	return atomic_load(&s->head_bytes) > s->opt.head_max_bytes / HEAD_CKPT_FRACTION &&
+	return h->points > s->opt.wal_rotate_bytes / HEAD_CKPT_POINT_BYTES;
+}
+
+bool sti_head_kick(struct sto *s, bool points_over)
+{
+	return (points_over ||
+		atomic_load(&s->head_bytes) > s->opt.head_max_bytes / HEAD_CKPT_FRACTION) &&
 	       !atomic_exchange(&s->head_kick, true);
 }
 
@@ -260,7 +266,7 @@ static bool checkpoint_due(struct sto *s)
 	bool due = h->points > 0 && rdb_now_mono_ns() - h->first_mono_ns >=
 					(int64_t)s->opt.checkpoint_interval_s * 1000000000;
 	bool over = (atomic_load(&s->head_bytes) > s->opt.head_max_bytes / HEAD_CKPT_FRACTION ||
-		     h->points > s->opt.wal_rotate_bytes / HEAD_CKPT_POINT_BYTES) &&
+		     sti_head_points_over(s, h)) &&
 		    h->points > 0;
 	pthread_mutex_unlock(&s->head_lock);
 	return due || over || s->frozen || sto_wal_size(s->wal) > s->opt.wal_rotate_bytes;

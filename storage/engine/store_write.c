@@ -597,7 +597,8 @@ static int append_and_apply(struct sto *s, const struct sto_write_req *req,
 		uint64_t gen = h->gen;
 		if (rc == 0) {
 			sti_commit_request(s, h, &pp, true);
-			*wake = s->seal_queue_n > 0;
+			*wake = s->seal_queue_n > 0 ||
+				(sti_head_points_over(s, h) && sti_head_kick(s, true));
 		} else {
 			sti_unprepare_request(s, h, &pp);
 		}
@@ -669,8 +670,8 @@ int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_wri
 		batch_finish(s, bent, false, 0);
 	if (rc == 0)
 		count_written(s, req);
-	if (wake ||
-	    (rc == 0 && (sto_wal_size(s->wal) > s->opt.wal_rotate_bytes || sti_head_kick(s))))
+	if (wake || (rc == 0 &&
+		     (sto_wal_size(s->wal) > s->opt.wal_rotate_bytes || sti_head_kick(s, false))))
 		wake_flusher(s);
 	free(ents);
 	rdb_buf_free(&rec);
@@ -711,12 +712,13 @@ static void async_free(struct async_write *a)
 static void async_finish(struct async_write *a, int rc, bool tell)
 {
 	struct sto *s = a->s;
-	bool wake = false;
+	bool wake = false, pts_over = false;
 	pthread_mutex_lock(&s->head_lock);
 	uint64_t gen = a->h->gen;
 	if (rc == 0) {
 		sti_commit_request(s, a->h, &a->pp, true);
 		wake = s->seal_queue_n > 0;
+		pts_over = sti_head_points_over(s, a->h);
 	} else {
 		sti_unprepare_request(s, a->h, &a->pp);
 	}
@@ -730,8 +732,8 @@ static void async_finish(struct async_write *a, int rc, bool tell)
 		pthread_cond_broadcast(&s->async_cv);
 		pthread_mutex_unlock(&s->async_mu);
 	}
-	if (wake ||
-	    (rc == 0 && (sto_wal_size(s->wal) > s->opt.wal_rotate_bytes || sti_head_kick(s))))
+	if (wake || (rc == 0 && (sto_wal_size(s->wal) > s->opt.wal_rotate_bytes ||
+				 sti_head_kick(s, pts_over))))
 		wake_flusher(s);
 	sto_write_done_fn fn = a->fn;
 	void *fn_arg = a->arg;

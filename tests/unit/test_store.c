@@ -1173,6 +1173,46 @@ static void test_head_memory_trigger(void)
 	sto_close(s);
 }
 
+/* The head's point count starts a checkpoint by itself (wal_rotate_bytes /
+ * 64 points: 16,384 at 1 MiB), with neither the WAL size (compact records
+ * of 40 x 500 points stay far below 1 MiB), the head's memory nor the
+ * interval due. Every point stays readable once. */
+static void test_head_points_trigger(void)
+{
+	char dir[4200];
+	new_dir(dir, sizeof(dir));
+	struct sto_options o;
+	opts(&o, dir, 4096);
+	o.head_max_bytes = 1ull << 30;
+	o.wal_rotate_bytes = 1u << 20;
+	o.checkpoint_interval_s = 3600;
+	struct sto *s;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	struct sto_stats st;
+	sto_get_stats(s, &st);
+	uint64_t ckpt0 = st.checkpoints;
+	char metric[16];
+	for (int m = 0; m < 40; m++) {
+		snprintf(metric, sizeof(metric), "p%d", m);
+		CHECK_EQ_INT(write_points(s, "pts", 0, metric, 1000, 500, 500), 0);
+	}
+	/* woken by the write that passes the trigger, or the 200 ms poll:
+	 * wait for it (up to 60 s), no timing asserted */
+	for (int i = 0; i < 600; i++) {
+		sto_get_stats(s, &st);
+		if (st.checkpoints > ckpt0)
+			break;
+		usleep(100 * 1000);
+	}
+	CHECK(st.checkpoints > ckpt0);
+	CHECK(st.wal.bytes < (1u << 20));
+	for (int m = 0; m < 40; m++) {
+		snprintf(metric, sizeof(metric), "p%d", m);
+		check_series(s, "pts", 0, metric, 1000, 500);
+	}
+	sto_close(s);
+}
+
 static void count_problem(void *arg, const char *msg)
 {
 	int *n = arg;
@@ -1355,6 +1395,7 @@ int main(void)
 	RUN(test_supersede_entries_trimmed);
 	RUN(test_series_key_mixup);
 	RUN(test_head_memory_trigger);
+	RUN(test_head_points_trigger);
 	RUN(test_replay_old_and_compact_wal);
 	int rc = check_summary("store");
 	if (rc == 0) {
