@@ -9,6 +9,7 @@
 #include "storage/chunk/codec.h"
 #include "storage/format.h"
 #include "tests/unit/check.h"
+#include "tests/unit/rng.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -16,16 +17,6 @@
 
 static const size_t sizes[] = {1, 2, 3, 100, 4096, 65536};
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rnd(void)
-{
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
 
 /* uniform in [0, 1) */
 static double rnd01(void)
@@ -482,7 +473,7 @@ static void test_choices_pruned(void)
 	}
 	/* a long float32 loss curve: its 64-bit byte planes, which beat the
 	 * float32 ones there, are still tried */
-	rng_state = 0x9e3779b97f4a7c15ull;
+	rng_state = RNG_SEED;
 	struct sto_codec_info info;
 	struct mdl_cols c = make(65536);
 	fill_loss(&c);

@@ -9,22 +9,13 @@
  * to strtod everywhere shows as a failure, not as a silent slowdown.
  */
 #include "check.h"
+#include "rng.h"
 #include "ingest/decfloat.h"
 
 #include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rnd(void)
-{
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
 
 static long mismatches, converted, tried;
 
