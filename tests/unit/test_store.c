@@ -1131,6 +1131,46 @@ static void test_series_key_mixup(void)
 	sto_close(s);
 }
 
+/* Opens a store with head_max_bytes / wal_rotate_bytes as given (no
+ * interval checkpoint), writes nseries series of npts points under job,
+ * waits (up to 60 s, no timing asserted) until a checkpoint ran and the
+ * head holds at most head_below bytes, and returns the stats in *st; every
+ * point is then checked readable once. The store stays open in *out. */
+static void trigger_case(uint64_t head_max, uint64_t wal_rotate, const char *job, int nseries,
+			 size_t npts, uint64_t head_below, struct sto **out, struct sto_stats *st)
+{
+	static char dir[4200];
+	new_dir(dir, sizeof(dir));
+	struct sto_options o;
+	opts(&o, dir, 4096);
+	o.head_max_bytes = head_max;
+	o.wal_rotate_bytes = wal_rotate;
+	o.checkpoint_interval_s = 3600;
+	CHECK_EQ_INT(sto_open(&o, out), 0);
+	struct sto *s = *out;
+	sto_get_stats(s, st);
+	uint64_t ckpt0 = st->checkpoints;
+	char metric[16];
+	for (int m = 0; m < nseries; m++) {
+		snprintf(metric, sizeof(metric), "m%d", m);
+		CHECK_EQ_INT(write_points(s, job, 0, metric, 1000, npts, 500), 0);
+	}
+	/* the flusher is woken by the write that passes the trigger, and polls
+	 * every 200 ms besides */
+	for (int i = 0; i < 600; i++) {
+		sto_get_stats(s, st);
+		if (st->checkpoints > ckpt0 && st->head_bytes <= head_below)
+			break;
+		usleep(100 * 1000);
+	}
+	CHECK(st->checkpoints > ckpt0);
+	CHECK(st->head_bytes <= head_below);
+	for (int m = 0; m < nseries; m++) {
+		snprintf(metric, sizeof(metric), "m%d", m);
+		check_series(s, job, 0, metric, 1000, npts);
+	}
+}
+
 /* The head's memory starts a checkpoint by itself (a quarter of
  * head_max_bytes), with neither the WAL size nor the interval due: 64
  * series x 1,500 points (~3.6 MiB of head) against a 2 MiB trigger. The
@@ -1138,78 +1178,23 @@ static void test_series_key_mixup(void)
  * and every point readable once. */
 static void test_head_memory_trigger(void)
 {
-	char dir[4200];
-	new_dir(dir, sizeof(dir));
-	struct sto_options o;
-	opts(&o, dir, 4096);
-	o.head_max_bytes = 8u << 20;
-	o.wal_rotate_bytes = 1ull << 30;
-	o.checkpoint_interval_s = 3600;
 	struct sto *s;
-	CHECK_EQ_INT(sto_open(&o, &s), 0);
 	struct sto_stats st;
-	sto_get_stats(s, &st);
-	uint64_t ckpt0 = st.checkpoints;
-	char metric[16];
-	for (int m = 0; m < 64; m++) {
-		snprintf(metric, sizeof(metric), "m%d", m);
-		CHECK_EQ_INT(write_points(s, "mem", 0, metric, 1000, 1500, 500), 0);
-	}
-	/* the flusher is woken by the write that passes the trigger, and polls
-	 * every 200 ms besides: wait for it (up to 60 s), no timing asserted */
-	for (int i = 0; i < 600; i++) {
-		sto_get_stats(s, &st);
-		if (st.checkpoints > ckpt0 && st.head_bytes <= (2u << 20))
-			break;
-		usleep(100 * 1000);
-	}
-	CHECK(st.checkpoints > ckpt0);
-	CHECK(st.head_bytes <= (2u << 20));
+	trigger_case(8u << 20, 1ull << 30, "mem", 64, 1500, 2u << 20, &s, &st);
 	CHECK(st.points_sealed > 0);
-	for (int m = 0; m < 64; m++) {
-		snprintf(metric, sizeof(metric), "m%d", m);
-		check_series(s, "mem", 0, metric, 1000, 1500);
-	}
 	sto_close(s);
 }
 
 /* The head's point count starts a checkpoint by itself (wal_rotate_bytes /
  * 64 points: 16,384 at 1 MiB), with neither the WAL size (compact records
- * of 40 x 500 points stay far below 1 MiB), the head's memory nor the
- * interval due. Every point stays readable once. */
+ * of 40 x 500 points stay far below 1 MiB), the head's memory (1 GiB
+ * limit) nor the interval due. Every point stays readable once. */
 static void test_head_points_trigger(void)
 {
-	char dir[4200];
-	new_dir(dir, sizeof(dir));
-	struct sto_options o;
-	opts(&o, dir, 4096);
-	o.head_max_bytes = 1ull << 30;
-	o.wal_rotate_bytes = 1u << 20;
-	o.checkpoint_interval_s = 3600;
 	struct sto *s;
-	CHECK_EQ_INT(sto_open(&o, &s), 0);
 	struct sto_stats st;
-	sto_get_stats(s, &st);
-	uint64_t ckpt0 = st.checkpoints;
-	char metric[16];
-	for (int m = 0; m < 40; m++) {
-		snprintf(metric, sizeof(metric), "p%d", m);
-		CHECK_EQ_INT(write_points(s, "pts", 0, metric, 1000, 500, 500), 0);
-	}
-	/* woken by the write that passes the trigger, or the 200 ms poll:
-	 * wait for it (up to 60 s), no timing asserted */
-	for (int i = 0; i < 600; i++) {
-		sto_get_stats(s, &st);
-		if (st.checkpoints > ckpt0)
-			break;
-		usleep(100 * 1000);
-	}
-	CHECK(st.checkpoints > ckpt0);
+	trigger_case(1ull << 30, 1u << 20, "pts", 40, 500, UINT64_MAX, &s, &st);
 	CHECK(st.wal.bytes < (1u << 20));
-	for (int m = 0; m < 40; m++) {
-		snprintf(metric, sizeof(metric), "p%d", m);
-		check_series(s, "pts", 0, metric, 1000, 500);
-	}
 	sto_close(s);
 }
 
