@@ -77,7 +77,7 @@ static const char digit_pairs[201] = "00010203040506070809"
 
 /* Writes the decimal digits of v < 10^8 (no sign) at p; returns their count.
  * The length first, then the pairs from the end, in place. */
-static size_t fmt_u32_small(char *p, uint32_t v)
+static inline size_t fmt_u32_small(char *p, uint32_t v)
 {
 	size_t n = v < 10	  ? 1
 		   : v < 100	  ? 2
@@ -103,9 +103,38 @@ static size_t fmt_u32_small(char *p, uint32_t v)
 	return n;
 }
 
+/* The eight decimal digits of v < 10^8 (leading zeros kept) as the bytes
+ * 0..9 of a word, the first digit in its lowest byte (SWAR): the two
+ * halves of four digits, then their pairs, then their digits are split in
+ * parallel lanes, each division an exact multiply-shift within its lane
+ * (x / 100 = (x * 5243) >> 19 for x < 10^4, x / 10 = (x * 103) >> 10 for
+ * x < 100; no lane carries into the next). A handful of multiplications
+ * instead of a table lookup per pair. */
+static inline uint64_t digits8(uint32_t v)
+{
+	uint64_t x = (uint64_t)(v / 10000) | (uint64_t)(v % 10000) << 32;
+	uint64_t h = ((x * 5243) >> 19) & 0x0000007f0000007full;
+	uint64_t y = h | (x - h * 100) << 16;
+	uint64_t t = ((y * 103) >> 10) & 0x000f000f000f000full;
+	return t | (y - t * 10) << 8;
+}
+
+#define ASCII_ZEROS 0x3030303030303030ull
+
+/* Stores the eight bytes of a digit word, lowest first: one store. */
+static inline void put_word(char *p, uint64_t w)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	memcpy(p, &w, 8);
+#else
+	rdb_put_le64((uint8_t *)p, w);
+#endif
+}
+
 /* Writes exactly 8 digits of v < 10^8 (leading zeros kept) at p: two
- * halves of four digits, each two pairs, computed independently. */
-static void fmt_8digits(char *p, uint32_t v)
+ * halves of four digits, each two pairs, computed independently (shorter
+ * dependency chains than digits8, which integers in a row pay for). */
+static inline void fmt_8digits(char *p, uint32_t v)
 {
 	uint32_t hi = v / 10000, lo = v % 10000;
 	memcpy(p, digit_pairs + (hi / 100) * 2, 2);
@@ -117,7 +146,7 @@ static void fmt_8digits(char *p, uint32_t v)
 /* Writes the decimal digits of v (no sign) at p; returns their count.
  * Eight digits at a time in 32-bit arithmetic (nanosecond timestamps have
  * 19 digits: a 64-bit division per pair was most of a raw range answer). */
-static size_t fmt_u64(char *p, uint64_t v)
+static inline size_t fmt_u64(char *p, uint64_t v)
 {
 	if (v < 100000000u)
 		return fmt_u32_small(p, (uint32_t)v);
@@ -148,47 +177,70 @@ size_t srv_fmt_i64(char *p, int64_t v)
 	return 1 + fmt_u64(p + 1, (uint64_t)0 - (uint64_t)v);
 }
 
-/* %.<P>g of the P digits D (10^(P-1) <= D < 10^P) times 10^(X - P + 1):
- * trailing zeros dropped, exponent style when X < -4 or X >= P. */
+/* Writes I = d / 10^nf (nf <= 16) in decimal, then, unless the other nf
+ * digits F (leading zeros kept) are all zero, '.' (when dot) and F without
+ * its trailing zeros; returns the length. F's 16 digits (zero-padded) are
+ * made as one 128-bit word, shifted down to its nf digits, its trailing
+ * zeros counted as the word's high zero bytes, and stored whole: no byte
+ * is read back (a copy out of a digit buffer stalled on store forwarding).
+ * Up to 16 bytes of p past the returned length may be overwritten. */
+static inline size_t put_split(char *p, uint64_t d, size_t nf, bool dot)
+{
+	uint64_t ip;
+	switch (nf) { /* the usual ones with a constant divisor */
+	case 16:
+		ip = d / 10000000000000000ull;
+		break;
+	case 15:
+		ip = d / 1000000000000000ull;
+		break;
+	case 14:
+		ip = d / 100000000000000ull;
+		break;
+	default:
+		ip = d / pow10_u64[nf];
+		break;
+	}
+	uint64_t f = d - ip * pow10_u64[nf];
+	size_t o = fmt_u64(p, ip);
+	if (f == 0)
+		return o;
+	u128 g = (u128)digits8((uint32_t)(f / 100000000u)) |
+		 (u128)digits8((uint32_t)(f % 100000000u)) << 64;
+	g >>= 8 * (16 - nf);
+	uint64_t g_lo = (uint64_t)g, g_hi = (uint64_t)(g >> 64);
+	size_t zeros = g_hi ? (size_t)__builtin_clzll(g_hi) / 8
+			    : 8 + (size_t)__builtin_clzll(g_lo) / 8;
+	if (dot)
+		p[o++] = '.';
+	put_word(p + o, g_lo + ASCII_ZEROS);
+	put_word(p + o + 8, g_hi + ASCII_ZEROS);
+	return o + 16 - zeros;
+}
+
+/* %.<P>g of the P digits D (10^(P-1) <= D < 10^P, P <= 17) times
+ * 10^(X - P + 1): trailing zeros dropped, exponent style when X < -4 or
+ * X >= P. Bytes of p past the returned length, up to SRV_FMT_VALUE_MAX,
+ * may be overwritten. */
 static size_t fmt_g(char *p, bool neg, uint64_t d, int prec, int x)
 {
-	char dig[20];
-	size_t n = fmt_u64(dig, d), o = 0;
-	while (n > 1 && dig[n - 1] == '0')
-		n--;
+	size_t o = 0;
 	if (neg)
 		p[o++] = '-';
-	if (x < -4 || x >= prec) {
-		p[o++] = dig[0];
-		if (n > 1) {
-			p[o++] = '.';
-			memcpy(p + o, dig + 1, n - 1);
-			o += n - 1;
-		}
-		p[o++] = 'e';
-		p[o++] = x < 0 ? '-' : '+';
-		unsigned ax = (unsigned)(x < 0 ? -x : x);
-		if (ax < 10)
-			p[o++] = '0';
-		return o + fmt_u64(p + o, ax);
+	if (x >= 0 && x < prec) /* the integer digits, '.', the others */
+		return o + put_split(p + o, d, (size_t)(prec - 1 - x), true);
+	if (x < 0 && x >= -4) { /* 0.000ddd */
+		memcpy(p + o, "0.000", 5);
+		o += 2 + (size_t)(-x - 1);
+		return o + put_split(p + o, d, (size_t)prec - 1, false);
 	}
-	if (x < 0) {
+	o += put_split(p + o, d, (size_t)prec - 1, true);
+	p[o++] = 'e';
+	p[o++] = x < 0 ? '-' : '+';
+	unsigned ax = (unsigned)(x < 0 ? -x : x);
+	if (ax < 10)
 		p[o++] = '0';
-		p[o++] = '.';
-		for (int i = 0; i < -x - 1; i++)
-			p[o++] = '0';
-		memcpy(p + o, dig, n);
-		return o + n;
-	}
-	size_t ints = (size_t)x + 1;
-	for (size_t i = 0; i < ints; i++)
-		p[o++] = i < n ? dig[i] : '0';
-	if (n > ints) {
-		p[o++] = '.';
-		memcpy(p + o, dig + ints, n - ints);
-		o += n - ints;
-	}
-	return o;
+	return o + fmt_u32_small(p + o, ax);
 }
 
 /* Whether the prec-digit candidate (q, rounded up when up) reads back as
@@ -341,7 +393,7 @@ size_t srv_fmt_value(char *p, uint64_t bits)
 		*p = '0';
 		return 1;
 	}
-	if (v == (double)(int64_t)v && fabs(v) < 1e15)
+	if (fabs(v) < 1e15 && v == (double)(int64_t)v)
 		return srv_fmt_i64(p, (int64_t)v);
 	size_t n = fmt_shortest_fast(p, bits);
 	if (n)

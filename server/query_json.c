@@ -9,6 +9,7 @@
  */
 #include "server/json_out.h"
 #include "common/rdb_err.h"
+#include "common/rdb_le.h"
 
 #include <errno.h>
 #include <math.h>
@@ -244,51 +245,80 @@ static int64_t sat_mul(int64_t a, int64_t b)
 	return r;
 }
 
-static int write_cell(struct rdb_buf *out, const struct qry_buckets *bs, size_t i, enum col c,
-		      double q, int64_t width)
+/* A cell's text into p (room for CELL_MAX bytes); returns its length. */
+#define CELL_MAX SRV_FMT_VALUE_MAX
+
+static size_t put_f64(char *p, double v, bool defined)
+{
+	if (!defined) {
+		memcpy(p, "null", 4);
+		return 4;
+	}
+	return srv_fmt_value(p, rdb_f64_bits(v));
+}
+
+static size_t fmt_cell(char *p, const struct qry_buckets *bs, size_t i, enum col c, double q,
+		       int64_t width)
 {
 	const struct qry_bucket *b = &bs->b[i];
 	const struct mdl_agg *a = &b->a;
 	int64_t start = width ? sat_mul(b->key, width) : 0;
 	switch (c) {
 	case COL_START:
-		return srv_json_i64(out, start);
+		return srv_fmt_i64(p, start);
 	case COL_END:
-		return srv_json_i64(out, sat_add(start, width - 1));
+		return srv_fmt_i64(p, sat_add(start, width - 1));
 	case COL_COUNT:
-		return srv_json_u64(out, a->count);
+		return srv_fmt_u64(p, a->count);
 	case COL_NAN:
-		return srv_json_u64(out, a->nan_count);
+		return srv_fmt_u64(p, a->nan_count);
 	case COL_AVG:
-		return srv_json_f64(out, a->sum / (double)a->count, a->count > 0);
+		return put_f64(p, a->sum / (double)a->count, a->count > 0);
 	case COL_MIN:
-		return srv_json_f64(out, a->min, a->count > 0);
+		return put_f64(p, a->min, a->count > 0);
 	case COL_MAX:
-		return srv_json_f64(out, a->max, a->count > 0);
+		return put_f64(p, a->max, a->count > 0);
 	case COL_SUM:
-		return srv_json_f64(out, a->sum, a->count > 0);
+		return put_f64(p, a->sum, a->count > 0);
 	case COL_FIRST:
-		return srv_json_value(out, a->first_bits);
+		return srv_fmt_value(p, a->first_bits);
 	case COL_LAST:
-		return srv_json_value(out, a->last_bits);
+		return srv_fmt_value(p, a->last_bits);
 	case COL_Q:
-		return srv_json_f64(
-		    out, a->count ? qry_quantile_sorted(bs->vals + b->vals_off, a->count, q) : 0,
+		return put_f64(
+		    p, a->count ? qry_quantile_sorted(bs->vals + b->vals_off, a->count, q) : 0,
 		    a->count > 0);
 	}
 	return 0;
 }
 
+/* One column: its cells are formatted straight into out when room for
+ * every one at its longest fits under out's bound, else one at a time
+ * through a stack copy (so the bound is hit where appending the text
+ * hits it). The same text either way. */
 static int write_col(struct rdb_buf *out, const struct qry_buckets *bs, enum col c, double q,
 		     int64_t width)
 {
 	int rc = c == COL_Q ? rdb_buf_printf(out, ",\"p%g\":[", q * 100)
 			    : rdb_buf_printf(out, ",\"%s\":[", col_names[c]);
+	size_t room = 1 + CELL_MAX;
+	if (rc == 0 && bs->n && bs->n <= (out->max - out->len) / room &&
+	    rdb_buf_reserve(out, bs->n * room) == 0) {
+		char *p = (char *)out->data + out->len;
+		for (size_t i = 0; i < bs->n; i++) {
+			if (i)
+				*p++ = ',';
+			p += fmt_cell(p, bs, i, c, q, width);
+		}
+		out->len = (size_t)((uint8_t *)p - out->data);
+		return rdb_buf_putc(out, ']');
+	}
 	for (size_t i = 0; rc == 0 && i < bs->n; i++) {
+		char tmp[1 + CELL_MAX], *p = tmp;
 		if (i)
-			rc = rdb_buf_putc(out, ',');
-		if (rc == 0)
-			rc = write_cell(out, bs, i, c, q, width);
+			*p++ = ',';
+		p += fmt_cell(p, bs, i, c, q, width);
+		rc = rdb_buf_append(out, tmp, (size_t)(p - tmp));
 	}
 	return rc ? rc : rdb_buf_putc(out, ']');
 }
