@@ -301,14 +301,14 @@ static size_t fmt_shortest_one_mul(char *p, uint64_t m, int k, bool neg, bool ti
 		q17 = (uint64_t)qq;
 		break;
 	}
-	u128 ulp17 = pow10_128(s17), one = (u128)1 << k;
+	u128 ulp17 = pow10_128(s17);
 	static const uint64_t divs[2] = {100, 10};
 	for (int i = 0; i < 2; i++) {
 		int prec = 15 + i;
 		uint64_t div = divs[i], q = q17 / div;
-		u128 big = (u128)(q17 % div) * one + r17, half = (u128)(div / 2) * one;
+		u128 big = ((u128)(q17 % div) << k) + r17, half = (u128)(div / 2) << k;
 		bool up = big > half || (big == half && (q & 1));
-		u128 d_scaled = up ? (u128)div * one - big : big;
+		u128 d_scaled = up ? ((u128)div << k) - big : big;
 		if (reads_back(d_scaled, ulp17, up, tight_below, m))
 			return emit_rounded(p, neg, q, up, prec, x);
 	}
@@ -332,7 +332,8 @@ static size_t fmt_shortest_fast(char *p, uint64_t bits)
 	bool neg = bits >> 63;
 	bool tight_below = frac == 0 && exp_field > 1;
 	/* floor(log10 |v|) is this or one more (fixed up below). */
-	int x = (int)floor((double)(exp_field - 1023) * 0.30102999566398120);
+	int e2 = exp_field - 1023; /* floor(e2 * log10(2)) for |e2| < 1650, in integers */
+	int x = e2 >= 0 ? (e2 * 78913) >> 18 : -((-e2 * 78913 + (1 << 18) - 1) >> 18);
 	size_t one = fmt_shortest_one_mul(p, m, k, neg, tight_below, x);
 	if (one)
 		return one;
