@@ -386,6 +386,59 @@ static void test_step_axis_without_timestamps(void)
 	CHECK(with_head > 0 && chunks_only > 0);
 }
 
+/* A downsample asking only for avg, sum and count folds points without
+ * min, max and last (sums_only): its count, nan_count and sum must be those
+ * of the same query also asking for min and max, on every step width,
+ * attempt selection and step window, with head points and (after the
+ * checkpoint of test_step_axis_without_timestamps) from chunks, where step
+ * windows make views whose chunks are folded as they are decoded. */
+static void test_downsample_sums_only(void)
+{
+	static const char *const metrics[] = {"loss"};
+	static const int64_t widths[] = {1, 7, 64};
+	static const int64_t attempts[] = {QRY_ATTEMPT_LATEST, QRY_ATTEMPT_ALL, 1};
+	const struct sto_range ranges[] = {
+	    {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
+	    {INT64_MIN, INT64_MAX, true, 30, 150},
+	    {INT64_MIN, INT64_MAX, true, 3, 100},
+	    {INT64_MIN, INT64_MAX, true, 181, 199},
+	};
+	size_t compared = 0;
+	for (size_t i = 0; i < 3 * 3 * 4; i++) {
+		struct qry_ds_req req = {.job = "jq",
+					 .metrics = metrics,
+					 .nmetrics = 1,
+					 .aggs = QRY_AGG_AVG | QRY_AGG_SUM | QRY_AGG_COUNT,
+					 .max_points = 10000000};
+		req.spec.range = ranges[i / 9];
+		req.spec.step_from_set = req.spec.step_to_set = ranges[i / 9].by_step;
+		req.spec.axis_set = true;
+		req.spec.axis = QRY_AXIS_STEP;
+		req.spec.width = widths[i % 3];
+		req.spec.attempt = attempts[i / 3 % 3];
+		struct qry_ds_result sums, full;
+		struct qry_error err;
+		CHECK_EQ_INT(qry_downsample(store, &req, &sums, &err), 0);
+		req.aggs |= QRY_AGG_MIN | QRY_AGG_MAX;
+		CHECK_EQ_INT(qry_downsample(store, &req, &full, &err), 0);
+		CHECK_EQ_INT(sums.n, full.n);
+		for (size_t s = 0; s < sums.n && s < full.n; s++) {
+			const struct qry_buckets *a = &sums.v[s].b, *b = &full.v[s].b;
+			bool same = a->n == b->n;
+			compared += a->n;
+			for (size_t k = 0; same && k < a->n; k++)
+				same = a->b[k].key == b->b[k].key &&
+				       a->b[k].a.count == b->b[k].a.count &&
+				       a->b[k].a.nan_count == b->b[k].a.nan_count &&
+				       rdb_f64_bits(a->b[k].a.sum) == rdb_f64_bits(b->b[k].a.sum);
+			CHECK(same);
+		}
+		qry_ds_result_free(&sums);
+		qry_ds_result_free(&full);
+	}
+	CHECK(compared > 1000);
+}
+
 static void test_downsample_time_axis(void)
 {
 	static const int64_t widths[] = {1000, 4999, 64000, 1000000, 0};
@@ -979,7 +1032,9 @@ int main(void)
 	RUN(test_crossrank);
 	RUN(test_crossrank_merge);
 	RUN(test_outliers_and_errors);
+	RUN(test_downsample_sums_only);		/* head points */
 	RUN(test_step_axis_without_timestamps); /* checkpoints the store */
+	RUN(test_downsample_sums_only);		/* chunks */
 	RUN(test_each_parts);			/* after it: no head point left to seal meanwhile */
 	RUN(test_many_series);
 	RUN(test_match);
