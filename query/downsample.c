@@ -79,8 +79,8 @@ int qry_downsample(struct sto *s, const struct qry_ds_req *req, struct qry_ds_re
 	bk.ts_unused = !(req->aggs & (QRY_AGG_FIRST | QRY_AGG_LAST));
 	/* avg, sum and count read only count, nan_count and sum: points are
 	 * then folded without min, max and last */
-	bk.sums_only = req->nq == 0 && !(req->aggs & (QRY_AGG_MIN | QRY_AGG_MAX | QRY_AGG_FIRST |
-						      QRY_AGG_LAST));
+	bk.sums_only = req->nq == 0 &&
+		       !(req->aggs & (QRY_AGG_MIN | QRY_AGG_MAX | QRY_AGG_FIRST | QRY_AGG_LAST));
 	if (!req->spec.axis_set) { /* a chosen width: one the rollups can answer */
 		uint64_t *ids = malloc((m.n ? m.n : 1) * sizeof(*ids));
 		for (size_t i = 0; ids && i < m.n; i++)

@@ -209,8 +209,8 @@ static inline size_t put_split(char *p, uint64_t d, size_t nf, bool dot)
 		 (u128)digits8((uint32_t)(f % 100000000u)) << 64;
 	g >>= 8 * (16 - nf);
 	uint64_t g_lo = (uint64_t)g, g_hi = (uint64_t)(g >> 64);
-	size_t zeros = g_hi ? (size_t)__builtin_clzll(g_hi) / 8
-			    : 8 + (size_t)__builtin_clzll(g_lo) / 8;
+	size_t zeros =
+	    g_hi ? (size_t)__builtin_clzll(g_hi) / 8 : 8 + (size_t)__builtin_clzll(g_lo) / 8;
 	if (dot)
 		p[o++] = '.';
 	put_word(p + o, g_lo + ASCII_ZEROS);

@@ -36,7 +36,9 @@ int srv_json_i64(struct rdb_buf *out, int64_t v);
 int srv_json_u64(struct rdb_buf *out, uint64_t v);
 
 /* The text srv_json_value writes, into p (at least SRV_FMT_VALUE_MAX
- * bytes, not NUL-terminated); returns its length. */
+ * bytes, not NUL-terminated); returns its length. Bytes of p past that
+ * length (within SRV_FMT_VALUE_MAX) may be overwritten: digits are stored
+ * a word at a time. */
 #define SRV_FMT_VALUE_MAX 40
 size_t srv_fmt_value(char *p, uint64_t bits);
 /* The same for a finite non-zero non-integral value, always through
