@@ -204,6 +204,33 @@ static void test_serialisers(void)
 	CHECK_EQ_INT(srv_write_downsample(&small, &ds, &err), RDB_ELIMIT);
 	CHECK_EQ_INT(srv_qry_status(err.code), 413);
 	rdb_buf_free(&small);
+	/* every bound near the answer's length: the whole answer, the same
+	 * bytes (columns are written straight into the buffer only when they
+	 * fit, else a cell at a time), or a 413 - never a cut answer */
+	struct rdb_buf full;
+	rdb_buf_init(&full, 1 << 20);
+	d.aggs =
+	    QRY_AGG_AVG | QRY_AGG_MIN | QRY_AGG_MAX | QRY_AGG_SUM | QRY_AGG_FIRST | QRY_AGG_LAST;
+	qry_ds_result_free(&ds);
+	CHECK_EQ_INT(qry_downsample(s, &d, &ds, &err), 0);
+	CHECK_EQ_INT(srv_write_downsample(&full, &ds, &err), 0);
+	size_t n_ok = 0, n_413 = 0;
+	for (size_t max = full.len > 3000 ? full.len - 3000 : 1; max <= full.len + 64; max++) {
+		struct rdb_buf bounded;
+		rdb_buf_init(&bounded, max);
+		int rc = srv_write_downsample(&bounded, &ds, &err);
+		if (rc == 0) {
+			n_ok++;
+			CHECK(bounded.len == full.len &&
+			      memcmp(bounded.data, full.data, full.len) == 0);
+		} else {
+			n_413++;
+			CHECK(rc == RDB_ELIMIT && max < full.len);
+		}
+		rdb_buf_free(&bounded);
+	}
+	CHECK(n_ok == 65 && n_413 > 0);
+	rdb_buf_free(&full);
 	qry_ds_result_free(&ds);
 	/* crossrank agg=mean,max: start, end and those columns only */
 	struct qry_xr_req q = {.job = "jo",
