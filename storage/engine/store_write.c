@@ -408,7 +408,15 @@ static int encode_request(const struct sto_write_req *req, struct series_ent **e
 	for (size_t i = 0; i < n; i++)
 		sids[i] = ents[i]->id;
 	uint8_t il = (uint8_t)(req->batch_id ? req->batch_id_len : 0);
-	int rc = rdb_buf_putc(rec, (char)il);
+	/* Room for the usual record at once (a series of one point takes
+	 * ~10-20 bytes): one allocation, not a 256-byte one and then the
+	 * codec's growth. A hint only: more grows as before. */
+	size_t pts = n ? mdl_batch_points(req->points) : 0;
+	int rc = rdb_buf_reserve(rec, 16 + il + n * 24 + pts * 24 > rec->max
+				      ? rec->max
+				      : 16 + il + n * 24 + pts * 24);
+	if (rc == 0)
+		rc = rdb_buf_putc(rec, (char)il);
 	if (rc == 0)
 		rc = rdb_buf_append(rec, req->batch_id, il);
 	for (int part = 0; part < 2 && rc == 0; part++) {
