@@ -16,14 +16,17 @@
 #include <stddef.h>
 
 struct rdb_tcache {
-	size_t max_n;		   /* objects kept per thread */
+	size_t max_n;		    /* objects kept per thread */
 	void (*free_fn)(void *obj); /* frees one object; also at thread exit */
 	/* set up on first use */
 	pthread_mutex_t mu;
 	_Atomic int state; /* 0 no key yet, 1 key, -1 no key possible: never cache */
 	pthread_key_t key;
 };
-#define RDB_TCACHE_INIT(max_n, free_fn) {(max_n), (free_fn), PTHREAD_MUTEX_INITIALIZER, 0, 0}
+#define RDB_TCACHE_INIT(max_n, free_fn)                                                            \
+	{                                                                                          \
+		(max_n), (free_fn), PTHREAD_MUTEX_INITIALIZER, 0, 0                                \
+	}
 
 /* An object the calling thread gave before, or NULL (none kept). The
  * caller owns it and resets what it needs. Does not block (but the first
