@@ -58,9 +58,10 @@
  * of connections of the same worker. Neither is reachable from here.
  *
  * A request's memory (struct conn_req) is released in one place, the
- * completion callback (kept for the worker's next request, or freed); a connection's (struct
- * conn_state) in the connection-closed callback, which libmicrohttpd calls before it closes the
- * socket, so the reaper never shuts down a reused descriptor.
+ * completion callback (kept for the worker's next request, or freed); a
+ * connection's (struct conn_state) in the connection-closed callback,
+ * which libmicrohttpd calls before it closes the socket, so the reaper
+ * never shuts down a reused descriptor.
  */
 #include "server/srv.h"
 #include "server/tls.h"

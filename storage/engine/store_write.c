@@ -412,8 +412,8 @@ static int encode_request(const struct sto_write_req *req, struct series_ent **e
 	 * ~10-20 bytes): one allocation, not a 256-byte one and then the
 	 * codec's growth. A hint only: more grows as before. */
 	size_t pts = n ? mdl_batch_points(req->points) : 0;
-	int rc = rdb_buf_reserve(
-	    rec, 16 + il + n * 24 + pts * 24 > rec->max ? rec->max : 16 + il + n * 24 + pts * 24);
+	size_t hint = 16 + il + n * 24 + pts * 24;
+	int rc = rdb_buf_reserve(rec, hint < rec->max ? hint : rec->max);
 	if (rc == 0)
 		rc = rdb_buf_putc(rec, (char)il);
 	if (rc == 0)
