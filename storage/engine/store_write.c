@@ -181,6 +181,20 @@ static void head_commit(struct sto *s, struct head *h, const struct mdl_batch *b
 {
 	size_t n = mdl_batch_nseries(b);
 	struct sti_extent_cursor cur = {0};
+	/* This runs on the WAL thread, long after head_prepare touched the
+	 * head series on a worker: each series' struct and the slots its
+	 * point goes to are cache misses. Asked for all at once (two passes
+	 * of prefetches) they overlap instead of stalling one after the
+	 * other (~30 % of this function's time was the wait for hs). */
+	for (size_t i = 0; i < n; i++)
+		__builtin_prefetch(hs_of[i], 1);
+	for (size_t i = 0; i < n; i++) {
+		const struct mdl_cols *c = &hs_of[i]->pts;
+		__builtin_prefetch(c->ts_ns + c->n, 1);
+		__builtin_prefetch(c->step + c->n, 1);
+		__builtin_prefetch(c->attempt + c->n, 1);
+		__builtin_prefetch(c->value + c->n, 1);
+	}
 	for (size_t i = 0; i < n; i++) {
 		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
 		struct head_series *hs = hs_of[i];
