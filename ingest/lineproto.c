@@ -212,18 +212,36 @@ int ilp_span_cmp(struct span a, struct span b)
 }
 
 /* Bytes written as %XX in metric names (lp.h): c <= 0x20, c >= 0x7f and
- * " \ { } , = ; %. One bit test per byte (two 64-bit masks for ASCII), since
- * every field key of every line goes through it twice. */
-#define PCT_BIT(c) (UINT64_C(1) << ((c)&63))
-static const uint64_t pct_lo = (PCT_BIT(33) - 1) | PCT_BIT('"') | PCT_BIT('%') | PCT_BIT(',') |
-			       PCT_BIT(';') | PCT_BIT('='); /* 0x00..0x3f */
-static const uint64_t pct_hi = PCT_BIT('\\') | PCT_BIT('{') | PCT_BIT('}') | PCT_BIT(0x7f);
+ * " \ { } , = ; %. A table: every field key of every line goes through it
+ * (once while it is scanned, and to build its metric name). */
+#define PCT_ROW(a, b, c, d, e, f, g, h) a, b, c, d, e, f, g, h
+static const uint8_t pct_tab[256] = {
+    /* 0x00-0x1f */
+    PCT_ROW(1, 1, 1, 1, 1, 1, 1, 1), PCT_ROW(1, 1, 1, 1, 1, 1, 1, 1),
+    PCT_ROW(1, 1, 1, 1, 1, 1, 1, 1), PCT_ROW(1, 1, 1, 1, 1, 1, 1, 1),
+    /* 0x20 sp ! " # $ % & ' ( ) * + , - . / */
+    PCT_ROW(1, 0, 1, 0, 0, 1, 0, 0), PCT_ROW(0, 0, 0, 0, 1, 0, 0, 0),
+    /* 0x30 0-9 : ; < = > ? */
+    PCT_ROW(0, 0, 0, 0, 0, 0, 0, 0), PCT_ROW(0, 0, 0, 1, 0, 1, 0, 0),
+    /* 0x40 @ A-O, 0x50 P-Z [ \ ] ^ _ */
+    PCT_ROW(0, 0, 0, 0, 0, 0, 0, 0), PCT_ROW(0, 0, 0, 0, 0, 0, 0, 0),
+    PCT_ROW(0, 0, 0, 0, 0, 0, 0, 0), PCT_ROW(0, 0, 0, 0, 1, 0, 0, 0),
+    /* 0x60 ` a-o, 0x70 p-z { | } ~ DEL */
+    PCT_ROW(0, 0, 0, 0, 0, 0, 0, 0), PCT_ROW(0, 0, 0, 0, 0, 0, 0, 0),
+    PCT_ROW(0, 0, 0, 0, 0, 0, 0, 0), PCT_ROW(0, 0, 0, 1, 0, 1, 0, 1),
+    /* 0x80-0xff */
+    PCT_ROW(1, 1, 1, 1, 1, 1, 1, 1), PCT_ROW(1, 1, 1, 1, 1, 1, 1, 1),
+    PCT_ROW(1, 1, 1, 1, 1, 1, 1, 1), PCT_ROW(1, 1, 1, 1, 1, 1, 1, 1),
+    PCT_ROW(1, 1, 1, 1, 1, 1, 1, 1), PCT_ROW(1, 1, 1, 1, 1, 1, 1, 1),
+    PCT_ROW(1, 1, 1, 1, 1, 1, 1, 1), PCT_ROW(1, 1, 1, 1, 1, 1, 1, 1),
+    PCT_ROW(1, 1, 1, 1, 1, 1, 1, 1), PCT_ROW(1, 1, 1, 1, 1, 1, 1, 1),
+    PCT_ROW(1, 1, 1, 1, 1, 1, 1, 1), PCT_ROW(1, 1, 1, 1, 1, 1, 1, 1),
+    PCT_ROW(1, 1, 1, 1, 1, 1, 1, 1), PCT_ROW(1, 1, 1, 1, 1, 1, 1, 1),
+    PCT_ROW(1, 1, 1, 1, 1, 1, 1, 1), PCT_ROW(1, 1, 1, 1, 1, 1, 1, 1)};
 
 static bool needs_pct(unsigned char c)
 {
-	if (c >= 0x80)
-		return true;
-	return ((c < 64 ? pct_lo : pct_hi) >> (c & 63)) & 1;
+	return pct_tab[c];
 }
 
 static size_t pct_len(struct span s)
@@ -277,12 +295,19 @@ bool ilp_utf8_valid(const char *s, size_t n)
 	return true;
 }
 
+/* Screens field keys for duplicates (mark_duplicates): the length and
+ * the first and last (up to) 8 bytes, mixed; a collision only costs a
+ * comparison. Names of one line that differ only in their middle bytes
+ * and length collide, which is rare and harmless. */
 static uint32_t key_hash(struct span s)
 {
-	uint32_t h = 2166136261u;
-	for (size_t i = 0; i < s.len; i++)
-		h = (h ^ (unsigned char)s.p[i]) * 16777619u;
-	return h;
+	uint64_t a = 0, b = 0;
+	size_t n = s.len < 8 ? s.len : 8;
+	memcpy(&a, s.p, n);
+	memcpy(&b, s.p + s.len - n, n);
+	uint64_t h = (a * UINT64_C(0x9e3779b97f4a7c15)) ^ (b * UINT64_C(0xc2b2ae3d27d4eb4f)) ^
+		     ((uint64_t)s.len * UINT64_C(0x165667b19e3779f9));
+	return (uint32_t)(h >> 32);
 }
 
 /* ---- scratch memory ------------------------------------------------------- */
@@ -344,11 +369,13 @@ int ilp_unescape(struct lp *ps, struct span *s, const char *unesc)
 }
 
 /* Scans a name from ps->p to an unescaped ' ' or ',' (and '=' if key) or
- * the line's end; unescapes it. */
-static int scan_name(struct lp *ps, bool key, struct span *out)
+ * the line's end; unescapes it. *pct (NULL: not wanted) says whether the
+ * name holds a byte written as %XX in metric names. */
+static int scan_name(struct lp *ps, bool key, struct span *out, bool *pct)
 {
 	const char *s = ps->p, *p = s, *eol = ps->eol;
 	bool esc = false;
+	uint8_t bad = 0;
 	while (p < eol) {
 		char c = *p;
 		if (c == '\\' && p + 1 < eol) {
@@ -358,11 +385,14 @@ static int scan_name(struct lp *ps, bool key, struct span *out)
 		}
 		if (c == ' ' || c == ',' || (key && c == '='))
 			break;
+		bad |= pct_tab[(unsigned char)c];
 		p++;
 	}
 	ps->p = p;
 	out->p = s;
 	out->len = (size_t)(p - s);
+	if (pct)
+		*pct = bad || esc; /* unescaped, it holds at least a ' ' , = or \ */
 	if (!esc)
 		return 0;
 	return ilp_unescape(ps, out, key ? ", =" : ", ");
@@ -566,7 +596,7 @@ static int scan_fields(struct lp *ps)
 		int rc = next_field(ps, &f);
 		if (rc)
 			return rc;
-		rc = scan_name(ps, true, &f->key);
+		rc = scan_name(ps, true, &f->key, &f->key_pct);
 		if (rc)
 			return rc;
 		if (f->key.len == 0)
@@ -672,7 +702,7 @@ static int scan_tags(struct lp *ps)
 	while (ps->p < ps->eol && *ps->p == ',') {
 		struct span k, v;
 		ps->p++;
-		int rc = scan_name(ps, true, &k);
+		int rc = scan_name(ps, true, &k, NULL);
 		if (rc)
 			return rc;
 		if (k.len == 0)
@@ -680,7 +710,7 @@ static int scan_tags(struct lp *ps)
 		if (ps->p >= ps->eol || *ps->p != '=')
 			return ilp_fail(ps, RDB_EINVAL, k, "tag key without '=value'");
 		ps->p++;
-		rc = scan_name(ps, true, &v);
+		rc = scan_name(ps, true, &v, NULL);
 		if (rc)
 			return rc;
 		if (v.len == 0)
@@ -699,7 +729,7 @@ static int scan_tags(struct lp *ps)
 /* Parses the syntax of the line [ps->line, ps->eol) into ps. */
 static int scan_line(struct lp *ps)
 {
-	int rc = scan_name(ps, false, &ps->meas);
+	int rc = scan_name(ps, false, &ps->meas, NULL);
 	if (rc)
 		return rc;
 	if (ps->meas.len == 0)
@@ -917,7 +947,9 @@ static int check_names(struct lp *ps, size_t prefix_len, size_t *npoints, size_t
 			(*nstr)++;
 			continue;
 		}
-		f->name_len = SPAN_IS(f->key, "value") ? 0 : 1 + pct_len(f->key);
+		f->name_len = SPAN_IS(f->key, "value") ? 0
+			      : f->key_pct	       ? 1 + pct_len(f->key)
+						       : 1 + f->key.len;
 		size_t n = prefix_len + f->name_len + ps->suffix_len;
 		if (n > MDL_METRIC_MAX)
 			return ilp_fail(ps, RDB_EINVAL, f->key, name_too_long, n, MDL_METRIC_MAX);

@@ -45,6 +45,7 @@ struct lp_field {
 	bool dead;	 /* a later field has the same key */
 	bool used;	 /* consumed by the mapping (step, attempt, message, duration_ns) */
 	bool str_esc;	 /* string value holds a backslash */
+	bool key_pct;	 /* key holds a byte written as %XX in metric names */
 	size_t name_len; /* bytes this field adds to the metric name */
 	union {
 		double f;

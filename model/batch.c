@@ -1,10 +1,12 @@
 /* batch.c - write batches.
  *
  * Points are appended to flat columns tagged with a series slot; series
- * keys are interned in an open-addressing hash table (XXH3 of the key).
- * mdl_batch_series_at groups the points by series (a stable counting sort)
- * on first use after an add, so adding stays O(1) per point and a record of
- * 32 metrics does not cost 32 allocations.
+ * keys are interned in an open-addressing hash table (XXH3 of the metric,
+ * seeded by XXH3 of the job seeded by the rank: a record's metrics share
+ * one (job, rank), hashed once). mdl_batch_series_at groups the points by
+ * series (a stable counting sort; none when they arrived grouped) on first
+ * use after an add, so adding stays O(1) per point and a record of 32
+ * metrics does not cost 32 allocations.
  *
  * Bounds: max_points and max_series set at creation; RDB_ELIMIT beyond.
  * Single owner; not thread-safe. mdl_batch_take/give keep a few grown,
@@ -16,7 +18,6 @@
 #include "model/batch.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
-#include "common/rdb_le.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -41,6 +42,18 @@ struct mdl_batch {
 	size_t pt_series_cap;
 	struct mdl_cols grouped; /* points grouped by series */
 	bool dirty;		 /* grouped is stale */
+	/* pt_series is non-decreasing: the points are grouped by series as
+	 * they arrived, and the views point into pts (no copy into grouped).
+	 * A batch of records that each name their series once, such as the
+	 * per-rank shape's one record per request, always is. */
+	bool in_order;
+	/* The (job, rank) of the last add and its hash seed: the metrics of
+	 * one record share them, so a record hashes its job once. */
+	bool last_ok;
+	uint32_t last_rank;
+	uint16_t last_jl;
+	uint64_t last_seed;
+	char last_job[MDL_JOB_MAX];
 };
 
 int mdl_batch_new(size_t max_points, size_t max_series, struct mdl_batch **out)
@@ -50,6 +63,7 @@ int mdl_batch_new(size_t max_points, size_t max_series, struct mdl_batch **out)
 		return -ENOMEM;
 	b->max_points = max_points;
 	b->max_series = max_series > UINT32_MAX - 1 ? UINT32_MAX - 1 : max_series;
+	b->in_order = true;
 	*out = b;
 	return 0;
 }
@@ -154,13 +168,33 @@ void mdl_batch_reset(struct mdl_batch *b)
 	b->pts.n = 0;
 	b->grouped.n = 0;
 	b->dirty = false;
+	b->in_order = true;
+	b->last_ok = false;
 	if (b->table)
 		memset(b->table, 0, b->table_cap * sizeof(*b->table));
 }
 
-static uint64_t key_hash(const char *job, size_t jl, uint32_t rank, const char *metric, size_t ml)
+/* The seed of a (job, rank): distinct ranks seed distinct hash functions,
+ * so the rank needs no bytes of its own. */
+static uint64_t prefix_seed(const char *job, size_t jl, uint32_t rank)
 {
-	return mdl_series_key_hash(job, jl, rank, metric, ml);
+	return rdb_hash64(job, jl, UINT64_C(0x9e3779b97f4a7c15) + rank);
+}
+
+/* key hash of (job, rank, metric), the job's seed taken from the last add
+ * when it had the same (job, rank). jl <= MDL_JOB_MAX. */
+static uint64_t key_hash(struct mdl_batch *b, const char *job, size_t jl, uint32_t rank,
+			 const char *metric, size_t ml)
+{
+	if (!b->last_ok || b->last_rank != rank || b->last_jl != jl ||
+	    memcmp(b->last_job, job, jl) != 0) {
+		b->last_seed = prefix_seed(job, jl, rank);
+		b->last_rank = rank;
+		b->last_jl = (uint16_t)jl;
+		memcpy(b->last_job, job, jl);
+		b->last_ok = true;
+	}
+	return rdb_hash64(metric, ml, b->last_seed);
 }
 
 uint64_t mdl_batch_series_hash(const struct mdl_batch *b, size_t i)
@@ -171,20 +205,17 @@ uint64_t mdl_batch_series_hash(const struct mdl_batch *b, size_t i)
 uint64_t mdl_series_key_hash(const char *job, size_t jl, uint32_t rank, const char *metric,
 			     size_t ml)
 {
-	uint8_t buf[MDL_JOB_MAX + 4 + MDL_METRIC_MAX + 1];
-	memcpy(buf, job, jl);
-	buf[jl] = 0;
-	rdb_put_le32(buf + jl + 1, rank);
-	memcpy(buf + jl + 5, metric, ml);
-	return rdb_hash64(buf, jl + 5 + ml, 0);
+	return rdb_hash64(metric, ml, prefix_seed(job, jl, rank));
 }
 
+/* Cheap fields first; the names by their known lengths (a name holds no
+ * NUL: mdl_job_valid / mdl_metric_valid). */
 static bool slot_matches(const struct series_slot *s, uint64_t h, const char *job, size_t jl,
 			 uint32_t rank, const char *metric, size_t ml)
 {
-	return s->hash == h && s->s.key.rank == rank && strncmp(s->s.key.job, job, jl) == 0 &&
-	       s->s.key.job[jl] == 0 && strncmp(s->s.key.metric, metric, ml) == 0 &&
-	       s->s.key.metric[ml] == 0;
+	return s->hash == h && s->s.key.rank == rank && s->s.job_len == jl &&
+	       s->s.metric_len == ml && memcmp(s->s.key.metric, metric, ml) == 0 &&
+	       memcmp(s->s.key.job, job, jl) == 0;
 }
 
 static int table_grow(struct mdl_batch *b)
@@ -216,7 +247,7 @@ static int intern(struct mdl_batch *b, const char *job, size_t jl, uint32_t rank
 		if (rc)
 			return rc;
 	}
-	uint64_t h = key_hash(job, jl, rank, metric, ml);
+	uint64_t h = key_hash(b, job, jl, rank, metric, ml);
 	size_t pos = h & (b->table_cap - 1);
 	while (b->table[pos]) {
 		uint32_t i = b->table[pos] - 1;
@@ -278,6 +309,8 @@ int mdl_batch_add(struct mdl_batch *b, const char *job, size_t job_len, uint32_t
 	b->pt_series[b->pts.n - 1] = idx;
 	b->series[idx].count++;
 	b->dirty = true;
+	if (b->pts.n > 1 && idx < b->pt_series[b->pts.n - 2])
+		b->in_order = false;
 	return 0;
 }
 
@@ -305,9 +338,32 @@ size_t mdl_batch_nseries(const struct mdl_batch *b)
 	return b->nseries;
 }
 
+/* Points each series' view at its points in pts, which are grouped
+ * already (in_order). */
+static void group_in_place(struct mdl_batch *b)
+{
+	size_t off = 0;
+	for (size_t i = 0; i < b->nseries; i++) {
+		struct series_slot *s = &b->series[i];
+		s->start = off;
+		off += s->count;
+		s->s.pts.n = s->count;
+		s->s.pts.cap = 0;
+		s->s.pts.ts_ns = b->pts.ts_ns + s->start;
+		s->s.pts.step = b->pts.step + s->start;
+		s->s.pts.attempt = b->pts.attempt + s->start;
+		s->s.pts.value = b->pts.value + s->start;
+	}
+	b->dirty = false;
+}
+
 /* Groups points by series (stable) and points each series' view at them. */
 static int regroup(struct mdl_batch *b)
 {
+	if (b->in_order) {
+		group_in_place(b);
+		return 0;
+	}
 	int rc = mdl_cols_reserve(&b->grouped, b->pts.n);
 	if (rc)
 		return rc;
@@ -369,8 +425,12 @@ static void truncate_points(struct mdl_batch *b, size_t n, size_t nseries)
 	}
 	for (size_t i = 0; i < b->nseries; i++)
 		b->series[i].count = 0;
-	for (size_t k = 0; k < n; k++)
+	b->in_order = true;
+	for (size_t k = 0; k < n; k++) {
 		b->series[b->pt_series[k]].count++;
+		if (k && b->pt_series[k] < b->pt_series[k - 1])
+			b->in_order = false;
+	}
 	b->dirty = true;
 }
 

@@ -60,8 +60,9 @@ size_t mdl_batch_points(const struct mdl_batch *b);
 size_t mdl_batch_nseries(const struct mdl_batch *b);
 /* i < mdl_batch_nseries(b); pointer valid until the next add/reset/free. */
 const struct mdl_batch_series *mdl_batch_series_at(const struct mdl_batch *b, size_t i);
-/* The 64-bit hash of a series key the batch interns by: XXH3 (seed 0) of
- * job, a NUL, rank as le32, metric. mdl_batch_series_hash is the stored
+/* The 64-bit hash of a series key the batch interns by: XXH3 of metric
+ * seeded by XXH3 of job seeded by 0x9e3779b97f4a7c15 + rank (in memory
+ * only, never stored). mdl_batch_series_hash is the stored
  * hash of series i (i < mdl_batch_nseries(b)), so a caller keyed the same
  * way need not hash again. Pure. */
 uint64_t mdl_series_key_hash(const char *job, size_t job_len, uint32_t rank, const char *metric,

@@ -26,8 +26,11 @@
  * Content-Length reserves that much when its headers arrive (413 past
  * max_body_bytes, 503 + Retry-After when the budget cannot hold it, both
  * before the body is read); a chunked body reserves as its buffer grows
- * (503 when it cannot, the rest drained). The reservation always covers the
- * buffer's allocation and is returned when the request ends.
+ * (503 when it cannot, the rest drained). The reservation covers the
+ * buffer's allocation and is returned when the request ends; a worker also
+ * keeps a few finished requests' states with their small body buffers
+ * (CR_CACHE_N of at most CR_CACHE_BODY_BYTES) for its next requests,
+ * outside the budget.
  *
  * Content-Length headers that disagree (libmicrohttpd uses the first) are
  * refused with 400 before routing. Not fixable here: libmicrohttpd 0.9.75
@@ -54,15 +57,17 @@
  * request, drained by ~1 read), even when one group commit resumes dozens
  * of connections of the same worker. Neither is reachable from here.
  *
- * A request's memory (struct conn_req) is freed in one place, the
- * completion callback; a connection's (struct conn_state) in the
- * connection-closed callback, which libmicrohttpd calls before it closes
- * the socket, so the reaper never shuts down a reused descriptor.
+ * A request's memory (struct conn_req) is released in one place, the
+ * completion callback (kept for the worker's next request, or freed); a
+ * connection's (struct conn_state) in the connection-closed callback,
+ * which libmicrohttpd calls before it closes the socket, so the reaper
+ * never shuts down a reused descriptor.
  */
 #include "server/srv.h"
 #include "server/tls.h"
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
+#include "common/rdb_tcache.h"
 #include "common/rdb_time.h"
 #include "common/rdb_tls.h"
 
@@ -137,7 +142,8 @@ enum { PARK_NONE = 0, PARK_PENDING, PARK_SUSPENDED, PARK_READY };
 struct conn_req {
 	struct srv_http *h;
 	struct rdb_buf body;
-	uint64_t charged; /* bytes reserved in h->body_bytes; >= body.cap */
+	uint64_t charged; /* bytes reserved in h->body_bytes; >= body.cap unless the
+			   * buffer is a kept one (cr_take) that needed no growth */
 	bool too_large;
 	bool busy;     /* the body budget could not hold it: 503 */
 	bool answered; /* a response was queued early (413, 503, 400) */
@@ -150,6 +156,49 @@ struct conn_req {
 	void *fin_state;
 	char peer[INET6_ADDRSTRLEN + 8]; /* srv_req.peer when the connection has no state */
 };
+
+/* A worker keeps up to CR_CACHE_N finished requests' states, each with
+ * its body buffer when that is at most CR_CACHE_BODY_BYTES, for its next
+ * requests: a small write then costs no calloc, body malloc and two frees.
+ * The kept buffers (at most 16 x 16 KiB per thread) are outside
+ * max_body_bytes_in_flight, which bounds what requests in flight hold
+ * beyond them; a request's reservation still covers its body. */
+#define CR_CACHE_N	    16
+#define CR_CACHE_BODY_BYTES (16u * 1024)
+
+static void cr_free(void *arg)
+{
+	struct conn_req *cr = arg;
+	rdb_buf_free(&cr->body);
+	free(cr);
+}
+
+static struct rdb_tcache cr_cache = RDB_TCACHE_INIT(CR_CACHE_N, cr_free);
+
+/* A zeroed request state, perhaps with an empty body buffer already
+ * allocated (body.cap). NULL: out of memory. */
+static struct conn_req *cr_take(void)
+{
+	struct conn_req *cr = rdb_tcache_take(&cr_cache);
+	if (!cr)
+		return calloc(1, sizeof(*cr));
+	uint8_t *data = cr->body.data;
+	size_t cap = cr->body.cap;
+	memset(cr, 0, sizeof(*cr));
+	cr->body.data = data;
+	cr->body.cap = cap;
+	return cr;
+}
+
+static void cr_give(struct conn_req *cr)
+{
+	if (cr->body.cap > CR_CACHE_BODY_BYTES) {
+		rdb_buf_free(&cr->body);
+		rdb_buf_init(&cr->body, 0);
+	}
+	if (!rdb_tcache_give(&cr_cache, cr))
+		cr_free(cr);
+}
 
 static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const char *key,
 				   size_t key_size, const char *value, size_t value_size)
@@ -285,28 +334,32 @@ static void budget_give(struct srv_http *h, uint64_t n)
 }
 
 /* Makes the body buffer hold `need` bytes, its allocation covered by the
- * reservation. False when the budget cannot grow (or out of memory). */
+ * reservation (cr->charged: the capacity the request is charged for, which
+ * grows as a fresh buffer would; a kept buffer from the cache may hold more
+ * than that already). False when the budget cannot grow (or out of
+ * memory). */
 static bool body_room(struct conn_req *cr, size_t need)
 {
 	struct rdb_buf *b = &cr->body;
-	if (need <= b->cap)
-		return true;
 	if (need > b->max)
 		return false;
-	size_t cap = b->cap * 2 > need ? b->cap * 2 : need;
-	if (cap < CHUNKED_MIN_BYTES)
-		cap = CHUNKED_MIN_BYTES;
-	if (cap > b->max)
-		cap = b->max;
-	if (cap > cr->charged && !budget_take(cr->h, cap - cr->charged))
-		return false;
-	if (cap > cr->charged)
+	if (need > cr->charged) {
+		size_t cap = cr->charged * 2 > need ? cr->charged * 2 : need;
+		if (cap < CHUNKED_MIN_BYTES)
+			cap = CHUNKED_MIN_BYTES;
+		if (cap > b->max)
+			cap = b->max;
+		if (!budget_take(cr->h, cap - cr->charged))
+			return false;
 		cr->charged = cap;
-	uint8_t *p = realloc(b->data, cap);
+	}
+	if (need <= b->cap)
+		return true;
+	uint8_t *p = realloc(b->data, cr->charged);
 	if (!p)
 		return false;
 	b->data = p;
-	b->cap = cap;
+	b->cap = cr->charged;
 	return true;
 }
 
@@ -379,11 +432,11 @@ static enum MHD_Result begin(struct MHD_Connection *conn, struct srv_http *h, co
 			     void **con_cls)
 {
 	struct srv_ctx *ctx = h->ctx;
-	struct conn_req *cr = calloc(1, sizeof(*cr));
+	struct conn_req *cr = cr_take();
 	if (!cr)
 		return MHD_NO;
 	cr->h = h;
-	rdb_buf_init(&cr->body, ctx->cfg->max_body_bytes);
+	cr->body.max = ctx->cfg->max_body_bytes;
 	*con_cls = cr;
 	struct conn_state *cs = conn_state_of(conn);
 	set_phase(h, cs, CS_BODY);
@@ -670,9 +723,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 			return;
 		}
 	}
-	rdb_buf_free(&cr->body);
 	budget_give(h, cr->charged);
-	free(cr);
+	cr_give(cr);
 	*con_cls = NULL;
 }
 

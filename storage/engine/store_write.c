@@ -181,6 +181,20 @@ static void head_commit(struct sto *s, struct head *h, const struct mdl_batch *b
 {
 	size_t n = mdl_batch_nseries(b);
 	struct sti_extent_cursor cur = {0};
+	/* This runs on the WAL thread, long after head_prepare touched the
+	 * head series on a worker: each series' struct and the slots its
+	 * point goes to are cache misses. Asked for all at once (two passes
+	 * of prefetches) they overlap instead of stalling one after the
+	 * other (~30 % of this function's time was the wait for hs). */
+	for (size_t i = 0; i < n; i++)
+		__builtin_prefetch(hs_of[i], 1);
+	for (size_t i = 0; i < n; i++) {
+		const struct mdl_cols *c = &hs_of[i]->pts;
+		__builtin_prefetch(c->ts_ns + c->n, 1);
+		__builtin_prefetch(c->step + c->n, 1);
+		__builtin_prefetch(c->attempt + c->n, 1);
+		__builtin_prefetch(c->value + c->n, 1);
+	}
 	for (size_t i = 0; i < n; i++) {
 		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
 		struct head_series *hs = hs_of[i];
@@ -408,7 +422,14 @@ static int encode_request(const struct sto_write_req *req, struct series_ent **e
 	for (size_t i = 0; i < n; i++)
 		sids[i] = ents[i]->id;
 	uint8_t il = (uint8_t)(req->batch_id ? req->batch_id_len : 0);
-	int rc = rdb_buf_putc(rec, (char)il);
+	/* Room for the usual record at once (a series of one point takes
+	 * ~10-20 bytes): one allocation, not a 256-byte one and then the
+	 * codec's growth. A hint only: more grows as before. */
+	size_t pts = n ? mdl_batch_points(req->points) : 0;
+	size_t hint = 16 + il + n * 24 + pts * 24;
+	int rc = rdb_buf_reserve(rec, hint < rec->max ? hint : rec->max);
+	if (rc == 0)
+		rc = rdb_buf_putc(rec, (char)il);
 	if (rc == 0)
 		rc = rdb_buf_append(rec, req->batch_id, il);
 	for (int part = 0; part < 2 && rc == 0; part++) {

@@ -442,6 +442,72 @@ static void test_series_hash(void)
 	mdl_batch_free(b);
 }
 
+/* Records that name each series once arrive grouped (views point at them
+ * in place); a later point of an earlier series regroups; a failed append
+ * that rolls back restores either case. Every view holds exactly its own
+ * points, in arrival order, whichever way. */
+static void check_view(const struct mdl_batch *b, const char *job, uint32_t rank,
+		       const char *metric, size_t n, int64_t ts0)
+{
+	const struct mdl_batch_series *s = find(b, job, rank, metric);
+	CHECK(s != NULL);
+	if (!s)
+		return;
+	CHECK_EQ_INT(s->pts.n, n);
+	for (size_t k = 0; k < s->pts.n && k < n; k++)
+		CHECK(s->pts.ts_ns[k] == ts0 + (int64_t)k && s->pts.step[k] == ts0 + (int64_t)k &&
+		      s->pts.value[k] == (uint64_t)(ts0 + (int64_t)k));
+}
+
+static void test_group_in_order(void)
+{
+	struct mdl_batch *b, *big;
+	CHECK_EQ_INT(mdl_batch_new(1000, 100, &b), 0);
+	CHECK_EQ_INT(mdl_batch_new(3, 100, &big), 0);
+	const char *metrics[] = {"loss", "grad_norm", "lr"};
+	/* two records of rank 3 then one of rank 4, each series in one run */
+	for (int m = 0; m < 3; m++)
+		for (int k = 0; k < 2; k++)
+			CHECK_EQ_INT(add(b, "job", 3, metrics[m], 10 * m + k, 10 * m + k,
+					 (uint64_t)(10 * m + k)),
+				     0);
+	for (int m = 0; m < 3; m++)
+		CHECK_EQ_INT(add(b, "job", 4, metrics[m], 50 + m, 50 + m, (uint64_t)(50 + m)), 0);
+	CHECK_EQ_INT(mdl_batch_nseries(b), 6);
+	for (int m = 0; m < 3; m++) {
+		check_view(b, "job", 3, metrics[m], 2, 10 * m);
+		check_view(b, "job", 4, metrics[m], 1, 50 + m);
+	}
+	/* a point for the first series again: the views are regrouped */
+	CHECK_EQ_INT(add(b, "job", 3, "loss", 2, 2, 2), 0);
+	check_view(b, "job", 3, "loss", 3, 0);
+	check_view(b, "job", 4, "lr", 1, 52);
+	/* the same metric under another job of the same length, or another
+	 * rank, is another series (the cached job seed must not leak) */
+	CHECK_EQ_INT(add(b, "jab", 3, "loss", 70, 70, 70), 0);
+	CHECK_EQ_INT(add(b, "job", 5, "loss", 80, 80, 80), 0);
+	check_view(b, "jab", 3, "loss", 1, 70);
+	check_view(b, "job", 5, "loss", 1, 80);
+	check_view(b, "job", 3, "loss", 3, 0);
+	/* an append that does not fit rolls back to the grouped state */
+	struct mdl_batch *g;
+	CHECK_EQ_INT(mdl_batch_new(1000, 100, &g), 0);
+	CHECK_EQ_INT(add(g, "j", 1, "a", 6, 6, 6), 0); /* goes back to big's first series */
+	CHECK_EQ_INT(add(g, "j", 9, "z", 7, 7, 7), 0); /* one point too many */
+	CHECK_EQ_INT(add(big, "j", 1, "a", 5, 5, 5), 0);
+	CHECK_EQ_INT(add(big, "j", 0, "a", 1, 1, 1), 0);
+	CHECK_EQ_INT(mdl_batch_append(big, g), RDB_ELIMIT);
+	CHECK_EQ_INT(mdl_batch_points(big), 2);
+	check_view(big, "j", 1, "a", 1, 5);
+	check_view(big, "j", 0, "a", 1, 1);
+	mdl_batch_reset(b);
+	CHECK_EQ_INT(add(b, "job", 3, "loss", 90, 90, 90), 0);
+	check_view(b, "job", 3, "loss", 1, 90);
+	mdl_batch_free(g);
+	mdl_batch_free(big);
+	mdl_batch_free(b);
+}
+
 /* ---- compact points and series definitions (types 5 and 4) ---- */
 
 /* The test's series definitions: sid i of the table names keys[i]. */
@@ -750,6 +816,7 @@ int main(void)
 	RUN(test_cols_growth);
 	RUN(test_cols_reserve_moving);
 	RUN(test_series_hash);
+	RUN(test_group_in_order);
 	RUN(test_cache_thread_exit);
 	return check_summary("batch");
 }

@@ -234,6 +234,45 @@ static void test_strings(void)
 	CHECK_EQ_INT(res.lines_ok, 1);
 }
 
+/* Every printable byte a field key can hold unescaped maps to itself or
+ * to %XX in the metric name, as the grammar in lineproto.c says, whether
+ * it is the key's first, middle or last byte; and keys that share their
+ * first and last 8 bytes and length but differ inside are different
+ * fields (the duplicate screen only hashes those). */
+static void test_key_bytes(void)
+{
+	static const char pct[] = "\"%;{}\x7f";
+	for (int c = 0x21; c < 0x7f; c++) {
+		if (c == ',' || c == '=' || c == '\\' || c == 'a' || c == 'b')
+			continue; /* end a key or escape (test_escapes); or two keys would be one */
+		char line[64], want[3][32], enc[4];
+		bool p = strchr(pct, c) != NULL;
+		snprintf(enc, sizeof(enc), p ? "%%%02X" : "%c", c);
+		snprintf(line, sizeof(line), "m,job=j %cab=1,a%cb=2,ab%c=3\n", c, c, c);
+		snprintf(want[0], sizeof(want[0]), "m.%sab", enc);
+		snprintf(want[1], sizeof(want[1]), "m.a%sb", enc);
+		snprintf(want[2], sizeof(want[2]), "m.ab%s", enc);
+		CHECK_EQ_INT(parse(line), 0);
+		CHECK_EQ_INT(res.points, 3);
+		if (res.points != 3)
+			fprintf(stderr, "byte 0x%02x: %zu points\n", c, res.points);
+		for (int k = 0; k < 3; k++) {
+			const struct mdl_batch_series *sr = find("j", MDL_RANK_JOB, want[k]);
+			CHECK(sr && sr->pts.n == 1 && sr->pts.value[0] == dbits(k + 1));
+			if (!sr)
+				fprintf(stderr, "byte 0x%02x: no series %s\n", c, want[k]);
+		}
+	}
+	CHECK_EQ_INT(parse("m,job=j abcdefgh_1_ijklmnop=1,abcdefgh_2_ijklmnop=2,"
+			   "abcdefgh_1_ijklmnop=3\n"),
+		     0);
+	CHECK_EQ_INT(res.points, 2); /* the third overrides the first */
+	const struct mdl_batch_series *a = find("j", MDL_RANK_JOB, "m.abcdefgh_1_ijklmnop"),
+				      *b = find("j", MDL_RANK_JOB, "m.abcdefgh_2_ijklmnop");
+	CHECK(a && a->pts.n == 1 && a->pts.value[0] == dbits(3));
+	CHECK(b && b->pts.n == 1 && b->pts.value[0] == dbits(2));
+}
+
 static void test_escapes(void)
 {
 	CHECK_EQ_INT(parse("my\\ meas\\,x,job=j,a\\ b\\=c\\,d=v\\ 1\\,2\\=3 f\\ 1\\=2\\,3=1\n"), 0);
@@ -659,6 +698,7 @@ int main(void)
 	RUN(test_basic);
 	RUN(test_values);
 	RUN(test_strings);
+	RUN(test_key_bytes);
 	RUN(test_escapes);
 	RUN(test_timestamps);
 	RUN(test_duplicates);
