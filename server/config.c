@@ -156,6 +156,19 @@ static const struct opt opts[] = {
 	    "gets one more second per http_min_body_rate_bytes it has delivered, so large "
 	    "uploads at a reasonable rate finish. Lower values free connections held by "
 	    "stalled clients sooner; higher values tolerate slow networks."},
+    {.name = "http_connection_memory_bytes",
+     .type = OPT_SIZE,
+     .def = "16K",
+     .min = 8 * KIB,
+     .max = MIB,
+     FIELD(http_connection_memory_bytes),
+     .help = "libmicrohttpd's buffer per connection (request line, headers, reads)",
+     .doc = "Memory libmicrohttpd gives each open connection for its request line, headers "
+	    "and read buffer; it becomes resident once the connection has served a request, "
+	    "so with thousands of keep-alive connections it is the largest per-connection "
+	    "cost (4,096 connections x 16 KiB = 64 MiB). A request whose line and headers do "
+	    "not fit is answered 431 (headers) or 414 (URI); raise it when clients send very "
+	    "large headers (cookies, long tokens). Request bodies are not held here."},
     {.name = "http_min_body_rate_bytes",
      .type = OPT_SIZE,
      .def = "16K",

@@ -24,17 +24,18 @@
 
 /* A plain value type. Strings are NUL-terminated and always fit. */
 struct srv_config {
-	char data_dir[4096];		   /* WAL, segments and index live here */
-	char http_addr[64];		   /* listen address of the HTTP API */
-	uint32_t http_port;		   /* 0 = pick a free port (see port_file) */
-	char port_file[4096];		   /* write the bound port here; "" = don't */
-	uint32_t http_threads;		   /* worker threads of the HTTP server */
-	uint32_t http_max_connections;	   /* open connections; beyond: refused */
-	uint64_t http_max_parked;	   /* writes parked until durable; beyond: 503 */
-	uint32_t http_timeout_s;	   /* idle / slow-request timeout per connection */
-	uint64_t http_min_body_rate_bytes; /* body bytes that earn one more second */
-	uint64_t max_body_bytes_in_flight; /* request bodies of all connections together */
-	uint64_t max_body_bytes;	   /* largest accepted request body */
+	char data_dir[4096];		       /* WAL, segments and index live here */
+	char http_addr[64];		       /* listen address of the HTTP API */
+	uint32_t http_port;		       /* 0 = pick a free port (see port_file) */
+	char port_file[4096];		       /* write the bound port here; "" = don't */
+	uint32_t http_threads;		       /* worker threads of the HTTP server */
+	uint32_t http_max_connections;	       /* open connections; beyond: refused */
+	uint64_t http_max_parked;	       /* writes parked until durable; beyond: 503 */
+	uint32_t http_timeout_s;	       /* idle / slow-request timeout per connection */
+	uint64_t http_min_body_rate_bytes;     /* body bytes that earn one more second */
+	uint64_t http_connection_memory_bytes; /* libmicrohttpd's buffer per connection */
+	uint64_t max_body_bytes_in_flight;     /* request bodies of all connections together */
+	uint64_t max_body_bytes;	       /* largest accepted request body */
 	uint64_t max_records_per_request;
 	uint64_t max_metrics_per_record;
 	char sync_policy[16];		  /* "fdatasync" or "none" */

@@ -1016,6 +1016,7 @@ int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
 	    MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_CONNECTION_TIMEOUT,
 	    (unsigned)cfg->http_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
 	    MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->http_connection_memory_bytes,
 	    MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
 	if (!h->d) {
 		rdb_error("http",
