@@ -224,7 +224,7 @@ static int encode(const struct ing_write *w, const bool *keep, struct rdb_buf *o
 		if (s && (!keep || keep[i]))
 			hint += 16 + (size_t)s->job_len + s->metric_len + s->pts.n * 32;
 	}
-	int rc = rdb_buf_reserve(out, hint);
+	int rc = rdb_buf_reserve(out, hint < out->max ? hint : out->max);
 	if (rc == 0)
 		rc = rdb_buf_append(out, "\0\0\0\0", 4);
 	if (rc == 0 && w->points && mdl_batch_nseries(w->points))

@@ -30,7 +30,7 @@
  * buffer's allocation and is returned when the request ends; a worker also
  * keeps a few finished requests' states with their small body buffers
  * (CR_CACHE_N of at most CR_CACHE_BODY_BYTES) for its next requests,
- * outside the budget.
+ * waiting outside the budget (a request that takes one is charged for it).
  *
  * Content-Length headers that disagree (libmicrohttpd uses the first) are
  * refused with 400 before routing. Not fixable here: libmicrohttpd 0.9.75
@@ -142,8 +142,7 @@ enum { PARK_NONE = 0, PARK_PENDING, PARK_SUSPENDED, PARK_READY };
 struct conn_req {
 	struct srv_http *h;
 	struct rdb_buf body;
-	uint64_t charged; /* bytes reserved in h->body_bytes; >= body.cap unless the
-			   * buffer is a kept one (cr_take) that needed no growth */
+	uint64_t charged; /* bytes reserved in h->body_bytes; >= body.cap */
 	bool too_large;
 	bool busy;     /* the body budget could not hold it: 503 */
 	bool answered; /* a response was queued early (413, 503, 400) */
@@ -160,9 +159,9 @@ struct conn_req {
 /* A worker keeps up to CR_CACHE_N finished requests' states, each with
  * its body buffer when that is at most CR_CACHE_BODY_BYTES, for its next
  * requests: a small write then costs no calloc, body malloc and two frees.
- * The kept buffers (at most 16 x 16 KiB per thread) are outside
- * max_body_bytes_in_flight, which bounds what requests in flight hold
- * beyond them; a request's reservation still covers its body. */
+ * The buffers waiting in the cache (at most 16 x 16 KiB per thread) are
+ * outside max_body_bytes_in_flight; one a request takes is charged to it
+ * (begin), so what requests in flight hold stays within the budget. */
 #define CR_CACHE_N	    16
 #define CR_CACHE_BODY_BYTES (16u * 1024)
 
@@ -468,6 +467,17 @@ static enum MHD_Result begin(struct MHD_Connection *conn, struct srv_http *h, co
 			}
 			cr->charged = n;
 			cr->body.max = (size_t)n; /* the body never grows past what it reserved */
+		}
+	}
+	/* A kept buffer (cr_take) in use is charged like one the request grew;
+	 * when the budget cannot hold it the request lets it go instead. */
+	if (cr->body.cap > cr->charged) {
+		if (budget_take(h, cr->body.cap - cr->charged)) {
+			cr->charged = cr->body.cap;
+		} else {
+			size_t max = cr->body.max;
+			rdb_buf_free(&cr->body);
+			rdb_buf_init(&cr->body, max);
 		}
 	}
 	cr->answered = false;

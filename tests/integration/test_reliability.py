@@ -433,6 +433,30 @@ def test_body_budget_refuses_with_503_before_reading():
     s.stop()
 
 
+def test_kept_body_buffer_is_charged_to_the_request_that_takes_it():
+    # one worker, so the buffer a finished write leaves behind is the one
+    # the next request on that worker takes
+    s = Server(["--http-threads", "1"]).start()
+    body, _ = _ndjson_body("kb", 12 * 1024)
+    for _ in range(3):
+        out = _raw(s, b"POST /api/v1/write HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                      b"Content-Type: application/x-ndjson\r\nContent-Length: %d\r\n\r\n"
+                      % len(body) + body)
+        assert out.startswith(b"HTTP/1.1 200"), out[:300]
+    c = _connect(s)
+    try:  # a write whose 1-byte body never comes holds its request open
+        c.sendall(b"POST /api/v1/write HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Type: application/x-ndjson\r\nContent-Length: 1\r\n\r\n")
+        time.sleep(0.3)
+        st, _, m = s.get("/metrics")
+        held = [line for line in m.decode().splitlines()
+                if line.startswith("rankdb_http_body_bytes ")]
+        assert held and int(held[0].split()[1]) >= len(body), held
+    finally:
+        c.close()
+    s.stop()
+
+
 def test_conflicting_content_length_refused():
     s = Server().start()
     body = json.dumps([{"job": "cl", "rank": 0, "step": 1, "timestamp": T0, "metrics": {"x": 1}}]).encode()
