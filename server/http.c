@@ -30,7 +30,7 @@
  * buffer's allocation and is returned when the request ends; a worker also
  * keeps a few finished requests' states with their small body buffers
  * (CR_CACHE_N of at most CR_CACHE_BODY_BYTES) for its next requests,
- * waiting outside the budget (a request that takes one is charged for it).
+ * waiting outside the budget (a request that fills one is charged for it).
  *
  * Content-Length headers that disagree (libmicrohttpd uses the first) are
  * refused with 400 before routing. Not fixable here: libmicrohttpd 0.9.75
@@ -160,8 +160,9 @@ struct conn_req {
  * its body buffer when that is at most CR_CACHE_BODY_BYTES, for its next
  * requests: a small write then costs no calloc, body malloc and two frees.
  * The buffers waiting in the cache (at most 16 x 16 KiB per thread) are
- * outside max_body_bytes_in_flight; one a request takes is charged to it
- * (begin), so what requests in flight hold stays within the budget. */
+ * outside max_body_bytes_in_flight; one a request writes its body into is
+ * charged to it (body_room), so what bodies in flight hold stays within
+ * the budget. */
 #define CR_CACHE_N	    16
 #define CR_CACHE_BODY_BYTES (16u * 1024)
 
@@ -333,15 +334,24 @@ static void budget_give(struct srv_http *h, uint64_t n)
 }
 
 /* Makes the body buffer hold `need` bytes, its allocation covered by the
- * reservation (cr->charged: the capacity the request is charged for, which
- * grows as a fresh buffer would; a kept buffer from the cache may hold more
- * than that already). False when the budget cannot grow (or out of
- * memory). */
+ * reservation (cr->charged). A kept buffer (cr_take) is charged with the
+ * first body bytes, so a request without a body holds no budget; when the
+ * budget cannot cover it, the request lets it go and grows its own. False
+ * when the budget cannot grow (or out of memory). */
 static bool body_room(struct conn_req *cr, size_t need)
 {
 	struct rdb_buf *b = &cr->body;
 	if (need > b->max)
 		return false;
+	if (b->cap > cr->charged) {
+		if (budget_take(cr->h, b->cap - cr->charged)) {
+			cr->charged = b->cap;
+		} else {
+			size_t max = b->max;
+			rdb_buf_free(b);
+			rdb_buf_init(b, max);
+		}
+	}
 	if (need > cr->charged) {
 		size_t cap = cr->charged * 2 > need ? cr->charged * 2 : need;
 		if (cap < CHUNKED_MIN_BYTES)
@@ -467,17 +477,6 @@ static enum MHD_Result begin(struct MHD_Connection *conn, struct srv_http *h, co
 			}
 			cr->charged = n;
 			cr->body.max = (size_t)n; /* the body never grows past what it reserved */
-		}
-	}
-	/* A kept buffer (cr_take) in use is charged like one the request grew;
-	 * when the budget cannot hold it the request lets it go instead. */
-	if (cr->body.cap > cr->charged) {
-		if (budget_take(h, cr->body.cap - cr->charged)) {
-			cr->charged = cr->body.cap;
-		} else {
-			size_t max = cr->body.max;
-			rdb_buf_free(&cr->body);
-			rdb_buf_init(&cr->body, max);
 		}
 	}
 	cr->answered = false;
