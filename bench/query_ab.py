@@ -43,14 +43,15 @@ from answers import free_port  # noqa: E402
 
 
 def cpu_ns(pid, workers_only):
-    """Run time of the process's threads (HTTP workers only for rankdb)."""
+    """Run time of the process's threads (for rankdb the threads that serve
+    queries: HTTP workers and the query helper pool, rdb-query)."""
     total = 0
     for tid in os.listdir("/proc/%d/task" % pid):
         base = "/proc/%d/task/%s/" % (pid, tid)
         try:
             if workers_only:
                 with open(base + "comm") as f:
-                    if not f.read().startswith("MHD"):
+                    if not f.read().startswith(("MHD", "rdb-query")):
                         continue
             with open(base + "schedstat") as f:
                 total += int(f.read().split()[0])
@@ -134,6 +135,8 @@ def main():
     ap.add_argument("--block", type=int, default=50)
     ap.add_argument("--metric-prefix", default="train.")
     a = ap.parse_args()
+    if not a.queries or set(a.queries) - set("abcd"):
+        ap.error("--queries: letters among a, b, c, d")
     info = peers.read_kv(os.path.join(a.kept, "info"))
     tmp = tempfile.mkdtemp(prefix="rankdb-query-ab.")
     procs = []

@@ -443,7 +443,7 @@ int qry_crossrank(struct sto *s, const struct qry_xr_req *req, struct qry_xr_res
 {
 	struct qry_match m = {0};
 	struct qry_bucketing bk;
-	struct collect_ctx *c = NULL;
+	struct collect_ctx c = {.m = &m};
 	const char *metrics[1] = {req->metric};
 	struct qry_match_req mr = {.job = req->job,
 				   .metrics = metrics,
@@ -465,27 +465,19 @@ int qry_crossrank(struct sto *s, const struct qry_xr_req *req, struct qry_xr_res
 		bk.width = 1; /* default: one bucket per step */
 	bk.ts_unused = true;  /* per-rank counts and sums only */
 	bk.sums_only = true;
-	c = calloc(1, sizeof(*c));
-	if (!c) {
-		rc = qry_fail(err, QRY_E_INTERNAL, -ENOMEM, "out of memory");
-		goto out;
-	}
-	c->m = &m;
-	rc = collect(sc, &m, &bk, c, err);
+	rc = collect(sc, &m, &bk, &c, err);
 	if (rc)
 		goto out;
 	rc = xr_head(req, &m, &bk, out);
 	if (rc == 0)
-		rc = collect_rows(c, out);
+		rc = collect_rows(&c, out);
 	if (rc)
 		qry_fail(err, QRY_E_INTERNAL, rc, "out of memory");
 	qry_totals_of(sc, &out->totals);
 out:
 	if (rc)
 		qry_xr_result_free(out);
-	if (c)
-		collect_reset(c);
-	free(c);
+	collect_reset(&c);
 	qry_match_free(&m);
 	qry_scan_free(sc);
 	free(sc);

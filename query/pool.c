@@ -20,12 +20,12 @@
  */
 #include "query/pool.h"
 #include "common/rdb_log.h"
+#include "common/rdb_time.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 /* How long a caller polls for the tasks helpers took before it sleeps:
@@ -51,13 +51,6 @@ static struct {
 } pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .work_cv = PTHREAD_COND_INITIALIZER};
 
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
-
-static long long now_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (long long)t.tv_sec * 1000000000ll + t.tv_nsec;
-}
 
 static inline void cpu_relax(void)
 {
@@ -135,11 +128,11 @@ unsigned qry_pool_threads(void)
  * then sleeps. Called with the mutex held; returns with it held. */
 static void wait_done(struct qry_pool_batch *b)
 {
-	long long until = now_ns() + WAIT_SPIN_NS;
+	int64_t until = rdb_now_mono_ns() + WAIT_SPIN_NS;
 	pthread_mutex_unlock(&pool.mu);
 	for (unsigned i = 1; atomic_load(&b->done) < b->taken; i++) {
 		cpu_relax();
-		if (i % 64 == 0 && now_ns() >= until)
+		if (i % 64 == 0 && rdb_now_mono_ns() >= until)
 			break;
 	}
 	pthread_mutex_lock(&pool.mu);
