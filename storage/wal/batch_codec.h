@@ -50,7 +50,8 @@ struct sto_wal_key {
 /* Appends one definition (sid -> key) to the definitions payload that
  * starts at out->data + start: writes its u32 count first when out->len ==
  * start, then bumps it. The names must be valid (mdl_job_valid,
- * mdl_metric_valid). 0, -ENOMEM or RDB_ELIMIT (out's length unchanged). */
+ * mdl_metric_valid). 0, -EINVAL (a name length out of range), -ENOMEM or
+ * RDB_ELIMIT (out's length unchanged). */
 int sto_defs_add(struct rdb_buf *out, size_t start, uint64_t sid, const struct sto_wal_key *k);
 
 /* Parses a definitions payload (untrusted): checks all of it first, then

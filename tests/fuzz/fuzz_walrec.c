@@ -73,6 +73,11 @@ static void same_or_abort(const struct mdl_batch *a, const struct mdl_batch *b)
 		const struct mdl_batch_series *x = mdl_batch_series_at(a, i);
 		const struct mdl_batch_series *y = mdl_batch_series_at(b, i);
 		size_t n = x->pts.n;
+		/* the same series, not only the same points under another one */
+		if (x->key.rank != y->key.rank || x->job_len != y->job_len ||
+		    x->metric_len != y->metric_len || memcmp(x->key.job, y->key.job, x->job_len) ||
+		    memcmp(x->key.metric, y->key.metric, x->metric_len))
+			abort();
 		if (y->pts.n != n || memcmp(x->pts.ts_ns, y->pts.ts_ns, n * 8) ||
 		    memcmp(x->pts.step, y->pts.step, n * 8) ||
 		    memcmp(x->pts.attempt, y->pts.attempt, n * 4) ||
