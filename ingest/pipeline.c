@@ -216,14 +216,9 @@ int ing_pipeline_subscribe(struct ing_pipeline *p, const struct ing_subscriber *
  * events as one blob. */
 static int encode(const struct ing_write *w, const bool *keep, struct rdb_buf *out)
 {
-	/* Room for the points' encoding at once (a little more than the
-	 * codec's own estimate), not 256 bytes and then the codec's growth. */
-	size_t hint = 16, n = w->points ? mdl_batch_nseries(w->points) : 0;
-	for (size_t i = 0; i < n; i++) {
-		const struct mdl_batch_series *s = mdl_batch_series_at(w->points, i);
-		if (s && (!keep || keep[i]))
-			hint += 16 + (size_t)s->job_len + s->metric_len + s->pts.n * 32;
-	}
+	/* Room for the points' encoding and both length words at once, not 256
+	 * bytes and then the codec's growth. */
+	size_t hint = 8 + (w->points ? sto_batch_encoded_size(w->points, keep, NULL) : 0);
 	int rc = rdb_buf_reserve(out, hint < out->max ? hint : out->max);
 	if (rc == 0)
 		rc = rdb_buf_append(out, "\0\0\0\0", 4);

@@ -18,20 +18,26 @@ int sto_batch_encode(const struct mdl_batch *b, struct rdb_buf *out)
 	return sto_batch_encode_sel(b, NULL, out);
 }
 
-int sto_batch_encode_sel(const struct mdl_batch *b, const bool *keep, struct rdb_buf *out)
+size_t sto_batch_encoded_size(const struct mdl_batch *b, const bool *keep, size_t *nkept)
 {
-	size_t nseries = mdl_batch_nseries(b), nkept = 0;
-	size_t need = 4;
+	size_t nseries = mdl_batch_nseries(b), kept = 0, need = 4;
 	for (size_t i = 0; i < nseries; i++) {
 		const struct mdl_batch_series *s = mdl_batch_series_at(b, i);
-		if (!s)
-			return -ENOMEM;
-		if (keep && !keep[i])
+		if (!s || (keep && !keep[i]))
 			continue;
-		nkept++;
+		kept++;
 		need += 1 + 4 + 2 + 4 + (size_t)s->job_len + s->metric_len +
 			s->pts.n * STO_WAL_POINT_SIZE;
 	}
+	if (nkept)
+		*nkept = kept;
+	return need;
+}
+
+int sto_batch_encode_sel(const struct mdl_batch *b, const bool *keep, struct rdb_buf *out)
+{
+	size_t nseries = mdl_batch_nseries(b), nkept;
+	size_t need = sto_batch_encoded_size(b, keep, &nkept);
 	size_t start = out->len;
 	int rc = rdb_buf_reserve(out, need);
 	if (rc)

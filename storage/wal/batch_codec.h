@@ -17,6 +17,9 @@
 /* Appends b as a STO_WAL_REC_POINTS payload (format.h) to out. 0 or
  * -ENOMEM (out may have grown; its length is unchanged). */
 int sto_batch_encode(const struct mdl_batch *b, struct rdb_buf *out);
+/* Bytes sto_batch_encode_sel appends for b (series with keep[i]; keep
+ * NULL: all); *nkept (when not NULL) gets how many series that is. */
+size_t sto_batch_encoded_size(const struct mdl_batch *b, const bool *keep, size_t *nkept);
 /* sto_batch_encode of the series i of b with keep[i] (keep NULL: all):
  * the same payload as encoding a batch holding just those series. */
 int sto_batch_encode_sel(const struct mdl_batch *b, const bool *keep, struct rdb_buf *out);
