@@ -530,7 +530,7 @@ static int wal_id_define(void *arg, uint64_t sid, const struct sto_wal_key *k)
 {
 	struct wal_ids *w = arg;
 	(void)k;
-	return sid ? rdb_map_put(&w->defined, sid, (void *)1) : 0;
+	return rdb_map_put(&w->defined, sid, (void *)1);
 }
 
 static const struct sto_wal_key *wal_id_known(void *arg, uint64_t sid)
@@ -538,7 +538,7 @@ static const struct sto_wal_key *wal_id_known(void *arg, uint64_t sid)
 	static const struct sto_wal_key any = {
 	    .job = "j", .metric = "m", .rank = 0, .job_len = 1, .metric_len = 1};
 	struct wal_ids *w = arg;
-	return sid && rdb_map_get(&w->defined, sid) ? &any : NULL;
+	return rdb_map_get(&w->defined, sid) ? &any : NULL;
 }
 
 /* Checks a compact batch record's series ids (the record's other parts

@@ -580,8 +580,6 @@ static void replay_defs_clear(struct replay_ctx *c)
 static int replay_def_add(void *arg, uint64_t sid, const struct sto_wal_key *k)
 {
 	struct replay_ctx *c = arg;
-	if (sid == 0)
-		return RDB_ECORRUPT; /* ids start at 1 */
 	struct replay_def *d = malloc(sizeof(*d) + k->job_len + k->metric_len);
 	if (!d)
 		return -ENOMEM;
@@ -602,7 +600,7 @@ static int replay_def_add(void *arg, uint64_t sid, const struct sto_wal_key *k)
 static const struct sto_wal_key *replay_def_get(void *arg, uint64_t sid)
 {
 	struct replay_ctx *c = arg;
-	const struct replay_def *d = sid ? rdb_map_get(&c->defs, sid) : NULL;
+	const struct replay_def *d = rdb_map_get(&c->defs, sid);
 	return d ? &d->k : NULL;
 }
 

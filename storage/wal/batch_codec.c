@@ -259,7 +259,7 @@ int sto_defs_add(struct rdb_buf *out, size_t start, uint64_t sid, const struct s
 {
 	bool first = out->len == start;
 	size_t need = (first ? 4 : 0) + DEF_FIXED + k->job_len + k->metric_len;
-	if (k->job_len < 1 || k->job_len > MDL_JOB_MAX || k->metric_len < 1 ||
+	if (sid == 0 || k->job_len < 1 || k->job_len > MDL_JOB_MAX || k->metric_len < 1 ||
 	    k->metric_len > MDL_METRIC_MAX || out->len < start)
 		return -EINVAL;
 	int rc = rdb_buf_reserve(out, need);
@@ -283,13 +283,18 @@ int sto_defs_add(struct rdb_buf *out, size_t start, uint64_t sid, const struct s
 	return 0;
 }
 
-/* Parses the definition at *p into sid/k; advances *p. 0 or RDB_ECORRUPT. */
+/* Parses the definition at *p into sid/k; advances *p. 0 or RDB_ECORRUPT
+ * (also for series id 0: ids start at 1). Every check a definition needs
+ * is here, so that sto_defs_decode can refuse a record before applying
+ * any of it. */
 static int def_parse(const uint8_t **pp, const uint8_t *end, uint64_t *sid, struct sto_wal_key *k)
 {
 	const uint8_t *p = *pp;
 	if ((size_t)(end - p) < 9)
 		return RDB_ECORRUPT;
 	*sid = rdb_get_le64(p);
+	if (*sid == 0)
+		return RDB_ECORRUPT;
 	k->job_len = p[8];
 	p += 9;
 	if ((size_t)(end - p) < (size_t)k->job_len + 6 ||
@@ -424,6 +429,8 @@ int sto_batch_decode_compact(struct mdl_batch *b, const uint8_t *p, size_t len,
 		    npoints > (size_t)(end - p) / CPT_MIN_POINT)
 			return RDB_ECORRUPT;
 		sid += unzigzag(dsid);
+		if (sid == 0)
+			return RDB_ECORRUPT; /* ids start at 1: no definition names 0 */
 		const struct sto_wal_key *k = lookup(arg, sid);
 		if (!k) {
 			*missing_sid = sid;

@@ -52,15 +52,17 @@ struct sto_wal_key {
 
 /* Appends one definition (sid -> key) to the definitions payload that
  * starts at out->data + start: writes its u32 count first when out->len ==
- * start, then bumps it. The names must be valid (mdl_job_valid,
- * mdl_metric_valid). 0, -EINVAL (a name length out of range), -ENOMEM or
- * RDB_ELIMIT (out's length unchanged). */
+ * start, then bumps it. sid must not be 0 and the names must be valid
+ * (mdl_job_valid, mdl_metric_valid). 0, -EINVAL (sid 0 or a name length
+ * out of range), -ENOMEM or RDB_ELIMIT (out's length unchanged). */
 int sto_defs_add(struct rdb_buf *out, size_t start, uint64_t sid, const struct sto_wal_key *k);
 
-/* Parses a definitions payload (untrusted): checks all of it first, then
- * calls fn once per definition in order, with k pointing into p. 0,
- * RDB_ECORRUPT (malformed: fn never called), or fn's first non-zero
- * return. */
+/* Parses a definitions payload (untrusted): checks all of it first
+ * (layout, valid names, no series id 0, no trailing bytes), then calls fn
+ * once per definition in order, with sid != 0 and k pointing into p (an
+ * id may come again; the later definition holds). So fn sees a record
+ * whole or not at all, unless fn itself fails. 0, RDB_ECORRUPT
+ * (malformed: fn never called), or fn's first non-zero return. */
 typedef int (*sto_defs_fn)(void *arg, uint64_t sid, const struct sto_wal_key *k);
 int sto_defs_decode(const uint8_t *p, size_t len, sto_defs_fn fn, void *arg);
 
@@ -68,13 +70,13 @@ int sto_defs_decode(const uint8_t *p, size_t len, sto_defs_fn fn, void *arg);
  * 0, -ENOMEM or RDB_ELIMIT (out's length unchanged). */
 int sto_batch_encode_compact(const struct mdl_batch *b, const uint64_t *sids, struct rdb_buf *out);
 
-/* The key of sid for sto_batch_decode_compact, or NULL when the file
- * defined none (the decoder then fails with RDB_ENOTFOUND). */
+/* The key of sid (never 0) for sto_batch_decode_compact, or NULL when the
+ * file defined none (the decoder then fails with RDB_ENOTFOUND). */
 typedef const struct sto_wal_key *(*sto_sid_lookup_fn)(void *arg, uint64_t sid);
 
 /* Parses a compact points payload (untrusted) into b (reset first),
- * naming series through lookup. 0, RDB_ECORRUPT (malformed, or a defined
- * key that is not valid), RDB_ENOTFOUND (a series id lookup does not
+ * naming series through lookup. 0, RDB_ECORRUPT (malformed, a series id
+ * 0, or a defined key that is not valid), RDB_ENOTFOUND (a series id lookup does not
  * know; *missing_sid says which), or b's errors (RDB_ELIMIT, -ENOMEM); b's
  * content is unspecified on failure. */
 int sto_batch_decode_compact(struct mdl_batch *b, const uint8_t *p, size_t len,

@@ -11,6 +11,7 @@
 #include "model/cols.h"
 #include "common/rdb_buf.h"
 #include "common/rdb_err.h"
+#include "common/rdb_le.h"
 #include <errno.h>
 #include "tests/unit/check.h"
 
@@ -718,6 +719,11 @@ static void test_compact_hostile(void)
 				      0x80, 0x20, 1, 2, 3, 4, 5, 6, 7,	  8};
 	CHECK_EQ_INT(sto_batch_decode_compact(b, att, sizeof(att), table_get, &t, &missing),
 		     RDB_ECORRUPT);
+	/* Series id 0 (a delta of 0 from the start) is invalid, not merely
+	 * undefined: the lookup is never asked for it. */
+	static const uint8_t sid0[] = {1, 0, 0, 0, 0, 1, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8};
+	CHECK_EQ_INT(sto_batch_decode_compact(b, sid0, sizeof(sid0), table_get, &t, &missing),
+		     RDB_ECORRUPT);
 	t.k[0].job = "bad job";
 	t.k[0].job_len = 7;
 	CHECK_EQ_INT(sto_batch_decode_compact(b, ok, sizeof(ok), table_get, &t, &missing),
@@ -797,6 +803,28 @@ static void test_defs(void)
 	/* The callback's error stops the walk. */
 	struct def_seen full = {.n = 8};
 	CHECK_EQ_INT(sto_defs_decode(buf.data + 2, buf.len - 2, def_collect, &full), -E2BIG);
+	/* Series id 0 is invalid: refused on the way in, and a record whose
+	 * third definition has it is refused whole (no definition of it is
+	 * applied), so that replay never half-applies one. */
+	CHECK_EQ_INT(sto_defs_add(&buf, 2, 0, &k1), -EINVAL);
+	buf.len = 0;
+	CHECK_EQ_INT(sto_defs_add(&buf, 0, 1, &k1), 0);
+	CHECK_EQ_INT(sto_defs_add(&buf, 0, 2, &k1), 0);
+	size_t third = buf.len;
+	CHECK_EQ_INT(sto_defs_add(&buf, 0, 3, &k1), 0);
+	CHECK_EQ_INT(sto_defs_add(&buf, 0, 4, &k1), 0);
+	d.n = 0;
+	CHECK_EQ_INT(sto_defs_decode(buf.data, buf.len, def_collect, &d), 0);
+	CHECK_EQ_INT(d.n, 4);
+	rdb_put_le64(buf.data + third, 0);
+	d.n = 0;
+	CHECK_EQ_INT(sto_defs_decode(buf.data, buf.len, def_collect, &d), RDB_ECORRUPT);
+	CHECK_EQ_INT(d.n, 0);
+	/* The same id twice in one record is valid: the later one holds. */
+	rdb_put_le64(buf.data + third, 1);
+	d.n = 0;
+	CHECK_EQ_INT(sto_defs_decode(buf.data, buf.len, def_collect, &d), 0);
+	CHECK(d.n == 4 && d.sid[0] == 1 && d.sid[2] == 1);
 	rdb_buf_free(&buf);
 }
 
