@@ -22,7 +22,9 @@
  * The payload ends after the value column; bytes after it belong to the
  * caller (*used reports where it ends). Inside a column every byte must be
  * consumed: trailing bytes are corruption. Primitives:
- *   varint   unsigned LEB128, at most 10 bytes, low group first.
+ *   varint   unsigned LEB128, at most 10 bytes, low group first; a 10th
+ *            byte is 0 or 1 (64 bits). common/rdb_varint.h reads and writes
+ *            them, for the WAL too.
  *   zz(x)    zigzag of a 64-bit two's complement x: (x << 1) ^ (x >> 63),
  *            so small magnitudes get short varints. All delta arithmetic is
  *            modulo 2^64 (uint64_t), so any int64 sequence round-trips.
@@ -206,7 +208,7 @@ static size_t put_mask_runs(const uint64_t *step, size_t n, uint8_t *p)
 		size_t run = 0;
 		while (i + run < n && (step[i + run] != STEP_NONE_BITS) == present)
 			run++;
-		o += put_varint(p ? p + o : tmp, run);
+		o += rdb_varint_put(p ? p + o : tmp, run);
 		i += run;
 		present = !present;
 	}
@@ -281,7 +283,7 @@ static int dec_mask(struct rd *r, size_t n, uint8_t *bitmap, size_t *count)
 		bool present = true;
 		for (size_t i = 0; i < n; present = !present) {
 			uint64_t run;
-			if (get_varint(r, &run) || run > n - i)
+			if (rdb_varint_get(&r->p, r->end, &run) || run > n - i)
 				return RDB_ECORRUPT;
 			for (size_t k = i; present && k < i + (size_t)run; k++)
 				bitmap[k / 8] |= (uint8_t)(1u << (k % 8));
@@ -347,8 +349,8 @@ static int enc_attempts(const uint32_t *a, size_t n, struct blob *best)
 		size_t run = 1;
 		while (i + run < n && a[i + run] == a[i])
 			run++;
-		best->len += put_varint(best->p + best->len, a[i]);
-		best->len += put_varint(best->p + best->len, run);
+		best->len += rdb_varint_put(best->p + best->len, a[i]);
+		best->len += rdb_varint_put(best->p + best->len, run);
 		i += run;
 	}
 	if (rc || best->len < 4 * n)
@@ -366,7 +368,7 @@ static int dec_attempt_rle(const uint8_t *p, size_t len, size_t n, uint32_t *out
 	struct rd r = {p, p + len};
 	for (size_t i = 0; i < n;) {
 		uint64_t a, run;
-		if (get_varint(&r, &a) || get_varint(&r, &run))
+		if (rdb_varint_get(&r.p, r.end, &a) || rdb_varint_get(&r.p, r.end, &run))
 			return RDB_ECORRUPT;
 		if (a > UINT32_MAX || run == 0 || run > n - i)
 			return RDB_ECORRUPT;

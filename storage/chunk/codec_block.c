@@ -51,7 +51,7 @@ int sto_codec_enc_blocked(const uint64_t *v, size_t n, struct blob *b)
 	if (rc == 0)
 		rc = sto_codec_blob_alloc(b, ENC_BLOCKED, total);
 	if (rc == 0) {
-		size_t o = put_varint(b->p, BLOCK_POINTS);
+		size_t o = rdb_varint_put(b->p, BLOCK_POINTS);
 		for (size_t i = 0; i < nb; i++, o += 4)
 			rdb_put_le32(b->p + o, (uint32_t)(1 + blk[i].len));
 		for (size_t i = 0; i < nb; i++) {
@@ -73,7 +73,7 @@ int sto_codec_dec_blocked(const uint8_t *p, size_t len, size_t n, size_t from, u
 {
 	struct rd r = {p, p + len};
 	uint64_t bp;
-	if (get_varint(&r, &bp) || bp < BLOCK_POINTS_MIN || bp >= n)
+	if (rdb_varint_get(&r.p, r.end, &bp) || bp < BLOCK_POINTS_MIN || bp >= n)
 		return RDB_ECORRUPT;
 	size_t nb = (n + (size_t)bp - 1) / (size_t)bp;
 	if ((size_t)(r.end - r.p) / 4 < nb)
@@ -103,7 +103,7 @@ uint8_t sto_codec_block0_enc(const struct blob *b, size_t n)
 	if (b->enc != ENC_BLOCKED)
 		return 0;
 	size_t nb = (n + BLOCK_POINTS - 1) / BLOCK_POINTS;
-	size_t at = put_varint((uint8_t[10]){0}, BLOCK_POINTS) + 4 * nb;
+	size_t at = rdb_varint_put((uint8_t[10]){0}, BLOCK_POINTS) + 4 * nb;
 	return at < b->len ? b->p[at] : 0;
 }
 

@@ -61,9 +61,9 @@ static int enc_delta(const uint64_t *v, size_t k, struct blob *b)
 	int rc = sto_codec_blob_alloc(b, ENC_DELTA, 10 * k);
 	if (rc)
 		return rc;
-	size_t o = put_varint(b->p, zz(v[0]));
+	size_t o = rdb_varint_put(b->p, rdb_zigzag(v[0]));
 	for (size_t i = 1; i < k; i++)
-		o += put_varint(b->p + o, zz(v[i] - v[i - 1]));
+		o += rdb_varint_put(b->p + o, rdb_zigzag(v[i] - v[i - 1]));
 	b->len = o;
 	return 0;
 }
@@ -73,11 +73,11 @@ static int enc_dod(const uint64_t *v, size_t k, struct blob *b)
 	int rc = sto_codec_blob_alloc(b, ENC_DOD, 10 * k);
 	if (rc)
 		return rc;
-	size_t o = put_varint(b->p, zz(v[0]));
+	size_t o = rdb_varint_put(b->p, rdb_zigzag(v[0]));
 	uint64_t prev_d = 0;
 	for (size_t i = 1; i < k; i++) {
 		uint64_t d = v[i] - v[i - 1];
-		o += put_varint(b->p + o, zz(d - prev_d));
+		o += rdb_varint_put(b->p + o, rdb_zigzag(d - prev_d));
 		prev_d = d;
 	}
 	b->len = o;
@@ -89,48 +89,43 @@ static int enc_delta_rle(const uint64_t *v, size_t k, struct blob *b)
 	int rc = sto_codec_blob_alloc(b, ENC_DELTA_RLE, 10 + 20 * k);
 	if (rc)
 		return rc;
-	size_t o = put_varint(b->p, zz(v[0]));
+	size_t o = rdb_varint_put(b->p, rdb_zigzag(v[0]));
 	for (size_t i = 1; i < k;) {
 		uint64_t d = v[i] - v[i - 1];
 		size_t run = 1;
 		while (i + run < k && v[i + run] - v[i + run - 1] == d)
 			run++;
-		o += put_varint(b->p + o, zz(d));
-		o += put_varint(b->p + o, run);
+		o += rdb_varint_put(b->p + o, rdb_zigzag(d));
+		o += rdb_varint_put(b->p + o, run);
 		i += run;
 	}
 	b->len = o;
 	return 0;
 }
 
-static inline size_t varint_len(uint64_t v)
-{
-	return 1 + (size_t)(63 - __builtin_clzll(v | 1)) / 7;
-}
-
 /* The body lengths of delta, dod and delta_rle over v[0..k), k >= 1, in
  * one pass without writing them (each is as long as its varints). */
 static void measure_varint_streams(const uint64_t *v, size_t k, size_t len[3])
 {
-	size_t head = varint_len(zz(v[0])), delta = head, dod = head, rle = head;
+	size_t head = rdb_varint_len(rdb_zigzag(v[0])), delta = head, dod = head, rle = head;
 	uint64_t prev_d = 0, run_d = 0;
 	size_t run = 0;
 	for (size_t i = 1; i < k; i++) {
 		uint64_t d = v[i] - v[i - 1];
-		delta += varint_len(zz(d));
-		dod += varint_len(zz(d - prev_d));
+		delta += rdb_varint_len(rdb_zigzag(d));
+		dod += rdb_varint_len(rdb_zigzag(d - prev_d));
 		prev_d = d;
 		if (run && d == run_d) {
 			run++;
 			continue;
 		}
 		if (run)
-			rle += varint_len(zz(run_d)) + varint_len(run);
+			rle += rdb_varint_len(rdb_zigzag(run_d)) + rdb_varint_len(run);
 		run_d = d;
 		run = 1;
 	}
 	if (run)
-		rle += varint_len(zz(run_d)) + varint_len(run);
+		rle += rdb_varint_len(rdb_zigzag(run_d)) + rdb_varint_len(run);
 	len[0] = rle;
 	len[1] = delta;
 	len[2] = dod;
@@ -166,8 +161,8 @@ static int enc_scaled(const uint64_t *v, size_t k, struct blob *b)
 	if (!rc)
 		rc = sto_codec_blob_alloc(b, ENC_SCALED, 21 + inner.len);
 	if (!rc) {
-		b->len = put_varint(b->p, g);
-		b->len += put_varint(b->p + b->len, zz(v[0]));
+		b->len = rdb_varint_put(b->p, g);
+		b->len += rdb_varint_put(b->p + b->len, rdb_zigzag(v[0]));
 		b->p[b->len++] = inner.enc;
 		memcpy(b->p + b->len, inner.p, inner.len);
 		b->len += inner.len;
@@ -275,13 +270,13 @@ int sto_codec_best_i64(const uint64_t *v, size_t k, struct blob *best)
 static int dec_delta(struct rd *r, size_t k, uint64_t *out)
 {
 	uint64_t z;
-	if (get_varint(r, &z))
+	if (rdb_varint_get(&r->p, r->end, &z))
 		return RDB_ECORRUPT;
-	out[0] = unzz(z);
+	out[0] = rdb_unzigzag(z);
 	for (size_t i = 1; i < k; i++) {
-		if (get_varint(r, &z))
+		if (rdb_varint_get(&r->p, r->end, &z))
 			return RDB_ECORRUPT;
-		out[i] = out[i - 1] + unzz(z);
+		out[i] = out[i - 1] + rdb_unzigzag(z);
 	}
 	return 0;
 }
@@ -289,13 +284,13 @@ static int dec_delta(struct rd *r, size_t k, uint64_t *out)
 static int dec_dod(struct rd *r, size_t k, uint64_t *out)
 {
 	uint64_t z, d = 0;
-	if (get_varint(r, &z))
+	if (rdb_varint_get(&r->p, r->end, &z))
 		return RDB_ECORRUPT;
-	out[0] = unzz(z);
+	out[0] = rdb_unzigzag(z);
 	for (size_t i = 1; i < k; i++) {
-		if (get_varint(r, &z))
+		if (rdb_varint_get(&r->p, r->end, &z))
 			return RDB_ECORRUPT;
-		d += unzz(z);
+		d += rdb_unzigzag(z);
 		out[i] = out[i - 1] + d;
 	}
 	return 0;
@@ -304,15 +299,15 @@ static int dec_dod(struct rd *r, size_t k, uint64_t *out)
 static int dec_delta_rle(struct rd *r, size_t k, uint64_t *out)
 {
 	uint64_t z, run;
-	if (get_varint(r, &z))
+	if (rdb_varint_get(&r->p, r->end, &z))
 		return RDB_ECORRUPT;
-	out[0] = unzz(z);
+	out[0] = rdb_unzigzag(z);
 	for (size_t i = 1; i < k;) {
-		if (get_varint(r, &z) || get_varint(r, &run))
+		if (rdb_varint_get(&r->p, r->end, &z) || rdb_varint_get(&r->p, r->end, &run))
 			return RDB_ECORRUPT;
 		if (run == 0 || run > k - i)
 			return RDB_ECORRUPT;
-		uint64_t d = unzz(z);
+		uint64_t d = rdb_unzigzag(z);
 		for (size_t end = i + (size_t)run; i < end; i++)
 			out[i] = out[i - 1] + d;
 	}
@@ -341,11 +336,11 @@ static int dec_i64_scaled(const uint8_t *p, size_t len, size_t k, uint64_t *out,
 {
 	struct rd r = {p, p + len};
 	uint64_t g, zb;
-	if (get_varint(&r, &g) || g < 2 || get_varint(&r, &zb) || r.p == r.end)
+	if (rdb_varint_get(&r.p, r.end, &g) || g < 2 || rdb_varint_get(&r.p, r.end, &zb) || r.p == r.end)
 		return RDB_ECORRUPT;
 	int rc = sto_codec_dec_i64(r.p[0], r.p + 1, (size_t)(r.end - r.p) - 1, k, out,
 				   deny | DENY_SCALED);
-	uint64_t base = unzz(zb);
+	uint64_t base = rdb_unzigzag(zb);
 	for (size_t i = 0; rc == 0 && i < k; i++)
 		out[i] = base + out[i] * g;
 	return rc;

@@ -22,6 +22,7 @@
 #define STO_CODEC_INT_H
 
 #include "common/rdb_err.h"
+#include "common/rdb_varint.h"
 #include "storage/chunk/codec.h"
 
 #include <stdbool.h>
@@ -66,50 +67,14 @@ enum {
 #define VARINT_ZSTD_MIN 64u
 #define VARINT_ZSTD_PCT 125u
 
-/* ---- primitives ---------------------------------------------------------- */
-
-static inline uint64_t zz(uint64_t x)
-{
-	return (x << 1) ^ (0 - (x >> 63));
-}
-
-static inline uint64_t unzz(uint64_t z)
-{
-	return (z >> 1) ^ (0 - (z & 1));
-}
-
-/* Writes v as a varint at p (room for 10 bytes); returns its length. */
-static inline size_t put_varint(uint8_t *p, uint64_t v)
-{
-	size_t i = 0;
-	while (v >= 0x80) {
-		p[i++] = (uint8_t)(v | 0x80);
-		v >>= 7;
-	}
-	p[i++] = (uint8_t)v;
-	return i;
-}
+/* ---- primitives ---------------------------------------------------------- *
+ * Varints and zigzag: common/rdb_varint.h (rdb_varint_put/get/len,
+ * rdb_zigzag/rdb_unzigzag), shared with the WAL. */
 
 /* A read cursor over an untrusted byte range. */
 struct rd {
 	const uint8_t *p, *end;
 };
-
-static inline int get_varint(struct rd *r, uint64_t *v)
-{
-	uint64_t x = 0;
-	for (unsigned shift = 0; shift < 70; shift += 7) {
-		if (r->p == r->end)
-			return RDB_ECORRUPT;
-		uint8_t b = *r->p++;
-		x |= (uint64_t)(b & 0x7f) << shift;
-		if (!(b & 0x80)) {
-			*v = x;
-			return 0;
-		}
-	}
-	return RDB_ECORRUPT;
-}
 
 /* Converts uint64 to int64 two's complement without implementation-defined casts. */
 static inline int64_t u2s(uint64_t u)

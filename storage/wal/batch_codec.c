@@ -8,6 +8,7 @@
 #include "storage/wal/batch_codec.h"
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
+#include "common/rdb_varint.h"
 #include "storage/format.h"
 
 #include <errno.h>
@@ -206,54 +207,14 @@ int sto_events_decode(struct mdl_events *b, const uint8_t *p, size_t len)
  * first, at most 10 bytes for 64 bits); signed quantities are zigzag
  * encoded ((d << 1) ^ (d >> 63)), all of it computed in uint64_t so that
  * any delta, e.g. from a step to MDL_STEP_NONE, wraps instead of
- * overflowing. */
+ * overflowing. Both come from common/rdb_varint.h, which the chunk codec
+ * uses too. */
 
-#define VARINT_MAX     10u
 #define DEF_FIXED      (8u + 1u + 4u + 2u)
 #define CPT_MIN_POINT  (3u + 8u) /* three 1-byte deltas and the value */
 #define CPT_MIN_SERIES 2u	 /* two 1-byte varints */
-#define CPT_MAX_POINT  (3u * VARINT_MAX + 8u)
-#define CPT_MAX_SERIES (2u * VARINT_MAX)
-
-static uint8_t *put_varint(uint8_t *p, uint64_t v)
-{
-	while (v >= 0x80) {
-		*p++ = (uint8_t)(v | 0x80);
-		v >>= 7;
-	}
-	*p++ = (uint8_t)v;
-	return p;
-}
-
-/* Reads a varint at *p (before end); advances *p. 0 or RDB_ECORRUPT (runs
- * past end, longer than 10 bytes, or past 64 bits). */
-static int get_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
-{
-	uint64_t v = 0;
-	for (unsigned i = 0; i < VARINT_MAX; i++) {
-		if (*p == end)
-			return RDB_ECORRUPT;
-		uint8_t c = *(*p)++;
-		if (i == VARINT_MAX - 1 && c > 1)
-			return RDB_ECORRUPT;
-		v |= (uint64_t)(c & 0x7f) << (7 * i);
-		if (!(c & 0x80)) {
-			*out = v;
-			return 0;
-		}
-	}
-	return RDB_ECORRUPT;
-}
-
-static uint64_t zigzag(uint64_t d)
-{
-	return (d << 1) ^ (0 - (d >> 63));
-}
-
-static uint64_t unzigzag(uint64_t z)
-{
-	return (z >> 1) ^ (0 - (z & 1));
-}
+#define CPT_MAX_POINT  (3u * RDB_VARINT_MAX + 8u)
+#define CPT_MAX_SERIES (2u * RDB_VARINT_MAX)
 
 int sto_defs_add(struct rdb_buf *out, size_t start, uint64_t sid, const struct sto_wal_key *k)
 {
@@ -360,16 +321,16 @@ int sto_batch_encode_compact(const struct mdl_batch *b, const uint64_t *sids, st
 	uint64_t prev_sid = 0;
 	for (size_t i = 0; i < nseries; i++) {
 		const struct mdl_batch_series *s = mdl_batch_series_at(b, i);
-		p = put_varint(p, zigzag(sids[i] - prev_sid));
-		p = put_varint(p, s->pts.n);
+		p += rdb_varint_put(p, rdb_zigzag(sids[i] - prev_sid));
+		p += rdb_varint_put(p, s->pts.n);
 		prev_sid = sids[i];
 		struct cpt_base at = first;
 		for (size_t k = 0; k < s->pts.n; k++) {
 			struct cpt_base v = {(uint64_t)s->pts.ts_ns[k], (uint64_t)s->pts.step[k],
 					     s->pts.attempt[k]};
-			p = put_varint(p, zigzag(v.ts - at.ts));
-			p = put_varint(p, zigzag(v.step - at.step));
-			p = put_varint(p, zigzag(v.attempt - at.attempt));
+			p += rdb_varint_put(p, rdb_zigzag(v.ts - at.ts));
+			p += rdb_varint_put(p, rdb_zigzag(v.step - at.step));
+			p += rdb_varint_put(p, rdb_zigzag(v.attempt - at.attempt));
 			rdb_put_le64(p, s->pts.value[k]);
 			p += 8;
 			if (k == 0)
@@ -389,12 +350,12 @@ static int cpt_points(struct mdl_batch *b, const struct sto_wal_key *k, uint64_t
 	for (uint64_t i = 0; i < npoints; i++) {
 		uint64_t d[3];
 		for (int f = 0; f < 3; f++)
-			if (get_varint(pp, end, &d[f]))
+			if (rdb_varint_get(pp, end, &d[f]))
 				return RDB_ECORRUPT;
 		if (end - *pp < 8)
 			return RDB_ECORRUPT;
-		struct cpt_base v = {at.ts + unzigzag(d[0]), at.step + unzigzag(d[1]),
-				     at.attempt + unzigzag(d[2])};
+		struct cpt_base v = {at.ts + rdb_unzigzag(d[0]), at.step + rdb_unzigzag(d[1]),
+				     at.attempt + rdb_unzigzag(d[2])};
 		if (v.attempt > UINT32_MAX)
 			return RDB_ECORRUPT;
 		int rc = mdl_batch_add(b, k->job, k->job_len, k->rank, k->metric, k->metric_len,
@@ -425,10 +386,10 @@ int sto_batch_decode_compact(struct mdl_batch *b, const uint8_t *p, size_t len,
 	uint64_t sid = 0;
 	for (uint32_t i = 0; i < nseries; i++) {
 		uint64_t dsid, npoints;
-		if (get_varint(&p, end, &dsid) || get_varint(&p, end, &npoints) ||
+		if (rdb_varint_get(&p, end, &dsid) || rdb_varint_get(&p, end, &npoints) ||
 		    npoints > (size_t)(end - p) / CPT_MIN_POINT)
 			return RDB_ECORRUPT;
-		sid += unzigzag(dsid);
+		sid += rdb_unzigzag(dsid);
 		if (sid == 0)
 			return RDB_ECORRUPT; /* ids start at 1: no definition names 0 */
 		const struct sto_wal_key *k = lookup(arg, sid);

@@ -622,6 +622,13 @@ static void test_handmade(void)
 	CHECK_EQ_INT(
 	    decode_handmade(1, SPEC(3, "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"), NULL),
 	    RDB_ECORRUPT);
+	/* a 10-byte varint holds 64 bits: a 10th byte of 1 is the top bit, one
+	 * of 2 would be a 65th bit (refused, as the WAL's reader refuses it,
+	 * instead of dropping it and reading another number) */
+	CHECK_EQ_INT(decode_handmade(1, SPEC(3, "\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"), NULL),
+		     0);
+	CHECK_EQ_INT(decode_handmade(1, SPEC(3, "\xff\xff\xff\xff\xff\xff\xff\xff\xff\x02"), NULL),
+		     RDB_ECORRUPT);
 	/* delta_rle: run 2 fills n = 3; run 3 overflows; run 0 is refused */
 	CHECK_EQ_INT(decode_handmade(3, SPEC(5, "\x00\x02\x02"), NULL), 0);
 	CHECK_EQ_INT(decode_handmade(3, SPEC(5, "\x00\x02\x03"), NULL), RDB_ECORRUPT);
