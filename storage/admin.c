@@ -515,15 +515,23 @@ int sto_verify(struct sto *s, bool quarantine, sto_problem_fn fn, void *arg,
 	return rc;
 }
 
-/* What verify tracks in one WAL file: the series ids its definitions
- * records (type 4) define, and the compact records (type 5) naming one
- * that is not defined before them (replay would skip those). */
+/* What verify tracks in one WAL file while it walks the records the way
+ * replay does (store.c, replay_cb): the series ids its definitions
+ * records (type 4) define, the compact records (type 5) naming one that
+ * is not defined before them, and the records with a valid checksum that
+ * replay would skip because they do not parse or have an unknown type.
+ * Both are skipped by the next start, so both are problems here. */
 struct wal_ids {
-	struct rdb_map defined; /* sid -> (void *)1 */
-	struct mdl_batch *b;	/* scratch for decoding */
-	uint64_t undefined;	/* records naming an undefined id */
-	uint64_t first_sid;	/* the first such id, for the message */
-	int err;		/* -ENOMEM: stop */
+	struct rdb_map defined;	 /* sid -> (void *)1 */
+	struct mdl_batch *b;	 /* scratch: type 1 and 3 points are decoded */
+	struct mdl_events *ev;	 /* scratch: events are decoded */
+	uint64_t records;	 /* intact records seen in this file */
+	uint64_t undefined;	 /* records naming an undefined id */
+	uint64_t first_sid;	 /* the first such id, for the message */
+	uint64_t unparsed;	 /* records replay skips as not parsing */
+	uint64_t first_unparsed; /* the first one: its number in the file (1..) */
+	uint8_t first_type;	 /* and its type */
+	const char *first_why;	 /* and why (static text) */
 };
 
 static int wal_id_define(void *arg, uint64_t sid, const struct sto_wal_key *k)
@@ -533,39 +541,59 @@ static int wal_id_define(void *arg, uint64_t sid, const struct sto_wal_key *k)
 	return rdb_map_put(&w->defined, sid, (void *)1);
 }
 
-static const struct sto_wal_key *wal_id_known(void *arg, uint64_t sid)
+static bool wal_id_known(void *arg, uint64_t sid)
 {
-	static const struct sto_wal_key any = {
-	    .job = "j", .metric = "m", .rank = 0, .job_len = 1, .metric_len = 1};
 	struct wal_ids *w = arg;
-	return rdb_map_get(&w->defined, sid) ? &any : NULL;
+	return rdb_map_get(&w->defined, sid) != NULL;
 }
 
-/* Checks a compact batch record's series ids (the record's other parts
- * are replay's business: a record that does not parse is reported there). */
-static void wal_ids_check(struct wal_ids *w, const uint8_t *p, size_t len)
+/* Checks a batch record (type 3, or compact: type 5) as replay_batch
+ * parses it: the same split, then the points (compact ones by an id-only
+ * walk), then the events. 0, RDB_ENOTFOUND (*sid names an undefined id),
+ * RDB_ECORRUPT, or -ENOMEM. */
+static int wal_check_batch(struct wal_ids *w, const uint8_t *p, size_t len, bool compact,
+			   uint64_t *sid)
 {
-	if (len < 1 || len - 1 < (size_t)p[0] + 4)
-		return;
-	size_t off = 1 + (size_t)p[0];
-	uint32_t plen = rdb_get_le32(p + off);
-	if (plen == 0 || len - off - 4 < plen)
-		return;
-	uint64_t sid = 0;
-	int rc = sto_batch_decode_compact(w->b, p + off + 4, plen, wal_id_known, w, &sid);
-	if (rc == RDB_ENOTFOUND && w->undefined++ == 0)
-		w->first_sid = sid;
+	struct sto_batch_parts bp;
+	int rc = sto_batch_split(p, len, &bp);
+	if (rc == 0 && bp.points_len)
+		rc = compact ? sto_batch_check_compact(bp.points, bp.points_len, wal_id_known, w,
+						       sid)
+			     : sto_batch_decode(w->b, bp.points, bp.points_len);
+	if (rc == 0 && bp.events_len)
+		rc = sto_events_decode(w->ev, bp.events, bp.events_len);
+	return rc;
 }
 
 static int wal_ids_cb(void *arg, uint64_t gen, uint8_t type, const uint8_t *p, size_t len)
 {
 	struct wal_ids *w = arg;
+	uint64_t sid = 0;
+	int rc;
 	(void)gen;
-	if (type == STO_WAL_REC_DEFS && sto_defs_decode(p, len, wal_id_define, w) == -ENOMEM)
-		w->err = -ENOMEM;
-	else if (type == STO_WAL_REC_CBATCH)
-		wal_ids_check(w, p, len);
-	return w->err;
+	w->records++;
+	if (type == STO_WAL_REC_POINTS)
+		rc = sto_batch_decode(w->b, p, len);
+	else if (type == STO_WAL_REC_BATCH || type == STO_WAL_REC_CBATCH)
+		rc = wal_check_batch(w, p, len, type == STO_WAL_REC_CBATCH, &sid);
+	else if (type == STO_WAL_REC_DEFS)
+		rc = sto_defs_decode(p, len, wal_id_define, w);
+	else
+		rc = RDB_EFORMAT; /* replay skips a type it does not know */
+	if (rc == RDB_ENOTFOUND) {
+		if (w->undefined++ == 0)
+			w->first_sid = sid;
+		return 0;
+	}
+	if (rc == RDB_ECORRUPT || rc == RDB_EINVAL || rc == RDB_EFORMAT) {
+		if (w->unparsed++ == 0) {
+			w->first_unparsed = w->records;
+			w->first_type = type;
+			w->first_why = rc == RDB_EFORMAT ? "unknown record type" : "does not parse";
+		}
+		return 0;
+	}
+	return rc; /* -ENOMEM: stop */
 }
 
 /* Reports one WAL file's replay result: damage in the middle, a bad tail of
@@ -614,10 +642,12 @@ int sto_verify_wal(const char *data_dir, sto_problem_fn fn, void *arg,
 	struct wal_ids ids = {0};
 	if (rc == 0)
 		rc = mdl_batch_new(SIZE_MAX, SIZE_MAX, &ids.b);
+	if (rc == 0) /* the limits replay decodes with (store.c, recover) */
+		rc = mdl_events_new(SIZE_MAX, STO_WAL_MAX_PAYLOAD, &ids.ev);
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		struct sto_wal_replay_result res = {0};
 		rdb_map_free(&ids.defined); /* definitions hold within their file */
-		ids.undefined = 0;
+		ids.records = ids.undefined = ids.unparsed = 0;
 		int r2 = sto_wal_replay(dir, gens[i], wal_ids_cb, &ids, &res);
 		if (r2 == -ENOMEM) {
 			rc = r2;
@@ -635,13 +665,23 @@ int sto_verify_wal(const char *data_dir, sto_problem_fn fn, void *arg,
 			    &v,
 			    "WAL %s/wal-%016llx.log: %llu record(s) name a series id that no "
 			    "earlier record of the file defines (the first: %llu); their "
-			    "definitions were lost with damaged bytes, and the next start skips "
-			    "those records",
+			    "definitions were lost with damaged bytes or in a record that does "
+			    "not parse, and the next start skips those records",
 			    dir, (unsigned long long)gens[i], (unsigned long long)ids.undefined,
 			    (unsigned long long)ids.first_sid);
+		if (ids.unparsed)
+			problem(&v,
+				"WAL %s/wal-%016llx.log: %llu record(s) with a valid checksum that "
+				"the next start skips, their writes lost (the first: record %llu "
+				"of the file, type %u, %s); their checksums hold, so they were "
+				"written that way",
+				dir, (unsigned long long)gens[i], (unsigned long long)ids.unparsed,
+				(unsigned long long)ids.first_unparsed, ids.first_type,
+				ids.first_why);
 	}
 	rdb_map_free(&ids.defined);
 	mdl_batch_free(ids.b);
+	mdl_events_free(ids.ev);
 	free(gens);
 	return rc;
 }

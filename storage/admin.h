@@ -124,9 +124,14 @@ typedef void (*sto_problem_fn)(void *arg, const char *msg);
 int sto_verify(struct sto *s, bool quarantine, sto_problem_fn fn, void *arg,
 	       struct sto_verify_report *rep);
 /* Offline, read-only: checks every WAL file of data_dir (header, every
- * record's checksum). Damage in the middle of a file (intact records after
- * it), and a bad tail of any file but the newest, are problems; a torn tail
- * of the newest file is what a crash leaves and is not. */
+ * record's checksum, and every intact record parsed as replay parses it).
+ * Damage in the middle of a file (intact records after it), a bad tail of
+ * any file but the newest, and intact records the next start would skip
+ * (they do not parse, have an unknown type, or name a series id their
+ * file does not define: one problem line per file for each kind) are
+ * problems; a torn tail of the newest file is what a crash leaves and is
+ * not. Reads only. 0, or -ENOMEM (a file that cannot be read is a
+ * problem, not an error). */
 int sto_verify_wal(const char *data_dir, sto_problem_fn fn, void *arg,
 		   struct sto_verify_report *rep);
 

@@ -698,39 +698,29 @@ static int replay_points(struct replay_ctx *c, const uint8_t *p, size_t len, boo
 		rdb_error("store",
 			  "WAL generation %llu: a record names series id %llu, which no earlier "
 			  "record of its file defines (the definition was lost with damaged "
-			  "bytes); skipping that record, its points are lost",
+			  "bytes or in a record that does not parse); skipping that record, "
+			  "its points are lost",
 			  (unsigned long long)c->gen, (unsigned long long)sid);
 	return rc;
 }
 
 /* Splits a STO_WAL_REC_BATCH or STO_WAL_REC_CBATCH (compact) payload
- * (format.h) and registers its id. A record whose id is already known
+ * (format.h; sto_batch_split, as rankctl verify does) and registers its id. A record whose id is already known
  * (earlier in this replay, or stored by a checkpoint) is skipped: the same
  * batch reached the WAL twice (a write that failed after its bytes landed,
  * then was retried), and it is applied once. */
 static int replay_batch(struct replay_ctx *c, uint64_t gen, const uint8_t *p, size_t len,
 			bool compact)
 {
-	const uint8_t *end = p + len;
-	if (len < 1 || (size_t)(end - p - 1) < p[0] || p[0] > STO_BATCH_ID_MAX)
-		return RDB_ECORRUPT;
-	const char *id = (const char *)p + 1;
-	size_t il = p[0];
-	p += 1 + il;
-	const uint8_t *part[2];
-	size_t plen[2];
-	for (int i = 0; i < 2; i++) {
-		if (end - p < 4 || (size_t)(end - p - 4) < rdb_get_le32(p))
-			return RDB_ECORRUPT;
-		plen[i] = rdb_get_le32(p);
-		part[i] = p + 4;
-		p += 4 + plen[i];
-	}
-	if (p != end)
-		return RDB_ECORRUPT;
-	int rc = plen[0] ? replay_points(c, part[0], plen[0], compact) : 0;
-	if (rc == 0 && plen[1])
-		rc = sto_events_decode(c->ev, part[1], plen[1]);
+	struct sto_batch_parts bp;
+	int rc = sto_batch_split(p, len, &bp);
+	if (rc)
+		return rc;
+	const char *id = bp.id;
+	size_t il = bp.id_len;
+	rc = bp.points_len ? replay_points(c, bp.points, bp.points_len, compact) : 0;
+	if (rc == 0 && bp.events_len)
+		rc = sto_events_decode(c->ev, bp.events, bp.events_len);
 	if (rc == 0 && il) {
 		struct batch_ent *e;
 		uint64_t h = sti_batch_hash(id, il);
@@ -744,7 +734,7 @@ static int replay_batch(struct replay_ctx *c, uint64_t gen, const uint8_t *p, si
 			return 0;
 		}
 	}
-	return rc ? rc : replay_apply(c, plen[0] > 0, plen[1] > 0);
+	return rc ? rc : replay_apply(c, bp.points_len > 0, bp.events_len > 0);
 }
 
 static int replay_cb(void *arg, uint64_t gen, uint8_t type, const uint8_t *p, size_t len)

@@ -10,6 +10,7 @@
 #include "common/rdb_le.h"
 #include "common/rdb_varint.h"
 #include "storage/format.h"
+#include "storage/sto.h"
 
 #include <errno.h>
 #include <string.h>
@@ -111,6 +112,26 @@ int sto_batch_decode(struct mdl_batch *b, const uint8_t *p, size_t len)
 			if (rc)
 				return rc;
 		}
+	}
+	return p == end ? 0 : RDB_ECORRUPT;
+}
+
+int sto_batch_split(const uint8_t *p, size_t len, struct sto_batch_parts *out)
+{
+	const uint8_t *end = p + len;
+	if (len < 1 || p[0] > STO_BATCH_ID_MAX || len - 1 < p[0])
+		return RDB_ECORRUPT;
+	out->id_len = p[0];
+	out->id = (const char *)p + 1;
+	p += 1 + out->id_len;
+	const uint8_t **part[2] = {&out->points, &out->events};
+	size_t *plen[2] = {&out->points_len, &out->events_len};
+	for (int i = 0; i < 2; i++) {
+		if (end - p < 4 || (size_t)(end - p - 4) < rdb_get_le32(p))
+			return RDB_ECORRUPT;
+		*plen[i] = rdb_get_le32(p);
+		*part[i] = p + 4;
+		p += 4 + *plen[i];
 	}
 	return p == end ? 0 : RDB_ECORRUPT;
 }
@@ -342,7 +363,8 @@ int sto_batch_encode_compact(const struct mdl_batch *b, const uint64_t *sids, st
 	return 0;
 }
 
-/* Decodes the npoints points of one series of a compact payload into b. */
+/* Walks the npoints points of one series of a compact payload, adding
+ * them to b under k (b NULL: checks them only). */
 static int cpt_points(struct mdl_batch *b, const struct sto_wal_key *k, uint64_t npoints,
 		      const uint8_t **pp, const uint8_t *end, struct cpt_base *first)
 {
@@ -358,9 +380,10 @@ static int cpt_points(struct mdl_batch *b, const struct sto_wal_key *k, uint64_t
 				     at.attempt + rdb_unzigzag(d[2])};
 		if (v.attempt > UINT32_MAX)
 			return RDB_ECORRUPT;
-		int rc = mdl_batch_add(b, k->job, k->job_len, k->rank, k->metric, k->metric_len,
-				       (int64_t)v.ts, (int64_t)v.step, (uint32_t)v.attempt,
-				       rdb_get_le64(*pp));
+		int rc = b ? mdl_batch_add(b, k->job, k->job_len, k->rank, k->metric,
+					   k->metric_len, (int64_t)v.ts, (int64_t)v.step,
+					   (uint32_t)v.attempt, rdb_get_le64(*pp))
+			   : 0;
 		if (rc)
 			return rc;
 		*pp += 8;
@@ -371,10 +394,20 @@ static int cpt_points(struct mdl_batch *b, const struct sto_wal_key *k, uint64_t
 	return 0;
 }
 
-int sto_batch_decode_compact(struct mdl_batch *b, const uint8_t *p, size_t len,
-			     sto_sid_lookup_fn lookup, void *arg, uint64_t *missing_sid)
+/* How a compact walk names its series: decoding (b set) looks each key
+ * up; checking (b NULL) only asks whether the id is known. */
+struct cpt_names {
+	struct mdl_batch *b;
+	sto_sid_lookup_fn lookup;
+	sto_sid_known_fn known;
+	void *arg;
+};
+
+/* The one walk of a compact points payload behind both the decoder and
+ * the check, so that they refuse the same bytes the same way. */
+static int cpt_walk(const struct cpt_names *nm, const uint8_t *p, size_t len,
+		    uint64_t *missing_sid)
 {
-	mdl_batch_reset(b);
 	const uint8_t *end = p + len;
 	if (len < 4)
 		return RDB_ECORRUPT;
@@ -392,17 +425,32 @@ int sto_batch_decode_compact(struct mdl_batch *b, const uint8_t *p, size_t len,
 		sid += rdb_unzigzag(dsid);
 		if (sid == 0)
 			return RDB_ECORRUPT; /* ids start at 1: no definition names 0 */
-		const struct sto_wal_key *k = lookup(arg, sid);
-		if (!k) {
+		const struct sto_wal_key *k = nm->b ? nm->lookup(nm->arg, sid) : NULL;
+		if (nm->b ? !k : !nm->known(nm->arg, sid)) {
 			*missing_sid = sid;
 			return RDB_ENOTFOUND;
 		}
-		if (!mdl_job_valid(k->job, k->job_len) ||
-		    !mdl_metric_valid(k->metric, k->metric_len))
+		if (k && (!mdl_job_valid(k->job, k->job_len) ||
+			  !mdl_metric_valid(k->metric, k->metric_len)))
 			return RDB_ECORRUPT;
-		int rc = cpt_points(b, k, npoints, &p, end, &first);
+		int rc = cpt_points(nm->b, k, npoints, &p, end, &first);
 		if (rc)
 			return rc;
 	}
 	return p == end ? 0 : RDB_ECORRUPT;
+}
+
+int sto_batch_decode_compact(struct mdl_batch *b, const uint8_t *p, size_t len,
+			     sto_sid_lookup_fn lookup, void *arg, uint64_t *missing_sid)
+{
+	mdl_batch_reset(b);
+	const struct cpt_names nm = {.b = b, .lookup = lookup, .arg = arg};
+	return cpt_walk(&nm, p, len, missing_sid);
+}
+
+int sto_batch_check_compact(const uint8_t *p, size_t len, sto_sid_known_fn known, void *arg,
+			    uint64_t *missing_sid)
+{
+	const struct cpt_names nm = {.known = known, .arg = arg};
+	return cpt_walk(&nm, p, len, missing_sid);
 }

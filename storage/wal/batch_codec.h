@@ -28,6 +28,24 @@ int sto_batch_encode_sel(const struct mdl_batch *b, const bool *keep, struct rdb
  * content is unspecified on failure. */
 int sto_batch_decode(struct mdl_batch *b, const uint8_t *p, size_t len);
 
+/* The parts of a STO_WAL_REC_BATCH or STO_WAL_REC_CBATCH payload
+ * (format.h), pointing into it; a part of length 0 is absent. */
+struct sto_batch_parts {
+	const char *id; /* client batch id, not NUL-terminated */
+	size_t id_len;	/* 0..STO_BATCH_ID_MAX (storage/sto.h); 0: none */
+	const uint8_t *points;
+	size_t points_len; /* points (type 3) or compact points (type 5) */
+	const uint8_t *events;
+	size_t events_len; /* an events payload */
+};
+
+/* Splits a batch payload (untrusted) into *out. Replay and verify both
+ * split with it, so that they refuse the same records. 0, or RDB_ECORRUPT
+ * (an id longer than STO_BATCH_ID_MAX, a part running past len, or bytes
+ * after the events part); *out unspecified then. The parts are not
+ * parsed. */
+int sto_batch_split(const uint8_t *p, size_t len, struct sto_batch_parts *out);
+
 /* Appends ev as an events payload (format.h, STO_WAL_REC_BATCH) to out.
  * 0 or -ENOMEM. */
 int sto_events_encode(const struct mdl_events *ev, struct rdb_buf *out);
@@ -81,5 +99,17 @@ typedef const struct sto_wal_key *(*sto_sid_lookup_fn)(void *arg, uint64_t sid);
  * content is unspecified on failure. */
 int sto_batch_decode_compact(struct mdl_batch *b, const uint8_t *p, size_t len,
 			     sto_sid_lookup_fn lookup, void *arg, uint64_t *missing_sid);
+
+/* Whether the file defined sid (never 0), for sto_batch_check_compact. */
+typedef bool (*sto_sid_known_fn)(void *arg, uint64_t sid);
+
+/* Walks a compact points payload (untrusted) as sto_batch_decode_compact
+ * does, the same bytes checked in the same order, but only asks known
+ * about each series id and decodes no point into a batch (what `rankctl
+ * verify` needs: whether replay would take the record). 0, RDB_ECORRUPT
+ * or RDB_ENOTFOUND (*missing_sid set) exactly where the decoder returns
+ * them for a lookup that knows the same ids. Allocates nothing. */
+int sto_batch_check_compact(const uint8_t *p, size_t len, sto_sid_known_fn known, void *arg,
+			    uint64_t *missing_sid);
 
 #endif

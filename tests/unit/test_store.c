@@ -1205,6 +1205,28 @@ static void count_problem(void *arg, const char *msg)
 		(*n)++;
 }
 
+/* Builds into rec (emptied first) a batch payload (type 3 or, compact
+ * with sids, type 5) holding b's points and no events. */
+static int build_batch_record(struct rdb_buf *rec, const struct mdl_batch *b, const uint64_t *sids,
+			      const char *id)
+{
+	size_t il = id ? strlen(id) : 0;
+	rec->len = 0;
+	int rc = rdb_buf_putc(rec, (char)il);
+	if (rc == 0)
+		rc = rdb_buf_append(rec, id, il);
+	if (rc == 0)
+		rc = rdb_buf_append(rec, "\0\0\0\0", 4);
+	size_t at = rec->len;
+	if (rc == 0)
+		rc = sids ? sto_batch_encode_compact(b, sids, rec) : sto_batch_encode(b, rec);
+	if (rc == 0) {
+		rdb_put_le32(rec->data + at - 4, (uint32_t)(rec->len - at));
+		rc = rdb_buf_append(rec, "\0\0\0\0", 4);
+	}
+	return rc;
+}
+
 /* Appends a batch record (type 3 or, compact with sids, type 5) holding
  * b's points and no events to w. */
 static int append_batch_record(struct sto_wal *w, const struct mdl_batch *b, const uint64_t *sids,
@@ -1212,19 +1234,7 @@ static int append_batch_record(struct sto_wal *w, const struct mdl_batch *b, con
 {
 	struct rdb_buf rec;
 	rdb_buf_init(&rec, 1 << 20);
-	size_t il = id ? strlen(id) : 0;
-	int rc = rdb_buf_putc(&rec, (char)il);
-	if (rc == 0)
-		rc = rdb_buf_append(&rec, id, il);
-	if (rc == 0)
-		rc = rdb_buf_append(&rec, "\0\0\0\0", 4);
-	size_t at = rec.len;
-	if (rc == 0)
-		rc = sids ? sto_batch_encode_compact(b, sids, &rec) : sto_batch_encode(b, &rec);
-	if (rc == 0) {
-		rdb_put_le32(rec.data + at - 4, (uint32_t)(rec.len - at));
-		rc = rdb_buf_append(&rec, "\0\0\0\0", 4);
-	}
+	int rc = build_batch_record(&rec, b, sids, id);
 	if (rc == 0)
 		rc = sto_wal_append(w, sids ? STO_WAL_REC_CBATCH : STO_WAL_REC_BATCH, rec.data,
 				    rec.len);
@@ -1352,6 +1362,118 @@ static void test_replay_old_and_compact_wal(void)
 	sto_close(s);
 }
 
+/* What rankctl verify said about the WAL. */
+struct wal_said {
+	int undefined, skipped;
+	char skipped_msg[1024];
+};
+
+static void note_wal_problem(void *arg, const char *msg)
+{
+	struct wal_said *w = arg;
+	if (strstr(msg, "name a series id that no earlier record"))
+		w->undefined++;
+	if (strstr(msg, "with a valid checksum that the next start skips")) {
+		w->skipped++;
+		snprintf(w->skipped_msg, sizeof(w->skipped_msg), "%s", msg);
+	}
+}
+
+/* A WAL file whose records all have valid checksums but some of which
+ * replay must refuse: rankctl verify names exactly the records the next
+ * start skips (their points are missing after it), and nothing else. The
+ * definitions record whose third definition has series id 0 is refused
+ * whole, so the record using its first id is one naming an undefined id
+ * (it used to be half-applied and that record replayed). */
+static void test_verify_wal_agrees_with_replay(void)
+{
+	char dir[4200], wal_dir[4300];
+	new_dir(dir, sizeof(dir));
+	struct sto_options o;
+	opts(&o, dir, 1000);
+	struct sto *s;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	CHECK_EQ_INT(sto_close_rc(s), 0);
+	snprintf(wal_dir, sizeof(wal_dir), "%s/wal", dir);
+	struct mdl_batch *b;
+	CHECK_EQ_INT(mdl_batch_new(1000, 10, &b), 0);
+	struct sto_wal_options wo = {.dir = wal_dir, .gen = 0x2000, .sync = STO_SYNC_NONE};
+	struct sto_wal *w;
+	CHECK_EQ_INT(sto_wal_open(&wo, &w), 0);
+	struct rdb_buf rec;
+	rdb_buf_init(&rec, 1 << 20);
+	struct sto_wal_key k = {.job = "agree", .metric = "m", .job_len = 5, .metric_len = 1};
+	/* 1: definitions of ids 1, 2, 0 (skipped: sid 0) */
+	for (uint32_t r = 1; r <= 3; r++) {
+		k.rank = r;
+		CHECK_EQ_INT(sto_defs_add(&rec, 0, r, &k), 0);
+	}
+	rdb_put_le64(rec.data + rec.len - (8 + 1 + 5 + 4 + 2 + 1), 0);
+	CHECK_EQ_INT(sto_wal_append(w, STO_WAL_REC_DEFS, rec.data, rec.len), 0);
+	/* 2: names id 1 (undefined: its definition was refused) */
+	uint64_t sid = 1;
+	batch_range(b, "agree", 1, "m", 0, 5);
+	CHECK_EQ_INT(append_batch_record(w, b, &sid, NULL), 0);
+	/* 3: definitions of ids 5 and 6; 4: points of id 5 (applied) */
+	rec.len = 0;
+	for (uint32_t r = 5; r <= 6; r++) {
+		k.rank = r;
+		CHECK_EQ_INT(sto_defs_add(&rec, 0, r, &k), 0);
+	}
+	CHECK_EQ_INT(sto_wal_append(w, STO_WAL_REC_DEFS, rec.data, rec.len), 0);
+	sid = 5;
+	batch_range(b, "agree", 5, "m", 0, 4);
+	CHECK_EQ_INT(append_batch_record(w, b, &sid, "ok-1"), 0);
+	/* 5: a type 3 record with a 129-byte batch id (skipped) */
+	char long_id[STO_BATCH_ID_MAX + 2];
+	memset(long_id, 'x', STO_BATCH_ID_MAX + 1);
+	long_id[STO_BATCH_ID_MAX + 1] = 0;
+	batch_range(b, "agree", 7, "m", 0, 3);
+	CHECK_EQ_INT(append_batch_record(w, b, NULL, long_id), 0);
+	/* 6: a compact record with a byte after its events part (skipped) */
+	sid = 6;
+	batch_range(b, "agree", 6, "m", 0, 3);
+	CHECK_EQ_INT(build_batch_record(&rec, b, &sid, NULL), 0);
+	CHECK_EQ_INT(rdb_buf_putc(&rec, 0), 0);
+	CHECK_EQ_INT(sto_wal_append(w, STO_WAL_REC_CBATCH, rec.data, rec.len), 0);
+	/* 7: a compact record whose 3-byte events part cannot be events
+	 * (skipped, although its points are sound) */
+	CHECK_EQ_INT(build_batch_record(&rec, b, &sid, NULL), 0);
+	rec.len -= 4;
+	CHECK_EQ_INT(rdb_buf_append(&rec, "\3\0\0\0abc", 7), 0);
+	CHECK_EQ_INT(sto_wal_append(w, STO_WAL_REC_CBATCH, rec.data, rec.len), 0);
+	/* 8: a record of the reserved type 2 (skipped) */
+	CHECK_EQ_INT(sto_wal_append(w, STO_WAL_REC_EVENTS, "\0\0\0\0", 4), 0);
+	/* 9: the same points of id 6, sound (applied) */
+	CHECK_EQ_INT(build_batch_record(&rec, b, &sid, "ok-2"), 0);
+	CHECK_EQ_INT(sto_wal_append(w, STO_WAL_REC_CBATCH, rec.data, rec.len), 0);
+	sto_wal_close(w);
+	rdb_buf_free(&rec);
+	mdl_batch_free(b);
+
+	struct sto_verify_report vr = {0};
+	struct wal_said said = {0};
+	CHECK_EQ_INT(sto_verify_wal(dir, note_wal_problem, &said, &vr), 0);
+	CHECK_EQ_INT(vr.wal_files, 1);
+	CHECK_EQ_INT(vr.wal_damaged_ranges, 0);
+	CHECK_EQ_INT(vr.problems, 2);
+	CHECK_EQ_INT(said.undefined, 1);
+	CHECK_EQ_INT(said.skipped, 1);
+	CHECK(strstr(said.skipped_msg, ": 5 record(s)") != NULL);
+	CHECK(strstr(said.skipped_msg, "the first: record 1 of the file, type 4") != NULL);
+
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	check_series(s, "agree", 5, "m", 0, 4);
+	check_series(s, "agree", 6, "m", 0, 3);
+	CHECK_EQ_INT(series_id(s, "agree", 1, "m"), 0);
+	CHECK_EQ_INT(series_id(s, "agree", 2, "m"), 0);
+	CHECK_EQ_INT(series_id(s, "agree", 7, "m"), 0);
+	struct sto_stats st;
+	sto_get_stats(s, &st);
+	CHECK_EQ_INT(st.wal_undefined_records, 1);
+	CHECK_EQ_INT(sto_close_rc(s), 0);
+}
+
 int main(void)
 {
 	const char *tmp = getenv("RDB_TEST_TMP");
@@ -1382,6 +1504,7 @@ int main(void)
 	RUN(test_head_memory_trigger);
 	RUN(test_head_points_trigger);
 	RUN(test_replay_old_and_compact_wal);
+	RUN(test_verify_wal_agrees_with_replay);
 	int rc = check_summary("store");
 	if (rc == 0) {
 		char cmd[4200];
