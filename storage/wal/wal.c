@@ -274,20 +274,34 @@ out:
 
 /* ---- Append (caller threads) ---------------------------------------------- */
 
-static int build_rec_header(struct sto_wal_async *req, uint8_t type, uint64_t gen)
+int sto_wal_rec_hash(const uint8_t *hdr, const uint8_t *payload, size_t len, uint64_t gen,
+		     uint64_t *out)
 {
 	struct rdb_hash_state st;
-	rdb_put_le32(req->hdr, req->len);
-	req->hdr[4] = type;
-	memset(req->hdr + 5, 0, 3);
 	int rc = rdb_hash_begin(&st, gen);
 	if (rc)
 		return rc;
-	rdb_hash_update(&st, req->hdr, 8);
-	if (req->len)
-		rdb_hash_update(&st, req->payload, req->len);
-	rdb_put_le64(req->hdr + 8, rdb_hash_end(&st));
+	rdb_hash_update(&st, hdr, 8);
+	if (len)
+		rdb_hash_update(&st, payload, len);
+	*out = rdb_hash_end(&st);
 	return 0;
+}
+
+/* Fills the STO_WAL_REC_HEADER_SIZE bytes at hdr with the header of a
+ * record of type whose len payload bytes are at payload: length, type,
+ * zero reserved bytes, checksum. 0 or the hashing error. */
+static int build_rec_header(uint8_t *hdr, uint8_t type, const void *payload, uint32_t len,
+			    uint64_t gen)
+{
+	uint64_t sum;
+	rdb_put_le32(hdr, len);
+	hdr[4] = type;
+	memset(hdr + 5, 0, 3);
+	int rc = sto_wal_rec_hash(hdr, payload, len, gen, &sum);
+	if (rc == 0)
+		rdb_put_le64(hdr + 8, sum);
+	return rc;
 }
 
 /* Queues req (header built) unless the WAL is broken. Under mu. */
@@ -325,7 +339,8 @@ int sto_wal_append_rec(struct sto_wal *w, const struct sto_wal_rec *rec)
 				    .len = (uint32_t)rec->len,
 				    .defs_fn = rec->defs_fn,
 				    .defs_arg = rec->defs_arg};
-	int result = build_rec_header(&req, rec->type, atomic_load(&w->gen));
+	int result =
+	    build_rec_header(req.hdr, rec->type, req.payload, req.len, atomic_load(&w->gen));
 	if (result)
 		return result;
 
@@ -359,7 +374,7 @@ int sto_wal_append_rec_async(struct sto_wal *w, const struct sto_wal_rec *rec,
 				    .arg = arg,
 				    .defs_fn = rec->defs_fn,
 				    .defs_arg = rec->defs_arg};
-	int result = build_rec_header(a, rec->type, atomic_load(&w->gen));
+	int result = build_rec_header(a->hdr, rec->type, a->payload, a->len, atomic_load(&w->gen));
 	if (result)
 		return result;
 	pthread_mutex_lock(&w->mu);
@@ -409,17 +424,12 @@ static int frame_defs(struct sto_wal *w, struct group *g, struct sto_wal_async *
 		return rc;
 	}
 	uint8_t *h = w->defs.data + start;
-	struct rdb_hash_state st;
-	rdb_put_le32(h, (uint32_t)len);
-	h[4] = STO_WAL_REC_DEFS;
-	rc = rdb_hash_begin(&st, g->gen);
+	rc = build_rec_header(h, STO_WAL_REC_DEFS, h + STO_WAL_REC_HEADER_SIZE, (uint32_t)len,
+			      g->gen);
 	if (rc) {
 		w->defs.len = start;
 		return rc;
 	}
-	rdb_hash_update(&st, h, 8);
-	rdb_hash_update(&st, h + STO_WAL_REC_HEADER_SIZE, len);
-	rdb_put_le64(h + 8, rdb_hash_end(&st));
 	r->defs_len = STO_WAL_REC_HEADER_SIZE + len;
 	g->def_records++;
 	g->def_bytes += r->defs_len;

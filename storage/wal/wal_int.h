@@ -29,4 +29,11 @@ int sto_wal_pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off);
 /* fdatasync(fd). */
 int sto_wal_datasync_fd(int fd);
 
+/* The checksum of a record (format.h): XXH3-64 seeded with gen over the
+ * first 8 header bytes hdr[0..8) (length, type, reserved), then the len
+ * payload bytes. The writer stores it, the reader compares. 0 and *out, or
+ * the hashing error. */
+int sto_wal_rec_hash(const uint8_t *hdr, const uint8_t *payload, size_t len, uint64_t gen,
+		     uint64_t *out);
+
 #endif

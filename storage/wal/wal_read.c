@@ -28,7 +28,6 @@
 #include "storage/wal/wal.h"
 #include "storage/wal/wal_int.h"
 #include "common/rdb_err.h"
-#include "common/rdb_hash.h"
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
 #include "common/rdb_sort.h"
@@ -156,13 +155,9 @@ static int check_rec_header(const uint8_t *h, uint32_t *len, const char **why)
 
 static int rec_checksum_ok(const uint8_t *rec, uint32_t len, uint64_t gen, int *err)
 {
-	struct rdb_hash_state st;
-	*err = rdb_hash_begin(&st, gen);
-	if (*err)
-		return 0;
-	rdb_hash_update(&st, rec, 8);
-	rdb_hash_update(&st, rec + STO_WAL_REC_HEADER_SIZE, len);
-	return rdb_hash_end(&st) == rdb_get_le64(rec + 8);
+	uint64_t sum = 0;
+	*err = sto_wal_rec_hash(rec, rec + STO_WAL_REC_HEADER_SIZE, len, gen, &sum);
+	return *err == 0 && sum == rdb_get_le64(rec + 8);
 }
 
 struct replay_ctx {
