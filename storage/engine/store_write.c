@@ -231,6 +231,24 @@ static void wake_flusher(struct sto *s)
 	pthread_mutex_unlock(&s->flush_lock);
 }
 
+/* What a finished write saw of its head, under head_lock, for
+ * kick_checkpoint. */
+struct write_kick {
+	bool seal_queued; /* a seal is queued (the head filled a chunk) */
+	bool points_over; /* sti_head_points_over of the head it went to */
+};
+
+/* After a write, sync or async, with the head lock released: wakes the
+ * checkpoint thread when a seal is queued, or, for a write that was
+ * applied (rc 0), when the WAL file is due for rotation or the head for a
+ * checkpoint (sti_head_kick: its memory or its point count). */
+static void kick_checkpoint(struct sto *s, const struct write_kick *k, int rc)
+{
+	if (k->seal_queued || (rc == 0 && (sto_wal_size(s->wal) > s->opt.wal_rotate_bytes ||
+					   sti_head_kick(s, k->points_over))))
+		wake_flusher(s);
+}
+
 /* ---- write --------------------------------------------------------------- */
 
 /* ---- batch ids ---------------------------------------------------------------- */
@@ -402,14 +420,15 @@ static int check_defs_size(const struct mdl_batch *b, size_t n)
 	uint64_t bytes = 4;
 	for (size_t i = 0; i < n; i++) {
 		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
-		bytes += STO_WAL_DEF_MAX_BYTES - MDL_JOB_MAX - MDL_METRIC_MAX + bs->job_len +
-			 bs->metric_len;
+		bytes += STO_WAL_DEF_FIXED_BYTES + bs->job_len + bs->metric_len;
 	}
 	return bytes <= STO_WAL_MAX_PAYLOAD ? 0 : RDB_ELIMIT;
 }
 
 /* Encodes a request as one STO_WAL_REC_CBATCH record (into rec, emptied
- * first), its series i named by ents[i]'s id. */
+ * first), its series i named by ents[i]'s id. RDB_ELIMIT, before anything
+ * is encoded, when the definitions its series may need could not fit one
+ * WAL record. */
 static int encode_request(const struct sto_write_req *req, struct series_ent **ents,
 			  struct rdb_buf *rec)
 {
@@ -417,6 +436,9 @@ static int encode_request(const struct sto_write_req *req, struct series_ent **e
 	size_t n = req->points ? mdl_batch_nseries(req->points) : 0;
 	uint64_t sids_stack[64], *sids = sids_stack;
 	rec->len = 0;
+	int rc = check_defs_size(req->points, n);
+	if (rc)
+		return rc;
 	if (n > 64 && !(sids = malloc(n * sizeof(*sids))))
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++)
@@ -427,7 +449,7 @@ static int encode_request(const struct sto_write_req *req, struct series_ent **e
 	 * codec's growth. A hint only: more grows as before. */
 	size_t pts = n ? mdl_batch_points(req->points) : 0;
 	size_t hint = 16 + il + n * 24 + pts * 24;
-	int rc = rdb_buf_reserve(rec, hint < rec->max ? hint : rec->max);
+	rc = rdb_buf_reserve(rec, hint < rec->max ? hint : rec->max);
 	if (rc == 0)
 		rc = rdb_buf_putc(rec, (char)il);
 	if (rc == 0)
@@ -444,7 +466,7 @@ static int encode_request(const struct sto_write_req *req, struct series_ent **e
 	}
 	if (sids != sids_stack)
 		free(sids);
-	return rc ? rc : check_defs_size(req->points, n);
+	return rc;
 }
 
 /* What a record's definitions hook needs: its series, in batch order. */
@@ -581,10 +603,11 @@ static bool over_memory(struct sto *s)
  * made before the append: once the record is durable, applying it cannot
  * fail, so an answer is never "failed" for a write that restart would
  * replay. On success *bent is finished (and set to NULL) inside the lock,
- * so a rotation sees the batch id done; *wake says a size seal is queued. */
+ * so a rotation sees the batch id done, and *kick says what the head
+ * needs (kick_checkpoint). */
 static int append_and_apply(struct sto *s, const struct sto_write_req *req,
 			    struct series_ent **ents, struct rdb_buf *rec, struct batch_ent **bent,
-			    bool *wake)
+			    struct write_kick *kick)
 {
 	size_t n = req->points ? mdl_batch_nseries(req->points) : 0;
 	uint64_t epoch = atomic_load(&s->del_epoch);
@@ -618,8 +641,8 @@ static int append_and_apply(struct sto *s, const struct sto_write_req *req,
 		uint64_t gen = h->gen;
 		if (rc == 0) {
 			sti_commit_request(s, h, &pp, true);
-			*wake = s->seal_queue_n > 0 ||
-				(sti_head_points_over(s, h) && sti_head_kick(s, true));
+			kick->seal_queued = s->seal_queue_n > 0;
+			kick->points_over = sti_head_points_over(s, h);
 		} else {
 			sti_unprepare_request(s, h, &pp);
 		}
@@ -684,16 +707,14 @@ int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_wri
 		rc = sti_resolve_series(s, req->points, ents);
 	if (rc == 0)
 		rc = encode_request(req, ents, &rec);
-	bool wake = false;
+	struct write_kick kick = {0};
 	if (rc == 0)
-		rc = append_and_apply(s, req, ents, &rec, &bent, &wake);
+		rc = append_and_apply(s, req, ents, &rec, &bent, &kick);
 	if (bent)
 		batch_finish(s, bent, false, 0);
 	if (rc == 0)
 		count_written(s, req);
-	if (wake || (rc == 0 &&
-		     (sto_wal_size(s->wal) > s->opt.wal_rotate_bytes || sti_head_kick(s, false))))
-		wake_flusher(s);
+	kick_checkpoint(s, &kick, rc);
 	free(ents);
 	rdb_buf_free(&rec);
 	return rc;
@@ -733,13 +754,13 @@ static void async_free(struct async_write *a)
 static void async_finish(struct async_write *a, int rc, bool tell)
 {
 	struct sto *s = a->s;
-	bool wake = false, pts_over = false;
+	struct write_kick kick = {0};
 	pthread_mutex_lock(&s->head_lock);
 	uint64_t gen = a->h->gen;
 	if (rc == 0) {
 		sti_commit_request(s, a->h, &a->pp, true);
-		wake = s->seal_queue_n > 0;
-		pts_over = sti_head_points_over(s, a->h);
+		kick.seal_queued = s->seal_queue_n > 0;
+		kick.points_over = sti_head_points_over(s, a->h);
 	} else {
 		sti_unprepare_request(s, a->h, &a->pp);
 	}
@@ -753,9 +774,7 @@ static void async_finish(struct async_write *a, int rc, bool tell)
 		pthread_cond_broadcast(&s->async_cv);
 		pthread_mutex_unlock(&s->async_mu);
 	}
-	if (wake || (rc == 0 && (sto_wal_size(s->wal) > s->opt.wal_rotate_bytes ||
-				 sti_head_kick(s, pts_over))))
-		wake_flusher(s);
+	kick_checkpoint(s, &kick, rc);
 	sto_write_done_fn fn = a->fn;
 	void *fn_arg = a->arg;
 	async_free(a);

@@ -231,7 +231,6 @@ int sto_events_decode(struct mdl_events *b, const uint8_t *p, size_t len)
  * overflowing. Both come from common/rdb_varint.h, which the chunk codec
  * uses too. */
 
-#define DEF_FIXED      (8u + 1u + 4u + 2u)
 #define CPT_MIN_POINT  (3u + 8u) /* three 1-byte deltas and the value */
 #define CPT_MIN_SERIES 2u	 /* two 1-byte varints */
 #define CPT_MAX_POINT  (3u * RDB_VARINT_MAX + 8u)
@@ -240,7 +239,7 @@ int sto_events_decode(struct mdl_events *b, const uint8_t *p, size_t len)
 int sto_defs_add(struct rdb_buf *out, size_t start, uint64_t sid, const struct sto_wal_key *k)
 {
 	bool first = out->len == start;
-	size_t need = (first ? 4 : 0) + DEF_FIXED + k->job_len + k->metric_len;
+	size_t need = (first ? 4 : 0) + STO_WAL_DEF_FIXED_BYTES + k->job_len + k->metric_len;
 	if (sid == 0 || k->job_len < 1 || k->job_len > MDL_JOB_MAX || k->metric_len < 1 ||
 	    k->metric_len > MDL_METRIC_MAX || out->len < start)
 		return -EINVAL;
@@ -300,7 +299,7 @@ int sto_defs_decode(const uint8_t *p, size_t len, sto_defs_fn fn, void *arg)
 	if (len < 4)
 		return RDB_ECORRUPT;
 	uint32_t n = rdb_get_le32(p);
-	if (n > (len - 4) / (DEF_FIXED + 2))
+	if (n > (len - 4) / (STO_WAL_DEF_FIXED_BYTES + 2))
 		return RDB_ECORRUPT;
 	uint64_t sid;
 	struct sto_wal_key k;

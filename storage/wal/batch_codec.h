@@ -65,8 +65,11 @@ struct sto_wal_key {
 	uint16_t job_len, metric_len;
 };
 
-/* Bytes one definition takes at most (STO_WAL_REC_DEFS entry). */
-#define STO_WAL_DEF_MAX_BYTES (8u + 1u + MDL_JOB_MAX + 4u + 2u + MDL_METRIC_MAX)
+/* Bytes one definition (STO_WAL_REC_DEFS entry) takes besides its names
+ * (u64 sid, u8 J, u32 rank, u16 M): it takes this + job_len + metric_len,
+ * and at most STO_WAL_DEF_MAX_BYTES. */
+#define STO_WAL_DEF_FIXED_BYTES (8u + 1u + 4u + 2u)
+#define STO_WAL_DEF_MAX_BYTES	(STO_WAL_DEF_FIXED_BYTES + MDL_JOB_MAX + MDL_METRIC_MAX)
 
 /* Appends one definition (sid -> key) to the definitions payload that
  * starts at out->data + start: writes its u32 count first when out->len ==
