@@ -98,10 +98,11 @@ enum sto_wal_rec_type {
  */
 
 /* STO_WAL_REC_DEFS payload (series definitions):
- *   u32 n, then n times: u64 sid, u8 J (1..MDL_JOB_MAX) + J bytes job,
- *   u32 rank, u16 M (1..MDL_METRIC_MAX) + M bytes metric
+ *   u32 n, then n times: u64 sid (>= 1), u8 J (1..MDL_JOB_MAX) + J bytes
+ *   job, u32 rank, u16 M (1..MDL_METRIC_MAX) + M bytes metric; nothing after
  * Binds each sid to its key for the records after it in the same file
- * (a later definition of the same sid replaces it). The ids are the
+ * (a later definition of the same sid replaces it). A record with one
+ * malformed definition (sid 0 included) binds none of them. The ids are the
  * writer's series ids, but replay never takes them for index ids: it
  * resolves the key anew (rankctl rebuild-index may renumber series).
  *
@@ -116,8 +117,8 @@ enum sto_wal_rec_type {
  * Deltas are taken modulo 2^64 (steps of MDL_STEP_NONE included) against
  * the previous point of the series, and for a series' first point against
  * the first point of the series before it in the record (the record's
- * first series: against 0). Every sid must have been defined earlier in
- * the same file. A per-rank record (32 metrics x 1 point) takes ~14 bytes
+ * first series: against 0). Every sid (never 0) must have been defined
+ * earlier in the same file. A per-rank record (32 metrics x 1 point) takes ~14 bytes
  * per point instead of 54-66 (docs/BENCHMARKS.md). */
 
 /* ---- Segment file ----------------------------------------------------------
