@@ -64,7 +64,8 @@ static inline int rdb_varint_get(const uint8_t **p, const uint8_t *end, uint64_t
 	}
 	if (*p == end || **p > 1) /* the 10th byte: bit 63 alone, and the last */
 		return RDB_ECORRUPT;
-	*out = v | (uint64_t)*(*p)++ << 63;
+	uint64_t top = *(*p)++;
+	*out = v | top << 63;
 	return 0;
 }
 

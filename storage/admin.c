@@ -557,9 +557,9 @@ static int wal_check_batch(struct wal_ids *w, const uint8_t *p, size_t len, bool
 	struct sto_batch_parts bp;
 	int rc = sto_batch_split(p, len, &bp);
 	if (rc == 0 && bp.points_len)
-		rc = compact ? sto_batch_check_compact(bp.points, bp.points_len, wal_id_known, w,
-						       sid)
-			     : sto_batch_decode(w->b, bp.points, bp.points_len);
+		rc = compact
+			 ? sto_batch_check_compact(bp.points, bp.points_len, wal_id_known, w, sid)
+			 : sto_batch_decode(w->b, bp.points, bp.points_len);
 	if (rc == 0 && bp.events_len)
 		rc = sto_events_decode(w->ev, bp.events, bp.events_len);
 	return rc;
@@ -661,14 +661,13 @@ int sto_verify_wal(const char *data_dir, sto_problem_fn fn, void *arg,
 		else
 			verify_wal_file(&v, dir, gens[i], i + 1 == n, &res);
 		if (ids.undefined)
-			problem(
-			    &v,
-			    "WAL %s/wal-%016llx.log: %llu record(s) name a series id that no "
-			    "earlier record of the file defines (the first: %llu); their "
-			    "definitions were lost with damaged bytes or in a record that does "
-			    "not parse, and the next start skips those records",
-			    dir, (unsigned long long)gens[i], (unsigned long long)ids.undefined,
-			    (unsigned long long)ids.first_sid);
+			problem(&v,
+				"WAL %s/wal-%016llx.log: %llu record(s) name a series id that no "
+				"earlier record of the file defines (the first: %llu); their "
+				"definitions were lost with damaged bytes or in a record that does "
+				"not parse, and the next start skips those records",
+				dir, (unsigned long long)gens[i], (unsigned long long)ids.undefined,
+				(unsigned long long)ids.first_sid);
 		if (ids.unparsed)
 			problem(&v,
 				"WAL %s/wal-%016llx.log: %llu record(s) with a valid checksum that "

@@ -88,8 +88,13 @@ enum sto_wal_rec_type {
  */
 #define STO_WAL_POINT_SIZE 28u
 
+/* The longest client batch id (bytes): what a write may carry (storage/sto.h,
+ * sto_write_req) and what a batch record may hold (below). */
+#define STO_BATCH_ID_MAX 128u
+
 /* STO_WAL_REC_BATCH payload:
- *   u8  id length I (0 = no client batch id, else 1..128), I bytes id
+ *   u8  id length I (0 = no client batch id, else 1..STO_BATCH_ID_MAX),
+ *       I bytes id
  *   u32 P, P bytes: a STO_WAL_REC_POINTS payload (P = 0: no points)
  *   u32 E, E bytes: an events payload (storage/events.c; E = 0: none):
  *     u32 count, then per event: u8 kind, u8 level, u32 rank, u32 attempt,

@@ -19,6 +19,7 @@
 #include "model/batch.h"
 #include "model/cols.h"
 #include "model/events.h"
+#include "storage/format.h"
 #include "storage/index/index.h"
 #include "storage/series.h"
 #include "storage/wal/wal.h"
@@ -85,9 +86,8 @@ struct sto_write_req {
 	const struct mdl_batch *points;	 /* NULL or empty: none */
 	const struct mdl_events *events; /* NULL or empty: none */
 	const char *batch_id;		 /* NULL: no idempotency */
-	size_t batch_id_len;		 /* 1..STO_BATCH_ID_MAX */
+	size_t batch_id_len;		 /* 1..STO_BATCH_ID_MAX (storage/format.h) */
 };
-#define STO_BATCH_ID_MAX 128u
 
 struct sto_write_result {
 	bool duplicate; /* the batch id was seen before: nothing applied, ack it */

@@ -336,7 +336,8 @@ static int dec_i64_scaled(const uint8_t *p, size_t len, size_t k, uint64_t *out,
 {
 	struct rd r = {p, p + len};
 	uint64_t g, zb;
-	if (rdb_varint_get(&r.p, r.end, &g) || g < 2 || rdb_varint_get(&r.p, r.end, &zb) || r.p == r.end)
+	if (rdb_varint_get(&r.p, r.end, &g) || g < 2 || rdb_varint_get(&r.p, r.end, &zb) ||
+	    r.p == r.end)
 		return RDB_ECORRUPT;
 	int rc = sto_codec_dec_i64(r.p[0], r.p + 1, (size_t)(r.end - r.p) - 1, k, out,
 				   deny | DENY_SCALED);

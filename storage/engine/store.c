@@ -705,10 +705,11 @@ static int replay_points(struct replay_ctx *c, const uint8_t *p, size_t len, boo
 }
 
 /* Splits a STO_WAL_REC_BATCH or STO_WAL_REC_CBATCH (compact) payload
- * (format.h; sto_batch_split, as rankctl verify does) and registers its id. A record whose id is already known
- * (earlier in this replay, or stored by a checkpoint) is skipped: the same
- * batch reached the WAL twice (a write that failed after its bytes landed,
- * then was retried), and it is applied once. */
+ * (format.h; sto_batch_split, as rankctl verify does) and registers its
+ * id. A record whose id is already known (earlier in this replay, or
+ * stored by a checkpoint) is skipped: the same batch reached the WAL twice
+ * (a write that failed after its bytes landed, then was retried), and it
+ * is applied once. */
 static int replay_batch(struct replay_ctx *c, uint64_t gen, const uint8_t *p, size_t len,
 			bool compact)
 {

@@ -10,7 +10,6 @@
 #include "common/rdb_le.h"
 #include "common/rdb_varint.h"
 #include "storage/format.h"
-#include "storage/sto.h"
 
 #include <errno.h>
 #include <string.h>
@@ -379,9 +378,9 @@ static int cpt_points(struct mdl_batch *b, const struct sto_wal_key *k, uint64_t
 				     at.attempt + rdb_unzigzag(d[2])};
 		if (v.attempt > UINT32_MAX)
 			return RDB_ECORRUPT;
-		int rc = b ? mdl_batch_add(b, k->job, k->job_len, k->rank, k->metric,
-					   k->metric_len, (int64_t)v.ts, (int64_t)v.step,
-					   (uint32_t)v.attempt, rdb_get_le64(*pp))
+		int rc = b ? mdl_batch_add(b, k->job, k->job_len, k->rank, k->metric, k->metric_len,
+					   (int64_t)v.ts, (int64_t)v.step, (uint32_t)v.attempt,
+					   rdb_get_le64(*pp))
 			   : 0;
 		if (rc)
 			return rc;
@@ -404,8 +403,7 @@ struct cpt_names {
 
 /* The one walk of a compact points payload behind both the decoder and
  * the check, so that they refuse the same bytes the same way. */
-static int cpt_walk(const struct cpt_names *nm, const uint8_t *p, size_t len,
-		    uint64_t *missing_sid)
+static int cpt_walk(const struct cpt_names *nm, const uint8_t *p, size_t len, uint64_t *missing_sid)
 {
 	const uint8_t *end = p + len;
 	if (len < 4)

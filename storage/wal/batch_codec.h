@@ -32,7 +32,7 @@ int sto_batch_decode(struct mdl_batch *b, const uint8_t *p, size_t len);
  * (format.h), pointing into it; a part of length 0 is absent. */
 struct sto_batch_parts {
 	const char *id; /* client batch id, not NUL-terminated */
-	size_t id_len;	/* 0..STO_BATCH_ID_MAX (storage/sto.h); 0: none */
+	size_t id_len;	/* 0..STO_BATCH_ID_MAX (storage/format.h); 0: none */
 	const uint8_t *points;
 	size_t points_len; /* points (type 3) or compact points (type 5) */
 	const uint8_t *events;

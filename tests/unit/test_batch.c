@@ -7,7 +7,6 @@
  * reserve keeps the points in use. */
 #include "storage/wal/batch_codec.h"
 #include "storage/format.h"
-#include "storage/sto.h"
 #include "model/batch.h"
 #include "model/cols.h"
 #include "common/rdb_buf.h"
@@ -695,8 +694,8 @@ static void test_compact_hostile(void)
 			CHECK(rc == 0 || rc == RDB_ECORRUPT || rc == RDB_ELIMIT ||
 			      rc == RDB_ENOTFOUND);
 			uint64_t missing2 = 0;
-			int rc2 = sto_batch_check_compact(buf.data, buf.len, table_knows, &t,
-							  &missing2);
+			int rc2 =
+			    sto_batch_check_compact(buf.data, buf.len, table_knows, &t, &missing2);
 			if (rc != RDB_ELIMIT &&
 			    (rc2 != rc || (rc == RDB_ENOTFOUND && missing2 != missing)))
 				differ++;
