@@ -10,6 +10,7 @@
 #include "server/json_out.h"
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
+#include "server/json_array.h"
 
 #include <errno.h>
 #include <math.h>
@@ -155,8 +156,8 @@ int srv_write_ranks(struct rdb_buf *out, const struct qry_ranks *r, struct qry_e
 		rc = put_str(out, r->job);
 	if (rc == 0)
 		rc = rdb_buf_puts(out, ",\"ranks\":[");
-	for (size_t i = 0; rc == 0 && i < r->n; i++)
-		rc = rdb_buf_printf(out, i ? ",%u" : "%u", r->v[i]);
+	if (rc == 0)
+		rc = srv_json_u32s(out, r->v, r->n);
 	if (rc == 0)
 		rc = rdb_buf_printf(out, "],\"job_level\":%s}", r->job_level ? "true" : "false");
 	return rc ? listing_failed(err, rc, "listing ranks") : 0;
@@ -245,16 +246,12 @@ static int64_t sat_mul(int64_t a, int64_t b)
 	return r;
 }
 
-/* A cell's text into p (room for CELL_MAX bytes); returns its length. */
-#define CELL_MAX SRV_FMT_VALUE_MAX
-
-static size_t put_f64(char *p, double v, bool defined)
+/* A cell's text into p (room for SRV_FMT_VALUE_MAX bytes); returns its
+ * length. */
+/* The first step or ns of bucket key (saturated). */
+static int64_t bucket_start(int64_t key, int64_t width)
 {
-	if (!defined) {
-		memcpy(p, "null", 4);
-		return 4;
-	}
-	return srv_fmt_value(p, rdb_f64_bits(v));
+	return width ? sat_mul(key, width) : 0;
 }
 
 static size_t fmt_cell(char *p, const struct qry_buckets *bs, size_t i, enum col c, double q,
@@ -262,7 +259,7 @@ static size_t fmt_cell(char *p, const struct qry_buckets *bs, size_t i, enum col
 {
 	const struct qry_bucket *b = &bs->b[i];
 	const struct mdl_agg *a = &b->a;
-	int64_t start = width ? sat_mul(b->key, width) : 0;
+	int64_t start = bucket_start(b->key, width);
 	switch (c) {
 	case COL_START:
 		return srv_fmt_i64(p, start);
@@ -273,53 +270,41 @@ static size_t fmt_cell(char *p, const struct qry_buckets *bs, size_t i, enum col
 	case COL_NAN:
 		return srv_fmt_u64(p, a->nan_count);
 	case COL_AVG:
-		return put_f64(p, a->sum / (double)a->count, a->count > 0);
+		return srv_fmt_f64(p, a->sum / (double)a->count, a->count > 0);
 	case COL_MIN:
-		return put_f64(p, a->min, a->count > 0);
+		return srv_fmt_f64(p, a->min, a->count > 0);
 	case COL_MAX:
-		return put_f64(p, a->max, a->count > 0);
+		return srv_fmt_f64(p, a->max, a->count > 0);
 	case COL_SUM:
-		return put_f64(p, a->sum, a->count > 0);
+		return srv_fmt_f64(p, a->sum, a->count > 0);
 	case COL_FIRST:
 		return srv_fmt_value(p, a->first_bits);
 	case COL_LAST:
 		return srv_fmt_value(p, a->last_bits);
 	case COL_Q:
-		return put_f64(
+		return srv_fmt_f64(
 		    p, a->count ? qry_quantile_sorted(bs->vals + b->vals_off, a->count, q) : 0,
 		    a->count > 0);
 	}
 	return 0;
 }
 
-/* One column: its cells are formatted straight into out when room for
- * every one at its longest fits under out's bound, else one at a time
- * through a stack copy (so the bound is hit where appending the text
- * hits it). The same text either way. */
+/* A column's cells, comma-separated, as every array is written
+ * (json_array.h). */
+static int write_cells(struct rdb_buf *out, const struct qry_buckets *bs, enum col c, double q,
+		       int64_t width)
+{
+	SRV_JSON_ARRAY(out, bs->n, SRV_FMT_VALUE_MAX + 1, p += fmt_cell(p, bs, i, c, q, width));
+}
+
+/* ,"<name>":[<cells>] */
 static int write_col(struct rdb_buf *out, const struct qry_buckets *bs, enum col c, double q,
 		     int64_t width)
 {
 	int rc = c == COL_Q ? rdb_buf_printf(out, ",\"p%g\":[", q * 100)
 			    : rdb_buf_printf(out, ",\"%s\":[", col_names[c]);
-	size_t room = 1 + CELL_MAX;
-	if (rc == 0 && bs->n && bs->n <= (out->max - out->len) / room &&
-	    rdb_buf_reserve(out, bs->n * room) == 0) {
-		char *p = (char *)out->data + out->len;
-		for (size_t i = 0; i < bs->n; i++) {
-			if (i)
-				*p++ = ',';
-			p += fmt_cell(p, bs, i, c, q, width);
-		}
-		out->len = (size_t)((uint8_t *)p - out->data);
-		return rdb_buf_putc(out, ']');
-	}
-	for (size_t i = 0; rc == 0 && i < bs->n; i++) {
-		char tmp[1 + CELL_MAX], *p = tmp;
-		if (i)
-			*p++ = ',';
-		p += fmt_cell(p, bs, i, c, q, width);
-		rc = rdb_buf_append(out, tmp, (size_t)(p - tmp));
-	}
+	if (rc == 0)
+		rc = write_cells(out, bs, c, q, width);
 	return rc ? rc : rdb_buf_putc(out, ']');
 }
 
@@ -379,38 +364,43 @@ enum xcol {
 	X_ARGMAX
 };
 
-static int xr_cell(struct rdb_buf *out, const struct qry_xr_row *r, enum xcol c, size_t qi,
-		   int64_t width)
+/* A row's cell's text into p (room for SRV_FMT_VALUE_MAX bytes); returns
+ * its length. */
+static size_t xr_cell(char *p, const struct qry_xr_row *r, enum xcol c, size_t qi, int64_t width)
 {
-	int64_t start = 0;
-	if (width && __builtin_mul_overflow(r->key, width, &start))
-		start = r->key < 0 ? INT64_MIN : INT64_MAX;
+	int64_t start = bucket_start(r->key, width);
 	switch (c) {
 	case X_START:
-		return srv_json_i64(out, start);
+		return srv_fmt_i64(p, start);
 	case X_END:
-		return srv_json_i64(out, start > INT64_MAX - (width - 1) ? INT64_MAX
-									 : start + width - 1);
+		return srv_fmt_i64(p, sat_add(start, width - 1));
 	case X_COUNT:
-		return srv_json_u64(out, r->count);
+		return srv_fmt_u64(p, r->count);
 	case X_MEAN:
-		return srv_json_f64(out, r->mean, true);
+		return srv_fmt_f64(p, r->mean, true);
 	case X_MIN:
-		return srv_json_f64(out, r->min, true);
+		return srv_fmt_f64(p, r->min, true);
 	case X_MAX:
-		return srv_json_f64(out, r->max, true);
+		return srv_fmt_f64(p, r->max, true);
 	case X_MEDIAN:
-		return srv_json_f64(out, r->median, true);
+		return srv_fmt_f64(p, r->median, true);
 	case X_Q:
-		return srv_json_f64(out, r->q[qi], true);
+		return srv_fmt_f64(p, r->q[qi], true);
 	case X_STDDEV:
-		return srv_json_f64(out, r->stddev, true);
+		return srv_fmt_f64(p, r->stddev, true);
 	case X_ARGMIN:
-		return srv_json_rank(out, r->argmin);
+		return srv_fmt_rank(p, r->argmin);
 	case X_ARGMAX:
-		return srv_json_rank(out, r->argmax);
+		return srv_fmt_rank(p, r->argmax);
 	}
 	return 0;
+}
+
+/* A column's cells, comma-separated (json_array.h). */
+static int xr_cells(struct rdb_buf *out, const struct qry_xr_result *r, enum xcol c, size_t qi)
+{
+	SRV_JSON_ARRAY(out, r->nrows, SRV_FMT_VALUE_MAX + 1,
+		       p += xr_cell(p, &r->rows[i], c, qi, r->width));
 }
 
 static int xr_col(struct rdb_buf *out, const struct qry_xr_result *r, enum xcol c, size_t qi)
@@ -419,12 +409,8 @@ static int xr_col(struct rdb_buf *out, const struct qry_xr_result *r, enum xcol 
 					    "median", "",    "stddev", "argmin", "argmax"};
 	int rc = c == X_Q ? rdb_buf_printf(out, ",\"p%g\":[", r->q[qi] * 100)
 			  : rdb_buf_printf(out, ",\"%s\":[", names[c]);
-	for (size_t i = 0; rc == 0 && i < r->nrows; i++) {
-		if (i)
-			rc = rdb_buf_putc(out, ',');
-		if (rc == 0)
-			rc = xr_cell(out, &r->rows[i], c, qi, r->width);
-	}
+	if (rc == 0)
+		rc = xr_cells(out, r, c, qi);
 	return rc ? rc : rdb_buf_putc(out, ']');
 }
 
@@ -441,8 +427,8 @@ static int xr_head(struct rdb_buf *out, const struct qry_xr_result *r)
 		rc =
 		    rdb_buf_printf(out, ",\"axis\":\"%s\",\"width\":%lld,\"ranks\":[",
 				   r->axis == QRY_AXIS_STEP ? "step" : "time", (long long)r->width);
-	for (size_t i = 0; rc == 0 && i < r->nranks; i++)
-		rc = rdb_buf_printf(out, i ? ",%u" : "%u", r->ranks[i]);
+	if (rc == 0)
+		rc = srv_json_u32s(out, r->ranks, r->nranks);
 	return rc ? rc : rdb_buf_putc(out, ']');
 }
 
