@@ -10,17 +10,17 @@
  *
  * Bounds: max_points and max_series set at creation; RDB_ELIMIT beyond.
  * Single owner; not thread-safe. mdl_batch_take/give keep a few grown,
- * empty batches per thread (a thread-local list, freed by a pthread key
- * destructor at thread exit), so a request's batch does not cost a dozen
+ * empty batches per thread (common/rdb_tcache, bounded in count and bytes,
+ * freed at thread exit), so a request's batch does not cost a dozen
  * allocations and ~30 KiB of memset each time. The WAL encoding of a batch lives in
  * storage (storage/wal_codec.c).
  */
 #include "model/batch.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
+#include "common/rdb_tcache.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,51 +80,15 @@ void mdl_batch_free(struct mdl_batch *b)
 	free(b);
 }
 
-/* ---- per-thread cache -------------------------------------------------------------- */
+/* ---- per-thread cache (common/rdb_tcache) ------------------------------------------ */
 
-struct batch_cache {
-	struct mdl_batch *b[MDL_BATCH_CACHE_N];
-	size_t bytes[MDL_BATCH_CACHE_N]; /* batch_bytes of each, when given */
-	size_t n, total;
-};
-
-static pthread_key_t cache_key;
-static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
-static bool cache_key_ok;
-static _Thread_local struct batch_cache *tl_cache;
-
-static void cache_destroy(void *arg)
+static void batch_free_obj(void *b)
 {
-	struct batch_cache *c = arg;
-	for (size_t i = 0; i < c->n; i++)
-		mdl_batch_free(c->b[i]);
-	free(c);
-	tl_cache = NULL;
+	mdl_batch_free(b);
 }
 
-static void cache_key_init(void)
-{
-	cache_key_ok = pthread_key_create(&cache_key, cache_destroy) == 0;
-}
-
-/* The calling thread's cache, created on first use; NULL if that fails. */
-static struct batch_cache *cache_get(void)
-{
-	if (tl_cache)
-		return tl_cache;
-	pthread_once(&cache_once, cache_key_init);
-	if (!cache_key_ok)
-		return NULL;
-	struct batch_cache *c = calloc(1, sizeof(*c));
-	if (!c)
-		return NULL;
-	if (pthread_setspecific(cache_key, c) != 0) {
-		free(c);
-		return NULL;
-	}
-	tl_cache = c;
-	return c;
-}
+static struct rdb_tcache batch_cache =
+    RDB_TCACHE_INIT_BYTES(MDL_BATCH_CACHE_N, MDL_BATCH_CACHE_TOTAL_BYTES, batch_free_obj);
 
 static size_t batch_bytes(const struct mdl_batch *b)
 {
@@ -135,11 +99,9 @@ static size_t batch_bytes(const struct mdl_batch *b)
 
 int mdl_batch_take(size_t max_points, size_t max_series, struct mdl_batch **out)
 {
-	struct batch_cache *c = tl_cache;
-	if (!c || c->n == 0)
+	struct mdl_batch *b = rdb_tcache_take(&batch_cache);
+	if (!b)
 		return mdl_batch_new(max_points, max_series, out);
-	struct mdl_batch *b = c->b[--c->n];
-	c->total -= c->bytes[c->n];
 	b->max_points = max_points;
 	b->max_series = max_series > UINT32_MAX - 1 ? UINT32_MAX - 1 : max_series;
 	*out = b;
@@ -151,15 +113,13 @@ void mdl_batch_give(struct mdl_batch *b)
 	if (!b)
 		return;
 	size_t bytes = batch_bytes(b);
-	struct batch_cache *c = bytes <= MDL_BATCH_CACHE_BYTES ? cache_get() : NULL;
-	if (!c || c->n == MDL_BATCH_CACHE_N || c->total + bytes > MDL_BATCH_CACHE_TOTAL_BYTES) {
+	if (bytes > MDL_BATCH_CACHE_BYTES) {
 		mdl_batch_free(b);
 		return;
 	}
 	mdl_batch_reset(b);
-	c->bytes[c->n] = bytes;
-	c->total += bytes;
-	c->b[c->n++] = b;
+	if (!rdb_tcache_give_bytes(&batch_cache, b, bytes))
+		mdl_batch_free(b);
 }
 
 void mdl_batch_reset(struct mdl_batch *b)
