@@ -31,6 +31,16 @@ struct series_slot {
 	size_t start; /* first index in the grouped columns */
 };
 
+/* A (job, rank) and its hash seed: the metrics of one record share them,
+ * so a record hashes its job once (series_hash). */
+struct seed_cache {
+	bool ok;
+	uint32_t rank;
+	uint16_t jl;
+	uint64_t seed;
+	char job[MDL_JOB_MAX];
+};
+
 struct mdl_batch {
 	size_t max_points, max_series;
 	struct series_slot *series; /* [nseries] */
@@ -47,13 +57,7 @@ struct mdl_batch {
 	 * A batch of records that each name their series once, such as the
 	 * per-rank shape's one record per request, always is. */
 	bool in_order;
-	/* The (job, rank) of the last add and its hash seed: the metrics of
-	 * one record share them, so a record hashes its job once. */
-	bool last_ok;
-	uint32_t last_rank;
-	uint16_t last_jl;
-	uint64_t last_seed;
-	char last_job[MDL_JOB_MAX];
+	struct seed_cache last; /* the (job, rank) of the last add */
 };
 
 int mdl_batch_new(size_t max_points, size_t max_series, struct mdl_batch **out)
@@ -129,32 +133,32 @@ void mdl_batch_reset(struct mdl_batch *b)
 	b->grouped.n = 0;
 	b->dirty = false;
 	b->in_order = true;
-	b->last_ok = false;
+	b->last.ok = false;
 	if (b->table)
 		memset(b->table, 0, b->table_cap * sizeof(*b->table));
 }
 
-/* The seed of a (job, rank): distinct ranks seed distinct hash functions,
- * so the rank needs no bytes of its own. */
-static uint64_t prefix_seed(const char *job, size_t jl, uint32_t rank)
+/* The key hash of (job, rank, metric): XXH3 of the metric seeded by the
+ * seed of its (job, rank), in which distinct ranks seed distinct hash
+ * functions, so the rank needs no bytes of its own. The seed is taken from
+ * c when it holds this (job, rank), else computed (and kept in c, when c
+ * is not NULL). jl <= MDL_JOB_MAX. The one place the hash is made: the
+ * batch's table and mdl_series_key_hash (the store's series cache) must
+ * agree. */
+static uint64_t series_hash(struct seed_cache *c, const char *job, size_t jl, uint32_t rank,
+			    const char *metric, size_t ml)
 {
-	return rdb_hash64(job, jl, UINT64_C(0x9e3779b97f4a7c15) + rank);
-}
-
-/* key hash of (job, rank, metric), the job's seed taken from the last add
- * when it had the same (job, rank). jl <= MDL_JOB_MAX. */
-static uint64_t key_hash(struct mdl_batch *b, const char *job, size_t jl, uint32_t rank,
-			 const char *metric, size_t ml)
-{
-	if (!b->last_ok || b->last_rank != rank || b->last_jl != jl ||
-	    memcmp(b->last_job, job, jl) != 0) {
-		b->last_seed = prefix_seed(job, jl, rank);
-		b->last_rank = rank;
-		b->last_jl = (uint16_t)jl;
-		memcpy(b->last_job, job, jl);
-		b->last_ok = true;
+	if (c && c->ok && c->rank == rank && c->jl == jl && memcmp(c->job, job, jl) == 0)
+		return rdb_hash64(metric, ml, c->seed);
+	uint64_t seed = rdb_hash64(job, jl, UINT64_C(0x9e3779b97f4a7c15) + rank);
+	if (c) {
+		c->seed = seed;
+		c->rank = rank;
+		c->jl = (uint16_t)jl;
+		memcpy(c->job, job, jl);
+		c->ok = true;
 	}
-	return rdb_hash64(metric, ml, b->last_seed);
+	return rdb_hash64(metric, ml, seed);
 }
 
 uint64_t mdl_batch_series_hash(const struct mdl_batch *b, size_t i)
@@ -165,7 +169,7 @@ uint64_t mdl_batch_series_hash(const struct mdl_batch *b, size_t i)
 uint64_t mdl_series_key_hash(const char *job, size_t jl, uint32_t rank, const char *metric,
 			     size_t ml)
 {
-	return rdb_hash64(metric, ml, prefix_seed(job, jl, rank));
+	return series_hash(NULL, job, jl, rank, metric, ml);
 }
 
 /* Cheap fields first; the names by their known lengths (a name holds no
@@ -207,7 +211,7 @@ static int intern(struct mdl_batch *b, const char *job, size_t jl, uint32_t rank
 		if (rc)
 			return rc;
 	}
-	uint64_t h = key_hash(b, job, jl, rank, metric, ml);
+	uint64_t h = series_hash(&b->last, job, jl, rank, metric, ml);
 	size_t pos = h & (b->table_cap - 1);
 	while (b->table[pos]) {
 		uint32_t i = b->table[pos] - 1;
