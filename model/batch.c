@@ -182,18 +182,25 @@ static bool slot_matches(const struct series_slot *s, uint64_t h, const char *jo
 	       memcmp(s->s.key.job, job, jl) == 0;
 }
 
+/* Enters series 0 .. n-1 into the empty table t of cap slots (linear
+ * probing). */
+static void table_fill(uint32_t *t, size_t cap, const struct series_slot *series, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		size_t pos = series[i].hash & (cap - 1);
+		while (t[pos])
+			pos = (pos + 1) & (cap - 1);
+		t[pos] = (uint32_t)(i + 1);
+	}
+}
+
 static int table_grow(struct mdl_batch *b)
 {
 	size_t cap = b->table_cap ? b->table_cap * 2 : 64;
 	uint32_t *t = calloc(cap, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
-	for (size_t i = 0; i < b->nseries; i++) {
-		size_t pos = b->series[i].hash & (cap - 1);
-		while (t[pos])
-			pos = (pos + 1) & (cap - 1);
-		t[pos] = (uint32_t)(i + 1);
-	}
+	table_fill(t, cap, b->series, b->nseries);
 	free(b->table);
 	b->table = t;
 	b->table_cap = cap;
@@ -302,41 +309,46 @@ size_t mdl_batch_nseries(const struct mdl_batch *b)
 	return b->nseries;
 }
 
-/* Points each series' view at its points in pts, which are grouped
- * already (in_order). */
-static void group_in_place(struct mdl_batch *b)
+/* Sets each series' start to the running sum of the counts before it:
+ * where its points are (or go) in grouped columns. */
+static void set_starts(struct mdl_batch *b)
 {
 	size_t off = 0;
 	for (size_t i = 0; i < b->nseries; i++) {
+		b->series[i].start = off;
+		off += b->series[i].count;
+	}
+}
+
+/* Points each series' view at its count points from its start in c. */
+static void set_views(struct mdl_batch *b, const struct mdl_cols *c)
+{
+	for (size_t i = 0; i < b->nseries; i++) {
 		struct series_slot *s = &b->series[i];
-		s->start = off;
-		off += s->count;
 		s->s.pts.n = s->count;
 		s->s.pts.cap = 0;
-		s->s.pts.ts_ns = b->pts.ts_ns + s->start;
-		s->s.pts.step = b->pts.step + s->start;
-		s->s.pts.attempt = b->pts.attempt + s->start;
-		s->s.pts.value = b->pts.value + s->start;
+		s->s.pts.ts_ns = c->ts_ns + s->start;
+		s->s.pts.step = c->step + s->start;
+		s->s.pts.attempt = c->attempt + s->start;
+		s->s.pts.value = c->value + s->start;
 	}
 	b->dirty = false;
 }
 
-/* Groups points by series (stable) and points each series' view at them. */
+/* Groups points by series (stable) and points each series' view at them:
+ * in pts itself when they arrived grouped (in_order). */
 static int regroup(struct mdl_batch *b)
 {
+	set_starts(b);
 	if (b->in_order) {
-		group_in_place(b);
+		set_views(b, &b->pts);
 		return 0;
 	}
 	int rc = mdl_cols_reserve(&b->grouped, b->pts.n);
 	if (rc)
 		return rc;
-	size_t off = 0;
-	for (size_t i = 0; i < b->nseries; i++) {
-		b->series[i].start = off;
-		off += b->series[i].count;
+	for (size_t i = 0; i < b->nseries; i++)
 		b->series[i].count = 0;
-	}
 	struct mdl_cols *g = &b->grouped;
 	for (size_t p = 0; p < b->pts.n; p++) {
 		struct series_slot *s = &b->series[b->pt_series[p]];
@@ -347,16 +359,7 @@ static int regroup(struct mdl_batch *b)
 		g->value[at] = b->pts.value[p];
 	}
 	g->n = b->pts.n;
-	for (size_t i = 0; i < b->nseries; i++) {
-		struct series_slot *s = &b->series[i];
-		s->s.pts.n = s->count;
-		s->s.pts.cap = 0;
-		s->s.pts.ts_ns = g->ts_ns + s->start;
-		s->s.pts.step = g->step + s->start;
-		s->s.pts.attempt = g->attempt + s->start;
-		s->s.pts.value = g->value + s->start;
-	}
-	b->dirty = false;
+	set_views(b, g);
 	return 0;
 }
 
@@ -380,12 +383,7 @@ static void truncate_points(struct mdl_batch *b, size_t n, size_t nseries)
 		 * tombstones) */
 		b->nseries = nseries;
 		memset(b->table, 0, b->table_cap * sizeof(*b->table));
-		for (size_t i = 0; i < nseries; i++) {
-			size_t pos = b->series[i].hash & (b->table_cap - 1);
-			while (b->table[pos])
-				pos = (pos + 1) & (b->table_cap - 1);
-			b->table[pos] = (uint32_t)(i + 1);
-		}
+		table_fill(b->table, b->table_cap, b->series, nseries);
 	}
 	for (size_t i = 0; i < b->nseries; i++)
 		b->series[i].count = 0;
