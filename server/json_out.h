@@ -64,6 +64,10 @@ size_t srv_fmt_u64(char *p, uint64_t v);
 /* The HTTP status of a query error code: 400 invalid, 404 not found, 413
  * too large, 422 limit or unsupported, 500 internal. */
 int srv_qry_status(enum qry_code code);
+/* A serialiser's failed write (query_json.c): RDB_ELIMIT is QRY_E_TOO_LARGE
+ * "the response would exceed max_response_bytes; <advice>", anything else
+ * QRY_E_INTERNAL "writing the response: <error>". Returns rc. */
+int srv_out_failed(struct qry_error *err, int rc, const char *advice);
 
 /* ---- endpoint serialisers (query_json.c, events_json.c) --------------------------------
  * Each writes the endpoint's whole JSON body into out. 0, or rc with err

@@ -35,8 +35,7 @@ int srv_qry_status(enum qry_code code)
 	return 500;
 }
 
-/* A failed write: 413 with the endpoint's advice, or 500. Returns rc. */
-static int out_failed(struct qry_error *err, int rc, const char *advice)
+int srv_out_failed(struct qry_error *err, int rc, const char *advice)
 {
 	if (rc == RDB_ELIMIT)
 		return qry_fail(err, QRY_E_TOO_LARGE, rc,
@@ -44,18 +43,6 @@ static int out_failed(struct qry_error *err, int rc, const char *advice)
 				"max_response_bytes; %s",
 				advice);
 	return qry_fail(err, QRY_E_INTERNAL, rc, "writing the response: %s", rdb_strerror(rc));
-}
-
-/* The catalog listings' failure: "response would exceed ...; <what>" or
- * "<what>: <error>". */
-static int listing_failed(struct qry_error *err, int rc, const char *what)
-{
-	if (rc == RDB_ELIMIT)
-		return qry_fail(err, QRY_E_TOO_LARGE, rc,
-				"response would exceed "
-				"max_response_bytes; %s",
-				what);
-	return qry_fail(err, QRY_E_INTERNAL, rc, "%s: %s", what, rdb_strerror(rc));
 }
 
 static int put_str(struct rdb_buf *out, const char *s)
@@ -128,7 +115,7 @@ int srv_write_jobs(struct rdb_buf *out, const struct qry_jobs *r,
 	}
 	if (rc == 0)
 		rc = rdb_buf_puts(out, "]}");
-	return rc ? listing_failed(err, rc, "listing jobs") : 0;
+	return rc ? qry_fail_listing(err, rc, "listing jobs") : 0;
 }
 
 int srv_write_metrics(struct rdb_buf *out, const struct qry_metrics *r, struct qry_error *err)
@@ -146,7 +133,7 @@ int srv_write_metrics(struct rdb_buf *out, const struct qry_metrics *r, struct q
 	}
 	if (rc == 0)
 		rc = rdb_buf_puts(out, "]}");
-	return rc ? listing_failed(err, rc, "listing metrics") : 0;
+	return rc ? qry_fail_listing(err, rc, "listing metrics") : 0;
 }
 
 int srv_write_ranks(struct rdb_buf *out, const struct qry_ranks *r, struct qry_error *err)
@@ -160,7 +147,7 @@ int srv_write_ranks(struct rdb_buf *out, const struct qry_ranks *r, struct qry_e
 		rc = srv_json_u32s(out, r->v, r->n);
 	if (rc == 0)
 		rc = rdb_buf_printf(out, "],\"job_level\":%s}", r->job_level ? "true" : "false");
-	return rc ? listing_failed(err, rc, "listing ranks") : 0;
+	return rc ? qry_fail_listing(err, rc, "listing ranks") : 0;
 }
 
 /* ---- raw points ---------------------------------------------------------------------- */
@@ -204,7 +191,7 @@ int srv_write_points(struct rdb_buf *out, const struct qry_points *r, struct qry
 		rc = write_series_points(out, &r->v[i], i == 0);
 	if (rc == 0)
 		rc = rdb_buf_printf(out, "],\"points\":%zu}", r->total);
-	return rc ? out_failed(err, rc, "narrow the query") : 0;
+	return rc ? srv_out_failed(err, rc, "narrow the query") : 0;
 }
 
 /* ---- downsample ---------------------------------------------------------------------- */
@@ -345,7 +332,7 @@ int srv_write_downsample(struct rdb_buf *out, const struct qry_ds_result *r, str
 				    (unsigned long long)r->totals.from_rollups);
 	if (rc == 0)
 		rc = write_totals(out, &r->totals);
-	return rc ? out_failed(err, rc, ds_advice) : 0;
+	return rc ? srv_out_failed(err, rc, ds_advice) : 0;
 }
 
 /* ---- cross-rank ------------------------------------------------------------------------ */
@@ -452,7 +439,7 @@ int srv_write_crossrank(struct rdb_buf *out, const struct qry_xr_result *r, stru
 		rc = rdb_buf_printf(out, ",\"buckets\":%zu", r->nrows);
 	if (rc == 0)
 		rc = write_totals(out, &r->totals);
-	return rc ? out_failed(err, rc, ds_advice) : 0;
+	return rc ? srv_out_failed(err, rc, ds_advice) : 0;
 }
 
 /* ---- outliers ---------------------------------------------------------------------------- */
@@ -574,5 +561,5 @@ int srv_write_outliers(struct rdb_buf *out, const struct qry_out_result *o, stru
 		rc = rdb_buf_putc(out, ']');
 	if (rc == 0)
 		rc = write_totals(out, &o->totals);
-	return rc ? out_failed(err, rc, ds_advice) : 0;
+	return rc ? srv_out_failed(err, rc, ds_advice) : 0;
 }
