@@ -76,6 +76,7 @@
  */
 #include "ingest/lp_int.h"
 #include "ingest/decfloat.h"
+#include "ingest/echo.h"
 #include "common/rdb_err.h"
 #include "common/rdb_sort.h"
 #include "common/rdb_tcache.h"
@@ -135,28 +136,7 @@ int ing_lp_precision(const char *s, int64_t *precision_ns)
  * output characters, then "..." when cut. out has room for max + 4 bytes. */
 const char *ilp_echo(char *out, const char *s, size_t n, size_t max)
 {
-	static const char hex[] = "0123456789abcdef";
-	size_t o = 0, i = 0;
-	for (; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-		bool plain = c >= 0x20 && c < 0x7f;
-		if (o + (plain ? 1 : 4) > max)
-			break;
-		if (plain) {
-			out[o++] = (char)c;
-			continue;
-		}
-		out[o++] = '\\';
-		out[o++] = 'x';
-		out[o++] = hex[c >> 4];
-		out[o++] = hex[c & 15];
-	}
-	if (i < n) {
-		memcpy(out + o, "...", 3);
-		o += 3;
-	}
-	out[o] = 0;
-	return out;
+	return ing_echo(out, s, n, n, max);
 }
 
 static struct ing_error *next_error(struct lp *ps)
