@@ -233,14 +233,14 @@ static int64_t sat_mul(int64_t a, int64_t b)
 	return r;
 }
 
-/* A cell's text into p (room for SRV_FMT_VALUE_MAX bytes); returns its
- * length. */
 /* The first step or ns of bucket key (saturated). */
 static int64_t bucket_start(int64_t key, int64_t width)
 {
 	return width ? sat_mul(key, width) : 0;
 }
 
+/* A cell's text into p (room for SRV_FMT_VALUE_MAX bytes); returns its
+ * length. */
 static size_t fmt_cell(char *p, const struct qry_buckets *bs, size_t i, enum col c, double q,
 		       int64_t width)
 {
