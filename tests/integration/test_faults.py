@@ -25,6 +25,7 @@ FLAGS = ["--admin-token", TOKEN, "--max-query-points", "10000000", "--checkpoint
 NWRITERS = 3  # writer 1 sends batch ids (and one log record per batch)
 PER = 40  # records (points) per batch
 RUN_S = 0.7  # writing time per run, under the fault for most of it
+FIRE_WAIT_S = 60  # a loaded machine may take this long to reach a late write site
 
 # (point, hit from which it fails): early enough to fire in a short run,
 # late enough that the same site succeeded a few times before. Not here:
@@ -114,8 +115,11 @@ def _background(s, stop):
                 return
 
 
-def _run(s, spec, kill):
-    """Starts s with RANKDB_FAULTS=spec, writes under it, stops it."""
+def _run(s, spec, kill, point=None):
+    """Starts s with RANKDB_FAULTS=spec, writes under it, stops it. With
+    point, the writing goes on past RUN_S until that write site's fault
+    fired (or FIRE_WAIT_S): a checkpoint-driven site (seg_create@2 wants
+    the second checkpoint) is not reached in RUN_S on a busy machine."""
     s.env = {"RANKDB_FAULTS": spec}
     s.start()
     s.env = {}
@@ -134,6 +138,10 @@ def _run(s, spec, kill):
     bg = threading.Thread(target=_background, args=(s, bg_stop), daemon=True)
     bg.start()
     time.sleep(RUN_S)
+    marker = "injected fault: write site %s " % point if point else None
+    deadline = time.monotonic() + FIRE_WAIT_S
+    while marker and marker not in s.log_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
     bg_stop.set()
     bg.join(60)
     if kill:
@@ -185,7 +193,7 @@ def test_fault_walk_every_write_site_is_exactly_once():
     for i, (point, nth) in enumerate(POINTS):
         kill = i % 2 == 1  # alternate SIGTERM and kill -9
         s = Server(FLAGS, name="walk-" + point)
-        ws = _run(s, "%s=ENOSPC@%d+%s" % (point, nth, PAIRED.get(point, "")), kill)
+        ws = _run(s, "%s=ENOSPC@%d+%s" % (point, nth, PAIRED.get(point, "")), kill, point)
         assert "injected fault: write site %s " % point in s.log_text(), \
             "%s never fired: the walk did not reach this write site\n%s" % (point, s.log_tail(20))
         s.start()
