@@ -20,8 +20,8 @@
  * whole response, malformed response, no answer within --timeout-s) closes
  * the socket and resends on a new connection, up to MAX_IO_FAILURES times in
  * a row. A connection the server closes (Connection: close, or EOF while
- * idle) is reopened when it is next needed; every reopening is counted in
- * reconnects.
+ * idle) is reopened when it is next needed; reconnects counts the
+ * connections established again after an earlier one of theirs ended.
  *
  * Timers (retry waits, request deadlines) are checked by a sweep of the
  * thread's connections at most every SWEEP_S; epoll_wait never waits longer.
@@ -69,7 +69,7 @@ struct conn {
 	int fd; /* -1 when closed */
 	enum conn_state state;
 	int out_armed;	   /* EPOLLOUT is in the epoll mask */
-	int was_open;	   /* opened once: a later connect is a reconnect */
+	int was_open;	   /* established once: a later one is a reconnect */
 	uint32_t id;	   /* connection number, for messages */
 	size_t send;	   /* current send number */
 	uint32_t attempt;  /* 429/503 resends of this send */
@@ -136,6 +136,14 @@ static void conn_close(struct conn *c)
 	c->out_armed = 0;
 }
 
+/* The connection is established; opening it again counts as a reconnect. */
+static void connected(struct loop *l, struct conn *c)
+{
+	if (c->was_open)
+		l->reconnects++;
+	c->was_open = 1;
+}
+
 /* Opens c->fd (non-blocking unless blocking is set) and adds it to epoll.
  * 0 when connected, -EINPROGRESS when the connect is under way, or a
  * negative errno (c->fd stays -1). */
@@ -168,9 +176,8 @@ static int conn_open(struct loop *l, struct conn *c, int blocking)
 	}
 	c->fd = fd;
 	c->out_armed = rc == -EINPROGRESS;
-	if (c->was_open)
-		l->reconnects++;
-	c->was_open = 1;
+	if (rc == 0)
+		connected(l, c);
 	return rc;
 }
 
@@ -377,6 +384,7 @@ static void on_writable(struct loop *l, struct conn *c)
 			io_failure(l, c, -err);
 			return;
 		}
+		connected(l, c);
 		set_mask(l, c, 0);
 		begin_request(l, c);
 	} else if (c->state == C_SENDING) {
