@@ -376,7 +376,8 @@ static void print_summary(struct load_run *run, double secs, double proc_cpu_s)
 	    atomic_load(&st->ok_bodies) + atomic_load(&st->retries) + atomic_load(&st->errors);
 	double pps = secs > 0 ? (double)points / secs : 0.0;
 	double mbps = secs > 0 ? (double)bytes / 1e6 / secs : 0.0;
-	double cpu_us = requests ? run->loader_cpu_s * 1e6 / (double)requests : 0.0;
+	double cpu_s = run->loader_user_s + run->loader_sys_s;
+	double cpu_us = requests ? cpu_s * 1e6 / (double)requests : 0.0;
 	double q[3];
 
 	latency_summary(run->latency_ms, run->sends, q);
@@ -391,20 +392,20 @@ static void print_summary(struct load_run *run, double secs, double proc_cpu_s)
 	printf("retries      %" PRIu64 "\n", (uint64_t)atomic_load(&st->retries));
 	printf("reconnects   %" PRIu64 "\n", (uint64_t)atomic_load(&st->reconnects));
 	printf("latency ms   p50 %.2f  p99 %.2f  max %.2f\n", q[0], q[1], q[2]);
-	printf("loader CPU   %.3f s in %u event-loop thread(s), %.2f us/request "
-	       "(whole process %.3f s)\n",
-	       run->loader_cpu_s, run->o->threads, cpu_us, proc_cpu_s);
+	printf("loader CPU   %.3f s (user %.3f, sys %.3f) in %u event-loop thread(s), "
+	       "%.2f us/request (whole process %.3f s)\n",
+	       cpu_s, run->loader_user_s, run->loader_sys_s, run->o->threads, cpu_us, proc_cpu_s);
 	if (run->o->sink)
 		printf("loader ceiling points/s: %.0f\n", pps);
 	printf("result points=%" PRIu64 " bodies=%" PRIu64 " bytes=%" PRIu64
 	       " seconds=%.4f points_per_s=%.0f mb_per_s=%.1f errors=%" PRIu64 " retries=%" PRIu64
 	       " reconnects=%" PRIu64 " p50_ms=%.2f p99_ms=%.2f"
-	       " max_ms=%.2f threads=%u loader_cpu_s=%.3f loader_cpu_us_per_req=%.2f"
-	       " process_cpu_s=%.3f\n",
+	       " max_ms=%.2f threads=%u loader_cpu_s=%.3f loader_user_s=%.3f loader_sys_s=%.3f"
+	       " loader_cpu_us_per_req=%.2f process_cpu_s=%.3f\n",
 	       points, (uint64_t)atomic_load(&st->ok_bodies), bytes, secs, pps, mbps,
 	       (uint64_t)atomic_load(&st->errors), (uint64_t)atomic_load(&st->retries),
-	       (uint64_t)atomic_load(&st->reconnects), q[0], q[1], q[2], run->o->threads,
-	       run->loader_cpu_s, cpu_us, proc_cpu_s);
+	       (uint64_t)atomic_load(&st->reconnects), q[0], q[1], q[2], run->o->threads, cpu_s,
+	       run->loader_user_s, run->loader_sys_s, cpu_us, proc_cpu_s);
 }
 
 static void print_workload(const struct load_run *run, double gen_s)

@@ -64,7 +64,7 @@ struct load_run {
 	size_t sends;	    /* p->n * o->repeat */
 	double *latency_ms; /* [sends], per 2xx send, written by the send's owner; 0 = not sent */
 	struct load_stats st;
-	double loader_cpu_s; /* user + sys of the event-loop threads in the timed phase */
+	double loader_user_s, loader_sys_s; /* of the event-loop threads in the timed phase */
 };
 
 /* Runs the timed HTTP phase: o->connections keep-alive connections spread

@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -92,7 +93,7 @@ struct loop {
 	uint32_t queued;
 	double now_s; /* time of the last wakeup */
 	uint64_t ok, points, bytes, retries, reconnects;
-	double cpu_s;
+	double user_s, sys_s; /* CPU of the timed phase */
 	char rbuf[RBUF_BYTES];
 };
 
@@ -103,11 +104,16 @@ double load_now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static double thread_cpu_s(void)
+/* user and sys seconds of the calling thread */
+static void thread_cpu_s(double *user_s, double *sys_s)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	struct rusage ru;
+
+	*user_s = *sys_s = 0.0;
+	if (getrusage(RUSAGE_THREAD, &ru) != 0)
+		return;
+	*user_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6;
+	*sys_s = (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
 }
 
 static void start_attempt(struct loop *l, struct conn *c);
@@ -449,7 +455,7 @@ static void *loop_main(void *arg)
 {
 	struct loop *l = arg;
 	struct load_run *run = l->run;
-	double cpu0;
+	double user0, sys0;
 
 	for (uint32_t k = 0; k < l->n; k++) {
 		int rc = conn_open(l, &l->conns[k], 1);
@@ -460,13 +466,15 @@ static void *loop_main(void *arg)
 		}
 	}
 	pthread_barrier_wait(l->start);
-	cpu0 = thread_cpu_s();
+	thread_cpu_s(&user0, &sys0);
 	l->now_s = load_now_s();
 	for (uint32_t k = 0; k < l->n; k++)
 		next_send(l, &l->conns[k]);
 	run_queue(l);
 	run_loop(l);
-	l->cpu_s = thread_cpu_s() - cpu0;
+	thread_cpu_s(&l->user_s, &l->sys_s);
+	l->user_s -= user0;
+	l->sys_s -= sys0;
 	atomic_fetch_add(&run->st.ok_bodies, l->ok);
 	atomic_fetch_add(&run->st.points, l->points);
 	atomic_fetch_add(&run->st.bytes, l->bytes);
@@ -549,9 +557,11 @@ double load_ev_run(struct load_run *run)
 	for (uint32_t t = 0; t < nt; t++)
 		pthread_join(ls[t].th, NULL);
 	t1 = load_now_s();
-	run->loader_cpu_s = 0;
-	for (uint32_t t = 0; t < nt; t++)
-		run->loader_cpu_s += ls[t].cpu_s;
+	run->loader_user_s = run->loader_sys_s = 0;
+	for (uint32_t t = 0; t < nt; t++) {
+		run->loader_user_s += ls[t].user_s;
+		run->loader_sys_s += ls[t].sys_s;
+	}
 	pthread_barrier_destroy(&start);
 	loops_free(ls, nt);
 	return t1 - t0;
