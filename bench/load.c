@@ -395,17 +395,20 @@ static void print_summary(struct load_run *run, double secs, double proc_cpu_s)
 	printf("loader CPU   %.3f s (user %.3f, sys %.3f) in %u event-loop thread(s), "
 	       "%.2f us/request (whole process %.3f s)\n",
 	       cpu_s, run->loader_user_s, run->loader_sys_s, run->o->threads, cpu_us, proc_cpu_s);
+	printf("loader wait  %.3f s runnable without a CPU (%.0f%% of the wall time)\n",
+	       run->loader_runq_s,
+	       secs > 0 ? 100.0 * run->loader_runq_s / secs / run->o->threads : 0.0);
 	if (run->o->sink)
 		printf("loader ceiling points/s: %.0f\n", pps);
 	printf("result points=%" PRIu64 " bodies=%" PRIu64 " bytes=%" PRIu64
 	       " seconds=%.4f points_per_s=%.0f mb_per_s=%.1f errors=%" PRIu64 " retries=%" PRIu64
 	       " reconnects=%" PRIu64 " p50_ms=%.2f p99_ms=%.2f"
 	       " max_ms=%.2f threads=%u loader_cpu_s=%.3f loader_user_s=%.3f loader_sys_s=%.3f"
-	       " loader_cpu_us_per_req=%.2f process_cpu_s=%.3f\n",
+	       " loader_cpu_us_per_req=%.2f loader_runq_s=%.3f process_cpu_s=%.3f\n",
 	       points, (uint64_t)atomic_load(&st->ok_bodies), bytes, secs, pps, mbps,
 	       (uint64_t)atomic_load(&st->errors), (uint64_t)atomic_load(&st->retries),
 	       (uint64_t)atomic_load(&st->reconnects), q[0], q[1], q[2], run->o->threads, cpu_s,
-	       run->loader_user_s, run->loader_sys_s, cpu_us, proc_cpu_s);
+	       run->loader_user_s, run->loader_sys_s, cpu_us, run->loader_runq_s, proc_cpu_s);
 }
 
 static void print_workload(const struct load_run *run, double gen_s)

@@ -65,6 +65,7 @@ struct load_run {
 	double *latency_ms; /* [sends], per 2xx send, written by the send's owner; 0 = not sent */
 	struct load_stats st;
 	double loader_user_s, loader_sys_s; /* of the event-loop threads in the timed phase */
+	double loader_runq_s; /* their time runnable but without a CPU (a starved loader) */
 };
 
 /* Runs the timed HTTP phase: o->connections keep-alive connections spread

@@ -94,6 +94,7 @@ struct loop {
 	double now_s; /* time of the last wakeup */
 	uint64_t ok, points, bytes, retries, reconnects;
 	double user_s, sys_s; /* CPU of the timed phase */
+	double runq_s;	      /* time runnable but waiting for a CPU, timed phase */
 	char rbuf[RBUF_BYTES];
 };
 
@@ -102,6 +103,19 @@ double load_now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Seconds the calling thread has waited for a CPU while runnable
+ * (/proc/thread-self/schedstat, field 2); 0 where the kernel lacks it. */
+static double thread_runq_s(void)
+{
+	unsigned long long run_ns, wait_ns;
+	FILE *f = fopen("/proc/thread-self/schedstat", "r");
+	int n = f ? fscanf(f, "%llu %llu", &run_ns, &wait_ns) : 0;
+
+	if (f)
+		fclose(f);
+	return n == 2 ? (double)wait_ns * 1e-9 : 0.0;
 }
 
 /* user and sys seconds of the calling thread */
@@ -455,7 +469,7 @@ static void *loop_main(void *arg)
 {
 	struct loop *l = arg;
 	struct load_run *run = l->run;
-	double user0, sys0;
+	double user0, sys0, runq0;
 
 	for (uint32_t k = 0; k < l->n; k++) {
 		int rc = conn_open(l, &l->conns[k], 1);
@@ -467,6 +481,7 @@ static void *loop_main(void *arg)
 	}
 	pthread_barrier_wait(l->start);
 	thread_cpu_s(&user0, &sys0);
+	runq0 = thread_runq_s();
 	l->now_s = load_now_s();
 	for (uint32_t k = 0; k < l->n; k++)
 		next_send(l, &l->conns[k]);
@@ -475,6 +490,7 @@ static void *loop_main(void *arg)
 	thread_cpu_s(&l->user_s, &l->sys_s);
 	l->user_s -= user0;
 	l->sys_s -= sys0;
+	l->runq_s = thread_runq_s() - runq0;
 	atomic_fetch_add(&run->st.ok_bodies, l->ok);
 	atomic_fetch_add(&run->st.points, l->points);
 	atomic_fetch_add(&run->st.bytes, l->bytes);
@@ -557,10 +573,11 @@ double load_ev_run(struct load_run *run)
 	for (uint32_t t = 0; t < nt; t++)
 		pthread_join(ls[t].th, NULL);
 	t1 = load_now_s();
-	run->loader_user_s = run->loader_sys_s = 0;
+	run->loader_user_s = run->loader_sys_s = run->loader_runq_s = 0;
 	for (uint32_t t = 0; t < nt; t++) {
 		run->loader_user_s += ls[t].user_s;
 		run->loader_sys_s += ls[t].sys_s;
+		run->loader_runq_s += ls[t].runq_s;
 	}
 	pthread_barrier_destroy(&start);
 	loops_free(ls, nt);
