@@ -42,6 +42,7 @@
  * printable ASCII shown as \xHH. Not thread-safe per parser; reentrant.
  */
 #include "ingest/json_int.h"
+#include "ingest/echo.h"
 #include "common/rdb_err.h"
 
 #include <errno.h>
@@ -59,25 +60,7 @@
  * "..." when cut. out has room for ECHO_BUF bytes. */
 const char *ijs_echo(char *out, const char *s, size_t n, size_t max)
 {
-	static const char hex[] = "0123456789abcdef";
-	size_t o = 0;
-	for (size_t i = 0; i < n && i < max; i++) {
-		unsigned char c = (unsigned char)s[i];
-		if (c >= 0x20 && c < 0x7f) {
-			out[o++] = (char)c;
-			continue;
-		}
-		out[o++] = '\\';
-		out[o++] = 'x';
-		out[o++] = hex[c >> 4];
-		out[o++] = hex[c & 15];
-	}
-	if (n > max) {
-		memcpy(out + o, "...", 3);
-		o += 3;
-	}
-	out[o] = 0;
-	return out;
+	return ing_echo(out, s, n, max, 4 * max); /* max_out never binds */
 }
 
 int ijs_fail(struct parser *ps, int rc, long line, const char *field, const char *fmt, ...)

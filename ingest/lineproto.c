@@ -63,7 +63,8 @@
  * options' maxima) at most a few times per call; unescaped bytes go to an
  * arena at least as long as the line; metric names are built in a fixed
  * buffer. The state and its scratch are kept per thread for the next call
- * (lp_take / lp_give, bounded), freed at thread exit. Reentrant.
+ * (lp_take / lp_give over common/rdb_tcache, bounded), freed at thread
+ * exit. Reentrant.
  *
  * Failure: a bad line is counted (res->lines_bad) and the first
  * ING_LP_MAX_ERRORS errors keep record (0-based index among non-blank,
@@ -75,14 +76,15 @@
  */
 #include "ingest/lp_int.h"
 #include "ingest/decfloat.h"
+#include "ingest/echo.h"
 #include "common/rdb_err.h"
 #include "common/rdb_sort.h"
+#include "common/rdb_tcache.h"
 #include "model/series.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -134,28 +136,7 @@ int ing_lp_precision(const char *s, int64_t *precision_ns)
  * output characters, then "..." when cut. out has room for max + 4 bytes. */
 const char *ilp_echo(char *out, const char *s, size_t n, size_t max)
 {
-	static const char hex[] = "0123456789abcdef";
-	size_t o = 0, i = 0;
-	for (; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-		bool plain = c >= 0x20 && c < 0x7f;
-		if (o + (plain ? 1 : 4) > max)
-			break;
-		if (plain) {
-			out[o++] = (char)c;
-			continue;
-		}
-		out[o++] = '\\';
-		out[o++] = 'x';
-		out[o++] = hex[c >> 4];
-		out[o++] = hex[c & 15];
-	}
-	if (i < n) {
-		memcpy(out + o, "...", 3);
-		o += 3;
-	}
-	out[o] = 0;
-	return out;
+	return ing_echo(out, s, n, n, max);
 }
 
 static struct ing_error *next_error(struct lp *ps)
@@ -1108,37 +1089,27 @@ static void lp_free(struct lp *ps)
  * allocated on the first line: at one small body per request that was a
  * 5 KiB calloc, an arena malloc and their frees per request. Each thread
  * keeps its last state (scratch buffers included, when they stayed small)
- * and the next parse on that thread starts from it; a pthread key
- * destructor frees it at thread exit. A nested or concurrent parse on the
- * same thread cannot happen (no callbacks), and if it did it would find no
- * cached state and allocate its own. */
+ * in a per-thread cache (common/rdb_tcache) and the next parse on that
+ * thread starts from it; it is freed at thread exit. A nested or concurrent
+ * parse on the same thread cannot happen (no callbacks), and if it did it
+ * would find no cached state and allocate its own. */
 
 #define LP_CACHE_MAX_BYTES (256u * 1024) /* scratch kept across calls, at most */
 
-static pthread_key_t lp_key;
-static pthread_once_t lp_once = PTHREAD_ONCE_INIT;
-static bool lp_key_ok;
-static _Thread_local struct lp *tl_lp;
-
-static void lp_key_destroy(void *arg)
+static void lp_free_obj(void *ps)
 {
-	lp_free(arg);
-	tl_lp = NULL;
+	lp_free(ps);
 }
 
-static void lp_key_init(void)
-{
-	lp_key_ok = pthread_key_create(&lp_key, lp_key_destroy) == 0;
-}
+static struct rdb_tcache lp_cache = RDB_TCACHE_INIT_BYTES(1, LP_CACHE_MAX_BYTES, lp_free_obj);
 
 /* A parser state with the per-call part zeroed: the thread's cached one,
  * or a new one. NULL when out of memory. */
 static struct lp *lp_take(void)
 {
-	struct lp *ps = tl_lp;
+	struct lp *ps = rdb_tcache_take(&lp_cache);
 	if (!ps)
 		return calloc(1, sizeof(*ps));
-	tl_lp = NULL;
 	/* Everything before dup_bits is per call (line state, counters); the
 	 * scratch pointers are kept, the tables after are written before read. */
 	char *arena = ps->arena, *json_data = (char *)ps->json.data;
@@ -1158,8 +1129,8 @@ static struct lp *lp_take(void)
 	return ps;
 }
 
-/* Keeps ps for the thread's next parse when its scratch is small, else
- * frees it. */
+/* Keeps ps for the thread's next parse when its scratch is small (the
+ * cache's byte bound), else frees it. */
 static void lp_give(struct lp *ps)
 {
 	if (ps->tags != ps->tags_inline) {
@@ -1172,13 +1143,8 @@ static void lp_give(struct lp *ps)
 	}
 	size_t scratch = ps->arena_cap + ps->json.cap + ps->dups_cap * sizeof(*ps->dups) +
 			 ps->items_cap * sizeof(*ps->items);
-	pthread_once(&lp_once, lp_key_init);
-	if (tl_lp || !lp_key_ok || scratch > LP_CACHE_MAX_BYTES ||
-	    pthread_setspecific(lp_key, ps) != 0) {
+	if (!rdb_tcache_give_bytes(&lp_cache, ps, scratch))
 		lp_free(ps);
-		return;
-	}
-	tl_lp = ps;
 }
 
 int ing_lp_parse(const char *body, size_t len, const struct ing_lp_options *opt,

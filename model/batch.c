@@ -10,17 +10,17 @@
  *
  * Bounds: max_points and max_series set at creation; RDB_ELIMIT beyond.
  * Single owner; not thread-safe. mdl_batch_take/give keep a few grown,
- * empty batches per thread (a thread-local list, freed by a pthread key
- * destructor at thread exit), so a request's batch does not cost a dozen
+ * empty batches per thread (common/rdb_tcache, bounded in count and bytes,
+ * freed at thread exit), so a request's batch does not cost a dozen
  * allocations and ~30 KiB of memset each time. The WAL encoding of a batch lives in
  * storage (storage/wal_codec.c).
  */
 #include "model/batch.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
+#include "common/rdb_tcache.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +29,16 @@ struct series_slot {
 	uint64_t hash;
 	size_t count; /* points of this series */
 	size_t start; /* first index in the grouped columns */
+};
+
+/* A (job, rank) and its hash seed: the metrics of one record share them,
+ * so a record hashes its job once (series_hash). */
+struct seed_cache {
+	bool ok;
+	uint32_t rank;
+	uint16_t jl;
+	uint64_t seed;
+	char job[MDL_JOB_MAX];
 };
 
 struct mdl_batch {
@@ -47,13 +57,7 @@ struct mdl_batch {
 	 * A batch of records that each name their series once, such as the
 	 * per-rank shape's one record per request, always is. */
 	bool in_order;
-	/* The (job, rank) of the last add and its hash seed: the metrics of
-	 * one record share them, so a record hashes its job once. */
-	bool last_ok;
-	uint32_t last_rank;
-	uint16_t last_jl;
-	uint64_t last_seed;
-	char last_job[MDL_JOB_MAX];
+	struct seed_cache last; /* the (job, rank) of the last add */
 };
 
 int mdl_batch_new(size_t max_points, size_t max_series, struct mdl_batch **out)
@@ -80,51 +84,15 @@ void mdl_batch_free(struct mdl_batch *b)
 	free(b);
 }
 
-/* ---- per-thread cache -------------------------------------------------------------- */
+/* ---- per-thread cache (common/rdb_tcache) ------------------------------------------ */
 
-struct batch_cache {
-	struct mdl_batch *b[MDL_BATCH_CACHE_N];
-	size_t bytes[MDL_BATCH_CACHE_N]; /* batch_bytes of each, when given */
-	size_t n, total;
-};
-
-static pthread_key_t cache_key;
-static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
-static bool cache_key_ok;
-static _Thread_local struct batch_cache *tl_cache;
-
-static void cache_destroy(void *arg)
+static void batch_free_obj(void *b)
 {
-	struct batch_cache *c = arg;
-	for (size_t i = 0; i < c->n; i++)
-		mdl_batch_free(c->b[i]);
-	free(c);
-	tl_cache = NULL;
+	mdl_batch_free(b);
 }
 
-static void cache_key_init(void)
-{
-	cache_key_ok = pthread_key_create(&cache_key, cache_destroy) == 0;
-}
-
-/* The calling thread's cache, created on first use; NULL if that fails. */
-static struct batch_cache *cache_get(void)
-{
-	if (tl_cache)
-		return tl_cache;
-	pthread_once(&cache_once, cache_key_init);
-	if (!cache_key_ok)
-		return NULL;
-	struct batch_cache *c = calloc(1, sizeof(*c));
-	if (!c)
-		return NULL;
-	if (pthread_setspecific(cache_key, c) != 0) {
-		free(c);
-		return NULL;
-	}
-	tl_cache = c;
-	return c;
-}
+static struct rdb_tcache batch_cache =
+    RDB_TCACHE_INIT_BYTES(MDL_BATCH_CACHE_N, MDL_BATCH_CACHE_TOTAL_BYTES, batch_free_obj);
 
 static size_t batch_bytes(const struct mdl_batch *b)
 {
@@ -135,11 +103,9 @@ static size_t batch_bytes(const struct mdl_batch *b)
 
 int mdl_batch_take(size_t max_points, size_t max_series, struct mdl_batch **out)
 {
-	struct batch_cache *c = tl_cache;
-	if (!c || c->n == 0)
+	struct mdl_batch *b = rdb_tcache_take(&batch_cache);
+	if (!b)
 		return mdl_batch_new(max_points, max_series, out);
-	struct mdl_batch *b = c->b[--c->n];
-	c->total -= c->bytes[c->n];
 	b->max_points = max_points;
 	b->max_series = max_series > UINT32_MAX - 1 ? UINT32_MAX - 1 : max_series;
 	*out = b;
@@ -151,15 +117,13 @@ void mdl_batch_give(struct mdl_batch *b)
 	if (!b)
 		return;
 	size_t bytes = batch_bytes(b);
-	struct batch_cache *c = bytes <= MDL_BATCH_CACHE_BYTES ? cache_get() : NULL;
-	if (!c || c->n == MDL_BATCH_CACHE_N || c->total + bytes > MDL_BATCH_CACHE_TOTAL_BYTES) {
+	if (bytes > MDL_BATCH_CACHE_BYTES) {
 		mdl_batch_free(b);
 		return;
 	}
 	mdl_batch_reset(b);
-	c->bytes[c->n] = bytes;
-	c->total += bytes;
-	c->b[c->n++] = b;
+	if (!rdb_tcache_give_bytes(&batch_cache, b, bytes))
+		mdl_batch_free(b);
 }
 
 void mdl_batch_reset(struct mdl_batch *b)
@@ -169,32 +133,32 @@ void mdl_batch_reset(struct mdl_batch *b)
 	b->grouped.n = 0;
 	b->dirty = false;
 	b->in_order = true;
-	b->last_ok = false;
+	b->last.ok = false;
 	if (b->table)
 		memset(b->table, 0, b->table_cap * sizeof(*b->table));
 }
 
-/* The seed of a (job, rank): distinct ranks seed distinct hash functions,
- * so the rank needs no bytes of its own. */
-static uint64_t prefix_seed(const char *job, size_t jl, uint32_t rank)
+/* The key hash of (job, rank, metric): XXH3 of the metric seeded by the
+ * seed of its (job, rank), in which distinct ranks seed distinct hash
+ * functions, so the rank needs no bytes of its own. The seed is taken from
+ * c when it holds this (job, rank), else computed (and kept in c, when c
+ * is not NULL). jl <= MDL_JOB_MAX. The one place the hash is made: the
+ * batch's table and mdl_series_key_hash (the store's series cache) must
+ * agree. */
+static uint64_t series_hash(struct seed_cache *c, const char *job, size_t jl, uint32_t rank,
+			    const char *metric, size_t ml)
 {
-	return rdb_hash64(job, jl, UINT64_C(0x9e3779b97f4a7c15) + rank);
-}
-
-/* key hash of (job, rank, metric), the job's seed taken from the last add
- * when it had the same (job, rank). jl <= MDL_JOB_MAX. */
-static uint64_t key_hash(struct mdl_batch *b, const char *job, size_t jl, uint32_t rank,
-			 const char *metric, size_t ml)
-{
-	if (!b->last_ok || b->last_rank != rank || b->last_jl != jl ||
-	    memcmp(b->last_job, job, jl) != 0) {
-		b->last_seed = prefix_seed(job, jl, rank);
-		b->last_rank = rank;
-		b->last_jl = (uint16_t)jl;
-		memcpy(b->last_job, job, jl);
-		b->last_ok = true;
+	if (c && c->ok && c->rank == rank && c->jl == jl && memcmp(c->job, job, jl) == 0)
+		return rdb_hash64(metric, ml, c->seed);
+	uint64_t seed = rdb_hash64(job, jl, UINT64_C(0x9e3779b97f4a7c15) + rank);
+	if (c) {
+		c->seed = seed;
+		c->rank = rank;
+		c->jl = (uint16_t)jl;
+		memcpy(c->job, job, jl);
+		c->ok = true;
 	}
-	return rdb_hash64(metric, ml, b->last_seed);
+	return rdb_hash64(metric, ml, seed);
 }
 
 uint64_t mdl_batch_series_hash(const struct mdl_batch *b, size_t i)
@@ -205,7 +169,7 @@ uint64_t mdl_batch_series_hash(const struct mdl_batch *b, size_t i)
 uint64_t mdl_series_key_hash(const char *job, size_t jl, uint32_t rank, const char *metric,
 			     size_t ml)
 {
-	return rdb_hash64(metric, ml, prefix_seed(job, jl, rank));
+	return series_hash(NULL, job, jl, rank, metric, ml);
 }
 
 /* Cheap fields first; the names by their known lengths (a name holds no
@@ -218,18 +182,25 @@ static bool slot_matches(const struct series_slot *s, uint64_t h, const char *jo
 	       memcmp(s->s.key.job, job, jl) == 0;
 }
 
+/* Enters series 0 .. n-1 into the empty table t of cap slots (linear
+ * probing). */
+static void table_fill(uint32_t *t, size_t cap, const struct series_slot *series, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		size_t pos = series[i].hash & (cap - 1);
+		while (t[pos])
+			pos = (pos + 1) & (cap - 1);
+		t[pos] = (uint32_t)(i + 1);
+	}
+}
+
 static int table_grow(struct mdl_batch *b)
 {
 	size_t cap = b->table_cap ? b->table_cap * 2 : 64;
 	uint32_t *t = calloc(cap, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
-	for (size_t i = 0; i < b->nseries; i++) {
-		size_t pos = b->series[i].hash & (cap - 1);
-		while (t[pos])
-			pos = (pos + 1) & (cap - 1);
-		t[pos] = (uint32_t)(i + 1);
-	}
+	table_fill(t, cap, b->series, b->nseries);
 	free(b->table);
 	b->table = t;
 	b->table_cap = cap;
@@ -247,7 +218,7 @@ static int intern(struct mdl_batch *b, const char *job, size_t jl, uint32_t rank
 		if (rc)
 			return rc;
 	}
-	uint64_t h = key_hash(b, job, jl, rank, metric, ml);
+	uint64_t h = series_hash(&b->last, job, jl, rank, metric, ml);
 	size_t pos = h & (b->table_cap - 1);
 	while (b->table[pos]) {
 		uint32_t i = b->table[pos] - 1;
@@ -338,41 +309,46 @@ size_t mdl_batch_nseries(const struct mdl_batch *b)
 	return b->nseries;
 }
 
-/* Points each series' view at its points in pts, which are grouped
- * already (in_order). */
-static void group_in_place(struct mdl_batch *b)
+/* Sets each series' start to the running sum of the counts before it:
+ * where its points are (or go) in grouped columns. */
+static void set_starts(struct mdl_batch *b)
 {
 	size_t off = 0;
 	for (size_t i = 0; i < b->nseries; i++) {
+		b->series[i].start = off;
+		off += b->series[i].count;
+	}
+}
+
+/* Points each series' view at its count points from its start in c. */
+static void set_views(struct mdl_batch *b, const struct mdl_cols *c)
+{
+	for (size_t i = 0; i < b->nseries; i++) {
 		struct series_slot *s = &b->series[i];
-		s->start = off;
-		off += s->count;
 		s->s.pts.n = s->count;
 		s->s.pts.cap = 0;
-		s->s.pts.ts_ns = b->pts.ts_ns + s->start;
-		s->s.pts.step = b->pts.step + s->start;
-		s->s.pts.attempt = b->pts.attempt + s->start;
-		s->s.pts.value = b->pts.value + s->start;
+		s->s.pts.ts_ns = c->ts_ns + s->start;
+		s->s.pts.step = c->step + s->start;
+		s->s.pts.attempt = c->attempt + s->start;
+		s->s.pts.value = c->value + s->start;
 	}
 	b->dirty = false;
 }
 
-/* Groups points by series (stable) and points each series' view at them. */
+/* Groups points by series (stable) and points each series' view at them:
+ * in pts itself when they arrived grouped (in_order). */
 static int regroup(struct mdl_batch *b)
 {
+	set_starts(b);
 	if (b->in_order) {
-		group_in_place(b);
+		set_views(b, &b->pts);
 		return 0;
 	}
 	int rc = mdl_cols_reserve(&b->grouped, b->pts.n);
 	if (rc)
 		return rc;
-	size_t off = 0;
-	for (size_t i = 0; i < b->nseries; i++) {
-		b->series[i].start = off;
-		off += b->series[i].count;
+	for (size_t i = 0; i < b->nseries; i++)
 		b->series[i].count = 0;
-	}
 	struct mdl_cols *g = &b->grouped;
 	for (size_t p = 0; p < b->pts.n; p++) {
 		struct series_slot *s = &b->series[b->pt_series[p]];
@@ -383,16 +359,7 @@ static int regroup(struct mdl_batch *b)
 		g->value[at] = b->pts.value[p];
 	}
 	g->n = b->pts.n;
-	for (size_t i = 0; i < b->nseries; i++) {
-		struct series_slot *s = &b->series[i];
-		s->s.pts.n = s->count;
-		s->s.pts.cap = 0;
-		s->s.pts.ts_ns = g->ts_ns + s->start;
-		s->s.pts.step = g->step + s->start;
-		s->s.pts.attempt = g->attempt + s->start;
-		s->s.pts.value = g->value + s->start;
-	}
-	b->dirty = false;
+	set_views(b, g);
 	return 0;
 }
 
@@ -416,12 +383,7 @@ static void truncate_points(struct mdl_batch *b, size_t n, size_t nseries)
 		 * tombstones) */
 		b->nseries = nseries;
 		memset(b->table, 0, b->table_cap * sizeof(*b->table));
-		for (size_t i = 0; i < nseries; i++) {
-			size_t pos = b->series[i].hash & (b->table_cap - 1);
-			while (b->table[pos])
-				pos = (pos + 1) & (b->table_cap - 1);
-			b->table[pos] = (uint32_t)(i + 1);
-		}
+		table_fill(b->table, b->table_cap, b->series, nseries);
 	}
 	for (size_t i = 0; i < b->nseries; i++)
 		b->series[i].count = 0;

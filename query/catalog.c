@@ -17,16 +17,6 @@
 
 #define SERIES_MAX 1000000u /* series one listing of a job may hold */
 
-static int fail(struct qry_error *err, int rc, const char *what)
-{
-	if (rc == RDB_ELIMIT)
-		return qry_fail(err, QRY_E_TOO_LARGE, rc,
-				"response would exceed "
-				"max_response_bytes; %s",
-				what);
-	return qry_fail(err, QRY_E_INTERNAL, rc, "%s: %s", what, rdb_strerror(rc));
-}
-
 int qry_list_jobs(struct sto *s, int (*fn)(void *arg, const char *job, uint64_t nseries), void *arg)
 {
 	return sto_list_jobs(s, fn, arg);
@@ -154,7 +144,7 @@ int qry_jobs(struct sto *s, bool with_meta, size_t max_meta_bytes, struct qry_jo
 		rc = job_extent(s, &out->v[i]);
 	if (rc) {
 		qry_jobs_free(out);
-		return fail(err, rc, "listing jobs");
+		return qry_fail_listing(err, rc, "listing jobs");
 	}
 	return 0;
 }
@@ -196,7 +186,7 @@ static int job_series(struct sto *s, const char *job, struct series_list *l, str
 	l->max = SERIES_MAX;
 	int rc = sto_list_series(s, job, collect_cb, l);
 	if (rc)
-		return fail(err, rc, "listing the job's series");
+		return qry_fail_listing(err, rc, "listing the job's series");
 	if (l->n == 0)
 		return qry_fail(err, QRY_E_NOT_FOUND, RDB_ENOTFOUND,
 				"unknown job '%.128s' (GET "
@@ -223,7 +213,7 @@ int qry_job_metrics(struct sto *s, const char *job, struct qry_metrics *out, str
 	rdb_sort(l.keys, l.n, sizeof(*l.keys), cmp_metric);
 	out->v = malloc(l.n * sizeof(*out->v));
 	if (!out->v) {
-		rc = fail(err, -ENOMEM, "listing metrics");
+		rc = qry_fail_listing(err, -ENOMEM, "listing metrics");
 		goto out;
 	}
 	snprintf(out->job, sizeof(out->job), "%s", job);
@@ -252,7 +242,7 @@ int qry_job_ranks(struct sto *s, const char *job, struct qry_ranks *out, struct 
 		goto out;
 	out->v = malloc(l.n * sizeof(*out->v));
 	if (!out->v) {
-		rc = fail(err, -ENOMEM, "listing ranks");
+		rc = qry_fail_listing(err, -ENOMEM, "listing ranks");
 		goto out;
 	}
 	snprintf(out->job, sizeof(out->job), "%s", job);

@@ -1,5 +1,6 @@
 /* error.c - filling a struct qry_error (qry.h). Pure. */
 #include "query/qry.h"
+#include "common/rdb_err.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,4 +13,12 @@ int qry_fail(struct qry_error *err, enum qry_code code, int rc, const char *fmt,
 	va_end(ap);
 	err->code = code;
 	return rc;
+}
+
+int qry_fail_listing(struct qry_error *err, int rc, const char *what)
+{
+	if (rc == RDB_ELIMIT)
+		return qry_fail(err, QRY_E_TOO_LARGE, rc,
+				"response would exceed max_response_bytes; %s", what);
+	return qry_fail(err, QRY_E_INTERNAL, rc, "%s: %s", what, rdb_strerror(rc));
 }

@@ -453,6 +453,16 @@ static int span_means(struct sto *s, struct ostate *o, const struct qry_spans *s
 	return 0;
 }
 
+/* The rows' values read: scores them, sorts and lists them (finish). */
+static int score_rows(struct ostate *o, struct qry_error *err)
+{
+	row_values(o);
+	int rc = robust_scores(o->r);
+	if (rc == 0)
+		rc = finish(o);
+	return rc ? fail(err, QRY_E_INTERNAL, rc, "out of memory") : 0;
+}
+
 /* phases mode without <metric>.<phase> series: the job's spans. */
 static int run_spans(struct sto *s, struct ostate *o, struct qry_error *err)
 {
@@ -470,13 +480,7 @@ static int run_spans(struct sto *s, struct ostate *o, struct qry_error *err)
 	if (rc == 0)
 		rc = span_means(s, o, &sp, err);
 	qry_spans_free(&sp);
-	if (rc)
-		return rc;
-	row_values(o);
-	rc = robust_scores(o->r);
-	if (rc == 0)
-		rc = finish(o);
-	return rc ? fail(err, QRY_E_INTERNAL, rc, "out of memory") : 0;
+	return rc ? rc : score_rows(o, err);
 }
 
 static int run(struct sto *s, struct qry_scan *sc, struct ostate *o, struct qry_error *err)
@@ -499,12 +503,8 @@ static int run(struct sto *s, struct qry_scan *sc, struct ostate *o, struct qry_
 	rc = read_means(sc, o, err);
 	if (rc)
 		return rc;
-	row_values(o);
-	rc = robust_scores(o->r);
-	if (rc == 0)
-		rc = finish(o);
 	qry_totals_of(sc, &o->r->totals);
-	return rc ? fail(err, QRY_E_INTERNAL, rc, "out of memory") : 0;
+	return score_rows(o, err);
 }
 
 void qry_out_result_free(struct qry_out_result *r)

@@ -54,6 +54,10 @@ struct qry_error {
 /* Fills err (printf format); returns rc, the error value to propagate. */
 int qry_fail(struct qry_error *err, enum qry_code code, int rc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* A catalog listing's failure (what: "listing jobs", ...): RDB_ELIMIT is
+ * QRY_E_TOO_LARGE "response would exceed max_response_bytes; <what>",
+ * anything else QRY_E_INTERNAL "<what>: <error>". Returns rc. */
+int qry_fail_listing(struct qry_error *err, int rc, const char *what);
 
 /* ---- catalog --------------------------------------------------------------- */
 

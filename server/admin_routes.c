@@ -539,6 +539,15 @@ static bool is(const struct srv_req *req, const char *m)
 	return strcmp(req->method, m) == 0;
 }
 
+/* A reload done: 200 {"reloaded":true,"message":msg}. */
+static void reloaded(struct srv_resp *resp, const char *msg)
+{
+	resp->status = 200;
+	rdb_buf_puts(&resp->body, "{\"reloaded\":true,\"message\":");
+	rdb_buf_json_str(&resp->body, msg, strlen(msg));
+	rdb_buf_putc(&resp->body, '}');
+}
+
 /* Re-reads the detector rules file; a bad file is refused (422) and the
  * rules in force stay. */
 static void do_rules_reload(struct srv_req *req, struct srv_resp *resp)
@@ -553,30 +562,11 @@ static void do_rules_reload(struct srv_req *req, struct srv_resp *resp)
 		srv_error(resp, 422, "rules file refused, the rules in force stay: %s", msg);
 		return;
 	}
-	resp->status = 200;
-	rdb_buf_puts(&resp->body, "{\"reloaded\":true,\"message\":");
-	rdb_buf_json_str(&resp->body, msg, strlen(msg));
-	rdb_buf_putc(&resp->body, '}');
+	reloaded(resp, msg);
 }
 
-/* Re-reads the tokens file; a bad file is refused (422), the tokens in
- * force stay. */
-static void do_tokens_reload(struct srv_resp *resp)
-{
-	char msg[1024];
-	int rc = srv_auth_reload(msg, sizeof(msg));
-	if (rc) {
-		srv_error(resp, rc == RDB_ENOTFOUND ? 409 : 422, "%s", msg);
-		return;
-	}
-	resp->status = 200;
-	rdb_buf_puts(&resp->body, "{\"reloaded\":true,\"message\":");
-	rdb_buf_json_str(&resp->body, msg, strlen(msg));
-	rdb_buf_putc(&resp->body, '}');
-}
-
-/* The other reloads (UDP keys, TLS certificate): 200, 409 when the file is
- * not configured, 422 when refused (what is in force stays). */
+/* The file reloads (tokens, UDP keys, TLS certificate): 200, 409 when the
+ * file is not configured, 422 when refused (what is in force stays). */
 static void do_reload(struct srv_resp *resp, int (*fn)(char *, size_t))
 {
 	char msg[1024];
@@ -585,10 +575,7 @@ static void do_reload(struct srv_resp *resp, int (*fn)(char *, size_t))
 		srv_error(resp, rc == RDB_ENOTFOUND ? 409 : 422, "%s", msg);
 		return;
 	}
-	resp->status = 200;
-	rdb_buf_puts(&resp->body, "{\"reloaded\":true,\"message\":");
-	rdb_buf_json_str(&resp->body, msg, strlen(msg));
-	rdb_buf_putc(&resp->body, '}');
+	reloaded(resp, msg);
 }
 
 /* Routes an authorized request; *action names it for the audit log. */
@@ -633,7 +620,7 @@ static void route(struct srv_req *req, struct srv_resp *resp, const char *rest, 
 		do_checkpoint(req, resp);
 	} else if (strcmp(rest, "tokens/reload") == 0 && is(req, "POST")) {
 		*action = "tokens_reload";
-		do_tokens_reload(resp);
+		do_reload(resp, srv_auth_reload);
 	} else if (strcmp(rest, "udp-keys/reload") == 0 && is(req, "POST")) {
 		*action = "udp_keys_reload";
 		do_reload(resp, srv_udp_auth_reload);

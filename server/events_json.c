@@ -10,14 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int out_failed(struct qry_error *err, int rc)
-{
-	if (rc == RDB_ELIMIT)
-		return qry_fail(err, QRY_E_TOO_LARGE, rc,
-				"the response would exceed "
-				"max_response_bytes; narrow the query or lower limit");
-	return qry_fail(err, QRY_E_INTERNAL, rc, "writing the response: %s", rdb_strerror(rc));
-}
+static const char ev_advice[] = "narrow the query or lower limit";
 
 static int json_i64_or_null(struct rdb_buf *out, int64_t v)
 {
@@ -67,7 +60,7 @@ int srv_write_log_page(struct rdb_buf *out, const struct qry_log_page *r, struct
 		rc = rdb_buf_printf(out, "],\"next_cursor\":\"%s\"}", r->next_cursor);
 	else if (rc == 0)
 		rc = rdb_buf_puts(out, "],\"next_cursor\":null}");
-	return rc ? out_failed(err, rc) : 0;
+	return rc ? srv_out_failed(err, rc, ev_advice) : 0;
 }
 
 int srv_write_around(struct rdb_buf *out, const struct qry_around *r, struct qry_error *err)
@@ -91,7 +84,7 @@ int srv_write_around(struct rdb_buf *out, const struct qry_around *r, struct qry
 		rc = write_log(out, &r->logs.v[i]->ev, i > 0, r->logs.v[i]->ev.step == r->step);
 	if (rc == 0)
 		rc = rdb_buf_puts(out, "]}");
-	return rc ? out_failed(err, rc) : 0;
+	return rc ? srv_out_failed(err, rc, ev_advice) : 0;
 }
 
 /* One rank of one step: the group's spans, of one attempt. */
@@ -136,5 +129,5 @@ int srv_write_spans(struct rdb_buf *out, const struct qry_spans *r, struct qry_e
 	}
 	if (rc == 0)
 		rc = rdb_buf_puts(out, r->ng ? "]}]}" : "]}");
-	return rc ? out_failed(err, rc) : 0;
+	return rc ? srv_out_failed(err, rc, ev_advice) : 0;
 }

@@ -102,19 +102,17 @@ static int add_ranks(struct evparams *p, const char *val)
 		next = strchr(tok, ',');
 		if (next)
 			*next++ = 0;
-		int64_t r;
+		uint32_t r;
 		if (*tok == 0)
 			continue;
-		if (strcmp(tok, "job") == 0)
-			r = MDL_RANK_JOB;
-		else if (srv_parse_i64(tok, &r) || r < 0 || r > MDL_RANK_MAX)
+		if (srv_parse_rank(tok, &r))
 			return bad(p,
 				   "parameter rank: a rank is an integer >= 0 or \"job\", got "
 				   "'%.32s'",
 				   tok);
 		if (p->nranks == MAX_RANKS)
 			return bad(p, "parameter rank: at most %d ranks per query", MAX_RANKS);
-		p->ranks[p->nranks++] = (uint32_t)r;
+		p->ranks[p->nranks++] = r;
 	}
 	return 0;
 }

@@ -136,16 +136,12 @@ static int ev_ranks(struct gf *g, const struct tgt *t, uint32_t **out, size_t *n
 		return gf_chk(g, -ENOMEM);
 	for (size_t i = 0; i < t->ranks.v.n; i++) {
 		const char *s = t->ranks.v.v[i];
-		char *end;
-		long long r = strtoll(s, &end, 10);
-		if (!strcmp(s, "job"))
-			r = MDL_RANK_JOB;
-		else if (end == s || *end || r < 0 || r > MDL_RANK_MAX)
+		if (srv_parse_rank(s, &(*out)[*n]))
 			return gf_fail(g, 400,
 				       "payload rank: a rank is an integer >= 0 or \"job\", "
 				       "got '%.32s'",
 				       s);
-		(*out)[(*n)++] = (uint32_t)r;
+		(*n)++;
 	}
 	return 0;
 }

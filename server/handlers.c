@@ -335,6 +335,17 @@ int srv_parse_i64(const char *s, int64_t *out)
 	return 0;
 }
 
+int srv_parse_rank(const char *s, uint32_t *rank)
+{
+	int64_t r;
+	if (strcmp(s, "job") == 0)
+		r = MDL_RANK_JOB;
+	else if (srv_parse_i64(s, &r) || r < 0 || r > MDL_RANK_MAX)
+		return -EINVAL;
+	*rank = (uint32_t)r;
+	return 0;
+}
+
 struct range_params {
 	const char *job;
 	const char *metrics[256];
@@ -379,10 +390,8 @@ static int split_list(struct range_params *p, const char *val, bool metric, char
 			}
 			continue;
 		}
-		int64_t r;
-		if (strcmp(tok, "job") == 0) {
-			r = MDL_RANK_JOB;
-		} else if (srv_parse_i64(tok, &r) || r < 0 || r > MDL_RANK_MAX) {
+		uint32_t r;
+		if (srv_parse_rank(tok, &r)) {
 			snprintf(why, whylen,
 				 "rank must be an integer >= 0 or \"job\", got '%.32s'", tok);
 			rc = -EINVAL;
@@ -392,7 +401,7 @@ static int split_list(struct range_params *p, const char *val, bool metric, char
 			snprintf(why, whylen, "at most 4096 ranks per query");
 			rc = -EINVAL;
 		} else {
-			p->ranks[p->nranks++] = (uint32_t)r;
+			p->ranks[p->nranks++] = r;
 		}
 	}
 	return rc;

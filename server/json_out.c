@@ -28,6 +28,7 @@
  */
 #include "server/json_out.h"
 #include "common/rdb_le.h"
+#include "server/json_array.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -437,62 +438,31 @@ int srv_json_u64(struct rdb_buf *out, uint64_t v)
 	return rdb_buf_append(out, tmp, srv_fmt_u64(tmp, v));
 }
 
-int srv_json_rank(struct rdb_buf *out, uint32_t rank)
+size_t srv_fmt_rank(char *p, uint32_t rank)
 {
-	if (rank == MDL_RANK_JOB)
-		return rdb_buf_append(out, "\"job\"", 5);
-	return srv_json_u64(out, rank);
+	if (rank == MDL_RANK_JOB) {
+		memcpy(p, "\"job\"", 5);
+		return 5;
+	}
+	return fmt_u64(p, rank);
 }
 
-/* ---- arrays ---------------------------------------------------------------- */
+int srv_json_rank(struct rdb_buf *out, uint32_t rank)
+{
+	char tmp[24];
+	return rdb_buf_append(out, tmp, srv_fmt_rank(tmp, rank));
+}
 
-/* Elements are formatted straight into out: room for a block of at most
- * BLOCK_ELEMS elements of at most `width` bytes each (comma included) is
- * reserved, then they are written. Within `width` of the buffer's bound an
- * element goes through a stack copy and rdb_buf_append, so the bound is hit
- * exactly where appending the text would hit it. */
-#define BLOCK_ELEMS 256
-#define ELEM_MAX    (SRV_FMT_VALUE_MAX + 1)
-
-#define JSON_ARRAY(out, n, width, WRITE)                                                           \
-	do {                                                                                       \
-		for (size_t i = 0; i < (n);) {                                                     \
-			size_t k = (n)-i < BLOCK_ELEMS ? (n)-i : BLOCK_ELEMS;                      \
-			size_t fit = ((out)->max - (out)->len) / (width);                          \
-			if (fit == 0) {                                                            \
-				char tmp_[ELEM_MAX], *p = tmp_;                                    \
-				if (i)                                                             \
-					*p++ = ',';                                                \
-				WRITE;                                                             \
-				int rc_ = rdb_buf_append((out), tmp_, (size_t)(p - tmp_));         \
-				if (rc_)                                                           \
-					return rc_;                                                \
-				i++;                                                               \
-				continue;                                                          \
-			}                                                                          \
-			k = k < fit ? k : fit;                                                     \
-			int rc_ = rdb_buf_reserve((out), k * (width));                             \
-			if (rc_)                                                                   \
-				return rc_;                                                        \
-			char *p = (char *)(out)->data + (out)->len;                                \
-			for (size_t end = i + k; i < end; i++) {                                   \
-				if (i)                                                             \
-					*p++ = ',';                                                \
-				WRITE;                                                             \
-			}                                                                          \
-			(out)->len = (size_t)((uint8_t *)p - (out)->data);                         \
-		}                                                                                  \
-		return 0;                                                                          \
-	} while (0)
+/* ---- arrays (json_array.h) ---------------------------------------------------- */
 
 int srv_json_i64s(struct rdb_buf *out, const int64_t *v, size_t n)
 {
-	JSON_ARRAY(out, n, 21, p += srv_fmt_i64(p, v[i]));
+	SRV_JSON_ARRAY(out, n, 21, p += srv_fmt_i64(p, v[i]));
 }
 
 int srv_json_steps(struct rdb_buf *out, const int64_t *v, size_t n)
 {
-	JSON_ARRAY(out, n, 21, {
+	SRV_JSON_ARRAY(out, n, 21, {
 		if (v[i] == MDL_STEP_NONE) {
 			memcpy(p, "null", 4);
 			p += 4;
@@ -504,17 +474,25 @@ int srv_json_steps(struct rdb_buf *out, const int64_t *v, size_t n)
 
 int srv_json_u32s(struct rdb_buf *out, const uint32_t *v, size_t n)
 {
-	JSON_ARRAY(out, n, 11, p += srv_fmt_u64(p, v[i]));
+	SRV_JSON_ARRAY(out, n, 11, p += srv_fmt_u64(p, v[i]));
 }
 
 int srv_json_values(struct rdb_buf *out, const uint64_t *bits, size_t n)
 {
-	JSON_ARRAY(out, n, SRV_FMT_VALUE_MAX + 1, p += srv_fmt_value(p, bits[i]));
+	SRV_JSON_ARRAY(out, n, SRV_FMT_VALUE_MAX + 1, p += srv_fmt_value(p, bits[i]));
+}
+
+size_t srv_fmt_f64(char *p, double v, bool defined)
+{
+	if (!defined) {
+		memcpy(p, "null", 4);
+		return 4;
+	}
+	return srv_fmt_value(p, rdb_f64_bits(v));
 }
 
 int srv_json_f64(struct rdb_buf *out, double v, bool defined)
 {
-	if (!defined)
-		return rdb_buf_append(out, "null", 4);
-	return srv_json_value(out, rdb_f64_bits(v));
+	char tmp[SRV_FMT_VALUE_MAX];
+	return rdb_buf_append(out, tmp, srv_fmt_f64(tmp, v, defined));
 }

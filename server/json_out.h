@@ -31,6 +31,11 @@ int srv_json_value(struct rdb_buf *out, uint64_t bits);
 int srv_json_f64(struct rdb_buf *out, double v, bool defined);
 /* Writes a rank: a number, or "job" for the job-level pseudo-rank. */
 int srv_json_rank(struct rdb_buf *out, uint32_t rank);
+/* The texts srv_json_f64 and srv_json_rank write, into p (at least
+ * SRV_FMT_VALUE_MAX bytes, not NUL-terminated; bytes past the returned
+ * length may be overwritten, as srv_fmt_value's); return their length. */
+size_t srv_fmt_f64(char *p, double v, bool defined);
+size_t srv_fmt_rank(char *p, uint32_t rank);
 /* Write an integer in decimal. 0 or the rdb_buf error. */
 int srv_json_i64(struct rdb_buf *out, int64_t v);
 int srv_json_u64(struct rdb_buf *out, uint64_t v);
@@ -59,6 +64,10 @@ size_t srv_fmt_u64(char *p, uint64_t v);
 /* The HTTP status of a query error code: 400 invalid, 404 not found, 413
  * too large, 422 limit or unsupported, 500 internal. */
 int srv_qry_status(enum qry_code code);
+/* A serialiser's failed write (query_json.c): RDB_ELIMIT is QRY_E_TOO_LARGE
+ * "the response would exceed max_response_bytes; <advice>", anything else
+ * QRY_E_INTERNAL "writing the response: <error>". Returns rc. */
+int srv_out_failed(struct qry_error *err, int rc, const char *advice);
 
 /* ---- endpoint serialisers (query_json.c, events_json.c) --------------------------------
  * Each writes the endpoint's whole JSON body into out. 0, or rc with err

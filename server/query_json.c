@@ -10,6 +10,7 @@
 #include "server/json_out.h"
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
+#include "server/json_array.h"
 
 #include <errno.h>
 #include <math.h>
@@ -34,8 +35,7 @@ int srv_qry_status(enum qry_code code)
 	return 500;
 }
 
-/* A failed write: 413 with the endpoint's advice, or 500. Returns rc. */
-static int out_failed(struct qry_error *err, int rc, const char *advice)
+int srv_out_failed(struct qry_error *err, int rc, const char *advice)
 {
 	if (rc == RDB_ELIMIT)
 		return qry_fail(err, QRY_E_TOO_LARGE, rc,
@@ -43,18 +43,6 @@ static int out_failed(struct qry_error *err, int rc, const char *advice)
 				"max_response_bytes; %s",
 				advice);
 	return qry_fail(err, QRY_E_INTERNAL, rc, "writing the response: %s", rdb_strerror(rc));
-}
-
-/* The catalog listings' failure: "response would exceed ...; <what>" or
- * "<what>: <error>". */
-static int listing_failed(struct qry_error *err, int rc, const char *what)
-{
-	if (rc == RDB_ELIMIT)
-		return qry_fail(err, QRY_E_TOO_LARGE, rc,
-				"response would exceed "
-				"max_response_bytes; %s",
-				what);
-	return qry_fail(err, QRY_E_INTERNAL, rc, "%s: %s", what, rdb_strerror(rc));
 }
 
 static int put_str(struct rdb_buf *out, const char *s)
@@ -127,7 +115,7 @@ int srv_write_jobs(struct rdb_buf *out, const struct qry_jobs *r,
 	}
 	if (rc == 0)
 		rc = rdb_buf_puts(out, "]}");
-	return rc ? listing_failed(err, rc, "listing jobs") : 0;
+	return rc ? qry_fail_listing(err, rc, "listing jobs") : 0;
 }
 
 int srv_write_metrics(struct rdb_buf *out, const struct qry_metrics *r, struct qry_error *err)
@@ -145,7 +133,7 @@ int srv_write_metrics(struct rdb_buf *out, const struct qry_metrics *r, struct q
 	}
 	if (rc == 0)
 		rc = rdb_buf_puts(out, "]}");
-	return rc ? listing_failed(err, rc, "listing metrics") : 0;
+	return rc ? qry_fail_listing(err, rc, "listing metrics") : 0;
 }
 
 int srv_write_ranks(struct rdb_buf *out, const struct qry_ranks *r, struct qry_error *err)
@@ -155,11 +143,11 @@ int srv_write_ranks(struct rdb_buf *out, const struct qry_ranks *r, struct qry_e
 		rc = put_str(out, r->job);
 	if (rc == 0)
 		rc = rdb_buf_puts(out, ",\"ranks\":[");
-	for (size_t i = 0; rc == 0 && i < r->n; i++)
-		rc = rdb_buf_printf(out, i ? ",%u" : "%u", r->v[i]);
+	if (rc == 0)
+		rc = srv_json_u32s(out, r->v, r->n);
 	if (rc == 0)
 		rc = rdb_buf_printf(out, "],\"job_level\":%s}", r->job_level ? "true" : "false");
-	return rc ? listing_failed(err, rc, "listing ranks") : 0;
+	return rc ? qry_fail_listing(err, rc, "listing ranks") : 0;
 }
 
 /* ---- raw points ---------------------------------------------------------------------- */
@@ -203,7 +191,7 @@ int srv_write_points(struct rdb_buf *out, const struct qry_points *r, struct qry
 		rc = write_series_points(out, &r->v[i], i == 0);
 	if (rc == 0)
 		rc = rdb_buf_printf(out, "],\"points\":%zu}", r->total);
-	return rc ? out_failed(err, rc, "narrow the query") : 0;
+	return rc ? srv_out_failed(err, rc, "narrow the query") : 0;
 }
 
 /* ---- downsample ---------------------------------------------------------------------- */
@@ -245,24 +233,20 @@ static int64_t sat_mul(int64_t a, int64_t b)
 	return r;
 }
 
-/* A cell's text into p (room for CELL_MAX bytes); returns its length. */
-#define CELL_MAX SRV_FMT_VALUE_MAX
-
-static size_t put_f64(char *p, double v, bool defined)
+/* The first step or ns of bucket key (saturated). */
+static int64_t bucket_start(int64_t key, int64_t width)
 {
-	if (!defined) {
-		memcpy(p, "null", 4);
-		return 4;
-	}
-	return srv_fmt_value(p, rdb_f64_bits(v));
+	return width ? sat_mul(key, width) : 0;
 }
 
+/* A cell's text into p (room for SRV_FMT_VALUE_MAX bytes); returns its
+ * length. */
 static size_t fmt_cell(char *p, const struct qry_buckets *bs, size_t i, enum col c, double q,
 		       int64_t width)
 {
 	const struct qry_bucket *b = &bs->b[i];
 	const struct mdl_agg *a = &b->a;
-	int64_t start = width ? sat_mul(b->key, width) : 0;
+	int64_t start = bucket_start(b->key, width);
 	switch (c) {
 	case COL_START:
 		return srv_fmt_i64(p, start);
@@ -273,53 +257,41 @@ static size_t fmt_cell(char *p, const struct qry_buckets *bs, size_t i, enum col
 	case COL_NAN:
 		return srv_fmt_u64(p, a->nan_count);
 	case COL_AVG:
-		return put_f64(p, a->sum / (double)a->count, a->count > 0);
+		return srv_fmt_f64(p, a->sum / (double)a->count, a->count > 0);
 	case COL_MIN:
-		return put_f64(p, a->min, a->count > 0);
+		return srv_fmt_f64(p, a->min, a->count > 0);
 	case COL_MAX:
-		return put_f64(p, a->max, a->count > 0);
+		return srv_fmt_f64(p, a->max, a->count > 0);
 	case COL_SUM:
-		return put_f64(p, a->sum, a->count > 0);
+		return srv_fmt_f64(p, a->sum, a->count > 0);
 	case COL_FIRST:
 		return srv_fmt_value(p, a->first_bits);
 	case COL_LAST:
 		return srv_fmt_value(p, a->last_bits);
 	case COL_Q:
-		return put_f64(
+		return srv_fmt_f64(
 		    p, a->count ? qry_quantile_sorted(bs->vals + b->vals_off, a->count, q) : 0,
 		    a->count > 0);
 	}
 	return 0;
 }
 
-/* One column: its cells are formatted straight into out when room for
- * every one at its longest fits under out's bound, else one at a time
- * through a stack copy (so the bound is hit where appending the text
- * hits it). The same text either way. */
+/* A column's cells, comma-separated, as every array is written
+ * (json_array.h). */
+static int write_cells(struct rdb_buf *out, const struct qry_buckets *bs, enum col c, double q,
+		       int64_t width)
+{
+	SRV_JSON_ARRAY(out, bs->n, SRV_FMT_VALUE_MAX + 1, p += fmt_cell(p, bs, i, c, q, width));
+}
+
+/* ,"<name>":[<cells>] */
 static int write_col(struct rdb_buf *out, const struct qry_buckets *bs, enum col c, double q,
 		     int64_t width)
 {
 	int rc = c == COL_Q ? rdb_buf_printf(out, ",\"p%g\":[", q * 100)
 			    : rdb_buf_printf(out, ",\"%s\":[", col_names[c]);
-	size_t room = 1 + CELL_MAX;
-	if (rc == 0 && bs->n && bs->n <= (out->max - out->len) / room &&
-	    rdb_buf_reserve(out, bs->n * room) == 0) {
-		char *p = (char *)out->data + out->len;
-		for (size_t i = 0; i < bs->n; i++) {
-			if (i)
-				*p++ = ',';
-			p += fmt_cell(p, bs, i, c, q, width);
-		}
-		out->len = (size_t)((uint8_t *)p - out->data);
-		return rdb_buf_putc(out, ']');
-	}
-	for (size_t i = 0; rc == 0 && i < bs->n; i++) {
-		char tmp[1 + CELL_MAX], *p = tmp;
-		if (i)
-			*p++ = ',';
-		p += fmt_cell(p, bs, i, c, q, width);
-		rc = rdb_buf_append(out, tmp, (size_t)(p - tmp));
-	}
+	if (rc == 0)
+		rc = write_cells(out, bs, c, q, width);
 	return rc ? rc : rdb_buf_putc(out, ']');
 }
 
@@ -360,7 +332,7 @@ int srv_write_downsample(struct rdb_buf *out, const struct qry_ds_result *r, str
 				    (unsigned long long)r->totals.from_rollups);
 	if (rc == 0)
 		rc = write_totals(out, &r->totals);
-	return rc ? out_failed(err, rc, ds_advice) : 0;
+	return rc ? srv_out_failed(err, rc, ds_advice) : 0;
 }
 
 /* ---- cross-rank ------------------------------------------------------------------------ */
@@ -379,38 +351,43 @@ enum xcol {
 	X_ARGMAX
 };
 
-static int xr_cell(struct rdb_buf *out, const struct qry_xr_row *r, enum xcol c, size_t qi,
-		   int64_t width)
+/* A row's cell's text into p (room for SRV_FMT_VALUE_MAX bytes); returns
+ * its length. */
+static size_t xr_cell(char *p, const struct qry_xr_row *r, enum xcol c, size_t qi, int64_t width)
 {
-	int64_t start = 0;
-	if (width && __builtin_mul_overflow(r->key, width, &start))
-		start = r->key < 0 ? INT64_MIN : INT64_MAX;
+	int64_t start = bucket_start(r->key, width);
 	switch (c) {
 	case X_START:
-		return srv_json_i64(out, start);
+		return srv_fmt_i64(p, start);
 	case X_END:
-		return srv_json_i64(out, start > INT64_MAX - (width - 1) ? INT64_MAX
-									 : start + width - 1);
+		return srv_fmt_i64(p, sat_add(start, width - 1));
 	case X_COUNT:
-		return srv_json_u64(out, r->count);
+		return srv_fmt_u64(p, r->count);
 	case X_MEAN:
-		return srv_json_f64(out, r->mean, true);
+		return srv_fmt_f64(p, r->mean, true);
 	case X_MIN:
-		return srv_json_f64(out, r->min, true);
+		return srv_fmt_f64(p, r->min, true);
 	case X_MAX:
-		return srv_json_f64(out, r->max, true);
+		return srv_fmt_f64(p, r->max, true);
 	case X_MEDIAN:
-		return srv_json_f64(out, r->median, true);
+		return srv_fmt_f64(p, r->median, true);
 	case X_Q:
-		return srv_json_f64(out, r->q[qi], true);
+		return srv_fmt_f64(p, r->q[qi], true);
 	case X_STDDEV:
-		return srv_json_f64(out, r->stddev, true);
+		return srv_fmt_f64(p, r->stddev, true);
 	case X_ARGMIN:
-		return srv_json_rank(out, r->argmin);
+		return srv_fmt_rank(p, r->argmin);
 	case X_ARGMAX:
-		return srv_json_rank(out, r->argmax);
+		return srv_fmt_rank(p, r->argmax);
 	}
 	return 0;
+}
+
+/* A column's cells, comma-separated (json_array.h). */
+static int xr_cells(struct rdb_buf *out, const struct qry_xr_result *r, enum xcol c, size_t qi)
+{
+	SRV_JSON_ARRAY(out, r->nrows, SRV_FMT_VALUE_MAX + 1,
+		       p += xr_cell(p, &r->rows[i], c, qi, r->width));
 }
 
 static int xr_col(struct rdb_buf *out, const struct qry_xr_result *r, enum xcol c, size_t qi)
@@ -419,12 +396,8 @@ static int xr_col(struct rdb_buf *out, const struct qry_xr_result *r, enum xcol 
 					    "median", "",    "stddev", "argmin", "argmax"};
 	int rc = c == X_Q ? rdb_buf_printf(out, ",\"p%g\":[", r->q[qi] * 100)
 			  : rdb_buf_printf(out, ",\"%s\":[", names[c]);
-	for (size_t i = 0; rc == 0 && i < r->nrows; i++) {
-		if (i)
-			rc = rdb_buf_putc(out, ',');
-		if (rc == 0)
-			rc = xr_cell(out, &r->rows[i], c, qi, r->width);
-	}
+	if (rc == 0)
+		rc = xr_cells(out, r, c, qi);
 	return rc ? rc : rdb_buf_putc(out, ']');
 }
 
@@ -441,8 +414,8 @@ static int xr_head(struct rdb_buf *out, const struct qry_xr_result *r)
 		rc =
 		    rdb_buf_printf(out, ",\"axis\":\"%s\",\"width\":%lld,\"ranks\":[",
 				   r->axis == QRY_AXIS_STEP ? "step" : "time", (long long)r->width);
-	for (size_t i = 0; rc == 0 && i < r->nranks; i++)
-		rc = rdb_buf_printf(out, i ? ",%u" : "%u", r->ranks[i]);
+	if (rc == 0)
+		rc = srv_json_u32s(out, r->ranks, r->nranks);
 	return rc ? rc : rdb_buf_putc(out, ']');
 }
 
@@ -466,7 +439,7 @@ int srv_write_crossrank(struct rdb_buf *out, const struct qry_xr_result *r, stru
 		rc = rdb_buf_printf(out, ",\"buckets\":%zu", r->nrows);
 	if (rc == 0)
 		rc = write_totals(out, &r->totals);
-	return rc ? out_failed(err, rc, ds_advice) : 0;
+	return rc ? srv_out_failed(err, rc, ds_advice) : 0;
 }
 
 /* ---- outliers ---------------------------------------------------------------------------- */
@@ -588,5 +561,5 @@ int srv_write_outliers(struct rdb_buf *out, const struct qry_out_result *o, stru
 		rc = rdb_buf_putc(out, ']');
 	if (rc == 0)
 		rc = write_totals(out, &o->totals);
-	return rc ? out_failed(err, rc, ds_advice) : 0;
+	return rc ? srv_out_failed(err, rc, ds_advice) : 0;
 }

@@ -146,15 +146,12 @@ static int add_ranks(struct qparams *p, const char *key, const char *val)
 	if (rc == RDB_ELIMIT)
 		return bad(p, "parameter %s: at most %s ranks per query", key, "4096");
 	for (size_t i = 0; rc == 0 && i < nt; i++) {
-		int64_t r;
-		if (strcmp(tok[i], "job") == 0)
-			r = MDL_RANK_JOB;
-		else if (srv_parse_i64(tok[i], &r) || r < 0 || r > MDL_RANK_MAX)
+		if (srv_parse_rank(tok[i], &p->ranks[p->nranks]))
 			return bad(p,
 				   "parameter %s: a rank is an integer >= 0 or \"job\", got "
 				   "'%.32s'",
 				   key, tok[i]);
-		p->ranks[p->nranks++] = (uint32_t)r;
+		p->nranks++;
 	}
 	return rc;
 }

@@ -186,6 +186,10 @@ int srv_req_body(const struct srv_req *req, struct rdb_buf *inflated, const uint
 
 /* Parses a whole decimal int64 query parameter. 0 or -EINVAL. */
 int srv_parse_i64(const char *s, int64_t *out);
+/* Parses a rank as every parameter and payload names one: a decimal
+ * integer 0..MDL_RANK_MAX, or "job" (MDL_RANK_JOB, the job-level
+ * pseudo-rank). 0 or -EINVAL (*rank untouched). handlers.c */
+int srv_parse_rank(const char *s, uint32_t *rank);
 
 /* Appends the detection fields of job to a GET /api/v1/jobs entry
  * (server/detect_routes.c): ,"state":"ok|degraded|..." when the detector

@@ -106,6 +106,41 @@ static void test_json_numbers(void)
 	rdb_buf_free(&out);
 }
 
+/* A computed double (an aggregate, a score) is written as a stored value
+ * is (docs/API.md: shortest text that reads back, -0.0 kept, "NaN",
+ * "+Inf"/"-Inf"), or null when undefined: the same text whether it goes
+ * through srv_json_f64 or straight into an array cell (srv_fmt_f64). */
+static void test_json_f64(void)
+{
+	struct {
+		double v;
+		bool defined;
+		const char *text;
+	} pin[] = {{0.1, true, "0.1"},
+		   {1e300, true, "1e+300"},
+		   {-0.0, true, "-0.0"},
+		   {5e-324, true, "5e-324"},
+		   {NAN, true, "\"NaN\""},
+		   {INFINITY, true, "\"+Inf\""},
+		   {-INFINITY, true, "\"-Inf\""},
+		   {0.1, false, "null"}};
+	for (size_t i = 0; i < sizeof(pin) / sizeof(pin[0]); i++) {
+		struct rdb_buf out;
+		rdb_buf_init(&out, 64);
+		CHECK_EQ_INT(srv_json_f64(&out, pin[i].v, pin[i].defined), 0);
+		bool same =
+		    out.len == strlen(pin[i].text) && memcmp(out.data, pin[i].text, out.len) == 0;
+		if (!same)
+			fprintf(stderr, "%s: got %.*s\n", pin[i].text, (int)out.len,
+				(const char *)out.data);
+		CHECK(same);
+		char cell[SRV_FMT_VALUE_MAX];
+		size_t n = srv_fmt_f64(cell, pin[i].v, pin[i].defined);
+		CHECK(n == out.len && memcmp(cell, out.data, n) == 0);
+		rdb_buf_free(&out);
+	}
+}
+
 /* Integers of every digit count (the formatter works eight digits at a
  * time) against printf, and arrays written straight into a buffer: the
  * same text as element by element, and past the buffer's bound exactly
@@ -251,6 +286,21 @@ static void test_serialisers(void)
 			      "\"stddev\"", "\"argmax\"", "\"count\""};
 	for (int c = 0; c < 6; c++)
 		CHECK(strstr((char *)out.data, drop[c]) == NULL);
+	/* its columns are arrays too: the whole answer or a 413 at every bound */
+	size_t xr_len = out.len - 1, xr_ok = 0;
+	for (size_t max = xr_len > 600 ? xr_len - 600 : 1; max <= xr_len + 8; max++) {
+		struct rdb_buf bounded;
+		rdb_buf_init(&bounded, max);
+		int rc = srv_write_crossrank(&bounded, &xr, &err);
+		if (rc == 0) {
+			xr_ok++;
+			CHECK(bounded.len == xr_len && memcmp(bounded.data, out.data, xr_len) == 0);
+		} else {
+			CHECK(rc == RDB_ELIMIT && max < xr_len);
+		}
+		rdb_buf_free(&bounded);
+	}
+	CHECK_EQ_INT(xr_ok, 9);
 	rdb_buf_free(&out);
 	qry_xr_result_free(&xr);
 	sto_close(s);
@@ -274,6 +324,7 @@ int main(void)
 	}
 	RUN(test_json_numbers);
 	RUN(test_json_integers);
+	RUN(test_json_f64);
 	RUN(test_statuses);
 	RUN(test_serialisers);
 	int rc = check_summary("json_out");

@@ -4,6 +4,7 @@
  * job/rank), log and span lines, partial-write semantics, limits, and every
  * prefix of a valid body. Prints (never asserts) parse throughput. */
 #include "ingest/lp.h"
+#include "ingest/echo.h"
 #include "common/rdb_err.h"
 #include "tests/unit/check.h"
 
@@ -688,6 +689,20 @@ static void test_throughput(void)
 	free(body);
 }
 
+/* The echo both parsers quote input with: bounded in input bytes (JSON)
+ * and in output characters (line protocol), an escape never cut. */
+static void test_echo(void)
+{
+	static const char mixed[5] = {'a', 'b', 1, 'c', 'd'};
+	char out[64];
+	CHECK(strcmp(ing_echo(out, mixed, 5, 5, 60), "ab\\x01cd") == 0);
+	CHECK(strcmp(ing_echo(out, "abcdef", 6, 3, 60), "abc...") == 0);
+	CHECK(strcmp(ing_echo(out, "abcd", 4, 4, 4), "abcd") == 0);
+	CHECK(strcmp(ing_echo(out, "abcde", 5, 5, 4), "abcd...") == 0);
+	CHECK(strcmp(ing_echo(out, mixed, 5, 5, 4), "ab...") == 0);
+	CHECK(strcmp(ing_echo(out, "", 0, 0, 0), "") == 0);
+}
+
 int main(void)
 {
 	if (mdl_batch_new(100000, 10000, &batch) != 0 ||
@@ -707,6 +722,7 @@ int main(void)
 	RUN(test_spans);
 	RUN(test_partial);
 	RUN(test_limits);
+	RUN(test_echo);
 	RUN(test_prefixes);
 	RUN(test_throughput);
 	mdl_batch_free(batch);
