@@ -1,12 +1,7 @@
-/* http.c - minimal blocking HTTP/1.1 for the benchmark loader.
+/* http.c - the discard sink of rdb-load --sink: minimal blocking HTTP/1.1.
+ * (The client side is event-driven: load_ev.c with the parser of hresp.h.)
  *
- * Client side: rdb-load writes a prebuilt request head and body with one
- * sendmsg per piece, then reads the response through a 64 KiB buffer. A
- * response body is framed by Content-Length, by chunked encoding, or (for
- * responses that have neither) by connection close. Header lines longer than
- * the buffer are a protocol error (-EPROTO), never a crash.
- *
- * Sink side: a discard server for measuring the loader alone. It parses just
+ * A discard server for measuring the loader alone. It parses just
  * enough of each request (Content-Length or chunked) to find its end, throws
  * the body away, and answers 200 with {"accepted_points":0}. One thread per
  * connection; the acceptor stops on http_sink_stop() (shutdown() of the
@@ -31,35 +26,10 @@
 #include <unistd.h>
 
 #define LINE_MAX_BYTES	8192
-#define SINK_MAX_CONNS	1024
+#define SINK_MAX_CONNS	4096
 #define SINK_REPLY_BODY "{\"accepted_points\":0}"
 
 /* ---- connection and reader ---- */
-
-int http_connect(struct http_conn *c, const char *host, uint16_t port, int timeout_s)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-	struct timeval tv = {.tv_sec = timeout_s};
-	int one = 1, fd, rc;
-
-	c->fd = -1;
-	c->rpos = c->rlen = 0;
-	if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
-		return -EINVAL;
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-		rc = -errno;
-		close(fd);
-		return rc;
-	}
-	c->fd = fd;
-	return 0;
-}
 
 void http_close(struct http_conn *c)
 {
@@ -81,17 +51,6 @@ static int send_flags(int fd, const char *p, size_t n, int flags)
 		n -= (size_t)w;
 	}
 	return 0;
-}
-
-int http_send2(struct http_conn *c, const void *head, size_t head_len, const void *body,
-	       size_t body_len)
-{
-	/* MSG_MORE lets the kernel coalesce head and body into full segments. */
-	int rc = send_flags(c->fd, head, head_len, body_len ? MSG_MORE : 0);
-
-	if (rc == 0 && body_len)
-		rc = send_flags(c->fd, body, body_len, 0);
-	return rc;
 }
 
 /* Reads more bytes into the buffer. 0, -ECONNRESET on EOF, -EPROTO if full. */
@@ -259,67 +218,6 @@ static int read_chunked(struct http_conn *c, char *snip, size_t cap, size_t *kep
 	return rc;
 }
 
-/* Body framed by EOF: read until the peer closes. */
-static int read_to_eof(struct http_conn *c, char *snip, size_t cap, size_t *kept, size_t *total)
-{
-	for (;;) {
-		size_t avail = c->rlen - c->rpos;
-		int rc = discard(c, avail, snip, cap, kept);
-		if (rc)
-			return rc;
-		*total += avail;
-		rc = fill(c);
-		if (rc == -ECONNRESET)
-			return 0;
-		if (rc)
-			return rc;
-	}
-}
-
-static int parse_status(const char *line, struct http_resp *r)
-{
-	if (strncmp(line, "HTTP/1.", 7) != 0 || (line[7] != '0' && line[7] != '1') ||
-	    line[8] != ' ')
-		return -EPROTO;
-	for (int i = 9; i < 12; i++)
-		if (line[i] < '0' || line[i] > '9')
-			return -EPROTO;
-	r->status = (line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0');
-	r->close = line[7] == '0';
-	return r->status >= 100 ? 0 : -EPROTO;
-}
-
-int http_read_response(struct http_conn *c, struct http_resp *r)
-{
-	char line[LINE_MAX_BYTES];
-	struct fields f;
-	size_t kept = 0;
-	int rc;
-
-	do { /* skip interim 1xx responses */
-		*r = (struct http_resp){.retry_after_s = -1};
-		rc = read_line(c, line, sizeof(line));
-		if (rc == 0)
-			rc = parse_status(line, r);
-		if (rc == 0)
-			rc = read_headers(c, &f);
-		if (rc)
-			return rc;
-	} while (r->status < 200);
-	r->close |= f.close;
-	r->retry_after_s = f.retry_after_s;
-	if (r->status == 204 || r->status == 304)
-		return 0;
-	if (f.chunked)
-		return read_chunked(c, r->snippet, sizeof(r->snippet), &kept, &r->body_bytes);
-	if (f.has_length) {
-		r->body_bytes = f.length;
-		return discard(c, f.length, r->snippet, sizeof(r->snippet), &kept);
-	}
-	r->close = 1;
-	return read_to_eof(c, r->snippet, sizeof(r->snippet), &kept, &r->body_bytes);
-}
-
 /* ---- discard sink ---- */
 
 struct http_sink {
@@ -425,7 +323,7 @@ static int sink_listen(uint16_t *port)
 
 	if (fd < 0)
 		return -errno;
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 1024) != 0 ||
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, SINK_MAX_CONNS) != 0 ||
 	    getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
 		rc = -errno;
 		close(fd);

@@ -7,16 +7,20 @@
  *     group, which is the order a live job would deliver them. All bodies
  *     and their request heads are built in memory up front, on all CPUs, so
  *     the timed phase does nothing but network I/O.
- *  2. Load. --connections threads each open one keep-alive HTTP/1.1
- *     connection (raw sockets, no libcurl), start together on a barrier, and
- *     pull the next body index from one atomic counter, so bodies arrive in
- *     roughly time order. A 429/503 is retried on the same body after its
- *     Retry-After seconds (1 s when absent), up to --max-retries times; a
- *     broken connection is reopened and the body resent (up to 3 times in a
- *     row). Any other status is a failed request.
+ *  2. Load (load_ev.c). --connections keep-alive HTTP/1.1 connections (raw
+ *     sockets, no libcurl), driven by --threads event-loop threads (epoll,
+ *     non-blocking sockets; default 1), all opened before the clock starts.
+ *     Each connection is a closed loop: it pulls the next body index from
+ *     one atomic counter (so bodies arrive in roughly time order), sends it,
+ *     reads the whole response, and only then takes the next. A 429/503 is
+ *     retried on the same body after its Retry-After seconds (1 s when
+ *     absent; a timer, the other connections go on), up to --max-retries
+ *     times; a broken connection is reopened and the body resent (up to 3
+ *     times in a row). Any other status is a failed request.
  *  3. Report. Points (= records x metrics) of 2xx bodies, bodies, body bytes,
- *     wall seconds from the barrier to the last response, points/s, MB/s,
- *     errors, retries, reconnects, request latency percentiles; then one
+ *     wall seconds from the start to the last response, points/s, MB/s,
+ *     errors, retries, reconnects, request latency percentiles, the loader's
+ *     own CPU time in the timed phase (per request); then one
  *     "result key=value ..." line for scripts. --repeat N sends every body
  *     N times (bodies are reused, so only meaningful against the sink: a
  *     server would store duplicates); points and bytes count every send.
@@ -34,7 +38,9 @@
  *
  * --sink starts an in-process discard HTTP server (http.h) on a free loopback
  * port and loads that instead: the loader's own ceiling on this machine.
- * The sink shares the CPUs with the loader, so the ceiling is conservative.
+ * The sink shares the CPUs with the loader, so the ceiling is conservative
+ * (and the process CPU printed includes the sink's threads; the loader CPU
+ * counts the event-loop threads only).
  *
  * Exit status: 0 when every body got a 2xx; 1 when any request failed
  * (non-retryable status, retries exhausted, connection failures); 2 on bad
@@ -42,6 +48,7 @@
  */
 #include "bench/gen.h"
 #include "bench/http.h"
+#include "bench/load.h"
 #include "bench/udp.h"
 
 #include <errno.h>
@@ -52,70 +59,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_CONNECTIONS	  1024
-#define MAX_IO_FAILURES	  3  /* consecutive connection failures per body */
 #define MAX_ERROR_REPORTS 10 /* failed requests printed to stderr */
 #define BODY_MAX_BYTES	  (1u << 30)
-
-struct opts {
-	struct gen_opts g;
-	enum gen_format fmt;
-	uint32_t batch_records;	 /* records per body (upper bound) */
-	uint32_t ranks_per_body; /* rank group width */
-	uint32_t connections;
-	uint32_t max_retries; /* per body, for 429/503 */
-	uint32_t timeout_s;   /* socket send/receive timeout */
-	uint32_t repeat;      /* send every body this many times (sink runs) */
-	const char *host;     /* IPv4 literal */
-	uint16_t port;
-	const char *path;
-	int sink;
-	int udp;		 /* send UDP datagrams instead of HTTP bodies */
-	int fmt_given;		 /* --format was on the command line */
-	uint32_t datagram_bytes; /* UDP payload bound */
-	uint64_t rate;		 /* UDP points/s, 0 = unpaced */
-};
-
-struct body {
-	char *data; /* owned */
-	size_t len;
-	char head[512]; /* request line + headers */
-	size_t head_len;
-	uint32_t records;
-};
-
-struct plan {
-	struct body *bodies;
-	size_t n;
-	uint32_t steps_per_body;
-	uint32_t groups; /* rank groups per step block */
-};
-
-struct stats {
-	atomic_uint_fast64_t ok_bodies, points, bytes, errors, retries, reconnects;
-	atomic_int error_reports;
-};
-
-struct run {
-	const struct opts *o;
-	const struct plan *p;
-	struct gen *g;	    /* for generation only */
-	atomic_size_t next; /* next body to generate, or next send (body = send % p->n) */
-	size_t sends;	    /* p->n * o->repeat */
-	double *latency_ms; /* [sends], per 2xx send; 0 = not sent */
-	pthread_barrier_t start;
-	struct stats st;
-};
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* ---- options ---- */
 
@@ -123,9 +72,9 @@ static void usage(FILE *f)
 {
 	fputs("usage: rdb-load [--size small|default|large] [--ranks R] [--metrics M] [--steps S]\n"
 	      "                [--seed N] [--format json|ndjson|lp] [--batch-records N]\n"
-	      "                [--ranks-per-body K] [--connections C] [--host 127.0.0.1]\n"
-	      "                [--port P | --sink] [--path /api/v1/write] [--max-retries N]\n"
-	      "                [--timeout-s N] [--repeat N]\n"
+	      "                [--ranks-per-body K] [--connections C] [--threads T]\n"
+	      "                [--host 127.0.0.1] [--port P | --sink] [--path /api/v1/write]\n"
+	      "                [--max-retries N] [--timeout-s N] [--repeat N]\n"
 	      "       rdb-load [workload options] --udp --port P [--host 127.0.0.1]\n"
 	      "                [--format lp|ndjson] [--datagram-bytes 8192] [--connections C]\n"
 	      "                [--rate POINTS_PER_S]\n",
@@ -145,7 +94,7 @@ static int opt_u32(const char *flag, const char *v, uint32_t lo, uint32_t hi, ui
 	return 0;
 }
 
-static int opt_workload(struct opts *o, const char *f, const char *v)
+static int opt_workload(struct load_opts *o, const char *f, const char *v)
 {
 	if (strcmp(f, "--ranks") == 0)
 		return opt_u32(f, v, 1, 1u << 20, &o->g.ranks);
@@ -168,7 +117,7 @@ static int opt_workload(struct opts *o, const char *f, const char *v)
 	return 0;
 }
 
-static int opt_one(struct opts *o, const char *f, const char *v)
+static int opt_one(struct load_opts *o, const char *f, const char *v)
 {
 	uint32_t port = 0;
 	int rc = opt_workload(o, f, v);
@@ -180,7 +129,9 @@ static int opt_one(struct opts *o, const char *f, const char *v)
 	if (strcmp(f, "--ranks-per-body") == 0)
 		return opt_u32(f, v, 1, 1u << 20, &o->ranks_per_body);
 	if (strcmp(f, "--connections") == 0)
-		return opt_u32(f, v, 1, MAX_CONNECTIONS, &o->connections);
+		return opt_u32(f, v, 1, LOAD_MAX_CONNECTIONS, &o->connections);
+	if (strcmp(f, "--threads") == 0)
+		return opt_u32(f, v, 1, LOAD_MAX_THREADS, &o->threads);
 	if (strcmp(f, "--max-retries") == 0)
 		return opt_u32(f, v, 0, 1000000, &o->max_retries);
 	if (strcmp(f, "--timeout-s") == 0)
@@ -205,7 +156,7 @@ static int opt_one(struct opts *o, const char *f, const char *v)
 	return 0;
 }
 
-static int parse_args(int argc, char **argv, struct opts *o)
+static int parse_args(int argc, char **argv, struct load_opts *o)
 {
 	const char *size = "default";
 
@@ -243,6 +194,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		fprintf(stderr, "rdb-load: give --port P or --sink\n");
 		return -EINVAL;
 	}
+	if (o->threads > o->connections)
+		o->threads = o->connections;
 	if (o->udp && !o->fmt_given)
 		o->fmt = GEN_LP;
 	if (o->udp && (o->sink || o->fmt == GEN_JSON || o->repeat != 1)) {
@@ -255,7 +208,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 
 /* ---- generation ---- */
 
-static void plan_range(const struct opts *o, const struct plan *p, size_t i, struct gen_range *r)
+static void plan_range(const struct load_opts *o, const struct load_plan *p, size_t i,
+		       struct gen_range *r)
 {
 	uint32_t block = (uint32_t)(i / p->groups), group = (uint32_t)(i % p->groups);
 	uint32_t rpb = o->ranks_per_body < o->g.ranks ? o->ranks_per_body : o->g.ranks;
@@ -284,10 +238,10 @@ static const char *format_name(enum gen_format fmt)
 	return fmt == GEN_JSON ? "json" : "ndjson";
 }
 
-static int build_body(struct run *run, size_t i)
+static int build_body(struct load_run *run, size_t i)
 {
-	const struct opts *o = run->o;
-	struct body *b = &run->p->bodies[i];
+	const struct load_opts *o = run->o;
+	struct load_body *b = &run->p->bodies[i];
 	struct gen_range r;
 	struct gen_buf buf;
 	int n, rc;
@@ -314,7 +268,7 @@ static int build_body(struct run *run, size_t i)
 
 static void *gen_main(void *arg)
 {
-	struct run *run = arg;
+	struct load_run *run = arg;
 	size_t i;
 
 	while ((i = atomic_fetch_add(&run->next, 1)) < run->p->n) {
@@ -328,7 +282,7 @@ static void *gen_main(void *arg)
 }
 
 /* Builds every body on all CPUs. */
-static int generate(struct run *run)
+static int generate(struct load_run *run)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	size_t nthreads = cpus < 1 ? 1 : (cpus > 64 ? 64 : (size_t)cpus);
@@ -346,7 +300,7 @@ static int generate(struct run *run)
 	return 0;
 }
 
-static int plan_init(const struct opts *o, struct plan *p)
+static int plan_init(const struct load_opts *o, struct load_plan *p)
 {
 	uint32_t rpb = o->ranks_per_body < o->g.ranks ? o->ranks_per_body : o->g.ranks;
 	uint32_t spb = o->batch_records / rpb;
@@ -360,7 +314,7 @@ static int plan_init(const struct opts *o, struct plan *p)
 	return p->bodies ? 0 : -ENOMEM;
 }
 
-static void plan_free(struct plan *p)
+static void plan_free(struct load_plan *p)
 {
 	for (size_t i = 0; p->bodies && i < p->n; i++)
 		free(p->bodies[i].data);
@@ -370,122 +324,12 @@ static void plan_free(struct plan *p)
 
 /* ---- load ---- */
 
-struct worker {
-	struct run *run;
-	pthread_t th;
-	struct http_conn c;
-	int connect_rc;
-};
-
-static void report_failure(struct run *run, size_t i, const char *what, const char *detail)
+void load_report_failure(struct load_run *run, size_t i, const char *what, const char *detail)
 {
 	atomic_fetch_add(&run->st.errors, 1);
 	if (atomic_fetch_add(&run->st.error_reports, 1) < MAX_ERROR_REPORTS)
 		fprintf(stderr, "rdb-load: body %zu failed: %s%s%s\n", i, what,
 			detail[0] ? ": " : "", detail);
-}
-
-/* One request/response exchange with reconnects on I/O failure. */
-static int exchange(struct worker *w, const struct body *b, struct http_resp *resp)
-{
-	const struct opts *o = w->run->o;
-	int rc = 0;
-
-	for (int fails = 0; fails <= MAX_IO_FAILURES; fails++) {
-		if (fails > 0) {
-			atomic_fetch_add(&w->run->st.reconnects, 1);
-			http_close(&w->c);
-		}
-		if (w->c.fd < 0)
-			rc = http_connect(&w->c, o->host, o->port, (int)o->timeout_s);
-		if (rc == 0)
-			rc = http_send2(&w->c, b->head, b->head_len, b->data, b->len);
-		if (rc == 0)
-			rc = http_read_response(&w->c, resp);
-		if (rc == 0)
-			return 0;
-	}
-	http_close(&w->c);
-	return rc;
-}
-
-/* Performs send number i (of body i mod p->n) until it gets a final answer. */
-static void send_body(struct worker *w, size_t i)
-{
-	struct run *run = w->run;
-	const struct body *b = &run->p->bodies[i % run->p->n];
-	struct http_resp resp;
-	char detail[320];
-
-	for (uint32_t attempt = 0;; attempt++) {
-		double t0 = now_s();
-		int rc = exchange(w, b, &resp);
-		if (rc) {
-			report_failure(run, i, "connection", strerror(-rc));
-			return;
-		}
-		if (resp.close)
-			http_close(&w->c);
-		if (resp.status >= 200 && resp.status < 300) {
-			run->latency_ms[i] = (now_s() - t0) * 1e3;
-			atomic_fetch_add(&run->st.ok_bodies, 1);
-			atomic_fetch_add(&run->st.points, (uint64_t)b->records * run->o->g.metrics);
-			atomic_fetch_add(&run->st.bytes, b->len);
-			return;
-		}
-		snprintf(detail, sizeof(detail), "HTTP %d %s", resp.status, resp.snippet);
-		if ((resp.status != 429 && resp.status != 503) || attempt >= run->o->max_retries) {
-			report_failure(run, i, attempt ? "retries exhausted" : "status", detail);
-			return;
-		}
-		atomic_fetch_add(&run->st.retries, 1);
-		int wait_s = resp.retry_after_s >= 0 ? resp.retry_after_s : 1;
-		if (wait_s > 0)
-			sleep((unsigned)wait_s);
-	}
-}
-
-static void *worker_main(void *arg)
-{
-	struct worker *w = arg;
-	struct run *run = w->run;
-	size_t i;
-
-	w->connect_rc = http_connect(&w->c, run->o->host, run->o->port, (int)run->o->timeout_s);
-	pthread_barrier_wait(&run->start);
-	while ((i = atomic_fetch_add(&run->next, 1)) < run->sends)
-		send_body(w, i);
-	http_close(&w->c);
-	return NULL;
-}
-
-/* Runs the timed phase; returns wall seconds, or a negative value on setup failure. */
-static double load(struct run *run, struct worker *ws)
-{
-	uint32_t n = run->o->connections;
-	double t0, t1;
-
-	atomic_store(&run->next, 0);
-	if (pthread_barrier_init(&run->start, NULL, n + 1) != 0)
-		return -1.0;
-	for (uint32_t i = 0; i < n; i++) {
-		ws[i] = (struct worker){.run = run, .c.fd = -1};
-		if (pthread_create(&ws[i].th, NULL, worker_main, &ws[i]) != 0) {
-			fprintf(stderr, "rdb-load: cannot start thread %u\n", i);
-			exit(2);
-		}
-	}
-	pthread_barrier_wait(&run->start);
-	t0 = now_s();
-	for (uint32_t i = 0; i < n; i++)
-		pthread_join(ws[i].th, NULL);
-	t1 = now_s();
-	pthread_barrier_destroy(&run->start);
-	for (uint32_t i = 0; i < n; i++)
-		if (ws[i].connect_rc)
-			fprintf(stderr, "rdb-load: connection %u to %s:%u failed at start: %s\n", i,
-				run->o->host, run->o->port, strerror(-ws[i].connect_rc));
-	return t1 - t0;
 }
 
 /* ---- report ---- */
@@ -513,12 +357,27 @@ static void latency_summary(double *lat, size_t n, double q[3])
 	q[2] = lat[k - 1];
 }
 
-static void print_summary(struct run *run, double secs)
+static double process_cpu_s(void)
 {
-	struct stats *st = &run->st;
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_SELF, &ru) != 0)
+		return 0.0;
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* proc_cpu_s: the whole process's CPU in the timed phase (with the sink's) */
+static void print_summary(struct load_run *run, double secs, double proc_cpu_s)
+{
+	struct load_stats *st = &run->st;
 	uint64_t points = atomic_load(&st->points), bytes = atomic_load(&st->bytes);
+	uint64_t requests =
+	    atomic_load(&st->ok_bodies) + atomic_load(&st->retries) + atomic_load(&st->errors);
 	double pps = secs > 0 ? (double)points / secs : 0.0;
 	double mbps = secs > 0 ? (double)bytes / 1e6 / secs : 0.0;
+	double cpu_s = run->loader_user_s + run->loader_sys_s;
+	double cpu_us = requests ? cpu_s * 1e6 / (double)requests : 0.0;
 	double q[3];
 
 	latency_summary(run->latency_ms, run->sends, q);
@@ -533,20 +392,28 @@ static void print_summary(struct run *run, double secs)
 	printf("retries      %" PRIu64 "\n", (uint64_t)atomic_load(&st->retries));
 	printf("reconnects   %" PRIu64 "\n", (uint64_t)atomic_load(&st->reconnects));
 	printf("latency ms   p50 %.2f  p99 %.2f  max %.2f\n", q[0], q[1], q[2]);
+	printf("loader CPU   %.3f s (user %.3f, sys %.3f) in %u event-loop thread(s), "
+	       "%.2f us/request (whole process %.3f s)\n",
+	       cpu_s, run->loader_user_s, run->loader_sys_s, run->o->threads, cpu_us, proc_cpu_s);
+	printf("loader wait  %.3f s runnable without a CPU (%.0f%% of the wall time)\n",
+	       run->loader_runq_s,
+	       secs > 0 ? 100.0 * run->loader_runq_s / secs / run->o->threads : 0.0);
 	if (run->o->sink)
 		printf("loader ceiling points/s: %.0f\n", pps);
 	printf("result points=%" PRIu64 " bodies=%" PRIu64 " bytes=%" PRIu64
 	       " seconds=%.4f points_per_s=%.0f mb_per_s=%.1f errors=%" PRIu64 " retries=%" PRIu64
 	       " reconnects=%" PRIu64 " p50_ms=%.2f p99_ms=%.2f"
-	       " max_ms=%.2f\n",
+	       " max_ms=%.2f threads=%u loader_cpu_s=%.3f loader_user_s=%.3f loader_sys_s=%.3f"
+	       " loader_cpu_us_per_req=%.2f loader_runq_s=%.3f process_cpu_s=%.3f\n",
 	       points, (uint64_t)atomic_load(&st->ok_bodies), bytes, secs, pps, mbps,
 	       (uint64_t)atomic_load(&st->errors), (uint64_t)atomic_load(&st->retries),
-	       (uint64_t)atomic_load(&st->reconnects), q[0], q[1], q[2]);
+	       (uint64_t)atomic_load(&st->reconnects), q[0], q[1], q[2], run->o->threads, cpu_s,
+	       run->loader_user_s, run->loader_sys_s, cpu_us, run->loader_runq_s, proc_cpu_s);
 }
 
-static void print_workload(const struct run *run, double gen_s)
+static void print_workload(const struct load_run *run, double gen_s)
 {
-	const struct opts *o = run->o;
+	const struct load_opts *o = run->o;
 	uint64_t records = (uint64_t)o->g.ranks * o->g.steps, bytes = 0;
 
 	for (size_t i = 0; i < run->p->n; i++)
@@ -575,10 +442,10 @@ static void print_workload(const struct run *run, double gen_s)
 
 /* ---- main ---- */
 
-static int setup(struct run *run, struct plan *p)
+static int setup(struct load_run *run, struct load_plan *p)
 {
 	int rc = gen_create(&run->o->g, &run->g);
-	double t0 = now_s();
+	double t0 = load_now_s();
 
 	if (rc == 0)
 		rc = plan_init(run->o, p);
@@ -592,14 +459,14 @@ static int setup(struct run *run, struct plan *p)
 		fprintf(stderr, "rdb-load: setup failed: %s\n", strerror(-rc));
 		return rc;
 	}
-	print_workload(run, now_s() - t0);
+	print_workload(run, load_now_s() - t0);
 	return 0;
 }
 
 /* Concatenates the bodies (freeing them) and sends them as datagrams. */
-static int run_udp(struct run *run, struct plan *p)
+static int run_udp(struct load_run *run, struct load_plan *p)
 {
-	const struct opts *o = run->o;
+	const struct load_opts *o = run->o;
 	struct udp_load_opts uo = {.host = o->host,
 				   .port = o->port,
 				   .datagram_bytes = o->datagram_bytes,
@@ -642,7 +509,22 @@ static int run_udp(struct run *run, struct plan *p)
 	return r.send_errors ? 1 : 0;
 }
 
-static void check_sink(const struct run *run, struct http_sink *sink)
+/* Thousands of connections need more descriptors than the usual soft limit
+ * of 1024: raise it towards the hard limit (best effort). */
+static void raise_fd_limit(uint32_t connections)
+{
+	struct rlimit rl;
+	rlim_t want = (rlim_t)connections * 2 + 64; /* the sink's side too */
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
+		return;
+	rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
+	if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+		fprintf(stderr, "rdb-load: cannot raise the open-file limit to %llu\n",
+			(unsigned long long)want);
+}
+
+static void check_sink(const struct load_run *run, struct http_sink *sink)
 {
 	uint64_t reqs = 0, bytes = 0;
 
@@ -656,21 +538,21 @@ static void check_sink(const struct run *run, struct http_sink *sink)
 
 int main(int argc, char **argv)
 {
-	struct opts o = {.fmt = GEN_JSON,
-			 .batch_records = 64,
-			 .ranks_per_body = 1,
-			 .connections = 8,
-			 .max_retries = 100,
-			 .timeout_s = 120,
-			 .repeat = 1,
-			 .host = "127.0.0.1",
-			 .path = "/api/v1/write",
-			 .datagram_bytes = 8192};
-	struct run run = {.o = &o};
-	struct plan p = {0};
+	struct load_opts o = {.fmt = GEN_JSON,
+			      .batch_records = 64,
+			      .ranks_per_body = 1,
+			      .connections = 8,
+			      .threads = 1,
+			      .max_retries = 100,
+			      .timeout_s = 120,
+			      .repeat = 1,
+			      .host = "127.0.0.1",
+			      .path = "/api/v1/write",
+			      .datagram_bytes = 8192};
+	struct load_run run = {.o = &o};
+	struct load_plan p = {0};
 	struct http_sink *sink = NULL;
-	struct worker *ws;
-	double secs;
+	double secs, cpu0;
 
 	signal(SIGPIPE, SIG_IGN);
 	if (parse_args(argc, argv, &o)) {
@@ -684,8 +566,8 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	ws = calloc(o.connections, sizeof(*ws));
-	if (!ws || setup(&run, &p))
+	raise_fd_limit(o.connections);
+	if (setup(&run, &p))
 		return 2;
 	if (o.udp) {
 		int rc = run_udp(&run, &p);
@@ -695,18 +577,20 @@ int main(int argc, char **argv)
 		plan_free(&p);
 		gen_destroy(run.g);
 		free(run.latency_ms);
-		free(ws);
 		return rc < 0 ? 2 : rc;
 	}
-	secs = load(&run, ws);
-	if (secs < 0)
+	cpu0 = process_cpu_s();
+	secs = load_ev_run(&run);
+	if (secs < 0) {
+		fprintf(stderr, "rdb-load: cannot set up the load: %s\n", strerror((int)-secs));
 		return 2;
+	}
+	cpu0 = process_cpu_s() - cpu0;
 	if (sink)
 		check_sink(&run, sink);
-	print_summary(&run, secs);
+	print_summary(&run, secs, cpu0);
 	plan_free(&p);
 	gen_destroy(run.g);
 	free(run.latency_ms);
-	free(ws);
 	return atomic_load(&run.st.errors) ? 1 : 0;
 }

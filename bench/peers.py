@@ -538,6 +538,8 @@ def cmd_shape_table(a):
                 ("ack latency p50 (median of runs)", "p50_ms", False, " ms"),
                 ("ack latency p99 (median of runs)", "p99_ms", False, " ms"),
                 ("server CPU per request (median)", "cpu_us_per_req", False, " us"),
+                ("loader (rdb-load) CPU per request (median)", "loader_cpu_us_per_req", None, " us"),
+                ("loader runnable without a CPU (median)", "loader_runq_s", None, " s"),
                 ("write errors (all runs)", "errors", None, "")]
     else:
         title = ("### Many ranks at once: %s keep-alive connections, each POSTing one step (%s metrics) "

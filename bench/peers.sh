@@ -389,6 +389,8 @@ if [ "$shape" = per-rank ]; then
 				echo "requests_per_s=$(awk -v n="$req" -v t="$secs" 'BEGIN { if (t > 0) printf "%.0f", n / t }')"
 				echo "cpu_us_per_req=$(awk -v a="$c0" -v b="$c1" -v n="$req" -v hz="$hz" 'BEGIN { if (n > 0) printf "%.1f", (b - a) * 1e6 / hz / n }')"
 				echo "records_per_sync=$rps"
+				echo "loader_cpu_us_per_req=$(kv "$tmp/$s.load" loader_cpu_us_per_req)"
+				echo "loader_runq_s=$(kv "$tmp/$s.load" loader_runq_s)"
 				echo "p50_ms=$(kv "$tmp/$s.load" p50_ms)"
 				echo "p99_ms=$(kv "$tmp/$s.load" p99_ms)"
 			} >"$tmp/$s.run$r.kv"
