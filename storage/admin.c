@@ -585,7 +585,10 @@ static int wal_ids_cb(void *arg, uint64_t gen, uint8_t type, const uint8_t *p, s
 			w->first_sid = sid;
 		return 0;
 	}
-	if (rc == RDB_ECORRUPT || rc == RDB_EINVAL || rc == RDB_EFORMAT) {
+	/* What replay skips (store.c replay_cb): RDB_ECORRUPT from every type,
+	 * RDB_EINVAL only from a type 1 record; anything else stops it. */
+	if (rc == RDB_ECORRUPT || rc == RDB_EFORMAT ||
+	    (rc == RDB_EINVAL && type == STO_WAL_REC_POINTS)) {
 		if (w->unparsed++ == 0) {
 			w->first_unparsed = w->records;
 			w->first_type = type;
@@ -656,8 +659,10 @@ int sto_verify_wal(const char *data_dir, sto_problem_fn fn, void *arg,
 		rep->wal_files++;
 		rep->wal_damaged_ranges += res.ndamaged;
 		if (r2)
-			problem(&v, "WAL %s/wal-%016llx.log: unreadable header (%s)", dir,
-				(unsigned long long)gens[i], rdb_strerror(r2));
+			problem(&v,
+				"WAL %s/wal-%016llx.log: cannot be replayed (%s): its header is "
+				"unreadable, or a record stops replay; the next start fails on it too",
+				dir, (unsigned long long)gens[i], rdb_strerror(r2));
 		else
 			verify_wal_file(&v, dir, gens[i], i + 1 == n, &res);
 		if (ids.undefined)

@@ -111,7 +111,9 @@ typedef bool (*sto_sid_known_fn)(void *arg, uint64_t sid);
  * about each series id and decodes no point into a batch (what `rankctl
  * verify` needs: whether replay would take the record). 0, RDB_ECORRUPT
  * or RDB_ENOTFOUND (*missing_sid set) exactly where the decoder returns
- * them for a lookup that knows the same ids. Allocates nothing. */
+ * them for a lookup that knows the same ids, bound by sto_defs_decode (whose
+ * names are valid: the decoder also refuses an invalid looked-up name,
+ * which this check does not see). Allocates nothing. */
 int sto_batch_check_compact(const uint8_t *p, size_t len, sto_sid_known_fn known, void *arg,
 			    uint64_t *missing_sid);
 
