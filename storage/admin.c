@@ -659,10 +659,11 @@ int sto_verify_wal(const char *data_dir, sto_problem_fn fn, void *arg,
 		rep->wal_files++;
 		rep->wal_damaged_ranges += res.ndamaged;
 		if (r2)
-			problem(&v,
-				"WAL %s/wal-%016llx.log: cannot be replayed (%s): its header is "
-				"unreadable, or a record stops replay; the next start fails on it too",
-				dir, (unsigned long long)gens[i], rdb_strerror(r2));
+			problem(
+			    &v,
+			    "WAL %s/wal-%016llx.log: cannot be replayed (%s): its header is "
+			    "unreadable, or a record stops replay; the next start fails on it too",
+			    dir, (unsigned long long)gens[i], rdb_strerror(r2));
 		else
 			verify_wal_file(&v, dir, gens[i], i + 1 == n, &res);
 		if (ids.undefined)
