@@ -13,15 +13,17 @@
  * through hresp.h, then take the next. Sockets are non-blocking, connects
  * too (the initial ones are blocking, before the clock starts, as before).
  *
- * Per send: a 2xx ends it (latency = the last attempt's start to its whole
- * response). 429/503 waits Retry-After seconds (1 s if absent; 0 resends at
- * once) on a timer, never a sleep, then resends, up to --max-retries. Any
- * other status is a failed send. An I/O failure (reset, EOF before the
- * whole response, malformed response, no answer within --timeout-s) closes
- * the socket and resends on a new connection, up to MAX_IO_FAILURES times in
- * a row. A connection the server closes (Connection: close, or EOF while
- * idle) is reopened when it is next needed; reconnects counts the
- * connections established again after an earlier one of theirs ended.
+ * Per send: a 2xx ends it (latency = the last attempt's first byte written,
+ * one clock read per attempt, to the wake-up that read its whole response; a
+ * resend after a 429/503 or an I/O failure starts anew). 429/503 waits
+ * Retry-After seconds (1 s if absent; 0 resends at once) on a timer, never a
+ * sleep, then resends, up to --max-retries. Any other status is a failed
+ * send. An I/O failure (reset, EOF before the whole response, malformed
+ * response, no answer within --timeout-s) closes the socket and resends on a
+ * new connection, up to MAX_IO_FAILURES times in a row. A connection the
+ * server closes (Connection: close, or EOF while idle) is reopened when it is
+ * next needed; reconnects counts the connections established again after an
+ * earlier one of theirs ended.
  *
  * Timers (retry waits, request deadlines) are checked by a sweep of the
  * thread's connections at most every SWEEP_S; epoll_wait never waits longer.
@@ -76,7 +78,7 @@ struct conn {
 	uint32_t attempt;  /* 429/503 resends of this send */
 	uint32_t io_fails; /* consecutive I/O failures of this send */
 	size_t off;	   /* bytes of head + body written */
-	double t0_s;	   /* start of the current attempt */
+	double t0_s;	   /* the current attempt's first byte written */
 	double due_s;	   /* C_RETRY_WAIT: resend time; else: request deadline */
 	struct hresp resp;
 };
@@ -217,7 +219,6 @@ static void next_send(struct loop *l, struct conn *c)
 	c->send = i;
 	c->attempt = 0;
 	c->io_fails = 0;
-	c->t0_s = l->now_s;
 	start_attempt(l, c);
 }
 
@@ -268,6 +269,11 @@ static void try_send(struct loop *l, struct conn *c)
 		struct msghdr msg = {.msg_iov = iov};
 		size_t total = b->head_len + b->len;
 
+		/* latency counts from this attempt's first byte on the wire, not
+		 * from the loop's wake-up: a send late in a batch of hundreds of
+		 * connections would otherwise carry the batch's time */
+		if (c->off == 0)
+			c->t0_s = load_now_s();
 		if (c->off < b->head_len) {
 			iov[0] = (struct iovec){(char *)b->head + c->off, b->head_len - c->off};
 			iov[1] = (struct iovec){b->data, b->len};
@@ -331,7 +337,11 @@ static void on_response(struct loop *l, struct conn *c)
 	if (r->close)
 		conn_close(c);
 	if (r->status >= 200 && r->status < 300) {
-		run->latency_ms[c->send] = (l->now_s - c->t0_s) * 1e3;
+		/* the wake-up that brought the response ends it (the bytes were
+		 * there before it); 0 marks an unsent slot, so never store 0 */
+		double ms = (l->now_s - c->t0_s) * 1e3;
+
+		run->latency_ms[c->send] = ms > 0 ? ms : 1e-6;
 		l->ok++;
 		l->points += (uint64_t)b->records * run->o->g.metrics;
 		l->bytes += b->len;
@@ -347,7 +357,6 @@ static void on_response(struct loop *l, struct conn *c)
 	c->attempt++;
 	c->io_fails = 0;
 	if (r->retry_after_s == 0) {
-		c->t0_s = l->now_s;
 		start_attempt(l, c);
 		return;
 	}
@@ -420,7 +429,6 @@ static void sweep(struct loop *l)
 		struct conn *c = &l->conns[k];
 
 		if (c->state == C_RETRY_WAIT && l->now_s >= c->due_s) {
-			c->t0_s = l->now_s;
 			start_attempt(l, c);
 		} else if ((c->state == C_CONNECTING || c->state == C_SENDING ||
 			    c->state == C_READING) &&
