@@ -77,9 +77,12 @@ struct conn {
 	size_t send;	   /* current send number */
 	uint32_t attempt;  /* 429/503 resends of this send */
 	uint32_t io_fails; /* consecutive I/O failures of this send */
-	size_t off;	   /* bytes of head + body written */
+	uint32_t served;   /* whole responses read on the current socket */
+	int reused;	   /* the current attempt went out on a socket that had answered */
+	size_t off;	   /* bytes of head + body written in the current attempt */
+	size_t resp_bytes; /* response bytes read in the current attempt */
 	double t0_s;	   /* the current attempt's first byte written */
-	double due_s;	   /* C_RETRY_WAIT: resend time; else: request deadline */
+	double due_s;	   /* C_RETRY_WAIT: resend time; else: deadline (no progress) */
 	struct hresp resp;
 };
 
@@ -94,7 +97,7 @@ struct loop {
 	struct conn **queue; /* [n] connections in C_Q_*: each at most once */
 	uint32_t queued;
 	double now_s; /* time of the last wakeup */
-	uint64_t ok, points, bytes, retries, reconnects;
+	uint64_t ok, points, bytes, retries, reconnects, resends;
 	double user_s, sys_s; /* CPU of the timed phase */
 	double runq_s;	      /* time runnable but waiting for a CPU, timed phase */
 	char rbuf[RBUF_BYTES];
@@ -198,6 +201,7 @@ static int conn_open(struct loop *l, struct conn *c, int blocking)
 	}
 	c->fd = fd;
 	c->out_armed = rc == -EINPROGRESS;
+	c->served = 0;
 	if (rc == 0)
 		connected(l, c);
 	return rc;
@@ -248,14 +252,34 @@ static void fail_send(struct loop *l, struct conn *c, const char *what, const ch
 	enqueue(l, c, C_Q_NEXT);
 }
 
-/* The connection broke or answered garbage: resend on a new one, or give up. */
+/* Whether the server can have taken the current attempt's body although it
+ * failed with rc. Not when nothing of the request was written, nor when a
+ * keep-alive connection that had answered before was reset or closed before
+ * any byte of this answer: the server closed it as idle while the request
+ * was on its way (the classic keep-alive race, which every HTTP client
+ * resends silently). Anything else (a timeout, a reset after a first
+ * request, an answer cut short or malformed) may have been stored. */
+static int maybe_stored(const struct conn *c, int rc)
+{
+	if (c->off == 0)
+		return 0;
+	return !(c->reused && c->resp_bytes == 0 && (rc == -ECONNRESET || rc == -EPIPE));
+}
+
+/* The connection broke, stalled or answered garbage: resend on a new one,
+ * or give up. A resend of a body the server may have stored is counted in
+ * resends (the run may then hold it twice; the report flags it). */
 static void io_failure(struct loop *l, struct conn *c, int rc)
 {
+	int stored = maybe_stored(c, rc);
+
 	conn_close(c);
 	if (++c->io_fails > MAX_IO_FAILURES) {
 		fail_send(l, c, "connection", strerror(-rc));
 		return;
 	}
+	if (stored)
+		l->resends++;
 	enqueue(l, c, C_Q_RESEND);
 }
 
@@ -294,6 +318,7 @@ static void try_send(struct loop *l, struct conn *c)
 			return;
 		}
 		c->off += (size_t)w;
+		c->due_s = l->now_s + l->run->o->timeout_s; /* progress */
 		if (c->off == total) {
 			c->state = C_READING;
 			set_mask(l, c, 0);
@@ -305,14 +330,16 @@ static void try_send(struct loop *l, struct conn *c)
 static void begin_request(struct loop *l, struct conn *c)
 {
 	c->state = C_SENDING;
-	c->off = 0;
-	hresp_init(&c->resp);
 	try_send(l, c);
 }
 
 /* (Re)sends the current send, opening a connection first if needed. */
 static void start_attempt(struct loop *l, struct conn *c)
 {
+	c->off = 0;
+	c->resp_bytes = 0;
+	c->reused = c->fd >= 0 && c->served > 0;
+	hresp_init(&c->resp);
 	c->due_s = l->now_s + l->run->o->timeout_s;
 	if (c->fd >= 0) {
 		begin_request(l, c);
@@ -334,6 +361,7 @@ static void on_response(struct loop *l, struct conn *c)
 	const struct load_body *b = &run->p->bodies[c->send % run->p->n];
 	char detail[320];
 
+	c->served++;
 	if (r->close)
 		conn_close(c);
 	if (r->status >= 200 && r->status < 300) {
@@ -390,6 +418,9 @@ static void on_readable(struct loop *l, struct conn *c)
 	}
 	size_t used;
 	int rc = hresp_feed(&c->resp, l->rbuf, (size_t)n, &used);
+
+	c->resp_bytes += (size_t)n;
+	c->due_s = l->now_s + l->run->o->timeout_s; /* progress */
 	if (rc < 0) {
 		io_failure(l, c, rc);
 		return;
@@ -504,6 +535,7 @@ static void *loop_main(void *arg)
 	atomic_fetch_add(&run->st.bytes, l->bytes);
 	atomic_fetch_add(&run->st.retries, l->retries);
 	atomic_fetch_add(&run->st.reconnects, l->reconnects);
+	atomic_fetch_add(&run->st.resends, l->resends);
 	return NULL;
 }
 
