@@ -379,6 +379,7 @@ static void print_summary(struct load_run *run, double secs, double proc_cpu_s)
 	struct load_stats *st = &run->st;
 	uint64_t points = atomic_load(&st->points), bytes = atomic_load(&st->bytes);
 	uint64_t resends = atomic_load(&st->resends);
+	uint64_t start_fails = atomic_load(&st->start_connect_failures);
 	uint64_t requests = atomic_load(&st->ok_bodies) + atomic_load(&st->retries) +
 			    atomic_load(&st->errors) + resends;
 	double pps = secs > 0 ? (double)points / secs : 0.0;
@@ -398,6 +399,9 @@ static void print_summary(struct load_run *run, double secs, double proc_cpu_s)
 	printf("errors       %" PRIu64 "\n", (uint64_t)atomic_load(&st->errors));
 	printf("retries      %" PRIu64 "\n", (uint64_t)atomic_load(&st->retries));
 	printf("reconnects   %" PRIu64 "\n", (uint64_t)atomic_load(&st->reconnects));
+	printf("start fails  %" PRIu64 " connection(s) not open when the clock started (each tried "
+	       "again when first needed)\n",
+	       start_fails);
 	printf("resends      %" PRIu64 "%s\n", resends,
 	       resends ? " (bodies written again after a timeout, reset or bad answer: the "
 			 "server may hold them twice)"
@@ -415,12 +419,13 @@ static void print_summary(struct load_run *run, double secs, double proc_cpu_s)
 	       " seconds=%.4f points_per_s=%.0f mb_per_s=%.1f errors=%" PRIu64 " retries=%" PRIu64
 	       " reconnects=%" PRIu64 " resends=%" PRIu64 " p50_ms=%.2f p99_ms=%.2f"
 	       " max_ms=%.2f threads=%u loader_cpu_s=%.3f loader_user_s=%.3f loader_sys_s=%.3f"
-	       " loader_cpu_us_per_req=%.2f loader_runq_s=%.3f process_cpu_s=%.3f\n",
+	       " loader_cpu_us_per_req=%.2f loader_runq_s=%.3f process_cpu_s=%.3f"
+	       " start_connect_failures=%" PRIu64 "\n",
 	       points, (uint64_t)atomic_load(&st->ok_bodies), bytes, secs, pps, mbps,
 	       (uint64_t)atomic_load(&st->errors), (uint64_t)atomic_load(&st->retries),
 	       (uint64_t)atomic_load(&st->reconnects), resends, q[0], q[1], q[2], run->o->threads,
-	       cpu_s, run->loader_user_s, run->loader_sys_s, cpu_us, run->loader_runq_s,
-	       proc_cpu_s);
+	       cpu_s, run->loader_user_s, run->loader_sys_s, cpu_us, run->loader_runq_s, proc_cpu_s,
+	       start_fails);
 }
 
 static void print_workload(const struct load_run *run, double gen_s)
