@@ -3,7 +3,10 @@
  * A state machine over the bytes fed: lines (status line, header fields,
  * chunk sizes, trailers) are gathered in r->line, which bounds them at
  * HRESP_LINE_BYTES (longer is -EPROTO, never an overflow); body bytes are
- * counted and the first ones kept as a snippet for error reports. What the
+ * counted and the first ones kept as a snippet for error reports. Numbers
+ * are digits only (no sign, no "0x" before a chunk size, nothing after a
+ * Content-Length), and two different Content-Length values are an error:
+ * a response framed two ways is never guessed at. What the
  * servers rdb-load drives answer: rankdbd (libmicrohttpd: Content-Length),
  * VictoriaMetrics and InfluxDB (Go net/http: 204 without a body,
  * Content-Length, or chunked for bodies written without a length).
@@ -11,7 +14,6 @@
 #include "bench/hresp.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -66,23 +68,80 @@ static int take_line(struct hresp *r, const char *buf, size_t len, size_t *i)
 	return 1;
 }
 
-static int parse_size(const char *s, int base, size_t *out)
+static int digit_value(char ch, int base)
 {
-	char *end;
-	unsigned long long v;
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (base == 16 && ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (base == 16 && ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
 
-	while (*s == ' ' || *s == '\t')
-		s++;
-	if (!((*s >= '0' && *s <= '9') || (base == 16 && *s && strchr("abcdefABCDEF", *s))))
+/* Reads the digits (base 10 or 16, nothing else: no sign, no "0x") at *s,
+ * up to SIZE_MAX_ACCEPTED, and the blanks around them; leaves *s after
+ * them. 0, or -EPROTO when there is no digit or the number is too big. */
+static int take_number(const char **s, int base, size_t *out)
+{
+	const char *p = *s;
+	unsigned long long v = 0;
+	int d, any = 0;
+
+	while (*p == ' ' || *p == '\t')
+		p++;
+	while ((d = digit_value(*p, base)) >= 0) {
+		v = v * (unsigned)base + (unsigned)d;
+		if (v > SIZE_MAX_ACCEPTED)
+			return -EPROTO;
+		any = 1;
+		p++;
+	}
+	while (*p == ' ' || *p == '\t')
+		p++;
+	if (!any)
 		return -EPROTO;
-	errno = 0;
-	v = strtoull(s, &end, base);
-	while (*end == ' ' || *end == '\t')
-		end++;
-	if (errno || (*end != '\0' && *end != ';') || v > SIZE_MAX_ACCEPTED)
-		return -EPROTO;
+	*s = p;
 	*out = (size_t)v;
 	return 0;
+}
+
+/* A chunk-size line: hex digits, then the end or a ';' extension. */
+static int parse_chunk_size(const char *s, size_t *out)
+{
+	if (take_number(&s, 16, out))
+		return -EPROTO;
+	return *s == '\0' || *s == ';' ? 0 : -EPROTO;
+}
+
+/* Retry-After in delta-seconds; anything else (an HTTP date) is -EPROTO. */
+static int parse_seconds(const char *s, size_t *out)
+{
+	if (take_number(&s, 10, out))
+		return -EPROTO;
+	return *s == '\0' ? 0 : -EPROTO;
+}
+
+/* Content-Length: decimal digits only, or a list of the same value
+ * ("5, 5", as proxies merge repeated fields). A repeated field must carry
+ * the value of the first: two lengths frame the body two ways, which is
+ * how responses get smuggled, so it is an error, never a choice. */
+static int parse_length(struct hresp *r, const char *s)
+{
+	size_t v;
+
+	for (;;) {
+		if (take_number(&s, 10, &v))
+			return -EPROTO;
+		if (r->has_length && v != r->remain)
+			return -EPROTO;
+		r->remain = v;
+		r->has_length = 1;
+		if (*s == '\0')
+			return 0;
+		if (*s++ != ',')
+			return -EPROTO;
+	}
 }
 
 static int parse_status(struct hresp *r)
@@ -120,16 +179,15 @@ static int parse_field(struct hresp *r)
 	size_t n;
 
 	if ((v = header_value(r->line, "content-length"))) {
-		if (parse_size(v, 10, &r->remain))
+		if (parse_length(r, v))
 			return -EPROTO;
-		r->has_length = 1;
 	} else if ((v = header_value(r->line, "transfer-encoding"))) {
 		r->chunked = strcasestr(v, "chunked") != NULL;
 	} else if ((v = header_value(r->line, "connection"))) {
 		if (strcasestr(v, "close"))
 			r->close = 1;
 	} else if ((v = header_value(r->line, "retry-after"))) {
-		if (parse_size(v, 10, &n) == 0)
+		if (parse_seconds(v, &n) == 0)
 			r->retry_after_s = n > 3600 ? 3600 : (int)n;
 	}
 	return 0;
@@ -190,7 +248,7 @@ static int on_line(struct hresp *r)
 		}
 		return parse_field(r);
 	case ST_CHUNK_SIZE:
-		if (parse_size(r->line, 16, &r->remain))
+		if (parse_chunk_size(r->line, &r->remain))
 			return -EPROTO;
 		r->state = r->remain ? ST_CHUNK_DATA : ST_TRAILERS;
 		return 0;

@@ -16,12 +16,16 @@
  *     retried on the same body after its Retry-After seconds (1 s when
  *     absent; a timer, the other connections go on), up to --max-retries
  *     times; a broken connection is reopened and the body resent (up to 3
- *     times in a row). Any other status is a failed request.
+ *     times in a row); a request with no progress (no byte written or read)
+ *     for --timeout-s counts as broken. Any other status is a failed
+ *     request. A resend after the body was (partly) written may store it
+ *     twice, except on the keep-alive idle-close race: such resends are
+ *     counted apart (resends) so a run with any can be flagged.
  *  3. Report. Points (= records x metrics) of 2xx bodies, bodies, body bytes,
  *     wall seconds from the start to the last response, points/s, MB/s,
- *     errors, retries, reconnects, request latency percentiles, the loader's
- *     own CPU time in the timed phase (per request); then one
- *     "result key=value ..." line for scripts. --repeat N sends every body
+ *     errors, retries, reconnects, resends, request latency percentiles,
+ *     the loader's own CPU time in the timed phase (per request, resends
+ *     included); then one "result key=value ..." line for scripts. --repeat N sends every body
  *     N times (bodies are reused, so only meaningful against the sink: a
  *     server would store duplicates); points and bytes count every send.
  *
@@ -75,6 +79,8 @@ static void usage(FILE *f)
 	      "                [--ranks-per-body K] [--connections C] [--threads T]\n"
 	      "                [--host 127.0.0.1] [--port P | --sink] [--path /api/v1/write]\n"
 	      "                [--max-retries N] [--timeout-s N] [--repeat N]\n"
+	      "         --timeout-s: a request that writes and reads nothing for this long\n"
+	      "         (or a connect that does not complete) has failed and is resent\n"
 	      "       rdb-load [workload options] --udp --port P [--host 127.0.0.1]\n"
 	      "                [--format lp|ndjson] [--datagram-bytes 8192] [--connections C]\n"
 	      "                [--rate POINTS_PER_S]\n",
@@ -372,8 +378,10 @@ static void print_summary(struct load_run *run, double secs, double proc_cpu_s)
 {
 	struct load_stats *st = &run->st;
 	uint64_t points = atomic_load(&st->points), bytes = atomic_load(&st->bytes);
-	uint64_t requests =
-	    atomic_load(&st->ok_bodies) + atomic_load(&st->retries) + atomic_load(&st->errors);
+	uint64_t resends = atomic_load(&st->resends);
+	uint64_t start_fails = atomic_load(&st->start_connect_failures);
+	uint64_t requests = atomic_load(&st->ok_bodies) + atomic_load(&st->retries) +
+			    atomic_load(&st->errors) + resends;
 	double pps = secs > 0 ? (double)points / secs : 0.0;
 	double mbps = secs > 0 ? (double)bytes / 1e6 / secs : 0.0;
 	double cpu_s = run->loader_user_s + run->loader_sys_s;
@@ -391,6 +399,13 @@ static void print_summary(struct load_run *run, double secs, double proc_cpu_s)
 	printf("errors       %" PRIu64 "\n", (uint64_t)atomic_load(&st->errors));
 	printf("retries      %" PRIu64 "\n", (uint64_t)atomic_load(&st->retries));
 	printf("reconnects   %" PRIu64 "\n", (uint64_t)atomic_load(&st->reconnects));
+	printf("start fails  %" PRIu64 " connection(s) not open when the clock started (each tried "
+	       "again when first needed)\n",
+	       start_fails);
+	printf("resends      %" PRIu64 "%s\n", resends,
+	       resends ? " (bodies written again after a timeout, reset or bad answer: the "
+			 "server may hold them twice)"
+		       : "");
 	printf("latency ms   p50 %.2f  p99 %.2f  max %.2f\n", q[0], q[1], q[2]);
 	printf("loader CPU   %.3f s (user %.3f, sys %.3f) in %u event-loop thread(s), "
 	       "%.2f us/request (whole process %.3f s)\n",
@@ -402,13 +417,15 @@ static void print_summary(struct load_run *run, double secs, double proc_cpu_s)
 		printf("loader ceiling points/s: %.0f\n", pps);
 	printf("result points=%" PRIu64 " bodies=%" PRIu64 " bytes=%" PRIu64
 	       " seconds=%.4f points_per_s=%.0f mb_per_s=%.1f errors=%" PRIu64 " retries=%" PRIu64
-	       " reconnects=%" PRIu64 " p50_ms=%.2f p99_ms=%.2f"
+	       " reconnects=%" PRIu64 " resends=%" PRIu64 " p50_ms=%.2f p99_ms=%.2f"
 	       " max_ms=%.2f threads=%u loader_cpu_s=%.3f loader_user_s=%.3f loader_sys_s=%.3f"
-	       " loader_cpu_us_per_req=%.2f loader_runq_s=%.3f process_cpu_s=%.3f\n",
+	       " loader_cpu_us_per_req=%.2f loader_runq_s=%.3f process_cpu_s=%.3f"
+	       " start_connect_failures=%" PRIu64 "\n",
 	       points, (uint64_t)atomic_load(&st->ok_bodies), bytes, secs, pps, mbps,
 	       (uint64_t)atomic_load(&st->errors), (uint64_t)atomic_load(&st->retries),
-	       (uint64_t)atomic_load(&st->reconnects), q[0], q[1], q[2], run->o->threads, cpu_s,
-	       run->loader_user_s, run->loader_sys_s, cpu_us, run->loader_runq_s, proc_cpu_s);
+	       (uint64_t)atomic_load(&st->reconnects), resends, q[0], q[1], q[2], run->o->threads,
+	       cpu_s, run->loader_user_s, run->loader_sys_s, cpu_us, run->loader_runq_s, proc_cpu_s,
+	       start_fails);
 }
 
 static void print_workload(const struct load_run *run, double gen_s)

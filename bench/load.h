@@ -52,6 +52,10 @@ struct load_plan {
 /* Totals of the load phase; each event-loop thread adds its own at its end. */
 struct load_stats {
 	atomic_uint_fast64_t ok_bodies, points, bytes, errors, retries, reconnects;
+	/* I/O-failure resends of a body the server may have stored (written,
+	 * then a timeout, reset or bad answer): a run with any may hold
+	 * duplicates. The keep-alive idle-close race is resent uncounted. */
+	atomic_uint_fast64_t resends;
 	atomic_uint_fast64_t start_connect_failures;
 	atomic_int error_reports;
 };

@@ -10,21 +10,37 @@
  * the next send number from the shared atomic counter (so bodies go out in
  * about time order), write the pre-built head and body with one sendmsg
  * (EPOLLOUT only armed after a partial write), read the whole response
- * through hresp.h, then take the next. Sockets are non-blocking, connects
- * too (the initial ones are blocking, before the clock starts, as before).
+ * through hresp.h, then take the next. Sockets and connects are
+ * non-blocking; the initial connects, before the clock starts, wait for
+ * each in turn (at most --timeout-s).
  *
- * Per send: a 2xx ends it (latency = the last attempt's start to its whole
- * response). 429/503 waits Retry-After seconds (1 s if absent; 0 resends at
- * once) on a timer, never a sleep, then resends, up to --max-retries. Any
- * other status is a failed send. An I/O failure (reset, EOF before the
- * whole response, malformed response, no answer within --timeout-s) closes
- * the socket and resends on a new connection, up to MAX_IO_FAILURES times in
- * a row. A connection the server closes (Connection: close, or EOF while
- * idle) is reopened when it is next needed; reconnects counts the
- * connections established again after an earlier one of theirs ended.
+ * Per send: a 2xx ends it (latency = the last attempt's first byte written,
+ * one clock read per attempt, to the wake-up that read its whole response; a
+ * resend after a 429/503 or an I/O failure starts anew). 429/503 waits
+ * Retry-After seconds (1 s if absent; 0 resends at once) on a timer, never a
+ * sleep, then resends, up to --max-retries. Any other status is a failed
+ * send. An answer that comes before the whole request is written (a 413 or
+ * 503 and a close) is the outcome, not the write error that follows it:
+ * reads go before writes, and a failed write first looks for it.
  *
- * Timers (retry waits, request deadlines) are checked by a sweep of the
- * thread's connections at most every SWEEP_S; epoll_wait never waits longer.
+ * An I/O failure (reset, EOF before the whole response, malformed response,
+ * no progress - no byte written or read - for --timeout-s) closes the socket
+ * and resends on a new connection, up to MAX_IO_FAILURES times in a row. A
+ * connect that fails is tried again after CONNECT_BACKOFF_S, so a server
+ * that is down does not turn every send into an error within milliseconds.
+ * The resend of a body the server may have stored (some of it was written,
+ * and it was not the keep-alive race below) is counted in resends: the run
+ * may hold duplicates and its report says so. The keep-alive race: the
+ * server closes an idle connection while a request is on its way; a reset
+ * or EOF before any answer byte on a connection that had answered before is
+ * resent silently, as every HTTP client does. A connection the server
+ * closes (Connection: close, or EOF while idle) is reopened when it is next
+ * needed; reconnects counts the connections established again after an
+ * earlier one of theirs ended.
+ *
+ * Timers (retry waits, connect back-offs, request deadlines) are checked by a
+ * sweep of the thread's connections at most every SWEEP_S; epoll_wait never
+ * waits longer.
  *
  * Threading: a connection, its socket and its latency slots belong to one
  * thread; shared state is the send counter (atomic) and the totals (added
@@ -36,9 +52,9 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,10 +66,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_IO_FAILURES 3    /* consecutive connection failures per send */
-#define SWEEP_S		0.05 /* timer resolution */
-#define EVENTS_MAX	256
-#define RBUF_BYTES	65536
+#define MAX_IO_FAILURES	  3    /* consecutive connection failures per send */
+#define CONNECT_BACKOFF_S 0.1  /* wait after a failed connect before the next */
+#define SWEEP_S		  0.05 /* timer resolution */
+#define EVENTS_MAX	  256
+#define RBUF_BYTES	  65536
 
 enum conn_state {
 	C_IDLE,	      /* between sends (or before the first) */
@@ -61,6 +78,7 @@ enum conn_state {
 	C_SENDING,    /* head + body partly written */
 	C_READING,    /* request written, response not complete */
 	C_RETRY_WAIT, /* 429/503: resend at due_s */
+	C_BACKOFF,    /* the connect failed: try again at due_s */
 	C_Q_NEXT,     /* queued: take the next send */
 	C_Q_RESEND,   /* queued: resend the current send */
 	C_DONE	      /* no sends left */
@@ -75,9 +93,12 @@ struct conn {
 	size_t send;	   /* current send number */
 	uint32_t attempt;  /* 429/503 resends of this send */
 	uint32_t io_fails; /* consecutive I/O failures of this send */
-	size_t off;	   /* bytes of head + body written */
-	double t0_s;	   /* start of the current attempt */
-	double due_s;	   /* C_RETRY_WAIT: resend time; else: request deadline */
+	uint32_t served;   /* whole responses read on the current socket */
+	int reused;	   /* the current attempt went out on a socket that had answered */
+	size_t off;	   /* bytes of head + body written in the current attempt */
+	size_t resp_bytes; /* response bytes read in the current attempt */
+	double t0_s;	   /* the current attempt's first byte written */
+	double due_s;	   /* C_RETRY_WAIT, C_BACKOFF: resend time; else: deadline (no progress) */
 	struct hresp resp;
 };
 
@@ -92,7 +113,7 @@ struct loop {
 	struct conn **queue; /* [n] connections in C_Q_*: each at most once */
 	uint32_t queued;
 	double now_s; /* time of the last wakeup */
-	uint64_t ok, points, bytes, retries, reconnects;
+	uint64_t ok, points, bytes, retries, reconnects, resends;
 	double user_s, sys_s; /* CPU of the timed phase */
 	double runq_s;	      /* time runnable but waiting for a CPU, timed phase */
 	char rbuf[RBUF_BYTES];
@@ -140,12 +161,18 @@ static int addr_of(const struct load_opts *o, struct sockaddr_in *sa)
 	return inet_pton(AF_INET, o->host, &sa->sin_addr) == 1 ? 0 : -EINVAL;
 }
 
-static void set_mask(struct loop *l, struct conn *c, int out)
+/* Arms or disarms EPOLLOUT. 0, or the negative errno of epoll_ctl: the
+ * socket then is not watched as it should be and must be given up. */
+static int set_mask(struct loop *l, struct conn *c, int out)
 {
 	struct epoll_event ev = {.events = EPOLLIN | (out ? EPOLLOUT : 0), .data.ptr = c};
 
-	if (c->out_armed != out && epoll_ctl(l->epfd, EPOLL_CTL_MOD, c->fd, &ev) == 0)
-		c->out_armed = out;
+	if (c->out_armed == out)
+		return 0;
+	if (epoll_ctl(l->epfd, EPOLL_CTL_MOD, c->fd, &ev) != 0)
+		return -errno;
+	c->out_armed = out;
+	return 0;
 }
 
 static void conn_close(struct conn *c)
@@ -164,17 +191,36 @@ static void connected(struct loop *l, struct conn *c)
 	c->was_open = 1;
 }
 
-/* Opens c->fd (non-blocking unless blocking is set) and adds it to epoll.
- * 0 when connected, -EINPROGRESS when the connect is under way, or a
- * negative errno (c->fd stays -1). */
-static int conn_open(struct loop *l, struct conn *c, int blocking)
+/* Waits up to wait_ms for the non-blocking connect of fd to finish. 0 when
+ * it is established, -ETIMEDOUT, or the connect's negative errno. Blocks. */
+static int connect_wait(int fd, int wait_ms)
+{
+	struct pollfd p = {.fd = fd, .events = POLLOUT};
+	int err = 0, n;
+	socklen_t len = sizeof(err);
+
+	do {
+		n = poll(&p, 1, wait_ms);
+	} while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	if (n == 0)
+		return -ETIMEDOUT;
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+		return -errno;
+	return -err;
+}
+
+/* Opens c->fd (non-blocking) and adds it to epoll. With wait_ms >= 0 it
+ * blocks until the connect is done, at most wait_ms; with -1 it does not
+ * wait. 0 when connected, -EINPROGRESS when the connect is under way (only
+ * without waiting), or a negative errno (c->fd stays -1). */
+static int conn_open(struct loop *l, struct conn *c, int wait_ms)
 {
 	struct sockaddr_in sa;
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
 	int one = 1, rc = addr_of(l->run->o, &sa);
-	int fd =
-	    rc ? -1
-	       : socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (blocking ? 0 : SOCK_NONBLOCK), 0);
+	int fd = rc ? -1 : socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 
 	if (rc == 0 && fd < 0)
 		rc = -errno;
@@ -183,8 +229,8 @@ static int conn_open(struct loop *l, struct conn *c, int blocking)
 		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
 			rc = -errno;
 	}
-	if (rc == 0 && blocking && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0)
-		rc = -errno;
+	if (rc == -EINPROGRESS && wait_ms >= 0)
+		rc = connect_wait(fd, wait_ms);
 	if (rc == -EINPROGRESS)
 		ev.events |= EPOLLOUT;
 	if ((rc == 0 || rc == -EINPROGRESS) && epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
@@ -196,6 +242,7 @@ static int conn_open(struct loop *l, struct conn *c, int blocking)
 	}
 	c->fd = fd;
 	c->out_armed = rc == -EINPROGRESS;
+	c->served = 0;
 	if (rc == 0)
 		connected(l, c);
 	return rc;
@@ -217,7 +264,6 @@ static void next_send(struct loop *l, struct conn *c)
 	c->send = i;
 	c->attempt = 0;
 	c->io_fails = 0;
-	c->t0_s = l->now_s;
 	start_attempt(l, c);
 }
 
@@ -247,15 +293,71 @@ static void fail_send(struct loop *l, struct conn *c, const char *what, const ch
 	enqueue(l, c, C_Q_NEXT);
 }
 
-/* The connection broke or answered garbage: resend on a new one, or give up. */
+/* Whether the server can have taken the current attempt's body although it
+ * failed with rc. Not when nothing of the request was written, nor when a
+ * keep-alive connection that had answered before was reset or closed before
+ * any byte of this answer: the server closed it as idle while the request
+ * was on its way (the classic keep-alive race, which every HTTP client
+ * resends silently). Anything else (a timeout, a reset after a first
+ * request, an answer cut short or malformed) may have been stored. */
+static int maybe_stored(const struct conn *c, int rc)
+{
+	if (c->off == 0)
+		return 0;
+	return !(c->reused && c->resp_bytes == 0 && (rc == -ECONNRESET || rc == -EPIPE));
+}
+
+/* The connection broke, stalled or answered garbage: resend on a new one,
+ * or give up. A resend of a body the server may have stored is counted in
+ * resends (the run may then hold it twice; the report flags it). */
 static void io_failure(struct loop *l, struct conn *c, int rc)
 {
+	int stored = maybe_stored(c, rc), connecting = c->state == C_CONNECTING;
+
 	conn_close(c);
 	if (++c->io_fails > MAX_IO_FAILURES) {
 		fail_send(l, c, "connection", strerror(-rc));
 		return;
 	}
+	if (stored)
+		l->resends++;
+	if (connecting) {
+		/* a refused connect fails at once: without a pause the sends
+		 * would all end as errors within milliseconds of a restart */
+		c->state = C_BACKOFF;
+		c->due_s = l->now_s + CONNECT_BACKOFF_S;
+		return;
+	}
 	enqueue(l, c, C_Q_RESEND);
+}
+
+/* epoll_ctl could not change the socket's mask: give the socket up. */
+static void mask_failed(struct loop *l, struct conn *c, int rc)
+{
+	if (c->state == C_SENDING || c->state == C_READING)
+		io_failure(l, c, rc);
+	else
+		conn_close(c); /* idle: reopened when next needed */
+}
+
+static void on_response(struct loop *l, struct conn *c);
+static int recv_response(struct loop *l, struct conn *c);
+
+/* After a failed write: reads the answer a server sent before it closed
+ * (a 413 or a 503 to a request it would not take whole). 1 when there was
+ * a whole one and on_response took it; its status, not the write's error,
+ * is then the attempt's outcome. Reads what the socket holds, bounded. */
+static int early_answer(struct loop *l, struct conn *c)
+{
+	int rc = 0;
+
+	for (int k = 0; k < 64 && rc == 0; k++)
+		rc = recv_response(l, c);
+	if (rc != 1)
+		return 0;
+	c->resp.close = 1;
+	on_response(l, c);
+	return 1;
 }
 
 /* Writes what is left of head + body; arms EPOLLOUT when the socket is full. */
@@ -268,6 +370,11 @@ static void try_send(struct loop *l, struct conn *c)
 		struct msghdr msg = {.msg_iov = iov};
 		size_t total = b->head_len + b->len;
 
+		/* latency counts from this attempt's first byte on the wire, not
+		 * from the loop's wake-up: a send late in a batch of hundreds of
+		 * connections would otherwise carry the batch's time */
+		if (c->off == 0)
+			c->t0_s = load_now_s();
 		if (c->off < b->head_len) {
 			iov[0] = (struct iovec){(char *)b->head + c->off, b->head_len - c->off};
 			iov[1] = (struct iovec){b->data, b->len};
@@ -280,17 +387,27 @@ static void try_send(struct loop *l, struct conn *c)
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			set_mask(l, c, 1);
+			int rc = set_mask(l, c, 1);
+
+			if (rc)
+				mask_failed(l, c, rc);
 			return;
 		}
 		if (w < 0) {
-			io_failure(l, c, -errno);
+			int rc = -errno;
+
+			if (!early_answer(l, c))
+				io_failure(l, c, rc);
 			return;
 		}
 		c->off += (size_t)w;
+		c->due_s = l->now_s + l->run->o->timeout_s; /* progress */
 		if (c->off == total) {
+			int rc;
+
 			c->state = C_READING;
-			set_mask(l, c, 0);
+			if ((rc = set_mask(l, c, 0)) != 0)
+				mask_failed(l, c, rc);
 			return;
 		}
 	}
@@ -299,20 +416,23 @@ static void try_send(struct loop *l, struct conn *c)
 static void begin_request(struct loop *l, struct conn *c)
 {
 	c->state = C_SENDING;
-	c->off = 0;
-	hresp_init(&c->resp);
 	try_send(l, c);
 }
 
 /* (Re)sends the current send, opening a connection first if needed. */
 static void start_attempt(struct loop *l, struct conn *c)
 {
+	c->off = 0;
+	c->resp_bytes = 0;
+	c->reused = c->fd >= 0 && c->served > 0;
+	hresp_init(&c->resp);
 	c->due_s = l->now_s + l->run->o->timeout_s;
 	if (c->fd >= 0) {
 		begin_request(l, c);
 		return;
 	}
-	int rc = conn_open(l, c, 0);
+	c->state = C_CONNECTING; /* so that a failure below backs off */
+	int rc = conn_open(l, c, -1);
 	if (rc == 0)
 		begin_request(l, c);
 	else if (rc == -EINPROGRESS)
@@ -328,10 +448,15 @@ static void on_response(struct loop *l, struct conn *c)
 	const struct load_body *b = &run->p->bodies[c->send % run->p->n];
 	char detail[320];
 
+	c->served++;
 	if (r->close)
 		conn_close(c);
 	if (r->status >= 200 && r->status < 300) {
-		run->latency_ms[c->send] = (l->now_s - c->t0_s) * 1e3;
+		/* the wake-up that brought the response ends it (the bytes were
+		 * there before it); 0 marks an unsent slot, so never store 0 */
+		double ms = (l->now_s - c->t0_s) * 1e3;
+
+		run->latency_ms[c->send] = ms > 0 ? ms : 1e-6;
 		l->ok++;
 		l->points += (uint64_t)b->records * run->o->g.metrics;
 		l->bytes += b->len;
@@ -347,7 +472,6 @@ static void on_response(struct loop *l, struct conn *c)
 	c->attempt++;
 	c->io_fails = 0;
 	if (r->retry_after_s == 0) {
-		c->t0_s = l->now_s;
 		start_attempt(l, c);
 		return;
 	}
@@ -357,39 +481,52 @@ static void on_response(struct loop *l, struct conn *c)
 
 /* ---- events ---- */
 
-static void on_readable(struct loop *l, struct conn *c)
+/* Reads once from c->fd into the response parser. 1: the response is
+ * whole (c->resp holds it); 0: bytes came, more are needed; -EAGAIN:
+ * nothing to read now; another negative errno: the connection broke
+ * (-ECONNRESET for an end of stream inside the answer) or the answer is
+ * malformed (-EPROTO). */
+static int recv_response(struct loop *l, struct conn *c)
 {
+	size_t used;
 	ssize_t n;
+	int rc;
 
 	do {
 		n = recv(c->fd, l->rbuf, sizeof(l->rbuf), 0);
 	} while (n < 0 && errno == EINTR);
-	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-		return;
+	if (n < 0)
+		return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	if (n == 0)
+		return hresp_eof(&c->resp) == 0 ? 1 : -ECONNRESET;
+	c->resp_bytes += (size_t)n;
+	c->due_s = l->now_s + l->run->o->timeout_s; /* progress */
+	rc = hresp_feed(&c->resp, l->rbuf, (size_t)n, &used);
+	if (rc == 1 && (used < (size_t)n || c->state == C_SENDING))
+		c->resp.close = 1; /* stray bytes, or an answer before the whole request */
+	return rc;
+}
+
+static void on_readable(struct loop *l, struct conn *c)
+{
 	if (c->state != C_SENDING && c->state != C_READING) {
 		/* idle or waiting: the server closed the keep-alive connection,
 		 * or sent bytes nobody asked for; reopen when next needed */
-		conn_close(c);
+		ssize_t n;
+
+		do {
+			n = recv(c->fd, l->rbuf, sizeof(l->rbuf), 0);
+		} while (n < 0 && errno == EINTR);
+		if (!(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)))
+			conn_close(c);
 		return;
 	}
-	if (n <= 0) {
-		if (n == 0 && hresp_eof(&c->resp) == 0)
-			on_response(l, c);
-		else
-			io_failure(l, c, n == 0 ? -ECONNRESET : -errno);
-		return;
-	}
-	size_t used;
-	int rc = hresp_feed(&c->resp, l->rbuf, (size_t)n, &used);
-	if (rc < 0) {
+	int rc = recv_response(l, c);
+
+	if (rc == 1)
+		on_response(l, c);
+	else if (rc < 0 && rc != -EAGAIN)
 		io_failure(l, c, rc);
-		return;
-	}
-	if (rc == 0)
-		return;
-	if (used < (size_t)n || c->state == C_SENDING)
-		c->resp.close = 1; /* stray bytes, or an answer before the whole request */
-	on_response(l, c);
 }
 
 static void on_writable(struct loop *l, struct conn *c)
@@ -405,12 +542,14 @@ static void on_writable(struct loop *l, struct conn *c)
 			return;
 		}
 		connected(l, c);
-		set_mask(l, c, 0);
-		begin_request(l, c);
+		begin_request(l, c); /* disarms EPOLLOUT once all is written */
 	} else if (c->state == C_SENDING) {
 		try_send(l, c);
 	} else {
-		set_mask(l, c, 0);
+		int rc = set_mask(l, c, 0);
+
+		if (rc)
+			mask_failed(l, c, rc);
 	}
 }
 
@@ -419,8 +558,7 @@ static void sweep(struct loop *l)
 	for (uint32_t k = 0; k < l->n; k++) {
 		struct conn *c = &l->conns[k];
 
-		if (c->state == C_RETRY_WAIT && l->now_s >= c->due_s) {
-			c->t0_s = l->now_s;
+		if ((c->state == C_RETRY_WAIT || c->state == C_BACKOFF) && l->now_s >= c->due_s) {
 			start_attempt(l, c);
 		} else if ((c->state == C_CONNECTING || c->state == C_SENDING ||
 			    c->state == C_READING) &&
@@ -451,11 +589,13 @@ static void run_loop(struct loop *l)
 					on_writable(l, c);
 				continue;
 			}
-			if ((e & EPOLLOUT) && c->fd >= 0)
-				on_writable(l, c);
-			if ((e & (EPOLLIN | EPOLLHUP | EPOLLERR)) && c->fd >= 0 &&
-			    c->state != C_CONNECTING)
+			/* reads first: an answer that came before the whole
+			 * request was written (413, 503 + close) is the
+			 * outcome, not the write error that would follow it */
+			if ((e & (EPOLLIN | EPOLLHUP | EPOLLERR)) && c->fd >= 0)
 				on_readable(l, c);
+			if ((e & EPOLLOUT) && c->fd >= 0 && c->state != C_CONNECTING)
+				on_writable(l, c);
 		}
 		if (l->now_s >= next_sweep_s) {
 			sweep(l);
@@ -472,7 +612,7 @@ static void *loop_main(void *arg)
 	double user0, sys0, runq0;
 
 	for (uint32_t k = 0; k < l->n; k++) {
-		int rc = conn_open(l, &l->conns[k], 1);
+		int rc = conn_open(l, &l->conns[k], (int)run->o->timeout_s * 1000);
 		if (rc) {
 			atomic_fetch_add(&run->st.start_connect_failures, 1);
 			fprintf(stderr, "rdb-load: connection %u to %s:%u failed at start: %s\n",
@@ -496,6 +636,7 @@ static void *loop_main(void *arg)
 	atomic_fetch_add(&run->st.bytes, l->bytes);
 	atomic_fetch_add(&run->st.retries, l->retries);
 	atomic_fetch_add(&run->st.reconnects, l->reconnects);
+	atomic_fetch_add(&run->st.resends, l->resends);
 	return NULL;
 }
 

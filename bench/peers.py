@@ -388,6 +388,17 @@ def fnum(kv, key):
         return None
 
 
+def load_warning(name, kv, warnings, what="the load"):
+    """Flags a load whose stored data may differ from what was sent: write
+    errors (bodies missing) or resends (bodies rdb-load wrote again after a
+    timeout, reset or bad answer, which the server may hold twice)."""
+    errors, resends = fnum(kv, "errors") or 0, fnum(kv, "resends") or 0
+    if errors > 0 or resends > 0:
+        warnings.append("%s: %s had %d write error(s) and %d resend(s): the data stored may "
+                        "miss or duplicate bodies; do not compare its figures"
+                        % (name, what, errors, resends))
+
+
 def cmd_table(a):
     systems = a.systems.split(",")
     info = read_kv(os.path.join(a.dir, "info"))
@@ -423,8 +434,11 @@ def cmd_table(a):
     add("ingest points/s (HTTP, line protocol)", lambda s: fnum(kv[s], "points_per_s"),
         higher_better=True, note=ingest_note)
     add("ingest seconds", lambda s: fnum(kv[s], "seconds"), " s", note=ingest_note)
-    add("write errors / retries", lambda s: None,
-        note=lambda s: "%s / %s" % (kv[s].get("errors", "n/a"), kv[s].get("retries", "n/a")))
+    add("write errors / retries / resends", lambda s: None,
+        note=lambda s: "%s / %s / %s" % (kv[s].get("errors", "n/a"), kv[s].get("retries", "n/a"),
+                                         kv[s].get("resends") or "n/a"))
+    for s in systems:
+        load_warning(NAMES[s], kv[s], warnings)
     add("bytes/point on disk, settled + clean stop (du -sb)",
         lambda s: per_point(s, "du_after"), higher_better=False)
     add("bytes/point on disk, same, allocated blocks (du -sB1)",
@@ -540,7 +554,8 @@ def cmd_shape_table(a):
                 ("server CPU per request (median)", "cpu_us_per_req", False, " us"),
                 ("loader (rdb-load) CPU per request (median)", "loader_cpu_us_per_req", None, " us"),
                 ("loader runnable without a CPU (median)", "loader_runq_s", None, " s"),
-                ("write errors (all runs)", "errors", None, "")]
+                ("write errors (all runs)", "errors", None, ""),
+                ("resends that may duplicate a body (all runs)", "resends", None, "")]
     else:
         title = ("### Many ranks at once: %s keep-alive connections, each POSTing one step (%s metrics) "
                  "per second for %s s" % (a.connections, a.metrics, a.duration_s))
@@ -566,9 +581,9 @@ def cmd_shape_table(a):
                                         for k in ("errors", "non2xx", "reconnects")))
                 continue
             per_run = [fnum(r, key) for r in runs[s]]
-            if key == "errors":
+            if key in ("errors", "resends"):
                 v = sum(x or 0 for x in per_run)
-                cells.append("%d" % v)
+                cells.append("%d" % v if any(x is not None for x in per_run) else "n/a")
                 continue
             v = median(per_run)
             vals[s] = v
@@ -585,11 +600,18 @@ def cmd_shape_table(a):
         out += ["", "- rankdb WAL records per fdatasync: " + ", ".join(
             "%.1f" % x for x in rps if x is not None) + " (every acknowledgement is durable; "
             "VictoriaMetrics and InfluxDB do not fsync before answering)"]
-    out += ["- machine: " + a.machine, ""]
+    warnings = []
+    for s in systems:
+        for i, r in enumerate(runs[s]):
+            load_warning(NAMES[s], r, warnings, "run %d" % (i + 1))
+    out += ["- machine: " + a.machine]
+    out += ["- **WARNING**: " + w for w in warnings] + [""]
     text = "\n".join(out) + "\n"
     sys.stdout.write(text)
     with open(a.out, "w") as f:
         f.write(text)
+    for w in warnings:
+        print("peers: warning: " + w, file=sys.stderr)
 
 
 def main():

@@ -386,6 +386,7 @@ if [ "$shape" = per-rank ]; then
 				echo "points_per_s=$(kv "$tmp/$s.load" points_per_s)"
 				echo "seconds=$secs"
 				echo "errors=$(kv "$tmp/$s.load" errors)"
+				echo "resends=$(kv "$tmp/$s.load" resends)"
 				echo "requests_per_s=$(awk -v n="$req" -v t="$secs" 'BEGIN { if (t > 0) printf "%.0f", n / t }')"
 				echo "cpu_us_per_req=$(awk -v a="$c0" -v b="$c1" -v n="$req" -v hz="$hz" 'BEGIN { if (n > 0) printf "%.1f", (b - a) * 1e6 / hz / n }')"
 				echo "records_per_sync=$rps"
@@ -518,7 +519,7 @@ ingest() {
 	[ "$server_rc" = 0 ] || echo "peers.sh: $sys exited with status $server_rc" >&2
 	du_after=$(du_b "$data")
 	{
-		for k in points points_per_s seconds errors retries bytes; do
+		for k in points points_per_s seconds errors retries resends bytes; do
 			echo "$k=$(kv "$tmp/$sys.load" $k)"
 		done
 		echo "hwm_kb=$hwm"

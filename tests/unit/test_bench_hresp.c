@@ -105,10 +105,81 @@ static void test_retry_after_and_interim(void)
 		CHECK_EQ_INT(r.close, 1);
 		CHECK(strcmp(r.snippet, "busy") == 0);
 	}
-	feed(&r, "HTTP/1.1 503 Unavailable\r\nRetry-After: 99999\r\nContent-Length: 0\r\n\r\n", 5);
+	CHECK_EQ_INT(
+	    feed(&r, "HTTP/1.1 503 Unavailable\r\nRetry-After: 99999\r\nContent-Length: 0\r\n\r\n",
+		 5)
+		.rc,
+	    1);
 	CHECK_EQ_INT(r.retry_after_s, 3600); /* capped */
-	feed(&r, "HTTP/1.1 503 Unavailable\r\nRetry-After: soon\r\nContent-Length: 0\r\n\r\n", 5);
+	CHECK_EQ_INT(
+	    feed(&r, "HTTP/1.1 503 Unavailable\r\nRetry-After: soon\r\nContent-Length: 0\r\n\r\n",
+		 5)
+		.rc,
+	    1);
 	CHECK_EQ_INT(r.retry_after_s, -1); /* not seconds: the caller's default */
+	CHECK_EQ_INT(
+	    feed(&r,
+		 "HTTP/1.1 503 Unavailable\r\nRetry-After: Fri, 31 Dec 1999 23:59:59 GMT\r\n"
+		 "Content-Length: 0\r\n\r\n",
+		 5)
+		.rc,
+	    1);
+	CHECK_EQ_INT(r.retry_after_s, -1); /* an HTTP date: not seconds either */
+}
+
+/* The same length said twice frames the body one way; said two ways, or
+ * with anything but digits, the response cannot be trusted. */
+static void test_content_length_strict(void)
+{
+	const char *same = "HTTP/1.1 200 OK\r\nContent-Length: 4\r\nContent-Length: 4\r\n\r\nabcd";
+	const char *list = "HTTP/1.1 200 OK\r\nContent-Length: 4, 4\r\n\r\nabcd";
+	static const char *bad[] = {
+	    "HTTP/1.1 200 OK\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\nabcde",
+	    "HTTP/1.1 200 OK\r\nContent-Length: 4, 5\r\n\r\nabcde",
+	    "HTTP/1.1 200 OK\r\nContent-Length: 4abc\r\n\r\nabcd",
+	    "HTTP/1.1 200 OK\r\nContent-Length: 4 x\r\n\r\nabcd",
+	    "HTTP/1.1 200 OK\r\nContent-Length: 4;\r\n\r\nabcd",
+	    "HTTP/1.1 200 OK\r\nContent-Length: +4\r\n\r\nabcd",
+	    "HTTP/1.1 200 OK\r\nContent-Length: 0x4\r\n\r\nabcd",
+	    "HTTP/1.1 200 OK\r\nContent-Length: \r\n\r\n",
+	    "HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n",
+	};
+	struct hresp r;
+
+	for (size_t p = 0; p < NPIECES; p++) {
+		struct fed f = feed(&r, same, pieces[p]);
+		CHECK_EQ_INT(f.rc, 1);
+		CHECK_EQ_INT(r.body_bytes, 4);
+		f = feed(&r, list, pieces[p]);
+		CHECK_EQ_INT(f.rc, 1);
+		CHECK_EQ_INT(r.body_bytes, 4);
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+			CHECK_EQ_INT(feed(&r, bad[i], pieces[p]).rc, -EPROTO);
+	}
+}
+
+/* A chunk size is hex digits: no "0x", no sign, nothing after but an
+ * extension. */
+static void test_chunk_size_strict(void)
+{
+	static const char *bad[] = {"0x5", "+5", "-5", "5 x", "", "g"};
+	char t[256];
+	struct hresp r;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(t, sizeof(t),
+			 "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%s\r\nhello\r\n"
+			 "0\r\n\r\n",
+			 bad[i]);
+		CHECK_EQ_INT(feed(&r, t, 3).rc, -EPROTO);
+	}
+	CHECK_EQ_INT(feed(&r,
+			  "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5 ;x=y\r\nhello\r\n"
+			  "0\r\n\r\n",
+			  3)
+			 .rc,
+		     1);
+	CHECK_EQ_INT(r.body_bytes, 5);
 }
 
 static void test_eof_framing(void)
@@ -180,6 +251,8 @@ int main(void)
 	RUN(test_content_length_stops_at_end);
 	RUN(test_chunked);
 	RUN(test_retry_after_and_interim);
+	RUN(test_content_length_strict);
+	RUN(test_chunk_size_strict);
 	RUN(test_eof_framing);
 	RUN(test_long_body_snippet_bounded);
 	RUN(test_errors);
