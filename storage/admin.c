@@ -529,7 +529,8 @@ struct wal_ids {
 	uint64_t undefined;	 /* records naming an undefined id */
 	uint64_t first_sid;	 /* the first such id, for the message */
 	uint64_t unparsed;	 /* records replay skips as not parsing */
-	uint64_t first_unparsed; /* the first one: its number in the file (1..) */
+	uint64_t first_unparsed; /* the first one: its number among the file's records
+				  * whose checksum holds (1..; damaged ranges not counted) */
 	uint8_t first_type;	 /* and its type */
 	const char *first_why;	 /* and why (static text) */
 };
@@ -677,8 +678,9 @@ int sto_verify_wal(const char *data_dir, sto_problem_fn fn, void *arg,
 		if (ids.unparsed)
 			problem(&v,
 				"WAL %s/wal-%016llx.log: %llu record(s) with a valid checksum that "
-				"the next start skips, their writes lost (the first: record %llu "
-				"of the file, type %u, %s); their checksums hold, so they were "
+				"the next start skips, their writes lost (the first: checksummed "
+				"record %llu of the file, counting only records whose checksum "
+				"holds; type %u, %s); their checksums hold, so they were "
 				"written that way",
 				dir, (unsigned long long)gens[i], (unsigned long long)ids.unparsed,
 				(unsigned long long)ids.first_unparsed, ids.first_type,
