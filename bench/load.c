@@ -18,9 +18,10 @@
  *     times; a broken connection is reopened and the body resent (up to 3
  *     times in a row); a request with no progress (no byte written or read)
  *     for --timeout-s counts as broken. Any other status is a failed
- *     request. A resend after the body was (partly) written may store it
- *     twice, except on the keep-alive idle-close race: such resends are
- *     counted apart (resends) so a run with any can be flagged.
+ *     request. A resend after the request was written whole may store it
+ *     twice (the server may have taken it and failed before answering):
+ *     such resends are counted apart (resends) so a run with any can be
+ *     flagged; one after a partial write cannot (Content-Length).
  *  3. Report. Points (= records x metrics) of 2xx bodies, bodies, body bytes,
  *     wall seconds from the start to the last response, points/s, MB/s,
  *     errors, retries, reconnects, resends, request latency percentiles,

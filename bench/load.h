@@ -52,9 +52,12 @@ struct load_plan {
 /* Totals of the load phase; each event-loop thread adds its own at its end. */
 struct load_stats {
 	atomic_uint_fast64_t ok_bodies, points, bytes, errors, retries, reconnects;
-	/* I/O-failure resends of a body the server may have stored (written,
-	 * then a timeout, reset or bad answer): a run with any may hold
-	 * duplicates. The keep-alive idle-close race is resent uncounted. */
+	/* I/O-failure resends of a body the server may have stored (written
+	 * whole, then a timeout, reset, end of stream or bad answer), counted
+	 * when the body is written again: a run with any may hold duplicates.
+	 * A keep-alive idle-close race after the request was written whole is
+	 * counted too: from here it looks like a server that stored the body
+	 * and died before answering. */
 	atomic_uint_fast64_t resends;
 	atomic_uint_fast64_t start_connect_failures;
 	atomic_int error_reports;

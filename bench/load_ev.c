@@ -97,6 +97,7 @@ struct conn {
 	int reused;	   /* the current attempt went out on a socket that had answered */
 	size_t off;	   /* bytes of head + body written in the current attempt */
 	size_t resp_bytes; /* response bytes read in the current attempt */
+	int maybe_dup;	   /* a failed attempt wrote the whole body: count the resend */
 	double t0_s;	   /* the current attempt's first byte written */
 	double due_s;	   /* C_RETRY_WAIT, C_BACKOFF: resend time; else: deadline (no progress) */
 	struct hresp resp;
@@ -264,6 +265,7 @@ static void next_send(struct loop *l, struct conn *c)
 	c->send = i;
 	c->attempt = 0;
 	c->io_fails = 0;
+	c->maybe_dup = 0;
 	start_attempt(l, c);
 }
 
@@ -294,17 +296,18 @@ static void fail_send(struct loop *l, struct conn *c, const char *what, const ch
 }
 
 /* Whether the server can have taken the current attempt's body although it
- * failed with rc. Not when nothing of the request was written, nor when a
- * keep-alive connection that had answered before was reset or closed before
- * any byte of this answer: the server closed it as idle while the request
- * was on its way (the classic keep-alive race, which every HTTP client
- * resends silently). Anything else (a timeout, a reset after a first
- * request, an answer cut short or malformed) may have been stored. */
-static int maybe_stored(const struct conn *c, int rc)
+ * failed: only once the whole request was written (the head carries its
+ * Content-Length, so a server cannot store a body it did not receive
+ * whole). A reset or close before any answer byte on a reused keep-alive
+ * connection may be the server closing it as idle (the keep-alive race),
+ * but it may as well be a server that stored the body and died before
+ * answering: that is counted too, as clients such as Go's net/http resend
+ * a POST silently only when nothing of it was written. */
+static int maybe_stored(const struct loop *l, const struct conn *c)
 {
-	if (c->off == 0)
-		return 0;
-	return !(c->reused && c->resp_bytes == 0 && (rc == -ECONNRESET || rc == -EPIPE));
+	const struct load_body *b = &l->run->p->bodies[c->send % l->run->p->n];
+
+	return c->off == b->head_len + b->len;
 }
 
 /* The connection broke, stalled or answered garbage: resend on a new one,
@@ -312,15 +315,16 @@ static int maybe_stored(const struct conn *c, int rc)
  * resends (the run may then hold it twice; the report flags it). */
 static void io_failure(struct loop *l, struct conn *c, int rc)
 {
-	int stored = maybe_stored(c, rc), connecting = c->state == C_CONNECTING;
+	int connecting = c->state == C_CONNECTING;
+
+	if (maybe_stored(l, c))
+		c->maybe_dup = 1;
 
 	conn_close(c);
 	if (++c->io_fails > MAX_IO_FAILURES) {
 		fail_send(l, c, "connection", strerror(-rc));
 		return;
 	}
-	if (stored)
-		l->resends++;
 	if (connecting) {
 		/* a refused connect fails at once: without a pause the sends
 		 * would all end as errors within milliseconds of a restart */
@@ -405,6 +409,10 @@ static void try_send(struct loop *l, struct conn *c)
 		if (c->off == total) {
 			int rc;
 
+			if (c->maybe_dup) { /* counted when it is written again */
+				l->resends++;
+				c->maybe_dup = 0;
+			}
 			c->state = C_READING;
 			if ((rc = set_mask(l, c, 0)) != 0)
 				mask_failed(l, c, rc);

@@ -244,12 +244,13 @@ def ok_bodies(stub):
     return [b for _, st, b in stub.log if 200 <= st < 300]
 
 
-def test_loader_resends_the_idle_close_race_silently():
-    # The server closes a keep-alive connection that had answered before
-    # while the next request is on its way: right after an answer (the
-    # request then meets a closed socket), or as it arrives, unanswered.
-    # The request never reached the application, so it is resent, not
-    # counted.
+def test_loader_resends_after_a_close_without_answer_and_counts_written_bodies():
+    # The server closes a keep-alive connection that had answered before:
+    # after reading a request whole without answering it (it may have
+    # stored it: counted as a resend that may duplicate), or right after an
+    # answer, so that the next request meets a closed socket (counted only
+    # if the loader could write it whole before the reset came back: which
+    # one is up to the kernel's timing). Every body is resent and delivered.
     drops, closes = [], []
 
     def plan(k, nth):
@@ -267,7 +268,8 @@ def test_loader_resends_the_idle_close_race_silently():
     finally:
         stub.stop()
     assert len(drops) == 3 and len(closes) == 2, (drops, closes)
-    assert r["errors"] == "0" and r["resends"] == "0" and r["retries"] == "0", (r, err)
+    assert r["errors"] == "0" and r["retries"] == "0", (r, err)
+    assert 3 <= int(r["resends"]) <= 5, r
     assert r["reconnects"] == "5", r
     oks = ok_bodies(stub)
     assert r["bodies"] == "240" and len(oks) == 240 and len(set(oks)) == 240, (r, len(oks))
@@ -293,12 +295,12 @@ def test_loader_counts_resends_that_may_duplicate():
             return ("cut",)
         if k >= 60 and nth > 1 and "stall" not in bad:
             bad["stall"] = k
-            return ("stall", 3)
+            return ("stall", 8)
         return (204, [], b"", False)
 
     stub = Stub(plan)
     try:
-        r, err = run_load(LP_WL + ["--port", str(stub.port), "--timeout-s", "1"])
+        r, err = run_load(LP_WL + ["--port", str(stub.port), "--timeout-s", "3"])
     finally:
         stub.stop()
     assert sorted(bad) == ["cut", "drop", "stall"], bad
