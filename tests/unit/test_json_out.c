@@ -2,7 +2,7 @@
  * exact number formatter against printf + strtod, the mapping of query error
  * codes to statuses, and the endpoint serialisers over real query results
  * (a response over its bound is a 413; crossrank writes only the columns
- * asked for). */
+ * asked for, its rank columns too, parsed back as JSON). */
 #include "check.h"
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
@@ -10,6 +10,7 @@
 #include "storage/sto.h"
 
 #include <ftw.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -306,6 +307,190 @@ static void test_serialisers(void)
 	sto_close(s);
 }
 
+/* The cross-rank fixture of test_crossrank_ranks: ranks of every digit
+ * count up to the largest real rank, so rank cells of many widths meet the
+ * bound. */
+#define XA_STEPS  300
+#define XA_NRANKS 7
+static const uint32_t xa_ranks[XA_NRANKS] = {0, 1, 2, 9, 10, 99999, MDL_RANK_MAX};
+
+/* Rank xa_ranks[j]'s point at step st: false when it has none, else its
+ * value's bits. Steps without any point (st % 17 == 5) and steps whose
+ * points are all NaN or null (st % 19 == 7) are buckets without data;
+ * st % 13 == 0 has one rank only; some ranks hold NaN, null or nothing at
+ * some steps (not counted there); values -3..3 make ties between ranks,
+ * and every rank holds the min and the max of some steps. */
+static bool xa_point(int64_t st, size_t j, uint64_t *bits)
+{
+	if (st % 17 == 5 || (st % 13 == 0 && j != XA_NRANKS - 1) || (j == 3 && st % 11 == 4))
+		return false;
+	if (st % 19 == 7)
+		*bits = j % 2 ? MDL_VALUE_NULL_BITS : MDL_VALUE_NAN_BITS;
+	else if (j == 1 && st % 7 == 3)
+		*bits = MDL_VALUE_NAN_BITS;
+	else if (j == 2 && st % 5 == 1)
+		*bits = MDL_VALUE_NULL_BITS;
+	else
+		*bits = rdb_f64_bits(
+		    (double)((st * 5 + (int64_t)(j * j * 3) + st / 9 * (int64_t)j) % 7) - 3.0);
+	return true;
+}
+
+/* The expected rows, computed from xa_point alone: per step with a value,
+ * the step and the ranks holding the min and the max (ties: lowest rank). */
+static size_t xa_expect(int64_t *step, uint32_t *argmin, uint32_t *argmax)
+{
+	size_t n = 0;
+	for (int64_t st = 0; st < XA_STEPS; st++) {
+		double lo = 0, hi = 0;
+		bool any = false;
+		for (size_t j = 0; j < XA_NRANKS; j++) {
+			uint64_t bits;
+			if (!xa_point(st, j, &bits) || isnan(rdb_bits_f64(bits)))
+				continue;
+			double v = rdb_bits_f64(bits);
+			if (!any || v < lo) {
+				lo = v;
+				argmin[n] = xa_ranks[j];
+			}
+			if (!any || v > hi) {
+				hi = v;
+				argmax[n] = xa_ranks[j];
+			}
+			any = true;
+		}
+		if (any)
+			step[n++] = st;
+	}
+	return n;
+}
+
+/* An array member of o holding integers equal to want[0..n). */
+static bool json_ints_are(const json_t *o, const char *key, const int64_t *want, size_t n)
+{
+	const json_t *a = json_object_get(o, key);
+	if (!json_is_array(a) || json_array_size(a) != n) {
+		fprintf(stderr, "\"%s\": not an array of %zu\n", key, n);
+		return false;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const json_t *v = json_array_get(a, i);
+		if (!json_is_integer(v) || json_integer_value(v) != want[i]) {
+			fprintf(stderr, "\"%s\"[%zu]: want %lld\n", key, i, (long long)want[i]);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* crossrank with argmin and argmax asked for, over buckets with and
+ * without data: under every bound up to past the answer's length, the whole
+ * answer byte for byte or a 413; and the answer parses as JSON with the
+ * ranks expected (integers, never null or "job": buckets without data have
+ * no row, the job-level pseudo-rank is not compared), through the streamed
+ * rows (argmin/argmax only) and the sorted ones (median too). */
+static void test_crossrank_ranks(void)
+{
+	struct sto *s = open_store();
+	struct mdl_batch *b;
+	CHECK_EQ_INT(mdl_batch_new(1 << 16, 64, &b), 0);
+	for (int64_t st = 0; st < XA_STEPS; st++) {
+		for (size_t j = 0; j < XA_NRANKS; j++) {
+			uint64_t bits;
+			if (xa_point(st, j, &bits))
+				CHECK_EQ_INT(mdl_batch_add(b, "xa", 2, xa_ranks[j], "loss", 4,
+							   T0 + st * 100 + (int64_t)j, st, 0, bits),
+					     0);
+		}
+		/* the job level: lower and higher than every rank, at every step */
+		CHECK_EQ_INT(mdl_batch_add(b, "xa", 2, MDL_RANK_JOB, "loss", 4, T0 + st * 100 + 50,
+					   st, 0, rdb_f64_bits(st % 2 ? -100.0 : 100.0)),
+			     0);
+	}
+	CHECK_EQ_INT(sto_write(s, b), 0);
+	mdl_batch_free(b);
+	static int64_t step[XA_STEPS], lo[XA_STEPS], hi[XA_STEPS];
+	uint32_t argmin[XA_STEPS], argmax[XA_STEPS];
+	size_t nrows = xa_expect(step, argmin, argmax);
+	for (size_t i = 0; i < nrows; i++) {
+		lo[i] = argmin[i];
+		hi[i] = argmax[i];
+	}
+	/* the fixture has every case: gaps, one-rank rows, every rank (of
+	 * every width) holding a min and a max */
+	CHECK(nrows > 200 && nrows < XA_STEPS - 25);
+	bool one = false;
+	for (size_t i = 0; i < nrows; i++)
+		one |= step[i] % 13 == 0;
+	CHECK(one);
+	for (size_t j = 0; j < XA_NRANKS; j++) {
+		bool has_min = false, has_max = false;
+		for (size_t i = 0; i < nrows; i++) {
+			has_min |= argmin[i] == xa_ranks[j] && step[i] % 13 != 0;
+			has_max |= argmax[i] == xa_ranks[j] && step[i] % 13 != 0;
+		}
+		CHECK(has_min && has_max);
+	}
+	int64_t ranks[XA_NRANKS];
+	for (size_t j = 0; j < XA_NRANKS; j++)
+		ranks[j] = xa_ranks[j];
+	const uint32_t cols[] = {QRY_XR_ARGMIN | QRY_XR_ARGMAX,
+				 QRY_XR_ARGMIN | QRY_XR_ARGMAX | QRY_XR_MEDIAN};
+	for (size_t c = 0; c < 2; c++) {
+		struct qry_error err;
+		struct qry_xr_req q = {
+		    .job = "xa",
+		    .metric = "loss",
+		    .max_points = 1000000,
+		    .cols = cols[c],
+		    .spec = {.range = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX},
+			     .attempt = QRY_ATTEMPT_LATEST,
+			     .axis_set = true,
+			     .axis = QRY_AXIS_STEP,
+			     .width = 1}};
+		struct qry_xr_result xr;
+		CHECK_EQ_INT(qry_crossrank(s, &q, &xr, &err), 0);
+		struct rdb_buf out;
+		rdb_buf_init(&out, 1 << 20);
+		CHECK_EQ_INT(srv_write_crossrank(&out, &xr, &err), 0);
+		json_error_t jerr;
+		json_t *o = json_loadb((const char *)out.data, out.len, 0, &jerr);
+		CHECK(o != NULL);
+		if (!o)
+			fprintf(stderr, "crossrank answer: %s at %d\n", jerr.text, jerr.position);
+		CHECK(json_ints_are(o, "ranks", ranks, XA_NRANKS));
+		CHECK(json_ints_are(o, "start", step, nrows));
+		CHECK(json_ints_are(o, "end", step, nrows));
+		CHECK(json_ints_are(o, "argmin", lo, nrows));
+		CHECK(json_ints_are(o, "argmax", hi, nrows));
+		CHECK(json_integer_value(json_object_get(o, "buckets")) == (json_int_t)nrows);
+		CHECK(json_object_get(o, "mean") == NULL && json_object_get(o, "count") == NULL);
+		CHECK((json_object_get(o, "median") != NULL) == (c == 1));
+		json_decref(o);
+		/* every bound from nothing to past the answer's length */
+		size_t len = out.len, n_ok = 0, n_bad = 0;
+		for (size_t max = 1; max <= len + 8; max++) {
+			struct rdb_buf bounded;
+			rdb_buf_init(&bounded, max);
+			int rc = srv_write_crossrank(&bounded, &xr, &err);
+			if (rc == 0) {
+				n_ok++;
+				if (bounded.len != len || memcmp(bounded.data, out.data, len) != 0)
+					n_bad++;
+			} else if (rc != RDB_ELIMIT || max >= len ||
+				   srv_qry_status(err.code) != 413) {
+				n_bad++;
+			}
+			rdb_buf_free(&bounded);
+		}
+		CHECK_EQ_INT(n_ok, 9);
+		CHECK_EQ_INT(n_bad, 0);
+		rdb_buf_free(&out);
+		qry_xr_result_free(&xr);
+	}
+	sto_close(s);
+}
+
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
 	(void)st;
@@ -327,6 +512,7 @@ int main(void)
 	RUN(test_json_f64);
 	RUN(test_statuses);
 	RUN(test_serialisers);
+	RUN(test_crossrank_ranks);
 	int rc = check_summary("json_out");
 	if (rc == 0)
 		nftw(base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
