@@ -55,6 +55,7 @@ def batches(rank, n, batch_size):
 
 def train(args):
     torch.set_num_threads(1)
+    torch.manual_seed(args.seed)  # the model's initial weights (DDP broadcasts rank 0's)
     dist.init_process_group("gloo")  # MASTER_ADDR/PORT, RANK, WORLD_SIZE from the environment
     rank = dist.get_rank()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s rank" + str(rank) + " %(message)s")
@@ -111,6 +112,9 @@ def main():
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--seed", type=int, default=0,
+                    help="model initialisation seed (the data is seeded per rank): a run is "
+                         "repeatable")
     ap.add_argument("--base-ms", type=float, default=5.0, help="simulated compute per forward")
     ap.add_argument("--slow-rank", type=int, default=-1)
     ap.add_argument("--slow-ms", type=float, default=30.0)
