@@ -29,39 +29,13 @@ static bool rank_wanted(const struct qry_match_req *req, uint32_t rank)
 	return false;
 }
 
-/* The matcher of one qry_match call: the request and the lengths of its
- * names, measured once when it is built (match_ctx_init), not per key. */
+/* The matcher of one qry_match call. */
 struct match_ctx {
 	const struct qry_match_req *req;
 	struct qry_match *m;
-	bool alias;	     /* the built-in metric aliases apply (model/alias.h) */
-	size_t prefix_len;   /* strlen(req->prefix) */
-	size_t *metric_lens; /* [req->nmetrics] strlen of each exact name; owned */
+	bool alias;	   /* the built-in metric aliases apply (model/alias.h) */
+	size_t prefix_len; /* strlen(req->prefix), measured once, not per key */
 };
-
-/* 0 or -ENOMEM (c->metric_lens NULL: match_ctx_free is still safe). */
-static int match_ctx_init(struct match_ctx *c, const struct qry_match_req *req, struct qry_match *m)
-{
-	*c = (struct match_ctx){.req = req, .m = m};
-	if (req->prefix) {
-		c->prefix_len = strlen(req->prefix);
-		return 0;
-	}
-	if (req->nmetrics == 0)
-		return 0;
-	c->metric_lens = malloc(req->nmetrics * sizeof(*c->metric_lens));
-	if (!c->metric_lens)
-		return -ENOMEM;
-	for (size_t i = 0; i < req->nmetrics; i++)
-		c->metric_lens[i] = strlen(req->metrics[i]);
-	return 0;
-}
-
-static void match_ctx_free(struct match_ctx *c)
-{
-	free(c->metric_lens);
-	c->metric_lens = NULL;
-}
 
 static bool metric_wanted(const struct match_ctx *c, const char *metric)
 {
@@ -162,12 +136,17 @@ no:
 
 /* The metric of an index key is one of the exact names asked for (no
  * alias, no prefix): a job's other metrics are skipped on their key. */
+/* metric[0..len) is not NUL-terminated and holds no NUL: a wanted name
+ * equals it when their first len bytes agree and the name ends there (no
+ * strlen of each name per key). */
 static bool name_wanted(void *arg, const char *metric, size_t len)
 {
 	const struct match_ctx *c = arg;
-	for (size_t i = 0; i < c->req->nmetrics; i++)
-		if (c->metric_lens[i] == len && memcmp(c->req->metrics[i], metric, len) == 0)
+	for (size_t i = 0; i < c->req->nmetrics; i++) {
+		const char *w = c->req->metrics[i];
+		if (strncmp(w, metric, len) == 0 && w[len] == 0)
 			return true;
+	}
 	return false;
 }
 
@@ -186,13 +165,12 @@ static int match_exact(struct sto *s, const struct qry_match_req *req, struct ma
 int qry_match(struct sto *s, const struct qry_match_req *req, struct qry_match *m,
 	      struct qry_error *err)
 {
-	struct match_ctx c;
+	struct match_ctx c = {
+	    .req = req, .m = m, .prefix_len = req->prefix ? strlen(req->prefix) : 0};
 	memset(m, 0, sizeof(*m));
 	if (match_by_lookup(s, req, m))
 		return 0;
-	int rc = match_ctx_init(&c, req, m);
-	if (rc == 0)
-		rc = match_exact(s, req, &c);
+	int rc = match_exact(s, req, &c);
 	if (rc == 0 && !m->metric_seen)
 		rc = sto_list_series(s, req->job, match_cb, &c);
 	if (rc == 0 && m->job_seen && !m->metric_seen && !req->prefix) {
@@ -201,7 +179,6 @@ int qry_match(struct sto *s, const struct qry_match_req *req, struct qry_match *
 		c.alias = true;
 		rc = sto_list_series(s, req->job, match_cb, &c);
 	}
-	match_ctx_free(&c);
 	if (rc)
 		return qry_fail(err, QRY_E_INTERNAL, rc, "listing series: %s", rdb_strerror(rc));
 	if (!m->job_seen)
