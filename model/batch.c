@@ -106,6 +106,7 @@ int mdl_batch_take(size_t max_points, size_t max_series, struct mdl_batch **out)
 	struct mdl_batch *b = rdb_tcache_take(&batch_cache);
 	if (!b)
 		return mdl_batch_new(max_points, max_series, out);
+	mdl_batch_reset(b); /* here, not at the give: a refused give frees it */
 	b->max_points = max_points;
 	b->max_series = max_series > UINT32_MAX - 1 ? UINT32_MAX - 1 : max_series;
 	*out = b;
@@ -121,7 +122,6 @@ void mdl_batch_give(struct mdl_batch *b)
 		mdl_batch_free(b);
 		return;
 	}
-	mdl_batch_reset(b);
 	if (!rdb_tcache_give_bytes(&batch_cache, b, bytes))
 		mdl_batch_free(b);
 }

@@ -479,7 +479,7 @@ int srv_json_u32s(struct rdb_buf *out, const uint32_t *v, size_t n)
 
 int srv_json_values(struct rdb_buf *out, const uint64_t *bits, size_t n)
 {
-	SRV_JSON_ARRAY(out, n, SRV_FMT_VALUE_MAX + 1, p += srv_fmt_value(p, bits[i]));
+	SRV_JSON_ARRAY(out, n, SRV_JSON_ELEM_MAX, p += srv_fmt_value(p, bits[i]));
 }
 
 size_t srv_fmt_f64(char *p, double v, bool defined)

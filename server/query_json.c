@@ -281,7 +281,7 @@ static size_t fmt_cell(char *p, const struct qry_buckets *bs, size_t i, enum col
 static int write_cells(struct rdb_buf *out, const struct qry_buckets *bs, enum col c, double q,
 		       int64_t width)
 {
-	SRV_JSON_ARRAY(out, bs->n, SRV_FMT_VALUE_MAX + 1, p += fmt_cell(p, bs, i, c, q, width));
+	SRV_JSON_ARRAY(out, bs->n, SRV_JSON_ELEM_MAX, p += fmt_cell(p, bs, i, c, q, width));
 }
 
 /* ,"<name>":[<cells>] */
@@ -386,7 +386,7 @@ static size_t xr_cell(char *p, const struct qry_xr_row *r, enum xcol c, size_t q
 /* A column's cells, comma-separated (json_array.h). */
 static int xr_cells(struct rdb_buf *out, const struct qry_xr_result *r, enum xcol c, size_t qi)
 {
-	SRV_JSON_ARRAY(out, r->nrows, SRV_FMT_VALUE_MAX + 1,
+	SRV_JSON_ARRAY(out, r->nrows, SRV_JSON_ELEM_MAX,
 		       p += xr_cell(p, &r->rows[i], c, qi, r->width));
 }
 
