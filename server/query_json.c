@@ -115,7 +115,8 @@ int srv_write_jobs(struct rdb_buf *out, const struct qry_jobs *r,
 	}
 	if (rc == 0)
 		rc = rdb_buf_puts(out, "]}");
-	return rc ? qry_fail_listing(err, rc, "listing jobs") : 0;
+	return rc ? srv_out_failed(err, rc, "the job list is that long: raise max_response_bytes")
+		  : 0;
 }
 
 int srv_write_metrics(struct rdb_buf *out, const struct qry_metrics *r, struct qry_error *err)
@@ -133,7 +134,9 @@ int srv_write_metrics(struct rdb_buf *out, const struct qry_metrics *r, struct q
 	}
 	if (rc == 0)
 		rc = rdb_buf_puts(out, "]}");
-	return rc ? qry_fail_listing(err, rc, "listing metrics") : 0;
+	return rc ? srv_out_failed(err, rc,
+				   "list a job with fewer metrics, or raise max_response_bytes")
+		  : 0;
 }
 
 int srv_write_ranks(struct rdb_buf *out, const struct qry_ranks *r, struct qry_error *err)
@@ -147,7 +150,9 @@ int srv_write_ranks(struct rdb_buf *out, const struct qry_ranks *r, struct qry_e
 		rc = srv_json_u32s(out, r->v, r->n);
 	if (rc == 0)
 		rc = rdb_buf_printf(out, "],\"job_level\":%s}", r->job_level ? "true" : "false");
-	return rc ? qry_fail_listing(err, rc, "listing ranks") : 0;
+	return rc ? srv_out_failed(err, rc,
+				   "list a job with fewer ranks, or raise max_response_bytes")
+		  : 0;
 }
 
 /* ---- raw points ---------------------------------------------------------------------- */
