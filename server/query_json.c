@@ -115,8 +115,7 @@ int srv_write_jobs(struct rdb_buf *out, const struct qry_jobs *r,
 	}
 	if (rc == 0)
 		rc = rdb_buf_puts(out, "]}");
-	return rc ? srv_out_failed(err, rc, "the job list is that long: raise max_response_bytes")
-		  : 0;
+	return rc ? srv_out_failed(err, rc, "raise max_response_bytes to list this many jobs") : 0;
 }
 
 int srv_write_metrics(struct rdb_buf *out, const struct qry_metrics *r, struct qry_error *err)
