@@ -523,7 +523,7 @@ int sto_verify(struct sto *s, bool quarantine, sto_problem_fn fn, void *arg,
  * Both are skipped by the next start, so both are problems here. */
 struct wal_ids {
 	struct rdb_map defined;	 /* sid -> (void *)1 */
-	struct mdl_batch *b;	 /* scratch: type 1 and 3 points are decoded */
+	struct mdl_batch *b;	 /* scratch: the points of every type are decoded */
 	struct mdl_events *ev;	 /* scratch: events are decoded */
 	uint64_t records;	 /* intact records seen in this file */
 	uint64_t undefined;	 /* records naming an undefined id */
@@ -542,15 +542,19 @@ static int wal_id_define(void *arg, uint64_t sid, const struct sto_wal_key *k)
 	return rdb_map_put(&w->defined, sid, (void *)1);
 }
 
-static bool wal_id_known(void *arg, uint64_t sid)
+/* The key of a defined id: any valid one does (verify asks only whether
+ * replay would take the record, not what it holds). */
+static const struct sto_wal_key *wal_id_known(void *arg, uint64_t sid)
 {
+	static const struct sto_wal_key any = {
+	    .job = "j", .metric = "m", .rank = 0, .job_len = 1, .metric_len = 1};
 	struct wal_ids *w = arg;
-	return rdb_map_get(&w->defined, sid) != NULL;
+	return rdb_map_get(&w->defined, sid) ? &any : NULL;
 }
 
 /* Checks a batch record (type 3, or compact: type 5) as replay_batch
- * parses it: the same split, then the points (compact ones by an id-only
- * walk), then the events. 0, RDB_ENOTFOUND (*sid names an undefined id),
+ * parses it: the same split, then the points (compact ones through the
+ * file's defined ids), then the events. 0, RDB_ENOTFOUND (*sid names an undefined id),
  * RDB_ECORRUPT, or -ENOMEM. */
 static int wal_check_batch(struct wal_ids *w, const uint8_t *p, size_t len, bool compact,
 			   uint64_t *sid)
@@ -558,9 +562,9 @@ static int wal_check_batch(struct wal_ids *w, const uint8_t *p, size_t len, bool
 	struct sto_batch_parts bp;
 	int rc = sto_batch_split(p, len, &bp);
 	if (rc == 0 && bp.points_len)
-		rc = compact
-			 ? sto_batch_check_compact(bp.points, bp.points_len, wal_id_known, w, sid)
-			 : sto_batch_decode(w->b, bp.points, bp.points_len);
+		rc = compact ? sto_batch_decode_compact(w->b, bp.points, bp.points_len,
+							wal_id_known, w, sid)
+			     : sto_batch_decode(w->b, bp.points, bp.points_len);
 	if (rc == 0 && bp.events_len)
 		rc = sto_events_decode(w->ev, bp.events, bp.events_len);
 	return rc;

@@ -392,19 +392,10 @@ static int cpt_points(struct mdl_batch *b, const struct sto_wal_key *k, uint64_t
 	return 0;
 }
 
-/* How a compact walk names its series: decoding (b set) looks each key
- * up; checking (b NULL) only asks whether the id is known. */
-struct cpt_names {
-	struct mdl_batch *b;
-	sto_sid_lookup_fn lookup;
-	sto_sid_known_fn known;
-	void *arg;
-};
-
-/* The one walk of a compact points payload behind both the decoder and
- * the check, so that they refuse the same bytes the same way. */
-static int cpt_walk(const struct cpt_names *nm, const uint8_t *p, size_t len, uint64_t *missing_sid)
+int sto_batch_decode_compact(struct mdl_batch *b, const uint8_t *p, size_t len,
+			     sto_sid_lookup_fn lookup, void *arg, uint64_t *missing_sid)
 {
+	mdl_batch_reset(b);
 	const uint8_t *end = p + len;
 	if (len < 4)
 		return RDB_ECORRUPT;
@@ -422,32 +413,17 @@ static int cpt_walk(const struct cpt_names *nm, const uint8_t *p, size_t len, ui
 		sid += rdb_unzigzag(dsid);
 		if (sid == 0)
 			return RDB_ECORRUPT; /* ids start at 1: no definition names 0 */
-		const struct sto_wal_key *k = nm->b ? nm->lookup(nm->arg, sid) : NULL;
-		if (nm->b ? !k : !nm->known(nm->arg, sid)) {
+		const struct sto_wal_key *k = lookup(arg, sid);
+		if (!k) {
 			*missing_sid = sid;
 			return RDB_ENOTFOUND;
 		}
-		if (k && (!mdl_job_valid(k->job, k->job_len) ||
-			  !mdl_metric_valid(k->metric, k->metric_len)))
+		if (!mdl_job_valid(k->job, k->job_len) ||
+		    !mdl_metric_valid(k->metric, k->metric_len))
 			return RDB_ECORRUPT;
-		int rc = cpt_points(nm->b, k, npoints, &p, end, &first);
+		int rc = cpt_points(b, k, npoints, &p, end, &first);
 		if (rc)
 			return rc;
 	}
 	return p == end ? 0 : RDB_ECORRUPT;
-}
-
-int sto_batch_decode_compact(struct mdl_batch *b, const uint8_t *p, size_t len,
-			     sto_sid_lookup_fn lookup, void *arg, uint64_t *missing_sid)
-{
-	mdl_batch_reset(b);
-	const struct cpt_names nm = {.b = b, .lookup = lookup, .arg = arg};
-	return cpt_walk(&nm, p, len, missing_sid);
-}
-
-int sto_batch_check_compact(const uint8_t *p, size_t len, sto_sid_known_fn known, void *arg,
-			    uint64_t *missing_sid)
-{
-	const struct cpt_names nm = {.known = known, .arg = arg};
-	return cpt_walk(&nm, p, len, missing_sid);
 }

@@ -103,18 +103,4 @@ typedef const struct sto_wal_key *(*sto_sid_lookup_fn)(void *arg, uint64_t sid);
 int sto_batch_decode_compact(struct mdl_batch *b, const uint8_t *p, size_t len,
 			     sto_sid_lookup_fn lookup, void *arg, uint64_t *missing_sid);
 
-/* Whether the file defined sid (never 0), for sto_batch_check_compact. */
-typedef bool (*sto_sid_known_fn)(void *arg, uint64_t sid);
-
-/* Walks a compact points payload (untrusted) as sto_batch_decode_compact
- * does, the same bytes checked in the same order, but only asks known
- * about each series id and decodes no point into a batch (what `rankctl
- * verify` needs: whether replay would take the record). 0, RDB_ECORRUPT
- * or RDB_ENOTFOUND (*missing_sid set) exactly where the decoder returns
- * them for a lookup that knows the same ids, bound by sto_defs_decode (whose
- * names are valid: the decoder also refuses an invalid looked-up name,
- * which this check does not see). Allocates nothing. */
-int sto_batch_check_compact(const uint8_t *p, size_t len, sto_sid_known_fn known, void *arg,
-			    uint64_t *missing_sid);
-
 #endif

@@ -529,11 +529,6 @@ static const struct sto_wal_key *table_get(void *arg, uint64_t sid)
 	return NULL;
 }
 
-static bool table_knows(void *arg, uint64_t sid)
-{
-	return table_get(arg, sid) != NULL;
-}
-
 /* Defines the batch's series in t with ids from sids[] (same order). */
 static void table_fill(struct key_table *t, const struct mdl_batch *b, const uint64_t *sids)
 {
@@ -683,9 +678,7 @@ static void test_compact_hostile(void)
 	CHECK_EQ_INT(sto_batch_decode_compact(b, buf.data, buf.len, table_get, &t, &missing),
 		     RDB_ECORRUPT);
 	buf.len--;
-	/* The id-only check (rankctl verify's) refuses exactly what the
-	 * decoder (replay's) refuses, the same way, naming the same id. */
-	int differ = 0;
+	/* Flipped bits: the decoder answers, never anything but its errors. */
 	for (size_t i = 0; i < buf.len; i++) {
 		for (int bit = 0; bit < 8; bit += 3) {
 			buf.data[i] ^= (uint8_t)(1u << bit);
@@ -693,17 +686,10 @@ static void test_compact_hostile(void)
 			    sto_batch_decode_compact(b, buf.data, buf.len, table_get, &t, &missing);
 			CHECK(rc == 0 || rc == RDB_ECORRUPT || rc == RDB_ELIMIT ||
 			      rc == RDB_ENOTFOUND);
-			uint64_t missing2 = 0;
-			int rc2 =
-			    sto_batch_check_compact(buf.data, buf.len, table_knows, &t, &missing2);
-			if (rc != RDB_ELIMIT &&
-			    (rc2 != rc || (rc == RDB_ENOTFOUND && missing2 != missing)))
-				differ++;
 			buf.data[i] ^= (uint8_t)(1u << bit);
 		}
 	}
-	CHECK_EQ_INT(differ, 0);
-	CHECK_EQ_INT(sto_batch_check_compact(buf.data, buf.len, table_knows, &t, &missing), 0);
+	CHECK_EQ_INT(sto_batch_decode_compact(b, buf.data, buf.len, table_get, &t, &missing), 0);
 	/* Hand-made: a huge series count, a huge point count, an 11-byte
 	 * varint, a 10-byte varint past 64 bits, an attempt past 32 bits, an
 	 * invalid defined key. */
