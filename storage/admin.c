@@ -584,22 +584,24 @@ static int wal_ids_cb(void *arg, uint64_t gen, uint8_t type, const uint8_t *p, s
 	else if (type == STO_WAL_REC_DEFS)
 		rc = sto_defs_decode(p, len, wal_id_define, w);
 	else
-		rc = RDB_EFORMAT; /* replay skips a type it does not know */
-	if (rc == RDB_ENOTFOUND) {
+		rc = RDB_EFORMAT;
+	switch (sto_wal_rec_fate(type, rc)) { /* replay's own rule */
+	case STO_WAL_TAKE:
+		return 0;
+	case STO_WAL_SKIP_UNDEFINED:
 		if (w->undefined++ == 0)
 			w->first_sid = sid;
 		return 0;
-	}
-	/* What replay skips (store.c replay_cb): RDB_ECORRUPT from every type,
-	 * RDB_EINVAL only from a type 1 record; anything else stops it. */
-	if (rc == RDB_ECORRUPT || rc == RDB_EFORMAT ||
-	    (rc == RDB_EINVAL && type == STO_WAL_REC_POINTS)) {
+	case STO_WAL_SKIP_UNPARSED:
+	case STO_WAL_SKIP_UNKNOWN:
 		if (w->unparsed++ == 0) {
 			w->first_unparsed = w->records;
 			w->first_type = type;
 			w->first_why = rc == RDB_EFORMAT ? "unknown record type" : "does not parse";
 		}
 		return 0;
+	case STO_WAL_STOP:
+		break;
 	}
 	return rc; /* -ENOMEM: stop */
 }

@@ -747,31 +747,31 @@ static int replay_cb(void *arg, uint64_t gen, uint8_t type, const uint8_t *p, si
 		replay_defs_clear(c);
 		c->defs_gen = gen;
 	}
-	if (type == STO_WAL_REC_POINTS) {
+	if (type == STO_WAL_REC_POINTS)
 		rc = sto_batch_decode(c->b, p, len);
-		if (rc == 0)
-			return replay_apply(c, true, false);
-	} else if (type == STO_WAL_REC_BATCH || type == STO_WAL_REC_CBATCH) {
-		rc = replay_batch(c, gen, p, len, type == STO_WAL_REC_CBATCH);
-		if (rc == RDB_ENOTFOUND)
-			return 0; /* logged and counted by replay_points */
-		if (rc != RDB_ECORRUPT)
-			return rc;
-	} else if (type == STO_WAL_REC_DEFS) {
+	else if (type == STO_WAL_REC_BATCH || type == STO_WAL_REC_CBATCH)
+		rc = replay_batch(c, gen, p, len, type == STO_WAL_REC_CBATCH); /* applies it */
+	else if (type == STO_WAL_REC_DEFS)
 		rc = sto_defs_decode(p, len, replay_def_add, c);
-		if (rc != RDB_ECORRUPT)
-			return rc;
-	} else {
+	else
+		rc = RDB_EFORMAT;
+	switch (sto_wal_rec_fate(type, rc)) { /* the rule verify reports by */
+	case STO_WAL_TAKE:
+		return type == STO_WAL_REC_POINTS ? replay_apply(c, true, false) : 0;
+	case STO_WAL_SKIP_UNDEFINED:
+		return 0; /* logged and counted by replay_points */
+	case STO_WAL_SKIP_UNKNOWN:
 		rdb_warn("store", "WAL generation %llu: skipping record of unknown type %u",
 			 (unsigned long long)gen, type);
 		return 0;
-	}
-	if (rc == RDB_ECORRUPT || rc == RDB_EINVAL) {
+	case STO_WAL_SKIP_UNPARSED:
 		rdb_error("store",
 			  "WAL generation %llu: a record with a valid checksum does not "
 			  "parse (%s); skipping it",
 			  (unsigned long long)gen, rdb_strerror(rc));
 		return 0;
+	case STO_WAL_STOP:
+		break;
 	}
 	return rc;
 }

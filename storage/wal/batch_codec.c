@@ -427,3 +427,17 @@ int sto_batch_decode_compact(struct mdl_batch *b, const uint8_t *p, size_t len,
 	}
 	return p == end ? 0 : RDB_ECORRUPT;
 }
+
+enum sto_wal_fate sto_wal_rec_fate(uint8_t type, int rc)
+{
+	bool batch = type == STO_WAL_REC_BATCH || type == STO_WAL_REC_CBATCH;
+	if (!batch && type != STO_WAL_REC_POINTS && type != STO_WAL_REC_DEFS)
+		return STO_WAL_SKIP_UNKNOWN;
+	if (rc == 0)
+		return STO_WAL_TAKE;
+	if (rc == RDB_ENOTFOUND && batch)
+		return STO_WAL_SKIP_UNDEFINED;
+	if (rc == RDB_ECORRUPT || (rc == RDB_EINVAL && type == STO_WAL_REC_POINTS))
+		return STO_WAL_SKIP_UNPARSED;
+	return STO_WAL_STOP;
+}

@@ -103,4 +103,17 @@ typedef const struct sto_wal_key *(*sto_sid_lookup_fn)(void *arg, uint64_t sid);
 int sto_batch_decode_compact(struct mdl_batch *b, const uint8_t *p, size_t len,
 			     sto_sid_lookup_fn lookup, void *arg, uint64_t *missing_sid);
 
+/* What replay does with an intact WAL record of type (format.h
+ * STO_WAL_REC_*) whose parse returned rc: the one rule behind replay
+ * (storage/engine/store.c) and `rankctl verify` (storage/admin.c), so that
+ * verify reports exactly what replay skips. */
+enum sto_wal_fate {
+	STO_WAL_TAKE,		/* rc 0: apply it */
+	STO_WAL_SKIP_UNDEFINED, /* a batch naming an id its file never defined */
+	STO_WAL_SKIP_UNPARSED,	/* does not parse (RDB_ECORRUPT; RDB_EINVAL of type 1) */
+	STO_WAL_SKIP_UNKNOWN,	/* a type this build does not know */
+	STO_WAL_STOP,		/* anything else (-ENOMEM, an apply error): stop */
+};
+enum sto_wal_fate sto_wal_rec_fate(uint8_t type, int rc);
+
 #endif
