@@ -356,7 +356,8 @@ static int early_answer(struct loop *l, struct conn *c)
 		rc = recv_response(l, c);
 	if (rc != 1)
 		return 0;
-	c->resp.close = 1;
+	/* resp.close is set: recv_response marks an answer read in C_SENDING,
+	 * and an EOF-framed one is marked by the parser */
 	on_response(l, c);
 	return 1;
 }
@@ -438,9 +439,7 @@ static void start_attempt(struct loop *l, struct conn *c)
 	int rc = conn_open(l, c, -1);
 	if (rc == 0)
 		begin_request(l, c);
-	else if (rc == -EINPROGRESS)
-		c->state = C_CONNECTING;
-	else
+	else if (rc != -EINPROGRESS) /* in progress: stays C_CONNECTING */
 		io_failure(l, c, rc);
 }
 
