@@ -39,6 +39,7 @@ void hresp_init(struct hresp *r)
 	r->retry_after_s = -1;
 	r->body_bytes = 0;
 	r->snippet[0] = '\0';
+	r->snippet_len = 0;
 	r->state = ST_STATUS;
 	r->chunked = r->has_length = 0;
 	r->remain = 0;
@@ -219,14 +220,16 @@ static void end_of_headers(struct hresp *r)
 static void take_body(struct hresp *r, const char *buf, size_t len, size_t *i, int all)
 {
 	size_t n = len - *i;
-	size_t kept = strlen(r->snippet);
+	size_t room = sizeof(r->snippet) - 1 - r->snippet_len;
 
 	if (!all && n > r->remain)
 		n = r->remain;
-	if (kept + 1 < sizeof(r->snippet)) {
-		size_t k = sizeof(r->snippet) - 1 - kept < n ? sizeof(r->snippet) - 1 - kept : n;
-		memcpy(r->snippet + kept, buf + *i, k);
-		r->snippet[kept + k] = '\0';
+	if (room > 0) { /* a length kept, not strlen on every feed */
+		size_t k = room < n ? room : n;
+
+		memcpy(r->snippet + r->snippet_len, buf + *i, k);
+		r->snippet_len += k;
+		r->snippet[r->snippet_len] = '\0';
 	}
 	*i += n;
 	r->body_bytes += n;
