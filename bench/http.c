@@ -101,8 +101,8 @@ static int read_line(struct http_conn *c, char *line, size_t cap)
 	}
 }
 
-/* Consumes n body bytes, keeping the first ones in snip[snip_cap] if given. */
-static int discard(struct http_conn *c, size_t n, char *snip, size_t snip_cap, size_t *kept)
+/* Consumes n body bytes. */
+static int discard(struct http_conn *c, size_t n)
 {
 	while (n > 0) {
 		if (c->rpos == c->rlen) {
@@ -111,12 +111,6 @@ static int discard(struct http_conn *c, size_t n, char *snip, size_t snip_cap, s
 				return rc;
 		}
 		size_t take = c->rlen - c->rpos < n ? c->rlen - c->rpos : n;
-		if (snip && *kept + 1 < snip_cap) {
-			size_t k = snip_cap - 1 - *kept < take ? snip_cap - 1 - *kept : take;
-			memcpy(snip + *kept, c->rbuf + c->rpos, k);
-			*kept += k;
-			snip[*kept] = '\0';
-		}
 		c->rpos += take;
 		n -= take;
 	}
@@ -142,13 +136,12 @@ static int parse_size(const char *s, int base, size_t *out)
 	return 0;
 }
 
-/* Header fields both sides care about. */
+/* The request header fields the sink needs to find the request's end. */
 struct fields {
 	int has_length;
 	size_t length;
 	int chunked;
 	int close;
-	int retry_after_s;
 };
 
 static int header_value(const char *line, const char *name, const char **value)
@@ -166,10 +159,9 @@ static int read_headers(struct http_conn *c, struct fields *f)
 {
 	char line[LINE_MAX_BYTES];
 	const char *v;
-	size_t n;
 	int rc;
 
-	*f = (struct fields){.retry_after_s = -1};
+	*f = (struct fields){0};
 	for (;;) {
 		rc = read_line(c, line, sizeof(line));
 		if (rc)
@@ -184,14 +176,11 @@ static int read_headers(struct http_conn *c, struct fields *f)
 			f->chunked = strcasestr(v, "chunked") != NULL;
 		} else if (header_value(line, "connection", &v)) {
 			f->close = strcasestr(v, "close") != NULL;
-		} else if (header_value(line, "retry-after", &v)) {
-			if (parse_size(v, 10, &n) == 0)
-				f->retry_after_s = n > 3600 ? 3600 : (int)n;
 		}
 	}
 }
 
-static int read_chunked(struct http_conn *c, char *snip, size_t cap, size_t *kept, size_t *total)
+static int read_chunked(struct http_conn *c, size_t *total)
 {
 	char line[LINE_MAX_BYTES];
 	size_t n;
@@ -205,7 +194,7 @@ static int read_chunked(struct http_conn *c, char *snip, size_t cap, size_t *kep
 			return rc;
 		if (n == 0)
 			break;
-		rc = discard(c, n, snip, cap, kept);
+		rc = discard(c, n);
 		if (rc == 0)
 			rc = read_line(c, line, sizeof(line)); /* CRLF after data */
 		if (rc)
@@ -243,7 +232,7 @@ static int sink_serve_one(struct http_sink *s, struct http_conn *c)
 				    "Content-Length: 21\r\n\r\n" SINK_REPLY_BODY;
 	char line[LINE_MAX_BYTES];
 	struct fields f;
-	size_t kept = 0, total = 0;
+	size_t total = 0;
 	int rc;
 
 	_Static_assert(sizeof(SINK_REPLY_BODY) - 1 == 21, "sink reply length");
@@ -251,9 +240,9 @@ static int sink_serve_one(struct http_sink *s, struct http_conn *c)
 	if (rc == 0)
 		rc = read_headers(c, &f);
 	if (rc == 0 && f.chunked)
-		rc = read_chunked(c, NULL, 0, &kept, &total);
+		rc = read_chunked(c, &total);
 	else if (rc == 0 && f.has_length)
-		rc = discard(c, total = f.length, NULL, 0, &kept);
+		rc = discard(c, total = f.length);
 	if (rc == 0)
 		rc = send_flags(c->fd, reply, sizeof(reply) - 1, 0);
 	if (rc == 0) {
