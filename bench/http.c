@@ -11,6 +11,7 @@
  * (rdb-load does); writes then fail with -EPIPE instead of killing it.
  */
 #include "bench/http.h"
+#include "bench/load.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -26,7 +27,8 @@
 #include <unistd.h>
 
 #define LINE_MAX_BYTES	8192
-#define SINK_MAX_CONNS	4096
+/* one thread per connection: the sink must take as many as rdb-load may open */
+#define SINK_MAX_CONNS	LOAD_MAX_CONNECTIONS
 #define SINK_REPLY_BODY "{\"accepted_points\":0}"
 
 /* ---- connection and reader ---- */
