@@ -4,8 +4,9 @@ real rankdbd stores, over several connections and threads, in line protocol
 and JSON; against a stub server it retries 429/503 after Retry-After without
 stalling its other connections, reopens connections the server closes,
 reads chunked and Content-Length answers, counts a non-retryable status as
-an error (exit 1), resends silently only what the server cannot have taken
-(the keep-alive idle-close race) and counts every other resend, and takes
+an error (exit 1), resends uncounted only what the server cannot have taken
+(a request not written whole) and counts every other resend, the keep-alive
+idle-close race included, and takes
 an answer sent before the whole body (413/503 + close) as the outcome, and
 refuses --threads with --udp instead of ignoring it.
 No durations are asserted, only that a Retry-After wait was not shorter
