@@ -3,7 +3,8 @@
  *
  * A discard server for measuring the loader alone. It parses just
  * enough of each request (Content-Length or chunked) to find its end, throws
- * the body away, and answers 200 with {"accepted_points":0}. One thread per
+ * the body away, and answers 200 with {"accepted_points":0} (field, length
+ * and chunk-size parsing are hresp.h's, the loader's own). One thread per
  * connection; the acceptor stops on http_sink_stop() (shutdown() of the
  * listening socket wakes accept()).
  *
@@ -11,6 +12,7 @@
  * (rdb-load does); writes then fail with -EPIPE instead of killing it.
  */
 #include "bench/http.h"
+#include "bench/hresp.h"
 #include "bench/load.h"
 
 #include <arpa/inet.h>
@@ -119,25 +121,6 @@ static int discard(struct http_conn *c, size_t n)
 	return 0;
 }
 
-static int parse_size(const char *s, int base, size_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	while (*s == ' ' || *s == '\t')
-		s++;
-	if (!((*s >= '0' && *s <= '9') || (base == 16 && strchr("abcdefABCDEF", *s) && *s)))
-		return -EPROTO;
-	errno = 0;
-	v = strtoull(s, &end, base);
-	while (*end == ' ' || *end == '\t')
-		end++;
-	if (errno || (*end != '\0' && *end != ';') || v > (1ull << 40))
-		return -EPROTO;
-	*out = (size_t)v;
-	return 0;
-}
-
 /* The request header fields the sink needs to find the request's end. */
 struct fields {
 	int has_length;
@@ -145,17 +128,6 @@ struct fields {
 	int chunked;
 	int close;
 };
-
-static int header_value(const char *line, const char *name, const char **value)
-{
-	size_t n = strlen(name);
-	if (strncasecmp(line, name, n) != 0 || line[n] != ':')
-		return 0;
-	*value = line + n + 1;
-	while (**value == ' ' || **value == '\t')
-		(*value)++;
-	return 1;
-}
 
 static int read_headers(struct http_conn *c, struct fields *f)
 {
@@ -170,13 +142,13 @@ static int read_headers(struct http_conn *c, struct fields *f)
 			return rc;
 		if (line[0] == '\0')
 			return 0;
-		if (header_value(line, "content-length", &v)) {
-			if (parse_size(v, 10, &f->length))
+		if ((v = hresp_header_value(line, "content-length"))) {
+			if (hresp_take_number(&v, 10, &f->length) || *v != '\0')
 				return -EPROTO;
 			f->has_length = 1;
-		} else if (header_value(line, "transfer-encoding", &v)) {
+		} else if ((v = hresp_header_value(line, "transfer-encoding"))) {
 			f->chunked = strcasestr(v, "chunked") != NULL;
-		} else if (header_value(line, "connection", &v)) {
+		} else if ((v = hresp_header_value(line, "connection"))) {
 			f->close = strcasestr(v, "close") != NULL;
 		}
 	}
@@ -191,7 +163,7 @@ static int read_chunked(struct http_conn *c, size_t *total)
 	for (;;) {
 		rc = read_line(c, line, sizeof(line));
 		if (rc == 0)
-			rc = parse_size(line, 16, &n);
+			rc = hresp_chunk_size(line, &n);
 		if (rc)
 			return rc;
 		if (n == 0)
