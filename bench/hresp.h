@@ -25,7 +25,7 @@ struct hresp {
 	int state;
 	int chunked, has_length;
 	size_t snippet_len; /* bytes in snippet before its NUL */
-	size_t remain; /* bytes left in the body or the current chunk */
+	size_t remain;	    /* bytes left in the body or the current chunk */
 	size_t line_len;
 	char line[HRESP_LINE_BYTES];
 };

@@ -28,7 +28,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#define LINE_MAX_BYTES	8192
+#define LINE_MAX_BYTES 8192
 /* one thread per connection: the sink must take as many as rdb-load may open */
 #define SINK_MAX_CONNS	LOAD_MAX_CONNECTIONS
 #define SINK_REPLY_BODY "{\"accepted_points\":0}"
