@@ -39,6 +39,7 @@ void hresp_init(struct hresp *r)
 	r->retry_after_s = -1;
 	r->body_bytes = 0;
 	r->snippet[0] = '\0';
+	r->snippet_len = 0;
 	r->state = ST_STATUS;
 	r->chunked = r->has_length = 0;
 	r->remain = 0;
@@ -82,7 +83,7 @@ static int digit_value(char ch, int base)
 /* Reads the digits (base 10 or 16, nothing else: no sign, no "0x") at *s,
  * up to SIZE_MAX_ACCEPTED, and the blanks around them; leaves *s after
  * them. 0, or -EPROTO when there is no digit or the number is too big. */
-static int take_number(const char **s, int base, size_t *out)
+int hresp_take_number(const char **s, int base, size_t *out)
 {
 	const char *p = *s;
 	unsigned long long v = 0;
@@ -107,9 +108,9 @@ static int take_number(const char **s, int base, size_t *out)
 }
 
 /* A chunk-size line: hex digits, then the end or a ';' extension. */
-static int parse_chunk_size(const char *s, size_t *out)
+int hresp_chunk_size(const char *s, size_t *out)
 {
-	if (take_number(&s, 16, out))
+	if (hresp_take_number(&s, 16, out))
 		return -EPROTO;
 	return *s == '\0' || *s == ';' ? 0 : -EPROTO;
 }
@@ -117,7 +118,7 @@ static int parse_chunk_size(const char *s, size_t *out)
 /* Retry-After in delta-seconds; anything else (an HTTP date) is -EPROTO. */
 static int parse_seconds(const char *s, size_t *out)
 {
-	if (take_number(&s, 10, out))
+	if (hresp_take_number(&s, 10, out))
 		return -EPROTO;
 	return *s == '\0' ? 0 : -EPROTO;
 }
@@ -131,7 +132,7 @@ static int parse_length(struct hresp *r, const char *s)
 	size_t v;
 
 	for (;;) {
-		if (take_number(&s, 10, &v))
+		if (hresp_take_number(&s, 10, &v))
 			return -EPROTO;
 		if (r->has_length && v != r->remain)
 			return -EPROTO;
@@ -160,7 +161,7 @@ static int parse_status(struct hresp *r)
 	return r->status >= 100 ? 0 : -EPROTO;
 }
 
-static const char *header_value(const char *line, const char *name)
+const char *hresp_header_value(const char *line, const char *name)
 {
 	size_t n = strlen(name);
 	const char *v;
@@ -178,15 +179,15 @@ static int parse_field(struct hresp *r)
 	const char *v;
 	size_t n;
 
-	if ((v = header_value(r->line, "content-length"))) {
+	if ((v = hresp_header_value(r->line, "content-length"))) {
 		if (parse_length(r, v))
 			return -EPROTO;
-	} else if ((v = header_value(r->line, "transfer-encoding"))) {
+	} else if ((v = hresp_header_value(r->line, "transfer-encoding"))) {
 		r->chunked = strcasestr(v, "chunked") != NULL;
-	} else if ((v = header_value(r->line, "connection"))) {
+	} else if ((v = hresp_header_value(r->line, "connection"))) {
 		if (strcasestr(v, "close"))
 			r->close = 1;
-	} else if ((v = header_value(r->line, "retry-after"))) {
+	} else if ((v = hresp_header_value(r->line, "retry-after"))) {
 		if (parse_seconds(v, &n) == 0)
 			r->retry_after_s = n > 3600 ? 3600 : (int)n;
 	}
@@ -219,14 +220,16 @@ static void end_of_headers(struct hresp *r)
 static void take_body(struct hresp *r, const char *buf, size_t len, size_t *i, int all)
 {
 	size_t n = len - *i;
-	size_t kept = strlen(r->snippet);
+	size_t room = sizeof(r->snippet) - 1 - r->snippet_len;
 
 	if (!all && n > r->remain)
 		n = r->remain;
-	if (kept + 1 < sizeof(r->snippet)) {
-		size_t k = sizeof(r->snippet) - 1 - kept < n ? sizeof(r->snippet) - 1 - kept : n;
-		memcpy(r->snippet + kept, buf + *i, k);
-		r->snippet[kept + k] = '\0';
+	if (room > 0) { /* a length kept, not strlen on every feed */
+		size_t k = room < n ? room : n;
+
+		memcpy(r->snippet + r->snippet_len, buf + *i, k);
+		r->snippet_len += k;
+		r->snippet[r->snippet_len] = '\0';
 	}
 	*i += n;
 	r->body_bytes += n;
@@ -248,7 +251,7 @@ static int on_line(struct hresp *r)
 		}
 		return parse_field(r);
 	case ST_CHUNK_SIZE:
-		if (parse_chunk_size(r->line, &r->remain))
+		if (hresp_chunk_size(r->line, &r->remain))
 			return -EPROTO;
 		r->state = r->remain ? ST_CHUNK_DATA : ST_TRAILERS;
 		return 0;

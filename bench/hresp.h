@@ -24,7 +24,8 @@ struct hresp {
 	/* parser state */
 	int state;
 	int chunked, has_length;
-	size_t remain; /* bytes left in the body or the current chunk */
+	size_t snippet_len; /* bytes in snippet before its NUL */
+	size_t remain;	    /* bytes left in the body or the current chunk */
 	size_t line_len;
 	char line[HRESP_LINE_BYTES];
 };
@@ -42,5 +43,21 @@ int hresp_feed(struct hresp *r, const char *buf, size_t len, size_t *used);
 /* The stream ended. Returns 0 when that completes the response (a body
  * framed by end of stream), -ECONNRESET when the response was cut short. */
 int hresp_eof(struct hresp *r);
+
+/* Helpers shared with the sink's request reader (http.c). Pure, no I/O. */
+
+/* The value of header line "Name: value" (name case-insensitive, blanks
+ * after the colon skipped), pointing into line; NULL if line is another
+ * field. */
+const char *hresp_header_value(const char *line, const char *name);
+
+/* Reads the digits (base 10 or 16; no sign, no "0x") at *s, up to 2^40, and
+ * the blanks around them into *out; leaves *s after them. 0, or -EPROTO when
+ * there is no digit or the number is too big (*s and *out then unchanged). */
+int hresp_take_number(const char **s, int base, size_t *out);
+
+/* A chunk-size line (CR LF stripped): hex digits, then its end or a ';'
+ * extension, into *out. 0 or -EPROTO. */
+int hresp_chunk_size(const char *s, size_t *out);
 
 #endif

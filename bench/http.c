@@ -3,7 +3,8 @@
  *
  * A discard server for measuring the loader alone. It parses just
  * enough of each request (Content-Length or chunked) to find its end, throws
- * the body away, and answers 200 with {"accepted_points":0}. One thread per
+ * the body away, and answers 200 with {"accepted_points":0} (field, length
+ * and chunk-size parsing are hresp.h's, the loader's own). One thread per
  * connection; the acceptor stops on http_sink_stop() (shutdown() of the
  * listening socket wakes accept()).
  *
@@ -11,6 +12,8 @@
  * (rdb-load does); writes then fail with -EPIPE instead of killing it.
  */
 #include "bench/http.h"
+#include "bench/hresp.h"
+#include "bench/load.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -25,8 +28,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#define LINE_MAX_BYTES	8192
-#define SINK_MAX_CONNS	4096
+#define LINE_MAX_BYTES 8192
+/* one thread per connection: the sink must take as many as rdb-load may open */
+#define SINK_MAX_CONNS	LOAD_MAX_CONNECTIONS
 #define SINK_REPLY_BODY "{\"accepted_points\":0}"
 
 /* ---- connection and reader ---- */
@@ -101,8 +105,8 @@ static int read_line(struct http_conn *c, char *line, size_t cap)
 	}
 }
 
-/* Consumes n body bytes, keeping the first ones in snip[snip_cap] if given. */
-static int discard(struct http_conn *c, size_t n, char *snip, size_t snip_cap, size_t *kept)
+/* Consumes n body bytes. */
+static int discard(struct http_conn *c, size_t n)
 {
 	while (n > 0) {
 		if (c->rpos == c->rlen) {
@@ -111,87 +115,46 @@ static int discard(struct http_conn *c, size_t n, char *snip, size_t snip_cap, s
 				return rc;
 		}
 		size_t take = c->rlen - c->rpos < n ? c->rlen - c->rpos : n;
-		if (snip && *kept + 1 < snip_cap) {
-			size_t k = snip_cap - 1 - *kept < take ? snip_cap - 1 - *kept : take;
-			memcpy(snip + *kept, c->rbuf + c->rpos, k);
-			*kept += k;
-			snip[*kept] = '\0';
-		}
 		c->rpos += take;
 		n -= take;
 	}
 	return 0;
 }
 
-static int parse_size(const char *s, int base, size_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	while (*s == ' ' || *s == '\t')
-		s++;
-	if (!((*s >= '0' && *s <= '9') || (base == 16 && strchr("abcdefABCDEF", *s) && *s)))
-		return -EPROTO;
-	errno = 0;
-	v = strtoull(s, &end, base);
-	while (*end == ' ' || *end == '\t')
-		end++;
-	if (errno || (*end != '\0' && *end != ';') || v > (1ull << 40))
-		return -EPROTO;
-	*out = (size_t)v;
-	return 0;
-}
-
-/* Header fields both sides care about. */
+/* The request header fields the sink needs to find the request's end. */
 struct fields {
 	int has_length;
 	size_t length;
 	int chunked;
 	int close;
-	int retry_after_s;
 };
-
-static int header_value(const char *line, const char *name, const char **value)
-{
-	size_t n = strlen(name);
-	if (strncasecmp(line, name, n) != 0 || line[n] != ':')
-		return 0;
-	*value = line + n + 1;
-	while (**value == ' ' || **value == '\t')
-		(*value)++;
-	return 1;
-}
 
 static int read_headers(struct http_conn *c, struct fields *f)
 {
 	char line[LINE_MAX_BYTES];
 	const char *v;
-	size_t n;
 	int rc;
 
-	*f = (struct fields){.retry_after_s = -1};
+	*f = (struct fields){0};
 	for (;;) {
 		rc = read_line(c, line, sizeof(line));
 		if (rc)
 			return rc;
 		if (line[0] == '\0')
 			return 0;
-		if (header_value(line, "content-length", &v)) {
-			if (parse_size(v, 10, &f->length))
+		if ((v = hresp_header_value(line, "content-length"))) {
+			if (hresp_take_number(&v, 10, &f->length) || *v != '\0')
 				return -EPROTO;
 			f->has_length = 1;
-		} else if (header_value(line, "transfer-encoding", &v)) {
+		} else if ((v = hresp_header_value(line, "transfer-encoding"))) {
 			f->chunked = strcasestr(v, "chunked") != NULL;
-		} else if (header_value(line, "connection", &v)) {
+		} else if ((v = hresp_header_value(line, "connection"))) {
 			f->close = strcasestr(v, "close") != NULL;
-		} else if (header_value(line, "retry-after", &v)) {
-			if (parse_size(v, 10, &n) == 0)
-				f->retry_after_s = n > 3600 ? 3600 : (int)n;
 		}
 	}
 }
 
-static int read_chunked(struct http_conn *c, char *snip, size_t cap, size_t *kept, size_t *total)
+static int read_chunked(struct http_conn *c, size_t *total)
 {
 	char line[LINE_MAX_BYTES];
 	size_t n;
@@ -200,12 +163,12 @@ static int read_chunked(struct http_conn *c, char *snip, size_t cap, size_t *kep
 	for (;;) {
 		rc = read_line(c, line, sizeof(line));
 		if (rc == 0)
-			rc = parse_size(line, 16, &n);
+			rc = hresp_chunk_size(line, &n);
 		if (rc)
 			return rc;
 		if (n == 0)
 			break;
-		rc = discard(c, n, snip, cap, kept);
+		rc = discard(c, n);
 		if (rc == 0)
 			rc = read_line(c, line, sizeof(line)); /* CRLF after data */
 		if (rc)
@@ -243,7 +206,7 @@ static int sink_serve_one(struct http_sink *s, struct http_conn *c)
 				    "Content-Length: 21\r\n\r\n" SINK_REPLY_BODY;
 	char line[LINE_MAX_BYTES];
 	struct fields f;
-	size_t kept = 0, total = 0;
+	size_t total = 0;
 	int rc;
 
 	_Static_assert(sizeof(SINK_REPLY_BODY) - 1 == 21, "sink reply length");
@@ -251,9 +214,9 @@ static int sink_serve_one(struct http_sink *s, struct http_conn *c)
 	if (rc == 0)
 		rc = read_headers(c, &f);
 	if (rc == 0 && f.chunked)
-		rc = read_chunked(c, NULL, 0, &kept, &total);
+		rc = read_chunked(c, &total);
 	else if (rc == 0 && f.has_length)
-		rc = discard(c, total = f.length, NULL, 0, &kept);
+		rc = discard(c, total = f.length);
 	if (rc == 0)
 		rc = send_flags(c->fd, reply, sizeof(reply) - 1, 0);
 	if (rc == 0) {

@@ -22,7 +22,7 @@ void http_close(struct http_conn *c); /* idempotent */
 
 /* Discard sink: a loopback HTTP/1.1 server that reads each request fully
  * and answers 200 {"accepted_points":0}. Threads: one acceptor plus one per
- * connection (at most 4096). */
+ * connection (at most LOAD_MAX_CONNECTIONS of load.h). */
 struct http_sink;
 
 /* Starts the sink on 127.0.0.1 on a free port, stored in *port. */

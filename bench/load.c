@@ -166,6 +166,7 @@ static int opt_one(struct load_opts *o, const char *f, const char *v)
 static int parse_args(int argc, char **argv, struct load_opts *o)
 {
 	const char *size = "default";
+	int threads_given = 0;
 
 	for (int i = 1; i + 1 < argc; i++)
 		if (strcmp(argv[i], "--size") == 0)
@@ -191,6 +192,7 @@ static int parse_args(int argc, char **argv, struct load_opts *o)
 			fprintf(stderr, "rdb-load: %s needs a value\n", argv[i]);
 			return -EINVAL;
 		}
+		threads_given |= strcmp(argv[i], "--threads") == 0;
 		if (strcmp(argv[i], "--size") != 0 && opt_one(o, argv[i], argv[i + 1])) {
 			fprintf(stderr, "rdb-load: bad option %s %s\n", argv[i], argv[i + 1]);
 			return -EINVAL;
@@ -205,9 +207,11 @@ static int parse_args(int argc, char **argv, struct load_opts *o)
 		o->threads = o->connections;
 	if (o->udp && !o->fmt_given)
 		o->fmt = GEN_LP;
-	if (o->udp && (o->sink || o->fmt == GEN_JSON || o->repeat != 1)) {
-		fprintf(stderr, "rdb-load: --udp takes --format lp or ndjson, and no --sink "
-				"or --repeat\n");
+	/* --threads sizes the HTTP event loop; UDP runs one sender thread per
+	 * --connections, so a --threads there would be silently ignored */
+	if (o->udp && (o->sink || o->fmt == GEN_JSON || o->repeat != 1 || threads_given)) {
+		fprintf(stderr, "rdb-load: --udp takes --format lp or ndjson, and no --sink, "
+				"--repeat or --threads (its sender threads are --connections)\n");
 		return -EINVAL;
 	}
 	return 0;

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LOAD_MAX_CONNECTIONS 4096
+#define LOAD_MAX_CONNECTIONS 4096 /* http.c's sink takes its thread limit from it */
 #define LOAD_MAX_THREADS     64
 
 struct load_opts {

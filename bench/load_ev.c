@@ -28,12 +28,13 @@
  * and resends on a new connection, up to MAX_IO_FAILURES times in a row. A
  * connect that fails is tried again after CONNECT_BACKOFF_S, so a server
  * that is down does not turn every send into an error within milliseconds.
- * The resend of a body the server may have stored (some of it was written,
- * and it was not the keep-alive race below) is counted in resends: the run
- * may hold duplicates and its report says so. The keep-alive race: the
- * server closes an idle connection while a request is on its way; a reset
- * or EOF before any answer byte on a connection that had answered before is
- * resent silently, as every HTTP client does. A connection the server
+ * The resend of a body the server may have stored (the whole request was
+ * written before the failure) is counted in resends: the run may hold
+ * duplicates and its report says so. That includes the keep-alive race (the
+ * server closes an idle connection while a request is on its way): a reset
+ * or EOF before any answer byte cannot tell it from a server that stored the
+ * body and died, so it is counted too; only a failure before the whole
+ * request was written resends uncounted. A connection the server
  * closes (Connection: close, or EOF while idle) is reopened when it is next
  * needed; reconnects counts the connections established again after an
  * earlier one of theirs ended.
@@ -93,10 +94,7 @@ struct conn {
 	size_t send;	   /* current send number */
 	uint32_t attempt;  /* 429/503 resends of this send */
 	uint32_t io_fails; /* consecutive I/O failures of this send */
-	uint32_t served;   /* whole responses read on the current socket */
-	int reused;	   /* the current attempt went out on a socket that had answered */
 	size_t off;	   /* bytes of head + body written in the current attempt */
-	size_t resp_bytes; /* response bytes read in the current attempt */
 	int maybe_dup;	   /* a failed attempt wrote the whole body: count the resend */
 	double t0_s;	   /* the current attempt's first byte written */
 	double due_s;	   /* C_RETRY_WAIT, C_BACKOFF: resend time; else: deadline (no progress) */
@@ -243,7 +241,6 @@ static int conn_open(struct loop *l, struct conn *c, int wait_ms)
 	}
 	c->fd = fd;
 	c->out_armed = rc == -EINPROGRESS;
-	c->served = 0;
 	if (rc == 0)
 		connected(l, c);
 	return rc;
@@ -359,7 +356,8 @@ static int early_answer(struct loop *l, struct conn *c)
 		rc = recv_response(l, c);
 	if (rc != 1)
 		return 0;
-	c->resp.close = 1;
+	/* resp.close is set: recv_response marks an answer read in C_SENDING,
+	 * and an EOF-framed one is marked by the parser */
 	on_response(l, c);
 	return 1;
 }
@@ -431,8 +429,6 @@ static void begin_request(struct loop *l, struct conn *c)
 static void start_attempt(struct loop *l, struct conn *c)
 {
 	c->off = 0;
-	c->resp_bytes = 0;
-	c->reused = c->fd >= 0 && c->served > 0;
 	hresp_init(&c->resp);
 	c->due_s = l->now_s + l->run->o->timeout_s;
 	if (c->fd >= 0) {
@@ -443,9 +439,7 @@ static void start_attempt(struct loop *l, struct conn *c)
 	int rc = conn_open(l, c, -1);
 	if (rc == 0)
 		begin_request(l, c);
-	else if (rc == -EINPROGRESS)
-		c->state = C_CONNECTING;
-	else
+	else if (rc != -EINPROGRESS) /* in progress: stays C_CONNECTING */
 		io_failure(l, c, rc);
 }
 
@@ -456,7 +450,6 @@ static void on_response(struct loop *l, struct conn *c)
 	const struct load_body *b = &run->p->bodies[c->send % run->p->n];
 	char detail[320];
 
-	c->served++;
 	if (r->close)
 		conn_close(c);
 	if (r->status >= 200 && r->status < 300) {
@@ -507,7 +500,6 @@ static int recv_response(struct loop *l, struct conn *c)
 		return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -errno;
 	if (n == 0)
 		return hresp_eof(&c->resp) == 0 ? 1 : -ECONNRESET;
-	c->resp_bytes += (size_t)n;
 	c->due_s = l->now_s + l->run->o->timeout_s; /* progress */
 	rc = hresp_feed(&c->resp, l->rbuf, (size_t)n, &used);
 	if (rc == 1 && (used < (size_t)n || c->state == C_SENDING))

@@ -4,9 +4,11 @@ real rankdbd stores, over several connections and threads, in line protocol
 and JSON; against a stub server it retries 429/503 after Retry-After without
 stalling its other connections, reopens connections the server closes,
 reads chunked and Content-Length answers, counts a non-retryable status as
-an error (exit 1), resends silently only what the server cannot have taken
-(the keep-alive idle-close race) and counts every other resend, and takes
-an answer sent before the whole body (413/503 + close) as the outcome.
+an error (exit 1), resends uncounted only what the server cannot have taken
+(a request not written whole) and counts every other resend, the keep-alive
+idle-close race included, and takes
+an answer sent before the whole body (413/503 + close) as the outcome, and
+refuses --threads with --udp instead of ignoring it.
 No durations are asserted, only that a Retry-After wait was not shorter
 than asked."""
 
@@ -369,3 +371,30 @@ def test_loader_backs_off_a_refused_connect():
     assert r["bodies"] == "0" and r["resends"] == "0", r
     assert "refused" in err, err
     assert float(r["seconds"]) >= 4 * 3 * 0.1 - 0.05, r
+
+
+def test_loader_refuses_threads_with_udp():
+    # --threads sizes the HTTP event loop; with --udp it would do nothing, so
+    # it is a usage error (exit 2, nothing sent), not an option that is
+    # silently ignored. The same command without it sends.
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.bind(("127.0.0.1", 0))
+        rx.setblocking(False)
+        args = [load_bin(), "--ranks", "2", "--steps", "5", "--metrics", "2", "--udp",
+                "--connections", "2", "--host", "127.0.0.1", "--port", str(rx.getsockname()[1])]
+        p = subprocess.run(args + ["--threads", "2"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=LOAD_TIMEOUT_S)
+        err = p.stderr.decode()
+        assert p.returncode == 2, "exit %d\n%s" % (p.returncode, err)
+        assert "--threads" in err and "--udp" in err, err
+        try:
+            got = rx.recv(65536)
+        except BlockingIOError:
+            got = None
+        assert got is None, "a refused run sent %r" % got[:80]
+        r, _ = run_load(args[1:])
+        assert r["udp"] == "1" and int(r["datagrams"]) > 0, r
+        assert r["datagrams"] == r["planned"] and r["send_errors"] == "0", r
+    finally:
+        rx.close()
