@@ -172,6 +172,7 @@ const char *sto_codec_name(uint8_t enc)
 int sto_codec_blob_alloc(struct blob *b, uint8_t enc, size_t cap)
 {
 	b->enc = enc;
+	b->probe = false;
 	b->len = 0;
 	b->cap = cap;
 	b->p = malloc(cap ? cap : 1);

@@ -346,13 +346,13 @@ static void unshuffle(const uint8_t *planes, size_t k, unsigned width_bytes, uin
 }
 
 int sto_codec_enc_shuf_zstd(const uint64_t *v, size_t k, unsigned width_bytes, uint8_t enc,
-			    struct blob *b)
+			    struct blob *b, size_t beat)
 {
 	uint8_t *planes = malloc(k * width_bytes);
 	if (!planes)
 		return -ENOMEM;
 	shuffle(v, k, width_bytes, planes);
-	int rc = sto_codec_zstd_blob(b, enc, NULL, 0, planes, k * width_bytes);
+	int rc = sto_codec_zstd_blob(b, enc, NULL, 0, planes, k * width_bytes, beat);
 	free(planes);
 	return rc;
 }
@@ -386,7 +386,8 @@ static bool f32_patterns(const uint64_t *v, size_t n, uint64_t *f)
 
 /* The float32 planes into *best and the patterns into *f32, if every value
  * is float32-exact (else *f32 NULL and no candidate). */
-int sto_codec_enc_values_f32(const uint64_t *v, size_t n, struct blob *best, uint64_t **f32)
+int sto_codec_enc_values_f32(const uint64_t *v, size_t n, struct blob *best, uint64_t **f32,
+			     size_t beat)
 {
 	*f32 = NULL;
 	uint64_t *f = malloc(n * sizeof(*f));
@@ -397,7 +398,7 @@ int sto_codec_enc_values_f32(const uint64_t *v, size_t n, struct blob *best, uin
 		return 0;
 	}
 	struct blob cand = {0};
-	int rc = sto_codec_enc_shuf_zstd(f, n, 4, ENC_F32_SHUF_ZSTD, &cand);
+	int rc = sto_codec_enc_shuf_zstd(f, n, 4, ENC_F32_SHUF_ZSTD, &cand, beat);
 	sto_codec_keep_smaller(best, &cand);
 	if (rc)
 		free(f);

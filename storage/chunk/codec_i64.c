@@ -220,13 +220,13 @@ int sto_codec_i64_parts(const uint64_t *v, size_t k, struct blob *fixed, struct 
 	return rc;
 }
 
-int sto_codec_i64_zstd(const struct blob *varint, struct blob *out)
+int sto_codec_i64_zstd(const struct blob *varint, struct blob *out, size_t beat)
 {
 	*out = (struct blob){0};
 	if (!varint->p || varint->len < VARINT_ZSTD_MIN)
 		return 0;
 	uint8_t inner = varint->enc;
-	return sto_codec_zstd_blob(out, ENC_ZSTD, &inner, 1, varint->p, varint->len);
+	return sto_codec_zstd_blob(out, ENC_ZSTD, &inner, 1, varint->p, varint->len, beat);
 }
 
 /* Whether a zstd frame over a varint stream of varint_len bytes is worth
@@ -247,7 +247,7 @@ int sto_codec_best_i64_opt(const uint64_t *v, size_t k, bool allow_scaled, struc
 	if (varint.p && varint.len < plain)
 		plain = varint.len;
 	if (!rc && sto_codec_i64_zstd_worth(varint.len, plain)) {
-		rc = sto_codec_i64_zstd(&varint, &cand);
+		rc = sto_codec_i64_zstd(&varint, &cand, plain);
 		if (!rc)
 			sto_codec_keep_smaller(best, &cand);
 	}

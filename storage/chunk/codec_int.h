@@ -88,6 +88,7 @@ static inline int64_t u2s(uint64_t u)
  * the writers never check capacity. p == NULL means "no candidate". */
 struct blob {
 	uint8_t enc;
+	bool probe; /* a zstd frame compressed at the probe level only */
 	uint8_t *p;
 	size_t len, cap;
 };
@@ -104,15 +105,23 @@ void sto_codec_keep_smaller(struct blob *best, struct blob *cand);
 /* ---- zstd frames (codec_zstd.c) ------------------------------------------- */
 
 /* Compresses src into a new blob of encoding enc whose body is prefix (if
- * prefix_len) then one frame. A zstd failure only drops the candidate
- * (returns 0, b->p NULL); -ENOMEM when the blob cannot be allocated. */
+ * prefix_len) then one frame. beat is the length the frame must beat
+ * (SIZE_MAX: always compress at the full level; 0: probe only): a small
+ * frame whose probe does not beat it stays a probe (b->probe; a valid
+ * frame, only larger). A zstd failure only drops the candidate (returns
+ * 0, b->p NULL); -ENOMEM when the blob cannot be allocated. */
 int sto_codec_zstd_blob(struct blob *b, uint8_t enc, const uint8_t *prefix, size_t prefix_len,
-			const void *src, size_t len);
+			const void *src, size_t len, size_t beat);
 /* Decompresses one frame of exactly `want` bytes (or, if !exact, at most
  * `want` bytes) into a new malloc'd buffer *out (the caller frees it).
  * RDB_ECORRUPT unless the frame fills the whole of [p, p + len); -ENOMEM. */
 int sto_codec_zstd_unframe(const uint8_t *p, size_t len, size_t want, bool exact, uint8_t **out,
 			   size_t *out_len);
+
+/* Whether a probed frame of probe_len bytes is worth compressing at the
+ * full level against a candidate of best_len bytes (it is shorter: a
+ * margin won no bytes on the benchmark's columns; codec_zstd.c). */
+bool sto_codec_zstd_near(size_t probe_len, size_t best_len);
 
 /* ---- int64 streams (codec_i64.c) ------------------------------------------ */
 
@@ -130,8 +139,9 @@ size_t sto_codec_i64_varint_measure(const uint64_t *v, size_t k, unsigned *which
 /* Writes the varint stream `which` of v[0..k) into *b (overwritten). */
 int sto_codec_i64_varint_write(const uint64_t *v, size_t k, unsigned which, struct blob *b);
 /* The zstd candidate (6) over a varint stream from sto_codec_i64_parts
- * into *out (overwritten; left empty below VARINT_ZSTD_MIN bytes). */
-int sto_codec_i64_zstd(const struct blob *varint, struct blob *out);
+ * into *out (overwritten; left empty below VARINT_ZSTD_MIN bytes); beat as
+ * for sto_codec_zstd_blob. */
+int sto_codec_i64_zstd(const struct blob *varint, struct blob *out, size_t beat);
 /* Whether that zstd frame is worth compressing against a best candidate
  * of best_len bytes (see VARINT_ZSTD_PCT). */
 bool sto_codec_i64_zstd_worth(size_t varint_len, size_t best_len);
@@ -152,9 +162,10 @@ int sto_codec_dec_i64(uint8_t enc, const uint8_t *p, size_t len, size_t k, uint6
 int sto_codec_enc_xor(const uint64_t *v, size_t k, unsigned width, uint8_t enc, struct blob *b);
 /* Decodes an XOR stream of k >= 1 values of the given width into out. */
 int sto_codec_dec_xor(const uint8_t *p, size_t len, size_t k, unsigned width, uint64_t *out);
-/* Byte planes of the low width_bytes bytes of v[0..k) in one zstd frame. */
+/* Byte planes of the low width_bytes bytes of v[0..k) in one zstd frame;
+ * beat as for sto_codec_zstd_blob. */
 int sto_codec_enc_shuf_zstd(const uint64_t *v, size_t k, unsigned width_bytes, uint8_t enc,
-			    struct blob *b);
+			    struct blob *b, size_t beat);
 /* Decodes a byte-plane frame of k values of width_bytes bytes into out. */
 int sto_codec_dec_shuf_zstd(const uint8_t *p, size_t len, size_t k, unsigned width_bytes,
 			    uint64_t *out);
@@ -165,7 +176,8 @@ size_t sto_codec_xor_len(const uint64_t *v, size_t k, unsigned width, size_t lim
  * float32-exact: it competes in *best, and *f32 gets the float32 patterns
  * (malloc'd, n values; the caller frees them); *f32 NULL when some value
  * is not float32-exact (no candidate then). */
-int sto_codec_enc_values_f32(const uint64_t *v, size_t n, struct blob *best, uint64_t **f32);
+int sto_codec_enc_values_f32(const uint64_t *v, size_t n, struct blob *best, uint64_t **f32,
+			     size_t beat);
 /* out[0..n) (float32 patterns) become their float64 patterns, in place. */
 void sto_codec_widen_f32(uint64_t *out, size_t n);
 

@@ -10,10 +10,14 @@
  * Cost (sealing is most of the flusher's CPU with many series): the
  * byte planes and "int" go first; then the varint stream is measured and
  * written only when it may win, its zstd frame only when the stream is
- * within VARINT_ZSTD_PCT of the best candidate so far; the XOR stream is
- * measured last (stopping once it is longer than the best) and written
- * only when it wins. A float32-exact column skips the 64-bit XOR stream,
- * and below F32_PLANES64_MIN points the 64-bit byte planes.
+ * within VARINT_ZSTD_PCT of the best candidate so far. The zstd frames
+ * (byte planes, varint frame) are probes (codec_zstd.c: cheap, without
+ * Huffman literals) kept apart from the best; the XOR stream is measured
+ * (stopping once it is longer than the best); then only the smallest
+ * probe, and only when it can still win against both, is compressed at
+ * the full level; the XOR stream is written only when it wins. A
+ * float32-exact column skips the 64-bit XOR stream, and below
+ * F32_PLANES64_MIN points the 64-bit byte planes.
  *
  * Threading: no shared state.
  * Failure: the encoder returns 0 or -ENOMEM (*best empty then); the
@@ -82,34 +86,40 @@ out:
  * that can be stored in blocks) still try them. */
 #define F32_PLANES64_MIN (2 * BLOCK_POINTS)
 
-/* The varint stream of v[0..n) and its zstd frame, written only when one
- * of them may beat *best: the stream when shorter, the frame when the
- * stream is within VARINT_ZSTD_PCT of the best. */
-static int enc_varint_late(const uint64_t *v, size_t n, struct blob *best)
+/* The varint stream of v[0..n) into *best when it is shorter, and its
+ * zstd frame's probe into *zc (the smallest probed frame) when the stream
+ * is within VARINT_ZSTD_PCT of the best candidate so far. */
+static int enc_varint_late(const uint64_t *v, size_t n, struct blob *best, struct blob *zc)
 {
 	unsigned which;
 	size_t len = sto_codec_i64_varint_measure(v, n, &which);
-	bool zstd = sto_codec_i64_zstd_worth(len, len < best->len ? len : best->len);
+	size_t least = zc->p && zc->len < best->len ? zc->len : best->len;
+	bool zstd = sto_codec_i64_zstd_worth(len, len < least ? len : least);
 	if (len >= best->len && !zstd)
 		return 0;
 	struct blob varint, cand = {0};
 	int rc = sto_codec_i64_varint_write(v, n, which, &varint);
 	if (!rc && zstd)
-		rc = sto_codec_i64_zstd(&varint, &cand);
+		rc = sto_codec_i64_zstd(&varint, &cand, 0);
 	sto_codec_keep_smaller(best, &varint);
-	sto_codec_keep_smaller(best, &cand);
+	sto_codec_keep_smaller(zc, &cand);
 	return rc;
 }
 
 /* The XOR stream (f32_xor over the float32 patterns f32 when there are
- * some, else xor): measured, and written only when it beats *best by
- * SLOW_MARGIN_PCT. A float32-exact column's 64-bit stream carries the
- * same windows as its 32-bit one in wider fields: not tried. */
-static int enc_xor_late(const uint64_t *v, const uint64_t *f32, size_t n, struct blob *best)
+ * some, else xor) of len bytes (xor_len_of): written only when it beats
+ * *best by SLOW_MARGIN_PCT. A float32-exact column's 64-bit stream carries
+ * the same windows as its 32-bit one in wider fields: not tried. */
+static size_t xor_len_of(const uint64_t *v, const uint64_t *f32, size_t n, size_t limit)
+{
+	return sto_codec_xor_len(f32 ? f32 : v, n, f32 ? 32 : 64, limit);
+}
+
+static int enc_xor_late(const uint64_t *v, const uint64_t *f32, size_t n, size_t len,
+			struct blob *best)
 {
 	const uint64_t *x = f32 ? f32 : v;
 	unsigned width = f32 ? 32 : 64;
-	size_t len = sto_codec_xor_len(x, n, width, best->len);
 	if (len * 100 >= best->len * (100 - SLOW_MARGIN_PCT))
 		return 0;
 	struct blob cand = {0};
@@ -118,25 +128,67 @@ static int enc_xor_late(const uint64_t *v, const uint64_t *f32, size_t n, struct
 	return rc;
 }
 
+/* *zc, the smallest probed frame (the byte planes and the varint stream's
+ * frame are compressed with beat 0: probes only), compressed again at the
+ * full level when it is shorter than what it must beat (the best
+ * candidate, and the XOR stream of xor_len bytes by SLOW_MARGIN_PCT), and
+ * then competing in *best. At most that one frame of the column pays for
+ * the full level. */
+static int enc_zstd_full(const uint64_t *v, const uint64_t *f32, size_t n, size_t xor_len,
+			 struct blob *zc, struct blob *best)
+{
+	struct blob cand = {0}, varint = {0};
+	unsigned which;
+	int rc = 0;
+	size_t target = best->len;
+	if (xor_len < target && xor_len * 100 / (100 - SLOW_MARGIN_PCT) < target)
+		target = xor_len * 100 / (100 - SLOW_MARGIN_PCT);
+	if (!zc->p || !zc->probe || !sto_codec_zstd_near(zc->len, target))
+		goto out;
+	switch (zc->enc) {
+	case ENC_F32_SHUF_ZSTD:
+		rc = sto_codec_enc_shuf_zstd(f32, n, 4, ENC_F32_SHUF_ZSTD, &cand, SIZE_MAX);
+		break;
+	case ENC_SHUF_ZSTD:
+		rc = sto_codec_enc_shuf_zstd(v, n, 8, ENC_SHUF_ZSTD, &cand, SIZE_MAX);
+		break;
+	default: /* ENC_ZSTD over the varint stream */
+		sto_codec_i64_varint_measure(v, n, &which);
+		rc = sto_codec_i64_varint_write(v, n, which, &varint);
+		if (!rc)
+			rc = sto_codec_i64_zstd(&varint, &cand, SIZE_MAX);
+		sto_codec_blob_free(&varint);
+		break;
+	}
+	sto_codec_keep_smaller(zc, &cand);
+out:
+	sto_codec_keep_smaller(best, zc);
+	return rc;
+}
+
 int sto_codec_enc_values(const uint64_t *v, size_t n, struct blob *best)
 {
-	struct blob cand = {0};
+	struct blob cand = {0}, zc = {0};
 	uint64_t *f32 = NULL;
 	int rc = sto_codec_enc_const64(v, n, best);
 	if (rc || best->p)
 		return rc; /* constant: nothing is smaller */
 	rc = sto_codec_i64_fixed(v, n, best);
 	if (!rc)
-		rc = sto_codec_enc_values_f32(v, n, best, &f32);
+		rc = sto_codec_enc_values_f32(v, n, &zc, &f32, 0);
 	if (!rc && (!f32 || n >= F32_PLANES64_MIN))
-		rc = sto_codec_enc_shuf_zstd(v, n, 8, ENC_SHUF_ZSTD, &cand);
-	sto_codec_keep_smaller(best, &cand);
+		rc = sto_codec_enc_shuf_zstd(v, n, 8, ENC_SHUF_ZSTD, &cand, 0);
+	sto_codec_keep_smaller(&zc, &cand);
 	if (!rc)
 		rc = enc_values_int(v, n, best);
 	if (!rc)
-		rc = enc_varint_late(v, n, best);
+		rc = enc_varint_late(v, n, best, &zc);
+	size_t xor_len = rc ? 0 : xor_len_of(v, f32, n, best->len);
 	if (!rc)
-		rc = enc_xor_late(v, f32, n, best);
+		rc = enc_zstd_full(v, f32, n, xor_len, &zc, best);
+	sto_codec_blob_free(&zc);
+	if (!rc)
+		rc = enc_xor_late(v, f32, n, xor_len, best);
 	free(f32);
 	if (!rc && n >= 2 * BLOCK_POINTS && sto_codec_slow_to_decode(best->enc))
 		rc = sto_codec_enc_blocked(v, n, &cand);

@@ -27,6 +27,22 @@
 
 #define ZSTD_LEVEL 3
 
+/* Probes. A candidate's frame over at most ZSTD_PROBE_MAX_SRC bytes is
+ * first compressed at ZSTD_PROBE_LEVEL: negative levels store the literals
+ * raw (no Huffman table), and building and writing that table was ~60 % of
+ * the CPU of compressing the 256-512 byte columns a 512-rank checkpoint
+ * seals (one chunk of ~64 points per series); the matches are those level
+ * 1 finds. Only a probe that may win is compressed again at ZSTD_LEVEL
+ * (sto_codec_zstd_near; the value column compresses just its smallest
+ * probe again, codec_values.c). Measured with bench/gen.c's 32 metrics
+ * over 64 ranks, against compressing every frame at ZSTD_LEVEL: chunks of
+ * 64 points -0.01 % bytes and -45 % codec CPU, 256 points +0.08 % bytes,
+ * 1,024 points (planes over the limit) the same bytes. Larger frames have
+ * more literals for Huffman to win on, so a probe mis-ranks them more
+ * often: those are compressed at ZSTD_LEVEL at once. */
+#define ZSTD_PROBE_LEVEL   (-1)
+#define ZSTD_PROBE_MAX_SRC 1024u
+
 /* ---- zstd contexts ----------------------------------------------------------
  * One compression and one decompression context per thread, made on first
  * use and freed by the thread-exit destructor: the one-shot ZSTD_compress /
@@ -71,14 +87,14 @@ static struct zctx *zctx_get(void)
 	return z;
 }
 
-static size_t z_compress(void *dst, size_t cap, const void *src, size_t len)
+static size_t z_compress(void *dst, size_t cap, const void *src, size_t len, int level)
 {
 	struct zctx *z = zctx_get();
 	if (z && !z->c)
 		z->c = ZSTD_createCCtx();
 	if (z && z->c)
-		return ZSTD_compressCCtx(z->c, dst, cap, src, len, ZSTD_LEVEL);
-	return ZSTD_compress(dst, cap, src, len, ZSTD_LEVEL);
+		return ZSTD_compressCCtx(z->c, dst, cap, src, len, level);
+	return ZSTD_compress(dst, cap, src, len, level);
 }
 
 static size_t z_decompress(void *dst, size_t cap, const void *src, size_t len)
@@ -91,10 +107,15 @@ static size_t z_decompress(void *dst, size_t cap, const void *src, size_t len)
 	return ZSTD_decompress(dst, cap, src, len);
 }
 
-/* Compresses src into a new blob of encoding enc whose body is prefix (if
- * prefix_len) then the frame. A zstd failure only drops the candidate. */
-int sto_codec_zstd_blob(struct blob *b, uint8_t enc, const uint8_t *prefix, size_t prefix_len,
-			const void *src, size_t len)
+bool sto_codec_zstd_near(size_t probe_len, size_t best_len)
+{
+	return probe_len < best_len;
+}
+
+/* One frame of src at level into a new blob: prefix, then the frame. A
+ * zstd failure leaves b empty and returns 0. */
+static int zstd_blob_at(struct blob *b, uint8_t enc, const uint8_t *prefix, size_t prefix_len,
+			const void *src, size_t len, int level)
 {
 	size_t bound = ZSTD_compressBound(len);
 	int rc = sto_codec_blob_alloc(b, enc, prefix_len + bound);
@@ -102,12 +123,35 @@ int sto_codec_zstd_blob(struct blob *b, uint8_t enc, const uint8_t *prefix, size
 		return rc;
 	if (prefix_len)
 		memcpy(b->p, prefix, prefix_len);
-	size_t z = z_compress(b->p + prefix_len, bound, src, len);
+	size_t z = z_compress(b->p + prefix_len, bound, src, len, level);
 	if (ZSTD_isError(z)) {
 		sto_codec_blob_free(b);
 		return 0;
 	}
 	b->len = prefix_len + z;
+	return 0;
+}
+
+/* Compresses src into a new blob of encoding enc whose body is prefix (if
+ * prefix_len) then the frame: up to ZSTD_PROBE_MAX_SRC bytes a probe
+ * first, and the full level only when the probe is shorter than beat. */
+int sto_codec_zstd_blob(struct blob *b, uint8_t enc, const uint8_t *prefix, size_t prefix_len,
+			const void *src, size_t len, size_t beat)
+{
+	if (len > ZSTD_PROBE_MAX_SRC)
+		return zstd_blob_at(b, enc, prefix, prefix_len, src, len, ZSTD_LEVEL);
+	int rc = zstd_blob_at(b, enc, prefix, prefix_len, src, len, ZSTD_PROBE_LEVEL);
+	if (b->p)
+		b->probe = true;
+	if (rc || (b->p && !sto_codec_zstd_near(b->len, beat)))
+		return rc;
+	struct blob full = {0};
+	rc = zstd_blob_at(&full, enc, prefix, prefix_len, src, len, ZSTD_LEVEL);
+	if (rc) {
+		sto_codec_blob_free(b);
+		return rc;
+	}
+	sto_codec_keep_smaller(b, &full);
 	return 0;
 }
 
@@ -146,7 +190,7 @@ int sto_codec_zstd_pack(const void *src, size_t len, struct rdb_buf *out)
 	int rc = rdb_buf_reserve(out, bound);
 	if (rc)
 		return rc;
-	size_t z = z_compress(out->data + out->len, bound, src, len);
+	size_t z = z_compress(out->data + out->len, bound, src, len, ZSTD_LEVEL);
 	if (ZSTD_isError(z))
 		return -ENOMEM;
 	out->len += z;

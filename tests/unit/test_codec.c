@@ -551,6 +551,46 @@ static void test_realistic_report(void)
 	}
 }
 
+/* The short columns a checkpoint seals with many series (tens to a few
+ * hundred points): their zstd frames are probes (raw literals) unless one
+ * may win, then compressed again at the full level. Every column round-
+ * trips, whichever of the two frames it kept, and the float32 and 64-bit
+ * byte planes still win where they won before (loss curves, timings). */
+static void test_short_columns(void)
+{
+	static const fill_fn fills[] = {fill_loss,	fill_grad_norm, fill_lr,
+					fill_step_time, fill_memory,	fill_temperature,
+					fill_counter,	fill_noisy_f64, fill_loss_ms};
+	const size_t ns[] = {2, 16, 63, 64, 65, 100, 128, 256, 300};
+	size_t planes = 0, frames = 0;
+	rng_state = RNG_SEED;
+	for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
+		for (size_t i = 0; i < sizeof(fills) / sizeof(fills[0]); i++) {
+			struct sto_codec_info info;
+			struct mdl_cols c = make(ns[k]);
+			ts_regular_jitter(&c);
+			fills[i](&c);
+			roundtrip(&c, &info);
+			planes += is_name(info.enc_value, "f32_shuf_zstd") ||
+				  is_name(info.enc_value, "shuf_zstd");
+			frames += is_name(info.enc_value, "zstd");
+			mdl_cols_free(&c);
+		}
+	}
+	CHECK(planes > 0);
+	struct sto_codec_info info;
+	struct mdl_cols c = make(64);
+	ts_regular_jitter(&c);
+	fill_step_time(&c); /* full float64 timings: the 64-bit byte planes */
+	roundtrip(&c, &info);
+	CHECK(is_name(info.enc_value, "shuf_zstd"));
+	fill_lr(&c); /* smooth float64: the delta stream's zstd frame */
+	roundtrip(&c, &info);
+	CHECK(is_name(info.enc_value, "zstd"));
+	CHECK(frames > 0);
+	mdl_cols_free(&c);
+}
+
 /* ---- errors and hostile input -------------------------------------------- */
 
 static void test_encode_errors(void)
@@ -819,6 +859,7 @@ int main(void)
 	RUN(test_choices_pruned);
 	RUN(test_varint_stream_choice);
 	RUN(test_realistic_report);
+	RUN(test_short_columns);
 	RUN(test_encode_errors);
 	RUN(test_handmade);
 	RUN(test_zstd_sizes);
