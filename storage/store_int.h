@@ -93,6 +93,8 @@ struct head_series {
 			      * (sti_prepare_request); never dropped while > 0 */
 	bool queued;	     /* in the size-seal queue */
 	bool creator_cols;   /* columns allocated on the series creator thread */
+	uint32_t cap_hint;   /* capacity the columns grow to at their second
+			      * growth (head_prepare in store_write.c) */
 };
 
 struct head {

@@ -101,6 +101,35 @@ uint64_t sti_cols_bytes(const struct mdl_cols *c)
 	return (uint64_t)c->cap * (8 + 8 + 4 + 8);
 }
 
+/* The capacity a series' columns in head h grow to by their second
+ * growth (head_prepare allocates half of it first, so that the new head's
+ * memory grows while the frozen one is sealed and freed): what its
+ * columns held in the frozen head (the generation being sealed) plus an
+ * eighth, when that is more than want; else want. Growing by half from
+ * empty took five reallocs of four arrays per series per checkpoint at
+ * 512 ranks (~64 points each), on the HTTP workers under head_lock. Only
+ * for series of at most HEAD_HINT_MAX_POINTS points in the frozen head
+ * (many series per checkpoint): at 64 ranks (~500 points each, columns
+ * that grow a batch at a time) the hint bought no ingest and raised the
+ * peak RSS by a third. The frozen head holds a series until its seal
+ * round commits, long after a rank's next step arrived; a series sealed
+ * earlier grows by half as before. Bounded: all hints together are at
+ * most an eighth above the frozen head's points, and the capacity is
+ * counted in head_bytes like any other. Caller holds head_lock (which
+ * guards s->frozen and its map). */
+#define HEAD_HINT_MAX_POINTS 256u
+
+static size_t head_first_cap(const struct sto *s, const struct head *h, uint64_t id, size_t want)
+{
+	if (!s->frozen || s->frozen == h)
+		return want;
+	const struct head_series *prev = rdb_map_get(&s->frozen->series, id);
+	if (!prev || prev->pts.n > HEAD_HINT_MAX_POINTS)
+		return want;
+	size_t cap = prev->pts.n + prev->pts.n / 8;
+	return cap > want ? cap : want;
+}
+
 /* Makes room in h for every point of b (series ents[i] for batch series
  * i): creates missing head series, grows their columns past the points in
  * them and those already reserved by other in-flight writes, and reserves
@@ -135,6 +164,17 @@ static int head_prepare(struct sto *s, struct head *h, const struct mdl_batch *b
 		 * at 64 ranks). Their first growth off the creator moves them
 		 * into the growing thread's arena; other growths realloc. */
 		size_t want = hs->pts.n + hs->reserved + bs->pts.n, cap = hs->pts.cap;
+		if (cap == 0) {
+			/* half the frozen head's size first, then all of it:
+			 * two allocations, and the new head's memory grows
+			 * while the frozen one is sealed and freed */
+			size_t hint = head_first_cap(s, h, ents[i]->id, want);
+			hs->cap_hint = (uint32_t)hint;
+			if (want < hint / 2)
+				want = hint / 2;
+		} else if (want > cap && want < hs->cap_hint) {
+			want = hs->cap_hint;
+		}
 		bool move = hs->creator_cols && !sti_on_creator;
 		if (move ? mdl_cols_reserve_moving(&hs->pts, want)
 			 : mdl_cols_reserve(&hs->pts, want))
