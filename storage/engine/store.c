@@ -244,7 +244,16 @@ int sti_checkpoint(struct sto *s)
  * 93-96 MiB with this one; bulk 64 and 512 ranks at or below before, at 15-20
  * checkpoints instead of 12-14 for 512 ranks). Points, not head bytes: a
  * job of very many series carries ~0.5 KiB of fixed head overhead per
- * series, which head_max_bytes / HEAD_CKPT_FRACTION already bounds. */
+ * series, which head_max_bytes / HEAD_CKPT_FRACTION already bounds.
+ * With many series this cuts every series' chunk short (~64 points each at
+ * 512 ranks x 32 metrics), and the checkpoint, which costs per chunk, was
+ * ~10 % of the server's CPU in the per-rank shape. A trigger of at least
+ * 128 points per series in the head (2 M points at 512 ranks, unchanged up
+ * to 256 ranks) was tried: in the per-rank shape at 512 ranks the peak RSS
+ * went from 119-120 to 176-178 MiB, above VictoriaMetrics' 152-155 MiB in
+ * the same runs, for no server CPU per request outside the noise (34.9,
+ * 32.1 -> 35.8, 31.7 us; VM 39-44); bulk 512 ranks 3.40 -> 3.35 bytes/point
+ * and 177 -> 200 MiB. Kept at 1 M points. */
 #define HEAD_CKPT_POINT_BYTES 64
 
 bool sti_head_points_over(const struct sto *s, const struct head *h)
