@@ -69,6 +69,14 @@ static inline size_t rdb_ptab_next(const struct rdb_ptab *t, uint64_t h, size_t 
 	return rdb_ptab_scan(t, h, (i + 1) & t->mask);
 }
 
+/* Asks the CPU for h's home slot without waiting (see rdb_map_prefetch):
+ * prefetch the slots of a batch of lookups first, then walk them. */
+static inline void rdb_ptab_prefetch(const struct rdb_ptab *t, uint64_t h)
+{
+	if (t->slots)
+		__builtin_prefetch(&t->slots[rdb_ptab_slot_of(t, h)]);
+}
+
 /* Adds val (not NULL) under h; entries already under h stay (the caller
  * checked its key is not there). 0, -ENOMEM or RDB_ELIMIT (max_n entries
  * already): the table unchanged. */
