@@ -292,7 +292,7 @@ static int intern(struct mdl_batch *b, const char *job, size_t jl, uint32_t rank
 	if (b->nseries >= b->max_series)
 		return RDB_ELIMIT;
 	if (b->nseries == b->series_cap) {
-		size_t cap = b->series_cap ? b->series_cap * 2 : 64;
+		size_t cap = b->series_cap ? b->series_cap * 2 : 32;
 		struct series_slot *s = realloc(b->series, cap * sizeof(*s));
 		if (!s)
 			return -ENOMEM;

@@ -41,10 +41,12 @@ void mdl_batch_free(struct mdl_batch *b); /* NULL ok */
  * allocated each, MDL_BATCH_CACHE_TOTAL_BYTES together; the cache is freed
  * when the thread exits), or frees it. N is sized for parked writes: an
  * HTTP worker has a batch per request waiting for its WAL sync (8 each at
- * 64 connections on 8 workers), and with a cache of 4 half of them were
- * freed and allocated again per request. Any thread may give a batch
+ * 64 connections on 8 workers, up to 64 at 512), and with a cache of 4
+ * half of them were freed and allocated again per request. A batch of one
+ * 32-metric record is ~17 KiB (its series slots hold the names inline),
+ * so 64 of them fit the total. Any thread may give a batch
  * another took. NULL ok. Errors: -ENOMEM. */
-#define MDL_BATCH_CACHE_N	    32
+#define MDL_BATCH_CACHE_N	    64
 #define MDL_BATCH_CACHE_BYTES	    (256u * 1024)
 #define MDL_BATCH_CACHE_TOTAL_BYTES (1536u * 1024)
 int mdl_batch_take(size_t max_points, size_t max_series, struct mdl_batch **out);
