@@ -559,9 +559,9 @@ static void want_series(void *arg, const struct mdl_batch *points, bool *want)
 		const struct mdl_batch_series *s = mdl_batch_series_at(points, i);
 		if (!s)
 			break;
-		want[i] = det_rules_metric_hashed(d->rules, s->key.metric, s->metric_len,
-						  s->metric_hash)
-			      .metric != DET_MET_NONE;
+		want[i] =
+		    det_rules_metric_hashed(d->rules, s->key.metric, s->metric_len, s->metric_hash)
+			.metric != DET_MET_NONE;
 	}
 	pthread_rwlock_unlock(&d->rules_rw);
 }

@@ -980,9 +980,9 @@ static int add_points(struct lp *ps, size_t prefix_len)
 			continue;
 		size_t len = f ? build_name(ps, f, bufs[cur], prefix_len) : 0;
 		if (pending) {
-			int rc = mdl_batch_add(ps->b, ps->job.p, ps->job.len, ps->rank, bufs[cur ^ 1],
-					       pending_len, ps->ts_ns, step, ps->attempt,
-					       value_bits(pending));
+			int rc = mdl_batch_add(ps->b, ps->job.p, ps->job.len, ps->rank,
+					       bufs[cur ^ 1], pending_len, ps->ts_ns, step,
+					       ps->attempt, value_bits(pending));
 			if (rc)
 				return rc;
 			ps->res->points++;

@@ -27,8 +27,8 @@ struct mdl_batch_series {
 	 * without their bytes. */
 	uint32_t jr;
 	uint64_t metric_hash; /* mdl_metric_hash(key.metric, metric_len) */
-	struct mdl_cols pts; /* a non-owning view (cap 0) of this series' points,
-			      * in arrival order */
+	struct mdl_cols pts;  /* a non-owning view (cap 0) of this series' points,
+			       * in arrival order */
 };
 
 int mdl_batch_new(size_t max_points, size_t max_series, struct mdl_batch **out);

@@ -56,8 +56,9 @@ static void test_defaults(void)
 	id = det_rules_metric(r, "my.own.metric", 13);
 	CHECK_EQ_INT(id.metric, DET_MET_NONE);
 	/* with the hash a batch series carries: the same answers */
-	static const char *const names[] = {"train.loss", "loss", "step_time.fwd", "step_time",
-					    "DCGM_FI_DEV_SM_CLOCK", "my.own.metric", "gpu.temp"};
+	static const char *const names[] = {
+	    "train.loss",	    "loss",	     "step_time.fwd", "step_time",
+	    "DCGM_FI_DEV_SM_CLOCK", "my.own.metric", "gpu.temp"};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		size_t n = strlen(names[i]);
 		struct det_metric_id a = det_rules_metric(r, names[i], n);
