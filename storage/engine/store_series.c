@@ -213,8 +213,14 @@ static void prefetch_cached(struct sto *s, const struct mdl_batch *b, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		uint64_t h = cache_hash(mdl_batch_series_hash(b, i));
 		size_t at = rdb_ptab_home(t, h);
-		if (at != RDB_PTAB_END)
-			__builtin_prefetch(t->slots[at].val);
+		if (at == RDB_PTAB_END)
+			continue;
+		/* the entry and its names' second line: a metric name
+		 * usually starts past the first 64 bytes (40 of header, the
+		 * job, its NUL), and key_eq compares it */
+		const char *e = t->slots[at].val;
+		__builtin_prefetch(e);
+		__builtin_prefetch(e + 64);
 	}
 }
 
