@@ -92,28 +92,16 @@ static int bad(struct evparams *p, const char *fmt, ...)
 
 static int add_ranks(struct evparams *p, const char *val)
 {
-	size_t len = strlen(val);
-	char *copy = malloc(len + 1);
+	char *copy = srv_arg_copy(val, p->owned, &p->nowned);
 	if (!copy)
 		return bad(p, "out of memory");
-	memcpy(copy, val, len + 1);
-	p->owned[p->nowned++] = copy; /* one per argument: cannot overflow */
-	for (char *tok = copy, *next; tok; tok = next) {
-		next = strchr(tok, ',');
-		if (next)
-			*next++ = 0;
-		uint32_t r;
-		if (*tok == 0)
-			continue;
-		if (srv_parse_rank(tok, &r))
-			return bad(p,
-				   "parameter rank: a rank is an integer >= 0 or \"job\", got "
-				   "'%.32s'",
-				   tok);
-		if (p->nranks == MAX_RANKS)
-			return bad(p, "parameter rank: at most %d ranks per query", MAX_RANKS);
-		p->ranks[p->nranks++] = r;
-	}
+	const char *badtok = NULL;
+	int rc = srv_parse_rank_list(copy, p->ranks, MAX_RANKS, &p->nranks, &badtok);
+	if (rc == RDB_EINVAL)
+		return bad(p, "parameter rank: a rank is an integer >= 0 or \"job\", got '%.32s'",
+			   badtok);
+	if (rc == RDB_ELIMIT)
+		return bad(p, "parameter rank: at most %d ranks per query", MAX_RANKS);
 	return 0;
 }
 

@@ -364,47 +364,70 @@ static void range_params_free(struct range_params *p)
 		free(p->owned[i]);
 }
 
-/* Splits a comma list into the param arrays (copies into scratch). */
-static int split_list(struct range_params *p, const char *val, bool metric, char *why,
-		      size_t whylen)
+char *srv_arg_copy(const char *val, char **owned, int *nowned)
 {
 	size_t len = strlen(val);
 	char *copy = malloc(len + 1);
 	if (!copy)
-		return -ENOMEM;
+		return NULL;
 	memcpy(copy, val, len + 1);
-	p->owned[p->nowned++] = copy; /* one per query argument: cannot overflow */
-	int rc = 0;
-	for (char *tok = copy, *next; tok && rc == 0; tok = next) {
-		next = strchr(tok, ',');
+	owned[(*nowned)++] = copy; /* one per query argument: cannot overflow */
+	return copy;
+}
+
+int srv_split_commas(char *s, const char **tok, size_t max, size_t *n)
+{
+	for (char *t = s, *next; t; t = next) {
+		next = strchr(t, ',');
 		if (next)
 			*next++ = 0;
-		if (*tok == 0)
+		if (*t == 0)
 			continue;
-		if (metric) {
-			if (p->nmetrics == 256) {
-				snprintf(why, whylen, "at most 256 metrics per query");
-				rc = -EINVAL;
-			} else {
-				p->metrics[p->nmetrics++] = tok;
-			}
-			continue;
-		}
-		uint32_t r;
-		if (srv_parse_rank(tok, &r)) {
-			snprintf(why, whylen,
-				 "rank must be an integer >= 0 or \"job\", got '%.32s'", tok);
-			rc = -EINVAL;
-			break;
-		}
-		if (p->nranks == 4096) {
-			snprintf(why, whylen, "at most 4096 ranks per query");
-			rc = -EINVAL;
-		} else {
-			p->ranks[p->nranks++] = r;
-		}
+		if (*n == max)
+			return RDB_ELIMIT;
+		tok[(*n)++] = t;
 	}
-	return rc;
+	return 0;
+}
+
+int srv_parse_rank_list(char *s, uint32_t *ranks, size_t max, size_t *n, const char **bad)
+{
+	for (char *t = s, *next; t; t = next) {
+		next = strchr(t, ',');
+		if (next)
+			*next++ = 0;
+		if (*t == 0)
+			continue;
+		uint32_t r;
+		if (srv_parse_rank(t, &r)) {
+			*bad = t;
+			return RDB_EINVAL;
+		}
+		if (*n == max)
+			return RDB_ELIMIT;
+		ranks[(*n)++] = r;
+	}
+	return 0;
+}
+
+/* Splits a metric or rank comma list into the param arrays (the arrays
+ * point into an owned copy). */
+static int split_list(struct range_params *p, const char *val, bool metric, char *why,
+		      size_t whylen)
+{
+	char *copy = srv_arg_copy(val, p->owned, &p->nowned);
+	if (!copy)
+		return -ENOMEM;
+	const char *badtok = NULL;
+	int rc = metric ? srv_split_commas(copy, p->metrics, 256, &p->nmetrics)
+			: srv_parse_rank_list(copy, p->ranks, 4096, &p->nranks, &badtok);
+	if (rc == RDB_EINVAL)
+		snprintf(why, whylen, "rank must be an integer >= 0 or \"job\", got '%.32s'",
+			 badtok);
+	else if (rc == RDB_ELIMIT)
+		snprintf(why, whylen, "at most %s per query",
+			 metric ? "256 metrics" : "4096 ranks");
+	return rc ? -EINVAL : 0;
 }
 
 static int parse_range(const struct srv_req *req, struct range_params *p, char *why, size_t whylen)

@@ -103,32 +103,20 @@ static int bad(struct qparams *p, const char *fmt, ...)
 	return RDB_EINVAL;
 }
 
-/* Splits a copy of val at commas; empty tokens are skipped. */
-static int tokens(struct qparams *p, const char *val, char **out, size_t max, size_t *n)
+/* Splits an owned copy of val at commas (srv_split_commas). */
+static int tokens(struct qparams *p, const char *val, const char **out, size_t max, size_t *n)
 {
-	size_t len = strlen(val);
-	char *copy = malloc(len + 1);
+	char *copy = srv_arg_copy(val, p->owned, &p->nowned);
 	if (!copy)
 		return -ENOMEM;
-	memcpy(copy, val, len + 1);
-	p->owned[p->nowned++] = copy; /* one per argument: cannot overflow */
 	*n = 0;
-	for (char *tok = copy, *next; tok; tok = next) {
-		next = strchr(tok, ',');
-		if (next)
-			*next++ = 0;
-		if (*tok && *n == max)
-			return RDB_ELIMIT;
-		if (*tok)
-			out[(*n)++] = tok;
-	}
-	return 0;
+	return srv_split_commas(copy, out, max, n);
 }
 
 static int add_names(struct qparams *p, const char *key, const char *val, const char **arr,
 		     size_t *n)
 {
-	char *tok[MAX_LIST];
+	const char *tok[MAX_LIST];
 	size_t nt;
 	int rc = tokens(p, val, tok, MAX_LIST - *n, &nt);
 	if (rc == RDB_ELIMIT)
@@ -140,19 +128,16 @@ static int add_names(struct qparams *p, const char *key, const char *val, const 
 
 static int add_ranks(struct qparams *p, const char *key, const char *val)
 {
-	char *tok[MAX_RANKS];
-	size_t nt;
-	int rc = tokens(p, val, tok, MAX_RANKS - p->nranks, &nt);
+	char *copy = srv_arg_copy(val, p->owned, &p->nowned);
+	if (!copy)
+		return -ENOMEM;
+	const char *badtok = NULL;
+	int rc = srv_parse_rank_list(copy, p->ranks, MAX_RANKS, &p->nranks, &badtok);
+	if (rc == RDB_EINVAL)
+		return bad(p, "parameter %s: a rank is an integer >= 0 or \"job\", got '%.32s'",
+			   key, badtok);
 	if (rc == RDB_ELIMIT)
 		return bad(p, "parameter %s: at most %s ranks per query", key, "4096");
-	for (size_t i = 0; rc == 0 && i < nt; i++) {
-		if (srv_parse_rank(tok[i], &p->ranks[p->nranks]))
-			return bad(p,
-				   "parameter %s: a rank is an integer >= 0 or \"job\", got "
-				   "'%.32s'",
-				   key, tok[i]);
-		p->nranks++;
-	}
 	return rc;
 }
 
@@ -176,7 +161,7 @@ static int parse_aggs(struct qparams *p, const char *key, const char *val)
 		     {"max", QRY_AGG_MAX},     {"sum", QRY_AGG_SUM},
 		     {"count", QRY_AGG_COUNT}, {"first", QRY_AGG_FIRST},
 		     {"last", QRY_AGG_LAST},   {"minmax", QRY_AGG_MIN | QRY_AGG_MAX}};
-	char *tok[64];
+	const char *tok[64];
 	size_t nt;
 	int rc = tokens(p, val, tok, 64, &nt);
 	for (size_t i = 0; rc == 0 && i < nt; i++) {
@@ -212,7 +197,7 @@ static int parse_xr_aggs(struct qparams *p, const char *key, const char *val)
 	    {"count", QRY_XR_COUNT},   {"mean", QRY_XR_MEAN},	  {"avg", QRY_XR_MEAN},
 	    {"min", QRY_XR_MIN},       {"max", QRY_XR_MAX},	  {"median", QRY_XR_MEDIAN},
 	    {"stddev", QRY_XR_STDDEV}, {"argmin", QRY_XR_ARGMIN}, {"argmax", QRY_XR_ARGMAX}};
-	char *tok[64];
+	const char *tok[64];
 	size_t nt;
 	int rc = tokens(p, val, tok, 64, &nt);
 	for (size_t i = 0; rc == 0 && i < nt; i++) {
@@ -242,7 +227,7 @@ static int parse_xr_aggs(struct qparams *p, const char *key, const char *val)
 
 static int parse_quantiles(struct qparams *p, const char *key, const char *val)
 {
-	char *tok[64];
+	const char *tok[64];
 	size_t nt;
 	int rc = tokens(p, val, tok, 64, &nt);
 	for (size_t i = 0; rc == 0 && i < nt; i++) {

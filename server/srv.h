@@ -190,6 +190,19 @@ int srv_parse_i64(const char *s, int64_t *out);
  * integer 0..MDL_RANK_MAX, or "job" (MDL_RANK_JOB, the job-level
  * pseudo-rank). 0 or -EINVAL (*rank untouched). handlers.c */
 int srv_parse_rank(const char *s, uint32_t *rank);
+/* Copies val into a new string registered in owned[*nowned] (the caller
+ * frees every owned[] entry; it has room for one copy per query argument,
+ * SRV_MAX_ARGS). The copy, or NULL when out of memory. handlers.c */
+char *srv_arg_copy(const char *val, char **owned, int *nowned);
+/* Splits s in place at commas (each becomes a NUL), skipping empty items,
+ * appending the items to tok[*n..max). 0, or RDB_ELIMIT at the first item
+ * that does not fit (those before it are kept). handlers.c */
+int srv_split_commas(char *s, const char **tok, size_t max, size_t *n);
+/* Splits s in place as srv_split_commas and parses each item with
+ * srv_parse_rank, appending to ranks[*n..max), in order. 0; RDB_EINVAL with
+ * *bad at the first item that is not a rank, or RDB_ELIMIT at the first rank
+ * that does not fit, whichever comes first. handlers.c */
+int srv_parse_rank_list(char *s, uint32_t *ranks, size_t max, size_t *n, const char **bad);
 
 /* Appends the detection fields of job to a GET /api/v1/jobs entry
  * (server/detect_routes.c): ,"state":"ok|degraded|..." when the detector

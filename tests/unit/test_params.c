@@ -1,12 +1,15 @@
 /* test_params.c - unit tests for the query-parameter parsers every route
  * shares (server/srv.h): a rank is a decimal 0..MDL_RANK_MAX or "job", and
- * anything else is refused without touching the output. */
+ * anything else is refused without touching the output; comma lists skip
+ * empty items and stop at their bound or their first bad item. */
 #include "check.h"
+#include "common/rdb_err.h"
 #include "model/series.h"
 #include "server/srv.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
 static void test_parse_rank(void)
 {
@@ -30,8 +33,56 @@ static void test_parse_rank(void)
 	}
 }
 
+/* Comma lists: empty items skipped, the limit counts items, not commas. */
+static void test_split_commas(void)
+{
+	char s[] = ",a,,bc,";
+	const char *tok[2];
+	size_t n = 0;
+	CHECK_EQ_INT(srv_split_commas(s, tok, 2, &n), 0);
+	CHECK_EQ_INT(n, 2);
+	CHECK(strcmp(tok[0], "a") == 0 && strcmp(tok[1], "bc") == 0);
+	char t[] = "x,y,z";
+	n = 0;
+	CHECK_EQ_INT(srv_split_commas(t, tok, 2, &n), RDB_ELIMIT);
+	CHECK_EQ_INT(n, 2);
+	char e[] = ",,";
+	n = 0;
+	CHECK_EQ_INT(srv_split_commas(e, tok, 0, &n), 0);
+	CHECK_EQ_INT(n, 0);
+}
+
+/* Rank lists append in order, name the bad item, and stop at the limit or
+ * the first bad item, whichever comes first. */
+static void test_rank_list(void)
+{
+	uint32_t r[3] = {9, 9, 9};
+	size_t n = 1;
+	const char *bad = NULL;
+	char a[] = "3,,job";
+	CHECK_EQ_INT(srv_parse_rank_list(a, r, 3, &n, &bad), 0);
+	CHECK_EQ_INT(n, 3);
+	CHECK(r[0] == 9 && r[1] == 3 && r[2] == MDL_RANK_JOB);
+	char b[] = "1,x2,3";
+	n = 0;
+	CHECK_EQ_INT(srv_parse_rank_list(b, r, 3, &n, &bad), RDB_EINVAL);
+	CHECK_EQ_INT(n, 1);
+	CHECK(bad && strcmp(bad, "x2") == 0);
+	char c[] = "1,2,oops";
+	n = 0;
+	bad = NULL;
+	CHECK_EQ_INT(srv_parse_rank_list(c, r, 2, &n, &bad), RDB_EINVAL);
+	CHECK(bad && strcmp(bad, "oops") == 0);
+	char d[] = "1,2,3";
+	n = 0;
+	CHECK_EQ_INT(srv_parse_rank_list(d, r, 2, &n, &bad), RDB_ELIMIT);
+	CHECK_EQ_INT(n, 2);
+}
+
 int main(void)
 {
 	RUN(test_parse_rank);
+	RUN(test_split_commas);
+	RUN(test_rank_list);
 	return check_summary("params");
 }
