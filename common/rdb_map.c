@@ -24,6 +24,15 @@ void *rdb_map_get(const struct rdb_map *m, uint64_t key)
 	}
 }
 
+void rdb_map_prefetch(const struct rdb_map *m, uint64_t key)
+{
+	if (m->cap == 0)
+		return;
+	size_t i = slot_of(key, m->cap);
+	__builtin_prefetch(&m->keys[i]);
+	__builtin_prefetch(&m->vals[i]);
+}
+
 static int grow(struct rdb_map *m)
 {
 	size_t cap = m->cap ? m->cap * 2 : 16;

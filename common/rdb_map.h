@@ -21,6 +21,11 @@ struct rdb_map {
 
 /* Returns the value for key (non-zero), or NULL. */
 void *rdb_map_get(const struct rdb_map *m, uint64_t key);
+/* Asks the CPU for the lines rdb_map_get(m, key) reads first (its home
+ * slot's key and value), without waiting: a caller about to look up many
+ * keys of a large map prefetches them all first, so the cache misses
+ * overlap instead of queueing. Pure (no effect on the map). */
+void rdb_map_prefetch(const struct rdb_map *m, uint64_t key);
 /* Inserts or replaces. 0 or -ENOMEM (map unchanged). key must be non-zero. */
 int rdb_map_put(struct rdb_map *m, uint64_t key, void *val);
 /* Removes key; returns its value or NULL. */

@@ -18,10 +18,10 @@
  */
 #include "detect/rules.h"
 #include "model/alias.h"
+#include "model/batch.h"
 
 #include "common/rdb_buf.h"
 #include "common/rdb_err.h"
-#include "common/rdb_hash.h"
 
 #include <errno.h>
 #include <math.h>
@@ -115,10 +115,11 @@ void det_rules_free(struct det_rules *r)
 
 /* ---- alias table ---------------------------------------------------------------------- */
 
+/* The model's metric hash (mdl_metric_hash), so that the writers' filter
+ * (want) looks a batch's series up with the hash each already carries. */
 static uint64_t name_hash(const char *s, size_t n)
 {
-	uint64_t h = rdb_hash64(s, n, 0x72756c65ull);
-	return h ? h : 1;
+	return mdl_metric_hash(s, n);
 }
 
 /* Inserts or replaces name -> id. The table never fills: its capacity is
@@ -142,7 +143,13 @@ static void alias_put(struct det_rules *r, const char *name, size_t len, struct 
 
 struct det_metric_id det_rules_metric(const struct det_rules *r, const char *name, size_t len)
 {
-	uint64_t h = name_hash(name, len);
+	return det_rules_metric_hashed(r, name, len, name_hash(name, len));
+}
+
+struct det_metric_id det_rules_metric_hashed(const struct det_rules *r, const char *name,
+					     size_t len, uint64_t hash)
+{
+	uint64_t h = hash;
 	size_t mask = r->acap - 1;
 	for (size_t i = h & mask;; i = (i + 1) & mask) {
 		const struct alias_ent *e = &r->atab[i];

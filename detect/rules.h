@@ -184,6 +184,11 @@ void det_rules_resolve(const struct det_rules *r, const char *job, size_t job_le
  * step_time.<phase word>). Unknown names give {DET_MET_NONE, 0}. One hash
  * of the name and a probe or two; thread-safe. */
 struct det_metric_id det_rules_metric(const struct det_rules *r, const char *name, size_t len);
+/* det_rules_metric with the name's hash already made: hash must be
+ * mdl_metric_hash(name, len) (model/batch.h; a batch series carries it as
+ * metric_hash). No hashing; thread-safe. */
+struct det_metric_id det_rules_metric_hashed(const struct det_rules *r, const char *name,
+					     size_t len, uint64_t hash);
 
 /* Number of [job] sections and operator aliases (for the reload log line). */
 void det_rules_counts(const struct det_rules *r, size_t *job_sections, size_t *aliases);

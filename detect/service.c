@@ -560,7 +560,8 @@ static void want_series(void *arg, const struct mdl_batch *points, bool *want)
 		if (!s)
 			break;
 		want[i] =
-		    det_rules_metric(d->rules, s->key.metric, s->metric_len).metric != DET_MET_NONE;
+		    det_rules_metric_hashed(d->rules, s->key.metric, s->metric_len, s->metric_hash)
+			.metric != DET_MET_NONE;
 	}
 	pthread_rwlock_unlock(&d->rules_rw);
 }

@@ -101,7 +101,9 @@ struct lp {
 	 * read. A new per-call member goes above. */
 	uint64_t dup_bits[DUP_BITS / 64];
 	size_t suffix_len;
+	/* metric names are built alternately in name and name2 (add_points) */
 	char name[MDL_METRIC_MAX + 1];
+	char name2[MDL_METRIC_MAX + 1];
 	char suffix[MDL_METRIC_MAX + 1];
 	struct lp_tag tags_inline[INLINE_TAGS];
 	struct lp_field fields_inline[INLINE_FIELDS];

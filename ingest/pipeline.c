@@ -270,8 +270,12 @@ static void push(struct sub *u, uint8_t *data, size_t len, int64_t ack_ns, uint8
 static bool same_progress(const struct mdl_batch_series *a, const struct mdl_batch_series *b)
 {
 	size_t n = b->pts.n;
-	if (a->key.rank != b->key.rank || a->pts.n != n || a->job_len != b->job_len ||
-	    memcmp(a->key.job, b->key.job, a->job_len) != 0)
+	if (a->pts.n != n)
+		return false;
+	/* one (job, rank) number: the same job and rank, no bytes to compare */
+	if ((a->jr == 0 || a->jr != b->jr) &&
+	    (a->key.rank != b->key.rank || a->job_len != b->job_len ||
+	     memcmp(a->key.job, b->key.job, a->job_len) != 0))
 		return false;
 	for (size_t k = 0; k < n; k++) {
 		if (a->pts.ts_ns[k] != b->pts.ts_ns[k] || a->pts.step[k] != b->pts.step[k] ||

@@ -21,8 +21,14 @@ struct mdl_batch_series {
 	/* strlen of key.job and key.metric, so that encoders and filters
 	 * walking every series of every request do not measure them again */
 	uint16_t job_len, metric_len;
-	struct mdl_cols pts; /* a non-owning view (cap 0) of this series' points,
-			      * in arrival order */
+	/* The batch's number for this series' (job, rank): series with equal
+	 * numbers other than 0 have equal jobs and ranks (unequal numbers, or 0,
+	 * tell nothing), so a walk over a record's series compares them
+	 * without their bytes. */
+	uint32_t jr;
+	uint64_t metric_hash; /* mdl_metric_hash(key.metric, metric_len) */
+	struct mdl_cols pts;  /* a non-owning view (cap 0) of this series' points,
+			       * in arrival order */
 };
 
 int mdl_batch_new(size_t max_points, size_t max_series, struct mdl_batch **out);
@@ -35,10 +41,12 @@ void mdl_batch_free(struct mdl_batch *b); /* NULL ok */
  * allocated each, MDL_BATCH_CACHE_TOTAL_BYTES together; the cache is freed
  * when the thread exits), or frees it. N is sized for parked writes: an
  * HTTP worker has a batch per request waiting for its WAL sync (8 each at
- * 64 connections on 8 workers), and with a cache of 4 half of them were
- * freed and allocated again per request. Any thread may give a batch
+ * 64 connections on 8 workers, up to 64 at 512), and with a cache of 4
+ * half of them were freed and allocated again per request. A batch of one
+ * 32-metric record is ~17 KiB (its series slots hold the names inline),
+ * so 64 of them fit the total. Any thread may give a batch
  * another took. NULL ok. Errors: -ENOMEM. */
-#define MDL_BATCH_CACHE_N	    32
+#define MDL_BATCH_CACHE_N	    64
 #define MDL_BATCH_CACHE_BYTES	    (256u * 1024)
 #define MDL_BATCH_CACHE_TOTAL_BYTES (1536u * 1024)
 int mdl_batch_take(size_t max_points, size_t max_series, struct mdl_batch **out);
@@ -60,9 +68,12 @@ size_t mdl_batch_points(const struct mdl_batch *b);
 size_t mdl_batch_nseries(const struct mdl_batch *b);
 /* i < mdl_batch_nseries(b); pointer valid until the next add/reset/free. */
 const struct mdl_batch_series *mdl_batch_series_at(const struct mdl_batch *b, size_t i);
-/* The 64-bit hash of a series key the batch interns by: XXH3 of metric
- * seeded by XXH3 of job seeded by 0x9e3779b97f4a7c15 + rank (in memory
- * only, never stored). mdl_batch_series_hash is the stored
+/* The 64-bit hash of a metric name (XXH3 with a fixed seed; in memory
+ * only, never stored). Pure. */
+uint64_t mdl_metric_hash(const char *metric, size_t len);
+/* The 64-bit hash of a series key the batch interns by: mdl_metric_hash of
+ * metric, xor XXH3 of job seeded by 0x9e3779b97f4a7c15 + rank, through a
+ * bijective 64-bit mixer (in memory only, never stored). mdl_batch_series_hash is the stored
  * hash of series i (i < mdl_batch_nseries(b)), so a caller keyed the same
  * way need not hash again. Pure. */
 uint64_t mdl_series_key_hash(const char *job, size_t job_len, uint32_t rank, const char *metric,

@@ -19,6 +19,7 @@
 
 #include "storage/sto.h"
 #include "common/rdb_map.h"
+#include "common/rdb_ptab.h"
 #include "storage/admin.h"
 
 #include <limits.h>
@@ -43,7 +44,7 @@
  * 4,096 ranks x 32 metrics). Read the names with sti_ent_job and
  * sti_ent_metric. */
 struct series_ent {
-	struct series_ent *next; /* same-hash chain */
+	struct series_ent *next; /* dead_ents list, once deleted */
 	uint64_t hash;
 	uint64_t id;
 	/* The WAL epoch (wal.h, sto_wal_defs_fn) in which this series was last
@@ -159,7 +160,7 @@ struct sto {
 	bool cq_stop;				  /* under cq_mu: drain and exit */
 	bool creator_running;			  /* set at open, cleared at close */
 	pthread_t creator;
-	struct rdb_map series_by_hash; /* key hash -> series_ent chain */
+	struct rdb_ptab series_by_key; /* key hash (mdl_series_key_hash) -> series_ent */
 	struct rdb_map series_by_id;   /* id -> series_ent */
 	struct rdb_map job_counts;     /* job hash -> struct job_count chain (max_series_per_job) */
 	/* Per-job extent summaries (sto_job_extent_get; engine/store_read.c):

@@ -984,6 +984,9 @@ static void init_locks(struct sto *s)
 	pthread_mutex_init(&s->compact_lock, NULL);
 	pthread_mutex_init(&s->head_lock, NULL);
 	pthread_mutex_init(&s->series_lock, NULL);
+	/* the cache holds every live series by design: bounded by the index
+	 * (opt.max_series bounds their creation), not by a count of its own */
+	rdb_ptab_init(&s->series_by_key, SIZE_MAX);
 	pthread_mutex_init(&s->batch_lock, NULL);
 	pthread_mutex_init(&s->flush_lock, NULL);
 	pthread_cond_init(&s->flush_cond, NULL);

@@ -3,8 +3,9 @@
  * (internal; engine.h, state in store_int.h).
  *
  * Design: a write needs an id for each series of its batch. Known series
- * come from the cache (series_by_hash, looked up with the hash the batch
- * already holds: mdl_batch_series_hash). New ones are created in LMDB
+ * come from the cache (series_by_key, an open-addressing table of (hash,
+ * entry) slots looked up with the hash the batch already holds:
+ * mdl_batch_series_hash). New ones are created in LMDB
  * group-committed, like the WAL: the writers that need new series queue
  * (create_q) and one of them, the leader, creates the series of every
  * queued writer in one write transaction, with one id reservation per
@@ -50,6 +51,7 @@
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_map.h"
+#include "common/rdb_ptab.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -84,12 +86,16 @@ static bool key_eq(const struct series_ent *e, const struct mdl_batch_series *bs
 	       memcmp(sti_ent_metric(e), bs->key.metric, bs->metric_len) == 0;
 }
 
-/* Caller holds series_lock. h is cache_hash of bs's key hash. */
+/* Caller holds series_lock. h is cache_hash of bs's key hash. One slot
+ * line per probe, and only entries of the same hash are read. */
 static struct series_ent *cache_find(struct sto *s, const struct mdl_batch_series *bs, uint64_t h)
 {
-	for (struct series_ent *e = rdb_map_get(&s->series_by_hash, h); e; e = e->next)
+	const struct rdb_ptab *t = &s->series_by_key;
+	for (size_t i = rdb_ptab_home(t, h); i != RDB_PTAB_END; i = rdb_ptab_next(t, h, i)) {
+		struct series_ent *e = t->slots[i].val;
 		if (key_eq(e, bs, h))
 			return e;
+	}
 	return NULL;
 }
 
@@ -100,6 +106,7 @@ static int cache_add(struct sto *s, const struct mdl_batch_series *bs, uint64_t 
 	struct series_ent *e = malloc(sti_ent_size(bs->job_len, bs->metric_len));
 	if (!e)
 		return -ENOMEM;
+	e->next = NULL;
 	e->hash = h;
 	e->id = id;
 	e->wal_def_epoch = 0;
@@ -110,15 +117,13 @@ static int cache_add(struct sto *s, const struct mdl_batch_series *bs, uint64_t 
 	e->names[bs->job_len] = '\0';
 	memcpy(e->names + bs->job_len + 1, bs->key.metric, bs->metric_len);
 	e->names[bs->job_len + 1 + bs->metric_len] = '\0';
-	e->next = rdb_map_get(&s->series_by_hash, h);
-	int rc = rdb_map_put(&s->series_by_hash, h, e);
-	if (rc == 0)
+	int rc = rdb_ptab_put(&s->series_by_key, h, e);
+	if (rc == 0) {
 		rc = rdb_map_put(&s->series_by_id, id, e);
+		if (rc)
+			rdb_ptab_del(&s->series_by_key, h, e);
+	}
 	if (rc) {
-		if (e->next)
-			rdb_map_put(&s->series_by_hash, h, e->next);
-		else
-			rdb_map_del(&s->series_by_hash, h);
 		free(e);
 		return rc;
 	}
@@ -193,7 +198,30 @@ void sti_cache_free(struct sto *s)
 		if (s->series_by_id.keys[i])
 			free(s->series_by_id.vals[i]);
 	rdb_map_free(&s->series_by_id);
-	rdb_map_free(&s->series_by_hash);
+	rdb_ptab_free(&s->series_by_key);
+}
+
+/* Asks for the cache lines the lookups of b's series read (their slots,
+ * then the entries those slots name) before any lookup waits for one: at
+ * 16,384 series each is a cache miss, and a record's 32 lookups one after
+ * the other queued 64 of them. Caller holds series_lock. */
+static void prefetch_cached(struct sto *s, const struct mdl_batch *b, size_t n)
+{
+	const struct rdb_ptab *t = &s->series_by_key;
+	for (size_t i = 0; i < n; i++)
+		rdb_ptab_prefetch(t, cache_hash(mdl_batch_series_hash(b, i)));
+	for (size_t i = 0; i < n; i++) {
+		uint64_t h = cache_hash(mdl_batch_series_hash(b, i));
+		size_t at = rdb_ptab_home(t, h);
+		if (at == RDB_PTAB_END)
+			continue;
+		/* the entry and its names' second line: a metric name
+		 * usually starts past the first 64 bytes (40 of header, the
+		 * job, its NUL), and key_eq compares it */
+		const char *e = t->slots[at].val;
+		__builtin_prefetch(e);
+		__builtin_prefetch(e + 64);
+	}
 }
 
 /* Fills ents[] from the cache; returns how many are missing (a batch
@@ -202,6 +230,7 @@ void sti_cache_free(struct sto *s)
 static size_t resolve_cached(struct sto *s, const struct mdl_batch *b, struct series_ent **ents)
 {
 	size_t n = mdl_batch_nseries(b), missing = 0;
+	prefetch_cached(s, b, n);
 	for (size_t i = 0; i < n; i++) {
 		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);
 		ents[i] = bs ? cache_find(s, bs, cache_hash(mdl_batch_series_hash(b, i))) : NULL;

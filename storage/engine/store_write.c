@@ -130,6 +130,17 @@ static size_t head_first_cap(const struct sto *s, const struct head *h, uint64_t
 	return cap > want ? cap : want;
 }
 
+/* Asks for the head series of ents[0..n) (their map slots, then the
+ * structs) before head_prepare reads any: at 16,384 series each is a
+ * cache miss, and one after the other they were most of its time. */
+static void prefetch_heads(const struct head *h, struct series_ent **ents, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		rdb_map_prefetch(&h->series, ents[i]->id);
+	for (size_t i = 0; i < n; i++)
+		__builtin_prefetch(rdb_map_get(&h->series, ents[i]->id));
+}
+
 /* Makes room in h for every point of b (series ents[i] for batch series
  * i): creates missing head series, grows their columns past the points in
  * them and those already reserved by other in-flight writes, and reserves
@@ -140,6 +151,7 @@ static int head_prepare(struct sto *s, struct head *h, const struct mdl_batch *b
 			struct series_ent **ents, struct head_series **hs_out, size_t *done)
 {
 	size_t n = mdl_batch_nseries(b);
+	prefetch_heads(h, ents, n);
 	for (*done = 0; *done < n; (*done)++) {
 		size_t i = *done;
 		const struct mdl_batch_series *bs = mdl_batch_series_at(b, i);

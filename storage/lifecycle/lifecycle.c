@@ -460,19 +460,7 @@ static void del_cache(struct sto *s, struct del_job *d)
 		if (!e)
 			continue;
 		rdb_map_del(&s->series_by_id, e->id);
-		struct series_ent *first = rdb_map_get(&s->series_by_hash, e->hash);
-		if (first == e) {
-			if (e->next)
-				rdb_map_put(&s->series_by_hash, e->hash, e->next);
-			else
-				rdb_map_del(&s->series_by_hash, e->hash);
-		} else {
-			for (struct series_ent *p = first; p; p = p->next)
-				if (p->next == e) {
-					p->next = e->next;
-					break;
-				}
-		}
+		rdb_ptab_del(&s->series_by_key, e->hash, e);
 		e->next = s->dead_ents;
 		s->dead_ents = e;
 	}

@@ -443,6 +443,44 @@ static void test_series_hash(void)
 	mdl_batch_free(b);
 }
 
+/* Each series carries its metric's hash (what the detector's name table
+ * looks it up by), and a (job, rank) number: equal numbers mean equal jobs
+ * and ranks, whatever order the records came in; a (job, rank) met again
+ * after another may get a new number, never another's. Reset starts over. */
+static void test_series_numbers(void)
+{
+	struct mdl_batch *b;
+	CHECK_EQ_INT(mdl_batch_new(100, 100, &b), 0);
+	for (int round = 0; round < 2; round++) {
+		CHECK_EQ_INT(add(b, "job", 7, "loss", 1, 1, 1), 0);
+		CHECK_EQ_INT(add(b, "job", 7, "grad_norm", 1, 1, 1), 0);
+		CHECK_EQ_INT(add(b, "job", 8, "loss", 1, 1, 1), 0);
+		CHECK_EQ_INT(add(b, "jo", 7, "bloss", 1, 1, 1), 0);
+		CHECK_EQ_INT(add(b, "job", 7, "mfu", 1, 1, 1), 0);
+		CHECK_EQ_INT(add(b, "job", 7, "loss", 2, 2, 1), 0); /* known series */
+		CHECK_EQ_INT(mdl_batch_nseries(b), 5);
+		for (size_t i = 0; i < mdl_batch_nseries(b); i++) {
+			const struct mdl_batch_series *si = mdl_batch_series_at(b, i);
+			CHECK(si->metric_hash == mdl_metric_hash(si->key.metric, si->metric_len));
+			CHECK(si->jr != 0);
+			for (size_t j = 0; j < mdl_batch_nseries(b); j++) {
+				const struct mdl_batch_series *sj = mdl_batch_series_at(b, j);
+				bool same = si->key.rank == sj->key.rank &&
+					    strcmp(si->key.job, sj->key.job) == 0;
+				if (si->jr == sj->jr)
+					CHECK(same);
+			}
+		}
+		const struct mdl_batch_series *a = find(b, "job", 7, "loss");
+		const struct mdl_batch_series *g = find(b, "job", 7, "grad_norm");
+		CHECK(a && g && a->jr == g->jr); /* one record: one number */
+		CHECK(a->metric_hash == find(b, "job", 8, "loss")->metric_hash);
+		CHECK(a->metric_hash != g->metric_hash);
+		mdl_batch_reset(b);
+	}
+	mdl_batch_free(b);
+}
+
 /* Records that name each series once arrive grouped (views point at them
  * in place); a later point of an earlier series regroups; a failed append
  * that rolls back restores either case. Every view holds exactly its own
@@ -870,6 +908,7 @@ static void test_defs(void)
 int main(void)
 {
 	RUN(test_add_group);
+	RUN(test_series_numbers);
 	RUN(test_many_series);
 	RUN(test_bounds);
 	RUN(test_round_trip);

@@ -8,6 +8,7 @@
 
 #include "common/rdb_buf.h"
 #include "common/rdb_err.h"
+#include "model/batch.h"
 
 #include <errno.h>
 #include <unistd.h>
@@ -54,6 +55,17 @@ static void test_defaults(void)
 	CHECK(id.metric == DET_MET_PHASE && id.phase == DET_PH_STEP);
 	id = det_rules_metric(r, "my.own.metric", 13);
 	CHECK_EQ_INT(id.metric, DET_MET_NONE);
+	/* with the hash a batch series carries: the same answers */
+	static const char *const names[] = {
+	    "train.loss",	    "loss",	     "step_time.fwd", "step_time",
+	    "DCGM_FI_DEV_SM_CLOCK", "my.own.metric", "gpu.temp"};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		size_t n = strlen(names[i]);
+		struct det_metric_id a = det_rules_metric(r, names[i], n);
+		struct det_metric_id b =
+		    det_rules_metric_hashed(r, names[i], n, mdl_metric_hash(names[i], n));
+		CHECK(a.metric == b.metric && a.phase == b.phase);
+	}
 	det_rules_free(r);
 	det_rules_free(NULL);
 }
