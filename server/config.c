@@ -128,6 +128,20 @@ static const struct opt opts[] = {
 	    "rankdbd raises its soft open-file limit up to the hard limit when this (plus a "
 	    "quarter for answering refusals, and 512 spare) needs it, and logs a warning when "
 	    "the hard limit is too low (raise LimitNOFILE / ulimit -n then)."},
+    {.name = "http_write_loop",
+     .type = OPT_ENUM,
+     .def = "on",
+     .values = onoff_values,
+     FIELD(http_write_loop),
+     .help = "on: serve write requests from rankdb's own epoll loop, the rest by libmicrohttpd",
+     .doc = "on (the default): rankdbd's own event loop owns the listening socket and serves "
+	    "plain write requests (POST /write, /api/v2/write, /api/v1/write with a "
+	    "Content-Length) itself, with fewer system calls and less copying per request "
+	    "than libmicrohttpd; every other request, and every connection after its first "
+	    "such request, goes to libmicrohttpd as before. Limits, deadlines, body budget "
+	    "and parking are the same for both. off: libmicrohttpd serves everything, as "
+	    "before; turn it off if a client sees a difference between the two (and report "
+	    "it). With TLS the loop is off whatever this says."},
     {.name = "http_max_parked",
      .type = OPT_UINT,
      .def = "4096",

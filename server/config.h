@@ -34,6 +34,7 @@ struct srv_config {
 	uint32_t http_timeout_s;	       /* idle / slow-request timeout per connection */
 	uint64_t http_min_body_rate_bytes;     /* body bytes that earn one more second */
 	uint64_t http_connection_memory_bytes; /* libmicrohttpd's buffer per connection */
+	char http_write_loop[8];	       /* on / off: the write loop (server/wloop.c) */
 	uint64_t max_body_bytes_in_flight;     /* request bodies of all connections together */
 	uint64_t max_body_bytes;	       /* largest accepted request body */
 	uint64_t max_records_per_request;

@@ -63,7 +63,8 @@
  * which libmicrohttpd calls before it closes the socket, so the reaper
  * never shuts down a reused descriptor.
  */
-#include "server/srv.h"
+#include "server/http_int.h"
+#include "server/wloop.h"
 #include "server/tls.h"
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
@@ -89,50 +90,6 @@
 #define OVER_LIMIT_WAIT_S 2    /* an over-the-limit connection's time to send its request */
 #define CHUNKED_MIN_BYTES (64u * 1024) /* first reservation of a body without Content-Length */
 
-enum conn_phase { CS_WAITING, CS_BODY, CS_HANDLING };
-
-/* One TCP connection (libmicrohttpd's socket context). Fields under
- * srv_http.mu, except state and body_bytes (atomics: the connection's
- * worker sets them three times a request without the registry's lock, the
- * reaper and the shedder read them). */
-struct conn_state {
-	struct conn_state *prev, *next; /* registry */
-	int fd;
-	/* The phase (low 2 bits) and, above them, the monotonic ns when the
-	 * connection started waiting for its request (connection start or end
-	 * of the previous response), in one word so a reader never pairs a new
-	 * phase with an old start. */
-	_Atomic uint64_t state;
-	_Atomic uint64_t body_bytes; /* body bytes of the current request received */
-	bool over_limit;	     /* accepted past http_max_connections: answered 503 */
-	bool shut;		     /* the reaper or the shedder shut its socket down */
-	/* srv_req.peer of its requests, written once at accept: inet_ntop and
-	 * snprintf per request were ~0.3 % of the server's CPU. */
-	char peer[INET6_ADDRSTRLEN + 8];
-};
-
-struct srv_http {
-	struct MHD_Daemon *d;
-	struct srv_ctx *ctx;
-	_Atomic uint64_t parked;     /* requests parked (srv_submit), answered or not */
-	_Atomic bool parks_closed;   /* stopping: srv_submit no longer parks */
-	_Atomic uint64_t body_bytes; /* reserved for request bodies, all connections */
-	pthread_mutex_t mu;
-	struct conn_state *head, *tail; /* registry, oldest first */
-	size_t nconns;
-	pthread_t reaper;
-	bool reaper_started;
-	bool stopping; /* under mu */
-	pthread_cond_t stop_cv;
-	bool tls; /* HTTPS: the certificate comes from server/tls.c's callback */
-	/* The plain 204 (no body, no extra header), made once and queued on
-	 * every connection that gets it (libmicrohttpd counts its references
-	 * under the response's own mutex): an acknowledged write, the
-	 * commonest answer, costs no response allocation, mutex setup and
-	 * header copy. NULL: built per request as any other. */
-	struct MHD_Response *r204;
-};
-
 /* A parked request's state (srv_submit): PARK_PENDING from the submit
  * until the handler suspended the connection (PARK_SUSPENDED), PARK_READY
  * once the write's outcome is known. Whichever of the handler and the
@@ -140,19 +97,14 @@ struct srv_http {
 enum { PARK_NONE = 0, PARK_PENDING, PARK_SUSPENDED, PARK_READY };
 
 struct conn_req {
+	struct srv_park pk; /* first: srv_park's ready gets &pk, which is the conn_req */
 	struct srv_http *h;
 	struct rdb_buf body;
 	uint64_t charged; /* bytes reserved in h->body_bytes; >= body.cap */
 	bool too_large;
-	bool busy;     /* the body budget could not hold it: 503 */
-	bool answered; /* a response was queued early (413, 503, 400) */
-	/* parked write (srv_submit) */
-	struct MHD_Connection *conn;
-	_Atomic int park;      /* PARK_* */
-	bool parked;	       /* the handler parked: the answer comes from fin */
-	struct ing_ticket *tk; /* the pending write */
-	srv_finish_fn fin;     /* answers it */
-	void *fin_state;
+	bool busy;			 /* the body budget could not hold it: 503 */
+	bool answered;			 /* a response was queued early (413, 503, 400) */
+	struct MHD_Connection *conn;	 /* of a parked write */
 	char peer[INET6_ADDRSTRLEN + 8]; /* srv_req.peer when the connection has no state */
 };
 
@@ -314,7 +266,7 @@ static enum MHD_Result too_large(struct MHD_Connection *conn, struct srv_http *h
 /* ---- body budget ------------------------------------------------------------ */
 
 /* Reserves n more body bytes in the shared budget. False when it cannot. */
-static bool budget_take(struct srv_http *h, uint64_t n)
+bool srv_http_budget_take(struct srv_http *h, uint64_t n)
 {
 	uint64_t max = h->ctx->cfg->max_body_bytes_in_flight;
 	uint64_t cur = atomic_load(&h->body_bytes);
@@ -326,7 +278,7 @@ static bool budget_take(struct srv_http *h, uint64_t n)
 	return true;
 }
 
-static void budget_give(struct srv_http *h, uint64_t n)
+void srv_http_budget_give(struct srv_http *h, uint64_t n)
 {
 	if (n)
 		atomic_store(&h->ctx->counters.http_body_bytes,
@@ -344,7 +296,7 @@ static bool body_room(struct conn_req *cr, size_t need)
 	if (need > b->max)
 		return false;
 	if (b->cap > cr->charged) {
-		if (budget_take(cr->h, b->cap - cr->charged)) {
+		if (srv_http_budget_take(cr->h, b->cap - cr->charged)) {
 			cr->charged = b->cap;
 		} else {
 			size_t max = b->max;
@@ -358,7 +310,7 @@ static bool body_room(struct conn_req *cr, size_t need)
 			cap = CHUNKED_MIN_BYTES;
 		if (cap > b->max)
 			cap = b->max;
-		if (!budget_take(cr->h, cap - cr->charged))
+		if (!srv_http_budget_take(cr->h, cap - cr->charged))
 			return false;
 		cr->charged = cap;
 	}
@@ -406,33 +358,18 @@ static struct conn_state *conn_state_of(struct MHD_Connection *conn)
 	return ci ? ci->socket_context : NULL;
 }
 
-static uint64_t state_pack(enum conn_phase ph, int64_t wait_start_ns)
+void srv_cs_set_phase(struct conn_state *cs, enum conn_phase ph)
 {
-	return ((uint64_t)wait_start_ns & ~(uint64_t)3) | (uint64_t)ph;
-}
-
-static enum conn_phase state_phase(uint64_t st)
-{
-	return (enum conn_phase)(st & 3);
-}
-
-static int64_t state_wait_start_ns(uint64_t st)
-{
-	return (int64_t)(st & ~(uint64_t)3);
-}
-
-/* Lock-free: the registry's mutex is for the list, not per request. */
-static void set_phase(struct srv_http *h, struct conn_state *cs, enum conn_phase ph)
-{
-	(void)h;
 	if (!cs)
 		return;
 	uint64_t st = atomic_load(&cs->state);
-	int64_t start = ph == CS_WAITING ? rdb_now_mono_ns() : state_wait_start_ns(st);
+	int64_t start = ph == CS_WAITING ? rdb_now_mono_ns() : srv_cs_wait_start_ns(st);
 	if (ph == CS_BODY)
 		atomic_store(&cs->body_bytes, 0);
-	atomic_store(&cs->state, state_pack(ph, start));
+	atomic_store(&cs->state, srv_cs_pack(ph, start));
 }
+
+static void park_ready(void *arg);
 
 /* First call for a request: set up its state; refuse, before any body byte
  * is read, what must be refused (over the connection limit, bad headers,
@@ -445,10 +382,12 @@ static enum MHD_Result begin(struct MHD_Connection *conn, struct srv_http *h, co
 	if (!cr)
 		return MHD_NO;
 	cr->h = h;
+	cr->pk.h = h;
+	cr->pk.ready = park_ready;
 	cr->body.max = ctx->cfg->max_body_bytes;
 	*con_cls = cr;
 	struct conn_state *cs = conn_state_of(conn);
-	set_phase(h, cs, CS_BODY);
+	srv_cs_set_phase(cs, CS_BODY);
 	cr->answered = true; /* unless nothing below refuses it */
 	if (cs && cs->over_limit) {
 		atomic_fetch_add(&ctx->counters.http_refused_limit, 1);
@@ -469,7 +408,7 @@ static enum MHD_Result begin(struct MHD_Connection *conn, struct srv_http *h, co
 			return too_large(conn, h, url);
 		}
 		if (errno == 0 && *end == 0 && n > 0) {
-			if (!budget_take(h, n)) {
+			if (!srv_http_budget_take(h, n)) {
 				atomic_fetch_add(&ctx->counters.http_refused_body_budget, 1);
 				return refuse(conn, h, 503, "1",
 					      "request bodies in flight are at "
@@ -512,9 +451,9 @@ static void peer_address(struct MHD_Connection *conn, char *out, size_t len)
  * until it is resumed and answered). */
 static void park_ready(void *arg)
 {
-	struct conn_req *cr = arg;
+	struct conn_req *cr = arg; /* &cr->pk */
 	struct MHD_Connection *conn = cr->conn;
-	if (atomic_exchange(&cr->park, PARK_READY) == PARK_SUSPENDED)
+	if (atomic_exchange(&cr->pk.state, PARK_READY) == PARK_SUSPENDED)
 		MHD_resume_connection(conn);
 }
 
@@ -525,25 +464,23 @@ static void park_suspend(struct MHD_Connection *conn, struct conn_req *cr)
 {
 	MHD_suspend_connection(conn);
 	int expect = PARK_PENDING;
-	if (!atomic_compare_exchange_strong(&cr->park, &expect, PARK_SUSPENDED))
+	if (!atomic_compare_exchange_strong(&cr->pk.state, &expect, PARK_SUSPENDED))
 		MHD_resume_connection(conn); /* PARK_READY: the completion came first */
 }
 
-/* Finishes a parked write: its outcome, the handler's answer. Frees the
- * handler's state; resp may be NULL when nobody is left to answer. */
-static void park_finish(struct conn_req *cr, struct srv_resp *resp)
+void srv_park_finish(struct srv_park *p, struct srv_resp *resp)
 {
-	struct srv_http *h = cr->h;
+	struct srv_http *h = p->h;
 	struct ing_outcome o;
-	ing_finish(cr->tk, &o);
-	cr->tk = NULL;
+	ing_finish(p->tk, &o);
+	p->tk = NULL;
 	struct srv_resp discard = {0};
 	if (!resp) {
 		rdb_buf_init(&discard.body, h->ctx->cfg->max_response_bytes + 4096);
 		resp = &discard;
 	}
-	cr->fin(cr->fin_state, &o, resp);
-	cr->fin = NULL;
+	p->fin(p->fin_state, &o, resp);
+	p->fin = NULL;
 	rdb_buf_free(&discard.body);
 	atomic_fetch_sub(&h->parked, 1);
 	atomic_store(&h->ctx->counters.http_parked, atomic_load(&h->parked));
@@ -553,13 +490,13 @@ static void park_finish(struct conn_req *cr, struct srv_resp *resp)
 static enum MHD_Result answer_parked(struct MHD_Connection *conn, struct conn_req *cr)
 {
 	struct srv_ctx *ctx = cr->h->ctx;
-	if (atomic_load(&cr->park) != PARK_READY)
+	if (atomic_load(&cr->pk.state) != PARK_READY)
 		return MHD_YES; /* not ours to answer yet (never expected) */
-	if (!cr->fin)
+	if (!cr->pk.fin)
 		return MHD_YES; /* answered already */
 	struct srv_resp resp = {0};
 	rdb_buf_init(&resp.body, ctx->cfg->max_response_bytes + 4096);
-	park_finish(cr, &resp);
+	srv_park_finish(&cr->pk, &resp);
 	enum MHD_Result ok = send_resp(conn, cr->h, &resp);
 	rdb_buf_free(&resp.body);
 	return ok;
@@ -576,12 +513,12 @@ int srv_submit(struct srv_req *req, const struct ing_write *w, struct ing_outcom
 	       srv_finish_fn fin, void *state)
 {
 	struct srv_ctx *ctx = req->ctx;
-	struct conn_req *cr = req->park;
-	if (!cr || ctx->cfg->http_max_parked == 0 || strcmp(ctx->cfg->sync_policy, "none") == 0) {
+	struct srv_park *p = req->park;
+	if (!p || ctx->cfg->http_max_parked == 0 || strcmp(ctx->cfg->sync_policy, "none") == 0) {
 		ing_submit(ctx->pipe, w, o);
 		return 0;
 	}
-	struct srv_http *h = cr->h;
+	struct srv_http *h = p->h;
 	/* Counted before the stop flag is read: http_free sees it or we see the flag. */
 	uint64_t n = atomic_fetch_add(&h->parked, 1) + 1;
 	if (atomic_load(&h->parks_closed)) {
@@ -603,19 +540,19 @@ int srv_submit(struct srv_req *req, const struct ing_write *w, struct ing_outcom
 	}
 	atomic_store(&ctx->counters.http_parked, n);
 	max_store(&ctx->counters.http_parked_max, n);
-	atomic_store(&cr->park, PARK_PENDING);
-	cr->fin = fin;
-	cr->fin_state = state;
-	int rc = ing_submit_async(ctx->pipe, w, o, park_ready, cr, &cr->tk);
+	atomic_store(&p->state, PARK_PENDING);
+	p->fin = fin;
+	p->fin_state = state;
+	int rc = ing_submit_async(ctx->pipe, w, o, p->ready, p, &p->tk);
 	if (rc != ING_PENDING) {
-		atomic_store(&cr->park, PARK_NONE);
-		cr->fin = NULL;
+		atomic_store(&p->state, PARK_NONE);
+		p->fin = NULL;
 		atomic_fetch_sub(&h->parked, 1);
 		atomic_store(&ctx->counters.http_parked, atomic_load(&h->parked));
 		return 0;
 	}
 	atomic_fetch_add(&ctx->counters.http_parked_total, 1);
-	cr->parked = true;
+	p->parked = true;
 	return SRV_PARKED;
 }
 
@@ -629,7 +566,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (*con_cls == NULL)
 		return begin(conn, h, url, con_cls);
 	struct conn_req *cr = *con_cls;
-	if (cr->parked)
+	if (cr->pk.parked)
 		return answer_parked(conn, cr);
 	if (*upload_data_size) {
 		size_t n = *upload_data_size;
@@ -659,7 +596,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			      "max_body_bytes_in_flight; retry shortly");
 	}
 	struct conn_state *cs = conn_state_of(conn);
-	set_phase(h, cs, CS_HANDLING);
+	srv_cs_set_phase(cs, CS_HANDLING);
 	if (!cs)
 		peer_address(conn, cr->peer, sizeof(cr->peer));
 	cr->conn = conn;
@@ -670,7 +607,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			      .body_len = cr->body.len,
 			      .conn = conn,
 			      .peer = cs ? cs->peer : cr->peer,
-			      .park = cr};
+			      .park = &cr->pk};
 	MHD_get_connection_values_n(conn, MHD_GET_ARGUMENT_KIND, collect_arg, &req);
 	struct srv_resp resp = {0};
 	rdb_buf_init(&resp.body, ctx->cfg->max_response_bytes + 4096);
@@ -680,7 +617,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			  "than cut there");
 	else
 		srv_dispatch(&req, &resp);
-	if (cr->parked) {
+	if (cr->pk.parked) {
 		rdb_buf_free(&resp.body);
 		park_suspend(conn, cr);
 		return MHD_YES;
@@ -706,7 +643,18 @@ void srv_resp_header(struct srv_resp *resp, const char *name, const char *value)
 
 const char *srv_req_header(const struct srv_req *req, const char *name)
 {
+	if (req->hdrs) { /* the write loop's request (wloop.c) */
+		for (int i = 0; i < req->nhdrs; i++)
+			if (strcasecmp(req->hdrs[i].name, name) == 0)
+				return req->hdrs[i].value;
+		return NULL;
+	}
 	return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
+}
+
+const char *srv_http_reason(int status)
+{
+	return MHD_get_reason_phrase_for((unsigned)status);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -715,15 +663,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	(void)toe;
 	struct srv_http *h = cls;
 	struct conn_req *cr = *con_cls;
-	set_phase(h, conn_state_of(conn), CS_WAITING);
+	srv_cs_set_phase(conn_state_of(conn), CS_WAITING);
 	if (!cr)
 		return;
-	if (cr->fin) {
+	if (cr->pk.fin) {
 		/* Parked and never answered (the connection went away after its
 		 * resume): the write's outcome stands, nobody hears it. A write
 		 * still pending cannot get here: its connection is suspended. */
-		if (atomic_load(&cr->park) == PARK_READY) {
-			park_finish(cr, NULL);
+		if (atomic_load(&cr->pk.state) == PARK_READY) {
+			srv_park_finish(&cr->pk, NULL);
 		} else {
 			rdb_error("http", "a parked write's request ended before its WAL sync; "
 					  "its state is leaked");
@@ -732,7 +680,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 			return;
 		}
 	}
-	budget_give(h, cr->charged);
+	srv_http_budget_give(h, cr->charged);
 	cr_give(cr);
 	*con_cls = NULL;
 }
@@ -769,8 +717,8 @@ static bool shed_one(struct srv_http *h, int64_t now_ns)
 	int64_t best_start = 0;
 	for (struct conn_state *c = h->head; c; c = c->next) {
 		uint64_t st = atomic_load(&c->state);
-		int64_t start = state_wait_start_ns(st);
-		if (state_phase(st) == CS_WAITING && !c->shut &&
+		int64_t start = srv_cs_wait_start_ns(st);
+		if (srv_cs_phase(st) == CS_WAITING && !c->shut &&
 		    now_ns - start >= SHED_MIN_WAIT_MS * 1000000ll &&
 		    (!best || start < best_start)) {
 			best = c;
@@ -781,6 +729,9 @@ static bool shed_one(struct srv_http *h, int64_t now_ns)
 		shut(best);
 	return best != NULL;
 }
+
+static void reg_add(struct srv_http *h, struct conn_state *cs, int64_t now);
+static bool adopt(struct srv_http *h, int fd, void **socket_context);
 
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
 			  enum MHD_ConnectionNotificationCode toe)
@@ -800,16 +751,29 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 		*socket_context = NULL;
 		return;
 	}
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	int fd = ci ? ci->connect_fd : -1;
+	if (h->loop && adopt(h, fd, socket_context))
+		return;
 	struct conn_state *cs = calloc(1, sizeof(*cs));
 	if (!cs)
 		return; /* not tracked: libmicrohttpd's own limits and timeout still apply */
-	const union MHD_ConnectionInfo *ci =
-	    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-	cs->fd = ci ? ci->connect_fd : -1;
+	cs->fd = fd;
 	peer_address(conn, cs->peer, sizeof(cs->peer));
 	int64_t now = rdb_now_mono_ns();
-	atomic_store(&cs->state, state_pack(CS_WAITING, now));
+	atomic_store(&cs->state, srv_cs_pack(CS_WAITING, now));
 	pthread_mutex_lock(&h->mu);
+	reg_add(h, cs, now);
+	pthread_mutex_unlock(&h->mu);
+	*socket_context = cs;
+}
+
+/* Adds cs to the registry (shedding or marking it over the limit). Under
+ * h->mu. */
+static void reg_add(struct srv_http *h, struct conn_state *cs, int64_t now)
+{
+	struct srv_counters *c = &h->ctx->counters;
 	if (h->nconns >= h->ctx->cfg->http_max_connections) {
 		if (shed_one(h, now))
 			atomic_fetch_add(&c->http_shed_idle, 1);
@@ -824,8 +788,86 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 	h->tail = cs;
 	h->nconns++;
 	atomic_store(&c->http_connections, h->nconns);
+}
+
+/* A connection the write loop handed over (srv_http_handoff): its state,
+ * registered all along, becomes libmicrohttpd's socket context. */
+static bool adopt(struct srv_http *h, int fd, void **socket_context)
+{
+	pthread_mutex_lock(&h->mu);
+	struct conn_state **pp = &h->adopt;
+	while (*pp && (*pp)->fd != -1 - fd)
+		pp = &(*pp)->adopt_next;
+	struct conn_state *cs = *pp;
+	if (cs) {
+		*pp = cs->adopt_next;
+		cs->adopt_next = NULL;
+		cs->fd = fd;
+	}
 	pthread_mutex_unlock(&h->mu);
 	*socket_context = cs;
+	return cs != NULL;
+}
+
+struct conn_state *srv_http_conn_open(struct srv_http *h, int fd, const struct sockaddr *sa)
+{
+	struct conn_state *cs = calloc(1, sizeof(*cs));
+	if (!cs)
+		return NULL;
+	cs->fd = fd;
+	char ip[INET6_ADDRSTRLEN] = "?";
+	unsigned port = 0;
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
+		inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
+		port = ntohs(in->sin_port);
+	}
+	snprintf(cs->peer, sizeof(cs->peer), "%s:%u", ip, port);
+	int64_t now = rdb_now_mono_ns();
+	atomic_store(&cs->state, srv_cs_pack(CS_WAITING, now));
+	pthread_mutex_lock(&h->mu);
+	if (h->nconns >= h->hard_limit) {
+		pthread_mutex_unlock(&h->mu);
+		free(cs);
+		return NULL;
+	}
+	reg_add(h, cs, now);
+	pthread_mutex_unlock(&h->mu);
+	return cs;
+}
+
+void srv_http_conn_close(struct srv_http *h, struct conn_state *cs)
+{
+	pthread_mutex_lock(&h->mu);
+	reg_unlink(h, cs);
+	h->nconns--;
+	atomic_store(&h->ctx->counters.http_connections, h->nconns);
+	pthread_mutex_unlock(&h->mu);
+	free(cs);
+}
+
+/* In transit the state holds -1 - fd (never shut: libmicrohttpd may close
+ * the socket before it adopts it, and the number be reused). */
+int srv_http_handoff(struct srv_http *h, struct conn_state *cs, int fd, const struct sockaddr *sa,
+		     socklen_t salen)
+{
+	pthread_mutex_lock(&h->mu);
+	cs->fd = -1 - fd;
+	cs->adopt_next = h->adopt;
+	h->adopt = cs;
+	pthread_mutex_unlock(&h->mu);
+	if (MHD_add_connection(h->d, fd, sa, salen) == MHD_YES)
+		return 0;
+	/* libmicrohttpd closed the socket. */
+	pthread_mutex_lock(&h->mu);
+	for (struct conn_state **pp = &h->adopt; *pp; pp = &(*pp)->adopt_next)
+		if (*pp == cs) {
+			*pp = cs->adopt_next;
+			break;
+		}
+	pthread_mutex_unlock(&h->mu);
+	srv_http_conn_close(h, cs);
+	return -1;
 }
 
 /* The deadline of a connection's request, or 0 for none. Under h->mu. */
@@ -833,12 +875,12 @@ static int64_t deadline_ns(const struct srv_http *h, const struct conn_state *cs
 {
 	const struct srv_config *cfg = h->ctx->cfg;
 	uint64_t st = atomic_load(&cs->state);
-	if (state_phase(st) == CS_HANDLING)
+	if (srv_cs_phase(st) == CS_HANDLING)
 		return 0;
 	if (cs->over_limit)
-		return state_wait_start_ns(st) + OVER_LIMIT_WAIT_S * 1000000000ll;
-	int64_t d = state_wait_start_ns(st) + (int64_t)cfg->http_timeout_s * 1000000000ll;
-	if (state_phase(st) == CS_BODY) {
+		return srv_cs_wait_start_ns(st) + OVER_LIMIT_WAIT_S * 1000000000ll;
+	int64_t d = srv_cs_wait_start_ns(st) + (int64_t)cfg->http_timeout_s * 1000000000ll;
+	if (srv_cs_phase(st) == CS_BODY) {
 		uint64_t extra_s = atomic_load(&cs->body_bytes) / cfg->http_min_body_rate_bytes;
 		d += (int64_t)(extra_s < 86400 * 365 ? extra_s : 86400 * 365) * 1000000000ll;
 	}
@@ -909,8 +951,12 @@ static void drain_parked(struct srv_http *h)
 
 static void http_free(struct srv_http *h)
 {
+	if (h->loop)
+		wl_stop_accept(h->loop);
 	if (h->d)
 		drain_parked(h);
+	wl_stop(h->loop); /* after the drain: the loop answers its parked requests */
+	h->loop = NULL;
 	if (h->reaper_started) {
 		pthread_mutex_lock(&h->mu);
 		h->stopping = true;
@@ -987,6 +1033,7 @@ int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
 	 * So no more workers than connections they may hold. */
 	unsigned limit = (unsigned)cfg->http_max_connections + reserve;
 	raise_fd_limit(limit);
+	h->hard_limit = limit;
 	unsigned threads =
 	    (unsigned)cfg->http_threads < limit ? (unsigned)cfg->http_threads : limit;
 	struct MHD_OptionItem tls[2] = {{MHD_OPTION_END, 0, NULL}};
@@ -1014,14 +1061,23 @@ int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
 						 (void *)rdb_tls_callback()};
 		tls_flag = MHD_USE_TLS;
 	}
+	/* The write loop (wloop.c) owns the listening socket and hands
+	 * libmicrohttpd every connection it does not serve itself. Not with TLS:
+	 * the loop speaks plain HTTP only. */
+	bool use_loop = !tls_flag && strcmp(cfg->http_write_loop, "on") == 0;
+	struct MHD_OptionItem listen[2] = {{MHD_OPTION_SOCK_ADDR, 0, &sa},
+					   {MHD_OPTION_END, 0, NULL}};
+	if (use_loop)
+		listen[0] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
 	/* MHD_USE_TURBO: read, write and accept opportunistically before asking
 	 * epoll; at one small request per round trip this saves a wake-up per
 	 * request (context switches per request 1.1-1.2 -> 0.9). */
 	h->d = MHD_start_daemon(
 	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-		MHD_USE_TURBO | MHD_USE_ERROR_LOG | tls_flag,
+		MHD_USE_TURBO | MHD_USE_ERROR_LOG | MHD_USE_ITC | tls_flag |
+		(use_loop ? MHD_USE_NO_LISTEN_SOCKET : 0),
 	    0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
-	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE, threads,
+	    MHD_OPTION_ARRAY, listen, MHD_OPTION_THREAD_POOL_SIZE, threads,
 	    MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_CONNECTION_TIMEOUT,
 	    (unsigned)cfg->http_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
 	    MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
@@ -1044,8 +1100,17 @@ int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
 		http_free(h);
 		return rc;
 	}
-	const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
-	*port = info ? info->port : (uint16_t)cfg->http_port;
+	if (use_loop) {
+		rc = wl_start(h, ctx, &h->loop, port);
+		if (rc) {
+			http_free(h);
+			return rc;
+		}
+	} else {
+		const union MHD_DaemonInfo *info =
+		    MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+		*port = info ? info->port : (uint16_t)cfg->http_port;
+	}
 	*out = h;
 	return 0;
 }

@@ -88,7 +88,10 @@ struct srv_req {
 	bool args_nul;	    /* a query parameter holds a NUL byte (%00): refused */
 	const uint8_t *body;
 	size_t body_len;
-	void *conn;	   /* the HTTP library's connection, for srv_req_header */
+	void *conn; /* the HTTP library's connection, for srv_req_header */
+	const struct srv_header
+	    *hdrs; /* the write loop's headers (wloop.c); NULL: libmicrohttpd's */
+	int nhdrs;
 	const char *param; /* the {job}/{name} segment of the matched route (route.h), or NULL */
 	const char *peer;  /* client address "ip:port" ("?" if unknown); request's life */
 	const struct srv_auth_grant *auth; /* the proven token (server/auth.h), NULL: none needed */

@@ -11,7 +11,7 @@
 #      storage sti_ (engine internals), ix_ (index tables),
 #      evh_/evc_/eve_/evf_/ev_rec_ (events);
 #      ingest ijs_ (JSON lexer), ilp_ (line protocol); detect deti_ (engine
-#      internals); server gf_ (Grafana)
+#      internals); server gf_ (Grafana), wl_ (the write loop)
 #      (nm on the built libraries);
 #   3. storage layering: a storage sub-module includes only headers of lower
 #      ones (io < base < wal, index < chunk < api < events < state <
@@ -77,7 +77,7 @@ check_lib "$build/ingest/librdb_pipeline.a" 'ing_'
 check_lib "$build/query/librdb_query.a" 'qry_'
 check_lib "$build/detect/librdb_detect.a" 'det_|deti_'
 check_lib "$build/detect/librdb_detect_service.a" 'det_'
-check_lib "$build/server/librdb_server.a" 'srv_|gf_'
+check_lib "$build/server/librdb_server.a" 'srv_|gf_|wl_'
 
 echo "== storage layering"
 # The rank of a storage file or header (path relative to the tree root):
