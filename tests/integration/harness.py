@@ -9,12 +9,14 @@ Environment:
   RDB_BIN       path of rankdbd (run.py --bin sets it)
   RDB_TEST_TMP  parent directory of the per-test temp dirs (default /tmp)
   RDB_KEEP_TMP  if set, temp dirs are kept even when a test passes
+  RANKDB_TEST_SERVER_FLAGS  flags every rankdbd of the run gets (before the test's own)
 """
 
 import http.client
 import json
 import math
 import os
+import shlex
 import shutil
 import signal
 import struct
@@ -165,6 +167,9 @@ class Server:
         self.port_file = os.path.join(self.workdir, "port.%d" % self.starts)
         argv = [self.binary, "--data-dir", self.data_dir, "--http-addr", "127.0.0.1",
                 "--http-port", str(self.http_port), "--port-file", self.port_file]
+        # RANKDB_TEST_SERVER_FLAGS: flags every server of the run gets first
+        # (tests/run.sh runs the HTTP tests again with the non-default front end)
+        argv += shlex.split(os.environ.get("RANKDB_TEST_SERVER_FLAGS", ""))
         argv += self.flags + list(extra_flags)
         log = open(self.log_path, "ab")
         log.write(("\n==== start #%d: %s\n" % (self.starts, " ".join(argv))).encode())
