@@ -9,7 +9,8 @@
 #   RDB_SKIP_SAN=1 tests/run.sh   skip the sanitizer build (quick local runs)
 #
 # The release-like build also runs the unit tests and the durability suite a
-# second time with io_uring off (the pwritev/fdatasync fallback).
+# second time with io_uring off (the pwritev/fdatasync fallback), and the
+# HTTP and ingest integration tests with the write loop off.
 set -u
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -68,6 +69,21 @@ run_fallback() {
 	count_integration "$RDB_TEST_TMP/fallback-integration.log"
 }
 
+# The HTTP front end that is not the default (http_write_loop = on is; see
+# server/wloop.c): the HTTP and ingest integration tests again with
+# libmicrohttpd serving everything.
+run_other_front_end() {
+	echo "=== HTTP and ingest tests with the write loop off (RANKDB_TEST_SERVER_FLAGS)"
+	local k
+	for k in test_ingest test_parked test_errors test_security test_reliability test_http_edges; do
+		[ -f "tests/integration/$k.py" ] || continue
+		RANKDB_TEST_SERVER_FLAGS="--http-write-loop off" python3 tests/integration/run.py \
+			--bin "$root/build/server/rankdbd" -j 2 -k "$k" 2>&1 |
+			tee "$RDB_TEST_TMP/loop-off-$k.log"
+		count_integration "$RDB_TEST_TMP/loop-off-$k.log"
+	done
+}
+
 # Source rules (tools/checksrc.sh: banned functions, symbol prefixes,
 # clang-format, size report) and docs generated from code (the
 # configuration reference).
@@ -94,7 +110,7 @@ run_checks() {
 	fi
 }
 
-run_build build && run_fallback && run_checks
+run_build build && run_fallback && run_other_front_end && run_checks
 
 # Client tests (clients/python against a fake server, and the PyTorch DDP
 # proof against the real rankdbd), once, with the normal build. The C
