@@ -754,7 +754,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 	const union MHD_ConnectionInfo *ci =
 	    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	int fd = ci ? ci->connect_fd : -1;
-	if (h->loop && adopt(h, fd, socket_context))
+	if (adopt(h, fd, socket_context))
 		return;
 	struct conn_state *cs = calloc(1, sizeof(*cs));
 	if (!cs)
@@ -794,6 +794,8 @@ static void reg_add(struct srv_http *h, struct conn_state *cs, int64_t now)
  * registered all along, becomes libmicrohttpd's socket context. */
 static bool adopt(struct srv_http *h, int fd, void **socket_context)
 {
+	if (!atomic_load(&h->adopting))
+		return false; /* no write loop, or it never handed a connection over */
 	pthread_mutex_lock(&h->mu);
 	struct conn_state **pp = &h->adopt;
 	while (*pp && (*pp)->fd != -1 - fd)
@@ -851,6 +853,7 @@ void srv_http_conn_close(struct srv_http *h, struct conn_state *cs)
 int srv_http_handoff(struct srv_http *h, struct conn_state *cs, int fd, const struct sockaddr *sa,
 		     socklen_t salen)
 {
+	atomic_store(&h->adopting, true);
 	pthread_mutex_lock(&h->mu);
 	cs->fd = -1 - fd;
 	cs->adopt_next = h->adopt;

@@ -86,6 +86,7 @@ struct srv_http {
 	pthread_mutex_t mu;
 	struct conn_state *head, *tail; /* registry, oldest first */
 	struct conn_state *adopt;	/* handed off, waiting for libmicrohttpd */
+	_Atomic bool adopting;		/* the write loop has handed connections over */
 	size_t nconns;
 	size_t hard_limit; /* http_max_connections + the reserve for 503s */
 	pthread_t reaper;

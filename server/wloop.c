@@ -64,11 +64,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#define WL_EVENTS	  64
-#define WL_ACCEPT_BATCH	  32
-#define WL_KEEP_BUF_BYTES (16u * 1024) /* a connection keeps a buffer up to this between requests  \
-					*/
-#define WL_RESP_HEAD_BYTES 2048	       /* status line and headers of a response */
+#define WL_EVENTS	64
+#define WL_ACCEPT_BATCH 32
+#define WL_KEEP_BUF_BYTES                                                                          \
+	(16u * 1024)		/* a connection keeps a buffer up to this between requests         \
+				 */
+#define WL_RESP_HEAD_BYTES 2048 /* status line and headers of a response */
 
 enum wl_state { C_HEAD, C_BODY, C_PARKED, C_WRITE };
 
@@ -292,6 +293,9 @@ static void respond(struct wl_conn *c, struct srv_resp *resp)
 	}
 	if (done == total)
 		return;
+	/* A client that does not read its answer gets the deadline of one that
+	 * does not send its request (and may be shed). */
+	srv_cs_set_phase(c->cs, CS_WAITING);
 	size_t rest = total - done;
 	c->out = malloc(rest);
 	if (!c->out) {
