@@ -471,7 +471,9 @@ static enum step do_head(struct wl_conn *c)
 	c->close_after = c->hd.close;
 	srv_cs_set_phase(c->cs, CS_BODY);
 	atomic_store(&c->cs->body_bytes, (uint64_t)(c->got - c->hd.head_len));
-	if (c->hd.expect_continue && c->got < need) {
+	/* As libmicrohttpd: the interim answer whenever the client asked for
+	 * one and a body is to come, even when it sent the body along. */
+	if (c->hd.expect_continue && clen > 0) {
 		static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
 		if (send(c->fd, cont, sizeof(cont) - 1, MSG_NOSIGNAL) !=
 		    (ssize_t)sizeof(cont) - 1) {
