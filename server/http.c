@@ -88,6 +88,8 @@
 #define REAP_PERIOD_MS	  200
 #define SHED_MIN_WAIT_MS  1000 /* a connection waiting this long for a request may be shed */
 #define OVER_LIMIT_WAIT_S 2    /* an over-the-limit connection's time to send its request */
+#define ADOPT_MAX_MS                                                                               \
+	5000 /* a handed-off connection libmicrohttpd has not taken up by then never will */
 #define CHUNKED_MIN_BYTES (64u * 1024) /* first reservation of a body without Content-Length */
 
 /* A parked request's state (srv_submit): PARK_PENDING from the submit
@@ -856,6 +858,7 @@ int srv_http_handoff(struct srv_http *h, struct conn_state *cs, int fd, const st
 	atomic_store(&h->adopting, true);
 	pthread_mutex_lock(&h->mu);
 	cs->fd = -1 - fd;
+	cs->handoff_ns = rdb_now_mono_ns();
 	cs->adopt_next = h->adopt;
 	h->adopt = cs;
 	pthread_mutex_unlock(&h->mu);
@@ -890,6 +893,30 @@ static int64_t deadline_ns(const struct srv_http *h, const struct conn_state *cs
 	return d;
 }
 
+/* Handed-off connections libmicrohttpd never adopted: MHD_add_connection
+ * queues a connection for its worker, which may still refuse it (at its
+ * share of the connection limit) and close the socket without a
+ * notification. Their states would count against http_max_connections
+ * for ever. Under h->mu. */
+static void drop_unadopted(struct srv_http *h, int64_t now)
+{
+	struct conn_state **pp = &h->adopt;
+	while (*pp) {
+		struct conn_state *cs = *pp;
+		if (now - cs->handoff_ns < ADOPT_MAX_MS * 1000000ll) {
+			pp = &cs->adopt_next;
+			continue;
+		}
+		*pp = cs->adopt_next;
+		reg_unlink(h, cs);
+		h->nconns--;
+		atomic_store(&h->ctx->counters.http_connections, h->nconns);
+		rdb_warn("http", "a connection handed to libmicrohttpd was never taken up by it "
+				 "(dropped from the connection count)");
+		free(cs);
+	}
+}
+
 static void *reaper_main(void *arg)
 {
 	struct srv_http *h = arg;
@@ -897,6 +924,7 @@ static void *reaper_main(void *arg)
 	pthread_mutex_lock(&h->mu);
 	while (!h->stopping) {
 		int64_t now = rdb_now_mono_ns();
+		drop_unadopted(h, now);
 		for (struct conn_state *c = h->head; c; c = c->next) {
 			int64_t d = deadline_ns(h, c);
 			if (d && now > d && !c->shut) {

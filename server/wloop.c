@@ -83,6 +83,7 @@ struct wl_conn {
 	int fd;
 	enum wl_state st;
 	bool close_after; /* Connection: close */
+	bool hup;	  /* the peer sent all it will (or the reaper shut the socket) */
 	struct sockaddr_in sa;
 	socklen_t salen;
 	uint8_t *buf; /* head, then body, then a NUL */
@@ -443,6 +444,12 @@ static enum step do_head(struct wl_conn *c)
 	if (n < 0)
 		return S_AGAIN;
 	enum wl_verdict v = wl_classify(t->peek, (size_t)n, &c->hd);
+	if (v == WL_MORE && c->hup) {
+		/* The rest of the head will never come, and a peek would return
+		 * these bytes for ever: as libmicrohttpd, close. */
+		conn_free(c);
+		return S_GONE;
+	}
 	if (v == WL_MORE)
 		return S_AGAIN;
 	uint64_t clen = c->hd.content_length;
@@ -593,7 +600,10 @@ static void *loop_main(void *arg)
 				ssize_t r = read(t->efd, &v, sizeof(v));
 				(void)r;
 			} else {
-				conn_run(p);
+				struct wl_conn *c = p;
+				if (ev[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+					c->hup = true;
+				conn_run(c);
 			}
 		}
 		ready_run(t); /* after the eventfd was read: no wake-up is lost */

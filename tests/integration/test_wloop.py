@@ -319,3 +319,19 @@ def test_same_answers_with_the_loop_on_and_off():
     on, off = _answers("on"), _answers("off")
     for raw, a, b in zip(CASES, on, off):
         assert a == b, (raw[:80], a, b)
+
+
+def test_clients_leaving_mid_head_free_their_connections():
+    """A peer that closes (or is cut) with a partial head in the socket: the
+    loop must not peek at those bytes for ever; the registry empties."""
+    s = Server(["--http-max-connections", "8"]).start()
+    for _ in range(3):
+        socks = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(8)]
+        for k in socks:
+            k.sendall(b"POST /write HTTP/1.1\r\nHost: x\r\nX-Pad: aaa")
+        time.sleep(0.2)
+        for k in socks:
+            k.close()
+    wait_until(lambda: _metric(s, "rankdb_http_connections") <= 1, timeout=10,
+               what="the connection count back to the /metrics connection")
+    assert s.request("POST", "/write?precision=ns", _lp(0, 1))[0] == 204
