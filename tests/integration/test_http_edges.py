@@ -1,0 +1,325 @@
+"""The HTTP edge of the write routes, as a client sees it: keep-alive,
+pipelining, requests split into small pieces, HTTP/1.0 and Connection
+headers, Expect: 100-continue, chunked bodies, header case, query strings,
+clients that close early, extra bytes after a body, empty bodies, the exact
+shape of an accepted and a refused write, and tokens on one connection.
+
+These pin what the server does today so that any front end of the write
+routes (libmicrohttpd, or the write loop of http_write_loop) must answer the
+same. Rerun the file against another configuration with
+RDB_TEST_SERVER_FLAGS, e.g. RDB_TEST_SERVER_FLAGS="--http-write-loop on".
+
+Every write is read back: a test checks what was stored, not only the
+status. Raw sockets throughout, so that nothing in a client library hides
+what the server sent."""
+import json
+import os
+import socket
+import time
+import urllib.parse
+
+from harness import T0, Server, wait_until
+
+LP_CT = "text/plain; charset=utf-8"
+
+
+# ---------------------------------------------------------------------------
+# a raw HTTP/1.x client that reads answers one by one off one connection
+
+
+class Conn:
+    def __init__(self, s, timeout=5):
+        self.sock = socket.create_connection(("127.0.0.1", s.port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def close(self):
+        self.sock.close()
+
+    def _fill(self):
+        b = self.sock.recv(65536)
+        if not b:
+            raise EOFError("server closed the connection")
+        self.buf += b
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            self._fill()
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _take(self, n):
+        while len(self.buf) < n:
+            self._fill()
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def response(self, head_only=False):
+        """One answer: (status, version, headers with lower-case names, body).
+        A 1xx interim answer is returned as such (its own call)."""
+        status_line = self._line().decode("latin1")
+        version, code = status_line.split(" ", 2)[:2]
+        code = int(code)
+        hdrs = {}
+        raw = []
+        while True:
+            line = self._line()
+            if not line:
+                break
+            k, v = line.decode("latin1").split(":", 1)
+            raw.append(k)
+            assert k.lower() not in hdrs, "header %s twice: %r" % (k, line)
+            hdrs[k.lower()] = v.strip()
+        self.last_status_line = status_line
+        if code < 200 or code in (204, 304) or head_only:
+            return code, version, hdrs, b""
+        if hdrs.get("transfer-encoding", "").lower() == "chunked":
+            body = b""
+            while True:
+                n = int(self._line().split(b";")[0], 16)
+                if n == 0:
+                    while self._line():
+                        pass
+                    return code, version, hdrs, body
+                body += self._take(n)
+                assert self._take(2) == b"\r\n"
+        if "content-length" in hdrs:
+            return code, version, hdrs, self._take(int(hdrs["content-length"]))
+        # read to close
+        try:
+            while True:
+                self._fill()
+        except EOFError:
+            pass
+        body, self.buf = self.buf, b""
+        return code, version, hdrs, body
+
+    def closed_by_server(self, wait_s=2.0):
+        """True when the server closes the connection within wait_s (with
+        nothing more sent); False when it is still open."""
+        if self.buf:
+            return False
+        self.sock.settimeout(wait_s)
+        try:
+            b = self.sock.recv(1)
+        except ConnectionResetError:
+            return True
+        except socket.timeout:
+            return False
+        if b:
+            self.buf += b
+            return False
+        return True
+
+
+def request(method, path, body=b"", headers=(), version="HTTP/1.1", length=True):
+    if isinstance(body, str):
+        body = body.encode()
+    head = "%s %s %s\r\nHost: 127.0.0.1\r\n" % (method, path, version)
+    for k, v in headers:
+        head += "%s: %s\r\n" % (k, v)
+    if length and (body or method == "POST"):
+        head += "Content-Length: %d\r\n" % len(body)
+    return head.encode() + b"\r\n" + body
+
+
+def lp(job, step, value=1.0, rank=0):
+    """One line-protocol line with a nanosecond timestamp."""
+    return "train,job=%s,rank=%d loss=%r %d\n" % (job, rank, value, T0 + step * 1_000_000_000)
+
+
+def lp_post(job, steps, route="/write", extra="", headers=(), version="HTTP/1.1"):
+    key = "db" if route == "/write" else "bucket"
+    body = "".join(lp(job, st) for st in steps)
+    return request("POST", "%s?%s=%s%s" % (route, key, job, extra), body,
+                   [("Content-Type", LP_CT)] + list(headers), version)
+
+
+def json_post(job, steps, headers=(), version="HTTP/1.1", extra=""):
+    recs = [{"job": job, "rank": 0, "step": st, "timestamp": T0 + st * 1_000_000_000,
+             "metrics": {"loss": 1.0}} for st in steps]
+    return request("POST", "/api/v1/write" + extra, json.dumps(recs),
+                   [("Content-Type", "application/json")] + list(headers), version)
+
+
+def query_req(job, metric="train.loss", headers=()):
+    q = urllib.parse.urlencode({"job": job, "metric": metric})
+    return request("GET", "/api/v1/query/range?" + q, headers=list(headers))
+
+
+def stored_steps(s, job, metric="train.loss", headers=None):
+    """The steps (seconds after T0) stored for job's metric, sorted, with
+    repeats: the store keeps a point written twice twice, so a request
+    applied twice shows here."""
+    q = urllib.parse.urlencode({"job": job, "metric": metric})
+    st, obj = s.get_json("/api/v1/query/range?" + q, headers=headers)
+    assert st == 200, (st, obj)
+    out = []
+    for ser in obj["series"]:
+        out += [(t - T0) // 1_000_000_000 for t in ser["timestamps"]]
+    return sorted(out)
+
+
+def points(body):
+    obj = json.loads(body)
+    return sorted((t - T0) // 1_000_000_000 for ser in obj["series"] for t in ser["timestamps"])
+
+
+def start(flags=(), name="edges"):
+    return Server(flags=list(flags), name=name).start()
+
+
+def ok_write(code, route):
+    return code == (200 if route == "/api/v1/write" else 204)
+
+
+ROUTES = ("/write", "/api/v2/write", "/api/v1/write")
+
+
+def post_for(route, job, steps, **kw):
+    if route == "/api/v1/write":
+        return json_post(job, steps, **kw)
+    return lp_post(job, steps, route=route, **kw)
+
+
+def metric_for(route):
+    return "loss" if route == "/api/v1/write" else "train.loss"
+
+
+# ---------------------------------------------------------------------------
+# keep-alive and pipelining
+
+
+def test_keepalive_many_writes_then_query_then_write():
+    s = start()
+    c = Conn(s)
+    for i in range(30):
+        route = ROUTES[i % 3]
+        c.send(post_for(route, "ka-" + route.strip("/").replace("/", "-"), [i]))
+        code, _, h, body = c.response()
+        assert ok_write(code, route), (route, code, body)
+    for route in ROUTES:
+        job = "ka-" + route.strip("/").replace("/", "-")
+        assert stored_steps(s, job, metric_for(route)) == [i for i in range(30) if ROUTES[i % 3] == route]
+    # write, query, write: the query answers from the write just made
+    c.send(lp_post("wqw", [1, 2]))
+    assert c.response()[0] == 204
+    c.send(query_req("wqw"))
+    code, _, h, body = c.response()
+    assert code == 200 and points(body) == [1, 2], (code, body)
+    c.send(json_post("wqw", [3]))
+    code, _, h, body = c.response()
+    assert code == 200 and json.loads(body)["accepted_points"] == 1, body
+    c.send(query_req("wqw", metric="loss"))
+    code, _, h, body = c.response()
+    assert code == 200 and points(body) == [3], body
+    assert not c.closed_by_server(0.2)
+    c.close()
+    s.stop()
+
+
+def test_pipelined_requests_are_answered_in_order():
+    s = start()
+    for route in ROUTES:
+        tag = route.strip("/").replace("/", "-")
+        m = metric_for(route)
+        # write + write + write in one send
+        c = Conn(s)
+        c.send(post_for(route, "pw-" + tag, [1]) + post_for(route, "pw-" + tag, [2])
+               + post_for(route, "pw-" + tag, [3]))
+        for _ in range(3):
+            code, _, _, body = c.response()
+            assert ok_write(code, route), (route, code, body)
+        # write + query: the query sees the write before it
+        c.send(post_for(route, "pq-" + tag, [7]) + query_req("pq-" + tag, m))
+        code, _, _, body = c.response()
+        assert ok_write(code, route), (route, code, body)
+        code, _, _, body = c.response()
+        assert code == 200 and points(body) == [7], (route, code, body)
+        # write + bad write + write: the bad one refused in its place
+        bad = request("POST", route, b"this is not a record",
+                      [("Content-Type", "application/json" if route == "/api/v1/write" else LP_CT)])
+        c.send(post_for(route, "pb-" + tag, [1]) + bad + post_for(route, "pb-" + tag, [2]))
+        code, _, _, body = c.response()
+        assert ok_write(code, route), (route, code, body)
+        code, _, h, body = c.response()
+        assert code == 400 and h["content-type"] == "application/json", (route, code, h, body)
+        code, _, _, body = c.response()
+        assert ok_write(code, route), (route, code, body)
+        c.close()
+        assert stored_steps(s, "pw-" + tag, m) == [1, 2, 3], route
+        assert stored_steps(s, "pq-" + tag, m) == [7], route
+        assert stored_steps(s, "pb-" + tag, m) == [1, 2], route
+    s.stop()
+
+
+def test_request_split_into_small_pieces():
+    s = start()
+    for route in ROUTES:
+        tag = route.strip("/").replace("/", "-")
+        data = post_for(route, "split-" + tag, [1, 2, 3, 4, 5])
+        head, body = data.split(b"\r\n\r\n", 1)
+        head += b"\r\n\r\n"
+        c = Conn(s)
+        for i in range(len(head)):  # the head one byte per segment
+            c.send(head[i:i + 1])
+            if i % 16 == 0:
+                time.sleep(0.002)
+        n = (len(body) + 4) // 5
+        for i in range(0, len(body), n):  # the body in five pieces with pauses
+            time.sleep(0.05)
+            c.send(body[i:i + n])
+        code, _, _, rbody = c.response()
+        assert ok_write(code, route), (route, code, rbody)
+        # answered once: nothing more comes, the connection stays usable
+        assert not c.closed_by_server(0.3)
+        c.send(query_req("split-" + tag, metric_for(route)))
+        code, _, _, rbody = c.response()
+        assert code == 200 and points(rbody) == [1, 2, 3, 4, 5], (route, rbody)
+        c.close()
+    s.stop()
+
+
+# ---------------------------------------------------------------------------
+# HTTP/1.0, Connection headers, Expect, chunked
+
+
+def test_http10_and_connection_close():
+    s = start()
+    for route in ROUTES:
+        tag = route.strip("/").replace("/", "-")
+        m = metric_for(route)
+        # HTTP/1.0 without keep-alive: answered, then closed by the server
+        c = Conn(s)
+        c.send(post_for(route, "h10-" + tag, [1], version="HTTP/1.0"))
+        code, ver, h, body = c.response()
+        assert ok_write(code, route), (route, code, body)
+        assert c.closed_by_server(2.0), route
+        c.close()
+        # HTTP/1.0 with Connection: keep-alive: answered, the connection stays
+        c = Conn(s)
+        c.send(post_for(route, "h10ka-" + tag, [1], version="HTTP/1.0",
+                        headers=[("Connection", "keep-alive")]))
+        code, ver, h, body = c.response()
+        assert ok_write(code, route), (route, code, body)
+        assert h.get("connection", "").lower() == "keep-alive", (route, h)
+        assert not c.closed_by_server(0.3), route
+        c.send(post_for(route, "h10ka-" + tag, [2], version="HTTP/1.0",
+                        headers=[("Connection", "keep-alive")]))
+        code, ver, h, body = c.response()
+        assert ok_write(code, route), (route, code, body)
+        c.close()
+        # HTTP/1.1 with Connection: close: answered, then closed
+        c = Conn(s)
+        c.send(post_for(route, "h11c-" + tag, [1], headers=[("Connection", "close")]))
+        code, ver, h, body = c.response()
+        assert ok_write(code, route), (route, code, body)
+        assert h.get("connection", "").lower() == "close", (route, h)
+        assert c.closed_by_server(2.0), route
+        c.close()
+        for job in ("h10-", "h10ka-", "h11c-"):
+            assert stored_steps(s, job + tag, m) == ([1, 2] if job == "h10ka-" else [1]), (route, job)
+    s.stop()
