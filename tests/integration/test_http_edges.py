@@ -640,3 +640,67 @@ def test_empty_body():
     st, obj = s.get_json("/api/v1/jobs")
     assert st == 200 and obj["jobs"] == [], obj
     s.stop()
+
+
+# ---------------------------------------------------------------------------
+# the exact answers a second front end must reproduce
+
+
+def test_exact_answers_of_accepted_and_refused_writes():
+    s = start()
+    c = Conn(s)
+    for route in ROUTES:
+        v2 = route == "/api/v2/write"
+        c.send(post_for(route, "shape", [1]))
+        code, ver, h, body = c.response()
+        if route == "/api/v1/write":
+            assert c.last_status_line == "HTTP/1.1 200 OK", c.last_status_line
+            assert set(h) == {"date", "content-type", "content-length"}, h
+            assert h["content-type"] == "application/json"
+            assert json.loads(body) == {"accepted_points": 1, "accepted_events": 0, "records": 1}, body
+        else:
+            # 204: Date and Content-Type, no Content-Length (RFC 9110 forbids
+            # it on a 204), no body, no Transfer-Encoding
+            assert c.last_status_line == "HTTP/1.1 204 No Content", c.last_status_line
+            assert set(h) == {"date", "content-type"}, h
+            assert h["content-type"] == "application/json"
+        assert h["date"].endswith(" GMT") and len(h["date"]) == 29, h["date"]
+        # a refused write: 400, JSON error in the route's shape
+        ct = "application/json" if route == "/api/v1/write" else LP_CT
+        path = route + ("?bucket=shape" if v2 else "?db=shape" if route == "/write" else "")
+        c.send(request("POST", path, "bad line", [("Content-Type", ct)]))
+        code, ver, h, body = c.response()
+        assert c.last_status_line == "HTTP/1.1 400 Bad Request", c.last_status_line
+        assert set(h) == {"date", "content-type", "content-length"}, h
+        assert h["content-type"] == "application/json" and int(h["content-length"]) == len(body)
+        obj = json.loads(body)
+        if v2:
+            assert obj["code"] == "invalid" and "unable to parse" in obj["message"], obj
+        elif route == "/write":
+            assert "unable to parse" in obj["error"], obj
+            assert obj["lines_ok"] == 0 and obj["lines_bad"] == 1 and obj["errors"][0]["line"] == 1, obj
+        else:
+            assert obj == {"error": "expected '[' (a JSON array of records) or '{' (NDJSON), got 'b'",
+                           "record": -1, "line": 1, "field": ""}, obj
+        # a partial line-protocol write: 400, the good lines stored
+        if route != "/api/v1/write":
+            c.send(request("POST", path, lp(("part2" if v2 else "part1"), 1) + "garbage\n" + lp(("part2" if v2 else "part1"), 2),
+                           [("Content-Type", LP_CT)]))
+            code, ver, h, body = c.response()
+            obj = json.loads(body)
+            assert code == 400 and "partial write: 1 of 3 lines bad" in (obj.get("message") or obj["error"]), obj
+            assert obj["lines_ok"] == 2 and obj["lines_bad"] == 1, obj
+            assert stored_steps(s, ("part2" if v2 else "part1")) == [1, 2]
+        # a wrong method: 405 with Allow
+        c.send(request("GET", route))
+        code, ver, h, body = c.response()
+        assert c.last_status_line == "HTTP/1.1 405 Method Not Allowed", c.last_status_line
+        assert set(h) == {"date", "content-type", "content-length", "allow"} and h["allow"] == "POST", h
+        obj = json.loads(body)
+        want = "GET %s is not supported; use POST" % route
+        assert obj == ({"code": "method not allowed", "message": want} if v2 else {"error": want}), obj
+    # too large: 413 in the route's shape (test_errors.py covers the limit)
+    assert not c.closed_by_server(0.2)
+    c.close()
+    s.stop()
+
