@@ -286,7 +286,7 @@ def test_request_split_into_small_pieces():
                 time.sleep(0.002)
         n = (len(body) + 4) // 5
         for i in range(0, len(body), n):  # the body in five pieces with pauses
-            time.sleep(0.05)
+            time.sleep(0.03)
             c.send(body[i:i + n])
         code, _, _, rbody = c.response()
         assert ok_write(code, route), (route, code, rbody)
@@ -594,7 +594,7 @@ def test_bytes_past_the_body_are_the_next_request():
             # the extra bytes: 400 then close, or a close without an answer;
             # libmicrohttpd reads a line that starts with NUL as an empty line
             # and skips it (so no answer, the connection waits for a request)
-            c.sock.settimeout(1.0)
+            c.sock.settimeout(0.5)
             try:
                 code = c.response(head_only=True)[0]
                 assert code == 400, (route, extra, code)
@@ -609,7 +609,7 @@ def test_bytes_past_the_body_are_the_next_request():
         c.send(post_for(route, "xb-" + tag, [1]) + lp("xb-" + tag, 8).encode())
         code, _, _, b = c.response()
         assert ok_write(code, route), (route, code, b)
-        assert not c.closed_by_server(0.3), route
+        assert not c.closed_by_server(0.2), route
         c.close()
         # each first write stored once, the extra line never
         assert stored_steps(s, "xb-" + tag, m) == [1] * 6, route
@@ -736,7 +736,7 @@ def test_tokens_on_one_keepalive_connection():
                     msg = obj["message"]
                 else:
                     msg = obj["error"]
-                assert msg == "forbidden" if code == 403 else msg.startswith("authentication required"), obj
+                assert (msg == "forbidden") if code == 403 else msg.startswith("authentication required"), obj
         # a job-limited token writing another job: refused by the handler,
         # in the same shape
         c.send(post_for(route, job, [99], headers=[("Authorization", "Bearer " + team)]))
