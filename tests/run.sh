@@ -73,11 +73,11 @@ run_fallback() {
 # server/wloop.c): the HTTP and ingest integration tests again with
 # libmicrohttpd serving everything.
 run_other_front_end() {
-	echo "=== HTTP and ingest tests with the write loop off (RANKDB_TEST_SERVER_FLAGS)"
+	echo "=== HTTP and ingest tests with the write loop off (run.py --server-flags)"
 	local k
 	for k in test_ingest test_parked test_errors test_security test_reliability test_http_edges; do
 		[ -f "tests/integration/$k.py" ] || continue
-		RANKDB_TEST_SERVER_FLAGS="--http-write-loop off" python3 tests/integration/run.py \
+		python3 tests/integration/run.py --server-flags "--http-write-loop off" \
 			--bin "$root/build/server/rankdbd" -j 2 -k "$k" 2>&1 |
 			tee "$RDB_TEST_TMP/loop-off-$k.log"
 		count_integration "$RDB_TEST_TMP/loop-off-$k.log"
