@@ -2,6 +2,14 @@
  * (epoll), HTTP/1.1 keep-alive, and the defences against slow and greedy
  * clients. The only file that includes microhttpd.h.
  *
+ * With http_write_loop = on (and no TLS) the write loop (wloop.c) owns the
+ * listening socket and serves plain write POSTs itself; libmicrohttpd runs
+ * without a listener and gets every other connection from the loop
+ * (srv_http_handoff -> MHD_add_connection). The registry, the reaper, the
+ * body budget and parking below serve both front ends (http_int.h): a
+ * handed-off connection keeps its registry entry (adopted by
+ * on_connection), so its limit status and deadline carry over.
+ *
  * Connections (struct conn_state, one per TCP connection, kept in a
  * registry): each is *waiting* (for a request: idle keep-alive, or headers
  * arriving), receiving a *body*, or *handling* (the handler runs or the
