@@ -812,6 +812,10 @@ struct async_write {
 	struct sti_create_req cr; /* while queued on the series creator */
 	size_t ents_cap, blk_cap;
 	void **blk; /* blk_cap pointers for pp's arrays, after ents_mem */
+	/* set by sti_wal_group_done: applied (or released) with its group */
+	bool applied;
+	uint64_t applied_gen;
+	struct write_kick applied_kick;
 	/* ents points here: one allocation with the struct */
 	struct series_ent *ents_mem[];
 };
@@ -894,20 +898,44 @@ static void async_free(struct async_write *a)
  * frees it and, if tell, calls its completion. Runs while async_pending
  * counts it, so the head it prepared in is still the active one. No lock
  * held. */
-static void async_finish(struct async_write *a, int rc, bool tell)
+/* The head part of async_finish. Caller holds head_lock. */
+static void async_apply(struct async_write *a, int rc)
 {
 	struct sto *s = a->s;
-	struct write_kick kick = {0};
-	pthread_mutex_lock(&s->head_lock);
-	uint64_t gen = a->h->gen;
+	a->applied = true;
+	a->applied_gen = a->h->gen;
+	a->applied_kick = (struct write_kick){0};
 	if (rc == 0) {
 		sti_commit_request(s, a->h, &a->pp, true);
-		kick.seal_queued = s->seal_queue_n > 0;
-		kick.points_over = sti_head_points_over(s, a->h);
+		a->applied_kick.seal_queued = s->seal_queue_n > 0;
+		a->applied_kick.points_over = sti_head_points_over(s, a->h);
 	} else {
 		sti_unprepare_request(s, a->h, &a->pp);
 	}
+}
+
+static void async_done(void *arg, int rc);
+
+void sti_wal_group_done(void *arg, struct sto_wal_async *done)
+{
+	struct sto *s = arg;
+	pthread_mutex_lock(&s->head_lock);
+	for (struct sto_wal_async *r = done; r; r = r->next)
+		if (r->fn == async_done)
+			async_apply(r->arg, r->result);
 	pthread_mutex_unlock(&s->head_lock);
+}
+
+static void async_finish(struct async_write *a, int rc, bool tell)
+{
+	struct sto *s = a->s;
+	if (!a->applied) {
+		pthread_mutex_lock(&s->head_lock);
+		async_apply(a, rc);
+		pthread_mutex_unlock(&s->head_lock);
+	}
+	uint64_t gen = a->applied_gen;
+	struct write_kick kick = a->applied_kick;
 	if (a->bent)
 		batch_finish(s, a->bent, rc == 0, gen);
 	if (rc == 0)
