@@ -279,14 +279,7 @@ out:
 int sto_wal_rec_hash(const uint8_t *hdr, const uint8_t *payload, size_t len, uint64_t gen,
 		     uint64_t *out)
 {
-	struct rdb_hash_state st;
-	int rc = rdb_hash_begin(&st, gen);
-	if (rc)
-		return rc;
-	rdb_hash_update(&st, hdr, 8);
-	if (len)
-		rdb_hash_update(&st, payload, len);
-	*out = rdb_hash_end(&st);
+	*out = rdb_hash64_2(hdr, 8, payload, len, gen);
 	return 0;
 }
 
