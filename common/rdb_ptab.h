@@ -9,7 +9,9 @@
  * Linear probing, power-of-two capacity, load factor <= 1/2, backward-shift
  * deletion (no tombstones). Bounded by its caller: rdb_ptab_put refuses
  * (RDB_ELIMIT) past the max_n given to rdb_ptab_init. Single owner: callers
- * lock. Memory: 16 bytes a slot, at most 4 slots per entry.
+ * lock. Memory: 16 bytes a slot; after growth 2-4 slots per entry. The
+ * table never shrinks: deleting entries leaves the slots of its largest
+ * size (a job of 131,072 series deleted keeps >= 262,144 slots, 4 MiB).
  */
 #ifndef RDB_PTAB_H
 #define RDB_PTAB_H

@@ -108,6 +108,10 @@ static void lp_req_free(struct lp_req *r)
 static const char *v2_code(int status)
 {
 	switch (status) {
+	case 401:
+		return "unauthorized";
+	case 403:
+		return "forbidden";
 	case 405:
 		return "method not allowed";
 	case 413:

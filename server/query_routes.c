@@ -137,7 +137,7 @@ static int add_ranks(struct qparams *p, const char *key, const char *val)
 		return bad(p, "parameter %s: a rank is an integer >= 0 or \"job\", got '%.32s'",
 			   key, badtok);
 	if (rc == RDB_ELIMIT)
-		return bad(p, "parameter %s: at most %s ranks per query", key, "4096");
+		return bad(p, "parameter %s: at most %d ranks per query", key, MAX_RANKS);
 	return rc;
 }
 

@@ -158,14 +158,17 @@ static int authorize(struct srv_req *req, struct srv_resp *resp, const struct sr
 	}
 	if (st == 0)
 		return 0;
-	if (st == 401) {
+	/* in the error shape of the route's API (InfluxDB v2 clients read
+	 * {"code","message"}), as its handler's own refusals */
+	const char *msg = st == 401 ? "authentication required: send 'Authorization: Bearer "
+				      "<token>' (see docs/API.md, Authentication)"
+				    : "forbidden";
+	if (st == 401)
 		srv_resp_header(resp, "WWW-Authenticate", "Basic realm=\"rankdb\"");
-		srv_error(resp, 401,
-			  "authentication required: send 'Authorization: Bearer <token>' "
-			  "(see docs/API.md, Authentication)");
-	} else {
-		srv_error(resp, 403, "forbidden");
-	}
+	if (r->refuse)
+		r->refuse(resp, r, st == 401 ? 401 : 403, msg);
+	else
+		srv_error(resp, st == 401 ? 401 : 403, "%s", msg);
 	return -1;
 }
 

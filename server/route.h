@@ -65,7 +65,8 @@ struct srv_route {
 	unsigned flags;	       /* SRV_ROUTE_* */
 	const char *allow;     /* 405 Allow text; NULL: from the methods */
 	const char *not_found; /* fn NULL: the 404 message, one %.200s for the path */
-	/* The 405 body (status, message); NULL: srv_error's {"error": ...}. */
+	/* The body of a 405, 401 or 403 (status, message) in the shape of the
+	 * route's API; NULL: srv_error's {"error": ...}. */
 	void (*refuse)(struct srv_resp *resp, const struct srv_route *r, int status,
 		       const char *msg);
 };

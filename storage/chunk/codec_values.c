@@ -140,9 +140,15 @@ static int enc_zstd_full(const uint64_t *v, const uint64_t *f32, size_t n, size_
 	struct blob cand = {0}, varint = {0};
 	unsigned which;
 	int rc = 0;
+	/* What the frame must beat: the best candidate, and the XOR stream,
+	 * which enc_xor_late keeps only when xor_len * 100 < L * (100 -
+	 * SLOW_MARGIN_PCT): a frame of L <= xor_len * 100 / (100 -
+	 * SLOW_MARGIN_PCT) bytes still wins against it. sto_codec_zstd_near's
+	 * bound is exclusive, hence the + 1. */
 	size_t target = best->len;
-	if (xor_len < target && xor_len * 100 / (100 - SLOW_MARGIN_PCT) < target)
-		target = xor_len * 100 / (100 - SLOW_MARGIN_PCT);
+	size_t xor_keep = xor_len * 100 / (100 - SLOW_MARGIN_PCT) + 1;
+	if (xor_len < target && xor_keep < target)
+		target = xor_keep;
 	if (!zc->p || !zc->probe || !sto_codec_zstd_near(zc->len, target))
 		goto out;
 	switch (zc->enc) {

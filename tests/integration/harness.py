@@ -9,12 +9,16 @@ Environment:
   RDB_BIN       path of rankdbd (run.py --bin sets it)
   RDB_TEST_TMP  parent directory of the per-test temp dirs (default /tmp)
   RDB_KEEP_TMP  if set, temp dirs are kept even when a test passes
+  RDB_TEST_SERVER_FLAGS  extra rankdbd options for every server started
+                (shell words, e.g. "--http-write-loop on"); an option the
+                test passes itself wins (run.py --server-flags sets it)
 """
 
 import http.client
 import json
 import math
 import os
+import shlex
 import shutil
 import signal
 import struct
@@ -39,6 +43,25 @@ def bin_path():
 
 def set_bin(path):
     os.environ["RDB_BIN"] = os.path.abspath(path)
+
+
+def env_flags(argv):
+    """The options of $RDB_TEST_SERVER_FLAGS that argv does not already name
+    (rankdbd refuses an option given twice; the test's own choice wins)."""
+    words = shlex.split(os.environ.get("RDB_TEST_SERVER_FLAGS", ""))
+    named = {a.split("=", 1)[0] for a in argv if a.startswith("-")}
+    out = []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if not w.startswith("-"):
+            raise ServerError("RDB_TEST_SERVER_FLAGS: expected an option, got %r" % w)
+        opt = [w] if "=" in w or i + 1 == len(words) or words[i + 1].startswith("-") \
+            else [w, words[i + 1]]
+        i += len(opt)
+        if w.split("=", 1)[0] not in named:
+            out += opt
+    return out
 
 
 def tmp_root():
@@ -166,6 +189,7 @@ class Server:
         argv = [self.binary, "--data-dir", self.data_dir, "--http-addr", "127.0.0.1",
                 "--http-port", str(self.http_port), "--port-file", self.port_file]
         argv += self.flags + list(extra_flags)
+        argv += env_flags(argv)
         log = open(self.log_path, "ab")
         log.write(("\n==== start #%d: %s\n" % (self.starts, " ".join(argv))).encode())
         log.flush()

@@ -167,7 +167,12 @@ def main():
     ap.add_argument("-j", dest="jobs", type=int, default=1, help="tests run in parallel")
     ap.add_argument("-v", dest="verbose", action="store_true", help="print output of passing tests")
     ap.add_argument("--list", action="store_true", help="list tests and exit")
+    ap.add_argument("--server-flags", default=None,
+                    help="extra rankdbd options for every server (sets RDB_TEST_SERVER_FLAGS), "
+                    "e.g. '--http-write-loop on'")
     args = ap.parse_args()
+    if args.server_flags is not None:
+        os.environ["RDB_TEST_SERVER_FLAGS"] = args.server_flags
     args.bin = os.path.abspath(args.bin)
     harness.set_bin(args.bin)
 
