@@ -2,11 +2,24 @@
 #include "common/rdb_hash.h"
 
 #include <errno.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t's size, for one on the stack */
 #include <xxhash.h>
 
 uint64_t rdb_hash64(const void *buf, size_t len, uint64_t seed)
 {
 	return XXH3_64bits_withSeed(buf, len, seed);
+}
+
+uint64_t rdb_hash64_2(const void *a, size_t alen, const void *b, size_t blen, uint64_t seed)
+{
+	XXH3_state_t st;
+	XXH3_INITSTATE(&st);
+	XXH3_64bits_reset_withSeed(&st, seed);
+	if (alen)
+		XXH3_64bits_update(&st, a, alen);
+	if (blen)
+		XXH3_64bits_update(&st, b, blen);
+	return XXH3_64bits_digest(&st);
 }
 
 int rdb_hash_begin(struct rdb_hash_state *st, uint64_t seed)

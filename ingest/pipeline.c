@@ -23,6 +23,7 @@
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
+#include "common/rdb_recycle.h"
 #include "common/rdb_time.h"
 #include "storage/wal/batch_codec.h"
 #include "storage/sto.h"
@@ -50,6 +51,7 @@
 struct blob {
 	uint8_t *data; /* u32 P, P bytes points payload, u32 E, E bytes events payload */
 	size_t len;
+	size_t cap; /* bytes allocated at data */
 	int64_t ack_ns;
 	uint8_t source;
 };
@@ -86,6 +88,42 @@ int ing_pipeline_new(struct sto *sto, const struct ing_pipeline_options *o,
 		p->opt = *o;
 	*out = p;
 	return 0;
+}
+
+/* ---- blob memory ------------------------------------------------------------- */
+
+/* A blob is allocated where a write is published (an HTTP worker) and
+ * freed on the subscriber's thread once delivered; a free across threads
+ * takes the allocating malloc arena's lock, so delivered blobs go back to
+ * the publishers instead. Bound: BLOB_SHARED blobs on the shared stack plus
+ * BLOB_PER_THREAD (and BLOB_THREAD_BYTES) per publishing thread, none over
+ * BLOB_KEEP bytes: at most 4 MiB plus 1 MiB per thread. */
+#define BLOB_KEEP	  (16u * 1024)
+#define BLOB_SHARED	  256
+#define BLOB_PER_THREAD	  256
+#define BLOB_THREAD_BYTES (1u << 20)
+
+static struct rdb_recycle blob_pool =
+    RDB_RECYCLE_INIT(BLOB_SHARED, BLOB_PER_THREAD, BLOB_THREAD_BYTES, free);
+
+/* An empty buffer bounded at max, with a delivered blob's memory if one is
+ * kept. */
+static void blob_buf(struct rdb_buf *b, size_t max)
+{
+	rdb_buf_init(b, max);
+	size_t cap = 0;
+	uint8_t *p = rdb_recycle_get(&blob_pool, &cap);
+	if (p) {
+		b->data = p;
+		b->cap = cap;
+	}
+}
+
+/* Gives a delivered blob's memory (cap bytes at data) back, or frees it. */
+static void blob_release(uint8_t *data, size_t cap)
+{
+	if (cap > BLOB_KEEP || !rdb_recycle_put(&blob_pool, data, cap))
+		free(data);
 }
 
 /* ---- subscriber threads ---------------------------------------------------- */
@@ -161,7 +199,7 @@ static void *sub_main(void *arg)
 		pthread_mutex_unlock(&u->mu);
 		for (size_t i = 0; i < n; i++) {
 			deliver_blob(u, &take[i]);
-			free(take[i].data);
+			blob_release(take[i].data, take[i].cap);
 		}
 		int64_t now_mono = rdb_now_mono_ns();
 		if (u->s.tick && u->s.tick_ms && now_mono >= next_tick) {
@@ -236,16 +274,17 @@ static int encode(const struct ing_write *w, const bool *keep, struct rdb_buf *o
 	return rc;
 }
 
-/* Hands data (len bytes, malloc'd; owned from here on) to u, or frees it
- * and counts it dropped. */
-static void push(struct sub *u, uint8_t *data, size_t len, int64_t ack_ns, uint8_t source)
+/* Hands data (len bytes of cap malloc'd; owned from here on) to u, or
+ * frees it and counts it dropped. */
+static void push(struct sub *u, uint8_t *data, size_t len, size_t cap, int64_t ack_ns,
+		 uint8_t source)
 {
 	pthread_mutex_lock(&u->mu);
 	size_t waiting = u->count, waiting_bytes = u->bytes;
 	bool fits = data && u->count < QUEUE_SLOTS && u->bytes + len <= u->max_bytes;
 	if (fits) {
-		u->ring[(u->head + u->count) % QUEUE_SLOTS] =
-		    (struct blob){.data = data, .len = len, .ack_ns = ack_ns, .source = source};
+		u->ring[(u->head + u->count) % QUEUE_SLOTS] = (struct blob){
+		    .data = data, .len = len, .cap = cap, .ack_ns = ack_ns, .source = source};
 		u->count++;
 		u->bytes += len;
 		if (u->count == 1 || u->count == WAKE_BATCH)
@@ -323,6 +362,7 @@ static void publish(struct ing_pipeline *p, const struct ing_write *w)
 	}
 	struct rdb_buf full;
 	rdb_buf_init(&full, DEFAULT_QUEUE_BYTES * 4);
+	bool full_pooled = false;
 	bool full_done = false, full_ok = false;
 	size_t full_left = 0;
 	for (size_t i = 0; i < p->nsubs; i++)
@@ -331,21 +371,25 @@ static void publish(struct ing_pipeline *p, const struct ing_write *w)
 		struct sub *u = p->subs[i];
 		if (u->s.want && nseries) {
 			struct rdb_buf buf;
-			rdb_buf_init(&buf, DEFAULT_QUEUE_BYTES * 4);
+			blob_buf(&buf, DEFAULT_QUEUE_BYTES * 4);
 			int rc = keep ? 0 : -ENOMEM;
 			if (rc == 0) {
 				select_series(u, w->points, keep, nseries);
 				rc = encode(w, keep, &buf);
 			}
-			size_t len = buf.len;
+			size_t len = buf.len, cap = buf.cap;
 			if (rc == 0)
-				push(u, rdb_buf_steal(&buf), len, now, w->source);
+				push(u, rdb_buf_steal(&buf), len, cap, now, w->source);
 			else
 				atomic_fetch_add(&u->dropped, 1);
 			rdb_buf_free(&buf);
 			continue;
 		}
 		if (!full_done) {
+			if (!full_pooled) {
+				blob_buf(&full, DEFAULT_QUEUE_BYTES * 4);
+				full_pooled = true;
+			}
 			full_ok = encode(w, NULL, &full) == 0;
 			full_done = true;
 		}
@@ -353,15 +397,20 @@ static void publish(struct ing_pipeline *p, const struct ing_write *w)
 			atomic_fetch_add(&u->dropped, 1);
 			continue;
 		}
-		size_t len = full.len;
+		size_t len = full.len, cap = full.cap;
 		if (--full_left == 0) {
-			push(u, rdb_buf_steal(&full), len, now, w->source);
+			push(u, rdb_buf_steal(&full), len, cap, now, w->source);
 			continue;
 		}
-		uint8_t *copy = malloc(len);
-		if (copy)
-			memcpy(copy, full.data, len);
-		push(u, copy, len, now, w->source);
+		struct rdb_buf copy;
+		blob_buf(&copy, DEFAULT_QUEUE_BYTES * 4);
+		if (rdb_buf_append(&copy, full.data, len) == 0) {
+			cap = copy.cap;
+			push(u, rdb_buf_steal(&copy), len, cap, now, w->source);
+		} else {
+			push(u, NULL, len, 0, now, w->source);
+		}
+		rdb_buf_free(&copy);
 	}
 	rdb_buf_free(&full);
 	free(keep_heap);

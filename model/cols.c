@@ -8,6 +8,7 @@
 #include "model/cols.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,27 +24,38 @@ static size_t grown_cap(const struct mdl_cols *c, size_t want)
 	return cap < want ? want : cap;
 }
 
+/* The four columns of cap points are one block, ts_ns first (the block's
+ * address), then step, value and attempt (the 8-byte columns before the
+ * 4-byte one: all aligned): one allocation per growth, not four (the head
+ * grows a series' columns a dozen times per checkpoint, on the HTTP
+ * workers). */
+#define COL_BYTES (sizeof(int64_t) + sizeof(int64_t) + sizeof(uint64_t) + sizeof(uint32_t))
+
+static void cols_point(struct mdl_cols *c, void *block, size_t cap)
+{
+	c->ts_ns = block;
+	c->step = c->ts_ns + cap;
+	c->value = (uint64_t *)(c->step + cap);
+	c->attempt = (uint32_t *)(c->value + cap);
+}
+
 int mdl_cols_reserve(struct mdl_cols *c, size_t want)
 {
 	if (want <= c->cap)
 		return 0;
-	size_t cap = grown_cap(c, want);
-	int64_t *ts = realloc(c->ts_ns, cap * sizeof(*ts));
-	if (!ts)
+	size_t cap = grown_cap(c, want), old = c->cap;
+	if (cap > SIZE_MAX / COL_BYTES)
 		return -ENOMEM;
-	c->ts_ns = ts;
-	int64_t *st = realloc(c->step, cap * sizeof(*st));
-	if (!st)
+	void *block = realloc(c->ts_ns, cap * COL_BYTES);
+	if (!block)
 		return -ENOMEM;
-	c->step = st;
-	uint32_t *at = realloc(c->attempt, cap * sizeof(*at));
-	if (!at)
-		return -ENOMEM;
-	c->attempt = at;
-	uint64_t *v = realloc(c->value, cap * sizeof(*v));
-	if (!v)
-		return -ENOMEM;
-	c->value = v;
+	struct mdl_cols was;
+	cols_point(&was, block, old);
+	cols_point(c, block, cap);
+	/* every column moves up (the last the most): last first */
+	memmove(c->attempt, was.attempt, old * sizeof(uint32_t));
+	memmove(c->value, was.value, old * sizeof(uint64_t));
+	memmove(c->step, was.step, old * sizeof(int64_t));
 	c->cap = cap;
 	return 0;
 }
@@ -53,32 +65,21 @@ int mdl_cols_reserve_moving(struct mdl_cols *c, size_t want)
 	if (want <= c->cap)
 		return 0;
 	size_t cap = grown_cap(c, want);
-	int64_t *ts = malloc(cap * sizeof(*ts));
-	int64_t *st = malloc(cap * sizeof(*st));
-	uint32_t *at = malloc(cap * sizeof(*at));
-	uint64_t *v = malloc(cap * sizeof(*v));
-	if (!ts || !st || !at || !v) {
-		free(ts);
-		free(st);
-		free(at);
-		free(v);
+	if (cap > SIZE_MAX / COL_BYTES)
 		return -ENOMEM;
-	}
+	void *block = malloc(cap * COL_BYTES);
+	if (!block)
+		return -ENOMEM;
+	struct mdl_cols to = {.n = c->n, .cap = cap};
+	cols_point(&to, block, cap);
 	if (c->n) {
-		memcpy(ts, c->ts_ns, c->n * sizeof(*ts));
-		memcpy(st, c->step, c->n * sizeof(*st));
-		memcpy(at, c->attempt, c->n * sizeof(*at));
-		memcpy(v, c->value, c->n * sizeof(*v));
+		memcpy(to.ts_ns, c->ts_ns, c->n * sizeof(int64_t));
+		memcpy(to.step, c->step, c->n * sizeof(int64_t));
+		memcpy(to.attempt, c->attempt, c->n * sizeof(uint32_t));
+		memcpy(to.value, c->value, c->n * sizeof(uint64_t));
 	}
 	free(c->ts_ns);
-	free(c->step);
-	free(c->attempt);
-	free(c->value);
-	c->ts_ns = ts;
-	c->step = st;
-	c->attempt = at;
-	c->value = v;
-	c->cap = cap;
+	*c = to;
 	return 0;
 }
 
@@ -101,10 +102,7 @@ void mdl_cols_free(struct mdl_cols *c)
 {
 	if (!c)
 		return;
-	free(c->ts_ns);
-	free(c->step);
-	free(c->attempt);
-	free(c->value);
+	free(c->ts_ns); /* the block of all four */
 	memset(c, 0, sizeof(*c));
 }
 

@@ -22,7 +22,9 @@ struct mdl_cols {
 		0, 0, NULL, NULL, NULL, NULL                                                       \
 	}
 
-/* Ensures cap >= want. Keeps contents. 0 or -ENOMEM (cols unchanged). */
+/* Ensures cap >= want. Keeps contents. 0 or -ENOMEM (cols unchanged).
+ * The four arrays are one allocation (ts_ns is its address): only these
+ * functions allocate, grow or free them. */
 int mdl_cols_reserve(struct mdl_cols *c, size_t want);
 /* Like mdl_cols_reserve, but growing allocates fresh arrays (malloc, copy
  * of the n points in use, free) instead of realloc. glibc's realloc keeps

@@ -4,6 +4,7 @@
 #include "model/events.h"
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
+#include "common/rdb_tcache.h"
 #include "model/series.h"
 
 #include <errno.h>
@@ -42,6 +43,35 @@ void mdl_events_free(struct mdl_events *b)
 	rdb_buf_free(&b->arena);
 	free(b->slots);
 	free(b);
+}
+
+static void events_free_fn(void *p)
+{
+	mdl_events_free(p);
+}
+
+static struct rdb_tcache events_cache =
+    RDB_TCACHE_INIT_BYTES(MDL_EVENTS_CACHE_N, MDL_EVENTS_CACHE_TOTAL_BYTES, events_free_fn);
+
+int mdl_events_take(size_t max_events, size_t max_bytes, struct mdl_events **out)
+{
+	struct mdl_events *b = rdb_tcache_take(&events_cache);
+	if (!b)
+		return mdl_events_new(max_events, max_bytes, out);
+	mdl_events_reset(b);
+	b->max_events = max_events;
+	b->arena.max = max_bytes;
+	*out = b;
+	return 0;
+}
+
+void mdl_events_give(struct mdl_events *b)
+{
+	if (!b)
+		return;
+	size_t bytes = sizeof(*b) + b->arena.cap + b->cap * sizeof(*b->slots);
+	if (bytes > MDL_EVENTS_CACHE_BYTES || !rdb_tcache_give_bytes(&events_cache, b, bytes))
+		mdl_events_free(b);
 }
 
 void mdl_events_reset(struct mdl_events *b)

@@ -51,6 +51,19 @@ struct mdl_events;
 
 int mdl_events_new(size_t max_events, size_t max_bytes, struct mdl_events **out);
 void mdl_events_free(struct mdl_events *b); /* NULL ok */
+/* Per-thread reuse, for one event batch per request (as mdl_batch_take):
+ * mdl_events_take is mdl_events_new, but takes an empty batch from the
+ * calling thread's cache when it holds one (bounds set anew);
+ * mdl_events_give empties b and keeps it in the calling thread's cache (at
+ * most MDL_EVENTS_CACHE_N batches of at most MDL_EVENTS_CACHE_BYTES
+ * allocated each, MDL_EVENTS_CACHE_TOTAL_BYTES together; freed when the
+ * thread exits), or frees it. A request without events then costs no
+ * calloc/free pair. NULL ok. Errors: -ENOMEM. */
+#define MDL_EVENTS_CACHE_N	     64
+#define MDL_EVENTS_CACHE_BYTES	     (64u * 1024)
+#define MDL_EVENTS_CACHE_TOTAL_BYTES (512u * 1024)
+int mdl_events_take(size_t max_events, size_t max_bytes, struct mdl_events **out);
+void mdl_events_give(struct mdl_events *b);
 void mdl_events_reset(struct mdl_events *b);
 
 /* Adds an event, copying its strings (job, text, fields must already be

@@ -97,7 +97,7 @@ static void lp_req_free(struct lp_req *r)
 		return;
 	rdb_buf_free(&r->inflated);
 	mdl_batch_give(r->b);
-	mdl_events_free(r->ev);
+	mdl_events_give(r->ev);
 	if (!rdb_tcache_give(&lp_req_cache, r))
 		free(r);
 }
@@ -308,7 +308,7 @@ static int parse_body(struct srv_ctx *ctx, struct lp_req *r, struct srv_resp *re
 	if (rc == 0)
 		rc = mdl_batch_reserve(r->b, r->len / 20 + 16);
 	if (rc == 0)
-		rc = mdl_events_new(r->len / 4 + 16, 6 * r->len + 65536, &r->ev);
+		rc = mdl_events_take(r->len / 4 + 16, 6 * r->len + 65536, &r->ev);
 	if (rc == 0)
 		rc =
 		    ing_proto_lp.parse((const uint8_t *)r->body, r->len, &po, r->b, r->ev, &r->res);

@@ -187,13 +187,7 @@ void sto_rec_header(uint8_t *h, uint32_t magic, uint32_t payload_len, uint64_t s
 
 int sto_rec_hash(const uint8_t *rec, size_t hashed_payload, uint64_t *out)
 {
-	struct rdb_hash_state st;
-	int rc = rdb_hash_begin(&st, 0);
-	if (rc)
-		return rc;
-	rdb_hash_update(&st, rec, 40);
-	rdb_hash_update(&st, rec + STO_CHUNK_HEADER_SIZE, hashed_payload);
-	*out = rdb_hash_end(&st);
+	*out = rdb_hash64_2(rec, 40, rec + STO_CHUNK_HEADER_SIZE, hashed_payload, 0);
 	return 0;
 }
 

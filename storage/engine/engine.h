@@ -49,6 +49,7 @@ struct sti_prep {
 	struct ev_job **jobs;	 /* [nev] */
 	struct ev_rec **recs;	 /* [nev] records allocated, not yet linked */
 	size_t nseries, nev;
+	bool borrowed; /* hs's block is the caller's (sti_prepare_request_in) */
 };
 /* Makes room in h for every point and event of the request (creates head
  * series and event jobs, grows their arrays, allocates event records) and
@@ -57,6 +58,18 @@ struct sti_prep {
  * stays the active head until commit or unprepare). */
 int sti_prepare_request(struct sto *s, struct head *h, const struct mdl_batch *pts,
 			struct series_ent **ents, const struct mdl_events *ev, struct sti_prep *pp);
+/* sti_prepare_request with the caller's block of blk_n pointers for pp's
+ * arrays when it holds sti_prep_slots of them (else one is allocated as
+ * there); the block stays the caller's (sti_prep_free leaves it). */
+int sti_prepare_request_in(struct sto *s, struct head *h, const struct mdl_batch *pts,
+			   struct series_ent **ents, const struct mdl_events *ev,
+			   struct sti_prep *pp, void **blk, size_t blk_n);
+/* The WAL's group_done hook (wal.h): applies to the head, under one hold
+ * of head_lock, every sto_write_submit write of a completed group, which
+ * their completions then only finish. WAL thread; arg is the store. */
+void sti_wal_group_done(void *arg, struct sto_wal_async *done);
+/* Pointers a prepared request's arrays take (sti_prepare_request_in). */
+size_t sti_prep_slots(const struct mdl_batch *pts, const struct mdl_events *ev);
 /* Applies the prepared request (cannot fail) and frees pp. Caller holds
  * head_lock. */
 void sti_commit_request(struct sto *s, struct head *h, struct sti_prep *pp, bool queue_full);

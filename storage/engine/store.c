@@ -1161,7 +1161,9 @@ int sto_open(const struct sto_options *opt, struct sto **out)
 					     .gen = s->active->gen,
 					     .sync = opt->sync,
 					     .queue_max_records = 4096,
-					     .prealloc_bytes = wal_prealloc_bytes(&s->opt)};
+					     .prealloc_bytes = wal_prealloc_bytes(&s->opt),
+					     .group_done = sti_wal_group_done,
+					     .group_arg = s};
 		rc = sto_wal_open(&wo, &s->wal);
 	}
 	if (rc == 0) {

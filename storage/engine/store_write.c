@@ -38,6 +38,7 @@
 #include "storage/engine/engine.h"
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
+#include "common/rdb_recycle.h"
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
 #include "common/rdb_map.h"
@@ -559,8 +560,22 @@ static int resolve_again(struct sto *s, const struct sto_write_req *req, struct 
 	return rc ? rc : encode_request(req, ents, rec);
 }
 
+size_t sti_prep_slots(const struct mdl_batch *pts, const struct mdl_events *ev)
+{
+	size_t n = pts ? mdl_batch_nseries(pts) : 0;
+	size_t nev = ev ? mdl_events_count(ev) : 0;
+	return n + 2 * nev + 1;
+}
+
 int sti_prepare_request(struct sto *s, struct head *h, const struct mdl_batch *pts,
 			struct series_ent **ents, const struct mdl_events *ev, struct sti_prep *pp)
+{
+	return sti_prepare_request_in(s, h, pts, ents, ev, pp, NULL, 0);
+}
+
+int sti_prepare_request_in(struct sto *s, struct head *h, const struct mdl_batch *pts,
+			   struct series_ent **ents, const struct mdl_events *ev,
+			   struct sti_prep *pp, void **own, size_t own_n)
 {
 	memset(pp, 0, sizeof(*pp));
 	int frc = sto_fault_hit(STO_FP_PREPARE);
@@ -574,9 +589,14 @@ int sti_prepare_request(struct sto *s, struct head *h, const struct mdl_batch *p
 	_Static_assert(sizeof(*pp->hs) == sizeof(void *) && sizeof(*pp->jobs) == sizeof(void *) &&
 			   sizeof(*pp->recs) == sizeof(void *),
 		       "sti_prep arrays share one block of pointers");
-	void **blk = calloc(n + 2 * nev + 1, sizeof(void *));
-	if (!blk)
+	size_t slots = n + 2 * nev + 1;
+	void **blk = own;
+	if (own && own_n >= slots) {
+		memset(own, 0, slots * sizeof(void *));
+		pp->borrowed = true;
+	} else if (!(blk = calloc(slots, sizeof(void *)))) {
 		return -ENOMEM;
+	}
 	pp->hs = (struct head_series **)blk;
 	pp->jobs = (struct ev_job **)(blk + n);
 	pp->recs = (struct ev_rec **)(blk + n + nev);
@@ -623,7 +643,8 @@ void sti_unprepare_request(struct sto *s, struct head *h, struct sti_prep *pp)
 
 void sti_prep_free(struct sti_prep *pp)
 {
-	free(pp->hs); /* jobs and recs live in the same block */
+	if (!pp->borrowed)
+		free(pp->hs); /* jobs and recs live in the same block */
 	memset(pp, 0, sizeof(*pp));
 }
 
@@ -776,6 +797,7 @@ int sto_write_req(struct sto *s, const struct sto_write_req *req, struct sto_wri
 
 /* One pending sto_write_submit, from its WAL append to its completion. */
 struct async_write {
+	char pool_hdr[RDB_RECYCLE_HDR]; /* the pool's while kept (rdb_recycle.h) */
 	struct sto *s;
 	struct sto_wal_async wa; /* the WAL's part; must not move */
 	struct sto_write_req req;
@@ -788,35 +810,132 @@ struct async_write {
 	sto_write_done_fn fn;
 	void *arg;
 	struct sti_create_req cr; /* while queued on the series creator */
-	/* ents points here: one allocation with the struct, since the WAL
-	 * thread frees it (a cross-thread free takes the writer arena's lock) */
+	size_t ents_cap, blk_cap;
+	void **blk; /* blk_cap pointers for pp's arrays, after ents_mem */
+	/* set by sti_wal_group_done: applied (or released) with its group */
+	bool applied;
+	uint64_t applied_gen;
+	struct write_kick applied_kick;
+	/* ents points here: one allocation with the struct */
 	struct series_ent *ents_mem[];
 };
 
-static void async_free(struct async_write *a)
+/* Finished writes are reused, not freed: the WAL thread finishes them and
+ * the HTTP workers submit them, and a free on the WAL thread of what a
+ * worker allocated takes the worker's malloc arena lock (the per-thread
+ * caches of glibc do not help across threads). An object keeps its record
+ * buffer (up to AW_KEEP_REC bytes) and its arrays (AW_MIN_CAP series, or
+ * the most a write it carried had, up to AW_KEEP_CAP). Bound: AW_SHARED
+ * objects waiting on the shared stack plus AW_PER_THREAD (and
+ * AW_THREAD_BYTES) per submitting thread, each at most ~AW_KEEP_REC +
+ * 16 * AW_KEEP_CAP bytes: with 1 MiB per thread and 256 shared objects of
+ * <= 24 KiB, at most ~6 MiB plus 1 MiB per thread. */
+#define AW_MIN_CAP	64
+#define AW_KEEP_CAP	512
+#define AW_KEEP_REC	(16u * 1024)
+#define AW_SHARED	256
+#define AW_PER_THREAD	256
+#define AW_THREAD_BYTES (1u << 20)
+
+static void aw_destroy(void *p)
 {
+	struct async_write *a = p;
 	rdb_buf_free(&a->rec);
 	free(a);
+}
+
+static struct rdb_recycle aw_pool =
+    RDB_RECYCLE_INIT(AW_SHARED, AW_PER_THREAD, AW_THREAD_BYTES, aw_destroy);
+
+static size_t aw_bytes(const struct async_write *a)
+{
+	return sizeof(*a) + (a->ents_cap + a->blk_cap) * sizeof(void *) + a->rec.cap;
+}
+
+/* A write for n series and slots prep pointers: reused when one that
+ * fits is kept, else new. Its record buffer is empty (its memory kept). */
+static struct async_write *aw_get(size_t n, size_t slots)
+{
+	struct async_write *a = rdb_recycle_get(&aw_pool, NULL);
+	if (a && (a->ents_cap < n || a->blk_cap < slots)) {
+		aw_destroy(a);
+		a = NULL;
+	}
+	if (a) {
+		struct rdb_buf rec = a->rec;
+		size_t ents_cap = a->ents_cap, blk_cap = a->blk_cap;
+		memset(a, 0, sizeof(*a));
+		a->rec = rec;
+		a->rec.len = 0;
+		a->ents_cap = ents_cap;
+		a->blk_cap = blk_cap;
+	} else {
+		size_t ents_cap = n < AW_MIN_CAP ? AW_MIN_CAP : n;
+		size_t blk_cap = slots < 2 * AW_MIN_CAP + 1 ? 2 * AW_MIN_CAP + 1 : slots;
+		a = calloc(1, sizeof(*a) + (ents_cap + blk_cap) * sizeof(a->ents_mem[0]));
+		if (!a)
+			return NULL;
+		rdb_buf_init(&a->rec, STO_WAL_MAX_PAYLOAD);
+		a->ents_cap = ents_cap;
+		a->blk_cap = blk_cap;
+	}
+	a->ents = a->ents_mem;
+	a->blk = (void **)(a->ents_mem + a->ents_cap);
+	return a;
+}
+
+/* Hands a finished write back to the pool (any thread), or frees it. */
+static void async_free(struct async_write *a)
+{
+	if (a->rec.cap > AW_KEEP_REC)
+		rdb_buf_free(&a->rec);
+	if (a->ents_cap > AW_KEEP_CAP || a->blk_cap > 2 * AW_KEEP_CAP + 1 ||
+	    !rdb_recycle_put(&aw_pool, a, aw_bytes(a)))
+		aw_destroy(a);
 }
 
 /* Applies (rc 0) or releases a prepared write, stops counting it pending,
  * frees it and, if tell, calls its completion. Runs while async_pending
  * counts it, so the head it prepared in is still the active one. No lock
  * held. */
-static void async_finish(struct async_write *a, int rc, bool tell)
+/* The head part of async_finish. Caller holds head_lock. */
+static void async_apply(struct async_write *a, int rc)
 {
 	struct sto *s = a->s;
-	struct write_kick kick = {0};
-	pthread_mutex_lock(&s->head_lock);
-	uint64_t gen = a->h->gen;
+	a->applied = true;
+	a->applied_gen = a->h->gen;
+	a->applied_kick = (struct write_kick){0};
 	if (rc == 0) {
 		sti_commit_request(s, a->h, &a->pp, true);
-		kick.seal_queued = s->seal_queue_n > 0;
-		kick.points_over = sti_head_points_over(s, a->h);
+		a->applied_kick.seal_queued = s->seal_queue_n > 0;
+		a->applied_kick.points_over = sti_head_points_over(s, a->h);
 	} else {
 		sti_unprepare_request(s, a->h, &a->pp);
 	}
+}
+
+static void async_done(void *arg, int rc);
+
+void sti_wal_group_done(void *arg, struct sto_wal_async *done)
+{
+	struct sto *s = arg;
+	pthread_mutex_lock(&s->head_lock);
+	for (struct sto_wal_async *r = done; r; r = r->next)
+		if (r->fn == async_done)
+			async_apply(r->arg, r->result);
 	pthread_mutex_unlock(&s->head_lock);
+}
+
+static void async_finish(struct async_write *a, int rc, bool tell)
+{
+	struct sto *s = a->s;
+	if (!a->applied) {
+		pthread_mutex_lock(&s->head_lock);
+		async_apply(a, rc);
+		pthread_mutex_unlock(&s->head_lock);
+	}
+	uint64_t gen = a->applied_gen;
+	struct write_kick kick = a->applied_kick;
 	if (a->bent)
 		batch_finish(s, a->bent, rc == 0, gen);
 	if (rc == 0)
@@ -873,7 +992,8 @@ static int async_append(struct async_write *a, bool *freed)
 	if (rc == 0) {
 		pthread_mutex_lock(&s->head_lock);
 		a->h = s->active;
-		rc = sti_prepare_request(s, a->h, req->points, a->ents, req->events, &a->pp);
+		rc = sti_prepare_request_in(s, a->h, req->points, a->ents, req->events, &a->pp,
+					    a->blk, a->blk_cap);
 		pthread_mutex_unlock(&s->head_lock);
 	}
 	if (rc) {
@@ -944,15 +1064,13 @@ int sto_write_submit(struct sto *s, const struct sto_write_req *req, struct sto_
 	if (rc)
 		return rc == 1 ? 0 : rc;
 	size_t n = req->points ? mdl_batch_nseries(req->points) : 0;
-	struct async_write *a = calloc(1, sizeof(*a) + n * sizeof(a->ents_mem[0]));
+	struct async_write *a = aw_get(n, sti_prep_slots(req->points, req->events));
 	if (a) {
 		a->s = s;
 		a->req = *req;
 		a->fn = fn;
 		a->arg = arg;
 		a->bent = bent;
-		rdb_buf_init(&a->rec, STO_WAL_MAX_PAYLOAD);
-		a->ents = a->ents_mem;
 	}
 	rc = a ? 0 : -ENOMEM;
 	if (rc == 0 && n && sti_resolve_known(s, req->points, a->ents) > 0) {

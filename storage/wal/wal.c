@@ -107,8 +107,10 @@ _Static_assert(sizeof(((struct sto_wal_async *)0)->hdr) == STO_WAL_REC_HEADER_SI
 struct sto_wal {
 	char *dir;
 	enum sto_sync_policy sync;
-	size_t queue_max;      /* requests; also the largest group */
-	uint64_t prealloc;     /* bytes sto_wal_prepare zero-fills a file to */
+	size_t queue_max;  /* requests; also the largest group */
+	uint64_t prealloc; /* bytes sto_wal_prepare zero-fills a file to */
+	void (*group_done)(void *arg, struct sto_wal_async *done); /* options */
+	void *group_arg;
 	struct sto_ring *ring; /* WAL thread only */
 	struct iovec *iov;     /* WAL thread only, IOV_PER_REC * queue_max entries */
 	struct rdb_buf defs;   /* WAL thread only: the group's definition records */
@@ -277,14 +279,7 @@ out:
 int sto_wal_rec_hash(const uint8_t *hdr, const uint8_t *payload, size_t len, uint64_t gen,
 		     uint64_t *out)
 {
-	struct rdb_hash_state st;
-	int rc = rdb_hash_begin(&st, gen);
-	if (rc)
-		return rc;
-	rdb_hash_update(&st, hdr, 8);
-	if (len)
-		rdb_hash_update(&st, payload, len);
-	*out = rdb_hash_end(&st);
+	*out = rdb_hash64_2(hdr, 8, payload, len, gen);
 	return 0;
 }
 
@@ -608,6 +603,8 @@ static void *wal_thread(void *arg)
 		if (async) {
 			/* Completions run unlocked: they may queue more appends. */
 			pthread_mutex_unlock(&w->mu);
+			if (w->group_done)
+				w->group_done(w->group_arg, async);
 			for (struct sto_wal_async *r = async, *next; r; r = next) {
 				next = r->next;
 				r->fn(r->arg, r->result); /* r may be freed by it */
@@ -683,6 +680,8 @@ static int wal_alloc(const struct sto_wal_options *opt, struct sto_wal **out)
 	w->fd = -1;
 	w->next_fd = -1;
 	w->sync = opt->sync;
+	w->group_done = opt->group_done;
+	w->group_arg = opt->group_arg;
 	w->queue_max = opt->queue_max_records ? opt->queue_max_records : QUEUE_DEFAULT;
 	w->prealloc = opt->prealloc_bytes;
 	w->dir = strdup(opt->dir);

@@ -29,6 +29,8 @@ enum sto_sync_policy {
 	STO_SYNC_NONE = 1,	/* ack after write(2): survives kill -9, not power loss */
 };
 
+struct sto_wal_async;
+
 struct sto_wal_options {
 	const char *dir; /* the wal/ directory; must exist */
 	uint64_t gen;	 /* generation of the first file, created fresh */
@@ -41,6 +43,13 @@ struct sto_wal_options {
 	 * inode and block maps of a growing file. Replay reads zeros after the
 	 * last record as the file's end (docs/FORMAT.md). */
 	uint64_t prealloc_bytes;
+	/* Optional: called on the WAL thread, under no WAL lock, with the
+	 * asynchronous appends one group completed (linked through next, each
+	 * with its result), right before their done_fns are called in that
+	 * order; so a caller can do what every completion does under one lock
+	 * hold. It must not free or unlink them, nor append. */
+	void (*group_done)(void *arg, struct sto_wal_async *done);
+	void *group_arg;
 };
 
 struct sto_wal;
@@ -90,7 +99,8 @@ struct sto_wal_rec {
 
 /* One asynchronous append: caller-owned storage that must stay valid (and
  * unmoved) from sto_wal_append_async until its done_fn has been called.
- * The fields are private to wal.c. */
+ * The fields are private to wal.c, but for a group_done hook (options),
+ * which may read next, result, fn and arg. */
 struct sto_wal_async {
 	struct sto_wal_async *next;
 	const void *payload;

@@ -421,6 +421,47 @@ static void test_cols_reserve_moving(void)
 	mdl_cols_free(&c);
 }
 
+/* mdl_cols_reserve: the four columns are one block (ts_ns its address);
+ * growing keeps every column's contents up to the old capacity (past n
+ * too), and the columns do not overlap (filling one after a growth leaves
+ * the others as they were). */
+static void test_cols_one_block(void)
+{
+	struct mdl_cols c = MDL_COLS_INIT;
+	CHECK_EQ_INT(mdl_cols_reserve(&c, 20), 0);
+	size_t cap0 = c.cap;
+	for (size_t i = 0; i < cap0; i++) {
+		c.ts_ns[i] = (int64_t)i;
+		c.step[i] = (int64_t)i * 2;
+		c.attempt[i] = (uint32_t)i * 3;
+		c.value[i] = i * 5;
+	}
+	c.n = 3; /* contents past n are kept by mdl_cols_reserve */
+	size_t bad = 0;
+	for (int round = 0; round < 6; round++) {
+		CHECK_EQ_INT(mdl_cols_reserve(&c, c.cap + 1), 0);
+		CHECK((void *)c.step >= (void *)(c.ts_ns + c.cap));
+		CHECK((void *)c.value >= (void *)(c.step + c.cap));
+		CHECK((void *)c.attempt >= (void *)(c.value + c.cap));
+		for (size_t i = 0; i < cap0; i++)
+			bad += c.ts_ns[i] != (int64_t)i || c.step[i] != (int64_t)i * 2 ||
+			       c.attempt[i] != (uint32_t)i * 3 || c.value[i] != i * 5;
+		/* fill the new tails: must not reach another column's points */
+		for (size_t i = cap0; i < c.cap; i++) {
+			c.ts_ns[i] = -1;
+			c.step[i] = -1;
+			c.attempt[i] = UINT32_MAX;
+			c.value[i] = UINT64_MAX;
+		}
+		for (size_t i = 0; i < cap0; i++)
+			bad += c.ts_ns[i] != (int64_t)i || c.step[i] != (int64_t)i * 2 ||
+			       c.attempt[i] != (uint32_t)i * 3 || c.value[i] != i * 5;
+	}
+	CHECK_EQ_INT(bad, 0);
+	mdl_cols_free(&c);
+	CHECK(c.ts_ns == NULL && c.cap == 0);
+}
+
 /* The stored hash of a series is the key hash (the store's series cache
  * looks batches up with it); names that differ only in where the job ends
  * hash apart. */
@@ -922,6 +963,7 @@ int main(void)
 	RUN(test_reserve);
 	RUN(test_cols_growth);
 	RUN(test_cols_reserve_moving);
+	RUN(test_cols_one_block);
 	RUN(test_series_hash);
 	RUN(test_group_in_order);
 	RUN(test_cache_thread_exit);

@@ -188,6 +188,50 @@ static struct mdl_events *sample(void)
 	return b;
 }
 
+/* mdl_events_take/give: a given batch comes back empty to the same
+ * thread's next take, with the bounds of that take (a smaller event or
+ * byte bound refuses as a new batch would); a batch over the cache's size
+ * bound is freed, not kept. */
+static void test_take_give(void)
+{
+	struct mdl_events *b, *again;
+	CHECK_EQ_INT(mdl_events_take(100, 1 << 20, &b), 0);
+	struct mdl_event e = mk(MDL_EV_LOG, "j", "m", "{}");
+	for (int i = 0; i < 10; i++)
+		CHECK_EQ_INT(mdl_events_add(b, &e), 0);
+	mdl_events_give(b);
+	CHECK_EQ_INT(mdl_events_take(2, 1 << 20, &again), 0);
+	CHECK(again == b); /* reused */
+	CHECK_EQ_INT(mdl_events_count(again), 0);
+	CHECK_EQ_INT(mdl_events_add(again, &e), 0);
+	CHECK_EQ_INT(mdl_events_add(again, &e), 0);
+	CHECK_EQ_INT(mdl_events_add(again, &e), RDB_ELIMIT);
+	mdl_events_give(again);
+	CHECK_EQ_INT(mdl_events_take(100, 8, &again), 0);
+	CHECK(again == b);
+	CHECK_EQ_INT(mdl_events_add(again, &e), 0); /* 4 bytes */
+	CHECK_EQ_INT(mdl_events_add(again, &e), 0); /* 8 bytes */
+	CHECK_EQ_INT(mdl_events_add(again, &e), RDB_ELIMIT);
+	const struct mdl_event *got = mdl_events_at(again, 1);
+	CHECK(got && got->job_len == 1 && memcmp(got->job, "j", 1) == 0);
+	mdl_events_give(again);
+	/* one over MDL_EVENTS_CACHE_BYTES is freed at the give (ASan: no leak) */
+	CHECK_EQ_INT(mdl_events_take(1000, 1 << 20, &again), 0);
+	CHECK(again == b);
+	static char big[MDL_EVENT_TEXT_MAX];
+	memset(big, 'x', sizeof(big) - 1);
+	struct mdl_event e_big = mk(MDL_EV_LOG, "j", big, "{}");
+	size_t added = 0;
+	while (added * (sizeof(big) - 1) <= MDL_EVENTS_CACHE_BYTES &&
+	       mdl_events_add(again, &e_big) == 0)
+		added++;
+	CHECK(added * (sizeof(big) - 1) > MDL_EVENTS_CACHE_BYTES);
+	mdl_events_give(again);
+	CHECK_EQ_INT(mdl_events_take(10, 100, &again), 0);
+	CHECK_EQ_INT(mdl_events_count(again), 0);
+	mdl_events_give(again);
+}
+
 static void test_round_trip(void)
 {
 	struct mdl_events *b = sample(), *d;
@@ -370,6 +414,7 @@ int main(void)
 {
 	RUN(test_add_at);
 	RUN(test_bounds);
+	RUN(test_take_give);
 	RUN(test_round_trip);
 	RUN(test_hostile_decode);
 	RUN(test_levels);

@@ -740,6 +740,69 @@ static void test_async_append(void)
 	remove_dir(dir);
 }
 
+/* The group_done hook: every asynchronous append is in exactly one call's
+ * list, with its result set, before its own completion runs; a failed
+ * group's list carries the error. */
+struct group_seen {
+	struct async_rec *recs;
+	size_t n;
+	int calls;
+	int listed[201];      /* times each rec was in a list */
+	int completed_before; /* recs whose completion ran before their list */
+	int wrong_result;
+};
+
+static void group_hook(void *arg, struct sto_wal_async *done)
+{
+	struct group_seen *g = arg; /* the WAL thread only: no lock needed */
+	g->calls++;
+	for (struct sto_wal_async *a = done; a; a = a->next) {
+		struct async_rec *r = (struct async_rec *)(void *)a; /* a is its first member */
+		size_t i = (size_t)(r - g->recs);
+		if (i >= g->n)
+			continue;
+		g->listed[i]++;
+		g->completed_before += atomic_load(&r->calls) != 0;
+		g->wrong_result += a->result != (i + 1 == g->n ? -EIO : 0);
+	}
+}
+
+static void test_group_done_hook(void)
+{
+	char dir[PATH_MAX];
+	make_dir(dir, sizeof(dir));
+	enum { N = 200 };
+	struct group_seen g = {.recs = calloc(N + 1, sizeof(*g.recs)), .n = N + 1};
+	struct sto_wal_options o = {.dir = dir,
+				    .gen = 1,
+				    .sync = STO_SYNC_FDATASYNC,
+				    .group_done = group_hook,
+				    .group_arg = &g};
+	struct sto_wal *w;
+	CHECK_EQ_INT(sto_wal_open(&o, &w), 0);
+	for (int i = 0; i < N; i++) {
+		fill(g.recs[i].buf, 40, (uint64_t)i);
+		CHECK_EQ_INT(sto_wal_append_async(w, 1, g.recs[i].buf, 40, &g.recs[i].a, async_cb,
+						  &g.recs[i]),
+			     0);
+	}
+	append_ids(w, N, 1, 0); /* blocking appends are in no list */
+	sto_wal_test_fail_next(w, -EIO, 0);
+	fill(g.recs[N].buf, 40, 999);
+	CHECK_EQ_INT(
+	    sto_wal_append_async(w, 1, g.recs[N].buf, 40, &g.recs[N].a, async_cb, &g.recs[N]), 0);
+	sto_wal_close(w);
+	int bad = 0;
+	for (int i = 0; i <= N; i++)
+		bad += g.listed[i] != 1 || atomic_load(&g.recs[i].calls) != 1;
+	CHECK_EQ_INT(bad, 0);
+	CHECK(g.calls >= 2 && g.calls <= N + 1);
+	CHECK_EQ_INT(g.completed_before, 0);
+	CHECK_EQ_INT(g.wrong_result, 0);
+	free(g.recs);
+	remove_dir(dir);
+}
+
 static void test_broken_state(void)
 {
 	char dir[PATH_MAX];
@@ -1260,6 +1323,7 @@ int main(void)
 	RUN(test_callback_stops);
 	RUN(test_failure_injection);
 	RUN(test_async_append);
+	RUN(test_group_done_hook);
 	RUN(test_defs_order);
 	RUN(test_defs_after_failure_and_rotate);
 	RUN(test_broken_state);
