@@ -712,11 +712,17 @@ static void reg_unlink(struct srv_http *h, struct conn_state *cs)
 
 /* Shuts the socket down; libmicrohttpd then closes the connection (and
  * calls on_connection, which unregisters it). Under h->mu. */
-static void shut(struct conn_state *cs)
+/* Shuts cs's socket down; false (nothing done) while it is in transit to
+ * libmicrohttpd (fd < 0): the reaper tries again on its next tick, the
+ * shedder picks another connection. */
+static bool shut(struct conn_state *cs)
 {
-	if (!cs->shut && cs->fd >= 0)
+	if (cs->fd < 0)
+		return false;
+	if (!cs->shut)
 		shutdown(cs->fd, SHUT_RDWR);
 	cs->shut = true;
+	return true;
 }
 
 /* Past the limit: sheds the connection that has waited longest for a
@@ -728,7 +734,7 @@ static bool shed_one(struct srv_http *h, int64_t now_ns)
 	for (struct conn_state *c = h->head; c; c = c->next) {
 		uint64_t st = atomic_load(&c->state);
 		int64_t start = srv_cs_wait_start_ns(st);
-		if (srv_cs_phase(st) == CS_WAITING && !c->shut &&
+		if (srv_cs_phase(st) == CS_WAITING && !c->shut && c->fd >= 0 &&
 		    now_ns - start >= SHED_MIN_WAIT_MS * 1000000ll &&
 		    (!best || start < best_start)) {
 			best = c;
@@ -935,10 +941,8 @@ static void *reaper_main(void *arg)
 		drop_unadopted(h, now);
 		for (struct conn_state *c = h->head; c; c = c->next) {
 			int64_t d = deadline_ns(h, c);
-			if (d && now > d && !c->shut) {
-				shut(c);
+			if (d && now > d && !c->shut && shut(c))
 				atomic_fetch_add(&h->ctx->counters.http_timed_out, 1);
-			}
 		}
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);

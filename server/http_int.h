@@ -24,7 +24,7 @@ struct conn_state {
 	struct conn_state *prev, *next; /* registry */
 	struct conn_state *adopt_next;	/* handed to libmicrohttpd, not yet adopted */
 	int64_t handoff_ns;		/* when (monotonic), while on the adopt list */
-	int fd;				/* -1 while in transit to libmicrohttpd: never shut then */
+	int fd; /* -1 - fd while in transit to libmicrohttpd: never shut then */
 	/* The phase (low 2 bits) and, above them, the monotonic ns when the
 	 * connection started waiting for its request (connection start or end
 	 * of the previous response), in one word so a reader never pairs a new

@@ -51,6 +51,7 @@
 #include "server/wloop.h"
 #include "common/rdb_err.h"
 #include "common/rdb_log.h"
+#include "common/rdb_time.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -64,11 +65,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define WL_EVENTS	64
-#define WL_ACCEPT_BATCH 32
-#define WL_KEEP_BUF_BYTES                                                                          \
-	(16u * 1024)		/* a connection keeps a buffer up to this between requests         \
-				 */
+#define WL_EVENTS	   64
+#define WL_ACCEPT_BATCH	   32
+#define WL_ACCEPT_PAUSE_MS 100 /* no accept for this long after EMFILE and the like */
+/* A connection keeps a request buffer up to this size between requests. */
+#define WL_KEEP_BUF_BYTES  (16u * 1024)
 #define WL_RESP_HEAD_BYTES 2048 /* status line and headers of a response */
 
 enum wl_state { C_HEAD, C_BODY, C_PARKED, C_WRITE };
@@ -101,6 +102,8 @@ struct wl_thread {
 	pthread_t th;
 	bool started;
 	int ep, efd;
+	bool listening;	   /* the listener is in ep (taken out while accept lacks fds) */
+	int64_t resume_ns; /* not listening: when to put the listener back (monotonic) */
 	_Atomic(struct wl_conn *) ready;
 	struct wl_conn *conns;
 	time_t date_s;
@@ -113,6 +116,12 @@ struct wl_loop {
 	struct srv_ctx *ctx;
 	int lfd;
 	_Atomic bool stop;
+	_Atomic bool accept_stopped; /* wl_stop_accept ran: never re-arm the listener */
+	/* park_ready calls between their first touch of a thread and their
+	 * eventfd write: wl_stop waits for 0 before it closes the eventfds and
+	 * frees the threads (the answer can be sent, and the request drained,
+	 * before the completion has written the eventfd). */
+	_Atomic int waking;
 	int nthreads;
 	struct wl_thread *t;
 };
@@ -161,6 +170,25 @@ static void conn_handoff(struct wl_conn *c)
 	free(c);
 }
 
+static void listener_pause(struct wl_thread *t)
+{
+	if (t->listening && epoll_ctl(t->ep, EPOLL_CTL_DEL, t->l->lfd, NULL) == 0) {
+		t->listening = false;
+		t->resume_ns = rdb_now_mono_ns() + WL_ACCEPT_PAUSE_MS * 1000000ll;
+	}
+}
+
+/* Puts the listener back into t's epoll set (after a pause). */
+static void listener_resume(struct wl_thread *t)
+{
+	struct wl_loop *l = t->l;
+	if (t->listening || atomic_load(&l->accept_stopped))
+		return;
+	struct epoll_event le = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &tag_listen};
+	if (epoll_ctl(t->ep, EPOLL_CTL_ADD, l->lfd, &le) == 0)
+		t->listening = true;
+}
+
 static void accept_some(struct wl_thread *t)
 {
 	struct wl_loop *l = t->l;
@@ -170,15 +198,22 @@ static void accept_some(struct wl_thread *t)
 		int fd =
 		    accept4(l->lfd, (struct sockaddr *)&sa, &salen, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
-			    errno == ENOMEM) {
+			int e = errno;
+			if (e == EAGAIN || e == EWOULDBLOCK || e == EINTR || e == ECONNABORTED)
+				return;
+			if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM)
 				rdb_log_limited(&rl_accept, 10, RDB_LOG_WARN, "http",
-						"cannot accept a connection: %s",
-						rdb_strerror(errno));
-				struct timespec ts = {0, 10000000};
-				nanosleep(&ts, NULL); /* the listener stays readable */
-			}
-			return; /* EAGAIN, or the listener was shut (stopping) */
+						"cannot accept a connection: %s; not accepting "
+						"for %d ms (raise the open-files limit, or lower "
+						"http_max_connections)",
+						rdb_strerror(-e), WL_ACCEPT_PAUSE_MS);
+			/* Out of descriptors or memory, or the listener was shut
+			 * (stopping): the level-triggered listener would wake this
+			 * thread at once, so it leaves the epoll set; loop_main puts it
+			 * back after WL_ACCEPT_PAUSE_MS unless the loop stops
+			 * accepting. Connections already open are served meanwhile. */
+			listener_pause(t);
+			return;
 		}
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -355,6 +390,11 @@ static void park_ready(void *arg)
 {
 	struct wl_conn *c = (struct wl_conn *)((char *)arg - offsetof(struct wl_conn, pk));
 	struct wl_thread *t = c->t;
+	struct wl_loop *l = t->l;
+	/* Counted before the push: once c is on the stack it may be answered,
+	 * the last parked request drained and wl_stop run while t is still
+	 * used here. */
+	atomic_fetch_add(&l->waking, 1);
 	struct wl_conn *old = atomic_load(&t->ready);
 	do
 		c->ready_next = old;
@@ -364,6 +404,7 @@ static void park_ready(void *arg)
 		ssize_t w = write(t->efd, &one, sizeof(one));
 		(void)w; /* fails only when the counter is full: then it wakes anyway */
 	}
+	atomic_fetch_sub(&l->waking, 1);
 }
 
 /* The request is whole in c->buf: run it. */
@@ -568,8 +609,15 @@ static void conn_run(struct wl_conn *c)
 /* Answers the parked requests whose writes completed. */
 static void ready_run(struct wl_thread *t)
 {
-	struct wl_conn *c = atomic_exchange(&t->ready, NULL);
+	struct wl_conn *c = atomic_exchange(&t->ready, NULL), *fifo = NULL;
 	struct srv_ctx *ctx = t->l->ctx;
+	while (c) { /* the stack is newest first: answer in completion order */
+		struct wl_conn *next = c->ready_next;
+		c->ready_next = fifo;
+		fifo = c;
+		c = next;
+	}
+	c = fifo;
 	while (c) {
 		struct wl_conn *next = c->ready_next;
 		struct srv_resp resp = {0};
@@ -590,7 +638,9 @@ static void *loop_main(void *arg)
 	pthread_setname_np(pthread_self(), "rdb-http-loop");
 	struct epoll_event ev[WL_EVENTS];
 	while (!atomic_load(&l->stop)) {
-		int n = epoll_wait(t->ep, ev, WL_EVENTS, -1);
+		int n = epoll_wait(t->ep, ev, WL_EVENTS, t->listening ? -1 : WL_ACCEPT_PAUSE_MS);
+		if (!t->listening && rdb_now_mono_ns() >= t->resume_ns)
+			listener_resume(t); /* a busy thread still gets back to accepting */
 		for (int i = 0; i < n; i++) {
 			void *p = ev[i].data.ptr;
 			if (p == &tag_listen) {
@@ -658,10 +708,10 @@ int wl_start(struct srv_http *h, struct srv_ctx *ctx, struct wl_loop **out, uint
 		int rc = !l->t ? -ENOMEM : l->lfd;
 		if (l->t)
 			rdb_error("http", "cannot listen on %s:%u: %s", cfg->http_addr,
-				  cfg->http_port, rdb_strerror(-rc));
+				  cfg->http_port, rdb_strerror(rc));
 		l->lfd = -1;
 		wl_stop(l);
-		return rc == -EINVAL ? rc : -EADDRINUSE;
+		return rc;
 	}
 	for (int i = 0; i < n; i++) {
 		struct wl_thread *t = &l->t[i];
@@ -676,12 +726,13 @@ int wl_start(struct srv_http *h, struct srv_ctx *ctx, struct wl_loop **out, uint
 		if (t->ep < 0 || t->efd < 0 || epoll_ctl(t->ep, EPOLL_CTL_ADD, l->lfd, &le) != 0 ||
 		    epoll_ctl(t->ep, EPOLL_CTL_ADD, t->efd, &we) != 0)
 			rc = -errno;
+		t->listening = rc == 0;
 		if (rc == 0) {
 			rc = -pthread_create(&t->th, NULL, loop_main, t);
 			t->started = rc == 0;
 		}
 		if (rc) {
-			rdb_error("http", "cannot start the write loop: %s", rdb_strerror(-rc));
+			rdb_error("http", "cannot start the write loop: %s", rdb_strerror(rc));
 			wl_stop(l);
 			return rc;
 		}
@@ -695,6 +746,7 @@ void wl_stop_accept(struct wl_loop *l)
 {
 	if (!l || l->lfd < 0)
 		return;
+	atomic_store(&l->accept_stopped, true);
 	for (int i = 0; i < l->nthreads; i++)
 		if (l->t[i].ep >= 0)
 			epoll_ctl(l->t[i].ep, EPOLL_CTL_DEL, l->lfd, NULL);
@@ -716,6 +768,14 @@ void wl_stop(struct wl_loop *l)
 			(void)w;
 			pthread_join(t->th, NULL);
 		}
+	}
+	/* A completion may still be between its push and its eventfd write. */
+	while (atomic_load(&l->waking) > 0) {
+		struct timespec ts = {0, 100000};
+		nanosleep(&ts, NULL);
+	}
+	for (int i = 0; i < l->nthreads; i++) {
+		struct wl_thread *t = &l->t[i];
 		if (t->ep >= 0)
 			close(t->ep);
 		if (t->efd >= 0)
