@@ -858,5 +858,11 @@ void srv_dispatch(struct srv_req *req, struct srv_resp *resp)
 	    &srv_core_routes,	 &srv_ingest_routes, &srv_grafana_routes, &srv_admin_routes,
 	    &srv_events_routes,	 &srv_detect_routes, &srv_ui_routes,	  &srv_query_routes,
 	    &srv_catalog_routes, &srv_influx_routes};
+	if (req->args_nul) {
+		srv_error(resp, 400,
+			  "a query parameter holds a NUL byte (%%00); refused rather "
+			  "than cut there");
+		return;
+	}
 	srv_route_dispatch(tables, sizeof(tables) / sizeof(tables[0]), req, resp);
 }

@@ -621,12 +621,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	MHD_get_connection_values_n(conn, MHD_GET_ARGUMENT_KIND, collect_arg, &req);
 	struct srv_resp resp = {0};
 	rdb_buf_init(&resp.body, ctx->cfg->max_response_bytes + 4096);
-	if (req.args_nul)
-		srv_error(&resp, 400,
-			  "a query parameter holds a NUL byte (%%00); refused rather "
-			  "than cut there");
-	else
-		srv_dispatch(&req, &resp);
+	srv_dispatch(&req, &resp);
 	if (cr->pk.parked) {
 		rdb_buf_free(&resp.body);
 		park_suspend(conn, cr);

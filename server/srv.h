@@ -170,7 +170,8 @@ int srv_req_batch_id(const struct srv_req *req, const char **id, size_t *len, ch
 
 /* Routes a complete request to its handler through the route table
  * (route.h; handlers.c lists the tables). Never fails: errors become a
- * JSON error response. */
+ * JSON error response (a query parameter with a NUL byte, req->args_nul,
+ * is a 400 before routing). */
 void srv_dispatch(struct srv_req *req, struct srv_resp *resp);
 
 /* Counts a write's outcome in ctx->counters (one place for every front

@@ -133,41 +133,43 @@ static struct rdb_log_ratelimit rl_accept;
 
 /* ---- connections ---------------------------------------------------------------- */
 
-static void conn_free(struct wl_conn *c)
+/* Takes c off its thread (budget returned, list unlinked); the caller then
+ * closes or hands off the descriptor and calls conn_release. */
+static void conn_unlink(struct wl_conn *c)
 {
 	struct wl_thread *t = c->t;
-	struct srv_http *h = t->l->h;
-	srv_http_budget_give(h, c->charged);
+	srv_http_budget_give(t->l->h, c->charged);
+	c->charged = 0;
 	if (c->prev)
 		c->prev->next = c->next;
 	else
 		t->conns = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
-	srv_http_conn_close(h, c->cs); /* unregistered before the descriptor can be reused */
-	close(c->fd);
+}
+
+static void conn_release(struct wl_conn *c)
+{
 	free(c->buf);
 	free(c->out);
 	free(c);
 }
 
+static void conn_free(struct wl_conn *c)
+{
+	conn_unlink(c);
+	srv_http_conn_close(c->t->l->h, c->cs); /* unregistered before the fd can be reused */
+	close(c->fd);
+	conn_release(c);
+}
+
 /* Gives the connection, its next request unread, to libmicrohttpd. */
 static void conn_handoff(struct wl_conn *c)
 {
-	struct wl_thread *t = c->t;
-	struct srv_http *h = t->l->h;
-	epoll_ctl(t->ep, EPOLL_CTL_DEL, c->fd, NULL);
-	srv_http_budget_give(h, c->charged);
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		t->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	srv_http_handoff(h, c->cs, c->fd, (const struct sockaddr *)&c->sa, c->salen);
-	free(c->buf);
-	free(c->out);
-	free(c);
+	epoll_ctl(c->t->ep, EPOLL_CTL_DEL, c->fd, NULL);
+	conn_unlink(c);
+	srv_http_handoff(c->t->l->h, c->cs, c->fd, (const struct sockaddr *)&c->sa, c->salen);
+	conn_release(c);
 }
 
 static void listener_pause(struct wl_thread *t)
@@ -440,12 +442,7 @@ static void dispatch(struct wl_conn *c)
 	}
 	struct srv_resp resp = {0};
 	rdb_buf_init(&resp.body, ctx->cfg->max_response_bytes + 4096);
-	if (req.args_nul)
-		srv_error(&resp, 400,
-			  "a query parameter holds a NUL byte (%%00); refused rather "
-			  "than cut there");
-	else
-		srv_dispatch(&req, &resp);
+	srv_dispatch(&req, &resp);
 	if (c->pk.parked) {
 		c->st = C_PARKED;
 	} else {
