@@ -2,7 +2,12 @@
 #include "common/rdb_hash.h"
 
 #include <errno.h>
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t's size, for one on the stack */
+/* XXH_INLINE_ALL: xxHash compiled into this file, so the XXH3_state_t on
+ * the stack (rdb_hash64_2) has the layout the code using it was built
+ * with; its layout is not part of libxxhash's ABI, and a state declared
+ * against one version of xxhash.h but passed to another shared library
+ * would be written past its end. The hashes are the same either way. */
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 uint64_t rdb_hash64(const void *buf, size_t len, uint64_t seed)
