@@ -187,8 +187,13 @@ static void listener_resume(struct wl_thread *t)
 	if (t->listening || atomic_load(&l->accept_stopped))
 		return;
 	struct epoll_event le = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &tag_listen};
-	if (epoll_ctl(t->ep, EPOLL_CTL_ADD, l->lfd, &le) == 0)
-		t->listening = true;
+	if (epoll_ctl(t->ep, EPOLL_CTL_ADD, l->lfd, &le) != 0)
+		return;
+	t->listening = true;
+	/* wl_stop_accept may have run between the check and the add (its
+	 * delete found nothing here): take the listener out again. */
+	if (atomic_load(&l->accept_stopped))
+		listener_pause(t);
 }
 
 static void accept_some(struct wl_thread *t)
@@ -201,18 +206,30 @@ static void accept_some(struct wl_thread *t)
 		    accept4(l->lfd, (struct sockaddr *)&sa, &salen, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			int e = errno;
-			if (e == EAGAIN || e == EWOULDBLOCK || e == EINTR || e == ECONNABORTED)
+			if (e == EAGAIN || e == EWOULDBLOCK)
 				return;
-			if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM)
+			bool pause = e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM ||
+				     e == EINVAL || e == EBADF;
+			if (!pause) {
+				/* accept(2): the pending connection's own network errors
+				 * (ECONNABORTED, EPROTO, ENETDOWN, EHOSTUNREACH, ...) and
+				 * EPERM from a firewall concern that client only: next. */
+				if (e != EINTR && e != ECONNABORTED)
+					rdb_log_limited(&rl_accept, 10, RDB_LOG_WARN, "http",
+							"accepting a connection failed: %s",
+							rdb_strerror(-e));
+				continue;
+			}
+			if (e != EINVAL && e != EBADF)
 				rdb_log_limited(&rl_accept, 10, RDB_LOG_WARN, "http",
 						"cannot accept a connection: %s; not accepting "
 						"for %d ms (raise the open-files limit, or lower "
 						"http_max_connections)",
 						rdb_strerror(-e), WL_ACCEPT_PAUSE_MS);
 			/* Out of descriptors or memory, or the listener was shut
-			 * (stopping): the level-triggered listener would wake this
-			 * thread at once, so it leaves the epoll set; loop_main puts it
-			 * back after WL_ACCEPT_PAUSE_MS unless the loop stops
+			 * (stopping, EINVAL): the level-triggered listener would wake
+			 * this thread at once, so it leaves the epoll set; loop_main
+			 * puts it back after WL_ACCEPT_PAUSE_MS unless the loop stops
 			 * accepting. Connections already open are served meanwhile. */
 			listener_pause(t);
 			return;
