@@ -524,7 +524,11 @@ int srv_submit(struct srv_req *req, const struct ing_write *w, struct ing_outcom
 {
 	struct srv_ctx *ctx = req->ctx;
 	struct srv_park *p = req->park;
-	if (!p || ctx->cfg->http_max_parked == 0 || strcmp(ctx->cfg->sync_policy, "none") == 0) {
+	/* libmicrohttpd's workers answer a write with sync_policy none on their
+	 * own thread (the WAL append is quick; a suspend/resume costs more);
+	 * the loop's threads serve thousands of connections and park it. */
+	if (!p || ctx->cfg->http_max_parked == 0 ||
+	    (!p->loop && strcmp(ctx->cfg->sync_policy, "none") == 0)) {
 		ing_submit(ctx->pipe, w, o);
 		return 0;
 	}
@@ -1101,8 +1105,14 @@ int srv_http_start(struct srv_ctx *ctx, struct srv_http **out, uint16_t *port)
 	}
 	/* The write loop (wloop.c) owns the listening socket and hands
 	 * libmicrohttpd every connection it does not serve itself. Not with TLS:
-	 * the loop speaks plain HTTP only. */
-	bool use_loop = !tls_flag && strcmp(cfg->http_write_loop, "on") == 0;
+	 * the loop speaks plain HTTP only. Not with http_max_parked = 0 either:
+	 * a write it could not park would hold a loop thread, and with it every
+	 * connection of that thread, until the WAL has it. */
+	bool use_loop =
+	    !tls_flag && strcmp(cfg->http_write_loop, "on") == 0 && cfg->http_max_parked > 0;
+	if (!tls_flag && !use_loop && strcmp(cfg->http_write_loop, "on") == 0)
+		rdb_info("http", "write loop off: http_max_parked = 0 (writes are not parked); "
+				 "libmicrohttpd serves every request");
 	struct MHD_OptionItem listen[2] = {{MHD_OPTION_SOCK_ADDR, 0, &sa},
 					   {MHD_OPTION_END, 0, NULL}};
 	if (use_loop)

@@ -64,6 +64,8 @@ void srv_cs_set_phase(struct conn_state *cs, enum conn_phase ph);
 struct srv_park {
 	struct srv_http *h;
 	void (*ready)(void *park);
+	bool loop; /* the write loop's: parks with sync_policy none too (a loop
+		    * thread must never wait for the WAL) */
 	_Atomic int state;
 	bool parked;	       /* the handler parked: the answer comes from fin */
 	struct ing_ticket *tk; /* the pending write */

@@ -443,7 +443,7 @@ static void dispatch(struct wl_conn *c)
 		hdrs[i].name = b + hd->headers[i].name.off;
 		hdrs[i].value = b + hd->headers[i].value.off;
 	}
-	c->pk = (struct srv_park){.h = t->l->h, .ready = park_ready};
+	c->pk = (struct srv_park){.h = t->l->h, .ready = park_ready, .loop = true};
 	struct srv_req req = {.ctx = ctx,
 			      .method = "POST",
 			      .path = b + hd->path.off,

@@ -394,3 +394,16 @@ def test_out_of_descriptors_keeps_serving_and_accepts_again():
     wait_until(fresh_write, timeout=15, what="a new connection accepted and answered")
     st, _, body = s.request("GET", "/api/v1/query/range?job=wl&metric=train.loss&rank=0")
     assert st == 200 and json.loads(body)["series"][0]["steps"] == list(range(1, 12)) + [20], body
+
+
+def test_max_parked_zero_turns_the_loop_off():
+    """http_max_parked = 0 means writes are never parked: the loop, whose
+    threads must not wait for the WAL, stays off and says so; libmicrohttpd
+    serves the writes on its workers."""
+    s = Server(["--http-max-parked", "0"]).start()
+    for step in range(3):
+        assert s.request("POST", "/write?precision=ns", _lp(0, step))[0] == 204
+    assert "write loop off: http_max_parked = 0" in open(s.log_path).read()
+    assert _metric(s, "rankdb_http_parked_total") == 0
+    st, _, body = s.request("GET", "/api/v1/query/range?job=wl&metric=train.loss&rank=0")
+    assert st == 200 and json.loads(body)["series"][0]["steps"] == [0, 1, 2], body
