@@ -709,11 +709,10 @@ static void reg_unlink(struct srv_http *h, struct conn_state *cs)
 	cs->prev = cs->next = NULL;
 }
 
-/* Shuts the socket down; libmicrohttpd then closes the connection (and
- * calls on_connection, which unregisters it). Under h->mu. */
-/* Shuts cs's socket down; false (nothing done) while it is in transit to
+/* Shuts cs's socket down; its front end then closes the connection (and
+ * unregisters it). False, nothing done, while it is in transit to
  * libmicrohttpd (fd < 0): the reaper tries again on its next tick, the
- * shedder picks another connection. */
+ * shedder picks another connection. Under h->mu. */
 static bool shut(struct conn_state *cs)
 {
 	if (cs->fd < 0)
