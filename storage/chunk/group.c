@@ -83,11 +83,7 @@ int sto_group_frame(struct rdb_buf *out, struct rdb_buf *scratch, uint64_t uid, 
 	sto_rec_header(h, STO_GROUP_MAGIC, (uint32_t)scratch->len, 0, uid, gen,
 		       (uint32_t)mem[0].cols->n, *head_len);
 	memcpy(h + HDR, scratch->data, scratch->len);
-	uint64_t hash;
-	rc = sto_rec_hash(h, *head_len, &hash);
-	if (rc)
-		return rc;
-	rdb_put_le64(h + 40, hash);
+	rdb_put_le64(h + 40, sto_rec_hash(h, *head_len));
 	out->len = start + HDR + scratch->len;
 	return 0;
 }
@@ -100,7 +96,6 @@ int sto_group_frame(struct rdb_buf *out, struct rdb_buf *scratch, uint64_t uid, 
 static int check_head(const uint8_t *rec, uint64_t total_len, uint64_t uid, uint32_t head_len,
 		      unsigned *m, size_t *dir, const char **why)
 {
-	uint64_t hash;
 	uint32_t plen = rdb_get_le32(rec + 4);
 	if (rdb_get_le32(rec) != STO_GROUP_MAGIC) {
 		*why = "bad group record magic";
@@ -115,10 +110,7 @@ static int check_head(const uint8_t *rec, uint64_t total_len, uint64_t uid, uint
 		*why = "group record has another chunk id than the index says";
 		return RDB_ECORRUPT;
 	}
-	int rc = sto_rec_hash(rec, head_len, &hash);
-	if (rc)
-		return rc;
-	if (hash != rdb_get_le64(rec + 40)) {
+	if (sto_rec_hash(rec, head_len) != rdb_get_le64(rec + 40)) {
 		*why = "group record checksum mismatch";
 		return RDB_ECORRUPT;
 	}
@@ -312,7 +304,6 @@ int sto_group_prune(uint8_t *rec, size_t len, uint64_t uid, uint64_t live, unsig
 	unsigned m;
 	size_t dir;
 	uint32_t hl;
-	uint64_t hash;
 	*removed = 0;
 	int rc = check_layout(rec, len, uid, &hl, &m, &dir, why);
 	for (unsigned i = 0; rc == 0 && i < m; i++) {
@@ -326,11 +317,8 @@ int sto_group_prune(uint8_t *rec, size_t len, uint64_t uid, uint64_t live, unsig
 		rdb_put_le64(rec + HDR + dir + (size_t)i * DIR_ENTRY, 0); /* removed */
 		(*removed)++;
 	}
-	if (rc == 0 && *removed) {
-		rc = sto_rec_hash(rec, hl, &hash);
-		if (rc == 0)
-			rdb_put_le64(rec + 40, hash);
-	}
+	if (rc == 0 && *removed)
+		rdb_put_le64(rec + 40, sto_rec_hash(rec, hl));
 	return rc;
 }
 

@@ -185,20 +185,15 @@ void sto_rec_header(uint8_t *h, uint32_t magic, uint32_t payload_len, uint64_t s
 	rdb_put_le32(h + 36, extra);
 }
 
-int sto_rec_hash(const uint8_t *rec, size_t hashed_payload, uint64_t *out)
+uint64_t sto_rec_hash(const uint8_t *rec, size_t hashed_payload)
 {
-	*out = rdb_hash64_2(rec, 40, rec + STO_CHUNK_HEADER_SIZE, hashed_payload, 0);
-	return 0;
+	return rdb_hash64_2(rec, 40, rec + STO_CHUNK_HEADER_SIZE, hashed_payload, 0);
 }
 
 /* Stores the checksum of a record whose whole payload is checksummed. */
-static int record_seal(uint8_t *h, size_t payload)
+static void record_seal(uint8_t *h, size_t payload)
 {
-	uint64_t hash;
-	int rc = sto_rec_hash(h, payload, &hash);
-	if (rc == 0)
-		rdb_put_le64(h + 40, hash);
-	return rc;
+	rdb_put_le64(h + 40, sto_rec_hash(h, payload));
 }
 
 int sto_chunk_frame(struct rdb_buf *out, uint32_t magic, uint64_t series_id, uint64_t uid,
@@ -217,10 +212,9 @@ int sto_chunk_frame(struct rdb_buf *out, uint32_t magic, uint64_t series_id, uin
 	uint8_t *p = h + STO_CHUNK_HEADER_SIZE;
 	memcpy(p, codec, codec_len);
 	sto_key_rec_put(p + codec_len, key);
-	rc = record_seal(h, payload);
-	if (rc == 0)
-		out->len = start + STO_CHUNK_HEADER_SIZE + payload;
-	return rc;
+	record_seal(h, payload);
+	out->len = start + STO_CHUNK_HEADER_SIZE + payload;
+	return 0;
 }
 
 int sto_chunk_check(const uint8_t *rec, size_t len, uint32_t magic, uint64_t series_id,
@@ -243,11 +237,7 @@ int sto_chunk_check(const uint8_t *rec, size_t len, uint32_t magic, uint64_t ser
 		*why = "chunk belongs to another series or chunk id than the index says";
 		return RDB_ECORRUPT;
 	}
-	uint64_t hash;
-	int rc = sto_rec_hash(rec, plen, &hash);
-	if (rc)
-		return rc;
-	if (hash != rdb_get_le64(rec + 40)) {
+	if (sto_rec_hash(rec, plen) != rdb_get_le64(rec + 40)) {
 		*why = "chunk checksum mismatch";
 		return RDB_ECORRUPT;
 	}
@@ -286,10 +276,9 @@ int sto_sup_frame(struct rdb_buf *out, const struct sto_sup *sup)
 		rdb_put_le64(p, sup->src[i].uid);
 		rdb_put_le64(p + 8, (uint64_t)sup->src[i].min_ts_ns);
 	}
-	rc = record_seal(h, payload);
-	if (rc == 0)
-		out->len = start + STO_CHUNK_HEADER_SIZE + payload;
-	return rc;
+	record_seal(h, payload);
+	out->len = start + STO_CHUNK_HEADER_SIZE + payload;
+	return 0;
 }
 
 /* Header checks of a supersede record; the count gives the length. */

@@ -47,8 +47,8 @@ int sto_seg_close(struct sto_seg_writer *w);
 void sto_rec_header(uint8_t *h, uint32_t magic, uint32_t payload_len, uint64_t series_id,
 		    uint64_t uid, uint64_t gen, uint32_t count, uint32_t extra);
 /* XXH3-64 (seed 0) of header bytes 0..39 followed by the first
- * hashed_payload payload bytes: a record's checksum. 0 or -ENOMEM. */
-int sto_rec_hash(const uint8_t *rec, size_t hashed_payload, uint64_t *out);
+ * hashed_payload payload bytes: a record's checksum. */
+uint64_t sto_rec_hash(const uint8_t *rec, size_t hashed_payload);
 
 /* Appends one framed chunk record to out: header (magic, lengths, ids,
  * checksum) + codec payload + series key. magic is STO_CHUNK_MAGIC (points)

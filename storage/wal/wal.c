@@ -276,27 +276,21 @@ out:
 
 /* ---- Append (caller threads) ---------------------------------------------- */
 
-int sto_wal_rec_hash(const uint8_t *hdr, const uint8_t *payload, size_t len, uint64_t gen,
-		     uint64_t *out)
+uint64_t sto_wal_rec_hash(const uint8_t *hdr, const uint8_t *payload, size_t len, uint64_t gen)
 {
-	*out = rdb_hash64_2(hdr, 8, payload, len, gen);
-	return 0;
+	return rdb_hash64_2(hdr, 8, payload, len, gen);
 }
 
 /* Fills the STO_WAL_REC_HEADER_SIZE bytes at hdr with the header of a
  * record of type whose len payload bytes are at payload: length, type,
- * zero reserved bytes, checksum. 0 or the hashing error. */
-static int build_rec_header(uint8_t *hdr, uint8_t type, const void *payload, uint32_t len,
-			    uint64_t gen)
+ * zero reserved bytes, checksum. */
+static void build_rec_header(uint8_t *hdr, uint8_t type, const void *payload, uint32_t len,
+			     uint64_t gen)
 {
-	uint64_t sum;
 	rdb_put_le32(hdr, len);
 	hdr[4] = type;
 	memset(hdr + 5, 0, 3);
-	int rc = sto_wal_rec_hash(hdr, payload, len, gen, &sum);
-	if (rc == 0)
-		rdb_put_le64(hdr + 8, sum);
-	return rc;
+	rdb_put_le64(hdr + 8, sto_wal_rec_hash(hdr, payload, len, gen));
 }
 
 /* Queues req (header built) unless the WAL is broken. Under mu. */
@@ -334,13 +328,10 @@ int sto_wal_append_rec(struct sto_wal *w, const struct sto_wal_rec *rec)
 				    .len = (uint32_t)rec->len,
 				    .defs_fn = rec->defs_fn,
 				    .defs_arg = rec->defs_arg};
-	int result =
-	    build_rec_header(req.hdr, rec->type, req.payload, req.len, atomic_load(&w->gen));
-	if (result)
-		return result;
+	build_rec_header(req.hdr, rec->type, req.payload, req.len, atomic_load(&w->gen));
 
 	pthread_mutex_lock(&w->mu);
-	result = enqueue(w, &req);
+	int result = enqueue(w, &req);
 	while (result == 0 && !req.done)
 		pthread_cond_wait(&w->done_cv, &w->mu);
 	if (result == 0)
@@ -369,11 +360,9 @@ int sto_wal_append_rec_async(struct sto_wal *w, const struct sto_wal_rec *rec,
 				    .arg = arg,
 				    .defs_fn = rec->defs_fn,
 				    .defs_arg = rec->defs_arg};
-	int result = build_rec_header(a->hdr, rec->type, a->payload, a->len, atomic_load(&w->gen));
-	if (result)
-		return result;
+	build_rec_header(a->hdr, rec->type, a->payload, a->len, atomic_load(&w->gen));
 	pthread_mutex_lock(&w->mu);
-	result = enqueue(w, a);
+	int result = enqueue(w, a);
 	pthread_mutex_unlock(&w->mu);
 	return result;
 }
@@ -419,12 +408,7 @@ static int frame_defs(struct sto_wal *w, struct group *g, struct sto_wal_async *
 		return rc;
 	}
 	uint8_t *h = w->defs.data + start;
-	rc = build_rec_header(h, STO_WAL_REC_DEFS, h + STO_WAL_REC_HEADER_SIZE, (uint32_t)len,
-			      g->gen);
-	if (rc) {
-		w->defs.len = start;
-		return rc;
-	}
+	build_rec_header(h, STO_WAL_REC_DEFS, h + STO_WAL_REC_HEADER_SIZE, (uint32_t)len, g->gen);
 	r->defs_len = STO_WAL_REC_HEADER_SIZE + len;
 	g->def_records++;
 	g->def_bytes += r->defs_len;

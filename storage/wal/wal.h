@@ -120,7 +120,7 @@ struct sto_wal_async {
  * thread after the record's group commit (its fdatasync) finished; payload
  * and *a must stay valid until then. Blocks only while the queue is at
  * queue_max_records (backpressure). A non-zero return (RDB_ELIMIT,
- * -EINVAL, RDB_EIO when the WAL is broken, or a hashing error) means
+ * -EINVAL, or RDB_EIO when the WAL is broken) means
  * nothing was queued and fn is never called. Same rules as sto_wal_append
  * against rotate/close. */
 int sto_wal_append_async(struct sto_wal *w, uint8_t type, const void *payload, size_t len,

@@ -31,9 +31,7 @@ int sto_wal_datasync_fd(int fd);
 
 /* The checksum of a record (format.h): XXH3-64 seeded with gen over the
  * first 8 header bytes hdr[0..8) (length, type, reserved), then the len
- * payload bytes. The writer stores it, the reader compares. 0 and *out, or
- * the hashing error. */
-int sto_wal_rec_hash(const uint8_t *hdr, const uint8_t *payload, size_t len, uint64_t gen,
-		     uint64_t *out);
+ * payload bytes. The writer stores it, the reader compares. */
+uint64_t sto_wal_rec_hash(const uint8_t *hdr, const uint8_t *payload, size_t len, uint64_t gen);
 
 #endif

@@ -153,11 +153,10 @@ static int check_rec_header(const uint8_t *h, uint32_t *len, const char **why)
 	return 0;
 }
 
-static int rec_checksum_ok(const uint8_t *rec, uint32_t len, uint64_t gen, int *err)
+static bool rec_checksum_ok(const uint8_t *rec, uint32_t len, uint64_t gen)
 {
-	uint64_t sum = 0;
-	*err = sto_wal_rec_hash(rec, rec + STO_WAL_REC_HEADER_SIZE, len, gen, &sum);
-	return *err == 0 && sum == rdb_get_le64(rec + 8);
+	return sto_wal_rec_hash(rec, rec + STO_WAL_REC_HEADER_SIZE, len, gen) ==
+	       rdb_get_le64(rec + 8);
 }
 
 struct replay_ctx {
@@ -190,9 +189,9 @@ static int read_record(struct replay_ctx *c, uint64_t off, const uint8_t **rec, 
 	rc = reader_get(&c->rd, off, STO_WAL_REC_HEADER_SIZE + (size_t)*len, rec);
 	if (rc)
 		return rc;
-	if (!rec_checksum_ok(*rec, *len, c->gen, &rc)) {
+	if (!rec_checksum_ok(*rec, *len, c->gen)) {
 		c->why = "checksum mismatch";
-		return rc ? rc : 2;
+		return 2;
 	}
 	return 0;
 }
@@ -217,9 +216,7 @@ static int intact_at(struct replay_ctx *c, uint64_t off)
 	rc = reader_get(&c->rd, off, STO_WAL_REC_HEADER_SIZE + (size_t)len, &h);
 	if (rc)
 		return rc < 0 ? rc : 0;
-	int err = 0;
-	bool ok = rec_checksum_ok(h, len, c->gen, &err);
-	return err ? err : ok;
+	return rec_checksum_ok(h, len, c->gen);
 }
 
 /* The offset just past the file's last non-zero byte, but at least off;
