@@ -852,6 +852,23 @@ static const struct srv_route catalog_rows[] = {
 const struct srv_route_table srv_catalog_routes = {catalog_rows,
 						   sizeof(catalog_rows) / sizeof(catalog_rows[0])};
 
+bool srv_req_add_arg(struct srv_req *req, const char *key, size_t key_len, const char *val,
+		     size_t val_len)
+{
+	if (strlen(key) != key_len || strlen(val) != val_len) {
+		req->args_nul = true;
+		return false;
+	}
+	if (req->nargs == SRV_MAX_ARGS) {
+		req->args_overflow = true;
+		return false;
+	}
+	req->args[req->nargs].key = key;
+	req->args[req->nargs].val = val;
+	req->nargs++;
+	return true;
+}
+
 void srv_dispatch(struct srv_req *req, struct srv_resp *resp)
 {
 	static const struct srv_route_table *const tables[] = {

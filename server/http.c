@@ -166,19 +166,10 @@ static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const cha
 				   size_t key_size, const char *value, size_t value_size)
 {
 	(void)kind;
-	struct srv_req *r = cls;
-	if (strlen(key) != key_size || (value && strlen(value) != value_size)) {
-		r->args_nul = true; /* %00: the C string would be cut there */
-		return MHD_NO;
-	}
-	if (r->nargs == SRV_MAX_ARGS) {
-		r->args_overflow = true;
-		return MHD_NO;
-	}
-	r->args[r->nargs].key = key;
-	r->args[r->nargs].val = value ? value : "";
-	r->nargs++;
-	return MHD_YES;
+	/* libmicrohttpd gives NULL for a key without '=' */
+	return srv_req_add_arg(cls, key, key_size, value ? value : "", value ? value_size : 0)
+		   ? MHD_YES
+		   : MHD_NO;
 }
 
 /* The response every plain answer gets: Content-Type (application/json

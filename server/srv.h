@@ -168,6 +168,13 @@ void srv_detect_meta_changed(struct srv_ctx *ctx, const char *job);
 int srv_req_batch_id(const struct srv_req *req, const char **id, size_t *len, char *why,
 		     size_t whylen);
 
+/* Adds query argument key=val (decoded, NUL-terminated, key_len / val_len
+ * bytes before the NUL) to req, as both HTTP front ends collect them. A
+ * %00 inside either (the C string would be cut there) sets args_nul, more
+ * than SRV_MAX_ARGS sets args_overflow; false then (stop collecting). */
+bool srv_req_add_arg(struct srv_req *req, const char *key, size_t key_len, const char *val,
+		     size_t val_len);
+
 /* Routes a complete request to its handler through the route table
  * (route.h; handlers.c lists the tables). Never fails: errors become a
  * JSON error response (a query parameter with a NUL byte, req->args_nul,

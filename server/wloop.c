@@ -390,19 +390,7 @@ static int flush(struct wl_conn *c)
 
 static bool collect_arg(void *cls, const char *key, size_t key_len, const char *val, size_t val_len)
 {
-	struct srv_req *r = cls;
-	if (strlen(key) != key_len || strlen(val) != val_len) {
-		r->args_nul = true; /* %00: the C string would be cut there */
-		return false;
-	}
-	if (r->nargs == SRV_MAX_ARGS) {
-		r->args_overflow = true;
-		return false;
-	}
-	r->args[r->nargs].key = key;
-	r->args[r->nargs].val = val;
-	r->nargs++;
-	return true;
+	return srv_req_add_arg(cls, key, key_len, val, val_len);
 }
 
 static void park_ready(void *arg)
