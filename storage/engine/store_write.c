@@ -894,11 +894,9 @@ static void async_free(struct async_write *a)
 		aw_destroy(a);
 }
 
-/* Applies (rc 0) or releases a prepared write, stops counting it pending,
- * frees it and, if tell, calls its completion. Runs while async_pending
- * counts it, so the head it prepared in is still the active one. No lock
- * held. */
-/* The head part of async_finish. Caller holds head_lock. */
+/* The head part of async_finish: applies (rc 0) or releases the prepared
+ * write. Caller holds head_lock (sti_wal_group_done does it for a whole
+ * group, async_finish for a write no group hook applied). */
 static void async_apply(struct async_write *a, int rc)
 {
 	struct sto *s = a->s;
@@ -926,6 +924,10 @@ void sti_wal_group_done(void *arg, struct sto_wal_async *done)
 	pthread_mutex_unlock(&s->head_lock);
 }
 
+/* Applies (rc 0) or releases a prepared write unless the group hook did,
+ * stops counting it pending, frees it and, if tell, calls its completion.
+ * Runs while async_pending counts it, so the head it prepared in is still
+ * the active one. No lock held. */
 static void async_finish(struct async_write *a, int rc, bool tell)
 {
 	struct sto *s = a->s;
