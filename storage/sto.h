@@ -326,6 +326,12 @@ void sto_get_stats(struct sto *s, struct sto_stats *out);
 
 /* Fault injection at every write site: storage/io/fault.h (sto_fault_set). */
 
+/* Test hook, process-wide (NULL: none): fn(arg, s, slice) runs on the WAL
+ * thread before each slice of a completed group is applied to the head
+ * (slice 0, 1, ...; 64 writes a slice), with no storage lock held. It may
+ * read the store; it must not write. */
+void sto_test_set_apply_hook(void (*fn)(void *arg, struct sto *s, size_t slice), void *arg);
+
 /* Forces a checkpoint now (seals the whole head) and waits for it. */
 int sto_checkpoint(struct sto *s);
 

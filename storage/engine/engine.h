@@ -64,9 +64,10 @@ int sti_prepare_request(struct sto *s, struct head *h, const struct mdl_batch *p
 int sti_prepare_request_in(struct sto *s, struct head *h, const struct mdl_batch *pts,
 			   struct series_ent **ents, const struct mdl_events *ev,
 			   struct sti_prep *pp, void **blk, size_t blk_n);
-/* The WAL's group_done hook (wal.h): applies to the head, under one hold
- * of head_lock, every sto_write_submit write of a completed group, which
- * their completions then only finish. WAL thread; arg is the store. */
+/* The WAL's group_done hook (wal.h): applies to the head every
+ * sto_write_submit write of a completed group, in group order, in slices
+ * of 64 writes per head_lock hold (readers get the lock between slices);
+ * their completions then only finish them. WAL thread; arg is the store. */
 void sti_wal_group_done(void *arg, struct sto_wal_async *done);
 /* Pointers a prepared request's arrays take (sti_prepare_request_in). */
 size_t sti_prep_slots(const struct mdl_batch *pts, const struct mdl_events *ev);

@@ -895,8 +895,8 @@ static void async_free(struct async_write *a)
 }
 
 /* The head part of async_finish: applies (rc 0) or releases the prepared
- * write. Caller holds head_lock (sti_wal_group_done does it for a whole
- * group, async_finish for a write no group hook applied). */
+ * write. Caller holds head_lock (sti_wal_group_done takes it for each
+ * slice of a group, async_finish for a write no group hook applied). */
 static void async_apply(struct async_write *a, int rc)
 {
 	struct sto *s = a->s;
@@ -914,14 +914,46 @@ static void async_apply(struct async_write *a, int rc)
 
 static void async_done(void *arg, int rc);
 
+/* Test hook (sto_test_set_apply_hook): called before each slice of a
+ * group, head_lock not held. */
+static void (*_Atomic apply_hook)(void *arg, struct sto *s, size_t slice);
+static void *_Atomic apply_hook_arg;
+
+void sto_test_set_apply_hook(void (*fn)(void *arg, struct sto *s, size_t slice), void *arg)
+{
+	atomic_store(&apply_hook_arg, arg);
+	atomic_store(&apply_hook, fn);
+}
+
+/* A group holds up to queue_max_records (4096) writes; applying them under
+ * one head_lock hold stalled every query for the whole group. They are
+ * applied in slices of APPLY_SLICE writes, head_lock dropped between
+ * slices, so a reader waits for at most one slice. Visibility is unchanged:
+ * every write of the group is applied (in group order) before the WAL
+ * thread calls the first completion, so a write is still visible before its
+ * ack; a reader between slices sees a prefix of the group, as it could see
+ * one group and not the next. The writes stay pending (async_pending) until
+ * their completions, so no rotation or job delete comes between slices:
+ * each write's head is still the active one. */
+#define APPLY_SLICE 64u
+
 void sti_wal_group_done(void *arg, struct sto_wal_async *done)
 {
 	struct sto *s = arg;
-	pthread_mutex_lock(&s->head_lock);
-	for (struct sto_wal_async *r = done; r; r = r->next)
-		if (r->fn == async_done)
+	struct sto_wal_async *r = done;
+	for (size_t slice = 0; r; slice++) {
+		void (*hook)(void *, struct sto *, size_t) = atomic_load(&apply_hook);
+		if (hook)
+			hook(atomic_load(&apply_hook_arg), s, slice);
+		pthread_mutex_lock(&s->head_lock);
+		for (size_t n = 0; r && n < APPLY_SLICE; r = r->next) {
+			if (r->fn != async_done)
+				continue;
 			async_apply(r->arg, r->result);
-	pthread_mutex_unlock(&s->head_lock);
+			n++;
+		}
+		pthread_mutex_unlock(&s->head_lock);
+	}
 }
 
 /* Applies (rc 0) or releases a prepared write unless the group hook did,

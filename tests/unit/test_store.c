@@ -827,6 +827,96 @@ static void test_async_submit(void)
 	mdl_batch_free(extra);
 }
 
+/* A group of completed writes is applied to the head in slices of 64, with
+ * head_lock dropped between slices: the hook runs there and reads the
+ * series (which takes head_lock; it would deadlock on the WAL thread if the
+ * lock were still held) and sees a prefix of the group, every write of which
+ * is visible while none of the group's completions has run yet. The first
+ * group is held in the hook until every other write is queued, so the
+ * second group holds them all. */
+struct slice_obs {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool release;
+	int calls;
+	size_t max_slice;
+	int bad;	    /* a read between slices that saw the wrong prefix */
+	struct sub_done *d; /* completions so far */
+	uint64_t sid;	    /* the series read */
+	size_t at_slice0;   /* points visible at the group's slice 0 */
+	int acks_at_slice0; /* completions at the group's slice 0 */
+};
+
+static void slice_hook(void *arg, struct sto *s, size_t slice)
+{
+	struct slice_obs *o = arg;
+	struct sto_range r = {INT64_MIN, INT64_MAX, false, 0, 0};
+	struct mdl_cols c = MDL_COLS_INIT;
+	struct sto_read_error err;
+	int rc = sto_read(s, o->sid, &r, 10000000, &c, &err);
+	pthread_mutex_lock(&o->d->mu);
+	int acks = o->d->calls;
+	pthread_mutex_unlock(&o->d->mu);
+	pthread_mutex_lock(&o->mu);
+	if (o->calls++ == 0) /* the first group: wait for the test to queue the rest */
+		while (!o->release)
+			pthread_cond_wait(&o->cv, &o->mu);
+	if (slice > o->max_slice)
+		o->max_slice = slice;
+	if (rc != 0) {
+		o->bad++;
+	} else if (slice == 0) {
+		o->at_slice0 = c.n;
+		o->acks_at_slice0 = acks;
+	} else if (c.n != o->at_slice0 + 64 * slice || acks != o->acks_at_slice0) {
+		o->bad++;
+	}
+	pthread_mutex_unlock(&o->mu);
+	mdl_cols_free(&c);
+}
+
+static void test_async_apply_slices(void)
+{
+	char dir[4200];
+	new_dir(dir, sizeof(dir));
+	struct sto_options o;
+	opts(&o, dir, 1000);
+	o.sync = STO_SYNC_FDATASYNC;
+	struct sto *s;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	enum { N = 300 };
+	struct mdl_batch *b[N];
+	struct sub_done d = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	struct slice_obs obs = {
+	    .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .d = &d};
+	/* the series exists before the hook reads it */
+	CHECK_EQ_INT(write_points(s, "js", 0, "loss", 999, 1, 1), 0);
+	obs.sid = series_id(s, "js", 0, "loss");
+	sto_test_set_apply_hook(slice_hook, &obs);
+	for (int i = 0; i < N; i++) {
+		CHECK_EQ_INT(mdl_batch_new(16, 16, &b[i]), 0);
+		CHECK_EQ_INT(mdl_batch_add(b[i], "js", 2, 0, "loss", 4, 1000 + i, i, 0,
+					   rdb_f64_bits(i * 0.5)),
+			     0);
+		struct sto_write_req req = {.points = b[i]};
+		struct sto_write_result res;
+		CHECK_EQ_INT(sto_write_submit(s, &req, &res, sub_cb, &d), STO_PENDING);
+	}
+	pthread_mutex_lock(&obs.mu);
+	obs.release = true;
+	pthread_cond_broadcast(&obs.cv);
+	pthread_mutex_unlock(&obs.mu);
+	sub_wait(&d, N);
+	sto_test_set_apply_hook(NULL, NULL);
+	CHECK_EQ_INT(d.errors, 0);
+	CHECK_EQ_INT(obs.bad, 0);
+	CHECK(obs.max_slice >= 2); /* the second group held >= 129 writes */
+	check_times(s, "js", 0, "loss", 999, N + 1);
+	sto_close(s);
+	for (int i = 0; i < N; i++)
+		mdl_batch_free(b[i]);
+}
+
 /* Series created by concurrent writers are group-committed; a writer
  * refused by max_series never leaves a series behind, whatever else was in
  * its group, and every accepted writer's series all exist. */
@@ -1498,6 +1588,7 @@ int main(void)
 	RUN(test_view_survives_merge);
 	RUN(test_failed_write_retry_is_exactly_once);
 	RUN(test_async_submit);
+	RUN(test_async_apply_slices);
 	RUN(test_async_submit_new_series);
 	RUN(test_concurrent_series_creation);
 	RUN(test_index_compact_after_merge);
