@@ -747,10 +747,11 @@ static void h_metrics(struct srv_req *req, struct srv_resp *resp, const struct s
 	       st.wal_kept_files);
 	metric(b, "rankdb_wal_damage_kept_bytes", "gauge", "Bytes of those files.",
 	       st.wal_kept_bytes);
-	metric(b, "rankdb_index_damaged_reads_total", "counter",
-	       "Reads that met a chunk index entry failing its checksum (answered by "
-	       "decoding the chunk, or failed).",
-	       st.index_damaged);
+	metric(
+	    b, "rankdb_index_damaged_reads_total", "counter",
+	    "Reads that met a chunk or event chunk index entry failing its checksum (answered by "
+	    "decoding the chunk, or failed).",
+	    st.index_damaged);
 	struct sto_jobmeta_stats jm;
 	sto_jobmeta_stats(ctx->sto, &jm);
 	metric(b, "rankdb_job_meta_damaged_documents", "gauge",

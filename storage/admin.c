@@ -328,8 +328,29 @@ struct evv {
 	size_t nbad;
 };
 
+/* Keeps an event chunk entry for verify --quarantine. */
+static int ev_bad_add(struct evv *ev, const char *job, int64_t min_ts_ns, uint64_t uid,
+		      const uint8_t *val, size_t len)
+{
+	struct ev_bad *p = realloc(ev->bad, (ev->nbad + 1) * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	ev->bad = p;
+	p += ev->nbad++;
+	snprintf(p->job, sizeof(p->job), "%s", job);
+	p->min_ts_ns = min_ts_ns;
+	p->uid = uid;
+	p->len = len;
+	p->val = malloc(len ? len : 1);
+	if (!p->val)
+		return -ENOMEM;
+	if (len)
+		memcpy(p->val, val, len);
+	return 0;
+}
+
 static int check_ev_cb(void *arg, const char *job, int64_t min_ts_ns, uint64_t uid,
-		       const uint8_t *val, size_t len)
+		       const uint8_t *val, size_t len, bool damaged)
 {
 	struct evv *ev = arg;
 	struct vctx *v = ev->v;
@@ -338,6 +359,15 @@ static int check_ev_cb(void *arg, const char *job, int64_t min_ts_ns, uint64_t u
 	size_t plen;
 	const char *why = NULL;
 	v->rep->event_chunks++;
+	if (damaged) {
+		v->rep->index_damaged++;
+		problem(v,
+			"index entry of event chunk %llu of job %s failed its checksum; queries "
+			"decode the chunk instead of trusting it; 'verify --quarantine' moves it "
+			"to the quarantine, 'rankctl rebuild-index' recreates it from the chunk",
+			(unsigned long long)uid, job);
+		return ev_bad_add(ev, job, min_ts_ns, uid, val, len);
+	}
 	int rc = eve_decode(val, len, &e);
 	if (rc)
 		why = "index entry does not decode";
@@ -354,20 +384,7 @@ static int check_ev_cb(void *arg, const char *job, int64_t min_ts_ns, uint64_t u
 	problem(v, "event chunk %llu of job %s (segment %llu, offset %llu): %s",
 		(unsigned long long)uid, job, (unsigned long long)e.segment_id,
 		(unsigned long long)e.offset, why ? why : rdb_strerror(rc));
-	struct ev_bad *p = realloc(ev->bad, (ev->nbad + 1) * sizeof(*p));
-	if (!p)
-		return -ENOMEM;
-	ev->bad = p;
-	p += ev->nbad++;
-	snprintf(p->job, sizeof(p->job), "%s", job);
-	p->min_ts_ns = min_ts_ns;
-	p->uid = uid;
-	p->len = len;
-	p->val = malloc(len);
-	if (!p->val)
-		return -ENOMEM;
-	memcpy(p->val, val, len);
-	return 0;
+	return ev_bad_add(ev, job, min_ts_ns, uid, val, len);
 }
 
 static int quarantine_all(struct vctx *v, struct evv *ev)
@@ -455,8 +472,10 @@ static int check_index(struct vctx *v, struct evv *ev)
 		problem(v, "LMDB index: the event database cannot be read (%s)", rdb_strerror(rc3));
 	int rc5 = sto_index_check_values(t, value_problem, v, &v->rep->index_damaged);
 	if (rc5)
-		problem(v, "LMDB index: the series catalog or rollups cannot be read (%s)",
-			rdb_strerror(rc5));
+		problem(
+		    v,
+		    "LMDB index: the series catalog, rollups or other tables cannot be read (%s)",
+		    rdb_strerror(rc5));
 	int rc4 = sto_sup_scan(t, check_sup_cb, v);
 	if (rc4)
 		problem(v, "LMDB index: the supersede database cannot be read (%s)",

@@ -19,21 +19,32 @@
 
 #include <stdint.h>
 
-#define STO_FORMAT_VERSION 4u
+#define STO_FORMAT_VERSION 5u
 /* The oldest version this build reads. A directory of format 1 (before
- * group and supersede records), 2 (before checksums in index values) or 3
- * (before blocked value columns, codec encoding 37) is upgraded in place
- * at its first open: FORMAT says 4 from then on, so that an older rankdbd
- * refuses it instead of misreading group records or 136-byte chunk entries,
- * or reporting blocked chunks as corrupt; the index's format_version says 4
- * once every chunk entry has its checksum (from format 1 or 2: rewritten in
- * bounded transactions, storage/index/index.c; until then entries without
- * one are read as they are, and a crash in the middle is finished at the
- * next open; from format 3 nothing is rewritten). WAL and segment files of
- * formats 1 to 3 are read as they are (their layouts did not change). */
+ * group and supersede records), 2 (before checksums in index values), 3
+ * (before blocked value columns, codec encoding 37) or 4 (before checksums
+ * in the other index values) is upgraded in place at its first open:
+ * FORMAT says 5 from then on, so that an older rankdbd refuses it instead
+ * of misreading group records, 136-byte chunk entries or sealed values, or
+ * reporting blocked chunks as corrupt; the index's format_version says 5
+ * once every value has its checksum (rewritten in bounded transactions,
+ * storage/index/index.c; until then values without one are read as they
+ * are, and a crash in the middle is finished at the next open). WAL and
+ * segment files of formats 1 to 4 are read as they are (their layouts did
+ * not change). */
 #define STO_FORMAT_VERSION_OLDEST 1u
 /* The first format whose index values carry checksums. */
 #define STO_FORMAT_INDEX_CHECKSUMS 3u
+/* The first format in which every other index value carries one too (the
+ * meta, events, evpending, pending, batch_ids, batch_time, tombstones,
+ * retention, quarantine, seg_trash and supersede tables: a trailer,
+ * storage/index/ix_seal.c). A format 1 to 4 index is upgraded at its first
+ * open (not read-only): every such value is rewritten with its trailer in
+ * bounded transactions before format_version says 5. */
+#define STO_FORMAT_SEALED_VALUES 5u
+/* What segment headers written by this build say: the format of the last
+ * change to segment files (4: encoding 37). Readers check the magic only. */
+#define STO_SEG_VERSION 4u
 
 /* ---- WAL file ------------------------------------------------------------
  * Header (32 bytes):

@@ -445,8 +445,10 @@ static int ev_find_job(struct rb *b, const uint8_t *pl, size_t plen, struct mdl_
 	return RDB_ECORRUPT;
 }
 
-static int ev_exists(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len)
+static int ev_exists(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len,
+		     bool damaged)
 {
+	(void)damaged; /* never set: not a pass_damaged transaction */
 	(void)arg;
 	(void)min_ts_ns;
 	(void)uid;

@@ -75,7 +75,7 @@ int sto_seg_create(const char *dir, uint64_t id, struct sto_ring *ring, struct s
 	}
 	uint8_t hdr[STO_SEG_HEADER_SIZE] = {0};
 	memcpy(hdr, STO_SEG_MAGIC, 8);
-	rdb_put_le32(hdr + 8, STO_FORMAT_VERSION);
+	rdb_put_le32(hdr + 8, STO_SEG_VERSION);
 	rdb_put_le32(hdr + 12, STO_SEG_HEADER_SIZE);
 	rdb_put_le64(hdr + 16, id);
 	rdb_put_le64(hdr + 24, (uint64_t)rdb_now_ns());

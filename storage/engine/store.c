@@ -93,17 +93,29 @@ static int remove_wal_upto(struct sto *s, uint64_t gen)
 	return rc;
 }
 
+/* Meta key into *v, left as it is when absent; another error (a value
+ * failing its checksum) is returned. */
+static int meta_get_or(struct sto_txn *t, const char *key, uint64_t *v)
+{
+	uint64_t x;
+	int rc = sto_meta_get(t, key, &x);
+	if (rc == 0)
+		*v = x;
+	return rc == RDB_ENOTFOUND ? 0 : rc;
+}
+
 /* Meta ckpt_seg (+ 1): the lowest segment id a record of a generation after
  * this checkpoint can land in (the open segment, else the next new one);
  * see drop_uncheckpointed. */
 static int put_ckpt_seg(struct sto *s, struct sto_txn *t)
 {
 	uint64_t next = 0;
+	int rc = 0;
 	if (s->seg)
 		next = sto_seg_id(s->seg);
-	else if (sto_meta_get(t, "next_segment_id", &next) != 0)
-		next = 0;
-	return sto_meta_put(t, "ckpt_seg", next + 1);
+	else
+		rc = meta_get_or(t, "next_segment_id", &next);
+	return rc ? rc : sto_meta_put(t, "ckpt_seg", next + 1);
 }
 
 /* After a checkpoint, gives memory back: the sealed head's columns were
@@ -404,7 +416,7 @@ static int check_format(const char *dir)
 		rdb_info("store",
 			 "%s: upgrading the data directory from format %u to %u (format 2 adds "
 			 "group and supersede records, 3 checksums in index values, 4 blocked "
-			 "value columns; older rankdbd "
+			 "value columns, 5 checksums in every other index value; older rankdbd "
 			 "releases will refuse it from now on)",
 			 path, v, STO_FORMAT_VERSION);
 		return write_format_file(dir);
@@ -453,8 +465,10 @@ static int drop_pending_cb(void *arg, const struct sto_chunk_ref *ref)
 	return rc == RDB_ENOTFOUND ? 0 : rc;
 }
 
-static int ev_seg_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len)
+static int ev_seg_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len,
+		     bool damaged)
 {
+	(void)damaged; /* never set: not a pass_damaged transaction */
 	struct ev_entry e;
 	(void)min_ts_ns;
 	(void)uid;
@@ -486,7 +500,7 @@ static int drop_evpending_cb(void *arg, uint64_t gen, const char *job, int64_t m
 static int drop_uncheckpointed(struct sto *s, bool replaying)
 {
 	struct drop_ctx d = {.min_seg = UINT64_MAX};
-	uint64_t prev, since;
+	uint64_t prev = 0, since = 0;
 	int rc = sto_txn_begin(s->ix, true, &d.t);
 	if (rc)
 		return rc;
@@ -497,13 +511,16 @@ static int drop_uncheckpointed(struct sto *s, bool replaying)
 		rc = sto_evpending_scan(d.t, s->ckpt_gen, drop_evpending_cb, &d);
 	if (rc == 0)
 		rc = sto_evpending_drop_after(d.t, s->ckpt_gen);
-	if (rc == 0 && replaying && sto_meta_get(d.t, "ckpt_seg", &since) == 0 && since &&
-	    since - 1 < d.min_seg)
+	if (rc == 0 && replaying)
+		rc = meta_get_or(d.t, "ckpt_seg", &since);
+	if (rc == 0 && replaying && since && since - 1 < d.min_seg)
 		d.min_seg = since - 1;
 	if (rc == 0 && d.min_seg != UINT64_MAX) {
-		if (sto_meta_get(d.t, "recovery_seg", &prev) == 0 && prev && prev - 1 < d.min_seg)
+		rc = meta_get_or(d.t, "recovery_seg", &prev);
+		if (rc == 0 && prev && prev - 1 < d.min_seg)
 			d.min_seg = prev - 1;
-		rc = sto_meta_put(d.t, "recovery_seg", d.min_seg + 1);
+		if (rc == 0)
+			rc = sto_meta_put(d.t, "recovery_seg", d.min_seg + 1);
 	}
 	if (rc) {
 		sto_txn_abort(d.t);
@@ -524,11 +541,10 @@ static int purge_dropped_records(struct sto *s)
 	int rc = sto_txn_begin(s->ix, false, &t);
 	if (rc)
 		return rc;
-	if (sto_meta_get(t, "recovery_seg", &from) != 0)
-		from = 0;
+	rc = meta_get_or(t, "recovery_seg", &from);
 	sto_txn_abort(t);
-	if (from == 0)
-		return 0;
+	if (rc || from == 0)
+		return rc;
 	rc = sti_compact_from(s, from - 1, &r);
 	if (rc == 0)
 		rc = sti_empty_trash(s); /* no query runs yet: no grace */
@@ -963,13 +979,21 @@ static int open_index(struct sto *s)
 	rc = sto_txn_begin(s->ix, false, &t);
 	if (rc)
 		return rc;
-	uint64_t v;
-	s->ckpt_gen = sto_meta_get(t, "ckpt_gen", &v) == 0 ? v : 0;
-	s->next_uid = sto_meta_get(t, "next_chunk_uid", &v) == 0 ? v : 1;
-	s->uid_limit = s->next_uid;
-	s->nseries = sto_meta_get(t, "next_series_id", &v) == 0 && v > 0 ? v - 1 : 0;
+	uint64_t gen = 0, uid = 1, sid = 1;
+	/* absent: a new index; damaged (failing its checksum): the open fails */
+	rc = meta_get_or(t, "ckpt_gen", &gen);
+	if (rc == 0)
+		rc = meta_get_or(t, "next_chunk_uid", &uid);
+	if (rc == 0)
+		rc = meta_get_or(t, "next_series_id", &sid);
 	sto_txn_abort(t);
-	return 0;
+	if (rc == RDB_ECORRUPT && s->opt.read_only)
+		rc = 0; /* inspect only (verify names the damaged counter): nothing is written */
+	s->ckpt_gen = gen;
+	s->next_uid = uid;
+	s->uid_limit = s->next_uid;
+	s->nseries = sid > 0 ? sid - 1 : 0;
+	return rc;
 }
 
 static void init_locks(struct sto *s)

@@ -691,17 +691,44 @@ static int read_head_events(struct ev_read *r)
 	return rc;
 }
 
-static int ev_chunk_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len)
+/* Counts and logs an event chunk whose index entry failed its checksum;
+ * used: whether the chunk is read through it anyway. */
+static void note_damaged_ev_entry(struct sto *s, const char *job, uint64_t uid, bool used)
+{
+	static struct rdb_log_ratelimit rl;
+	atomic_fetch_add(&s->st_index_damaged, 1);
+	rdb_log_limited(&rl, 10, RDB_LOG_ERROR, "store",
+			"LMDB index: the entry of event chunk %llu (job %s) failed its checksum; "
+			"%s. 'rankctl verify --quarantine' moves it to the quarantine, "
+			"'rankctl rebuild-index' recreates it from the chunk",
+			(unsigned long long)uid, job,
+			used ? "its statistics and token filter are not used, the chunk is "
+			       "decoded instead"
+			     : "it does not say where its chunk is: the query fails");
+}
+
+static int ev_chunk_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len,
+		       bool damaged)
 {
 	struct ev_read *r = arg;
-	(void)min_ts_ns;
 	struct ev_entry e;
 	int rc = eve_decode(val, len, &e);
+	if (rc == 0 && damaged && e.length > STO_CHUNK_HEADER_SIZE + 3 * STO_EVCHUNK_MAX_RAW)
+		rc = RDB_ECORRUPT;
+	if (rc && damaged)
+		note_damaged_ev_entry(r->s, r->filt.f->job, uid, false);
 	if (rc)
 		return rc;
 	e.uid = uid;
-	if (!evf_chunk_may_match(&r->filt, &e))
+	if (damaged) {
+		/* Its statistics and token filter are not used: the chunk at its
+		 * location is read (checksum, uid and job checked) and every event
+		 * filtered on its own. */
+		note_damaged_ev_entry(r->s, r->filt.f->job, uid, true);
+		e.min_ts_ns = min_ts_ns;
+	} else if (!evf_chunk_may_match(&r->filt, &e)) {
 		return 0;
+	}
 	if (r->nchunks == r->chunks_cap) {
 		size_t cap = r->chunks_cap ? r->chunks_cap * 2 : 16;
 		struct ev_entry *p = realloc(r->chunks, cap * sizeof(*p));
@@ -793,8 +820,10 @@ int sto_events_read(struct sto *s, const struct sto_ev_filter *f, size_t max_eve
 	evf_prepare(&r.filt, f);
 	pthread_rwlock_rdlock(&s->view_lock);
 	int rc = sto_txn_begin(s->ix, false, &t);
-	if (rc == 0)
+	if (rc == 0) {
+		sto_txn_pass_damaged(t); /* ev_chunk_cb reads through a damaged entry */
 		rc = read_head_events(&r);
+	}
 	pthread_rwlock_unlock(&s->view_lock);
 	if (rc == 0)
 		rc = sto_evidx_scan(t, f->job, f->to_ns, ev_chunk_cb, &r);
@@ -935,8 +964,10 @@ struct ev_where {
 	uint64_t seg, off;
 };
 
-static int ev_where_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len)
+static int ev_where_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len,
+		       bool damaged)
 {
+	(void)damaged; /* never set: not a pass_damaged transaction */
 	struct ev_where *w = arg;
 	struct ev_entry e;
 	(void)min_ts_ns;

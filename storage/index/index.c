@@ -11,13 +11,16 @@
  *   with MDB_CREATE in a single write transaction by sto_index_open() (the
  *   main five below; the data-lifecycle ones and `supersede` are described
  *   with their functions):
- *     meta     key: the name's bytes (no NUL)      value: u64 LE (8 bytes)
+ *     meta     key: the name's bytes (no NUL)      value: u64 LE, sealed (16 bytes)
  *     series   key: job, 0x00, rank be32, metric   value: series id u64 LE,
  *                                                  u64 XXH3-64 of key + id bytes
  *     sid      key: series id be64                 value: the series key bytes,
  *                                                  u64 XXH3-64 of key + those
  *     chunks   key: chunk key (24 bytes, below)    value: chunk entry (136 bytes)
- *     pending  key: gen be64 + chunk key (32)      value: empty
+ *     pending  key: gen be64 + chunk key (32)      value: empty, sealed (8 bytes)
+ *   "Sealed": the value ends with a checksum trailer of key and value
+ *   (ix_seal.c, format 5), as does every value of the other tables but
+ *   series, sid, chunks and rollups.
  *   Chunk key: series id be64, min_ts as be64 of ((uint64_t)min_ts ^ 2^63)
  *   (so negative timestamps sort first), uid be64. Keys are big-endian so
  *   LMDB's memcmp order is numeric order; values are little-endian.
@@ -217,7 +220,9 @@ static int open_dbs(struct sto_index *ix, MDB_txn *txn, bool read_only)
 static int check_format(struct sto_txn *t, bool read_only)
 {
 	uint64_t found;
+	t->ix->legacy_small = true; /* format_version itself may predate format 5 */
 	int ret = sto_meta_get(t, "format_version", &found);
+	t->ix->legacy_small = false;
 
 	if (ret == RDB_ENOTFOUND && read_only)
 		return 0;
@@ -236,10 +241,10 @@ static int check_format(struct sto_txn *t, bool read_only)
 	/* Before format 3: values without checksums are read as they are
 	 * until upgrade_values (not read-only) has rewritten them (format.h). */
 	t->ix->legacy_values = found < STO_FORMAT_INDEX_CHECKSUMS;
-	/* Format 3: every value already has its checksum; format 4 only adds
-	 * a chunk encoding, so the version is raised in this transaction. */
-	if (found < STO_FORMAT_VERSION && !t->ix->legacy_values && !read_only)
-		return sto_meta_put(t, "format_version", STO_FORMAT_VERSION);
+	/* Before format 5: the values ix_seal.c seals are read without their
+	 * trailer until upgrade_values has given them one. Format 4 only added
+	 * a chunk encoding: from 3 or 4 the upgrade seals and nothing else. */
+	t->ix->legacy_small = found < STO_FORMAT_SEALED_VALUES;
 	return 0;
 }
 
@@ -328,25 +333,37 @@ int ix_rewrite_legacy(struct sto_index *ix, MDB_dbi dbi, ix_check_fn check, size
 	return ret;
 }
 
-/* From format 1 or 2: every chunk entry gets its checksum, in bounded
- * transactions; format_version says 4 only once all are rewritten, so a crash in the
- * middle is finished at the next open. */
+/* From format 1 or 2: every chunk entry, series catalog value and rollup
+ * record gets its checksum; from format 1 to 4: every value of the tables
+ * ix_seal.c covers gets its trailer; in bounded transactions, and
+ * format_version says STO_FORMAT_VERSION only once all are rewritten, so a
+ * crash in the middle is finished at the next open. */
+static int upgrade_checksums(struct sto_index *ix, uint64_t *chunks, uint64_t *others,
+			     uint64_t *damaged)
+{
+	int ret = ix_chunks_upgrade(ix, UPGRADE_BATCH, chunks, damaged);
+	if (ret == 0)
+		ret = ix_rewrite_legacy(ix, ix->series, ix_series_check, UPGRADE_BATCH, others,
+					damaged);
+	if (ret == 0)
+		ret = ix_rewrite_legacy(ix, ix->sid, ix_sid_check, UPGRADE_BATCH, others, damaged);
+	if (ret == 0)
+		ret = ix_rewrite_legacy(ix, ix->rollups, ix_rollup_check, UPGRADE_BATCH, others,
+					damaged);
+	return ret;
+}
+
 static int upgrade_values(struct sto_index *ix)
 {
-	uint64_t chunks = 0, others = 0, damaged = 0;
+	uint64_t chunks = 0, others = 0, damaged = 0, sealed = 0;
 	struct sto_txn *t = NULL;
+	struct ix_sealed_db dbs[IX_NSEALED];
 	rdb_info(SUBSYS, "LMDB index %s: upgrading to format %u (checksums in index values)",
 		 ix->dir, STO_FORMAT_VERSION);
-	int ret = ix_chunks_upgrade(ix, UPGRADE_BATCH, &chunks, &damaged);
-	if (ret == 0)
-		ret = ix_rewrite_legacy(ix, ix->series, ix_series_check, UPGRADE_BATCH, &others,
-					&damaged);
-	if (ret == 0)
-		ret =
-		    ix_rewrite_legacy(ix, ix->sid, ix_sid_check, UPGRADE_BATCH, &others, &damaged);
-	if (ret == 0)
-		ret = ix_rewrite_legacy(ix, ix->rollups, ix_rollup_check, UPGRADE_BATCH, &others,
-					&damaged);
+	int ret = ix->legacy_values ? upgrade_checksums(ix, &chunks, &others, &damaged) : 0;
+	ix_sealed_dbs(ix, dbs);
+	for (size_t i = 0; ret == 0 && ix->legacy_small && i < IX_NSEALED; i++)
+		ret = ix_seal_legacy(ix, dbs[i].dbi, UPGRADE_BATCH, &sealed);
 	if (ret == 0)
 		ret = sto_txn_begin(ix, true, &t);
 	if (ret == 0)
@@ -363,11 +380,12 @@ static int upgrade_values(struct sto_index *ix)
 		return ret;
 	}
 	ix->legacy_values = false;
+	ix->legacy_small = false;
 	rdb_info(SUBSYS,
-		 "LMDB index %s: format %u: %llu chunk entries and %llu series catalog and "
-		 "rollup values given a checksum%s",
+		 "LMDB index %s: format %u: %llu chunk entries, %llu series catalog and "
+		 "rollup values and %llu values of the other tables given a checksum%s",
 		 ix->dir, STO_FORMAT_VERSION, (unsigned long long)chunks,
-		 (unsigned long long)others,
+		 (unsigned long long)others, (unsigned long long)sealed,
 		 damaged ? "; some entries do not decode and were left as they are: run "
 			   "'rankctl verify'"
 			 : "");
@@ -497,7 +515,7 @@ static int index_open(const char *dir, uint64_t map_bytes, bool read_only, struc
 		goto out;
 	ret = sto_txn_commit(t); /* read-only too: an aborted txn closes its dbi handles */
 	t = NULL;
-	if (ret == 0 && ix->legacy_values && !read_only)
+	if (ret == 0 && (ix->legacy_values || ix->legacy_small) && !read_only)
 		ret = upgrade_values(ix);
 	if (ret != 0)
 		goto out;
@@ -782,6 +800,39 @@ int sto_index_check_all(struct sto_txn *t, uint64_t *entries)
 
 /* ---- value checks for verify ---------------------------------------------- */
 
+/* Damaged values of the sealed tables but events (whose entries verify
+ * checks with their chunks, as it does chunk entries). */
+static int check_sealed(struct sto_txn *t, sto_index_problem_fn fn, void *arg, uint64_t *damaged)
+{
+	struct ix_sealed_db dbs[IX_NSEALED];
+	char msg[1024], key[300];
+	int ret = 0;
+	ix_sealed_dbs(t->ix, dbs);
+	for (size_t i = 0; ret == 0 && i < IX_NSEALED; i++) {
+		MDB_cursor *cur = NULL;
+		MDB_val k, v, body;
+		if (dbs[i].dbi == t->ix->events)
+			continue;
+		ret = ix_cursor_open(t, dbs[i].dbi, &cur);
+		if (ret != 0)
+			break;
+		for (ret = ix_cursor_seek(t, cur, NULL, 0, &k, &v); ret == 0;
+		     ret = ix_cursor_next(t, cur, &k, &v)) {
+			if (ix_unseal(t, &k, &v, &body) >= 0)
+				continue;
+			(*damaged)++;
+			ix_key_text(&k, key, sizeof(key));
+			snprintf(msg, sizeof(msg), "%s entry with key '%s': checksum mismatch; %s",
+				 dbs[i].name, key, dbs[i].remedy);
+			if (fn)
+				fn(arg, msg);
+		}
+		ret = ret == RDB_ENOTFOUND ? 0 : ret;
+		mdb_cursor_close(cur);
+	}
+	return ret;
+}
+
 static void describe(const MDB_val *k, int which, const char *why, char *msg, size_t size)
 {
 	const uint8_t *p = k->mv_data;
@@ -830,5 +881,5 @@ int sto_index_check_values(struct sto_txn *t, sto_index_problem_fn fn, void *arg
 		ret = ret == RDB_ENOTFOUND ? 0 : ret;
 		mdb_cursor_close(cur);
 	}
-	return ret;
+	return ret == 0 ? check_sealed(t, fn, arg, damaged) : ret;
 }

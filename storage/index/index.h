@@ -12,7 +12,11 @@
  *   pending  gen (be64) series (be64) min_ts (be64 flipped) uid (be64) -> empty
  *            chunks written by a generation not yet checkpointed
  *   supersede  merged chunk uid (be64) -> supersede entry (below)
- * The index is derived data: it can be rebuilt from the segment files.
+ * Values of every table but series, sid, chunks and rollups (whose layouts
+ * hold their checksums) carry a checksum trailer, checked on every read and
+ * hidden from callers (storage/index/ix_seal.c, docs/FORMAT.md "Sealed
+ * values"). The index is derived data: it can be rebuilt from the segment
+ * files.
  *
  * Threading: LMDB rules. One write transaction at a time (others block);
  * read transactions run concurrently with it. A transaction is used by one
@@ -62,13 +66,18 @@ void sto_txn_abort(struct sto_txn *t); /* frees; NULL ok */
  * fail the chunk scan or get that meets it: the callback gets a ref marked
  * damaged (key fields and the entry's location, no statistics) for the
  * caller to decode the chunk itself (queries, verify). Without it (every
- * writer: compaction, retention, merge) such an entry is RDB_ECORRUPT. */
+ * writer: compaction, retention, merge) such an entry is RDB_ECORRUPT. The
+ * same for event chunk entries (sto_evidx_fn's damaged); sto_sup_scan
+ * skips a damaged supersede entry instead. */
 void sto_txn_pass_damaged(struct sto_txn *t);
 
-/* Checks the checksum of every series catalog value (series, sid) and
- * rollup record (chunk entries: sto_chunk_scan_all with pass_damaged);
- * calls fn with a one-line description of each damaged one and counts it
- * in *damaged. Read-only. 0 or the error that stopped the walk. */
+/* Checks the checksum of every series catalog value (series, sid), rollup
+ * record and value of the other tables but events (meta, pending,
+ * evpending, batch_ids, batch_time, tombstones, retention, quarantine,
+ * seg_trash, supersede; chunk and event entries: sto_chunk_scan_all and
+ * sto_evidx_scan_all with pass_damaged); calls fn with a one-line
+ * description of each damaged one and counts it in *damaged. Read-only. 0
+ * or the error that stopped the walk. */
 typedef void (*sto_index_problem_fn)(void *arg, const char *msg);
 int sto_index_check_values(struct sto_txn *t, sto_index_problem_fn fn, void *arg,
 			   uint64_t *damaged);
@@ -138,9 +147,13 @@ int sto_evidx_put(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_
 		  const void *val, size_t len);
 int sto_evidx_del(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_t uid);
 /* Calls fn for each event chunk of job with min_ts <= to_ns, in (min_ts,
- * uid) order. The value pointer is valid only during the call. */
+ * uid) order. The value pointer is valid only during the call. An entry
+ * that fails its checksum is RDB_ECORRUPT, or, in a transaction marked
+ * sto_txn_pass_damaged, reaches fn with damaged set: its bytes may be
+ * wrong anywhere (the caller may find the chunk through them and check the
+ * chunk's own checksum and uid, never trust the statistics or filter). */
 typedef int (*sto_evidx_fn)(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val,
-			    size_t len);
+			    size_t len, bool damaged);
 int sto_evidx_scan(struct sto_txn *t, const char *job, int64_t to_ns, sto_evidx_fn fn, void *arg);
 int sto_evpending_add(struct sto_txn *t, uint64_t gen, const char *job, int64_t min_ts_ns,
 		      uint64_t uid);
@@ -184,7 +197,7 @@ int sto_chunk_scan_all(struct sto_txn *t, sto_chunk_fn fn, void *arg);
 int sto_evidx_get(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_t uid,
 		  sto_evidx_fn fn, void *arg);
 typedef int (*sto_evidx_all_fn)(void *arg, const char *job, int64_t min_ts_ns, uint64_t uid,
-				const uint8_t *val, size_t len);
+				const uint8_t *val, size_t len, bool damaged);
 int sto_evidx_scan_all(struct sto_txn *t, sto_evidx_all_fn fn, void *arg);
 
 /* Removes a series from series and sid (absent: 0). */

@@ -20,15 +20,20 @@
 /* ---- client batch ids ----------------------------------------------------------
  * batch_ids   key: the id bytes           value: u64 LE, ns when first seen
  * batch_time  key: ns be64, then the id   value: empty (for pruning by age)
+ * Both sealed (ix_seal.c: a checksum trailer since format 5). Pruning drops
+ * a damaged batch_time entry without deleting the id it seems to name.
  */
 
 int sto_batchid_get(struct sto_txn *t, const char *id, size_t len, uint64_t *seen_ns)
 {
-	MDB_val k = {.mv_size = len, .mv_data = (void *)id}, v;
+	MDB_val k = {.mv_size = len, .mv_data = (void *)id}, v, body;
 	int ret = ix_err(t->ix, mdb_get(t->txn, t->ix->batch_ids, &k, &v), "batch id get");
 	if (ret != 0)
 		return ret;
-	return ix_u64_value(t, &v, "batch id value", seen_ns);
+	if (ix_unseal(t, &k, &v, &body) < 0)
+		return ix_damaged(t, "batch_ids", &k,
+				  "writes with that batch id fail until it expires");
+	return ix_u64_value(t, &body, "batch id value", seen_ns);
 }
 
 int sto_batchid_put(struct sto_txn *t, const char *id, size_t len, uint64_t seen_ns)
@@ -37,14 +42,14 @@ int sto_batchid_put(struct sto_txn *t, const char *id, size_t len, uint64_t seen
 	if (len == 0 || len > 512)
 		return -EINVAL;
 	rdb_put_le64(vb, seen_ns);
-	MDB_val k = {.mv_size = len, .mv_data = (void *)id}, v = {.mv_size = 8, .mv_data = vb};
-	int ret = ix_err(t->ix, mdb_put(t->txn, t->ix->batch_ids, &k, &v, 0), "batch id put");
+	MDB_val k = {.mv_size = len, .mv_data = (void *)id};
+	int ret = ix_put_sealed(t, t->ix->batch_ids, &k, vb, sizeof(vb), "batch id put");
 	if (ret != 0)
 		return ret;
 	rdb_put_be64(kb, seen_ns);
 	memcpy(kb + 8, id, len);
-	MDB_val tk = {.mv_size = 8 + len, .mv_data = kb}, tv = {.mv_size = 0, .mv_data = kb};
-	return ix_err(t->ix, mdb_put(t->txn, t->ix->batch_time, &tk, &tv, 0), "batch time put");
+	MDB_val tk = {.mv_size = 8 + len, .mv_data = kb};
+	return ix_put_sealed(t, t->ix->batch_time, &tk, NULL, 0, "batch time put");
 }
 
 int sto_batchid_prune(struct sto_txn *t, uint64_t older_than_ns, size_t max_delete, size_t *deleted)
@@ -63,10 +68,16 @@ int sto_batchid_prune(struct sto_txn *t, uint64_t older_than_ns, size_t max_dele
 			ret = ix_corrupt(t, "batch time key", k.mv_size);
 			break;
 		}
-		if (rdb_get_be64(k.mv_data) >= older_than_ns)
+		MDB_val body;
+		bool damaged = ix_unseal(t, &k, &v, &body) < 0;
+		if (damaged) /* its time and id may be wrong: dropped, its id left alone */
+			ix_damaged(t, "batch_time", &k, "it is removed now");
+		else if (rdb_get_be64(k.mv_data) >= older_than_ns)
 			break;
 		MDB_val ik = {.mv_size = k.mv_size - 8, .mv_data = (uint8_t *)k.mv_data + 8};
-		ret = ix_err(t->ix, mdb_del(t->txn, t->ix->batch_ids, &ik, NULL), "batch id del");
+		ret = damaged ? 0
+			      : ix_err(t->ix, mdb_del(t->txn, t->ix->batch_ids, &ik, NULL),
+				       "batch id del");
 		if (ret != 0 && ret != RDB_ENOTFOUND)
 			break;
 		ret = ix_err(t->ix, mdb_cursor_del(cur, 0), "batch time del");

@@ -233,16 +233,19 @@ out:
 	return ret;
 }
 
-/* ---- pending ------------------------------------------------------------- */
+/* ---- pending ------------------------------------------------------------- *
+ * Values: empty, sealed (ix_seal.c: a checksum trailer of the key since
+ * format 5). A damaged entry fails the scan: recovery must not drop the
+ * wrong chunk, nor keep one it should drop. */
 
 int sto_pending_add(struct sto_txn *t, uint64_t gen, const struct sto_chunk_ref *ref)
 {
 	uint8_t kb[PENDING_KEY_SIZE];
-	MDB_val k = {.mv_size = sizeof(kb), .mv_data = kb}, v = {.mv_size = 0, .mv_data = kb};
+	MDB_val k = {.mv_size = sizeof(kb), .mv_data = kb};
 
 	rdb_put_be64(kb, gen);
 	ix_chunk_key_put(kb + 8, ref->series_id, ref->stats.min_ts_ns, ref->uid);
-	return ix_err(t->ix, mdb_put(t->txn, t->ix->pending, &k, &v, 0), "pending add");
+	return ix_put_sealed(t, t->ix->pending, &k, NULL, 0, "pending add");
 }
 
 int sto_pending_scan(struct sto_txn *t, uint64_t after_gen, sto_chunk_fn fn, void *arg)
@@ -263,6 +266,13 @@ int sto_pending_scan(struct sto_txn *t, uint64_t after_gen, sto_chunk_fn fn, voi
 	     ret = ix_cursor_next(t, cur, &k, &v)) {
 		if (k.mv_size != PENDING_KEY_SIZE) {
 			ret = ix_corrupt(t, "pending key", k.mv_size);
+			goto out;
+		}
+		MDB_val body;
+		if (ix_unseal(t, &k, &v, &body) < 0) {
+			ret = ix_damaged(t, "pending", &k,
+					 "'rankctl rebuild-index' recreates the index from the "
+					 "segment files");
 			goto out;
 		}
 		memset(&ref, 0, sizeof(ref));

@@ -21,7 +21,32 @@
  * events     key: job, 0x00, min_ts be64 (sign flipped), uid be64
  *            value: the event chunk entry (layout in storage/format.h)
  * evpending  key: gen be64, then the events key; value: empty
+ * Both sealed (ix_seal.c: a checksum trailer since format 5); callers see
+ * the entry without it. A damaged events entry is RDB_ECORRUPT, or, in a
+ * sto_txn_pass_damaged transaction, reaches the callback marked damaged
+ * (its bytes without the trailer, for the caller to find the chunk through
+ * it and check that instead). A damaged evpending entry fails the scan.
  */
+
+#define EV_REMEDY                                                                                  \
+	"queries decode its chunk instead; 'verify --quarantine' moves it to the quarantine "      \
+	"and 'rankctl rebuild-index' recreates it from the chunk"
+
+/* The entry of an events pair: 0 with *body (and *damaged false), or with
+ * *damaged when t passes damaged entries; else RDB_ECORRUPT (logged). */
+static int ev_value(const struct sto_txn *t, const MDB_val *k, const MDB_val *v, MDB_val *body,
+		    bool *damaged)
+{
+	*damaged = false;
+	if (ix_unseal(t, k, v, body) >= 0)
+		return 0;
+	if (!t->pass_damaged)
+		return ix_damaged(t, "events", k, EV_REMEDY);
+	*damaged = true;
+	body->mv_data = v->mv_data;
+	body->mv_size = v->mv_size >= IX_SUM_SIZE ? v->mv_size - IX_SUM_SIZE : v->mv_size;
+	return 0;
+}
 
 size_t ix_ev_key_put(uint8_t *p, const char *job, int64_t min_ts_ns, uint64_t uid)
 {
@@ -52,8 +77,7 @@ int sto_evidx_put(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_
 {
 	uint8_t kb[MDL_JOB_MAX + 17];
 	MDB_val k = {.mv_size = ix_ev_key_put(kb, job, min_ts_ns, uid), .mv_data = kb};
-	MDB_val v = {.mv_size = len, .mv_data = (void *)val};
-	return ix_err(t->ix, mdb_put(t->txn, t->ix->events, &k, &v, 0), "event chunk put");
+	return ix_put_sealed(t, t->ix->events, &k, val, len, "event chunk put");
 }
 
 int sto_evidx_del(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_t uid)
@@ -85,7 +109,11 @@ int sto_evidx_scan(struct sto_txn *t, const char *job, int64_t to_ns, sto_evidx_
 			goto out;
 		if (min_ts > to_ns)
 			break;
-		ret = fn(arg, min_ts, uid, v.mv_data, v.mv_size);
+		MDB_val body;
+		bool damaged;
+		ret = ev_value(t, &k, &v, &body, &damaged);
+		if (ret == 0)
+			ret = fn(arg, min_ts, uid, body.mv_data, body.mv_size, damaged);
 		if (ret != 0)
 			goto out;
 	}
@@ -101,8 +129,7 @@ int sto_evpending_add(struct sto_txn *t, uint64_t gen, const char *job, int64_t 
 	uint8_t kb[8 + MDL_JOB_MAX + 17];
 	rdb_put_be64(kb, gen);
 	MDB_val k = {.mv_size = 8 + ix_ev_key_put(kb + 8, job, min_ts_ns, uid), .mv_data = kb};
-	MDB_val v = {.mv_size = 0, .mv_data = kb};
-	return ix_err(t->ix, mdb_put(t->txn, t->ix->evpending, &k, &v, 0), "event pending add");
+	return ix_put_sealed(t, t->ix->evpending, &k, NULL, 0, "event pending add");
 }
 
 int sto_evpending_scan(struct sto_txn *t, uint64_t after_gen, sto_evpending_fn fn, void *arg)
@@ -123,6 +150,13 @@ int sto_evpending_scan(struct sto_txn *t, uint64_t after_gen, sto_evpending_fn f
 	     ret = ix_cursor_next(t, cur, &k, &v)) {
 		if (k.mv_size < 8 + 18) {
 			ret = ix_corrupt(t, "event pending key", k.mv_size);
+			goto out;
+		}
+		MDB_val body;
+		if (ix_unseal(t, &k, &v, &body) < 0) {
+			ret = ix_damaged(t, "evpending", &k,
+					 "'rankctl rebuild-index' recreates the index from the "
+					 "segment files");
 			goto out;
 		}
 		ret = ev_key_get(t, (const uint8_t *)k.mv_data + 8, k.mv_size - 8, job, &min_ts,
@@ -156,9 +190,13 @@ int sto_evidx_get(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_
 {
 	uint8_t kb[MDL_JOB_MAX + 17];
 	MDB_val k = {.mv_size = ix_ev_key_put(kb, job, min_ts_ns, uid), .mv_data = kb}, v;
+	MDB_val body;
+	bool damaged;
 	int ret = ix_err(t->ix, mdb_get(t->txn, t->ix->events, &k, &v), "event chunk get");
 	if (ret == 0)
-		ret = fn(arg, min_ts_ns, uid, v.mv_data, v.mv_size);
+		ret = ev_value(t, &k, &v, &body, &damaged);
+	if (ret == 0)
+		ret = fn(arg, min_ts_ns, uid, body.mv_data, body.mv_size, damaged);
 	return ret;
 }
 
@@ -174,9 +212,13 @@ int sto_evidx_scan_all(struct sto_txn *t, sto_evidx_all_fn fn, void *arg)
 		return ret;
 	for (ret = ix_cursor_seek(t, cur, NULL, 0, &k, &v); ret == 0;
 	     ret = ix_cursor_next(t, cur, &k, &v)) {
+		MDB_val body;
+		bool damaged = false;
 		ret = ev_key_get(t, k.mv_data, k.mv_size, job, &min_ts, &uid);
 		if (ret == 0)
-			ret = fn(arg, job, min_ts, uid, v.mv_data, v.mv_size);
+			ret = ev_value(t, &k, &v, &body, &damaged);
+		if (ret == 0)
+			ret = fn(arg, job, min_ts, uid, body.mv_data, body.mv_size, damaged);
 		if (ret != 0)
 			goto out;
 	}

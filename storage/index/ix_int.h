@@ -90,6 +90,8 @@ struct sto_index {
 	size_t map_len;
 	bool legacy_values; /* format_version < 3: values without checksums are
 			     * accepted (read-only open, or an upgrade under way) */
+	bool legacy_small;  /* format_version < 5: the same for the tables whose
+			     * values format 5 seals (ix_seal.c) */
 };
 
 struct sto_txn {
@@ -178,6 +180,36 @@ int ix_sid_check(const struct sto_txn *t, const MDB_val *k, const MDB_val *v, ui
  * transactions of at most batch pairs; damaged ones are left and counted. */
 int ix_rewrite_legacy(struct sto_index *ix, MDB_dbi dbi, ix_check_fn check, size_t batch,
 		      uint64_t *rewritten, uint64_t *damaged);
+
+/* ---- ix_seal.c: values with a checksum trailer (format 5) ----
+ * meta, events, evpending, pending, batch_ids, batch_time, tombstones,
+ * retention, quarantine, seg_trash, supersede: value = body, then u64 LE
+ * XXH3-64 (seed 0) of the key and the body. */
+#define IX_SUM_SIZE 8u
+/* Checks v of key k: 0 with *body = v without its trailer; 1 with *body = v
+ * when it has no valid trailer and t->ix->legacy_small (a value written
+ * before format 5); RDB_ECORRUPT otherwise (*body untouched). */
+int ix_unseal(const struct sto_txn *t, const MDB_val *k, const MDB_val *v, MDB_val *body);
+/* Puts body (n bytes, not inside the map) with its trailer under k. */
+int ix_put_sealed(struct sto_txn *t, MDB_dbi dbi, const MDB_val *k, const void *body, size_t n,
+		  const char *op);
+/* Logs (rate-limited) that the table's entry at k failed its checksum,
+ * with what the operator can do (remedy); returns RDB_ECORRUPT. */
+int ix_damaged(const struct sto_txn *t, const char *table, const MDB_val *k, const char *remedy);
+/* The first 64 bytes of k as text (non-printable bytes as \xNN) into out. */
+void ix_key_text(const MDB_val *k, char *out, size_t size);
+/* Gives every value of dbi without a trailer one, in write transactions
+ * of at most batch pairs; *rewritten counts them. Idempotent. */
+int ix_seal_legacy(struct sto_index *ix, MDB_dbi dbi, size_t batch, uint64_t *rewritten);
+/* What verify and the upgrade walk: the sealed tables, with a name and
+ * what to do about a damaged entry. */
+struct ix_sealed_db {
+	const char *name;
+	MDB_dbi dbi;
+	const char *remedy;
+};
+#define IX_NSEALED 11
+void ix_sealed_dbs(const struct sto_index *ix, struct ix_sealed_db *out);
 
 /* ---- ix_events.c ---- */
 /* Writes the events key of (job, min_ts_ns, uid) into p; returns its length. */

@@ -25,11 +25,27 @@
  *                                                (0 = keep forever)
  * quarantine  key: 'C' + chunk key | 'E' + events key   value: the entry as it was
  * seg_trash   key: segment id be64        value: empty (compacted away; unlink)
+ * Every value is sealed (ix_seal.c: a checksum trailer since format 5).
  */
 
 static MDB_dbi jobdb(const struct sto_txn *t, enum sto_jobdb which)
 {
 	return which == STO_JOBDB_TOMBSTONE ? t->ix->tombstones : t->ix->retention;
+}
+
+/* The u64 of a checked pair. */
+static int job_value(const struct sto_txn *t, enum sto_jobdb which, const MDB_val *k,
+		     const MDB_val *v, uint64_t *out)
+{
+	MDB_val body;
+	if (ix_unseal(t, k, v, &body) < 0)
+		return which == STO_JOBDB_TOMBSTONE
+			   ? ix_damaged(t, "tombstones", k,
+					"the store does not open on it; delete the job again "
+					"after 'rankctl rebuild-index'")
+			   : ix_damaged(t, "retention", k,
+					"retention passes fail; set the job's retention again");
+	return ix_u64_value(t, &body, "job value", out);
 }
 
 static int job_key(const char *job, MDB_val *k)
@@ -45,12 +61,12 @@ static int job_key(const char *job, MDB_val *k)
 int sto_jobval_put(struct sto_txn *t, enum sto_jobdb which, const char *job, uint64_t val)
 {
 	uint8_t vb[8];
-	MDB_val k, v = {.mv_size = 8, .mv_data = vb};
+	MDB_val k;
 	int ret = job_key(job, &k);
 	if (ret != 0)
 		return ret;
 	rdb_put_le64(vb, val);
-	return ix_err(t->ix, mdb_put(t->txn, jobdb(t, which), &k, &v, 0), "job value put");
+	return ix_put_sealed(t, jobdb(t, which), &k, vb, sizeof(vb), "job value put");
 }
 
 int sto_jobval_get(struct sto_txn *t, enum sto_jobdb which, const char *job, uint64_t *val)
@@ -60,7 +76,7 @@ int sto_jobval_get(struct sto_txn *t, enum sto_jobdb which, const char *job, uin
 	if (ret == 0)
 		ret = ix_err(t->ix, mdb_get(t->txn, jobdb(t, which), &k, &v), "job value get");
 	if (ret == 0)
-		ret = ix_u64_value(t, &v, "job value", val);
+		ret = job_value(t, which, &k, &v, val);
 	return ret;
 }
 
@@ -90,7 +106,7 @@ int sto_jobval_scan(struct sto_txn *t, enum sto_jobdb which, sto_jobval_fn fn, v
 		}
 		memcpy(job, k.mv_data, k.mv_size);
 		job[k.mv_size] = 0;
-		ret = ix_u64_value(t, &v, "job value", &val);
+		ret = job_value(t, which, &k, &v, &val);
 		if (ret == 0)
 			ret = fn(arg, job, val);
 		if (ret != 0)

@@ -1,5 +1,6 @@
 /* ix_meta.c - the meta table: named u64 counters and settings
  * (format_version, next_series_id, next_chunk_uid, checkpoint gen, ...).
+ * Values: u64 LE, sealed (ix_seal.c: a checksum trailer since format 5).
  *
  * One file per LMDB table (or table family) of the index; the environment,
  * transactions, error border and cursor helpers are index.c's (ix_int.h).
@@ -40,19 +41,24 @@ int sto_meta_get(struct sto_txn *t, const char *key, uint64_t *out)
 	ret = ix_err(t->ix, mdb_get(t->txn, t->ix->meta, &k, &v), "meta get");
 	if (ret != 0)
 		return ret;
-	return ix_u64_value(t, &v, "meta value", out);
+	MDB_val body;
+	if (ix_unseal(t, &k, &v, &body) < 0)
+		return ix_damaged(t, "meta", &k,
+				  "the store does not open on it; 'rankctl rebuild-index' "
+				  "recreates the counters");
+	return ix_u64_value(t, &body, "meta value", out);
 }
 
 int sto_meta_put(struct sto_txn *t, const char *key, uint64_t val)
 {
 	uint8_t buf[8];
-	MDB_val k, v = {.mv_size = sizeof(buf), .mv_data = buf};
+	MDB_val k;
 	int ret = meta_key(key, &k);
 
 	if (ret != 0)
 		return ret;
 	rdb_put_le64(buf, val);
-	return ix_err(t->ix, mdb_put(t->txn, t->ix->meta, &k, &v, 0), "meta put");
+	return ix_put_sealed(t, t->ix->meta, &k, buf, sizeof(buf), "meta put");
 }
 
 /* Counter read-and-increment; absent reads as absent_val. */

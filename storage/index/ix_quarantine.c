@@ -1,5 +1,7 @@
 /* ix_quarantine.c - the quarantine table: index entries of chunks and
- * event chunks found damaged, kept as they were for the operator.
+ * event chunks found damaged, kept as they were for the operator. Values
+ * are sealed (ix_seal.c); the scan skips a damaged one (logged; verify
+ * names it).
  *
  * One file per LMDB table (or table family) of the index; the environment,
  * transactions, error border and cursor helpers are index.c's (ix_int.h).
@@ -21,11 +23,10 @@ int sto_quarantine_chunk(struct sto_txn *t, const struct sto_chunk_ref *ref)
 {
 	uint8_t kb[1 + CHUNK_KEY_SIZE], vb[ENTRY_SIZE];
 	MDB_val k = {.mv_size = sizeof(kb), .mv_data = kb};
-	MDB_val v = {.mv_size = sizeof(vb), .mv_data = vb};
 	kb[0] = 'C';
 	ix_chunk_key_put(kb + 1, ref->series_id, ref->stats.min_ts_ns, ref->uid);
 	ix_entry_encode(ref, vb);
-	int ret = ix_err(t->ix, mdb_put(t->txn, t->ix->quarantine, &k, &v, 0), "quarantine put");
+	int ret = ix_put_sealed(t, t->ix->quarantine, &k, vb, sizeof(vb), "quarantine put");
 	if (ret == 0)
 		ret = sto_chunk_del(t, ref->series_id, ref->stats.min_ts_ns, ref->uid);
 	return ret == RDB_ENOTFOUND ? 0 : ret;
@@ -37,8 +38,7 @@ int sto_quarantine_evchunk(struct sto_txn *t, const char *job, int64_t min_ts_ns
 	uint8_t kb[1 + MDL_JOB_MAX + 17];
 	kb[0] = 'E';
 	MDB_val k = {.mv_size = 1 + ix_ev_key_put(kb + 1, job, min_ts_ns, uid), .mv_data = kb};
-	MDB_val v = {.mv_size = len, .mv_data = (void *)val};
-	int ret = ix_err(t->ix, mdb_put(t->txn, t->ix->quarantine, &k, &v, 0), "quarantine put");
+	int ret = ix_put_sealed(t, t->ix->quarantine, &k, val, len, "quarantine put");
 	if (ret == 0)
 		ret = sto_evidx_del(t, job, min_ts_ns, uid);
 	return ret == RDB_ENOTFOUND ? 0 : ret;
@@ -56,6 +56,12 @@ int sto_quarantine_scan(struct sto_txn *t, sto_u64_fn fn, void *arg)
 		if (k.mv_size < 9) {
 			ret = ix_corrupt(t, "quarantine key", k.mv_size);
 			goto out;
+		}
+		MDB_val body;
+		if (ix_unseal(t, &k, &v, &body) < 0) { /* its uid may be another's */
+			ix_damaged(t, "quarantine", &k,
+				   "rebuild-index forgets the quarantine list");
+			continue;
 		}
 		ret = fn(arg, rdb_get_be64((const uint8_t *)k.mv_data + k.mv_size - 8));
 		if (ret != 0)

@@ -23,7 +23,10 @@
 /* Supersede entry value v1, little-endian:
  *    0 u8 version (1)  1 u8[3] zero  4 u32 record length  8 u64 segment id
  *   16 u64 offset  24 u64 series id  32 i64 merged min_ts  40 u64 gen
- *   48 u32 nsrc  52 u32 nseg  56 nsrc * (u64 uid, i64 min_ts), nseg * u64 */
+ *   48 u32 nsrc  52 u32 nseg  56 nsrc * (u64 uid, i64 min_ts), nseg * u64
+ * sealed (ix_seal.c: a checksum trailer since format 5). A damaged entry is
+ * RDB_ECORRUPT (writers refuse to act on it); sto_sup_scan skips it in a
+ * sto_txn_pass_damaged transaction (verify, which names it). */
 enum {
 	SUP_VERSION = 1,
 	S_LENGTH = 4,
@@ -88,16 +91,24 @@ int sto_sup_put(struct sto_txn *t, const struct sto_sup_entry *e)
 	for (uint32_t i = 0; i < e->nseg; i++, q += 8)
 		rdb_put_le64(q, e->seg[i]);
 	rdb_put_be64(kb, e->sup.merged_uid);
-	MDB_val k = {.mv_size = 8, .mv_data = kb}, v = {.mv_size = len, .mv_data = p};
-	int ret = ix_err(t->ix, mdb_put(t->txn, t->ix->supersede, &k, &v, 0), "supersede put");
+	MDB_val k = {.mv_size = 8, .mv_data = kb};
+	int ret = ix_put_sealed(t, t->ix->supersede, &k, p, len, "supersede put");
 	free(p);
 	return ret;
 }
 
+#define SUP_REMEDY                                                                                 \
+	"compaction and merges refuse to run; 'rankctl rebuild-index' recreates it from "          \
+	"the segment files"
+
 /* Decodes a value into *e with new arrays; untouched on failure. */
-static int sup_decode(struct sto_txn *t, const MDB_val *k, const MDB_val *v,
+static int sup_decode(struct sto_txn *t, const MDB_val *k, const MDB_val *sealed,
 		      struct sto_sup_entry *e)
 {
+	MDB_val body;
+	if (ix_unseal(t, k, sealed, &body) < 0)
+		return ix_damaged(t, "supersede", k, SUP_REMEDY);
+	const MDB_val *v = &body;
 	const uint8_t *p = v->mv_data;
 	if (k->mv_size != 8 || v->mv_size < S_FIXED || p[0] != SUP_VERSION)
 		return ix_corrupt(t, "supersede entry", v->mv_size);
@@ -159,6 +170,9 @@ int sto_sup_scan(struct sto_txn *t, sto_sup_fn fn, void *arg)
 	for (ret = ix_cursor_seek(t, cur, NULL, 0, &k, &v); ret == 0;
 	     ret = ix_cursor_next(t, cur, &k, &v)) {
 		struct sto_sup_entry e;
+		MDB_val body;
+		if (t->pass_damaged && ix_unseal(t, &k, &v, &body) < 0)
+			continue; /* verify names it (sto_index_check_values) */
 		ret = sup_decode(t, &k, &v, &e);
 		if (ret == 0) {
 			ret = fn(arg, &e);

@@ -90,8 +90,9 @@ static int set_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 }
 
 static int set_ev_cb(void *arg, const char *job, int64_t min_ts_ns, uint64_t uid,
-		     const uint8_t *val, size_t len)
+		     const uint8_t *val, size_t len, bool damaged)
 {
+	(void)damaged; /* never set: not a pass_damaged transaction */
 	struct seg_set *ss = arg;
 	struct ev_entry e;
 	int rc = eve_decode(val, len, &e);

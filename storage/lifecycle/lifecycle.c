@@ -104,9 +104,14 @@ int sti_lifecycle_open(struct sto *s)
 	rc = sto_jobval_scan(t, STO_JOBDB_TOMBSTONE, tomb_load_cb, s);
 	if (s->opt.read_only) { /* inspect only: leftovers stay for the next start */
 		sto_txn_abort(t);
-		return rc;
+		/* nothing is replayed: verify goes on and names a damaged entry */
+		return rc == RDB_ECORRUPT ? 0 : rc;
 	}
-	if (rc == 0 && sto_meta_get(t, "compact_out", &out) == 0 && out) {
+	if (rc == 0) { /* absent: none; damaged: the start fails */
+		rc = sto_meta_get(t, "compact_out", &out);
+		rc = rc == RDB_ENOTFOUND ? 0 : rc;
+	}
+	if (rc == 0 && out) {
 		rdb_warn("store",
 			 "a compaction was interrupted: removing its unfinished segment "
 			 "%llu (the index never pointed at it)",
@@ -173,8 +178,10 @@ static int stats_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 	return 0;
 }
 
-static int stats_ev_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len)
+static int stats_ev_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len,
+		       bool damaged)
 {
+	(void)damaged; /* never set: not a pass_damaged transaction */
 	struct sto_job_stats *js = arg;
 	struct ev_entry e;
 	(void)min_ts_ns;
@@ -276,8 +283,9 @@ static int live_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 }
 
 static int live_ev_cb(void *arg, const char *job, int64_t min_ts_ns, uint64_t uid,
-		      const uint8_t *val, size_t len)
+		      const uint8_t *val, size_t len, bool damaged)
 {
+	(void)damaged; /* never set: not a pass_damaged transaction */
 	struct ev_entry e;
 	(void)job;
 	(void)min_ts_ns;
@@ -353,11 +361,12 @@ static int evkey_push(struct evkey_list *l, const char *job, int64_t min_ts, uin
 	return 0;
 }
 
-static int del_ev_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len)
+static int del_ev_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len,
+		     bool damaged)
 {
 	struct evkey_list *l = arg;
-	struct ev_entry e;
-	int rc = eve_decode(val, len, &e);
+	struct ev_entry e = {0};
+	int rc = damaged ? 0 : eve_decode(val, len, &e); /* damaged: its key is enough */
 	return rc ? rc : evkey_push(l, l->job, min_ts_ns, uid, &e);
 }
 
@@ -624,8 +633,9 @@ static int ret_series_cb(void *arg, const struct mdl_series_key *k, uint64_t id)
 }
 
 static int ret_ev_cb(void *arg, const char *job, int64_t min_ts_ns, uint64_t uid,
-		     const uint8_t *val, size_t len)
+		     const uint8_t *val, size_t len, bool damaged)
 {
+	(void)damaged; /* never set: not a pass_damaged transaction */
 	struct ret_ctx *c = arg;
 	struct ev_entry e;
 	int rc = eve_decode(val, len, &e);

@@ -4,9 +4,11 @@ documents (meta/<job>.meta) and the chunk statistics in the LMDB index."""
 
 import json
 import os
+import re
 import struct
 import subprocess
 import tarfile
+import time
 import urllib.parse
 
 from harness import Server
@@ -205,14 +207,17 @@ def test_format2_index_is_upgraded_with_checksums():
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
     assert _tree(data) == before
     s.start()
-    assert "upgrading to format 4" in s.log_text()
+    assert "upgrading to format 5" in s.log_text()
+    # meta counters, batch ids, ...: every value of the other tables sealed
+    m = re.search(r"(\d+) values of the other tables given a checksum", s.log_text())
+    assert m and int(m.group(1)) > 0, s.log_text()[-3000:]
     st, obj = _min_from_stats(s, "old")
     assert st == 200 and obj["series"][0]["min"] == [1000.0], obj
     assert obj["series"][0]["count"] == [1000] and obj["chunks_from_stats"] == 1, obj
     assert s.get_json("/api/v1/jobs/old/meta") == (200, {"world_size": 8})
     s.stop()
     with open(os.path.join(data, "FORMAT")) as f:
-        assert f.read() == "rankdb data directory\nformat 4\n"
+        assert f.read() == "rankdb data directory\nformat 5\n"
     r = _rankctl("--data-dir", data, "verify")
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
     assert _flip_stats_min(data) >= 1
@@ -248,3 +253,108 @@ def test_statistics_damaged_before_the_upgrade_are_found_by_verify():
     st, obj = _min_from_stats(s, "old")
     assert st == 200 and obj["series"][0]["min"] == [1000.0], obj
     s.stop()
+
+
+def _flip_event_entry_max_ts(data_dir, job):
+    """Flips the sign bit of max_ts (entry bytes 48..55) in every stored copy
+    of the job's event chunk entry: the key is job, 0, min_ts, uid (16
+    bytes), then the entry, version 1. Returns copies."""
+    path = os.path.join(data_dir, "index", "data.mdb")
+    with open(path, "rb") as f:
+        raw = bytearray(f.read())
+    key = job.encode() + b"\x00"
+    n, pos = 0, raw.find(key)
+    while pos >= 0:
+        entry = pos + len(key) + 16
+        if entry + 80 <= len(raw) and raw[entry] == 1 and raw[entry + 3] == 0:
+            raw[entry + 55] ^= 0x80
+            n += 1
+        pos = raw.find(key, pos + 1)
+    with open(path, "wb") as f:
+        f.write(raw)
+    return n
+
+
+def _event_logs(s, job):
+    items = urllib.parse.urlencode([("job", job), ("from", str(T0)), ("limit", "1000")])
+    return s.get_json("/api/v1/logs?" + items)
+
+
+def test_damaged_event_chunk_entry_is_read_around():
+    """Format 5: event chunk entries carry a checksum (as chunk entries do).
+    A flipped sign bit of the entry's max_ts used to make a query from T0
+    skip the chunk silently; now verify names the entry, the query reads the
+    chunk instead and answers every log, verify --quarantine moves the entry
+    aside, and rebuild-index recreates it from the chunk."""
+    s = Server(["--detect", "off"]).start()
+    recs = [{"type": "log", "job": "evd", "rank": 0, "timestamp": T0 + i * 1000, "attempt": 0,
+             "level": "info", "message": "hello %d" % i, "step": i} for i in range(50)]
+    deadline = time.monotonic() + 30
+    while True:
+        st, obj = s.write(recs)
+        if st == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert st == 200, (st, obj)
+    st, obj = _event_logs(s, "evd")
+    assert st == 200 and len(obj["logs"]) == 50, (st, obj)
+    s.stop()  # the checkpoint seals the events into an event chunk
+    assert _flip_event_entry_max_ts(s.data_dir, "evd") >= 1
+    before = _tree(s.data_dir)
+    r = _rankctl("--data-dir", s.data_dir, "verify")
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+    assert "index entry of event chunk" in r.stdout and "failed its checksum" in r.stdout, r.stdout
+    assert '"index_damaged":1' in r.stdout, r.stdout
+    assert _tree(s.data_dir) == before, "verify changed the data directory"
+    s.start()
+    st, obj = _event_logs(s, "evd")
+    assert st == 200 and len(obj["logs"]) == 50, (st, obj)
+    assert _metric(s, "rankdb_index_damaged_reads_total") >= 1
+    s.stop()
+    r = _rankctl("--data-dir", s.data_dir, "verify", "--quarantine")
+    assert r.returncode == 3 and '"index_damaged":1' in r.stdout, r.stdout
+    r = _rankctl("--data-dir", s.data_dir, "verify")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    r = _rankctl("--data-dir", s.data_dir, "rebuild-index")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    s.start()
+    st, obj = _event_logs(s, "evd")
+    assert st == 200 and len(obj["logs"]) == 50, (st, obj)
+    s.stop()
+    r = _rankctl("--data-dir", s.data_dir, "verify")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+
+
+def test_damaged_tombstone_is_named_by_verify():
+    """Format 5: the small tables' values carry a checksum too. A flipped
+    tombstone generation (which decides which WAL records of a deleted job
+    replay skips) is named by verify, and the server refuses to start on it
+    instead of replaying by a wrong generation."""
+    token = "tomb-token-for-tests"
+    s = Server(["--detect", "off", "--admin-token", token]).start()
+    s.write_ok([{"job": "tomb", "rank": 0, "step": 1, "timestamp": T0, "metrics": {"a": 1.0}}])
+    st, _, body = s.request("DELETE", "/api/v1/admin/jobs/tomb",
+                            headers={"Authorization": "Bearer " + token})
+    assert st == 200, (st, body)
+    s.stop()
+    path = os.path.join(s.data_dir, "index", "data.mdb")
+    with open(path, "rb") as f:
+        raw = bytearray(f.read())
+    # a tombstone: key "tomb", then the generation (u64) and its checksum;
+    # flip the high byte of every 16-byte value after the key whose
+    # generation is small (other uses of "tomb" are series keys: "tomb\0")
+    n, pos = 0, raw.find(b"tomb")
+    while pos >= 0:
+        v = pos + 4
+        if v + 16 <= len(raw) and raw[v] != 0 and struct.unpack_from("<Q", raw, v)[0] < 1 << 20:
+            raw[v + 7] ^= 0x40
+            n += 1
+        pos = raw.find(b"tomb", pos + 1)
+    with open(path, "wb") as f:
+        f.write(raw)
+    assert n >= 1
+    r = _rankctl("--data-dir", s.data_dir, "verify")
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+    assert "tombstones entry with key 'tomb'" in r.stdout, r.stdout
+    rc, text = s.start_expect_failure()
+    assert "tombstones entry with key 'tomb' failed its checksum" in text, text[-2000:]

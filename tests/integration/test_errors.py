@@ -360,23 +360,23 @@ def test_unknown_format_version_refused():
 def test_format1_directory_is_upgraded():
     """A directory of format 1 (before group and supersede records, and
     before checksums in index values) opens, keeps its data, and says the
-    current format (4) from then on, so that an older build refuses it
+    current format (5) from then on, so that an older build refuses it
     instead of misreading the new records."""
     s = Server().start()
     s.write_ok([{"job": "up", "rank": 0, "step": 1, "timestamp": T0, "metrics": {"a": 1.5}}])
     s.stop()
     fmt = os.path.join(s.data_dir, "FORMAT")
     with open(fmt) as f:
-        assert f.read() == "rankdb data directory\nformat 4\n"
+        assert f.read() == "rankdb data directory\nformat 5\n"
     with open(fmt, "w") as f:
         f.write("rankdb data directory\nformat 1\n")
     s.start()
     assert s.query_ok(job="up", metric="a")["points"] == 1
     s.stop()
     with open(fmt) as f:
-        assert f.read() == "rankdb data directory\nformat 4\n"
+        assert f.read() == "rankdb data directory\nformat 5\n"
     assert not os.path.exists(fmt + ".tmp")
     with open(fmt, "w") as f:
-        f.write("rankdb data directory\nformat 5\n")
+        f.write("rankdb data directory\nformat 6\n")
     rc, text = s.start_expect_failure()
-    assert "reads formats 1 to 4" in text, text[-2000:]
+    assert "reads formats 1 to 5" in text, text[-2000:]

@@ -5,6 +5,7 @@
  * under a mkdtemp directory in $RDB_TEST_TMP (or /tmp), removed at the end.
  */
 #include "common/rdb_err.h"
+#include "common/rdb_hash.h"
 #include "common/rdb_le.h"
 #include "storage/index/index.h"
 #include "tests/unit/check.h"
@@ -191,8 +192,10 @@ static void test_format_mismatch(void)
 	rm_dir(dir);
 }
 
-/* A format 3 index (checksums already in every value) opens as format 4
- * without a rewrite: its entries read back checked, format_version says 4.
+/* A format 3 index (checksums already in chunk, series and rollup values)
+ * opens as the current format without rewriting those (format 5 seals the
+ * other tables' values; these, written by this build, have their trailers
+ * already): its entries read back checked, format_version says 5.
  * Read-only opens leave it at 3. */
 static void test_format3_raised(void)
 {
@@ -1113,6 +1116,227 @@ static void test_value_checksums(void)
 	rm_dir(dir);
 }
 
+/* Format 5: every other table's values carry a checksum trailer (XXH3-64
+ * of the key, then the body). One entry per table, one byte of each flipped
+ * in data.mdb: each read refuses it (RDB_ECORRUPT), scans that must not act
+ * on a damaged entry skip it (seg_trash, quarantine), a pass_damaged read of
+ * an event chunk entry gets it marked damaged, verify's value check names
+ * every table but events (whose entries it checks with their chunks), and
+ * pruning drops a damaged batch_time entry. */
+struct sealed_obs {
+	int calls, damaged;
+	size_t len;
+	char msgs[8192];
+};
+
+static int ev_get_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len,
+		     bool damaged)
+{
+	struct sealed_obs *o = arg;
+	(void)min_ts_ns;
+	(void)uid;
+	(void)val;
+	o->calls++;
+	o->damaged += damaged;
+	o->len = len;
+	return 0;
+}
+
+static int count_u64(void *arg, uint64_t v)
+{
+	(void)v;
+	((struct sealed_obs *)arg)->calls++;
+	return 0;
+}
+
+static int count_ref(void *arg, const struct sto_chunk_ref *r)
+{
+	(void)r;
+	((struct sealed_obs *)arg)->calls++;
+	return 0;
+}
+
+static int count_evp(void *arg, uint64_t gen, const char *job, int64_t min_ts_ns, uint64_t uid)
+{
+	(void)gen;
+	(void)job;
+	(void)min_ts_ns;
+	(void)uid;
+	((struct sealed_obs *)arg)->calls++;
+	return 0;
+}
+
+static int count_sup(void *arg, const struct sto_sup_entry *e)
+{
+	(void)e;
+	((struct sealed_obs *)arg)->calls++;
+	return 0;
+}
+
+static void keep_problem(void *arg, const char *msg)
+{
+	struct sealed_obs *o = arg;
+	size_t n = strlen(o->msgs);
+	snprintf(o->msgs + n, sizeof(o->msgs) - n, "%s\n", msg);
+}
+
+/* Flips the first byte of the value (body, then trailer) stored under key. */
+static int flip_sealed(const char *mdb, const void *key, size_t klen, const void *body, size_t blen)
+{
+	uint8_t pat[256];
+	memcpy(pat, body, blen);
+	rdb_put_le64(pat + blen, rdb_hash64_2(key, klen, body, blen, 0));
+	return flip_pattern(mdb, pat, blen + 8, 0, 0x01);
+}
+
+static void put_sealed_tables(struct sto_index *ix, const uint8_t *evbody, size_t evlen)
+{
+	struct sto_txn *t = begin(ix, true);
+	CHECK_EQ_INT(sto_meta_put(t, "ckpt_gen", 42), 0);
+	CHECK_EQ_INT(sto_jobval_put(t, STO_JOBDB_TOMBSTONE, "tj", 7), 0);
+	CHECK_EQ_INT(sto_jobval_put(t, STO_JOBDB_RETENTION, "rj", 3600), 0);
+	CHECK_EQ_INT(sto_batchid_put(t, "bid-1", 5, 123456789), 0);
+	struct sto_chunk_ref r = make_ref(5, 100, 200, 9);
+	CHECK_EQ_INT(sto_pending_add(t, 3, &r), 0);
+	CHECK_EQ_INT(sto_evpending_add(t, 3, "ej", 100, 10), 0);
+	CHECK_EQ_INT(sto_evidx_put(t, "ej", 100, 10, evbody, evlen), 0);
+	CHECK_EQ_INT(sto_quarantine_evchunk(t, "qj", 50, 11, evbody, evlen), 0);
+	CHECK_EQ_INT(sto_trash_add(t, 77), 0);
+	struct sto_sup_src src[2] = {{.uid = 1, .min_ts_ns = 10}, {.uid = 2, .min_ts_ns = 20}};
+	uint64_t seg = 3;
+	struct sto_sup_entry e = {.sup = {.series_id = 0x1122334455667788ull,
+					  .merged_uid = 12,
+					  .merged_min_ts_ns = 10,
+					  .gen = 1,
+					  .nsrc = 2,
+					  .src = src},
+				  .segment_id = 3,
+				  .offset = 32,
+				  .length = 100,
+				  .nseg = 1,
+				  .seg = &seg};
+	CHECK_EQ_INT(sto_sup_put(t, &e), 0);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+}
+
+static void flip_sealed_tables(const char *mdb, const uint8_t *evbody, size_t evlen)
+{
+	uint8_t b8[8], k[64];
+	rdb_put_le64(b8, 42);
+	CHECK(flip_sealed(mdb, "ckpt_gen", 8, b8, 8) >= 1);
+	rdb_put_le64(b8, 7);
+	CHECK(flip_sealed(mdb, "tj", 2, b8, 8) >= 1);
+	rdb_put_le64(b8, 3600);
+	CHECK(flip_sealed(mdb, "rj", 2, b8, 8) >= 1);
+	rdb_put_le64(b8, 123456789);
+	CHECK(flip_sealed(mdb, "bid-1", 5, b8, 8) >= 1);
+	rdb_put_be64(k, 123456789);
+	memcpy(k + 8, "bid-1", 5);
+	CHECK(flip_sealed(mdb, k, 13, NULL, 0) >= 1); /* batch_time */
+	rdb_put_be64(k, 3);			      /* pending: gen, series, min_ts, uid */
+	rdb_put_be64(k + 8, 5);
+	rdb_put_be64(k + 16, 100ull ^ 0x8000000000000000ull);
+	rdb_put_be64(k + 24, 9);
+	CHECK(flip_sealed(mdb, k, 32, NULL, 0) >= 1);
+	memcpy(k + 8, "ej", 3); /* evpending: gen, job, 0, min_ts, uid */
+	rdb_put_be64(k + 11, 100ull ^ 0x8000000000000000ull);
+	rdb_put_be64(k + 19, 10);
+	CHECK(flip_sealed(mdb, k, 27, NULL, 0) >= 1);
+	CHECK(flip_sealed(mdb, k + 8, 19, evbody, evlen) >= 1); /* events */
+	k[0] = 'E';						/* quarantine */
+	memcpy(k + 1, "qj", 3);
+	rdb_put_be64(k + 4, 50ull ^ 0x8000000000000000ull);
+	rdb_put_be64(k + 12, 11);
+	CHECK(flip_sealed(mdb, k, 20, evbody, evlen) >= 1);
+	rdb_put_be64(k, 77);
+	CHECK(flip_sealed(mdb, k, 8, NULL, 0) >= 1); /* seg_trash */
+	rdb_put_le64(b8, 0x1122334455667788ull);     /* supersede: its series id */
+	CHECK(flip_pattern(mdb, b8, 8, 0, 0x01) >= 1);
+}
+
+static void test_sealed_values(void)
+{
+	char dir[600], mdb[700];
+	uint8_t evbody[40];
+	for (size_t i = 0; i < sizeof(evbody); i++)
+		evbody[i] = (uint8_t)(0xa0 + i);
+	new_dir(dir, sizeof(dir));
+	struct sto_index *ix = open_ok(dir, MAP_BYTES);
+	put_sealed_tables(ix, evbody, sizeof(evbody));
+	struct sto_txn *t = begin(ix, false);
+	struct sealed_obs o = {0};
+	uint64_t damaged = 0, v;
+	CHECK_EQ_INT(sto_index_check_values(t, keep_problem, &o, &damaged), 0);
+	CHECK_EQ_INT(damaged, 0);
+	CHECK_EQ_INT(sto_evidx_get(t, "ej", 100, 10, ev_get_cb, &o), 0);
+	CHECK(o.calls == 1 && o.damaged == 0 &&
+	      o.len == sizeof(evbody)); /* the trailer is hidden */
+	CHECK_EQ_INT(sto_trash_has(t, 77), 1);
+	sto_txn_abort(t);
+	sto_index_close(ix);
+
+	snprintf(mdb, sizeof(mdb), "%s/data.mdb", dir);
+	flip_sealed_tables(mdb, evbody, sizeof(evbody));
+
+	ix = open_ok(dir, MAP_BYTES);
+	t = begin(ix, false);
+	CHECK_EQ_INT(sto_meta_get(t, "ckpt_gen", &v), RDB_ECORRUPT);
+	CHECK_EQ_INT(sto_meta_get(t, "format_version", &v), 0);
+	CHECK_EQ_INT(sto_jobval_get(t, STO_JOBDB_TOMBSTONE, "tj", &v), RDB_ECORRUPT);
+	CHECK_EQ_INT(sto_jobval_get(t, STO_JOBDB_RETENTION, "rj", &v), RDB_ECORRUPT);
+	CHECK_EQ_INT(sto_batchid_get(t, "bid-1", 5, &v), RDB_ECORRUPT);
+	o = (struct sealed_obs){0};
+	CHECK_EQ_INT(sto_pending_scan(t, 0, count_ref, &o), RDB_ECORRUPT);
+	CHECK_EQ_INT(sto_evpending_scan(t, 0, count_evp, &o), RDB_ECORRUPT);
+	CHECK_EQ_INT(sto_evidx_get(t, "ej", 100, 10, ev_get_cb, &o), RDB_ECORRUPT);
+	CHECK_EQ_INT(sto_trash_has(t, 77), RDB_ECORRUPT);
+	CHECK_EQ_INT(sto_trash_scan(t, count_u64, &o), 0); /* skipped: never unlinked */
+	CHECK_EQ_INT(sto_quarantine_scan(t, count_u64, &o), 0);
+	struct sto_sup_entry se;
+	CHECK_EQ_INT(sto_sup_get(t, 12, &se), RDB_ECORRUPT);
+	CHECK_EQ_INT(sto_sup_scan(t, count_sup, &o), RDB_ECORRUPT);
+	CHECK_EQ_INT(o.calls, 0);
+	sto_txn_pass_damaged(t);
+	CHECK_EQ_INT(sto_evidx_get(t, "ej", 100, 10, ev_get_cb, &o), 0);
+	CHECK(o.calls == 1 && o.damaged == 1 && o.len == sizeof(evbody));
+	CHECK_EQ_INT(sto_sup_scan(t, count_sup, &o), 0); /* skipped */
+	CHECK_EQ_INT(o.calls, 1);
+	damaged = 0;
+	o.msgs[0] = 0;
+	CHECK_EQ_INT(sto_index_check_values(t, keep_problem, &o, &damaged), 0);
+	CHECK_EQ_INT(damaged, 10);
+	const char *tables[] = {"meta entry",	   "evpending entry",  "pending entry",
+				"batch_ids entry", "batch_time entry", "tombstones entry",
+				"retention entry", "quarantine entry", "seg_trash entry",
+				"supersede entry"};
+	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++)
+		CHECK(strstr(o.msgs, tables[i]) != NULL);
+	CHECK(strstr(o.msgs, "key 'ckpt_gen'") != NULL);
+	CHECK(strstr(o.msgs, "events entry") == NULL);
+	sto_txn_abort(t);
+	/* pruning drops the damaged batch_time entry (its time may be wrong) */
+	t = begin(ix, true);
+	size_t deleted = 0;
+	CHECK_EQ_INT(sto_batchid_prune(t, 1, 100, &deleted), 0);
+	CHECK_EQ_INT(deleted, 1);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+	t = begin(ix, false);
+	damaged = 0;
+	CHECK_EQ_INT(sto_index_check_values(t, NULL, NULL, &damaged), 0);
+	CHECK_EQ_INT(damaged, 9);
+	sto_txn_abort(t);
+	/* a rewrite heals: the value gets a new checksum */
+	t = begin(ix, true);
+	CHECK_EQ_INT(sto_meta_put(t, "ckpt_gen", 43), 0);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+	t = begin(ix, false);
+	CHECK_EQ_INT(sto_meta_get(t, "ckpt_gen", &v), 0);
+	CHECK_EQ_INT(v, 43);
+	sto_txn_abort(t);
+	sto_index_close(ix);
+	rm_dir(dir);
+}
+
 /* ---- index compaction (ix_compact.c) ------------------------------------- */
 
 static uint64_t file_size_of(const char *dir, const char *name)
@@ -1385,6 +1609,7 @@ int main(void)
 	RUN(test_supersede);
 	RUN(test_entry_checksum);
 	RUN(test_value_checksums);
+	RUN(test_sealed_values);
 	RUN(test_compact_shrinks);
 	RUN(test_compact_busy);
 	RUN(test_compact_concurrent_writes);
