@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAP_BYTES (64ull << 20)
@@ -1337,6 +1338,72 @@ static void test_sealed_values(void)
 	rm_dir(dir);
 }
 
+/* The index of a format 2 directory (tests/integration/fixtures: written
+ * by the release before index checksums) is upgraded at its first
+ * read-write open. A commit failing at each step of the upgrade in turn
+ * (the format 3 rewrite, then the sealing of each table, then
+ * format_version) fails that open and leaves an index that a read-only open
+ * reads whole (no value damaged, sealed or not yet), and the next open
+ * finishes the upgrade. */
+static void test_upgrade_cut_short(void)
+{
+	const char *root = getenv("RDB_SOURCE_ROOT");
+	char dir[600], cmd[2048], ixdir[700];
+	if (!root) {
+		printf("skip test_upgrade_cut_short: RDB_SOURCE_ROOT is not set\n");
+		return;
+	}
+	new_dir(dir, sizeof(dir));
+	CHECK_EQ_INT(mkdir(dir, 0755), 0);
+	snprintf(cmd, sizeof(cmd),
+		 "tar -xzf '%s/tests/integration/fixtures/format2-datadir.tar.gz' -C '%s'", root,
+		 dir);
+	CHECK_EQ_INT(system(cmd), 0);
+	snprintf(ixdir, sizeof(ixdir), "%s/data/index", dir);
+	int cuts = 0;
+	struct sto_index *ix = NULL;
+	struct sto_txn *t;
+	uint64_t v, damaged;
+	for (uint64_t k = 2; k < 100; k++) {
+		CHECK_EQ_INT(sto_fault_set(STO_FP_INDEX_COMMIT, EIO, k, false), 0);
+		int rc = sto_index_open(ixdir, MAP_BYTES, &ix);
+		sto_fault_clear(STO_FP_INDEX_COMMIT);
+		if (rc == 0)
+			break;
+		CHECK_EQ_INT(rc, -EIO);
+		cuts++;
+		CHECK_EQ_INT(sto_index_open_ro(ixdir, MAP_BYTES, &ix), 0);
+		t = begin(ix, false);
+		damaged = 0;
+		CHECK_EQ_INT(sto_index_check_values(t, NULL, NULL, &damaged), 0);
+		CHECK_EQ_INT(damaged, 0);
+		CHECK_EQ_INT(sto_meta_get(t, "next_chunk_uid", &v), 0);
+		CHECK_EQ_INT(sto_meta_get(t, "format_version", &v), 0);
+		CHECK_EQ_INT(v, 2);
+		sto_txn_abort(t);
+		sto_index_close(ix);
+		ix = NULL;
+	}
+	CHECK(cuts >= 10); /* 4 tables of the format 3 rewrite, 11 sealed ones */
+	CHECK(ix != NULL);
+	if (!ix)
+		return;
+	t = begin(ix, false);
+	CHECK_EQ_INT(sto_meta_get(t, "format_version", &v), 0);
+	CHECK_EQ_INT(v, STO_FORMAT_VERSION);
+	damaged = 0;
+	CHECK_EQ_INT(sto_index_check_values(t, NULL, NULL, &damaged), 0);
+	CHECK_EQ_INT(damaged, 0);
+	struct got *g = calloc(1, sizeof(*g));
+	CHECK_EQ_INT(sto_chunk_scan_all(t, collect_chunk, g), 0);
+	CHECK(g->n == 1 && !g->refs[0].damaged && g->refs[0].stats.count == 1000);
+	free(g);
+	sto_txn_abort(t);
+	sto_index_close(ix);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	CHECK_EQ_INT(system(cmd), 0);
+}
+
 /* ---- index compaction (ix_compact.c) ------------------------------------- */
 
 static uint64_t file_size_of(const char *dir, const char *name)
@@ -1610,6 +1677,7 @@ int main(void)
 	RUN(test_entry_checksum);
 	RUN(test_value_checksums);
 	RUN(test_sealed_values);
+	RUN(test_upgrade_cut_short);
 	RUN(test_compact_shrinks);
 	RUN(test_compact_busy);
 	RUN(test_compact_concurrent_writes);
