@@ -227,8 +227,10 @@ static int job_stats(struct sto *s, struct sto_txn *t, const char *job, struct s
 		rc = sto_evidx_scan(t, job, INT64_MAX, stats_ev_cb, js);
 	js->series = ids.n;
 	js->head_points = head_points_of(s, &ids, job);
-	js->retention_s =
-	    sto_jobval_get(t, STO_JOBDB_RETENTION, job, &ret_s) == 0 ? ret_s : s->life.retention_s;
+	int rrc = sto_jobval_get(t, STO_JOBDB_RETENTION, job, &ret_s);
+	js->retention_s = rrc == 0 ? ret_s : s->life.retention_s;
+	if (rc == 0 && rrc != 0 && rrc != RDB_ENOTFOUND)
+		rc = rrc; /* a damaged override is not shown as the default */
 	free(ids.v);
 	return rc;
 }
