@@ -980,15 +980,17 @@ static int open_index(struct sto *s)
 	if (rc)
 		return rc;
 	uint64_t gen = 0, uid = 1, sid = 1;
-	/* absent: a new index; damaged (failing its checksum): the open fails */
-	rc = meta_get_or(t, "ckpt_gen", &gen);
-	if (rc == 0)
-		rc = meta_get_or(t, "next_chunk_uid", &uid);
-	if (rc == 0)
-		rc = meta_get_or(t, "next_series_id", &sid);
+	/* Absent: a new index. Damaged (failing its checksum), this one or any
+	 * counter read later on: the open fails, but for an inspection
+	 * (read-only: verify names it), which writes nothing. */
+	int c1 = meta_get_or(t, "ckpt_gen", &gen);
+	int c2 = meta_get_or(t, "next_chunk_uid", &uid);
+	int c3 = meta_get_or(t, "next_series_id", &sid);
+	rc = sto_meta_check(t);
 	sto_txn_abort(t);
+	rc = rc ? rc : c1 ? c1 : c2 ? c2 : c3;
 	if (rc == RDB_ECORRUPT && s->opt.read_only)
-		rc = 0; /* inspect only (verify names the damaged counter): nothing is written */
+		rc = 0;
 	s->ckpt_gen = gen;
 	s->next_uid = uid;
 	s->uid_limit = s->next_uid;

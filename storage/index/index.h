@@ -82,8 +82,12 @@ typedef void (*sto_index_problem_fn)(void *arg, const char *msg);
 int sto_index_check_values(struct sto_txn *t, sto_index_problem_fn fn, void *arg,
 			   uint64_t *damaged);
 
-/* meta: RDB_ENOTFOUND if the key is absent. */
+/* meta: RDB_ENOTFOUND if the key is absent; RDB_ECORRUPT (logged) if its
+ * value fails its checksum. */
 int sto_meta_get(struct sto_txn *t, const char *key, uint64_t *out);
+/* Checks every meta value: 0, or RDB_ECORRUPT (logged, naming the key) for
+ * the first that fails its checksum. The table is a few dozen keys. */
+int sto_meta_check(struct sto_txn *t);
 int sto_meta_put(struct sto_txn *t, const char *key, uint64_t val);
 /* Returns the current value of a counter (0 if absent) in *out and stores
  * value+1. Write txn only. */

@@ -20,6 +20,8 @@
 
 /* ---- meta ---------------------------------------------------------------- */
 
+#define META_REMEDY "the store does not open on it; 'rankctl rebuild-index' recreates the counters"
+
 static int meta_key(const char *key, MDB_val *k)
 {
 	size_t n = key ? strnlen(key, IX_META_KEY_MAX + 1) : 0;
@@ -43,9 +45,7 @@ int sto_meta_get(struct sto_txn *t, const char *key, uint64_t *out)
 		return ret;
 	MDB_val body;
 	if (ix_unseal(t, &k, &v, &body) < 0)
-		return ix_damaged(t, "meta", &k,
-				  "the store does not open on it; 'rankctl rebuild-index' "
-				  "recreates the counters");
+		return ix_damaged(t, "meta", &k, META_REMEDY);
 	return ix_u64_value(t, &body, "meta value", out);
 }
 
@@ -85,4 +85,22 @@ int ix_meta_next(struct sto_txn *t, const char *key, uint64_t absent_val, uint64
 int sto_meta_next(struct sto_txn *t, const char *key, uint64_t *out)
 {
 	return ix_meta_next(t, key, 0, out);
+}
+
+int sto_meta_check(struct sto_txn *t)
+{
+	MDB_cursor *cur = NULL;
+	MDB_val k, v, body;
+	int ret = ix_cursor_open(t, t->ix->meta, &cur);
+	if (ret != 0)
+		return ret;
+	for (ret = ix_cursor_seek(t, cur, NULL, 0, &k, &v); ret == 0;
+	     ret = ix_cursor_next(t, cur, &k, &v)) {
+		if (ix_unseal(t, &k, &v, &body) < 0) {
+			ret = ix_damaged(t, "meta", &k, META_REMEDY);
+			break;
+		}
+	}
+	mdb_cursor_close(cur);
+	return ret == RDB_ENOTFOUND ? 0 : ret;
 }

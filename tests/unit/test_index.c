@@ -1273,6 +1273,7 @@ static void test_sealed_values(void)
 	CHECK(o.calls == 1 && o.damaged == 0 &&
 	      o.len == sizeof(evbody)); /* the trailer is hidden */
 	CHECK_EQ_INT(sto_trash_has(t, 77), 1);
+	CHECK_EQ_INT(sto_meta_check(t), 0);
 	sto_txn_abort(t);
 	sto_index_close(ix);
 
@@ -1283,6 +1284,7 @@ static void test_sealed_values(void)
 	t = begin(ix, false);
 	CHECK_EQ_INT(sto_meta_get(t, "ckpt_gen", &v), RDB_ECORRUPT);
 	CHECK_EQ_INT(sto_meta_get(t, "format_version", &v), 0);
+	CHECK_EQ_INT(sto_meta_check(t), RDB_ECORRUPT); /* the store's open fails on it */
 	CHECK_EQ_INT(sto_jobval_get(t, STO_JOBDB_TOMBSTONE, "tj", &v), RDB_ECORRUPT);
 	CHECK_EQ_INT(sto_jobval_get(t, STO_JOBDB_RETENTION, "rj", &v), RDB_ECORRUPT);
 	CHECK_EQ_INT(sto_batchid_get(t, "bid-1", 5, &v), RDB_ECORRUPT);
@@ -1333,6 +1335,7 @@ static void test_sealed_values(void)
 	t = begin(ix, false);
 	CHECK_EQ_INT(sto_meta_get(t, "ckpt_gen", &v), 0);
 	CHECK_EQ_INT(v, 43);
+	CHECK_EQ_INT(sto_meta_check(t), 0);
 	sto_txn_abort(t);
 	sto_index_close(ix);
 	rm_dir(dir);
