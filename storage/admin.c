@@ -324,19 +324,22 @@ struct ev_bad {
 
 struct evv {
 	struct vctx *v;
-	struct ev_bad *bad;
+	struct ev_bad *bad; /* entries to quarantine */
 	size_t nbad;
+	struct ev_bad *fix; /* damaged entries of sound chunks, rewritten */
+	size_t nfix;
+	struct rdb_buf entry; /* scratch: a recomputed entry */
 };
 
-/* Keeps an event chunk entry for verify --quarantine. */
-static int ev_bad_add(struct evv *ev, const char *job, int64_t min_ts_ns, uint64_t uid,
-		      const uint8_t *val, size_t len)
+/* Keeps an event chunk entry (a copy of val) for verify --quarantine. */
+static int ev_keep(struct ev_bad **arr, size_t *n, const char *job, int64_t min_ts_ns, uint64_t uid,
+		   const uint8_t *val, size_t len)
 {
-	struct ev_bad *p = realloc(ev->bad, (ev->nbad + 1) * sizeof(*p));
+	struct ev_bad *p = realloc(*arr, (*n + 1) * sizeof(*p));
 	if (!p)
 		return -ENOMEM;
-	ev->bad = p;
-	p += ev->nbad++;
+	*arr = p;
+	p += (*n)++;
 	snprintf(p->job, sizeof(p->job), "%s", job);
 	p->min_ts_ns = min_ts_ns;
 	p->uid = uid;
@@ -349,6 +352,89 @@ static int ev_bad_add(struct evv *ev, const char *job, int64_t min_ts_ns, uint64
 	return 0;
 }
 
+static void ev_kept_free(struct ev_bad *arr, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(arr[i].val);
+	free(arr);
+}
+
+/* The entry of event chunk (job, min_ts_ns, uid) recomputed from the chunk
+ * that the damaged entry val leads to (its location only is used; the
+ * record's checksum, uid and job are checked): 0 with the encoded entry in
+ * out; RDB_ECORRUPT when it leads to no such chunk. */
+static int ev_entry_repair(struct vctx *v, const char *job, int64_t min_ts_ns, uint64_t uid,
+			   const uint8_t *val, size_t len, struct rdb_buf *out)
+{
+	struct ev_entry loc, e;
+	struct ev_decoded dec = {0};
+	struct rdb_buf payload, bloom;
+	const uint8_t *pl = NULL;
+	size_t plen = 0, jl = strlen(job), keylen = 1 + jl + 4 + 2;
+	const char *why;
+	int rc = eve_decode(val, len, &loc);
+	v->rec.len = 0;
+	if (rc == 0)
+		rc = rdb_buf_reserve(&v->rec, loc.length);
+	if (rc == 0)
+		rc = sto_admin_seg_read(v->s, loc.segment_id, loc.offset, v->rec.data, loc.length);
+	if (rc == 0)
+		rc = sto_chunk_check(v->rec.data, loc.length, STO_EVCHUNK_MAGIC, 0, uid, &pl, &plen,
+				     &why);
+	if (rc == 0 && (plen < keylen || pl[plen - keylen] != jl ||
+			memcmp(pl + plen - keylen + 1, job, jl) != 0))
+		rc = RDB_ECORRUPT;
+	if (rc == 0)
+		rc = evc_decode(pl, plen - keylen, job, &dec);
+	rdb_buf_init(&payload, STO_CHUNK_MAX_PAYLOAD);
+	rdb_buf_init(&bloom, 1u << 20);
+	if (rc == 0)
+		rc = evc_entry_of(&dec, &payload, &e, &bloom);
+	if (rc == 0 && e.min_ts_ns != min_ts_ns)
+		rc = RDB_ECORRUPT; /* the chunk would be indexed under another key */
+	if (rc == 0) {
+		e.uid = uid;
+		e.segment_id = loc.segment_id;
+		e.offset = loc.offset;
+		e.length = loc.length;
+		e.gen = rdb_get_le64(v->rec.data + 24); /* the record header's */
+		out->len = 0;
+		rc = eve_encode(&e, e.bloom, out);
+	}
+	evc_decoded_free(&dec);
+	rdb_buf_free(&payload);
+	rdb_buf_free(&bloom);
+	return rc == -ENOMEM ? rc : rc ? RDB_ECORRUPT : 0;
+}
+
+/* An event chunk entry that failed its checksum: a problem either way;
+ * with quarantine, rewritten from its chunk when that reads back whole
+ * through it, else quarantined (as check_damaged_entry for chunks). */
+static int check_damaged_ev(struct evv *ev, const char *job, int64_t min_ts_ns, uint64_t uid,
+			    const uint8_t *val, size_t len)
+{
+	struct vctx *v = ev->v;
+	v->rep->index_damaged++;
+	int rc = ev_entry_repair(v, job, min_ts_ns, uid, val, len, &ev->entry);
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc == 0) {
+		problem(v,
+			"index entry of event chunk %llu of job %s failed its checksum; queries "
+			"decode the chunk instead of trusting it; the chunk is intact: 'verify "
+			"--quarantine' rewrites the entry from it",
+			(unsigned long long)uid, job);
+		return ev_keep(&ev->fix, &ev->nfix, job, min_ts_ns, uid, ev->entry.data,
+			       ev->entry.len);
+	}
+	problem(v,
+		"index entry of event chunk %llu of job %s failed its checksum and does not lead "
+		"to its chunk; queries of the job fail; 'verify --quarantine' moves it to the "
+		"quarantine, 'rankctl rebuild-index' recreates it from the chunk",
+		(unsigned long long)uid, job);
+	return ev_keep(&ev->bad, &ev->nbad, job, min_ts_ns, uid, val, len);
+}
+
 static int check_ev_cb(void *arg, const char *job, int64_t min_ts_ns, uint64_t uid,
 		       const uint8_t *val, size_t len, bool damaged)
 {
@@ -359,15 +445,8 @@ static int check_ev_cb(void *arg, const char *job, int64_t min_ts_ns, uint64_t u
 	size_t plen;
 	const char *why = NULL;
 	v->rep->event_chunks++;
-	if (damaged) {
-		v->rep->index_damaged++;
-		problem(v,
-			"index entry of event chunk %llu of job %s failed its checksum; queries "
-			"decode the chunk instead of trusting it; 'verify --quarantine' moves it "
-			"to the quarantine, 'rankctl rebuild-index' recreates it from the chunk",
-			(unsigned long long)uid, job);
-		return ev_bad_add(ev, job, min_ts_ns, uid, val, len);
-	}
+	if (damaged)
+		return check_damaged_ev(ev, job, min_ts_ns, uid, val, len);
 	int rc = eve_decode(val, len, &e);
 	if (rc)
 		why = "index entry does not decode";
@@ -384,7 +463,7 @@ static int check_ev_cb(void *arg, const char *job, int64_t min_ts_ns, uint64_t u
 	problem(v, "event chunk %llu of job %s (segment %llu, offset %llu): %s",
 		(unsigned long long)uid, job, (unsigned long long)e.segment_id,
 		(unsigned long long)e.offset, why ? why : rdb_strerror(rc));
-	return ev_bad_add(ev, job, min_ts_ns, uid, val, len);
+	return ev_keep(&ev->bad, &ev->nbad, job, min_ts_ns, uid, val, len);
 }
 
 static int quarantine_all(struct vctx *v, struct evv *ev)
@@ -400,6 +479,9 @@ static int quarantine_all(struct vctx *v, struct evv *ev)
 	for (size_t i = 0; rc == 0 && i < ev->nbad; i++)
 		rc = sto_quarantine_evchunk(t, ev->bad[i].job, ev->bad[i].min_ts_ns, ev->bad[i].uid,
 					    ev->bad[i].val, ev->bad[i].len);
+	for (size_t i = 0; rc == 0 && i < ev->nfix; i++)
+		rc = sto_evidx_put(t, ev->fix[i].job, ev->fix[i].min_ts_ns, ev->fix[i].uid,
+				   ev->fix[i].val, ev->fix[i].len);
 	if (rc) {
 		sto_txn_abort(t);
 		return rc;
@@ -509,13 +591,14 @@ int sto_verify(struct sto *s, bool quarantine, sto_problem_fn fn, void *arg,
 	struct vctx v = {.s = s, .quarantine = quarantine, .fn = fn, .arg = arg, .rep = rep};
 	struct evv ev = {.v = &v};
 	memset(rep, 0, sizeof(*rep));
+	rdb_buf_init(&ev.entry, STO_EVENTRY_FIXED + (1u << 20));
 	sto_admin_parts(s, &v.p);
 	rdb_buf_init(&v.rec, REC_MAX);
 	sto_compact_pause(s);
 	int rc = walk_segments(&v);
 	if (rc == 0)
 		rc = check_index(&v, &ev);
-	if (rc == 0 && quarantine && (v.nbad || ev.nbad || v.nfix)) {
+	if (rc == 0 && quarantine && (v.nbad || ev.nbad || v.nfix || ev.nfix)) {
 		rc = quarantine_all(&v, &ev);
 		sti_extent_reset(s); /* chunk entries removed or their stats recomputed */
 	}
@@ -524,9 +607,9 @@ int sto_verify(struct sto *s, bool quarantine, sto_problem_fn fn, void *arg,
 	if (rc == 0)
 		sto_jobmeta_verify(v.p.dir, fn, arg, rep);
 	sto_compact_resume(s);
-	for (size_t i = 0; i < ev.nbad; i++)
-		free(ev.bad[i].val);
-	free(ev.bad);
+	ev_kept_free(ev.bad, ev.nbad);
+	ev_kept_free(ev.fix, ev.nfix);
+	rdb_buf_free(&ev.entry);
 	free(v.bad);
 	free(v.fix);
 	mdl_cols_free(&v.cols);

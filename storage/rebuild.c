@@ -419,16 +419,6 @@ static int index_group(struct rb *b, const struct rec_at *a, const char **why)
 }
 
 /* Copies the decoded events into head records (freed by the caller). */
-static int events_to_recs(const struct ev_decoded *d, struct ev_rec **recs)
-{
-	for (size_t i = 0; i < d->n; i++) {
-		recs[i] = ev_rec_new(&d->ev[i]);
-		if (!recs[i])
-			return -ENOMEM;
-	}
-	return 0;
-}
-
 /* Finds the job of an event chunk: its key record (u8 J, job, u32 rank
  * 0xffffffff, u16 0) ends the payload, after a zstd frame that must decode
  * exactly. Fills b->dec. */
@@ -472,16 +462,8 @@ static int index_events(struct rb *b, const struct rec_at *a, const uint8_t *pl,
 		b->r->skipped_uncheckpointed++;
 		return 0;
 	}
-	struct ev_rec **recs = calloc(b->dec.n, sizeof(*recs));
 	struct ev_entry e;
-	if (!recs)
-		return -ENOMEM;
-	rc = events_to_recs(&b->dec, recs);
-	if (rc == 0)
-		rc = evc_encode(recs, b->dec.n, &b->evpayload, &e, &b->bloom);
-	for (size_t i = 0; i < b->dec.n; i++)
-		free(recs[i]);
-	free(recs);
+	rc = evc_entry_of(&b->dec, &b->evpayload, &e, &b->bloom);
 	if (rc)
 		return rc;
 	e.uid = a->uid;

@@ -699,8 +699,8 @@ static void note_damaged_ev_entry(struct sto *s, const char *job, uint64_t uid, 
 	atomic_fetch_add(&s->st_index_damaged, 1);
 	rdb_log_limited(&rl, 10, RDB_LOG_ERROR, "store",
 			"LMDB index: the entry of event chunk %llu (job %s) failed its checksum; "
-			"%s. 'rankctl verify --quarantine' moves it to the quarantine, "
-			"'rankctl rebuild-index' recreates it from the chunk",
+			"%s. 'rankctl verify --quarantine' rewrites it from the chunk (or moves "
+			"it to the quarantine when it does not lead there)",
 			(unsigned long long)uid, job,
 			used ? "its statistics and token filter are not used, the chunk is "
 			       "decoded instead"

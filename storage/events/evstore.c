@@ -477,6 +477,25 @@ int evc_encode(struct ev_rec **recs, size_t n, struct rdb_buf *payload, struct e
 	return build_bloom(recs, n, e, bloom);
 }
 
+int evc_entry_of(const struct ev_decoded *d, struct rdb_buf *payload, struct ev_entry *e,
+		 struct rdb_buf *bloom)
+{
+	struct ev_rec **recs = calloc(d->n ? d->n : 1, sizeof(*recs));
+	int rc = recs ? 0 : -ENOMEM;
+	for (size_t i = 0; rc == 0 && i < d->n; i++) {
+		recs[i] = ev_rec_new(&d->ev[i]);
+		if (!recs[i])
+			rc = -ENOMEM;
+	}
+	payload->len = 0;
+	if (rc == 0)
+		rc = evc_encode(recs, d->n, payload, e, bloom);
+	for (size_t i = 0; recs && i < d->n; i++)
+		free(recs[i]);
+	free(recs);
+	return rc;
+}
+
 int eve_encode(const struct ev_entry *e, const uint8_t *bloom, struct rdb_buf *out)
 {
 	size_t bl = (size_t)1 << (e->bloom_log2 - 3);

@@ -103,6 +103,13 @@ struct ev_decoded {
 };
 int evc_decode(const uint8_t *payload, size_t len, const char *job, struct ev_decoded *out);
 void evc_decoded_free(struct ev_decoded *d);
+/* The index entry of a decoded chunk, as evc_encode made it when the chunk
+ * was written: fills e but segment/offset/length/gen/uid, the bloom filter
+ * into bloom (e->bloom points there). Encodes the payload again into
+ * payload (scratch, its content dropped). For rebuild-index and verify
+ * --quarantine. 0 or -ENOMEM / an evc_encode error. */
+int evc_entry_of(const struct ev_decoded *d, struct rdb_buf *payload, struct ev_entry *e,
+		 struct rdb_buf *bloom);
 
 /* Filters. The words of f are tokenized once (evf_prepare). */
 struct evf {

@@ -29,8 +29,7 @@
  */
 
 #define EV_REMEDY                                                                                  \
-	"queries decode its chunk instead; 'verify --quarantine' moves it to the quarantine "      \
-	"and 'rankctl rebuild-index' recreates it from the chunk"
+	"queries decode its chunk instead; 'verify --quarantine' rewrites it from the chunk"
 
 /* The entry of an events pair: 0 with *body (and *damaged false), or with
  * *damaged when t passes damaged entries; else RDB_ECORRUPT (logged). */

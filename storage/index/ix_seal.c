@@ -196,8 +196,8 @@ void ix_sealed_dbs(const struct sto_index *ix, struct ix_sealed_db *out)
 	    {"meta", ix->meta,
 	     "the store does not open on it; 'rankctl rebuild-index' recreates the counters"},
 	    {"events", ix->events,
-	     "queries decode its chunk instead; 'verify --quarantine' moves it to the "
-	     "quarantine and 'rankctl rebuild-index' recreates it from the chunk"},
+	     "queries decode its chunk instead; 'verify --quarantine' rewrites it from the "
+	     "chunk"},
 	    {"evpending", ix->evpending, rebuild},
 	    {"pending", ix->pending, rebuild},
 	    {"batch_ids", ix->batch_ids,

@@ -255,10 +255,10 @@ def test_statistics_damaged_before_the_upgrade_are_found_by_verify():
     s.stop()
 
 
-def _flip_event_entry_max_ts(data_dir, job):
-    """Flips the sign bit of max_ts (entry bytes 48..55) in every stored copy
-    of the job's event chunk entry: the key is job, 0, min_ts, uid (16
-    bytes), then the entry, version 1. Returns copies."""
+def _flip_event_entry(data_dir, job, at, mask):
+    """XORs mask into byte `at` of every stored copy of the job's event chunk
+    entry (key: job, 0, min_ts, uid (16 bytes); then the entry, version 1):
+    48..55 is max_ts, 16..23 the record's offset. Returns copies."""
     path = os.path.join(data_dir, "index", "data.mdb")
     with open(path, "rb") as f:
         raw = bytearray(f.read())
@@ -267,7 +267,7 @@ def _flip_event_entry_max_ts(data_dir, job):
     while pos >= 0:
         entry = pos + len(key) + 16
         if entry + 80 <= len(raw) and raw[entry] == 1 and raw[entry + 3] == 0:
-            raw[entry + 55] ^= 0x80
+            raw[entry + at] ^= mask
             n += 1
         pos = raw.find(key, pos + 1)
     with open(path, "wb") as f:
@@ -284,8 +284,10 @@ def test_damaged_event_chunk_entry_is_read_around():
     """Format 5: event chunk entries carry a checksum (as chunk entries do).
     A flipped sign bit of the entry's max_ts used to make a query from T0
     skip the chunk silently; now verify names the entry, the query reads the
-    chunk instead and answers every log, verify --quarantine moves the entry
-    aside, and rebuild-index recreates it from the chunk."""
+    chunk instead and answers every log, and verify --quarantine rewrites the
+    entry from the chunk. An entry whose location is damaged too cannot be
+    read around: the query fails, verify --quarantine moves the entry aside,
+    and rebuild-index recreates it from the chunk."""
     s = Server(["--detect", "off"]).start()
     recs = [{"type": "log", "job": "evd", "rank": 0, "timestamp": T0 + i * 1000, "attempt": 0,
              "level": "info", "message": "hello %d" % i, "step": i} for i in range(50)]
@@ -299,11 +301,11 @@ def test_damaged_event_chunk_entry_is_read_around():
     st, obj = _event_logs(s, "evd")
     assert st == 200 and len(obj["logs"]) == 50, (st, obj)
     s.stop()  # the checkpoint seals the events into an event chunk
-    assert _flip_event_entry_max_ts(s.data_dir, "evd") >= 1
+    assert _flip_event_entry(s.data_dir, "evd", 55, 0x80) >= 1  # max_ts < 0
     before = _tree(s.data_dir)
     r = _rankctl("--data-dir", s.data_dir, "verify")
     assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
-    assert "index entry of event chunk" in r.stdout and "failed its checksum" in r.stdout, r.stdout
+    assert "index entry of event chunk" in r.stdout and "the chunk is intact" in r.stdout, r.stdout
     assert '"index_damaged":1' in r.stdout, r.stdout
     assert _tree(s.data_dir) == before, "verify changed the data directory"
     s.start()
@@ -313,8 +315,30 @@ def test_damaged_event_chunk_entry_is_read_around():
     s.stop()
     r = _rankctl("--data-dir", s.data_dir, "verify", "--quarantine")
     assert r.returncode == 3 and '"index_damaged":1' in r.stdout, r.stdout
+    assert '"quarantined":0' in r.stdout, r.stdout  # rewritten, not moved aside
     r = _rankctl("--data-dir", s.data_dir, "verify")
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    s.start()
+    st, obj = _event_logs(s, "evd")
+    assert st == 200 and len(obj["logs"]) == 50, (st, obj)
+    assert _metric(s, "rankdb_index_damaged_reads_total") == 0
+    s.stop()
+    # the location too: the offset 64 KiB off
+    assert _flip_event_entry(s.data_dir, "evd", 18, 0x01) >= 1
+    r = _rankctl("--data-dir", s.data_dir, "verify")
+    assert r.returncode == 3 and "does not lead to its chunk" in r.stdout, r.stdout
+    s.start()
+    st, obj = _event_logs(s, "evd")
+    assert st == 500, (st, obj)
+    s.stop()
+    r = _rankctl("--data-dir", s.data_dir, "verify", "--quarantine")
+    assert r.returncode == 3 and '"quarantined":1' in r.stdout, r.stdout
+    r = _rankctl("--data-dir", s.data_dir, "verify")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    s.start()
+    st, obj = _event_logs(s, "evd")
+    assert st == 404, (st, obj)  # its only chunk is quarantined: no such job any more
+    s.stop()
     r = _rankctl("--data-dir", s.data_dir, "rebuild-index")
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
     s.start()
