@@ -5,7 +5,7 @@
  * big-endian so that they sort numerically.
  *
  * Data directory:
- *   FORMAT                text: "rankdb data directory\nformat 4\n"
+ *   FORMAT                text: "rankdb data directory\nformat 5\n"
  *   LOCK                  flock(2)ed by the running server
  *   index/                LMDB environment (derived: rebuildable from chunks/)
  *   wal/wal-<gen %016x>.log  write-ahead log, one file per generation
