@@ -91,8 +91,8 @@ int sto_evidx_scan(struct sto_txn *t, const char *job, int64_t to_ns, sto_evidx_
 	uint8_t seek[MDL_JOB_MAX + 17];
 	size_t plen = strlen(job) + 1;
 	char kjob[MDL_JOB_MAX + 1];
-	int64_t min_ts;
-	uint64_t uid;
+	int64_t min_ts = 0;
+	uint64_t uid = 0;
 	MDB_cursor *cur = NULL;
 	MDB_val k, v;
 	ix_ev_key_put(seek, job, INT64_MIN, 0);
@@ -135,8 +135,8 @@ int sto_evpending_scan(struct sto_txn *t, uint64_t after_gen, sto_evpending_fn f
 {
 	uint8_t seek[8];
 	char job[MDL_JOB_MAX + 1];
-	int64_t min_ts;
-	uint64_t uid;
+	int64_t min_ts = 0;
+	uint64_t uid = 0;
 	MDB_cursor *cur = NULL;
 	MDB_val k, v;
 	if (after_gen == UINT64_MAX)
@@ -202,8 +202,8 @@ int sto_evidx_get(struct sto_txn *t, const char *job, int64_t min_ts_ns, uint64_
 int sto_evidx_scan_all(struct sto_txn *t, sto_evidx_all_fn fn, void *arg)
 {
 	char job[MDL_JOB_MAX + 1];
-	int64_t min_ts;
-	uint64_t uid;
+	int64_t min_ts = 0;
+	uint64_t uid = 0;
 	MDB_cursor *cur = NULL;
 	MDB_val k, v;
 	int ret = ix_cursor_open(t, t->ix->events, &cur);
