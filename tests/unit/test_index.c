@@ -1185,8 +1185,9 @@ static void keep_problem(void *arg, const char *msg)
 static int flip_sealed(const char *mdb, const void *key, size_t klen, const void *body, size_t blen)
 {
 	uint8_t pat[256];
-	memcpy(pat, body, blen);
-	rdb_put_le64(pat + blen, rdb_hash64_2(key, klen, body, blen, 0));
+	if (blen)
+		memcpy(pat, body, blen);
+	rdb_put_le64(pat + blen, rdb_hash64_2(key, klen, pat, blen, 0));
 	return flip_pattern(mdb, pat, blen + 8, 0, 0x01);
 }
 
