@@ -99,6 +99,17 @@ static void test_head_and_chunks(void)
 	CHECK_EQ_INT(sto_open(&o, &s), 0);
 	CHECK_EQ_INT(write_points(s, "j1", 0, "loss", 1000, 1050, 70), 0);
 	check_series(s, "j1", 0, "loss", 1000, 1050); /* head + size-sealed chunks */
+	{
+		/* the bound over head and chunks together */
+		struct mdl_cols hc = MDL_COLS_INIT;
+		struct sto_read_error herr;
+		struct sto_range hall = {INT64_MIN, INT64_MAX, false, 0, 0};
+		uint64_t hid = series_id(s, "j1", 0, "loss");
+		CHECK_EQ_INT(sto_read(s, hid, &hall, 1050, &hc, &herr), 0);
+		CHECK_EQ_INT(hc.n, 1050);
+		CHECK_EQ_INT(sto_read(s, hid, &hall, 1049, &hc, &herr), RDB_ELIMIT);
+		mdl_cols_free(&hc);
+	}
 	CHECK_EQ_INT(sto_checkpoint(s), 0);
 	struct sto_stats st;
 	sto_get_stats(s, &st);
@@ -120,6 +131,14 @@ static void test_head_and_chunks(void)
 	/* the point bound is enforced */
 	struct sto_range all = {INT64_MIN, INT64_MAX, false, 0, 0};
 	CHECK_EQ_INT(sto_read(s, id, &all, 1000, &c, &err), RDB_ELIMIT);
+	/* right at the bound every point is read; one less is refused */
+	CHECK_EQ_INT(sto_read(s, id, &all, 1050, &c, &err), 0);
+	CHECK_EQ_INT(c.n, 1050);
+	CHECK_EQ_INT(c.ts_ns[1049], 1000 + 1049);
+	CHECK_EQ_INT(sto_read(s, id, &all, 1049, &c, &err), RDB_ELIMIT);
+	/* a bound inside the first chunk, and none at all */
+	CHECK_EQ_INT(sto_read(s, id, &all, 7, &c, &err), RDB_ELIMIT);
+	CHECK_EQ_INT(sto_read(s, id, &all, 0, &c, &err), RDB_ELIMIT);
 	mdl_cols_free(&c);
 	sto_close(s);
 
