@@ -303,11 +303,22 @@ static size_t fmt_shortest_one_mul(char *p, uint64_t m, int k, bool neg, bool ti
 		break;
 	}
 	u128 ulp17 = pow10_128(s17);
+	/* A P-digit candidate (rem = q17 mod div) is at least dmin * 2^k from
+	 * N17, dmin = rem rounding down (delta = rem * 2^k + r17) or div - rem
+	 * - 1 rounding up (delta = (div - rem) * 2^k - r17, r17 < 2^k); it can
+	 * only read back when 2 * delta <= ulp17, so 2 * dmin <= ulp_hi =
+	 * floor(ulp17 / 2^k) (ulp17 in whole units of 2^k: 2..22 for doubles
+	 * with 17 digits). Most candidates of 15 digits, and many of 16, fail
+	 * that in 64-bit integers, before the exact test in 128 bits. */
+	uint64_t ulp_hi = (uint64_t)(ulp17 >> k);
 	static const uint64_t divs[2] = {100, 10};
 	for (int i = 0; i < 2; i++) {
 		int prec = 15 + i;
-		uint64_t div = divs[i], q = q17 / div;
-		u128 big = ((u128)(q17 % div) << k) + r17, half = (u128)(div / 2) << k;
+		uint64_t div = divs[i], q = q17 / div, rem = q17 - q * div;
+		uint64_t dmin = rem < div / 2 ? rem : div - rem - 1;
+		if (2 * dmin > ulp_hi)
+			continue;
+		u128 big = ((u128)rem << k) + r17, half = (u128)(div / 2) << k;
 		bool up = big > half || (big == half && (q & 1));
 		u128 d_scaled = up ? ((u128)div << k) - big : big;
 		if (reads_back(d_scaled, ulp17, up, tight_below, m))
