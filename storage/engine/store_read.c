@@ -58,6 +58,16 @@ static bool in_range(const struct sto_range *r, int64_t ts, int64_t step)
 	return step != MDL_STEP_NONE && step >= r->step_from && step <= r->step_to;
 }
 
+static bool all_in_range(const struct mdl_cols *c, const struct sto_range *r)
+{
+	if (r->from_ns == INT64_MIN && r->to_ns == INT64_MAX && !r->by_step)
+		return true;
+	for (size_t i = 0; i < c->n; i++)
+		if (!in_range(r, c->ts_ns[i], c->step[i]))
+			return false;
+	return true;
+}
+
 /* Appends the points of c in range to out; RDB_ELIMIT past max_points.
  * Room for all of c (at most max_points in all) is made first: one growth
  * per chunk, not the dozen 1.5x steps of a point-by-point push (each
@@ -262,6 +272,15 @@ static int read_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 	int rc = sto_read_chunk(c->s, ref, &c->rec, &c->tmp, c->err);
 	if (rc)
 		return rc;
+	if (c->out->n == 0 && c->tmp.n <= c->max_points && all_in_range(&c->tmp, r)) {
+		/* the whole chunk is the answer so far (one chunk, no head
+		 * points: a raw range read of a settled series): take its
+		 * columns instead of copying them; tmp gets out's to reuse */
+		struct mdl_cols was = *c->out;
+		*c->out = c->tmp;
+		c->tmp = was;
+		return 0;
+	}
 	return filter_into(&c->tmp, r, c->max_points, c->out);
 }
 
