@@ -382,6 +382,18 @@ static size_t fmt_shortest_fast(char *p, uint64_t bits)
 
 size_t srv_fmt_value(char *p, uint64_t bits)
 {
+	/* The common case first, from the exponent field alone: normal and
+	 * finite (not zero, subnormal, Inf or NaN, which hold every special
+	 * pattern below), and no integer: below 1 (exponent field < 1023), or
+	 * bits below the binary point (an integer has none). 2^50 > 1e15, so
+	 * the integers the checks below write as such all have a field of
+	 * 1023..1072. */
+	unsigned ef = (unsigned)(bits >> 52) & 0x7ff;
+	if (ef - 1u < 0x7feu &&
+	    (ef < 1023 || ef > 1072 || (bits & ((1ull << 52) - 1)) << (ef - 1011) != 0)) {
+		size_t n = fmt_shortest_fast(p, bits);
+		return n ? n : srv_fmt_value_slow(p, bits);
+	}
 	double v = rdb_bits_f64(bits);
 	if (bits == MDL_VALUE_NULL_BITS) {
 		memcpy(p, "null", 4);

@@ -217,6 +217,45 @@ static void test_json_integers(void)
 	}
 }
 
+/* Values at and next to integers of every binary magnitude: an integer
+ * below 1e15 is written as one, anything else as the shortest text that
+ * reads back (srv_fmt_value decides that from the exponent field first). */
+static void test_json_near_integers(void)
+{
+	size_t bad = 0;
+	for (int e = -2; e <= 64; e++) {
+		for (int j = 0; j < 40; j++) {
+			double b0 = ldexp(1.0, e) + (j < 20 ? j : -(j - 20) * 3.0);
+			double cand[] = {b0,
+					 nextafter(b0, 0),
+					 nextafter(b0, INFINITY),
+					 b0 + 0.5,
+					 -b0,
+					 1e15 - j,
+					 1e15 + j,
+					 -1e15 + j};
+			for (size_t c = 0; c < sizeof(cand) / sizeof(cand[0]); c++) {
+				double v = cand[c];
+				if (v == 0 || isinf(v))
+					continue;
+				char a[SRV_FMT_VALUE_MAX], b[SRV_FMT_VALUE_MAX];
+				size_t na = srv_fmt_value(a, rdb_f64_bits(v)), nb;
+				if (fabs(v) < 1e15 && v == (double)(int64_t)v)
+					nb = (size_t)snprintf(b, sizeof(b), "%lld",
+							      (long long)(int64_t)v);
+				else
+					nb = srv_fmt_value_slow(b, rdb_f64_bits(v));
+				if (na != nb || memcmp(a, b, na) != 0) {
+					if (bad++ < 5)
+						fprintf(stderr, "%.17g: %.*s, want %.*s\n", v,
+							(int)na, a, (int)nb, b);
+				}
+			}
+		}
+	}
+	CHECK_EQ_INT((int)bad, 0);
+}
+
 static void test_statuses(void)
 {
 	CHECK_EQ_INT(srv_qry_status(QRY_E_INVALID), 400);
@@ -542,6 +581,7 @@ int main(void)
 	}
 	RUN(test_json_numbers);
 	RUN(test_json_integers);
+	RUN(test_json_near_integers);
 	RUN(test_json_f64);
 	RUN(test_statuses);
 	RUN(test_serialisers);
