@@ -71,6 +71,7 @@
 /* A connection keeps a request buffer up to this size between requests. */
 #define WL_KEEP_BUF_BYTES  (16u * 1024)
 #define WL_RESP_HEAD_BYTES 2048 /* status line and headers of a response */
+#define HEAD_MEM_SLACK	   1024 /* connection memory libmicrohttpd needs beside a head */
 
 enum wl_state { C_HEAD, C_BODY, C_PARKED, C_WRITE };
 
@@ -122,6 +123,7 @@ struct wl_loop {
 	 * frees the threads (the answer can be sent, and the request drained,
 	 * before the completion has written the eventfd). */
 	_Atomic int waking;
+	size_t head_max; /* a head this long is libmicrohttpd's (<= WL_HEAD_MAX) */
 	int nthreads;
 	struct wl_thread *t;
 };
@@ -478,7 +480,7 @@ static enum step do_head(struct wl_conn *c)
 	struct wl_loop *l = t->l;
 	ssize_t n;
 	do
-		n = recv(c->fd, t->peek, sizeof(t->peek), MSG_PEEK);
+		n = recv(c->fd, t->peek, l->head_max, MSG_PEEK);
 	while (n < 0 && errno == EINTR);
 	if (n == 0 || (n < 0 && errno != EAGAIN)) {
 		conn_free(c);
@@ -487,6 +489,8 @@ static enum step do_head(struct wl_conn *c)
 	if (n < 0)
 		return S_AGAIN;
 	enum wl_verdict v = wl_classify(t->peek, (size_t)n, &c->hd);
+	if (v == WL_MORE && (size_t)n >= l->head_max)
+		v = WL_HANDOFF; /* a head libmicrohttpd may refuse (head_max) */
 	if (v == WL_MORE && c->hup) {
 		/* The rest of the head will never come, and a peek would return
 		 * these bytes for ever: as libmicrohttpd, close. */
@@ -690,6 +694,18 @@ static int listen_socket(const struct srv_config *cfg, uint16_t *port)
 	return fd;
 }
 
+/* The longest head the loop serves. libmicrohttpd keeps a request's line
+ * and headers in its connection memory (http_connection_memory_bytes) and
+ * answers 431 to a head that does not fit: with 8K it took heads up to
+ * 7,840 bytes (libmicrohttpd 0.9.76). A head it might refuse is handed to
+ * it, so both front ends answer alike whatever that setting. */
+static size_t head_max(const struct srv_config *cfg)
+{
+	uint64_t mem = cfg->http_connection_memory_bytes;
+	uint64_t fits = mem > HEAD_MEM_SLACK ? mem - HEAD_MEM_SLACK : 0;
+	return fits < WL_HEAD_MAX ? (size_t)fits : WL_HEAD_MAX;
+}
+
 int wl_start(struct srv_http *h, struct srv_ctx *ctx, struct wl_loop **out, uint16_t *port)
 {
 	const struct srv_config *cfg = ctx->cfg;
@@ -698,6 +714,7 @@ int wl_start(struct srv_http *h, struct srv_ctx *ctx, struct wl_loop **out, uint
 		return -ENOMEM;
 	l->h = h;
 	l->ctx = ctx;
+	l->head_max = head_max(cfg);
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	int n = (int)cfg->http_threads;
 	if (cpus > 0 && n > cpus)

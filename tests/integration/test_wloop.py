@@ -407,3 +407,27 @@ def test_max_parked_zero_turns_the_loop_off():
     assert _metric(s, "rankdb_http_parked_total") == 0
     st, _, body = s.request("GET", "/api/v1/query/range?job=wl&metric=train.loss&rank=0")
     assert st == 200 and json.loads(body)["series"][0]["steps"] == [0, 1, 2], body
+
+
+def test_long_heads_answer_alike_with_small_connection_memory():
+    """With http_connection_memory_bytes = 8K libmicrohttpd refuses heads of
+    ~7.9 KB with 431; the loop must not accept what libmicrohttpd refuses
+    (nor refuse what it accepts): every head length answers the same with the
+    loop on and off."""
+    lengths = (6000, 7000, 7600, 7900, 8100, 9000)
+
+    def answers(flag):
+        s = Server(["--http-write-loop", flag, "--http-connection-memory-bytes", "8K"],
+                   name="mem-" + flag).start()
+        out = []
+        for i, n in enumerate(lengths):
+            sock = socket.create_connection(("127.0.0.1", s.port))
+            sock.sendall(_req("/write?precision=ns", _lp(0, 10 + i), "X-Pad: %s\r\n" % ("a" * n)))
+            out.append(_read_responses(sock, 1)[0][0])
+            sock.close()
+        s.stop()
+        return out
+
+    on, off = answers("on"), answers("off")
+    assert on == off, (lengths, on, off)
+    assert on[0] == 204 and on[-1] == 431, on
