@@ -4,6 +4,17 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+
+struct qry_error *qry_error_new(void)
+{
+	struct qry_error *e = malloc(sizeof(*e));
+	if (e) {
+		e->code = 0;
+		e->msg[0] = 0;
+	}
+	return e;
+}
 
 int qry_fail(struct qry_error *err, enum qry_code code, int rc, const char *fmt, ...)
 {

@@ -51,6 +51,12 @@ struct qry_error {
 	char msg[5200];
 };
 
+/* A heap struct qry_error with no error yet (code 0, msg ""), or NULL out
+ * of memory; free() it. Only those two fields are set: a query that
+ * succeeds never reads the rest, and zeroing 5 KB per query was a good
+ * part of a one-series query's writes. */
+struct qry_error *qry_error_new(void);
+
 /* Fills err (printf format); returns rc, the error value to propagate. */
 int qry_fail(struct qry_error *err, enum qry_code code, int rc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -303,11 +303,22 @@ static size_t fmt_shortest_one_mul(char *p, uint64_t m, int k, bool neg, bool ti
 		break;
 	}
 	u128 ulp17 = pow10_128(s17);
+	/* A P-digit candidate (rem = q17 mod div) is at least dmin * 2^k from
+	 * N17, dmin = rem rounding down (delta = rem * 2^k + r17) or div - rem
+	 * - 1 rounding up (delta = (div - rem) * 2^k - r17, r17 < 2^k); it can
+	 * only read back when 2 * delta <= ulp17, so 2 * dmin <= ulp_hi =
+	 * floor(ulp17 / 2^k) (ulp17 in whole units of 2^k: 2..22 for doubles
+	 * with 17 digits). Most candidates of 15 digits, and many of 16, fail
+	 * that in 64-bit integers, before the exact test in 128 bits. */
+	uint64_t ulp_hi = (uint64_t)(ulp17 >> k);
 	static const uint64_t divs[2] = {100, 10};
 	for (int i = 0; i < 2; i++) {
 		int prec = 15 + i;
-		uint64_t div = divs[i], q = q17 / div;
-		u128 big = ((u128)(q17 % div) << k) + r17, half = (u128)(div / 2) << k;
+		uint64_t div = divs[i], q = q17 / div, rem = q17 - q * div;
+		uint64_t dmin = rem < div / 2 ? rem : div - rem - 1;
+		if (2 * dmin > ulp_hi)
+			continue;
+		u128 big = ((u128)rem << k) + r17, half = (u128)(div / 2) << k;
 		bool up = big > half || (big == half && (q & 1));
 		u128 d_scaled = up ? ((u128)div << k) - big : big;
 		if (reads_back(d_scaled, ulp17, up, tight_below, m))
@@ -371,6 +382,18 @@ static size_t fmt_shortest_fast(char *p, uint64_t bits)
 
 size_t srv_fmt_value(char *p, uint64_t bits)
 {
+	/* The common case first, from the exponent field alone: normal and
+	 * finite (not zero, subnormal, Inf or NaN, which hold every special
+	 * pattern below), and no integer: below 1 (exponent field < 1023), or
+	 * bits below the binary point (an integer has none). 2^50 > 1e15, so
+	 * the integers the checks below write as such all have a field of
+	 * 1023..1072. */
+	unsigned ef = (unsigned)(bits >> 52) & 0x7ff;
+	if (ef - 1u < 0x7feu &&
+	    (ef < 1023 || ef > 1072 || (bits & ((1ull << 52) - 1)) << (ef - 1011) != 0)) {
+		size_t n = fmt_shortest_fast(p, bits);
+		return n ? n : srv_fmt_value_slow(p, bits);
+	}
 	double v = rdb_bits_f64(bits);
 	if (bits == MDL_VALUE_NULL_BITS) {
 		memcpy(p, "null", 4);

@@ -53,11 +53,17 @@ static uint64_t f32_to_f64_bits(uint32_t f)
  * and vectorizes. */
 void sto_codec_widen_f32(uint64_t *out, size_t n)
 {
-	bool special = false;
+	/* e = the exponent bits: e - 2^23 wraps below 0 (bit 63 of the
+	 * difference, so bit 31 after >> 32) only for e = 0, and e + 2^23
+	 * reaches bit 31 only for e = 0xff << 23; both are 0 for every normal
+	 * exponent. An OR of integer lanes, which vectorizes (a test per value
+	 * with || did not: a third of the widening's instructions). */
+	uint64_t acc = 0;
 	for (size_t i = 0; i < n; i++) {
-		uint32_t e = (uint32_t)out[i] & 0x7f800000u;
-		special |= e == 0 || e == 0x7f800000u;
+		uint64_t e = out[i] & 0x7f800000u;
+		acc |= ((e - 0x00800000u) >> 32) | (e + 0x00800000u);
 	}
+	bool special = (acc >> 31) & 1;
 	if (special) {
 		for (size_t i = 0; i < n; i++)
 			out[i] = f32_to_f64_bits((uint32_t)out[i]);

@@ -395,6 +395,53 @@ static void test_float32_classes(void)
 	mdl_cols_free(&c);
 }
 
+static uint32_t xs32(uint32_t *st)
+{
+	*st ^= *st << 13;
+	*st ^= *st >> 17;
+	*st ^= *st << 5;
+	return *st;
+}
+
+/* The float64 pattern of float32 pattern f, field by field. */
+static uint64_t widen_ref(uint32_t f)
+{
+	uint32_t e = (f >> 23) & 0xff, m = f & 0x7fffff;
+	if (e == 0xff && m) /* NaN: on bits, the FPU would quiet it */
+		return (uint64_t)(f >> 31) << 63 | 0x7ffull << 52 | (uint64_t)m << 29;
+	float fl;
+	memcpy(&fl, &f, 4);
+	return f32w(fl);
+}
+
+/* sto_codec_widen_f32 finds one value of every special class (zero,
+ * denormal, Inf, NaN) at any place among normal ones, in runs of odd and
+ * even length, and widens every value exactly. */
+static void test_widen_f32(void)
+{
+	static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu,
+					   0x7f800000u, 0xff800000u, 0x7fc00001u, 0xffbfffffu};
+	static const uint32_t edge[] = {0x00800000u, 0x7f7fffffu, 0x80800000u, 0xff7fffffu};
+	uint64_t v[67], want[67];
+	uint32_t st = 0x2545f491u; /* its own sequence: the shared rnd() feeds later tests */
+	for (size_t n = 1; n <= 67; n += 11) {
+		for (size_t s = 0; s <= sizeof(special) / sizeof(special[0]); s++) {
+			size_t at = (size_t)xs32(&st) % n;
+			for (size_t i = 0; i < n; i++) {
+				uint32_t f = i % 5 == 4 ? edge[i % 4]
+							: (xs32(&st) & 0x807fffffu) |
+							      (1 + xs32(&st) % 254) << 23;
+				if (s < sizeof(special) / sizeof(special[0]) && i == at)
+					f = special[s];
+				v[i] = f;
+				want[i] = widen_ref(f);
+			}
+			sto_codec_widen_f32(v, n);
+			CHECK(memcmp(v, want, n * sizeof(v[0])) == 0);
+		}
+	}
+}
+
 static void test_choices(void)
 {
 	struct sto_codec_info info;
@@ -894,6 +941,7 @@ int main(void)
 	RUN(test_values_roundtrip);
 	RUN(test_columns_roundtrip);
 	RUN(test_float32_classes);
+	RUN(test_widen_f32);
 	RUN(test_choices);
 	RUN(test_choices_pruned);
 	RUN(test_varint_stream_choice);

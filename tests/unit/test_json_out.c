@@ -24,6 +24,14 @@ static char base[4096];
 /* Numbers: the exact fast formatter against printf + strtod, on values of
  * every kind (random bits, float32-widened, short decimals, powers of two
  * and ten and their neighbours, ties). No timing. */
+static uint64_t pow10_of(int n)
+{
+	uint64_t p = 1;
+	while (n-- > 0)
+		p *= 10;
+	return p;
+}
+
 static void test_json_numbers(void)
 {
 	uint64_t st = 0x9e3779b97f4a7c15ull;
@@ -71,6 +79,31 @@ static void test_json_numbers(void)
 		}
 	}
 	CHECK(n > 300000);
+	CHECK_EQ_INT((int)bad, 0);
+	/* Values near the read-back boundary of 15 and 16 digits: a decimal
+	 * of 15 or 16 digits read as a double, and its neighbours up to two
+	 * ulps away, whose shorter candidates miss it by about half an ulp
+	 * (the fast path rules most candidates out from their last digits
+	 * alone; this is where that bound is tight). */
+	bad = 0;
+	for (int i = 0; i < 200000; i++) {
+		st ^= st << 13;
+		st ^= st >> 7;
+		st ^= st << 17;
+		int digits = 15 + (int)(st & 1);
+		uint64_t d = pow10_of(digits - 1) + (st >> 8) % (9 * pow10_of(digits - 1));
+		char dec[48];
+		snprintf(dec, sizeof(dec), "%llue%d", (unsigned long long)d,
+			 (int)((st >> 1) % 40) - 20 - digits);
+		uint64_t bits = rdb_f64_bits(strtod(dec, NULL)) + ((st >> 6) % 5) - 2;
+		char a[SRV_FMT_VALUE_MAX], b[SRV_FMT_VALUE_MAX];
+		size_t na = srv_fmt_value(a, bits), nb = srv_fmt_value_slow(b, bits);
+		if (na != nb || memcmp(a, b, na) != 0) {
+			if (bad++ < 5)
+				fprintf(stderr, "value %016llx: %.*s, printf says %.*s\n",
+					(unsigned long long)bits, (int)na, a, (int)nb, b);
+		}
+	}
 	CHECK_EQ_INT((int)bad, 0);
 	struct {
 		double v;
@@ -182,6 +215,45 @@ static void test_json_integers(void)
 			CHECK(out.len == wlen && memcmp(out.data, want, wlen) == 0);
 		rdb_buf_free(&out);
 	}
+}
+
+/* Values at and next to integers of every binary magnitude: an integer
+ * below 1e15 is written as one, anything else as the shortest text that
+ * reads back (srv_fmt_value decides that from the exponent field first). */
+static void test_json_near_integers(void)
+{
+	size_t bad = 0;
+	for (int e = -2; e <= 64; e++) {
+		for (int j = 0; j < 40; j++) {
+			double b0 = ldexp(1.0, e) + (j < 20 ? j : -(j - 20) * 3.0);
+			double cand[] = {b0,
+					 nextafter(b0, 0),
+					 nextafter(b0, INFINITY),
+					 b0 + 0.5,
+					 -b0,
+					 1e15 - j,
+					 1e15 + j,
+					 -1e15 + j};
+			for (size_t c = 0; c < sizeof(cand) / sizeof(cand[0]); c++) {
+				double v = cand[c];
+				if (v == 0 || isinf(v))
+					continue;
+				char a[SRV_FMT_VALUE_MAX], b[SRV_FMT_VALUE_MAX];
+				size_t na = srv_fmt_value(a, rdb_f64_bits(v)), nb;
+				if (fabs(v) < 1e15 && v == (double)(int64_t)v)
+					nb = (size_t)snprintf(b, sizeof(b), "%lld",
+							      (long long)(int64_t)v);
+				else
+					nb = srv_fmt_value_slow(b, rdb_f64_bits(v));
+				if (na != nb || memcmp(a, b, na) != 0) {
+					if (bad++ < 5)
+						fprintf(stderr, "%.17g: %.*s, want %.*s\n", v,
+							(int)na, a, (int)nb, b);
+				}
+			}
+		}
+	}
+	CHECK_EQ_INT((int)bad, 0);
 }
 
 static void test_statuses(void)
@@ -509,6 +581,7 @@ int main(void)
 	}
 	RUN(test_json_numbers);
 	RUN(test_json_integers);
+	RUN(test_json_near_integers);
 	RUN(test_json_f64);
 	RUN(test_statuses);
 	RUN(test_serialisers);

@@ -1015,6 +1015,21 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 	return remove(path);
 }
 
+/* A fresh error holds none (code 0, empty message) until qry_fail fills it. */
+static void test_error_new(void)
+{
+	struct qry_error *e = qry_error_new();
+	CHECK(e != NULL);
+	if (!e)
+		return;
+	CHECK_EQ_INT(e->code, 0);
+	CHECK_EQ_INT(e->msg[0], 0);
+	CHECK_EQ_INT(qry_fail(e, QRY_E_LIMIT, -7, "more than %d points", 5), -7);
+	CHECK_EQ_INT(e->code, QRY_E_LIMIT);
+	CHECK(strcmp(e->msg, "more than 5 points") == 0);
+	free(e);
+}
+
 int main(void)
 {
 	const char *tmp = getenv("RDB_TEST_TMP");
@@ -1039,6 +1054,7 @@ int main(void)
 	RUN(test_many_series);
 	RUN(test_match);
 	RUN(test_meta);
+	RUN(test_error_new);
 	sto_close(store);
 	free(all);
 	int rc = check_summary("query");

@@ -99,6 +99,17 @@ static void test_head_and_chunks(void)
 	CHECK_EQ_INT(sto_open(&o, &s), 0);
 	CHECK_EQ_INT(write_points(s, "j1", 0, "loss", 1000, 1050, 70), 0);
 	check_series(s, "j1", 0, "loss", 1000, 1050); /* head + size-sealed chunks */
+	{
+		/* the bound over head and chunks together */
+		struct mdl_cols hc = MDL_COLS_INIT;
+		struct sto_read_error herr;
+		struct sto_range hall = {INT64_MIN, INT64_MAX, false, 0, 0};
+		uint64_t hid = series_id(s, "j1", 0, "loss");
+		CHECK_EQ_INT(sto_read(s, hid, &hall, 1050, &hc, &herr), 0);
+		CHECK_EQ_INT(hc.n, 1050);
+		CHECK_EQ_INT(sto_read(s, hid, &hall, 1049, &hc, &herr), RDB_ELIMIT);
+		mdl_cols_free(&hc);
+	}
 	CHECK_EQ_INT(sto_checkpoint(s), 0);
 	struct sto_stats st;
 	sto_get_stats(s, &st);
@@ -120,11 +131,75 @@ static void test_head_and_chunks(void)
 	/* the point bound is enforced */
 	struct sto_range all = {INT64_MIN, INT64_MAX, false, 0, 0};
 	CHECK_EQ_INT(sto_read(s, id, &all, 1000, &c, &err), RDB_ELIMIT);
+	/* right at the bound every point is read; one less is refused */
+	CHECK_EQ_INT(sto_read(s, id, &all, 1050, &c, &err), 0);
+	CHECK_EQ_INT(c.n, 1050);
+	CHECK_EQ_INT(c.ts_ns[1049], 1000 + 1049);
+	CHECK_EQ_INT(sto_read(s, id, &all, 1049, &c, &err), RDB_ELIMIT);
+	/* a bound inside the first chunk, and none at all */
+	CHECK_EQ_INT(sto_read(s, id, &all, 7, &c, &err), RDB_ELIMIT);
+	CHECK_EQ_INT(sto_read(s, id, &all, 0, &c, &err), RDB_ELIMIT);
 	mdl_cols_free(&c);
 	sto_close(s);
 
 	CHECK_EQ_INT(sto_open(&o, &s), 0);
 	check_series(s, "j1", 0, "loss", 1000, 1050);
+	sto_close(s);
+}
+
+/* A series in one chunk is read by taking the decoded chunk's columns
+ * whole (no copy); the caller's columns, already holding another read,
+ * come back right, and so do reads of part of the chunk, of the chunk
+ * plus head points, and of two chunks. */
+static void test_single_chunk_reads(void)
+{
+	char dir[4200];
+	new_dir(dir, sizeof(dir));
+	struct sto_options o;
+	opts(&o, dir, 100);
+	struct sto *s;
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	CHECK_EQ_INT(write_points(s, "j1", 0, "a", 1000, 60, 60), 0);
+	CHECK_EQ_INT(write_points(s, "j1", 1, "a", 5000, 300, 100), 0);
+	CHECK_EQ_INT(sto_checkpoint(s), 0);
+	uint64_t one = series_id(s, "j1", 0, "a"), many = series_id(s, "j1", 1, "a");
+	struct mdl_cols c = MDL_COLS_INIT;
+	struct sto_read_error err;
+	struct sto_range all = {INT64_MIN, INT64_MAX, false, 0, INT64_MAX};
+	CHECK_EQ_INT(sto_read(s, many, &all, 1000, &c, &err), 0);
+	CHECK_EQ_INT(c.n, 300);
+	for (int round = 0; round < 2; round++) {
+		CHECK_EQ_INT(sto_read(s, one, &all, 1000, &c, &err), 0);
+		CHECK_EQ_INT(c.n, 60);
+		size_t bad = 0;
+		for (size_t i = 0; i < c.n; i++)
+			bad += c.ts_ns[i] != 1000 + (int64_t)i || c.step[i] != (int64_t)i ||
+			       c.value[i] != rdb_f64_bits((double)i * 0.5) || c.attempt[i] != 0;
+		CHECK_EQ_INT(bad, 0);
+	}
+	CHECK_EQ_INT(sto_read(s, one, &all, 60, &c, &err), 0);
+	CHECK_EQ_INT(sto_read(s, one, &all, 59, &c, &err), RDB_ELIMIT);
+	struct sto_range part = {1010, 1019, false, 0, INT64_MAX};
+	CHECK_EQ_INT(sto_read(s, one, &part, 1000, &c, &err), 0);
+	CHECK_EQ_INT(c.n, 10);
+	CHECK_EQ_INT(c.step[0], 10);
+	struct sto_range steps = {INT64_MIN, INT64_MAX, true, 0, 59};
+	CHECK_EQ_INT(sto_read(s, one, &steps, 1000, &c, &err), 0);
+	CHECK_EQ_INT(c.n, 60);
+	/* head points after the chunk: head first, then the chunk, sorted */
+	struct mdl_batch *b;
+	CHECK_EQ_INT(mdl_batch_new(1 << 20, 1024, &b), 0);
+	for (int i = 60; i < 70; i++)
+		CHECK_EQ_INT(mdl_batch_add(b, "j1", 2, 0, "a", 1, 1000 + i, i, 0,
+					   rdb_f64_bits((double)i * 0.5)),
+			     0);
+	CHECK_EQ_INT(sto_write(s, b), 0);
+	mdl_batch_free(b);
+	CHECK_EQ_INT(sto_read(s, one, &all, 1000, &c, &err), 0);
+	CHECK_EQ_INT(c.n, 70);
+	CHECK_EQ_INT(c.ts_ns[0], 1000);
+	CHECK_EQ_INT(c.ts_ns[69], 1069);
+	mdl_cols_free(&c);
 	sto_close(s);
 }
 
@@ -1575,6 +1650,7 @@ int main(void)
 		return 1;
 	}
 	RUN(test_head_and_chunks);
+	RUN(test_single_chunk_reads);
 	RUN(test_out_of_order);
 	RUN(test_tail_reads);
 	RUN(test_crash_recovery);
