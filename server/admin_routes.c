@@ -428,6 +428,13 @@ static void do_compact(struct srv_req *req, struct srv_resp *resp)
 		fail(resp, rc, "compact");
 		return;
 	}
+	if (r.quarantined) {
+		srv_error(resp, 409,
+			  "compact: refused while the quarantine holds %llu index entries (their "
+			  "records would be deleted); run rankctl rebuild-index",
+			  (unsigned long long)r.quarantined);
+		return;
+	}
 	resp->body.len = 0;
 	rdb_buf_printf(
 	    &resp->body,

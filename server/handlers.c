@@ -764,6 +764,10 @@ static void h_metrics(struct srv_req *req, struct srv_resp *resp, const struct s
 	    "Reads that met a chunk or event chunk index entry failing its checksum (answered by "
 	    "decoding the chunk, or failed).",
 	    st.index_damaged);
+	metric(b, "rankdb_compactions_refused_total", "counter",
+	       "Compaction passes (background, admin, recovery) refused because the quarantine "
+	       "table is not empty (run rankctl rebuild-index).",
+	       st.compactions_refused);
 	struct sto_jobmeta_stats jm;
 	sto_jobmeta_stats(ctx->sto, &jm);
 	metric(b, "rankdb_job_meta_damaged_documents", "gauge",

@@ -362,7 +362,8 @@ static void ev_kept_free(struct ev_bad *arr, size_t n)
 /* The entry of event chunk (job, min_ts_ns, uid) recomputed from the chunk
  * that the damaged entry val leads to (its location only is used; the
  * record's checksum, uid and job are checked): 0 with the encoded entry in
- * out; RDB_ECORRUPT when it leads to no such chunk. */
+ * out; RDB_ECORRUPT when it leads to no such chunk; any other error (the
+ * chunk could not be read) as it is. */
 static int ev_entry_repair(struct vctx *v, const char *job, int64_t min_ts_ns, uint64_t uid,
 			   const uint8_t *val, size_t len, struct rdb_buf *out)
 {
@@ -374,6 +375,9 @@ static int ev_entry_repair(struct vctx *v, const char *job, int64_t min_ts_ns, u
 	const char *why;
 	int rc = eve_decode(val, len, &loc);
 	v->rec.len = 0;
+	if (rc == 0 && (loc.length < STO_CHUNK_HEADER_SIZE ||
+			loc.length > STO_CHUNK_HEADER_SIZE + 3 * STO_EVCHUNK_MAX_RAW))
+		rc = RDB_ECORRUPT; /* no event chunk record is that long (as store_read.c) */
 	if (rc == 0)
 		rc = rdb_buf_reserve(&v->rec, loc.length);
 	if (rc == 0)
@@ -404,7 +408,9 @@ static int ev_entry_repair(struct vctx *v, const char *job, int64_t min_ts_ns, u
 	evc_decoded_free(&dec);
 	rdb_buf_free(&payload);
 	rdb_buf_free(&bloom);
-	return rc == -ENOMEM ? rc : rc ? RDB_ECORRUPT : 0;
+	/* Only a chunk that provably is not there condemns the entry (a missing
+	 * segment file: -ENOENT); EIO, EMFILE, ENOMEM... leave it as it is. */
+	return rc == -ENOENT || rc == RDB_ENOTFOUND ? RDB_ECORRUPT : rc;
 }
 
 /* An event chunk entry that failed its checksum: a problem either way;
@@ -416,8 +422,8 @@ static int check_damaged_ev(struct evv *ev, const char *job, int64_t min_ts_ns, 
 	struct vctx *v = ev->v;
 	v->rep->index_damaged++;
 	int rc = ev_entry_repair(v, job, min_ts_ns, uid, val, len, &ev->entry);
-	if (rc == -ENOMEM)
-		return rc;
+	if (rc != 0 && rc != RDB_ECORRUPT)
+		return rc; /* verify fails; the entry stays */
 	if (rc == 0) {
 		problem(v,
 			"index entry of event chunk %llu of job %s failed its checksum; queries "

@@ -79,9 +79,14 @@ struct sto_compact_result {
 	uint64_t segments, chunks, bytes_before, bytes_after, skipped;
 	uint64_t merged_from, merged_into; /* small chunks merged, chunks they became */
 	uint64_t index_bytes_before, index_bytes_after; /* index/data.mdb (index compaction) */
+	uint64_t quarantined; /* non-zero: refused, nothing done (quarantine entries) */
 };
-/* First merges each series' runs of consecutive small chunks (each under
- * chunk_max_points / 4 points, together at most chunk_max_points, all
+/* While the quarantine table holds an entry, nothing is merged or rewritten
+ * (r->quarantined says how many; logged and counted in
+ * sto_stats.compactions_refused): the records of quarantined entries are
+ * not live to compaction, and rankctl rebuild-index recovers them only
+ * while they are still in their segments. Else: first merges each series' runs of consecutive small
+ * chunks (each under chunk_max_points / 4 points, together at most chunk_max_points, all
  * checkpointed) into one chunk each, then rewrites every closed segment
  * whose live fraction is below min_live (a negative value: the configured
  * one) into a new one. */

@@ -316,10 +316,11 @@ struct sto_stats {
 	uint64_t events_written, event_chunks_sealed, batch_duplicates;
 	uint64_t wal_damaged_ranges;	/* damaged WAL ranges replay skipped at this start */
 	uint64_t wal_undefined_records; /* replayed records naming an undefined series id */
-	uint64_t wal_kept_files; /* quarantine/wal-*.damaged files (damaged WAL bytes kept) */
-	uint64_t wal_kept_bytes; /* their bytes */
-	uint64_t index_damaged;	 /* reads that met a chunk or event chunk index entry
-				  * failing its checksum (answered by decoding the chunk) */
+	uint64_t wal_kept_files;      /* quarantine/wal-*.damaged files (damaged WAL bytes kept) */
+	uint64_t wal_kept_bytes;      /* their bytes */
+	uint64_t index_damaged;	      /* reads that met a chunk or event chunk index entry
+				       * failing its checksum (answered by decoding the chunk) */
+	uint64_t compactions_refused; /* compaction passes refused: quarantine not empty */
 	struct sto_wal_stats wal;
 };
 void sto_get_stats(struct sto *s, struct sto_stats *out);

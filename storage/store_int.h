@@ -215,7 +215,8 @@ struct sto {
 	 * kept in quarantine/ (files and bytes, counted at open). */
 	uint64_t st_wal_damaged_ranges, st_wal_kept_files, st_wal_kept_bytes;
 	uint64_t st_wal_undefined; /* replayed records naming a series their file never defined */
-	_Atomic uint64_t st_index_damaged; /* reads that met a damaged chunk entry */
+	_Atomic uint64_t st_index_damaged;   /* reads that met a damaged chunk entry */
+	_Atomic uint64_t st_compact_refused; /* compaction passes refused (quarantine) */
 };
 
 struct tomb {

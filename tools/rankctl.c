@@ -744,7 +744,14 @@ static int dir_misc(struct sto *s, const struct opts *o)
 		struct sto_compact_result r;
 		double live = o->min_live_pct ? atof(o->min_live_pct) / 100.0 : -1;
 		rc = sto_compact(s, live, &r);
-		if (rc == 0)
+		if (rc == 0 && r.quarantined) {
+			fprintf(stderr,
+				"rankctl: compaction refused while the quarantine holds %llu index "
+				"entries (their records would be deleted); run rankctl "
+				"rebuild-index\n",
+				(unsigned long long)r.quarantined);
+			rc = -ENOTEMPTY;
+		} else if (rc == 0)
 			printf("{\"segments\":%llu,\"chunks\":%llu,\"bytes_before\":%llu,"
 			       "\"bytes_after\":%llu,\"merged_from\":%llu,\"merged_into\":%llu,"
 			       "\"index_bytes_before\":%llu,\"index_bytes_after\":%llu}\n",

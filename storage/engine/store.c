@@ -551,6 +551,14 @@ static int purge_dropped_records(struct sto *s)
 	if (rc)
 		return rc;
 	s->trash_due_mono_ns = 0;
+	if (r.quarantined) { /* refused (logged): recovery_seg stays, for the next start */
+		rdb_warn("store",
+			 "recovery: the segments from %llu keep the chunks dropped for WAL "
+			 "replay until a start finds the quarantine empty; until then rankctl "
+			 "rebuild-index may count those points twice",
+			 (unsigned long long)(from - 1));
+		return 0;
+	}
 	if (r.skipped)
 		rdb_warn("store",
 			 "recovery: %llu segment(s) holding chunks dropped for WAL replay "

@@ -957,6 +957,7 @@ void sto_get_stats(struct sto *s, struct sto_stats *out)
 	out->wal_kept_files = s->st_wal_kept_files;
 	out->wal_kept_bytes = s->st_wal_kept_bytes;
 	out->index_damaged = atomic_load(&s->st_index_damaged);
+	out->compactions_refused = atomic_load(&s->st_compact_refused);
 	if (s->wal)
 		sto_wal_get_stats(s->wal, &out->wal);
 }

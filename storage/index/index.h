@@ -216,6 +216,9 @@ int sto_quarantine_evchunk(struct sto_txn *t, const char *job, int64_t min_ts_ns
 typedef int (*sto_u64_fn)(void *arg, uint64_t v);
 /* Calls fn with the uid of each quarantined chunk. */
 int sto_quarantine_scan(struct sto_txn *t, sto_u64_fn fn, void *arg);
+/* The number of quarantine entries, damaged ones included (one B-tree stat,
+ * no scan). */
+int sto_quarantine_count(struct sto_txn *t, uint64_t *n);
 
 int sto_trash_add(struct sto_txn *t, uint64_t segment_id);
 int sto_trash_del(struct sto_txn *t, uint64_t segment_id);

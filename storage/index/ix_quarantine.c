@@ -72,3 +72,11 @@ out:
 	mdb_cursor_close(cur);
 	return ret;
 }
+
+int sto_quarantine_count(struct sto_txn *t, uint64_t *n)
+{
+	MDB_stat st;
+	int ret = ix_err(t->ix, mdb_stat(t->txn, t->ix->quarantine, &st), "quarantine stat");
+	*n = ret == 0 ? (uint64_t)st.ms_entries : 0;
+	return ret;
+}

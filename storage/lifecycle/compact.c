@@ -439,11 +439,40 @@ static uint64_t file_size(struct sto *s, uint64_t id)
 	return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
 }
 
+/* Quarantined entries (verify --quarantine) are not in chunks / events, so
+ * a copy would leave their records behind and the segment's unlink would
+ * delete them, while the docs promise that rebuild-index recovers them from
+ * the segment files. Their uids are not trustworthy (the entries are
+ * damaged) and their locations may not be either, so nothing is rewritten
+ * at all while one exists: r->quarantined = how many (logged, counted). */
+static int quarantine_guard(struct sto *s, const char *what, struct sto_compact_result *r)
+{
+	struct sto_txn *t;
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc)
+		return rc;
+	rc = sto_quarantine_count(t, &r->quarantined);
+	sto_txn_abort(t);
+	if (rc == 0 && r->quarantined) {
+		atomic_fetch_add(&s->st_compact_refused, 1);
+		rdb_warn("store",
+			 "%s refused: the quarantine table holds %llu index entr%s whose records "
+			 "compaction would delete; run rankctl rebuild-index (it recreates them "
+			 "from the segment files and empties the quarantine)",
+			 what, (unsigned long long)r->quarantined,
+			 r->quarantined == 1 ? "y" : "ies");
+	}
+	return rc;
+}
+
 int sti_compact_from(struct sto *s, uint64_t from, struct sto_compact_result *r)
 {
 	struct id_list ids = {0};
 	struct seg_set ss = {0};
-	int rc = s->seg ? sto_seg_close(s->seg) : 0;
+	int rc = quarantine_guard(s, "rewriting segments", r);
+	if (rc || r->quarantined)
+		return rc;
+	rc = s->seg ? sto_seg_close(s->seg) : 0;
 	s->seg = NULL;
 	if (rc == 0)
 		rc = list_segments(s, &ids);
@@ -531,9 +560,12 @@ int sti_compact_op(struct sto *s, void *arg)
 	struct compact_args *a = arg;
 	struct id_list ids = {0};
 	struct seg_set ss = {0};
+	int rc = quarantine_guard(s, "compaction", a->r);
+	if (rc || a->r->quarantined)
+		return rc;
 	/* Roll the segment being written so that it can be compacted too (the
 	 * next seal starts a new one). */
-	int rc = s->seg ? sto_seg_close(s->seg) : 0;
+	rc = s->seg ? sto_seg_close(s->seg) : 0;
 	s->seg = NULL;
 	uint64_t writing = UINT64_MAX;
 	if (rc == 0)
