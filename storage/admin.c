@@ -454,8 +454,13 @@ static int check_ev_cb(void *arg, const char *job, int64_t min_ts_ns, uint64_t u
 	if (damaged)
 		return check_damaged_ev(ev, job, min_ts_ns, uid, val, len);
 	int rc = eve_decode(val, len, &e);
-	if (rc)
-		why = "index entry does not decode";
+	if (rc) {
+		problem(v, "index entry of event chunk %llu of job %s does not decode",
+			(unsigned long long)uid, job);
+		return ev_keep(&ev->bad, &ev->nbad, job, min_ts_ns, uid, val, len);
+	}
+	if (!eve_filter_intact(&e)) /* damage after all: rewritten from the chunk */
+		return check_damaged_ev(ev, job, min_ts_ns, uid, val, len);
 	v->rec.len = 0;
 	if (rc == 0)
 		rc = rdb_buf_reserve(&v->rec, e.length);

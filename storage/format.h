@@ -223,17 +223,23 @@ enum sto_wal_rec_type {
 #define STO_SUP_MAX_SOURCES (2u * 65536u) /* a merge tree over <= 65536 points */
 
 /* Event chunk index entry (LMDB db "events", key job \0 min_ts uid), LE:
- *   0  u8   entry version (1)    1 u8 kinds mask (1 << kind)
+ *   0  u8   entry version (2)    1 u8 kinds mask (1 << kind)
  *   2  u8   levels mask (1 << level, logs only)    3 u8 zero
  *   4  u32  record length        8 u64 segment id    16 u64 offset
  *   24 u64  WAL generation       32 u32 count        36 u32 log2(bloom bits)
  *   40 i64  min ts   48 i64 max ts   56 i64 min step   64 i64 max step
  *   72 u32  min rank             76 u32 max rank (MDL_RANK_JOB sorts last)
- *   80      bloom filter bytes (2^log2 / 8): tokens of messages, span names
+ *   80 u64  XXH3-64 (seed 0) of the bloom filter bytes (checked only when
+ *           a query consults the filter: format 5's seal of the value covers
+ *           the key and bytes 0..87 only, storage/index/ix_seal.c)
+ *   88      bloom filter bytes (2^log2 / 8): tokens of messages, span names
  *           and field values; bit positions h1 + i * h2 (i = 0..2) mod bits,
  *           h = XXH3-64(token, seed 0x5eed), h1 = low 32 bits, h2 = high | 1
+ * Version 1 (index formats 1 to 4) had no filter checksum: the filter
+ * started at byte 80. The upgrade to format 5 rewrites it as version 2.
  */
-#define STO_EVENTRY_FIXED 80u
+#define STO_EVENTRY_FIXED    88u
+#define STO_EVENTRY_V1_FIXED 80u
 
 /* ---- Job metadata document (meta/<job>.meta) ----------------------------
  * One file per job, written whole (temporary file, fsync, rename, directory

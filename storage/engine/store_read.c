@@ -742,6 +742,18 @@ static void note_damaged_ev_entry(struct sto *s, const char *job, uint64_t uid, 
 			     : "it does not say where its chunk is: the query fails");
 }
 
+/* The same for an entry whose token filter alone failed its checksum. */
+static void note_damaged_ev_filter(struct sto *s, const char *job, uint64_t uid)
+{
+	static struct rdb_log_ratelimit rl;
+	atomic_fetch_add(&s->st_index_damaged, 1);
+	rdb_log_limited(&rl, 10, RDB_LOG_ERROR, "store",
+			"LMDB index: the token filter of the entry of event chunk %llu (job %s) "
+			"failed its checksum; it is not used, the chunk is decoded instead. "
+			"'rankctl verify --quarantine' rewrites the entry from the chunk",
+			(unsigned long long)uid, job);
+}
+
 static int ev_chunk_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len,
 		       bool damaged)
 {
@@ -755,14 +767,20 @@ static int ev_chunk_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t
 	if (rc)
 		return rc;
 	e.uid = uid;
+	bool filter_damaged = false;
 	if (damaged) {
 		/* Its statistics and token filter are not used: the chunk at its
 		 * location is read (checksum, uid and job checked) and every event
 		 * filtered on its own. */
 		note_damaged_ev_entry(r->s, r->filt.f->job, uid, true);
 		e.min_ts_ns = min_ts_ns;
-	} else if (!evf_chunk_may_match(&r->filt, &e)) {
+	} else if (!evf_chunk_may_match(&r->filt, &e, &filter_damaged)) {
 		return 0;
+	} else if (filter_damaged) {
+		/* The fixed part is sound (statistics used); only the token
+		 * filter, consulted for this query's words, failed its own
+		 * checksum: the chunk's events are filtered one by one. */
+		note_damaged_ev_filter(r->s, r->filt.f->job, uid);
 	}
 	if (r->nchunks == r->chunks_cap) {
 		size_t cap = r->chunks_cap ? r->chunks_cap * 2 : 16;

@@ -505,7 +505,7 @@ int eve_encode(const struct ev_entry *e, const uint8_t *bloom, struct rdb_buf *o
 		return rc;
 	uint8_t *p = out->data;
 	memset(p, 0, STO_EVENTRY_FIXED);
-	p[0] = 1;
+	p[0] = 2;
 	p[1] = e->kinds;
 	p[2] = e->levels;
 	rdb_put_le32(p + 4, e->length);
@@ -520,6 +520,7 @@ int eve_encode(const struct ev_entry *e, const uint8_t *bloom, struct rdb_buf *o
 	rdb_put_le64(p + 64, (uint64_t)e->max_step);
 	rdb_put_le32(p + 72, e->min_rank);
 	rdb_put_le32(p + 76, e->max_rank);
+	rdb_put_le64(p + 80, rdb_hash64(bloom, bl, 0));
 	memcpy(p + STO_EVENTRY_FIXED, bloom, bl);
 	out->len = STO_EVENTRY_FIXED + bl;
 	return 0;
@@ -527,7 +528,8 @@ int eve_encode(const struct ev_entry *e, const uint8_t *bloom, struct rdb_buf *o
 
 int eve_decode(const uint8_t *p, size_t len, struct ev_entry *e)
 {
-	if (len < STO_EVENTRY_FIXED || p[0] != 1)
+	size_t fixed = len > 0 && p[0] == 1 ? STO_EVENTRY_V1_FIXED : STO_EVENTRY_FIXED;
+	if (len < fixed || (p[0] != 1 && p[0] != 2))
 		return RDB_ECORRUPT;
 	memset(e, 0, sizeof(*e));
 	e->kinds = p[1];
@@ -545,10 +547,19 @@ int eve_decode(const uint8_t *p, size_t len, struct ev_entry *e)
 	e->min_rank = rdb_get_le32(p + 72);
 	e->max_rank = rdb_get_le32(p + 76);
 	if (e->bloom_log2 < BLOOM_MIN_LOG2 || e->bloom_log2 > BLOOM_MAX_LOG2 ||
-	    len != STO_EVENTRY_FIXED + ((size_t)1 << (e->bloom_log2 - 3)))
+	    len != fixed + ((size_t)1 << (e->bloom_log2 - 3)))
 		return RDB_ECORRUPT;
-	e->bloom = p + STO_EVENTRY_FIXED;
+	e->bloom_summed = p[0] == 2;
+	if (e->bloom_summed)
+		e->bloom_sum = rdb_get_le64(p + 80);
+	e->bloom = p + fixed;
 	return 0;
+}
+
+bool eve_filter_intact(const struct ev_entry *e)
+{
+	return !e->bloom_summed ||
+	       rdb_hash64(e->bloom, (size_t)1 << (e->bloom_log2 - 3), 0) == e->bloom_sum;
 }
 
 /* ---- chunk decoding ----------------------------------------------------------- */
@@ -650,8 +661,9 @@ static bool rank_range_hit(const struct sto_ev_filter *f, uint32_t lo, uint32_t 
 	return false;
 }
 
-bool evf_chunk_may_match(const struct evf *p, const struct ev_entry *e)
+bool evf_chunk_may_match(const struct evf *p, const struct ev_entry *e, bool *filter_damaged)
 {
+	*filter_damaged = false;
 	const struct sto_ev_filter *f = p->f;
 	if (e->max_ts_ns < f->from_ns || e->min_ts_ns > f->to_ns || !(e->kinds & f->kinds))
 		return false;
@@ -662,6 +674,10 @@ bool evf_chunk_may_match(const struct evf *p, const struct ev_entry *e)
 		return false;
 	if (f->kinds == (1u << MDL_EV_LOG) && (e->levels >> f->min_level) == 0)
 		return false;
+	if (p->nwords && !eve_filter_intact(e)) {
+		*filter_damaged = true;
+		return true;
+	}
 	for (size_t i = 0; i < p->nwords; i++)
 		if (!bloom_test(e->bloom, e->bloom_log2, p->word_hash[i]))
 			return false;

@@ -78,6 +78,8 @@ struct ev_entry {
 	uint32_t min_rank, max_rank;
 	uint32_t bloom_log2;
 	const uint8_t *bloom; /* into the value or the encoder's buffer */
+	uint64_t bloom_sum;   /* its XXH3-64 as the entry says (version 2) */
+	bool bloom_summed;    /* false: a version 1 entry, no filter checksum */
 	uint64_t uid;	      /* from the key */
 };
 
@@ -94,6 +96,10 @@ void evc_sort(struct ev_rec **recs, size_t n);
 /* Index entry value <-> struct (bloom copied into / pointed at in val). */
 int eve_encode(const struct ev_entry *e, const uint8_t *bloom, struct rdb_buf *out);
 int eve_decode(const uint8_t *val, size_t len, struct ev_entry *e);
+/* Whether e's bloom filter matches the checksum its entry carries (a
+ * version 1 entry has none: true). Hashes the filter (up to 64 KiB): call
+ * it only when the filter is consulted. */
+bool eve_filter_intact(const struct ev_entry *e);
 
 /* Decoded chunk: events with strings pointing into raw. */
 struct ev_decoded {
@@ -119,8 +125,10 @@ struct evf {
 	size_t nwords;
 };
 int evf_prepare(struct evf *p, const struct sto_ev_filter *f);
-/* false if no event of the chunk can match (stats and token filter). */
-bool evf_chunk_may_match(const struct evf *p, const struct ev_entry *e);
+/* false if no event of the chunk can match (stats and token filter). When
+ * the token filter is needed and fails its checksum: true with
+ * *filter_damaged set (the chunk's events must be filtered one by one). */
+bool evf_chunk_may_match(const struct evf *p, const struct ev_entry *e, bool *filter_damaged);
 bool evf_match(const struct evf *p, const struct mdl_event *ev);
 /* A head event as a struct mdl_event (strings point into r). */
 void ev_rec_view(const struct ev_rec *r, const char *job, size_t job_len, struct mdl_event *out);

@@ -12,6 +12,7 @@
 #include "common/rdb_err.h"
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
+#include "storage/format.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -21,11 +22,13 @@
  * events     key: job, 0x00, min_ts be64 (sign flipped), uid be64
  *            value: the event chunk entry (layout in storage/format.h)
  * evpending  key: gen be64, then the events key; value: empty
- * Both sealed (ix_seal.c: a checksum trailer since format 5); callers see
- * the entry without it. A damaged events entry is RDB_ECORRUPT, or, in a
- * sto_txn_pass_damaged transaction, reaches the callback marked damaged
- * (its bytes without the trailer, for the caller to find the chunk through
- * it and check that instead). A damaged evpending entry fails the scan.
+ * Both sealed (ix_seal.c: a checksum trailer since format 5; of an events
+ * value it covers the key and the entry's fixed part, which holds the
+ * checksum of its token filter: eve_filter_intact, checked by whoever
+ * consults the filter); callers see the entry without the trailer. A damaged events entry is
+ * RDB_ECORRUPT, or, in a sto_txn_pass_damaged transaction, reaches the callback marked damaged (its
+ * bytes without the trailer, for the caller to find the chunk through it and check that instead). A
+ * damaged evpending entry fails the scan.
  */
 
 #define EV_REMEDY                                                                                  \
@@ -37,7 +40,7 @@ static int ev_value(const struct sto_txn *t, const MDB_val *k, const MDB_val *v,
 		    bool *damaged)
 {
 	*damaged = false;
-	if (ix_unseal(t, k, v, body) >= 0)
+	if (ix_unseal_part(t, k, v, STO_EVENTRY_FIXED, body) >= 0)
 		return 0;
 	if (!t->pass_damaged)
 		return ix_damaged(t, "events", k, EV_REMEDY);

@@ -184,12 +184,17 @@ int ix_rewrite_legacy(struct sto_index *ix, MDB_dbi dbi, ix_check_fn check, size
 /* ---- ix_seal.c: values with a checksum trailer (format 5) ----
  * meta, events, evpending, pending, batch_ids, batch_time, tombstones,
  * retention, quarantine, seg_trash, supersede: value = body, then u64 LE
- * XXH3-64 (seed 0) of the key and the body. */
+ * XXH3-64 (seed 0) of the key and the body (of an events entry: its first
+ * STO_EVENTRY_FIXED bytes). */
 #define IX_SUM_SIZE 8u
 /* Checks v of key k: 0 with *body = v without its trailer; 1 with *body = v
  * when it has no valid trailer and t->ix->legacy_small (a value written
  * before format 5); RDB_ECORRUPT otherwise (*body untouched). */
 int ix_unseal(const struct sto_txn *t, const MDB_val *k, const MDB_val *v, MDB_val *body);
+/* The same when the trailer covers the key and only the first `cover`
+ * bytes of the body (events: STO_EVENTRY_FIXED, format.h). */
+int ix_unseal_part(const struct sto_txn *t, const MDB_val *k, const MDB_val *v, size_t cover,
+		   MDB_val *body);
 /* Puts body (n bytes, not inside the map) with its trailer under k. */
 int ix_put_sealed(struct sto_txn *t, MDB_dbi dbi, const MDB_val *k, const void *body, size_t n,
 		  const char *op);

@@ -4,7 +4,9 @@
  *
  * Each value of those tables is its body (the bytes it held before format
  * 5; empty for the key-only tables) followed by a trailer: u64 LE XXH3-64
- * (seed 0) of the key's bytes, then the body's. A flipped bit in the key or
+ * (seed 0) of the key's bytes, then the body's (of an events entry: its
+ * first STO_EVENTRY_FIXED bytes only, which hold the checksum of its token
+ * filter; the upgrade also rewrites a version 1 entry as version 2). A flipped bit in the key or
  * the body fails it, and so does a value moved under another key. Before
  * format 5 (t->ix->legacy_small) a value whose trailer does not match is
  * read as a body without one (the upgrade at open gives it one); afterwards
@@ -20,23 +22,42 @@
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
 #include "common/rdb_log.h"
+#include "storage/format.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t seal_sum(const MDB_val *k, const void *body, size_t n)
+/* The checksum of key k and the first `cover` bytes of the n-byte body (all
+ * of it when it is shorter). */
+static uint64_t seal_sum(const MDB_val *k, const void *body, size_t n, size_t cover)
 {
-	return rdb_hash64_2(k->mv_data, k->mv_size, body, n, 0);
+	return rdb_hash64_2(k->mv_data, k->mv_size, body, n < cover ? n : cover, 0);
+}
+
+/* How much of a body of table dbi its trailer covers: an events entry's
+ * fixed part only (its filter has a checksum of its own inside that part,
+ * checked when a query consults it: reading one entry must not hash and
+ * fault in up to 64 KiB of filter); all of it for the other tables. */
+static size_t seal_cover(const struct sto_index *ix, MDB_dbi dbi)
+{
+	return dbi == ix->events ? STO_EVENTRY_FIXED : SIZE_MAX;
 }
 
 int ix_unseal(const struct sto_txn *t, const MDB_val *k, const MDB_val *v, MDB_val *body)
 {
+	return ix_unseal_part(t, k, v, SIZE_MAX, body);
+}
+
+int ix_unseal_part(const struct sto_txn *t, const MDB_val *k, const MDB_val *v, size_t cover,
+		   MDB_val *body)
+{
 	size_t n = v->mv_size;
 	if (n >= IX_SUM_SIZE) {
 		const uint8_t *p = v->mv_data;
-		if (rdb_get_le64(p + n - IX_SUM_SIZE) == seal_sum(k, p, n - IX_SUM_SIZE)) {
+		if (rdb_get_le64(p + n - IX_SUM_SIZE) == seal_sum(k, p, n - IX_SUM_SIZE, cover)) {
 			body->mv_data = v->mv_data;
 			body->mv_size = n - IX_SUM_SIZE;
 			return 0;
@@ -57,7 +78,7 @@ int ix_put_sealed(struct sto_txn *t, MDB_dbi dbi, const MDB_val *k, const void *
 		return -ENOMEM;
 	if (n)
 		memcpy(p, body, n);
-	rdb_put_le64(p + n, seal_sum(k, p, n));
+	rdb_put_le64(p + n, seal_sum(k, p, n, seal_cover(t->ix, dbi)));
 	MDB_val v = {.mv_size = n + IX_SUM_SIZE, .mv_data = p};
 	int ret = ix_err(t->ix, mdb_put(t->txn, dbi, (MDB_val *)k, &v, 0), op);
 	if (p != small)
@@ -144,7 +165,7 @@ static int seal_collect(struct sto_txn *t, MDB_dbi dbi, struct seal_slot *sl, si
 		from->mv_data = NULL;
 		from->mv_size = 0;
 		ret = dup_val(&k, from);
-		if (ret == 0 && ix_unseal(t, &k, &v, &body) == 1) {
+		if (ret == 0 && ix_unseal_part(t, &k, &v, seal_cover(t->ix, dbi), &body) == 1) {
 			ret = dup_val(&k, &sl[*n].k);
 			if (ret == 0)
 				ret = dup_val(&v, &sl[*n].v);
@@ -156,6 +177,29 @@ static int seal_collect(struct sto_txn *t, MDB_dbi dbi, struct seal_slot *sl, si
 	ret = ret == RDB_ENOTFOUND ? 0 : ret;
 	mdb_cursor_close(cur);
 	return ret;
+}
+
+/* A version 1 events entry (formats 1 to 4: the filter at byte 80, no
+ * checksum of it) as version 2 (storage/format.h), in place of *v (owned);
+ * anything else is left as it is (it fails its checks as before). */
+static int ev_entry_v2(MDB_val *v)
+{
+	const uint8_t *p = v->mv_data;
+	size_t n = v->mv_size;
+	if (n < STO_EVENTRY_V1_FIXED || p[0] != 1)
+		return 0;
+	size_t bl = n - STO_EVENTRY_V1_FIXED;
+	uint8_t *q = malloc(STO_EVENTRY_FIXED + bl);
+	if (!q)
+		return -ENOMEM;
+	memcpy(q, p, STO_EVENTRY_V1_FIXED);
+	q[0] = 2;
+	rdb_put_le64(q + STO_EVENTRY_V1_FIXED, rdb_hash64(p + STO_EVENTRY_V1_FIXED, bl, 0));
+	memcpy(q + STO_EVENTRY_FIXED, p + STO_EVENTRY_V1_FIXED, bl);
+	free(v->mv_data);
+	v->mv_data = q;
+	v->mv_size = STO_EVENTRY_FIXED + bl;
+	return 0;
 }
 
 int ix_seal_legacy(struct sto_index *ix, MDB_dbi dbi, size_t batch, uint64_t *rewritten)
@@ -171,9 +215,13 @@ int ix_seal_legacy(struct sto_index *ix, MDB_dbi dbi, size_t batch, uint64_t *re
 		if (ret != 0)
 			break;
 		ret = seal_collect(t, dbi, sl, batch, &n, &from, &more);
-		for (size_t i = 0; ret == 0 && i < n; i++)
-			ret = ix_put_sealed(t, dbi, &sl[i].k, sl[i].v.mv_data, sl[i].v.mv_size,
-					    "upgrade put");
+		for (size_t i = 0; ret == 0 && i < n; i++) {
+			if (dbi == ix->events)
+				ret = ev_entry_v2(&sl[i].v);
+			if (ret == 0)
+				ret = ix_put_sealed(t, dbi, &sl[i].k, sl[i].v.mv_data,
+						    sl[i].v.mv_size, "upgrade put");
+		}
 		slots_free(sl, n);
 		memset(sl, 0, batch * sizeof(*sl));
 		if (ret != 0) {

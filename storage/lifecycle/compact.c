@@ -119,7 +119,18 @@ static int set_ev_cb(void *arg, const char *job, int64_t min_ts_ns, uint64_t uid
 	m->min_ts_ns = min_ts_ns;
 	m->uid = uid;
 	ss->nev++;
-	return eve_decode(m->val, len, &m->e);
+	rc = eve_decode(m->val, len, &m->e);
+	if (rc == 0 && !eve_filter_intact(&m->e)) {
+		/* The switch re-encodes the entry: a damaged filter would come out
+		 * of it with a fresh checksum. */
+		rdb_warn("store",
+			 "compaction of segment %llu: the token filter of the index entry of "
+			 "event chunk %llu (job %s) failed its checksum; the segment is left as "
+			 "it is ('rankctl verify --quarantine' rewrites the entry from its chunk)",
+			 (unsigned long long)ss->seg, (unsigned long long)uid, job);
+		rc = RDB_ECORRUPT;
+	}
+	return rc;
 }
 
 /* Supersede records count as live bytes: they go along while needed. */

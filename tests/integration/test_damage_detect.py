@@ -257,8 +257,9 @@ def test_statistics_damaged_before_the_upgrade_are_found_by_verify():
 
 def _flip_event_entry(data_dir, job, at, mask):
     """XORs mask into byte `at` of every stored copy of the job's event chunk
-    entry (key: job, 0, min_ts, uid (16 bytes); then the entry, version 1):
-    48..55 is max_ts, 16..23 the record's offset. Returns copies."""
+    entry (key: job, 0, min_ts, uid (16 bytes); then the entry, version 2):
+    48..55 is max_ts, 16..23 the record's offset, 88.. the token filter.
+    Returns copies."""
     path = os.path.join(data_dir, "index", "data.mdb")
     with open(path, "rb") as f:
         raw = bytearray(f.read())
@@ -266,7 +267,7 @@ def _flip_event_entry(data_dir, job, at, mask):
     n, pos = 0, raw.find(key)
     while pos >= 0:
         entry = pos + len(key) + 16
-        if entry + 80 <= len(raw) and raw[entry] == 1 and raw[entry + 3] == 0:
+        if entry + 88 <= len(raw) and raw[entry] == 2 and raw[entry + 3] == 0:
             raw[entry + at] ^= mask
             n += 1
         pos = raw.find(key, pos + 1)
@@ -347,6 +348,44 @@ def test_damaged_event_chunk_entry_is_read_around():
     s.stop()
     r = _rankctl("--data-dir", s.data_dir, "verify")
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+
+
+def test_damaged_event_token_filter_is_read_around():
+    """The seal of an event chunk entry covers its key and fixed part; the
+    token filter has a checksum of its own, checked only when a query with
+    words consults it. A flipped filter byte: a query without words uses
+    the entry as it is; one with words decodes the chunk instead (counted),
+    so no log is lost; verify names it and --quarantine rewrites it."""
+    s = Server(["--detect", "off"]).start()
+    recs = [{"type": "log", "job": "evf", "rank": 0, "timestamp": T0 + i * 1000, "attempt": 0,
+             "level": "info", "message": "hello %d" % i, "step": i} for i in range(50)]
+    assert s.write(recs)[0] == 200
+    s.stop()
+    n = 0
+    for at in range(88, 88 + 64):  # every byte of the smallest filter: "hello"'s bits too
+        n = _flip_event_entry(s.data_dir, "evf", at, 0xff)
+    assert n >= 1
+    s.start()
+    st, obj = _event_logs(s, "evf")
+    assert st == 200 and len(obj["logs"]) == 50, (st, obj)
+    assert _metric(s, "rankdb_index_damaged_reads_total") == 0  # filter not consulted
+    items = urllib.parse.urlencode([("job", "evf"), ("from", str(T0)), ("limit", "1000"),
+                                    ("q", "hello")])
+    st, obj = s.get_json("/api/v1/logs?" + items)
+    assert st == 200 and len(obj["logs"]) == 50, (st, obj)
+    assert _metric(s, "rankdb_index_damaged_reads_total") == 1
+    s.stop()
+    r = _rankctl("--data-dir", s.data_dir, "verify")
+    assert r.returncode == 3 and '"index_damaged":1' in r.stdout, r.stdout
+    r = _rankctl("--data-dir", s.data_dir, "verify", "--quarantine")
+    assert r.returncode == 3 and '"quarantined":0' in r.stdout, r.stdout
+    r = _rankctl("--data-dir", s.data_dir, "verify")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    s.start()
+    st, obj = s.get_json("/api/v1/logs?" + items)
+    assert st == 200 and len(obj["logs"]) == 50, (st, obj)
+    assert _metric(s, "rankdb_index_damaged_reads_total") == 0
+    s.stop()
 
 
 def test_damaged_tombstone_is_named_by_verify():

@@ -7,6 +7,7 @@
 #include "common/rdb_err.h"
 #include "common/rdb_hash.h"
 #include "common/rdb_le.h"
+#include "storage/events/evstore.h"
 #include "storage/index/index.h"
 #include "tests/unit/check.h"
 
@@ -1256,6 +1257,172 @@ static void flip_sealed_tables(const char *mdb, const uint8_t *evbody, size_t ev
 	CHECK(flip_pattern(mdb, b8, 8, 0, 0x01) >= 1);
 }
 
+/* Format 5 seals an events entry's key and fixed part only (reading an
+ * entry must not hash its token filter, up to 64 KiB): the filter has its
+ * own checksum inside the fixed part, checked by eve_filter_intact when a
+ * query consults it. A flipped filter byte leaves the entry readable with
+ * the filter failing; a flipped byte of the fixed part fails the read. */
+struct filter_obs {
+	int calls, damaged, intact;
+	uint64_t offset;
+};
+
+static int filter_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len,
+		     bool damaged)
+{
+	struct filter_obs *o = arg;
+	struct ev_entry d;
+	(void)min_ts_ns;
+	(void)uid;
+	o->calls++;
+	o->damaged += damaged;
+	CHECK_EQ_INT(eve_decode(val, len, &d), 0);
+	o->intact = eve_filter_intact(&d);
+	o->offset = d.offset;
+	return 0;
+}
+
+/* Copies the entry (the size the test expects) into arg. */
+static int filter_cb_raw(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len,
+			 bool damaged)
+{
+	(void)min_ts_ns;
+	(void)uid;
+	(void)damaged;
+	CHECK_EQ_INT(len, 88 + 64);
+	memcpy(arg, val, len);
+	return 0;
+}
+
+static void test_event_filter_sealed_apart(void)
+{
+	char dir[600], mdb[700];
+	uint8_t bloom[64], fixed[88];
+	for (size_t i = 0; i < sizeof(bloom); i++)
+		bloom[i] = (uint8_t)(0xc3 ^ (i * 37));
+	struct ev_entry e = {.kinds = 1,
+			     .length = 100,
+			     .segment_id = 3,
+			     .offset = 4096,
+			     .count = 5,
+			     .bloom_log2 = 9, /* 64 bytes */
+			     .min_ts_ns = 100,
+			     .max_ts_ns = 200};
+	struct rdb_buf b;
+	rdb_buf_init(&b, 4096);
+	CHECK_EQ_INT(eve_encode(&e, bloom, &b), 0);
+	CHECK_EQ_INT(b.len, 88 + sizeof(bloom));
+	memcpy(fixed, b.data, sizeof(fixed));
+	new_dir(dir, sizeof(dir));
+	snprintf(mdb, sizeof(mdb), "%s/data.mdb", dir);
+	struct sto_index *ix = open_ok(dir, MAP_BYTES);
+	struct sto_txn *t = begin(ix, true);
+	CHECK_EQ_INT(sto_evidx_put(t, "fj", 100, 21, b.data, b.len), 0);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+	t = begin(ix, false);
+	struct filter_obs o = {0};
+	CHECK_EQ_INT(sto_evidx_get(t, "fj", 100, 21, filter_cb, &o), 0);
+	CHECK(o.calls == 1 && o.damaged == 0 && o.intact == 1);
+	sto_txn_abort(t);
+	sto_index_close(ix);
+
+	CHECK(flip_pattern(mdb, bloom, sizeof(bloom), 10, 0x04) >= 1);
+	ix = open_ok(dir, MAP_BYTES);
+	t = begin(ix, false);
+	o = (struct filter_obs){0};
+	CHECK_EQ_INT(sto_evidx_get(t, "fj", 100, 21, filter_cb, &o), 0);
+	CHECK(o.calls == 1 && o.damaged == 0 && o.intact == 0 && o.offset == 4096);
+	sto_txn_abort(t);
+	sto_index_close(ix);
+
+	CHECK(flip_pattern(mdb, fixed, sizeof(fixed), 16, 0x01) >= 1); /* the offset */
+	ix = open_ok(dir, MAP_BYTES);
+	t = begin(ix, false);
+	o = (struct filter_obs){0};
+	CHECK_EQ_INT(sto_evidx_get(t, "fj", 100, 21, filter_cb, &o), RDB_ECORRUPT);
+	CHECK_EQ_INT(o.calls, 0);
+	sto_txn_abort(t);
+	sto_index_close(ix);
+	rdb_buf_free(&b);
+}
+
+/* Replaces every copy of old (n bytes) in the file by new; returns copies. */
+static int replace_bytes(const char *path, const uint8_t *old, const uint8_t *new, size_t n)
+{
+	int copies = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint8_t mask = old[i] ^ new[i];
+		if (!mask)
+			continue;
+		uint8_t pat[64];
+		memcpy(pat, old, n);
+		memcpy(pat, new, i); /* bytes before i are already replaced */
+		copies = flip_pattern(path, pat, n, i, mask);
+	}
+	return copies;
+}
+
+/* An events entry of a format 4 index (version 1: the filter at byte 80,
+ * no trailer; made here by writing a 136-byte body through the API, whose
+ * trailer then ends the 144-byte value, and breaking that trailer; the
+ * index's format_version set back to 4 in the file) is rewritten by the
+ * upgrade at the next open as version 2 (the filter's checksum at byte
+ * 80, the filter at 88), sealed, with its fields unchanged. */
+static void test_event_entry_v1_upgraded(void)
+{
+	char dir[600], mdb[700];
+	uint8_t v1[80 + 56], val[80 + 64], fv5[16], fv4[16];
+	memset(v1, 0, sizeof(v1));
+	v1[0] = 1;
+	v1[1] = 1;
+	rdb_put_le32(v1 + 4, 100);
+	rdb_put_le64(v1 + 8, 3);
+	rdb_put_le64(v1 + 16, 4096);
+	rdb_put_le32(v1 + 32, 5);
+	rdb_put_le32(v1 + 36, 9); /* 64 filter bytes */
+	rdb_put_le64(v1 + 40, 100);
+	rdb_put_le64(v1 + 48, 200);
+	for (size_t i = 80; i < sizeof(v1); i++)
+		v1[i] = (uint8_t)(0x5a ^ (i * 11));
+	new_dir(dir, sizeof(dir));
+	snprintf(mdb, sizeof(mdb), "%s/data.mdb", dir);
+	struct sto_index *ix = open_ok(dir, MAP_BYTES);
+	struct sto_txn *t = begin(ix, true);
+	CHECK_EQ_INT(sto_evidx_put(t, "uj", 100, 31, v1, sizeof(v1)), 0);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+	sto_index_close(ix);
+	uint8_t kb[3 + 16]; /* the stored value: v1, then the seal of key + 88 bytes */
+	memcpy(kb, "uj", 3);
+	rdb_put_be64(kb + 3, 100ull ^ 0x8000000000000000ull);
+	rdb_put_be64(kb + 11, 31);
+	memcpy(val, v1, sizeof(v1));
+	rdb_put_le64(val + sizeof(v1), rdb_hash64_2(kb, sizeof(kb), v1, 88, 0));
+	/* the trailer broken: to a format 4 reader, 144 bytes of version 1 */
+	CHECK(flip_pattern(mdb, val, sizeof(val), sizeof(val) - 1, 0x10) >= 1);
+	val[sizeof(val) - 1] ^= 0x10;
+	for (int f = 5; f >= 4; f--) {
+		uint8_t *b = f == 5 ? fv5 : fv4;
+		rdb_put_le64(b, (uint64_t)f);
+		rdb_put_le64(b + 8, rdb_hash64_2("format_version", 14, b, 8, 0));
+	}
+	CHECK(replace_bytes(mdb, fv5, fv4, sizeof(fv5)) >= 1);
+
+	ix = open_ok(dir, MAP_BYTES); /* upgrades */
+	t = begin(ix, false);
+	uint64_t fmt = 0;
+	CHECK_EQ_INT(sto_meta_get(t, "format_version", &fmt), 0);
+	CHECK_EQ_INT(fmt, 5);
+	struct filter_obs o = {0};
+	CHECK_EQ_INT(sto_evidx_get(t, "uj", 100, 31, filter_cb, &o), 0);
+	CHECK(o.calls == 1 && o.damaged == 0 && o.intact == 1 && o.offset == 4096);
+	uint8_t v2[88 + 64];
+	CHECK_EQ_INT(sto_evidx_get(t, "uj", 100, 31, filter_cb_raw, v2), 0);
+	CHECK(v2[0] == 2 && memcmp(v2 + 1, val + 1, 79) == 0 && memcmp(v2 + 88, val + 80, 64) == 0);
+	CHECK(rdb_get_le64(v2 + 80) == rdb_hash64(val + 80, 64, 0));
+	sto_txn_abort(t);
+	sto_index_close(ix);
+}
+
 static void test_sealed_values(void)
 {
 	char dir[600], mdb[700];
@@ -1681,6 +1848,8 @@ int main(void)
 	RUN(test_entry_checksum);
 	RUN(test_value_checksums);
 	RUN(test_sealed_values);
+	RUN(test_event_filter_sealed_apart);
+	RUN(test_event_entry_v1_upgraded);
 	RUN(test_upgrade_cut_short);
 	RUN(test_compact_shrinks);
 	RUN(test_compact_busy);
