@@ -220,8 +220,20 @@ static int open_dbs(struct sto_index *ix, MDB_txn *txn, bool read_only)
 static int check_format(struct sto_txn *t, bool read_only)
 {
 	uint64_t found;
+	MDB_val k = {.mv_size = 14, .mv_data = (void *)"format_version"}, v, body;
+	/* 16 bytes is the sealed layout (format 5; before, 8): one that fails
+	 * its checksum is damage, not a value of the old layout. */
+	int ret = ix_err(t->ix, mdb_get(t->txn, t->ix->meta, &k, &v), "meta get");
+	if (ret == 0 && v.mv_size == 8 + IX_SUM_SIZE && ix_unseal(t, &k, &v, &body) < 0) {
+		ix_damaged(t, "meta", &k,
+			   read_only ? "read as format 5 meanwhile; 'rankctl rebuild-index' "
+				       "recreates the index"
+				     : "the store does not open on it; 'rankctl rebuild-index' "
+				       "recreates the index");
+		return read_only ? 0 : RDB_ECORRUPT; /* verify goes on and names it */
+	}
 	t->ix->legacy_small = true; /* format_version itself may predate format 5 */
-	int ret = sto_meta_get(t, "format_version", &found);
+	ret = sto_meta_get(t, "format_version", &found);
 	t->ix->legacy_small = false;
 
 	if (ret == RDB_ENOTFOUND && read_only)

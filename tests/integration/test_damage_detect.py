@@ -458,3 +458,33 @@ def test_quarantined_event_chunk_survives_compaction():
     st, _, body = s.request("POST", "/api/v1/admin/compact?min_live_pct=100", headers=auth)
     assert st == 200, (st, body)  # the quarantine is empty again
     s.stop()
+
+
+def test_damaged_format_version_is_named():
+    """A flipped byte in the checksum of the index's format_version (a
+    16-byte sealed value) used to read as a malformed value of the old
+    layout: verify could not open the directory and the start named no
+    checksum. Now verify goes on and names the key; the start fails naming
+    it."""
+    s = Server(["--detect", "off"]).start()
+    s.write_ok([{"job": "fv", "rank": 0, "step": 1, "timestamp": T0, "metrics": {"a": 1.0}}])
+    s.stop()
+    path = os.path.join(s.data_dir, "index", "data.mdb")
+    with open(path, "rb") as f:
+        raw = bytearray(f.read())
+    n, pos = 0, raw.find(b"format_version")
+    while pos >= 0:
+        v = pos + len(b"format_version")
+        if v + 16 <= len(raw) and struct.unpack_from("<Q", raw, v)[0] == 5:
+            raw[v + 11] ^= 0x20  # a byte of the trailer
+            n += 1
+        pos = raw.find(b"format_version", pos + 1)
+    with open(path, "wb") as f:
+        f.write(raw)
+    assert n >= 1
+    r = _rankctl("--data-dir", s.data_dir, "verify")
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+    assert "meta entry with key 'format_version'" in r.stdout, r.stdout
+    rc, text = s.start_expect_failure()
+    assert "meta entry with key 'format_version' failed its checksum" in text, text[-2000:]
+    assert "malformed" not in text, text[-2000:]
