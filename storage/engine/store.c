@@ -458,10 +458,12 @@ static int drop_pending_cb(void *arg, const struct sto_chunk_ref *ref)
 {
 	struct drop_ctx *d = arg;
 	struct sto_chunk_ref cur;
-	if (sto_chunk_get(d->t, ref->series_id, ref->stats.min_ts_ns, ref->uid, &cur) == 0 &&
-	    cur.segment_id < d->min_seg)
+	/* A damaged entry fails the recovery, as in drop_evpending_cb. */
+	int rc = sto_chunk_get(d->t, ref->series_id, ref->stats.min_ts_ns, ref->uid, &cur);
+	if (rc == 0 && cur.segment_id < d->min_seg)
 		d->min_seg = cur.segment_id;
-	int rc = sto_chunk_del(d->t, ref->series_id, ref->stats.min_ts_ns, ref->uid);
+	if (rc == 0 || rc == RDB_ENOTFOUND)
+		rc = sto_chunk_del(d->t, ref->series_id, ref->stats.min_ts_ns, ref->uid);
 	return rc == RDB_ENOTFOUND ? 0 : rc;
 }
 
@@ -482,8 +484,11 @@ static int drop_evpending_cb(void *arg, uint64_t gen, const char *job, int64_t m
 {
 	struct drop_ctx *d = arg;
 	(void)gen;
-	sto_evidx_get(d->t, job, min_ts_ns, uid, ev_seg_cb, &d->min_seg);
-	int rc = sto_evidx_del(d->t, job, min_ts_ns, uid);
+	/* A damaged entry fails the recovery (logged with its key): deleting it
+	 * unread would leave its record out of recovery_seg's rewrite. */
+	int rc = sto_evidx_get(d->t, job, min_ts_ns, uid, ev_seg_cb, &d->min_seg);
+	if (rc == 0 || rc == RDB_ENOTFOUND)
+		rc = sto_evidx_del(d->t, job, min_ts_ns, uid);
 	return rc == RDB_ENOTFOUND ? 0 : rc;
 }
 
@@ -590,6 +595,8 @@ struct replay_ctx {
 	struct rdb_map defs;
 	uint64_t defs_gen;
 	uint64_t undefined; /* records skipped: a series id their file never defined */
+	int index_err;	    /* the index failed a lookup (a damaged batch_ids entry):
+			     * the replay stops on it, never skips the record */
 };
 
 /* Records naming an undefined series that replay logs one by one. */
@@ -704,15 +711,27 @@ static int replay_apply(struct replay_ctx *c, bool has_points, bool has_events)
 
 /* Whether a client batch id is in the index (a checkpointed generation
  * stored it). An index that cannot be read counts as "not stored". */
-static bool batch_id_stored(struct sto *s, const char *id, size_t len)
+/* 1 when a checkpoint stored batch id, 0 when not; else the error (a
+ * damaged entry: RDB_ECORRUPT, logged with its key by the index), which
+ * must fail the start: neither answer can be taken from it. */
+static int batch_id_stored(struct sto *s, const char *id, size_t len)
 {
 	struct sto_txn *t;
 	uint64_t seen_ns;
-	if (sto_txn_begin(s->ix, false, &t) != 0)
-		return false;
-	bool found = sto_batchid_get(t, id, len, &seen_ns) == 0;
+	int rc = sto_txn_begin(s->ix, false, &t);
+	if (rc)
+		return rc;
+	rc = sto_batchid_get(t, id, len, &seen_ns);
 	sto_txn_abort(t);
-	return found;
+	if (rc == RDB_ECORRUPT)
+		rdb_error("store",
+			  "recovery: the index's batch_ids entry of batch id '%.*s' failed its "
+			  "checksum: whether the WAL record carrying that id was applied "
+			  "already is unknown, so the start fails instead of applying it once "
+			  "more or dropping it. 'rankctl rebuild-index' recreates the index "
+			  "(it forgets batch ids: a batch the WAL holds twice is applied twice)",
+			  (int)(len > 128 ? 128 : len), id);
+	return rc == 0 ? 1 : rc == RDB_ENOTFOUND ? 0 : rc;
 }
 
 /* Decodes the points part of a batch record: as a STO_WAL_REC_POINTS
@@ -759,8 +778,11 @@ static int replay_batch(struct replay_ctx *c, uint64_t gen, const uint8_t *p, si
 		struct batch_ent *e;
 		uint64_t h = sti_batch_hash(id, il);
 		pthread_mutex_lock(&c->s->batch_lock);
-		bool seen = sti_batch_find(c->s, id, il, h) || batch_id_stored(c->s, id, il);
-		if (!seen)
+		int stored = sti_batch_find(c->s, id, il, h) ? 1 : batch_id_stored(c->s, id, il);
+		bool seen = stored == 1;
+		if (stored < 0)
+			rc = c->index_err = stored;
+		else if (!seen)
 			rc = sti_batch_add(c->s, id, il, h, true, gen, &e);
 		pthread_mutex_unlock(&c->s->batch_lock);
 		if (seen) {
@@ -788,6 +810,8 @@ static int replay_cb(void *arg, uint64_t gen, uint8_t type, const uint8_t *p, si
 		rc = sto_defs_decode(p, len, replay_def_add, c);
 	else
 		rc = RDB_EFORMAT;
+	if (c->index_err)
+		return c->index_err;	      /* not the record's fault: never skipped */
 	switch (sto_wal_rec_fate(type, rc)) { /* the rule verify reports by */
 	case STO_WAL_TAKE:
 		return type == STO_WAL_REC_POINTS ? replay_apply(c, true, false) : 0;

@@ -9,6 +9,7 @@
 #include "storage/chunk/segment.h"
 #include "storage/sto.h"
 #include "storage/format.h"
+#include "storage/index/index.h"
 #include "storage/wal/batch_codec.h"
 #include "storage/wal/wal.h"
 
@@ -571,6 +572,92 @@ static void test_events_and_batch_ids(void)
 	CHECK_EQ_INT(count_events(s, "jl", NULL, 0, &v), 4);
 	mdl_events_free(ev);
 	sto_close(s);
+}
+
+/* XORs mask into byte `at` of every copy of pat in the file; returns copies. */
+static int flip_in_file(const char *path, const uint8_t *pat, size_t plen, size_t at, uint8_t mask)
+{
+	FILE *f = fopen(path, "r+b");
+	int copies = 0;
+	CHECK(f != NULL);
+	if (!f)
+		return 0;
+	fseek(f, 0, SEEK_END);
+	long size = ftell(f);
+	uint8_t *buf = malloc((size_t)size);
+	fseek(f, 0, SEEK_SET);
+	CHECK_EQ_INT(fread(buf, 1, (size_t)size, f), size);
+	for (long i = 0; i + (long)plen <= size; i++)
+		if (memcmp(buf + i, pat, plen) == 0) {
+			buf[i + (long)at] ^= mask;
+			copies++;
+		}
+	fseek(f, 0, SEEK_SET);
+	CHECK_EQ_INT(fwrite(buf, 1, (size_t)size, f), size);
+	fclose(f);
+	free(buf);
+	return copies;
+}
+
+/* Recovery never acts on a damaged index entry it reads. (a) A batch_ids
+ * entry of a batch id the WAL replays: "stored" or "not stored" would both
+ * be guesses (apply it twice, or drop it), so the start fails. (b) An
+ * events entry named by an evpending entry of an uncheckpointed generation:
+ * deleting it unread would leave its record out of the recovery rewrite
+ * (recovery_seg), so the start fails. Both after a clean start of the same
+ * directory before the damage. */
+static void test_recovery_refuses_damaged_entries(void)
+{
+	char dir[4200], ixdir[4300], mdb[4400];
+	struct sto_options o;
+	struct sto *s;
+	struct sto_index *ix;
+	struct sto_txn *t;
+	uint8_t pat[8];
+	for (int part = 0; part < 2; part++) {
+		new_dir(dir, sizeof(dir));
+		snprintf(ixdir, sizeof(ixdir), "%s/index", dir);
+		snprintf(mdb, sizeof(mdb), "%s/index/data.mdb", dir);
+		opts(&o, dir, 100);
+		CHECK_EQ_INT(sto_open(&o, &s), 0);
+		sto_close(s);
+		if (part == 0) { /* a child writes batch b-9 and dies: it is in the WAL */
+			pid_t pid = fork();
+			if (pid == 0) {
+				struct mdl_events *ev;
+				if (sto_open(&o, &s) || mdl_events_new(100, 1 << 20, &ev))
+					_exit(3);
+				add_log(ev, "jb", 0, 100, MDL_LEVEL_INFO, "once", "{}");
+				struct sto_write_req r = {
+				    .events = ev, .batch_id = "b-9", .batch_id_len = 3};
+				struct sto_write_result res;
+				_exit(sto_write_req(s, &r, &res) == 0 ? 0 : 4);
+			}
+			int status = 0;
+			waitpid(pid, &status, 0);
+			CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+		}
+		CHECK_EQ_INT(sto_index_open(ixdir, 64ull << 20, &ix), 0);
+		CHECK_EQ_INT(sto_txn_begin(ix, true, &t), 0);
+		rdb_put_le64(pat, 0x1122334455667788ull);
+		if (part == 0) {
+			CHECK_EQ_INT(sto_batchid_put(t, "b-9", 3, 0x1122334455667788ull), 0);
+		} else {
+			uint64_t ckpt = 0;
+			uint8_t val[STO_EVENTRY_FIXED + 64];
+			memset(val, 0, sizeof(val));
+			val[0] = 2;
+			rdb_put_le64(val + 8, 0x1122334455667788ull); /* segment id */
+			rdb_put_le32(val + 36, 9);
+			CHECK_EQ_INT(sto_meta_get(t, "ckpt_gen", &ckpt), 0);
+			CHECK_EQ_INT(sto_evidx_put(t, "je", 50, 77, val, sizeof(val)), 0);
+			CHECK_EQ_INT(sto_evpending_add(t, ckpt + 1, "je", 50, 77), 0);
+		}
+		CHECK_EQ_INT(sto_txn_commit(t), 0);
+		sto_index_close(ix);
+		CHECK(flip_in_file(mdb, pat, sizeof(pat), 2, 0x01) >= 1);
+		CHECK_EQ_INT(sto_open(&o, &s), RDB_ECORRUPT);
+	}
 }
 
 /* max_series_per_job bounds each job on its own; the count survives a
@@ -1654,6 +1741,7 @@ int main(void)
 	RUN(test_out_of_order);
 	RUN(test_tail_reads);
 	RUN(test_crash_recovery);
+	RUN(test_recovery_refuses_damaged_entries);
 	RUN(test_lock_and_format);
 	RUN(test_missing_index_refused);
 	RUN(test_special_values_and_series_limit);
