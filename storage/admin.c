@@ -574,7 +574,14 @@ static int check_index(struct vctx *v, struct evv *ev)
 		problem(v, "LMDB index: the supersede database cannot be read (%s)",
 			rdb_strerror(rc4));
 	sto_txn_abort(t);
-	return rc2 == -ENOMEM || rc3 == -ENOMEM || rc4 == -ENOMEM ? -ENOMEM : 0;
+	/* A system error (ENOMEM, or EIO / EMFILE reading a chunk to judge a
+	 * damaged entry: ev_entry_repair) fails verify before anything is
+	 * quarantined on an unfinished scan; malformed data is a problem. */
+	int sys[] = {rc2, rc3, rc4};
+	for (size_t i = 0; i < 3; i++)
+		if (sys[i] < 0 && sys[i] > -4096)
+			return sys[i];
+	return 0;
 }
 
 static void problem_kept_wal(void *arg, const char *path, uint64_t bytes)

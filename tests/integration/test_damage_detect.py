@@ -488,3 +488,41 @@ def test_damaged_format_version_is_named():
     rc, text = s.start_expect_failure()
     assert "meta entry with key 'format_version' failed its checksum" in text, text[-2000:]
     assert "malformed" not in text, text[-2000:]
+
+
+def _event_entry_segment(data_dir, job):
+    path = os.path.join(data_dir, "index", "data.mdb")
+    with open(path, "rb") as f:
+        raw = f.read()
+    key = job.encode() + b"\x00"
+    pos = raw.find(key)
+    while pos >= 0:
+        entry = pos + len(key) + 16
+        if entry + 88 <= len(raw) and raw[entry] == 2 and raw[entry + 3] == 0:
+            return struct.unpack_from("<Q", raw, entry + 8)[0]
+        pos = raw.find(key, pos + 1)
+    raise AssertionError("no event chunk entry of job %s" % job)
+
+
+def test_unreadable_chunk_does_not_quarantine_its_entry():
+    """verify --quarantine moves a damaged event chunk entry aside only when
+    its chunk provably is not where it says (no such segment file): a read
+    that fails otherwise (here EISDIR: a directory where the damaged segment
+    id leads) fails verify and leaves the entry for the next run."""
+    s = Server(["--detect", "off"]).start()
+    recs = [{"type": "log", "job": "evr", "rank": 0, "timestamp": T0 + i * 1000, "attempt": 0,
+             "level": "info", "message": "hello %d" % i, "step": i} for i in range(50)]
+    assert s.write(recs)[0] == 200
+    s.stop()
+    seg = _event_entry_segment(s.data_dir, "evr")
+    assert _flip_event_entry(s.data_dir, "evr", 9, 0x01) >= 1  # segment id + 256
+    bogus = os.path.join(s.data_dir, "chunks", "seg-%016x.dat" % (seg ^ 0x100))
+    os.mkdir(bogus)
+    r = _rankctl("--data-dir", s.data_dir, "verify", "--quarantine")
+    assert r.returncode not in (0, 3), (r.returncode, r.stdout, r.stderr)
+    assert '"quarantined":1' not in r.stdout, r.stdout
+    os.rmdir(bogus)
+    r = _rankctl("--data-dir", s.data_dir, "verify")
+    assert r.returncode == 3 and "does not lead to its chunk" in r.stdout, r.stdout
+    r = _rankctl("--data-dir", s.data_dir, "verify", "--quarantine")
+    assert r.returncode == 3 and '"quarantined":1' in r.stdout, r.stdout
