@@ -385,8 +385,7 @@ static int ev_entry_repair(struct vctx *v, const char *job, int64_t min_ts_ns, u
 	if (rc == 0)
 		rc = sto_chunk_check(v->rec.data, loc.length, STO_EVCHUNK_MAGIC, 0, uid, &pl, &plen,
 				     &why);
-	if (rc == 0 && (plen < keylen || pl[plen - keylen] != jl ||
-			memcmp(pl + plen - keylen + 1, job, jl) != 0))
+	if (rc == 0 && !evc_payload_of_job(pl, plen, job))
 		rc = RDB_ECORRUPT;
 	if (rc == 0)
 		rc = evc_decode(pl, plen - keylen, job, &dec);

@@ -556,6 +556,13 @@ int eve_decode(const uint8_t *p, size_t len, struct ev_entry *e)
 	return 0;
 }
 
+bool evc_payload_of_job(const uint8_t *payload, size_t len, const char *job)
+{
+	size_t jl = strlen(job), keylen = 1 + jl + 4 + 2;
+	return len >= keylen && payload[len - keylen] == jl &&
+	       memcmp(payload + len - keylen + 1, job, jl) == 0;
+}
+
 bool eve_filter_intact(const struct ev_entry *e)
 {
 	return !e->bloom_summed ||

@@ -96,6 +96,9 @@ void evc_sort(struct ev_rec **recs, size_t n);
 /* Index entry value <-> struct (bloom copied into / pointed at in val). */
 int eve_encode(const struct ev_entry *e, const uint8_t *bloom, struct rdb_buf *out);
 int eve_decode(const uint8_t *val, size_t len, struct ev_entry *e);
+/* Whether an event chunk payload (checked by sto_chunk_check) names job in
+ * its trailer: the chunk is that job's. */
+bool evc_payload_of_job(const uint8_t *payload, size_t len, const char *job);
 /* Whether e's bloom filter matches the checksum its entry carries (a
  * version 1 entry has none: true). Hashes the filter (up to 64 KiB): call
  * it only when the filter is consulted. */

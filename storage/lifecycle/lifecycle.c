@@ -332,6 +332,8 @@ struct ev_key {
 	char job[MDL_JOB_MAX + 1];
 	int64_t min_ts_ns, max_ts_ns;
 	uint64_t uid, count;
+	uint8_t *qval; /* delete: a damaged entry to quarantine (owned copy), or NULL */
+	size_t qlen;
 };
 
 struct evkey_list {
@@ -360,16 +362,61 @@ static int evkey_push(struct evkey_list *l, const char *job, int64_t min_ts, uin
 	k->max_ts_ns = e->max_ts_ns;
 	k->uid = uid;
 	k->count = e->count;
+	k->qval = NULL;
+	k->qlen = 0;
 	return 0;
 }
 
+/* Whether a damaged events entry (val: its location only is used) provably
+ * is job's: it leads to an intact event chunk record of its uid that names
+ * job. 1 yes, 0 not provably; a system error as it is. */
+static int ev_damaged_is_jobs(struct sto *s, const char *job, uint64_t uid, const uint8_t *val,
+			      size_t len)
+{
+	struct ev_entry loc;
+	const uint8_t *pl = NULL;
+	size_t plen = 0;
+	const char *why = NULL;
+	if (eve_decode(val, len, &loc) != 0 || loc.length < STO_CHUNK_HEADER_SIZE ||
+	    loc.length > STO_CHUNK_HEADER_SIZE + 3 * STO_EVCHUNK_MAX_RAW)
+		return 0;
+	uint8_t *rec = malloc(loc.length);
+	if (!rec)
+		return -ENOMEM;
+	int rc = s->eng->seg_read(s, loc.segment_id, loc.offset, rec, loc.length);
+	if (rc == 0)
+		rc = sto_chunk_check(rec, loc.length, STO_EVCHUNK_MAGIC, 0, uid, &pl, &plen, &why);
+	int yes = rc == 0 && evc_payload_of_job(pl, plen, job);
+	free(rec);
+	return rc == 0 || rc == RDB_ECORRUPT || rc == -ENOENT ? yes : rc;
+}
+
+/* A damaged entry under the job's key prefix goes with the job only when
+ * it provably is the job's: its key may be another job's, damaged into
+ * this one's, and deleting it would leave that job's record to the next
+ * compaction. Otherwise it moves to the quarantine (compaction waits for
+ * rebuild-index, which recreates the entry from the record). */
 static int del_ev_cb(void *arg, int64_t min_ts_ns, uint64_t uid, const uint8_t *val, size_t len,
 		     bool damaged)
 {
 	struct evkey_list *l = arg;
 	struct ev_entry e = {0};
-	int rc = damaged ? 0 : eve_decode(val, len, &e); /* damaged: its key is enough */
-	return rc ? rc : evkey_push(l, l->job, min_ts_ns, uid, &e);
+	int rc =
+	    damaged ? ev_damaged_is_jobs(l->s, l->job, uid, val, len) : eve_decode(val, len, &e);
+	if (rc < 0 || (!damaged && rc))
+		return rc;
+	bool quarantine = damaged && rc == 0;
+	rc = evkey_push(l, l->job, min_ts_ns, uid, &e);
+	if (rc == 0 && quarantine) {
+		struct ev_key *k = &l->v[l->n - 1];
+		k->qval = malloc(len ? len : 1);
+		if (!k->qval)
+			return -ENOMEM;
+		if (len)
+			memcpy(k->qval, val, len);
+		k->qlen = len;
+	}
+	return rc;
 }
 
 struct del_job {
@@ -379,6 +426,7 @@ struct del_job {
 	struct mdl_series_key *keys;
 	struct key_list chunks;
 	struct evkey_list ev;
+	size_t quarantined; /* damaged event chunk entries not provably the job's */
 };
 
 static int del_series_cb(void *arg, const struct mdl_series_key *k, uint64_t id)
@@ -402,6 +450,7 @@ static int del_collect(struct sto *s, struct del_job *d)
 		return rc;
 	sto_txn_pass_damaged(t); /* deletion needs only keys: a damaged entry goes too */
 	d->ev.job = d->job;
+	d->ev.s = s;
 	rc = sto_series_scan(t, d->job, del_series_cb, d);
 	for (size_t i = 0; rc == 0 && i < d->series.n; i++)
 		rc = sto_chunk_scan(t, d->series.v[i].series_id, INT64_MIN, INT64_MAX, sti_key_push,
@@ -422,7 +471,14 @@ static int del_index(struct sto *s, struct sto_txn *t, struct del_job *d, uint64
 		rc = rc == RDB_ENOTFOUND ? 0 : rc;
 	}
 	for (size_t i = 0; rc == 0 && i < d->ev.n; i++) {
-		rc = sto_evidx_del(t, d->job, d->ev.v[i].min_ts_ns, d->ev.v[i].uid);
+		const struct ev_key *k = &d->ev.v[i];
+		if (k->qval) {
+			rc = sto_quarantine_evchunk(t, d->job, k->min_ts_ns, k->uid, k->qval,
+						    k->qlen);
+			d->quarantined++;
+		} else {
+			rc = sto_evidx_del(t, d->job, k->min_ts_ns, k->uid);
+		}
 		rc = rc == RDB_ENOTFOUND ? 0 : rc;
 	}
 	for (size_t i = 0; rc == 0 && i < d->series.n; i++) {
@@ -561,6 +617,14 @@ static int delete_job_op(struct sto *s, void *arg)
 		 "deleted job %s: %zu series, %zu chunks, %zu event chunks (tombstone "
 		 "at WAL generation %llu); compaction reclaims the space",
 		 d->job, d->series.n, d->chunks.n, d->ev.n, (unsigned long long)gen);
+	if (d->quarantined)
+		rdb_warn("store",
+			 "deleting job %s: %zu event chunk index entr%s under its key failed "
+			 "their checksum and do not provably lead to its chunks (the key may be "
+			 "another job's): moved to the quarantine instead of deleted; compaction "
+			 "waits until 'rankctl rebuild-index' (which also brings the deleted job "
+			 "back: delete it again after it)",
+			 d->job, d->quarantined, d->quarantined == 1 ? "y" : "ies");
 	return s->eng->finish_checkpoint(s);
 }
 
@@ -579,6 +643,8 @@ int sto_delete_job(struct sto *s, const char *job, struct sto_delete_result *r)
 	free(d.series.v);
 	free(d.keys);
 	free(d.chunks.v);
+	for (size_t i = 0; i < d.ev.n; i++)
+		free(d.ev.v[i].qval);
 	free(d.ev.v);
 	return rc;
 }

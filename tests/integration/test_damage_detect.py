@@ -526,3 +526,39 @@ def test_unreadable_chunk_does_not_quarantine_its_entry():
     assert r.returncode == 3 and "does not lead to its chunk" in r.stdout, r.stdout
     r = _rankctl("--data-dir", s.data_dir, "verify", "--quarantine")
     assert r.returncode == 3 and '"quarantined":1' in r.stdout, r.stdout
+
+
+def test_job_delete_quarantines_damaged_entries_not_provably_its():
+    """A job deletion deletes a damaged event chunk entry under the job's key
+    only when its location leads to an intact chunk of that uid naming the
+    job; one that does not (its key may be another job's, damaged into this
+    one's) goes to the quarantine instead, so compaction cannot delete the
+    record before rebuild-index has looked at it."""
+    token = "del-token-for-tests"
+    auth = {"Authorization": "Bearer " + token}
+    s = Server(["--detect", "off", "--admin-token", token]).start()
+    for job in ("dx", "dy"):
+        recs = [{"type": "log", "job": job, "rank": 0, "timestamp": T0 + i * 1000,
+                 "attempt": 0, "level": "info", "message": "hi %d" % i, "step": i}
+                for i in range(20)]
+        assert s.write(recs)[0] == 200
+    s.stop()
+    assert _flip_event_entry(s.data_dir, "dx", 55, 0x80) >= 1  # max_ts: still leads there
+    assert _flip_event_entry(s.data_dir, "dy", 9, 0x01) >= 1  # segment id: leads nowhere
+    s.start()
+    st, _, body = s.request("DELETE", "/api/v1/admin/jobs/dx", headers=auth)
+    assert st == 200, (st, body)
+    assert "moved to the quarantine" not in s.log_text()  # provably dx's: deleted
+    st, _, body = s.request("DELETE", "/api/v1/admin/jobs/dy", headers=auth)
+    assert st == 200, (st, body)
+    assert ("deleting job dy: 1 event chunk index entry under its key failed"
+            in s.log_text()), s.log_text()[-3000:]
+    st, _, body = s.request("POST", "/api/v1/admin/compact", headers=auth)
+    assert st == 409 and b"holds 1 index entries" in body, (st, body)
+    s.stop()
+    r = _rankctl("--data-dir", s.data_dir, "rebuild-index")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    s.start()
+    st, _, body = s.request("POST", "/api/v1/admin/compact", headers=auth)
+    assert st == 200, (st, body)
+    s.stop()
