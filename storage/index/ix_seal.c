@@ -138,15 +138,21 @@ static int dup_val(const MDB_val *src, MDB_val *dst)
 	return 0;
 }
 
+/* Bytes of keys and values one upgrade transaction copies and rewrites at
+ * most (past the count limit's 4096 pairs, which events entries of up to
+ * 64 KiB each would turn into 256 MiB of copies and dirty pages). */
+#define SEAL_BATCH_BYTES (8u << 20)
+
 /* Copies out the next (at most max) pairs after *from (all when from is
- * empty) whose values have no trailer; *more says whether the table goes on;
+ * empty) whose values have no trailer, stopping after the one that brings
+ * the copies to SEAL_BATCH_BYTES; *more says whether the table goes on;
  * *from becomes the last key seen (owned). */
 static int seal_collect(struct sto_txn *t, MDB_dbi dbi, struct seal_slot *sl, size_t max, size_t *n,
 			MDB_val *from, bool *more)
 {
 	MDB_cursor *cur = NULL;
 	MDB_val k, v, body;
-	size_t seen = 0;
+	size_t seen = 0, bytes = 0;
 	int ret = ix_cursor_open(t, dbi, &cur);
 	if (ret != 0)
 		return ret;
@@ -170,9 +176,14 @@ static int seal_collect(struct sto_txn *t, MDB_dbi dbi, struct seal_slot *sl, si
 			if (ret == 0)
 				ret = dup_val(&v, &sl[*n].v);
 			(*n)++;
+			bytes += k.mv_size + v.mv_size;
 		}
 		if (ret != 0)
 			break;
+		if (bytes >= SEAL_BATCH_BYTES) {
+			*more = true;
+			break;
+		}
 	}
 	ret = ret == RDB_ENOTFOUND ? 0 : ret;
 	mdb_cursor_close(cur);

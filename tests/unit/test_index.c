@@ -1423,6 +1423,60 @@ static void test_event_entry_v1_upgraded(void)
 	sto_index_close(ix);
 }
 
+/* One upgrade of 200 version 1 events entries, each with a filter of
+ * filter_bytes (made as in test_event_entry_v1_upgraded, all with the same
+ * body so that one pass over the file breaks every trailer): the index
+ * commits it took. */
+static uint64_t upgrade_commits(size_t filter_bytes, uint32_t log2)
+{
+	char dir[600], mdb[700];
+	size_t n = 80 + filter_bytes - 8;
+	uint8_t *body = calloc(1, n), fv5[16], fv4[16];
+	CHECK(body != NULL);
+	if (!body)
+		return 0;
+	body[0] = 1;
+	rdb_put_le32(body + 36, log2);
+	for (size_t i = 80; i < n; i++)
+		body[i] = (uint8_t)(0x3c ^ (i * 13));
+	new_dir(dir, sizeof(dir));
+	snprintf(mdb, sizeof(mdb), "%s/data.mdb", dir);
+	struct sto_index *ix = open_ok(dir, 256ull << 20);
+	struct sto_txn *t = begin(ix, true);
+	for (uint64_t i = 0; i < 200; i++)
+		CHECK_EQ_INT(sto_evidx_put(t, "bj", 100 + (int64_t)i, i, body, n), 0);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+	sto_index_close(ix);
+	CHECK(flip_pattern(mdb, body, 88, 3, 0x01) >= 200);
+	for (int f = 5; f >= 4; f--) {
+		uint8_t *b = f == 5 ? fv5 : fv4;
+		rdb_put_le64(b, (uint64_t)f);
+		rdb_put_le64(b + 8, rdb_hash64_2("format_version", 14, b, 8, 0));
+	}
+	CHECK(replace_bytes(mdb, fv5, fv4, sizeof(fv5)) >= 1);
+	uint64_t before = sto_fault_hits(STO_FP_INDEX_COMMIT);
+	ix = open_ok(dir, 256ull << 20); /* upgrades */
+	uint64_t commits = sto_fault_hits(STO_FP_INDEX_COMMIT) - before;
+	t = begin(ix, false);
+	struct filter_obs o = {0};
+	CHECK_EQ_INT(sto_evidx_get(t, "bj", 199 + 100, 199, filter_cb, &o), 0);
+	CHECK(o.calls == 1 && o.damaged == 0 && o.intact == 1);
+	sto_txn_abort(t);
+	sto_index_close(ix);
+	free(body);
+	return commits;
+}
+
+/* The upgrade's write transactions are bounded in bytes as well as in
+ * pairs: 200 entries of 64 KiB (12.8 MiB) take one more than 200 small
+ * ones. */
+static void test_upgrade_batches_by_bytes(void)
+{
+	uint64_t small = upgrade_commits(64, 9), large = upgrade_commits(65536, 19);
+	CHECK(small > 0);
+	CHECK_EQ_INT(large, small + 1);
+}
+
 static void test_sealed_values(void)
 {
 	char dir[600], mdb[700];
@@ -1850,6 +1904,7 @@ int main(void)
 	RUN(test_sealed_values);
 	RUN(test_event_filter_sealed_apart);
 	RUN(test_event_entry_v1_upgraded);
+	RUN(test_upgrade_batches_by_bytes);
 	RUN(test_upgrade_cut_short);
 	RUN(test_compact_shrinks);
 	RUN(test_compact_busy);
