@@ -660,6 +660,45 @@ static void test_recovery_refuses_damaged_entries(void)
 	}
 }
 
+/* An events entry whose checksum holds but which does not decode (written
+ * so by a bug, not by damage) is a problem that verify names by its chunk
+ * and job, without a segment and offset it never decoded. */
+static void keep_msg(void *arg, const char *msg)
+{
+	char *out = arg;
+	size_t n = strlen(out);
+	snprintf(out + n, 4096 - n, "%s\n", msg);
+}
+
+static void test_verify_names_undecodable_event_entry(void)
+{
+	char dir[4200], ixdir[4300], msgs[4096] = "";
+	struct sto_options o;
+	struct sto *s;
+	struct sto_index *ix;
+	struct sto_txn *t;
+	struct sto_verify_report rep;
+	uint8_t val[STO_EVENTRY_FIXED];
+	new_dir(dir, sizeof(dir));
+	snprintf(ixdir, sizeof(ixdir), "%s/index", dir);
+	opts(&o, dir, 100);
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	sto_close(s);
+	memset(val, 0x77, sizeof(val));
+	val[0] = 2; /* log2(bloom bits) 0x77777777: no such filter */
+	CHECK_EQ_INT(sto_index_open(ixdir, 64ull << 20, &ix), 0);
+	CHECK_EQ_INT(sto_txn_begin(ix, true, &t), 0);
+	CHECK_EQ_INT(sto_evidx_put(t, "jd", 5, 6, val, sizeof(val)), 0);
+	CHECK_EQ_INT(sto_txn_commit(t), 0);
+	sto_index_close(ix);
+	CHECK_EQ_INT(sto_open(&o, &s), 0);
+	CHECK_EQ_INT(sto_verify(s, false, keep_msg, msgs, &rep), 0);
+	CHECK(rep.problems >= 1);
+	CHECK(strstr(msgs, "index entry of event chunk 6 of job jd does not decode") != NULL);
+	CHECK(strstr(msgs, "segment") == NULL);
+	sto_close(s);
+}
+
 /* max_series_per_job bounds each job on its own; the count survives a
  * reopen (it is taken from the index). */
 static void test_series_per_job_limit(void)
@@ -1742,6 +1781,7 @@ int main(void)
 	RUN(test_tail_reads);
 	RUN(test_crash_recovery);
 	RUN(test_recovery_refuses_damaged_entries);
+	RUN(test_verify_names_undecodable_event_entry);
 	RUN(test_lock_and_format);
 	RUN(test_missing_index_refused);
 	RUN(test_special_values_and_series_limit);
