@@ -91,7 +91,7 @@ static int select_series(struct sto *s, struct ostate *o, struct qry_error *err)
 {
 	const struct qry_out_req *req = o->req;
 	char(*names)[MDL_METRIC_MAX + 1] = NULL;
-	const char *ptr[MAX_PHASES];
+	const char **ptr = NULL; /* nphases of them: up to MAX_LIST names may be asked for */
 	struct qry_match_req mr = {
 	    .job = req->job, .ranks = req->ranks, .nranks = req->nranks, .skip_job_level = true};
 	char prefix[MDL_METRIC_MAX + 2];
@@ -104,8 +104,12 @@ static int select_series(struct sto *s, struct ostate *o, struct qry_error *err)
 		mr.prefix = prefix;
 	} else {
 		names = malloc(req->nphases * sizeof(*names));
-		if (!names)
+		ptr = malloc(req->nphases * sizeof(*ptr));
+		if (!names || !ptr) {
+			free(names);
+			free(ptr);
 			return fail(err, QRY_E_INTERNAL, -ENOMEM, "out of memory");
+		}
 		for (size_t i = 0; i < req->nphases; i++) {
 			snprintf(names[i], sizeof(names[i]), "%s.%s", req->metric, req->phases[i]);
 			ptr[i] = names[i];
@@ -114,6 +118,7 @@ static int select_series(struct sto *s, struct ostate *o, struct qry_error *err)
 		mr.nmetrics = req->nphases;
 	}
 	rc = qry_match(s, &mr, &o->m, err);
+	free(ptr);
 	free(names);
 	return rc;
 }

@@ -72,6 +72,7 @@
 #define WL_KEEP_BUF_BYTES  (16u * 1024)
 #define WL_RESP_HEAD_BYTES 2048 /* status line and headers of a response */
 #define HEAD_MEM_SLACK	   1024 /* connection memory libmicrohttpd needs beside a head */
+#define HEAD_LINE_COST	   80	/* ... and per header line (measured ~65) */
 
 enum wl_state { C_HEAD, C_BODY, C_PARKED, C_WRITE };
 
@@ -123,7 +124,8 @@ struct wl_loop {
 	 * frees the threads (the answer can be sent, and the request drained,
 	 * before the completion has written the eventfd). */
 	_Atomic int waking;
-	size_t head_max; /* a head this long is libmicrohttpd's (<= WL_HEAD_MAX) */
+	size_t head_max;   /* a head this long is libmicrohttpd's (<= WL_HEAD_MAX) */
+	uint64_t conn_mem; /* http_connection_memory_bytes */
 	int nthreads;
 	struct wl_thread *t;
 };
@@ -471,6 +473,26 @@ static bool buf_room(struct wl_conn *c, size_t n)
 	return true;
 }
 
+/* The longest head the loop serves. libmicrohttpd keeps a request's line
+ * and headers in its connection memory (http_connection_memory_bytes),
+ * with ~65 bytes of its own per header line, and answers 431 to a head
+ * that does not fit: with 8K it took heads up to 7,840 bytes with 3 header
+ * lines, 5,894 with 33 (libmicrohttpd 0.9.75). A head it might refuse is
+ * handed to it (this bound, and head_fits), so both front ends answer
+ * alike whatever that setting; at the default (16K) no write head is. */
+static size_t head_max(const struct srv_config *cfg)
+{
+	uint64_t mem = cfg->http_connection_memory_bytes;
+	uint64_t fits = mem > HEAD_MEM_SLACK ? mem - HEAD_MEM_SLACK : 0;
+	return fits < WL_HEAD_MAX ? (size_t)fits : WL_HEAD_MAX;
+}
+
+static bool head_fits(const struct wl_loop *l, const struct wl_head *hd)
+{
+	return hd->head_len + (uint64_t)hd->nheaders * HEAD_LINE_COST + HEAD_MEM_SLACK <=
+	       l->conn_mem;
+}
+
 enum step { S_AGAIN, S_NEXT, S_GONE };
 
 /* C_HEAD: peek and decide. */
@@ -491,6 +513,8 @@ static enum step do_head(struct wl_conn *c)
 	enum wl_verdict v = wl_classify(t->peek, (size_t)n, &c->hd);
 	if (v == WL_MORE && (size_t)n >= l->head_max)
 		v = WL_HANDOFF; /* a head libmicrohttpd may refuse (head_max) */
+	if (v == WL_WRITE && !head_fits(l, &c->hd))
+		v = WL_HANDOFF;
 	if (v == WL_MORE && c->hup) {
 		/* The rest of the head will never come, and a peek would return
 		 * these bytes for ever: as libmicrohttpd, close. */
@@ -694,18 +718,6 @@ static int listen_socket(const struct srv_config *cfg, uint16_t *port)
 	return fd;
 }
 
-/* The longest head the loop serves. libmicrohttpd keeps a request's line
- * and headers in its connection memory (http_connection_memory_bytes) and
- * answers 431 to a head that does not fit: with 8K it took heads up to
- * 7,840 bytes (libmicrohttpd 0.9.76). A head it might refuse is handed to
- * it, so both front ends answer alike whatever that setting. */
-static size_t head_max(const struct srv_config *cfg)
-{
-	uint64_t mem = cfg->http_connection_memory_bytes;
-	uint64_t fits = mem > HEAD_MEM_SLACK ? mem - HEAD_MEM_SLACK : 0;
-	return fits < WL_HEAD_MAX ? (size_t)fits : WL_HEAD_MAX;
-}
-
 int wl_start(struct srv_http *h, struct srv_ctx *ctx, struct wl_loop **out, uint16_t *port)
 {
 	const struct srv_config *cfg = ctx->cfg;
@@ -715,6 +727,7 @@ int wl_start(struct srv_http *h, struct srv_ctx *ctx, struct wl_loop **out, uint
 	l->h = h;
 	l->ctx = ctx;
 	l->head_max = head_max(cfg);
+	l->conn_mem = cfg->http_connection_memory_bytes;
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	int n = (int)cfg->http_threads;
 	if (cpus > 0 && n > cpus)

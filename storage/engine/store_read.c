@@ -69,13 +69,19 @@ static bool all_in_range(const struct mdl_cols *c, const struct sto_range *r)
 }
 
 /* Appends the points of c in range to out; RDB_ELIMIT past max_points.
- * Room for all of c (at most max_points in all) is made first: one growth
- * per chunk, not the dozen 1.5x steps of a point-by-point push (each
- * moving every column so far, most of a raw range read's copying). */
+ * Room for c's points in range (at most max_points in all) is made first:
+ * one growth per chunk, not the dozen 1.5x steps of a point-by-point push
+ * (each moving every column so far, most of a raw range read's copying).
+ * Only the points in range: a caller may keep many series' results at
+ * once (query/range.c), so room for a whole chunk or head per series,
+ * for a few points each, would grow with what was read, not returned. */
 static int filter_into(const struct mdl_cols *c, const struct sto_range *r, size_t max_points,
 		       struct mdl_cols *out)
 {
-	size_t want = out->n + c->n;
+	size_t in = 0;
+	for (size_t i = 0; i < c->n; i++)
+		in += in_range(r, c->ts_ns[i], c->step[i]);
+	size_t want = out->n + in;
 	if (want > max_points)
 		want = max_points > out->n ? max_points : out->n;
 	int rc = mdl_cols_reserve(out, want);

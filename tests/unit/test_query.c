@@ -926,6 +926,21 @@ static void test_outliers_and_errors(void)
 	q.metric = "nope";
 	CHECK_EQ_INT(qry_outliers(s, &q, &out, &err), RDB_ENOTFOUND);
 	CHECK_EQ_INT(err.code, QRY_E_NOT_FOUND);
+	/* Phases mode with more phase names than phases one report holds (the
+	 * API takes up to 256): the names beyond are only looked up, never
+	 * written past a fixed array (ASan caught select_series doing so). */
+	static char pnames[256][16];
+	const char *phases[256];
+	for (int i = 0; i < 256; i++) {
+		snprintf(pnames[i], sizeof(pnames[i]), "p%d", i);
+		phases[i] = pnames[i];
+	}
+	q.metric = "step_time";
+	q.phases_mode = true;
+	q.phases = phases;
+	q.nphases = 256;
+	CHECK_EQ_INT(qry_outliers(s, &q, &out, &err), RDB_ENOTFOUND); /* no such phases */
+	CHECK_EQ_INT(err.code, QRY_E_NOT_FOUND);
 	/* (a response over max_response_bytes is a 413: tests/unit/test_json_out.c) */
 	sto_close(s);
 }

@@ -110,6 +110,19 @@ static void test_head_and_chunks(void)
 		CHECK_EQ_INT(hc.n, 1050);
 		CHECK_EQ_INT(sto_read(s, hid, &hall, 1049, &hc, &herr), RDB_ELIMIT);
 		mdl_cols_free(&hc);
+		/* one point of a chunk of 100, and one of the head: room is made
+		 * for what is returned, not for every point read (a range query
+		 * keeps each series' result until it answers) */
+		struct sto_range one = {1000 + 500, 1000 + 500, false, 0, 0};
+		CHECK_EQ_INT(sto_read(s, hid, &one, 1050, &hc, &herr), 0);
+		CHECK_EQ_INT(hc.n, 1);
+		CHECK(hc.cap < 50);
+		mdl_cols_free(&hc);
+		struct sto_range last = {1000 + 1049, 1000 + 1049, false, 0, 0};
+		CHECK_EQ_INT(sto_read(s, hid, &last, 1050, &hc, &herr), 0);
+		CHECK_EQ_INT(hc.n, 1);
+		CHECK(hc.cap < 50);
+		mdl_cols_free(&hc);
 	}
 	CHECK_EQ_INT(sto_checkpoint(s), 0);
 	struct sto_stats st;
