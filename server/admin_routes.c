@@ -430,8 +430,8 @@ static void do_compact(struct srv_req *req, struct srv_resp *resp)
 	}
 	if (r.quarantined) {
 		srv_error(resp, 409,
-			  "compact: refused while the quarantine holds %llu index entries (their "
-			  "records would be deleted); run rankctl rebuild-index",
+			  "compact: refused while the quarantine holds index entries (%llu; "
+			  "compaction would delete their records); run rankctl rebuild-index",
 			  (unsigned long long)r.quarantined);
 		return;
 	}
