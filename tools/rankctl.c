@@ -745,11 +745,12 @@ static int dir_misc(struct sto *s, const struct opts *o)
 		double live = o->min_live_pct ? atof(o->min_live_pct) / 100.0 : -1;
 		rc = sto_compact(s, live, &r);
 		if (rc == 0 && r.quarantined) {
-			fprintf(stderr,
-				"rankctl: compaction refused while the quarantine holds %llu index "
-				"entries (their records would be deleted); run rankctl "
-				"rebuild-index\n",
-				(unsigned long long)r.quarantined);
+			fprintf(
+			    stderr,
+			    "rankctl: compaction refused while the quarantine holds index "
+			    "entries (%llu; compaction would delete their records); run rankctl "
+			    "rebuild-index\n",
+			    (unsigned long long)r.quarantined);
 			rc = -ENOTEMPTY;
 		} else if (rc == 0)
 			printf("{\"segments\":%llu,\"chunks\":%llu,\"bytes_before\":%llu,"
