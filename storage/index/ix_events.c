@@ -25,10 +25,11 @@
  * Both sealed (ix_seal.c: a checksum trailer since format 5; of an events
  * value it covers the key and the entry's fixed part, which holds the
  * checksum of its token filter: eve_filter_intact, checked by whoever
- * consults the filter); callers see the entry without the trailer. A damaged events entry is
- * RDB_ECORRUPT, or, in a sto_txn_pass_damaged transaction, reaches the callback marked damaged (its
- * bytes without the trailer, for the caller to find the chunk through it and check that instead). A
- * damaged evpending entry fails the scan.
+ * consults the filter); callers see the entry without the trailer. A
+ * damaged events entry is RDB_ECORRUPT, or, in a sto_txn_pass_damaged
+ * transaction, reaches the callback marked damaged (its bytes without the
+ * trailer, for the caller to find the chunk through it and check that
+ * instead). A damaged evpending entry fails the scan.
  */
 
 #define EV_REMEDY                                                                                  \

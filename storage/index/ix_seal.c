@@ -6,8 +6,9 @@
  * 5; empty for the key-only tables) followed by a trailer: u64 LE XXH3-64
  * (seed 0) of the key's bytes, then the body's (of an events entry: its
  * first STO_EVENTRY_FIXED bytes only, which hold the checksum of its token
- * filter; the upgrade also rewrites a version 1 entry as version 2). A flipped bit in the key or
- * the body fails it, and so does a value moved under another key. Before
+ * filter; the upgrade also rewrites a version 1 entry as version 2). A
+ * flipped bit in the key or the body fails it, and so does a value moved
+ * under another key. Before
  * format 5 (t->ix->legacy_small) a value whose trailer does not match is
  * read as a body without one (the upgrade at open gives it one); afterwards
  * it is damage. The series, sid, chunks and rollups tables carry their
