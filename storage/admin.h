@@ -85,9 +85,10 @@ struct sto_compact_result {
  * (r->quarantined says how many; logged and counted in
  * sto_stats.compactions_refused): the records of quarantined entries are
  * not live to compaction, and rankctl rebuild-index recovers them only
- * while they are still in their segments. Else: first merges each series' runs of consecutive small
- * chunks (each under chunk_max_points / 4 points, together at most chunk_max_points, all
- * checkpointed) into one chunk each, then rewrites every closed segment
+ * while they are still in their segments. Else: first merges each
+ * series' runs of consecutive small chunks (each under chunk_max_points / 4
+ * points, together at most chunk_max_points, all checkpointed) into one
+ * chunk each, then rewrites every closed segment
  * whose live fraction is below min_live (a negative value: the configured
  * one) into a new one. */
 int sto_compact(struct sto *s, double min_live, struct sto_compact_result *r);
