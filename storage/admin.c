@@ -229,6 +229,14 @@ static int fix_push(struct vctx *v, const struct sto_chunk_ref *ref)
 	return 0;
 }
 
+/* A system error (EIO, EMFILE, EISDIR...) reading a chunk says nothing
+ * about the chunk: verify fails on it (check_index) rather than quarantine
+ * the entry. A missing segment file (ENOENT) is the chunk provably gone. */
+static bool io_error(int rc)
+{
+	return rc < 0 && rc > -4096 && rc != -ENOENT;
+}
+
 /* An index entry that failed its checksum: a problem either way; with
  * quarantine, rewritten from its chunk when that reads back whole, else
  * quarantined like a damaged chunk. */
@@ -238,6 +246,8 @@ static int check_damaged_entry(struct vctx *v, const struct sto_chunk_ref *ref)
 	struct sto_chunk_ref fixed;
 	v->rep->index_damaged++;
 	int rc = sto_chunk_ref_repair(v->s, ref, &fixed, &err);
+	if (io_error(rc) && rc != -ENOMEM) /* ENOMEM: a damaged length, maybe */
+		return rc;
 	if (rc == 0) {
 		problem(
 		    v,
@@ -310,6 +320,8 @@ static int check_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 	int rc = sto_read_chunk(v->s, ref, &v->rec, &v->cols, &err);
 	if (rc == 0)
 		return check_stats(v, ref);
+	if (io_error(rc))
+		return rc;
 	problem(v, "index entry: %s", err.msg);
 	return bad_push(v, ref);
 }
@@ -578,7 +590,7 @@ static int check_index(struct vctx *v, struct evv *ev)
 	 * quarantined on an unfinished scan; malformed data is a problem. */
 	int sys[] = {rc2, rc3, rc4};
 	for (size_t i = 0; i < 3; i++)
-		if (sys[i] < 0 && sys[i] > -4096)
+		if (sys[i] == -ENOMEM || io_error(sys[i]))
 			return sys[i];
 	return 0;
 }

@@ -562,3 +562,28 @@ def test_job_delete_quarantines_damaged_entries_not_provably_its():
     st, _, body = s.request("POST", "/api/v1/admin/compact", headers=auth)
     assert st == 200, (st, body)
     s.stop()
+
+
+def test_unreadable_segment_does_not_quarantine_chunk_entries():
+    """An intact chunk entry whose segment cannot be read for a reason that
+    says nothing about the chunk (EISDIR here: a directory in place of the
+    segment file; EIO or EMFILE alike) fails verify --quarantine and keeps
+    its entry, instead of being moved to the quarantine as if the chunk were
+    damaged."""
+    s = Server(["--detect", "off"]).start()
+    s.write_ok([{"job": "ur", "rank": 0, "step": i, "timestamp": T0 + i * SEC,
+                 "metrics": {"loss": float(i)}} for i in range(100)])
+    s.stop()
+    chunks = os.path.join(s.data_dir, "chunks")
+    segs = sorted(f for f in os.listdir(chunks) if f.startswith("seg-"))
+    assert segs, os.listdir(chunks)
+    path = os.path.join(chunks, segs[0])
+    os.rename(path, path + ".away")
+    os.mkdir(path)
+    r = _rankctl("--data-dir", s.data_dir, "verify", "--quarantine")
+    assert r.returncode not in (0, 3), (r.returncode, r.stdout, r.stderr)
+    assert '"quarantined":' not in r.stdout or '"quarantined":0' in r.stdout, r.stdout
+    os.rmdir(path)
+    os.rename(path + ".away", path)
+    r = _rankctl("--data-dir", s.data_dir, "verify")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
