@@ -389,7 +389,8 @@ static int span_means(struct sto *s, struct ostate *o, const struct qry_spans *s
 	for (size_t i = 0; i < sp->spans.n; i++)
 		if (sp->spans.v[i]->ev.step > max_step)
 			max_step = sp->spans.v[i]->ev.step;
-	if (req->last_steps > 0)
+	/* (no spans: max_step stays INT64_MIN, and the window starts there) */
+	if (req->last_steps > 0 && max_step >= INT64_MIN + (req->last_steps - 1))
 		min_step = max_step - req->last_steps + 1;
 	uint32_t *ranks = malloc((sp->spans.n ? sp->spans.n : 1) * sizeof(*ranks));
 	size_t nr = 0;
