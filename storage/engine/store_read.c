@@ -58,29 +58,28 @@ static bool in_range(const struct sto_range *r, int64_t ts, int64_t step)
 	return step != MDL_STEP_NONE && step >= r->step_from && step <= r->step_to;
 }
 
-static bool all_in_range(const struct mdl_cols *c, const struct sto_range *r)
+/* How many points of c are in r. */
+static size_t count_in_range(const struct mdl_cols *c, const struct sto_range *r)
 {
 	if (r->from_ns == INT64_MIN && r->to_ns == INT64_MAX && !r->by_step)
-		return true;
-	for (size_t i = 0; i < c->n; i++)
-		if (!in_range(r, c->ts_ns[i], c->step[i]))
-			return false;
-	return true;
-}
-
-/* Appends the points of c in range to out; RDB_ELIMIT past max_points.
- * Room for c's points in range (at most max_points in all) is made first:
- * one growth per chunk, not the dozen 1.5x steps of a point-by-point push
- * (each moving every column so far, most of a raw range read's copying).
- * Only the points in range: a caller may keep many series' results at
- * once (query/range.c), so room for a whole chunk or head per series,
- * for a few points each, would grow with what was read, not returned. */
-static int filter_into(const struct mdl_cols *c, const struct sto_range *r, size_t max_points,
-		       struct mdl_cols *out)
-{
+		return c->n;
 	size_t in = 0;
 	for (size_t i = 0; i < c->n; i++)
 		in += in_range(r, c->ts_ns[i], c->step[i]);
+	return in;
+}
+
+/* Appends the `in` points of c in range (count_in_range) to out;
+ * RDB_ELIMIT past max_points. Room for them (at most max_points in all) is
+ * made first: one growth per chunk, not the dozen 1.5x steps of a
+ * point-by-point push (each moving every column so far, most of a raw
+ * range read's copying). Only the points in range: a caller may keep many
+ * series' results at once (query/range.c), so room for a whole chunk or
+ * head per series, for a few points each, would grow with what was read,
+ * not returned. */
+static int filter_into(const struct mdl_cols *c, const struct sto_range *r, size_t in,
+		       size_t max_points, struct mdl_cols *out)
+{
 	size_t want = out->n + in;
 	if (want > max_points)
 		want = max_points > out->n ? max_points : out->n;
@@ -278,7 +277,8 @@ static int read_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 	int rc = sto_read_chunk(c->s, ref, &c->rec, &c->tmp, c->err);
 	if (rc)
 		return rc;
-	if (c->out->n == 0 && c->tmp.n <= c->max_points && all_in_range(&c->tmp, r)) {
+	size_t in = count_in_range(&c->tmp, r);
+	if (c->out->n == 0 && in == c->tmp.n && in <= c->max_points) {
 		/* the whole chunk is the answer so far (one chunk, no head
 		 * points: a raw range read of a settled series): take its
 		 * columns instead of copying them; tmp gets out's to reuse */
@@ -287,7 +287,7 @@ static int read_chunk_cb(void *arg, const struct sto_chunk_ref *ref)
 		c->tmp = was;
 		return 0;
 	}
-	return filter_into(&c->tmp, r, c->max_points, c->out);
+	return filter_into(&c->tmp, r, in, c->max_points, c->out);
 }
 
 /* Copies head points of series_id in range. Caller holds view_lock shared. */
@@ -302,7 +302,7 @@ static int read_heads(struct sto *s, uint64_t series_id, const struct sto_range 
 			continue;
 		struct head_series *hs = rdb_map_get(&heads[i]->series, series_id);
 		if (hs)
-			rc = filter_into(&hs->pts, r, max_points, out);
+			rc = filter_into(&hs->pts, r, count_in_range(&hs->pts, r), max_points, out);
 	}
 	pthread_mutex_unlock(&s->head_lock);
 	return rc;
