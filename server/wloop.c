@@ -124,7 +124,6 @@ struct wl_loop {
 	 * frees the threads (the answer can be sent, and the request drained,
 	 * before the completion has written the eventfd). */
 	_Atomic int waking;
-	size_t head_max;   /* a head this long is libmicrohttpd's (<= WL_HEAD_MAX) */
 	uint64_t conn_mem; /* http_connection_memory_bytes */
 	int nthreads;
 	struct wl_thread *t;
@@ -473,20 +472,13 @@ static bool buf_room(struct wl_conn *c, size_t n)
 	return true;
 }
 
-/* The longest head the loop serves. libmicrohttpd keeps a request's line
- * and headers in its connection memory (http_connection_memory_bytes),
- * with ~65 bytes of its own per header line, and answers 431 to a head
- * that does not fit: with 8K it took heads up to 7,840 bytes with 3 header
+/* Whether libmicrohttpd would take this head too. It keeps a request's
+ * line and headers in its connection memory (http_connection_memory_bytes),
+ * with ~65 bytes of its own per header line, and answers 431 to a head that
+ * does not fit: with 8K it took heads up to 7,840 bytes with 3 header
  * lines, 5,894 with 33 (libmicrohttpd 0.9.75). A head it might refuse is
- * handed to it (this bound, and head_fits), so both front ends answer
- * alike whatever that setting; at the default (16K) no write head is. */
-static size_t head_max(const struct srv_config *cfg)
-{
-	uint64_t mem = cfg->http_connection_memory_bytes;
-	uint64_t fits = mem > HEAD_MEM_SLACK ? mem - HEAD_MEM_SLACK : 0;
-	return fits < WL_HEAD_MAX ? (size_t)fits : WL_HEAD_MAX;
-}
-
+ * handed to it, so both front ends answer alike whatever that setting; at
+ * the default (16K) every head under WL_HEAD_MAX fits. */
 static bool head_fits(const struct wl_loop *l, const struct wl_head *hd)
 {
 	return hd->head_len + (uint64_t)hd->nheaders * HEAD_LINE_COST + HEAD_MEM_SLACK <=
@@ -502,7 +494,7 @@ static enum step do_head(struct wl_conn *c)
 	struct wl_loop *l = t->l;
 	ssize_t n;
 	do
-		n = recv(c->fd, t->peek, l->head_max, MSG_PEEK);
+		n = recv(c->fd, t->peek, sizeof(t->peek), MSG_PEEK);
 	while (n < 0 && errno == EINTR);
 	if (n == 0 || (n < 0 && errno != EAGAIN)) {
 		conn_free(c);
@@ -511,8 +503,6 @@ static enum step do_head(struct wl_conn *c)
 	if (n < 0)
 		return S_AGAIN;
 	enum wl_verdict v = wl_classify(t->peek, (size_t)n, &c->hd);
-	if (v == WL_MORE && (size_t)n >= l->head_max)
-		v = WL_HANDOFF; /* a head libmicrohttpd may refuse (head_max) */
 	if (v == WL_WRITE && !head_fits(l, &c->hd))
 		v = WL_HANDOFF;
 	if (v == WL_MORE && c->hup) {
@@ -726,7 +716,6 @@ int wl_start(struct srv_http *h, struct srv_ctx *ctx, struct wl_loop **out, uint
 		return -ENOMEM;
 	l->h = h;
 	l->ctx = ctx;
-	l->head_max = head_max(cfg);
 	l->conn_mem = cfg->http_connection_memory_bytes;
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	int n = (int)cfg->http_threads;
